@@ -1,0 +1,1 @@
+//! forest's benchmark harness

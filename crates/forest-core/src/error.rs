@@ -1,0 +1,26 @@
+//! The one error type of forest's libraries.
+//!
+//! Bad input and corrupt files are errors that name what and where; a broken internal
+//! invariant is a panic (STYLE.md §3). Later layers (store, server) add their variants here so
+//! that a caller matches on one type.
+
+/// Result with forest's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong, with enough detail to act on.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A key longer than [`crate::KEY_BYTES_MAX`].
+    #[error("key is {len} bytes long, more than the limit of {max} bytes")]
+    KeyTooLong { len: usize, max: usize },
+    /// A value longer than [`crate::VALUE_BYTES_MAX`].
+    #[error("value is {len} bytes long, more than the limit of {max} bytes")]
+    ValueTooLong { len: usize, max: usize },
+    /// A configuration value outside its allowed range.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// An engine name that forest does not know.
+    #[error("unknown engine {name:?}; known engines: {known}")]
+    UnknownEngine { name: String, known: String },
+}

@@ -1,0 +1,25 @@
+//! forest-core: what every layer of forest shares.
+//!
+//! - [`index`]: the object-safe [`Index`] trait that every engine implements (DESIGN.md,
+//!   "The Index API"): point reads into a reusable buffer, the papers' unique insert, upsert,
+//!   update-if-present, remove, and bounded scans in both orders.
+//! - [`limits`]: the documented key and value size limits and their checks.
+//! - [`error`]: the one error type of forest's libraries.
+//! - [`stats`]: [`IndexStats`] and the sharded event counters engines keep (the Bw-tree
+//!   paper's Table I figures: CAS failures, consolidations, splits, merges, retries).
+//! - [`sync`]: the atomics shim that loom swaps in under `--cfg loom`.
+//! - `conformance` (feature `testkit`): the one test kit every engine passes.
+
+pub mod error;
+pub mod index;
+pub mod limits;
+pub mod stats;
+pub mod sync;
+
+#[cfg(feature = "testkit")]
+pub mod conformance;
+
+pub use error::{Error, Result};
+pub use index::{Index, Order, Visitor};
+pub use limits::{check_entry, check_key, KEY_BYTES_MAX, VALUE_BYTES_MAX};
+pub use stats::{Counter, IndexStats};

@@ -1,0 +1,1 @@
+//! The lock-coupling B+tree of Westerhoff's thesis: RW spin latches, interlocking reads, multi-pass writes

@@ -1,0 +1,2 @@
+//! The `forest` command line.
+fn main() {}
