@@ -58,13 +58,7 @@ pub trait Index: Send + Sync {
     /// Calls `visit` on every record with a key within `(lower, upper)`, in `order`, until
     /// `visit` returns `ControlFlow::Break`. Bounds that cross (lower above upper) give an
     /// empty scan, not an error.
-    fn scan(
-        &self,
-        lower: Bound<&[u8]>,
-        upper: Bound<&[u8]>,
-        order: Order,
-        visit: &mut Visitor<'_>,
-    );
+    fn scan(&self, lower: Bound<&[u8]>, upper: Bound<&[u8]>, order: Order, visit: &mut Visitor<'_>);
 
     /// A snapshot of sizes and the engine's event counters. May walk the structure; not meant
     /// for the hot path.

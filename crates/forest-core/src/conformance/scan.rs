@@ -1,0 +1,391 @@
+//! Scans against the model: every bound kind on each side, with bounds on keys, between keys,
+//! at prefixes of keys and beyond both ends, in both orders; crossing and equal bounds; early
+//! stop; and a visitor that calls back into the index, which must not deadlock because engines
+//! never run `visit` under a latch or an epoch pin (DESIGN.md, "The Index API").
+
+use std::collections::BTreeSet;
+use std::ops::{Bound, ControlFlow};
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use crate::conformance::{
+    collect, diff_records, expected, show, show_bound, BoundPair, Make, Model, Sizes,
+};
+use crate::index::{in_bounds, Index, Order};
+
+/// Keys of the scan fixture: enough for several leaves of small-node engines.
+pub const FIXTURE_KEY_COUNT: usize = 600;
+
+/// Fixture key `i`: `k`, an even big-endian u16, and on some keys a 0 byte or a suffix, so
+/// keys differ in length and odd codes fall between keys.
+pub fn fixture_key(i: usize) -> Vec<u8> {
+    let mut key = vec![b'k'];
+    key.extend(((i * 2 + 2) as u16).to_be_bytes());
+    if i % 3 == 1 {
+        key.push(0);
+    }
+    if i % 5 == 2 {
+        key.extend(b"suffix!");
+    }
+    key
+}
+
+fn fixture_value(i: usize) -> Vec<u8> {
+    let mut value = format!("value of {i}").into_bytes();
+    value.truncate(i % 14);
+    value
+}
+
+/// Probe keys for bounds: on keys (first, second, middle, last two), between keys, at keys'
+/// prefixes and extensions, and beyond both ends.
+fn probes() -> Vec<Vec<u8>> {
+    let last = FIXTURE_KEY_COUNT - 1;
+    let mut probes: BTreeSet<Vec<u8>> = BTreeSet::new();
+    for i in [0, 1, 7, FIXTURE_KEY_COUNT / 2, last - 1, last] {
+        let key = fixture_key(i);
+        probes.insert(key.clone());
+        probes.insert([key.as_slice(), b"\0"].concat()); // just after the key
+        probes.insert(key[..3].to_vec()); // a prefix of it, or the key itself
+        let mut between = key[..3].to_vec();
+        between[2] += 1; // an odd code: between this key and the next
+        probes.insert(between);
+    }
+    for probe in [
+        &b""[..],
+        b"\0",
+        b"k",
+        b"k\0",
+        b"l",
+        b"\xff",
+        b"\xff\xff\xff",
+    ] {
+        probes.insert(probe.to_vec());
+    }
+    probes.into_iter().collect()
+}
+
+fn fixture(make: Make<'_>, check: &str) -> (Arc<dyn Index>, Model) {
+    let index = make();
+    let mut model = Model::new();
+    // Interleave the ends so neither ascending nor descending insertion is the only shape.
+    for step in 0..FIXTURE_KEY_COUNT {
+        let i = if step % 2 == 0 {
+            step / 2
+        } else {
+            FIXTURE_KEY_COUNT - 1 - step / 2
+        };
+        let (key, value) = (fixture_key(i), fixture_value(i));
+        let got = index.insert(&key, &value);
+        assert!(
+            matches!(got, Ok(true)),
+            "[{check}] index {}: insert({}) while building the scan fixture returned {got:?}",
+            index.name(),
+            show(&key)
+        );
+        model.insert(key, value);
+    }
+    (index, model)
+}
+
+fn bounds_of(probe: &[u8]) -> [Bound<&[u8]>; 2] {
+    [Bound::Included(probe), Bound::Excluded(probe)]
+}
+
+fn check_scan(
+    check: &str,
+    index: &dyn Index,
+    model: &Model,
+    lower: Bound<&[u8]>,
+    upper: Bound<&[u8]>,
+    order: Order,
+) {
+    let scan = collect(index, lower, upper, order, None);
+    let want = expected(model, lower, upper, order, None);
+    if let Some(diff) = diff_records(&scan.records, &want) {
+        panic!(
+            "[{check}] index {}: scan({}, {}, {order:?}): {diff}",
+            index.name(),
+            show_bound(lower),
+            show_bound(upper)
+        );
+    }
+}
+
+/// Every combination of bound kinds and probe keys on both sides, both orders.
+pub fn scan_bounds(make: Make<'_>, _sizes: &Sizes) {
+    const CHECK: &str = "scan_bounds";
+    let (index, model) = fixture(make, CHECK);
+    let probes = probes();
+    let mut sides: Vec<Bound<&[u8]>> = vec![Bound::Unbounded];
+    for probe in &probes {
+        sides.extend(bounds_of(probe));
+    }
+    for &lower in &sides {
+        for &upper in &sides {
+            for order in [Order::Ascending, Order::Descending] {
+                check_scan(CHECK, &*index, &model, lower, upper, order);
+            }
+        }
+    }
+}
+
+/// Crossing bounds give nothing; equal bounds give the key only when both include it.
+pub fn scan_crossing_and_equal_bounds(make: Make<'_>, _sizes: &Sizes) {
+    const CHECK: &str = "scan_crossing_and_equal_bounds";
+    let (index, model) = fixture(make, CHECK);
+    let index = &*index;
+    let probes = probes();
+    for (position, high) in probes.iter().enumerate() {
+        for low in &probes[..position] {
+            for upper in bounds_of(low) {
+                for lower in bounds_of(high) {
+                    for order in [Order::Ascending, Order::Descending] {
+                        let scan = collect(index, lower, upper, order, None);
+                        assert!(
+                            scan.records.is_empty(),
+                            "[{CHECK}] index {}: crossing scan({}, {}, {order:?}) returned {} records, the first {}, expected none",
+                            index.name(),
+                            show_bound(lower),
+                            show_bound(upper),
+                            scan.records.len(),
+                            show(&scan.records[0].0)
+                        );
+                    }
+                }
+            }
+        }
+        // Equal bounds: the model says one record or none.
+        for lower in bounds_of(high) {
+            for upper in bounds_of(high) {
+                for order in [Order::Ascending, Order::Descending] {
+                    check_scan(CHECK, index, &model, lower, upper, order);
+                }
+            }
+        }
+    }
+    for (position, key) in model.keys().enumerate().step_by(37) {
+        let want = vec![(key.clone(), model[key].clone())];
+        for order in [Order::Ascending, Order::Descending] {
+            let scan = collect(
+                index,
+                Bound::Included(key),
+                Bound::Included(key),
+                order,
+                None,
+            );
+            if let Some(diff) = diff_records(&scan.records, &want) {
+                panic!(
+                    "[{CHECK}] index {}: scan of the single key #{position} {} with Included bounds, {order:?}: {diff}",
+                    index.name(),
+                    show(key)
+                );
+            }
+        }
+    }
+}
+
+/// Visitors that stop after 0, 1, k records: the scan stops at once with the right prefix.
+pub fn scan_early_stop(make: Make<'_>, _sizes: &Sizes) {
+    const CHECK: &str = "scan_early_stop";
+    let (index, model) = fixture(make, CHECK);
+    let index = &*index;
+    let name = index.name();
+    let (k10, k500, between) = (fixture_key(10), fixture_key(500), b"k\x00\x05".to_vec());
+    let last = fixture_key(FIXTURE_KEY_COUNT - 1);
+    let ranges: [BoundPair<'_>; 3] = [
+        (Bound::Unbounded, Bound::Unbounded),
+        (Bound::Included(&k10), Bound::Excluded(&k500)),
+        (Bound::Excluded(&between), Bound::Included(&last)),
+    ];
+    for (lower, upper) in ranges {
+        for order in [Order::Ascending, Order::Descending] {
+            let all = expected(&model, lower, upper, order, None);
+            let total = all.len();
+            let limits = [
+                0,
+                1,
+                2,
+                3,
+                10,
+                63,
+                64,
+                65,
+                127,
+                128,
+                129,
+                total - 1,
+                total,
+                total + 1,
+            ];
+            for limit in limits {
+                let what = format!(
+                    "scan({}, {}, {order:?}) stopping after {limit} of {total} records",
+                    show_bound(lower),
+                    show_bound(upper)
+                );
+                // Style 1: keep `limit` records, break on the next call.
+                let scan = collect(index, lower, upper, order, Some(limit));
+                let want: Vec<_> = all.iter().take(limit).cloned().collect();
+                if let Some(diff) = diff_records(&scan.records, &want) {
+                    panic!("[{CHECK}] index {name}: {what}: {diff}");
+                }
+                assert_eq!(
+                    scan.calls_after_break, 0,
+                    "[{CHECK}] index {name}: {what}: visit was called {} times after it returned Break",
+                    scan.calls_after_break
+                );
+                // Style 2: break on the record that makes `limit`.
+                if limit == 0 {
+                    continue;
+                }
+                let mut calls = 0usize;
+                let mut seen = Vec::new();
+                index.scan(lower, upper, order, &mut |k, v| {
+                    calls += 1;
+                    seen.push((k.to_vec(), v.to_vec()));
+                    if seen.len() >= limit {
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
+                    }
+                });
+                let want: Vec<_> = all.iter().take(limit).cloned().collect();
+                if let Some(diff) = diff_records(&seen, &want) {
+                    panic!("[{CHECK}] index {name}: {what} (breaking on the last): {diff}");
+                }
+                assert_eq!(
+                    calls,
+                    limit.min(total),
+                    "[{CHECK}] index {name}: {what} (breaking on the last): visit called {calls} times"
+                );
+            }
+        }
+    }
+}
+
+/// The body of [`scan_visitor_reenters`], run on a watched thread.
+fn reenter(index: &dyn Index, model: &Model) {
+    const CHECK: &str = "scan_visitor_reenters";
+    let name = index.name();
+    let lower_key = fixture_key(100);
+    let upper_key = fixture_key(500);
+    for (lower, upper) in [
+        (Bound::Unbounded, Bound::Unbounded),
+        (
+            Bound::Included(lower_key.as_slice()),
+            Bound::Excluded(upper_key.as_slice()),
+        ),
+    ] {
+        for order in [Order::Ascending, Order::Descending] {
+            let mut seen: Vec<Vec<u8>> = Vec::new();
+            let mut out = Vec::new();
+            let mut failure: Option<String> = None;
+            index.scan(lower, upper, order, &mut |key, value| {
+                let position = seen.len();
+                seen.push(key.to_vec());
+                // Read back the record being visited (fixture records never change).
+                if model.contains_key(key) && (!index.get(key, &mut out) || out != value) {
+                    failure = Some(format!(
+                        "get({}) inside visit did not return the visited value {}",
+                        show(key),
+                        show(value)
+                    ));
+                    return ControlFlow::Break(());
+                }
+                // A scan that never ends (re-visiting what it wrote) fails here, not by timeout.
+                if position > 4 * FIXTURE_KEY_COUNT {
+                    failure = Some(format!("visited {position} records: the scan does not end"));
+                    return ControlFlow::Break(());
+                }
+                // Write behind the cursor, where the scan has been: 'a' keys sort before every
+                // fixture key, 'z' keys after.
+                let behind = if order == Order::Ascending { 'a' } else { 'z' };
+                let other = format!("{behind}{position:05}").into_bytes();
+                if let Err(e) = index.upsert(&other, value) {
+                    failure = Some(format!("upsert({}) inside visit failed: {e}", show(&other)));
+                    return ControlFlow::Break(());
+                }
+                // Write ahead of and behind the cursor, inside the range: an odd code.
+                let mut between = key[..3].to_vec();
+                between[2] = between[2].wrapping_add(1);
+                if let Err(e) = index.upsert(&between, b"between") {
+                    failure = Some(format!(
+                        "upsert({}) inside visit failed: {e}",
+                        show(&between)
+                    ));
+                    return ControlFlow::Break(());
+                }
+                let _ = index.remove(&between);
+                ControlFlow::Continue(())
+            });
+            if let Some(failure) = failure {
+                panic!("[{CHECK}] index {name}: scan({order:?}): {failure}");
+            }
+            // Fixture keys were never changed: each one in range appears, in order, once.
+            let fixture_seen: Vec<&Vec<u8>> =
+                seen.iter().filter(|k| model.contains_key(*k)).collect();
+            let mut want: Vec<&Vec<u8>> = model
+                .keys()
+                .filter(|k| in_bounds(k, lower, upper))
+                .collect();
+            if order == Order::Descending {
+                want.reverse();
+            }
+            assert!(
+                fixture_seen == want,
+                "[{CHECK}] index {name}: scan({}, {}, {order:?}) with a writing visitor returned {} of the {} unchanged keys, or out of order",
+                show_bound(lower),
+                show_bound(upper),
+                fixture_seen.len(),
+                want.len()
+            );
+            for pair in seen.windows(2) {
+                let ordered = match order {
+                    Order::Ascending => pair[0] < pair[1],
+                    Order::Descending => pair[0] > pair[1],
+                };
+                assert!(
+                    ordered,
+                    "[{CHECK}] index {name}: scan({order:?}) with a writing visitor returned {} then {}",
+                    show(&pair[0]),
+                    show(&pair[1])
+                );
+            }
+        }
+    }
+}
+
+/// A visitor that calls get, upsert and remove on the same index must not deadlock; the scan
+/// runs on its own thread and fails after [`Sizes::reentry_timeout`].
+pub fn scan_visitor_reenters(make: Make<'_>, sizes: &Sizes) {
+    const CHECK: &str = "scan_visitor_reenters";
+    let (index, model) = fixture(make, CHECK);
+    let name = index.name();
+    let (done_tx, done_rx) = mpsc::channel();
+    let worker = {
+        let index = index.clone();
+        std::thread::Builder::new()
+            .name("kit-reenter".into())
+            .spawn(move || {
+                reenter(&*index, &model);
+                let _ = done_tx.send(());
+            })
+            .unwrap_or_else(|e| panic!("[{CHECK}] cannot spawn the scan thread: {e}"))
+    };
+    match done_rx.recv_timeout(sizes.reentry_timeout) {
+        Ok(()) => {
+            if let Err(payload) = worker.join() {
+                std::panic::resume_unwind(payload);
+            }
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => match worker.join() {
+            Err(payload) => std::panic::resume_unwind(payload),
+            Ok(()) => panic!("[{CHECK}] index {name}: the scan thread ended without reporting"),
+        },
+        // The stuck thread is left behind; the test process ends with the failure.
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!(
+            "[{CHECK}] index {name}: a scan whose visitor calls get/upsert/remove on the same index did not finish in {:?}: deadlock? (visit must not run under a latch or an epoch pin)",
+            sizes.reentry_timeout
+        ),
+    }
+}
