@@ -1,0 +1,441 @@
+//! `forest bench`: the flags (names are an interface scripts rely on) and the driver.
+
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::dist::Dist;
+use crate::engines::{self, Spec};
+use crate::keygen::KeyShape;
+use crate::peers;
+use crate::report;
+use crate::runner::{self, RunOptions};
+use crate::workload::{Config, Workload, WORKLOADS};
+
+/// Workloads of `forest bench` without `--workload`: a read-only, a write-heavy and a scan
+/// mix, the three regimes the papers contrast.
+pub const DEFAULT_WORKLOADS: &str = "ycsb-c,ycsb-a,ycsb-e";
+/// Keys of the default comparison (workloads named with `--workload` keep their own).
+pub const DEFAULT_QUICK_KEYS: u64 = 100_000;
+/// Timed operations per run of the default comparison.
+pub const DEFAULT_QUICK_OPS: u64 = 150_000;
+/// Timed operations per run when `--workload` is given without `--ops`.
+pub const DEFAULT_OPS: u64 = 1_000_000;
+
+const ABOUT: &str = "Measure forest's engines against each other and against well-known peers";
+
+const LONG_ABOUT: &str = "\
+Measure forest's engines against each other and against well-known peers, in one process and
+one run, on the papers' workloads. Every engine and peer faces the same pre-generated op
+streams; threads start together at a barrier; each configuration runs --runs times on a fresh
+index (load, warm-up, timed phase) and the report quotes the median.
+
+Without flags, `forest bench` compares every engine and peer on ycsb-c, ycsb-a and ycsb-e with
+100 000 keys, 150 000 timed ops per run, 1 and 2 threads and 3 runs: about a minute on a
+2-core machine. A workload named with --workload keeps its own key count (1 M for most) and
+runs 1 000 000 ops unless --keys / --ops say otherwise.
+
+Output: a table on stdout (median Mops/s, the runs' range, heap bytes the load allocated and
+bytes per key, engine counters per op), then each engine's throughput relative to the first
+peer, or to --baseline, per workload and thread count. --json and --plot write the same
+results for machines and for eyes. A progress bar is drawn on stderr when it is a terminal.";
+
+/// `forest bench`'s flags.
+#[derive(Args, Debug, Clone)]
+#[command(about = ABOUT, long_about = LONG_ABOUT, after_long_help = catalog())]
+pub struct BenchArgs {
+    /// Engines and peers to run, comma-separated specs `name` or `name:key=value,...`
+    /// (e.g. `lockbtree:order=16,search=linear,skiplist`); repeatable. Default: every engine
+    /// and every peer.
+    #[arg(long, value_name = "SPECS")]
+    pub engines: Vec<String>,
+
+    /// Workloads, comma-separated (see the list below). Default: ycsb-c,ycsb-a,ycsb-e.
+    #[arg(long, value_name = "NAMES")]
+    pub workload: Option<String>,
+
+    /// Keys loaded before the timed phase (rw1: keys put). Default: the workload's own.
+    #[arg(long, value_name = "N")]
+    pub keys: Option<u64>,
+
+    /// Timed operations per run, over all threads. Default: 1000000 (150000 without
+    /// --workload). Ignored by masstree-rw1, whose ops are its keys.
+    #[arg(long, value_name = "N")]
+    pub ops: Option<u64>,
+
+    /// Also bound each timed phase by time: streams are cycled until this many seconds
+    /// passed (inserts of a later cycle find their keys present).
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+
+    /// Thread counts, comma-separated; each is measured in turn.
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "1,2"
+    )]
+    pub threads: Vec<usize>,
+
+    /// Repetitions of each configuration; the report quotes the median.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub runs: usize,
+
+    /// Warm-up reads per run before the timed phase. Default: a tenth of --ops, at most
+    /// the key count.
+    #[arg(long, value_name = "N")]
+    pub warmup_ops: Option<u64>,
+
+    /// Key-access distribution, overriding the workload's (see the list below).
+    #[arg(long, value_name = "NAME")]
+    pub dist: Option<String>,
+
+    /// Key shape, overriding the workload's (see the list below).
+    #[arg(long, value_name = "NAME")]
+    pub key_shape: Option<String>,
+
+    /// Value size in bytes, overriding the workload's.
+    #[arg(long, value_name = "BYTES")]
+    pub value_size: Option<usize>,
+
+    /// Write the results as JSON: {"results":[{"engine","workload","threads","keys","ops",
+    /// "runs_ops_per_sec","median_ops_per_sec","memory_bytes","bytes_per_key","key_shape",
+    /// "dist","value_size","durability","counters_per_op",...}]}.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+
+    /// Draw median throughput per engine and thread count as an SVG bar chart.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+
+    /// The engine or peer (spec label or name) that ratios are relative to. Default: the
+    /// first peer of the run.
+    #[arg(long, value_name = "NAME")]
+    pub baseline: Option<String>,
+
+    /// Seed of every generator: the same seed gives the same op streams.
+    #[arg(long, value_name = "N", default_value_t = 42)]
+    pub seed: u64,
+}
+
+/// The catalogue of workloads, key shapes, distributions, engines and peers for `--help`.
+pub fn catalog() -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "Workloads (defaults: key shape, value bytes, distribution, keys):"
+    );
+    for w in WORKLOADS {
+        let _ = writeln!(
+            s,
+            "  {:<20} {} [{}, {} B, {}, {}]",
+            w.name,
+            w.about,
+            w.key_shape.name(),
+            w.value_size,
+            w.dist.name(),
+            w.keys
+        );
+    }
+    let _ = writeln!(s, "\nKey shapes (--key-shape):");
+    for k in KeyShape::ALL {
+        let _ = writeln!(s, "  {:<20} {}", k.name(), k.describe());
+    }
+    let _ = writeln!(s, "\nDistributions (--dist):");
+    for d in Dist::ALL {
+        let _ = writeln!(s, "  {:<20} {}", d.name(), d.describe());
+    }
+    let _ = writeln!(s, "\nEngines (--engines; parameters after a colon):");
+    for e in engines::ENGINES {
+        let _ = writeln!(s, "  {:<20} {}", e.name, e.about);
+        let _ = writeln!(s, "  {:<20} parameters: {}", "", e.params);
+    }
+    let _ = writeln!(
+        s,
+        "\nPeers (--engines; u64 keys on the u64 shape, byte keys otherwise):"
+    );
+    for p in peers::PEER_NAMES {
+        let _ = writeln!(s, "  {:<20} {}", p, peers::describe(p));
+    }
+    let _ = writeln!(
+        s,
+        "\nExamples:\n  forest bench\n  forest bench --workload bztree-balanced --dist zipfian \
+         --threads 1,2,4 --json out.json --plot out.svg\n  forest bench --engines \
+         lockbtree:order=8,lockbtree:order=64,skiplist --workload ycsb-a --baseline skiplist"
+    );
+    s
+}
+
+/// Everything `run` needs, resolved from the flags.
+struct Plan {
+    configs: Vec<Config>,
+    specs: Vec<Spec>,
+    options: RunOptions,
+}
+
+fn plan(args: &BenchArgs) -> anyhow::Result<Plan> {
+    let quick = args.workload.is_none();
+    let names = args.workload.as_deref().unwrap_or(DEFAULT_WORKLOADS);
+    let workloads: Vec<Workload> = names
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(str::parse)
+        .collect::<anyhow::Result<_>>()?;
+    if workloads.is_empty() {
+        bail!("--workload names no workload");
+    }
+    let dist = args.dist.as_deref().map(str::parse::<Dist>).transpose()?;
+    let key_shape = args
+        .key_shape
+        .as_deref()
+        .map(str::parse::<KeyShape>)
+        .transpose()?;
+    if let Some(v) = args.value_size {
+        if v > forest_core::VALUE_BYTES_MAX {
+            bail!(
+                "--value-size {v} is above the value limit of {} bytes",
+                forest_core::VALUE_BYTES_MAX
+            );
+        }
+    }
+    let ops = args.ops.unwrap_or(if quick {
+        DEFAULT_QUICK_OPS
+    } else {
+        DEFAULT_OPS
+    });
+    let configs: Vec<Config> = workloads
+        .iter()
+        .map(|&workload| {
+            let keys = args.keys.unwrap_or(if quick {
+                DEFAULT_QUICK_KEYS
+            } else {
+                workload.keys
+            });
+            Config {
+                workload,
+                key_shape: key_shape.unwrap_or(workload.key_shape),
+                value_size: args.value_size.unwrap_or(workload.value_size),
+                dist: dist.unwrap_or(workload.dist),
+                keys,
+                ops,
+                seed: args.seed,
+            }
+        })
+        .collect();
+    for c in &configs {
+        if c.keys == 0 {
+            bail!("--keys must be at least 1");
+        }
+        if c.keys.saturating_add(c.ops) > c.key_shape.capacity() {
+            bail!(
+                "{} keys plus {} ops exceed the {} distinct keys of key shape {}",
+                c.keys,
+                c.ops,
+                c.key_shape.capacity(),
+                c.key_shape.name()
+            );
+        }
+    }
+
+    let specs = if args.engines.is_empty() {
+        engines::known_names()
+            .into_iter()
+            .map(Spec::parse)
+            .collect::<anyhow::Result<Vec<_>>>()?
+    } else {
+        let mut specs = Vec::new();
+        for list in &args.engines {
+            specs.extend(engines::split_list(list)?);
+        }
+        specs
+    };
+    if specs.is_empty() {
+        bail!("--engines names no engine");
+    }
+    // Fail on a bad spec now, not after minutes of other engines' runs.
+    for spec in &specs {
+        engines::build(spec, configs[0].key_shape)?;
+    }
+    if let Some(b) = &args.baseline {
+        if !specs.iter().any(|s| &s.label() == b || &s.name == b) {
+            let labels: Vec<String> = specs.iter().map(Spec::label).collect();
+            bail!(
+                "--baseline {b:?} is not among the engines run: {}",
+                labels.join(", ")
+            );
+        }
+    }
+
+    if args.threads.is_empty() || args.threads.contains(&0) {
+        bail!("--threads needs thread counts of at least 1");
+    }
+    if args.runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    let duration = match args.duration {
+        Some(secs) if !(secs > 0.0 && secs.is_finite()) => {
+            bail!("--duration must be a positive number of seconds")
+        }
+        Some(secs) => Some(Duration::from_secs_f64(secs)),
+        None => None,
+    };
+    Ok(Plan {
+        configs,
+        specs,
+        options: RunOptions {
+            threads: args.threads.clone(),
+            runs: args.runs,
+            warmup_ops: args.warmup_ops,
+            duration,
+        },
+    })
+}
+
+fn progress_bar(total: u64) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total);
+    if let Ok(style) =
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+    {
+        bar.set_style(style);
+    }
+    // The clock keeps moving through long phases; a redraw twice a second costs nothing.
+    bar.enable_steady_tick(Duration::from_millis(500));
+    bar
+}
+
+/// Runs `forest bench`.
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let plan = plan(&args)?;
+    let total = plan.configs.len() as u64
+        * plan.options.threads.len() as u64
+        * plan.specs.len() as u64
+        * plan.options.runs as u64;
+    let progress = progress_bar(total);
+    let mut rows = Vec::new();
+    let mut printed_header = false;
+    for config in &plan.configs {
+        let new_rows = runner::run_workload(config, &plan.specs, &plan.options, &progress)
+            .with_context(|| format!("workload {}", config.workload.name))?;
+        let mut text = report::table(&new_rows);
+        if printed_header {
+            text = text
+                .split_once('\n')
+                .map_or(String::new(), |(_, rest)| rest.to_string());
+        }
+        printed_header = true;
+        let skipped: Vec<&Spec> = plan
+            .specs
+            .iter()
+            .filter(|s| !new_rows.iter().any(|r| r.engine == s.label()))
+            .collect();
+        for s in skipped {
+            let _ = writeln!(
+                text,
+                "{:<22}     {:<34} skipped: a hash map has no ordered scans",
+                config.workload.name,
+                s.label()
+            );
+        }
+        progress.suspend(|| print!("{text}"));
+        rows.extend(new_rows);
+    }
+    progress.finish_and_clear();
+    let ratios = report::ratios(&rows, args.baseline.as_deref(), |engine| {
+        Spec::parse(engine).is_ok_and(|s| s.is_peer())
+    });
+    println!(
+        "\nThroughput ratios (same run, median of {} runs):",
+        plan.options.runs
+    );
+    print!("{}", report::ratio_table(&ratios));
+    if let Some(path) = &args.json {
+        report::write_json(path, &rows)?;
+        eprintln!("wrote {}", path.display());
+    }
+    if let Some(path) = &args.plot {
+        report::write_svg(path, &rows)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    fn parse(args: &[&str]) -> BenchArgs {
+        Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
+            .expect("valid flags")
+            .bench
+    }
+
+    #[test]
+    fn flags_resolve_against_workload_defaults() {
+        // Goal: flags override workload defaults; a named workload keeps its own key count.
+        let p = plan(&parse(&[
+            "--workload",
+            "xbox-like,ycsb-a",
+            "--dist",
+            "zipfian",
+        ]))
+        .expect("ok");
+        assert_eq!(p.configs.len(), 2);
+        assert_eq!(p.configs[0].key_shape, KeyShape::Text94);
+        assert_eq!(p.configs[0].value_size, 1200);
+        assert_eq!(p.configs[0].dist, Dist::Zipfian);
+        assert_eq!(p.configs[0].keys, 1_000_000);
+        assert_eq!(p.configs[0].ops, DEFAULT_OPS);
+        let quick = plan(&parse(&["--engines", "skiplist", "--threads", "1,3"])).expect("ok");
+        assert_eq!(quick.configs.len(), 3);
+        assert_eq!(quick.configs[0].keys, DEFAULT_QUICK_KEYS);
+        assert_eq!(quick.options.threads, [1, 3]);
+        assert_eq!(quick.specs.len(), 1);
+    }
+
+    #[test]
+    fn bad_flags_are_clear_errors() {
+        // Goal: unknown names and impossible values fail before any run, naming the problem.
+        let err = |args: &[&str]| plan(&parse(args)).err().expect("rejected").to_string();
+        assert!(err(&["--workload", "ycsb-q"]).contains("ycsb-a"));
+        assert!(err(&["--dist", "pareto"]).contains("zipfian"));
+        assert!(err(&["--key-shape", "u128"]).contains("hash20"));
+        assert!(err(&["--engines", "btree"]).contains("skiplist"));
+        assert!(err(&["--engines", "skiplist", "--baseline", "hashmap"]).contains("baseline"));
+        assert!(err(&["--runs", "0"]).contains("runs"));
+        assert!(err(&["--threads", "0"]).contains("threads"));
+    }
+
+    #[test]
+    fn help_lists_every_workload_shape_distribution_engine_and_peer() {
+        // Goal: the long help documents every name scripts may pass.
+        let text = catalog();
+        for w in WORKLOADS {
+            assert!(text.contains(w.name), "{}", w.name);
+        }
+        for k in KeyShape::ALL {
+            assert!(text.contains(k.name()));
+        }
+        for d in Dist::ALL {
+            assert!(text.contains(d.name()));
+        }
+        for e in engines::known_names() {
+            assert!(text.contains(e));
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! The registry: an `Arc<dyn Index>` from a spec string, for engines and peers alike.
+//!
+//! A spec is `name` or `name:key=value,...` (e.g. `lockbtree:order=16,search=linear`), so a
+//! sweep over an engine's configuration is a list of specs. In a comma-separated list
+//! (`--engines`), a piece with `=` and no `:` continues the previous spec's parameters:
+//! `lockbtree:order=16,search=linear,skiplist` is two specs. Peers take no parameters and are
+//! built for the run's key shape (see [`crate::peers`]).
+//!
+//! Adding an engine is one entry in [`ENGINES`]: its name, a line of help, its parameters'
+//! help, and a constructor from the parsed parameters.
+
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context};
+use forest_core::Index;
+
+use crate::keygen::KeyShape;
+use crate::peers;
+
+/// A parsed spec: the registry name, its parameters, and the label reports use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Spec {
+    /// The engine's or peer's registry name.
+    pub name: String,
+    /// `key=value` parameters in the order given.
+    pub params: Vec<(String, String)>,
+}
+
+impl Spec {
+    /// Parses `name` or `name:key=value,...`.
+    pub fn parse(spec: &str) -> anyhow::Result<Spec> {
+        let spec = spec.trim();
+        let (name, rest) = match spec.split_once(':') {
+            Some((name, rest)) => (name, Some(rest)),
+            None => (spec, None),
+        };
+        if name.is_empty() {
+            bail!("empty engine name in spec {spec:?}");
+        }
+        let mut params = Vec::new();
+        for pair in rest
+            .into_iter()
+            .flat_map(|r| r.split(','))
+            .filter(|p| !p.is_empty())
+        {
+            let (k, v) = pair
+                .split_once('=')
+                .ok_or_else(|| anyhow!("parameter {pair:?} of spec {spec:?} is not key=value"))?;
+            params.push((k.trim().to_string(), v.trim().to_string()));
+        }
+        Ok(Spec {
+            name: name.to_string(),
+            params,
+        })
+    }
+
+    /// The label of reports: the spec as written, normalized.
+    pub fn label(&self) -> String {
+        if self.params.is_empty() {
+            return self.name.clone();
+        }
+        let params: Vec<String> = self
+            .params
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        format!("{}:{}", self.name, params.join(","))
+    }
+
+    /// Whether this spec names a peer (not a forest engine).
+    pub fn is_peer(&self) -> bool {
+        peers::PEER_NAMES.contains(&self.name.as_str())
+    }
+}
+
+/// Splits a comma-separated list of specs (see the module doc for the `=` rule).
+pub fn split_list(list: &str) -> anyhow::Result<Vec<Spec>> {
+    let mut pieces: Vec<String> = Vec::new();
+    for piece in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match pieces.last_mut() {
+            Some(last) if piece.contains('=') && !piece.contains(':') => {
+                last.push(',');
+                last.push_str(piece);
+            }
+            _ => pieces.push(piece.to_string()),
+        }
+    }
+    pieces.iter().map(|p| Spec::parse(p)).collect()
+}
+
+/// A forest engine in the registry.
+pub struct EngineEntry {
+    /// Registry name.
+    pub name: &'static str,
+    /// One line for `--help`.
+    pub about: &'static str,
+    /// The parameters it takes, for `--help`.
+    pub params: &'static str,
+    /// Builds it from a spec's parameters.
+    pub build: fn(&Spec) -> anyhow::Result<Arc<dyn Index>>,
+}
+
+/// Every forest engine (peers are in [`crate::peers`]).
+pub const ENGINES: &[EngineEntry] = &[EngineEntry {
+    name: "lockbtree",
+    about:
+        "Westerhoff's lock-coupling B+tree: RW spin latches, interlocking reads, multi-pass writes",
+    params: "order=N (node order), search=linear|binary (in-node search)",
+    build: build_lockbtree,
+}];
+
+fn build_lockbtree(spec: &Spec) -> anyhow::Result<Arc<dyn Index>> {
+    use forest_lockbtree::{LockBTree, LockBTreeConfig, NodeSearch};
+    if spec.params.is_empty() {
+        return Ok(Arc::new(LockBTree::new()));
+    }
+    let mut config = LockBTreeConfig::default();
+    for (k, v) in &spec.params {
+        match k.as_str() {
+            "order" => {
+                config.order = v
+                    .parse()
+                    .with_context(|| format!("lockbtree: order={v:?} is not a number"))?;
+            }
+            "search" => {
+                config.search = match v.as_str() {
+                    "linear" => NodeSearch::Linear,
+                    "binary" => NodeSearch::Binary,
+                    _ => bail!("lockbtree: search={v:?}; known: linear, binary"),
+                };
+            }
+            _ => bail!("lockbtree: unknown parameter {k:?}; known: order, search"),
+        }
+    }
+    Ok(Arc::new(LockBTree::with_config(config)?))
+}
+
+/// Every known name: engines, then peers.
+pub fn known_names() -> Vec<&'static str> {
+    ENGINES
+        .iter()
+        .map(|e| e.name)
+        .chain(peers::PEER_NAMES)
+        .collect()
+}
+
+/// Builds the index a spec names, for keys of `shape`.
+pub fn build(spec: &Spec, shape: KeyShape) -> anyhow::Result<Arc<dyn Index>> {
+    if let Some(entry) = ENGINES.iter().find(|e| e.name == spec.name) {
+        return (entry.build)(spec).with_context(|| format!("building {}", spec.label()));
+    }
+    if spec.is_peer() {
+        if !spec.params.is_empty() {
+            bail!("peer {} takes no parameters", spec.name);
+        }
+        if let Some(index) = peers::build(&spec.name, shape) {
+            return Ok(index);
+        }
+    }
+    Err(forest_core::Error::UnknownEngine {
+        name: spec.name.clone(),
+        known: known_names().join(", "),
+    }
+    .into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_with_and_without_parameters() {
+        // Goal: the spec grammar: names, parameters, and lists where parameters continue.
+        let spec = Spec::parse("lockbtree:order=16,search=linear").expect("valid");
+        assert_eq!(spec.name, "lockbtree");
+        assert_eq!(spec.params.len(), 2);
+        assert_eq!(spec.label(), "lockbtree:order=16,search=linear");
+        let list = split_list("lockbtree:order=16,search=linear,skiplist,lockbtree").expect("ok");
+        let labels: Vec<_> = list.iter().map(Spec::label).collect();
+        assert_eq!(
+            labels,
+            ["lockbtree:order=16,search=linear", "skiplist", "lockbtree"]
+        );
+        assert!(Spec::parse("lockbtree:order").is_err());
+    }
+
+    #[test]
+    fn every_peer_builds_for_both_key_representations() {
+        // Goal: peers build by name for u64 and byte keys. Method: build, upsert, get back.
+        for name in peers::PEER_NAMES {
+            for shape in [KeyShape::U64, KeyShape::Ycsb] {
+                let index = build(&Spec::parse(name).expect("valid"), shape).expect("builds");
+                let key = shape.key(3, crate::keygen::KeyOrder::Scattered);
+                index.upsert(&key, b"v").expect("upsert");
+                let mut out = Vec::new();
+                assert!(index.get(&key, &mut out), "{name}");
+                assert_eq!(out, b"v");
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_names_list_the_known_ones() {
+        // Goal: a typo gets an error naming every engine and peer.
+        let err = build(&Spec::parse("bwtre").expect("valid"), KeyShape::U64)
+            .err()
+            .expect("unknown");
+        let text = err.to_string();
+        for name in known_names() {
+            assert!(text.contains(name), "{text}");
+        }
+        assert!(build(&Spec::parse("skiplist:x=1").expect("valid"), KeyShape::U64).is_err());
+    }
+}

@@ -1,0 +1,204 @@
+//! Smoke runs of the harness end to end, with tiny sizes: every workload against lockbtree and
+//! a peer, the JSON report's fields, and memory measured through the counting allocator
+//! (installed here as the `forest` binary does).
+
+use forest_bench::alloc_count::CountingAlloc;
+use forest_bench::engines::{split_list, Spec};
+use forest_bench::runner::{run_workload, RunOptions};
+use forest_bench::workload::{Config, WORKLOADS};
+use forest_bench::BenchArgs;
+use indicatif::ProgressBar;
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+/// Allocation counting is process-wide: tests that run benchmarks take turns, so one test's
+/// allocations do not land in another's measurement.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn options(threads: Vec<usize>) -> RunOptions {
+    RunOptions {
+        threads,
+        runs: 1,
+        warmup_ops: None,
+        duration: None,
+    }
+}
+
+fn tiny(name: &str) -> Config {
+    let workload = name.parse().expect("known workload");
+    let w: &forest_bench::workload::Workload = &workload;
+    Config {
+        workload,
+        key_shape: w.key_shape,
+        value_size: w.value_size,
+        dist: w.dist,
+        keys: 2_000,
+        ops: 4_000,
+        seed: 1,
+    }
+}
+
+#[test]
+fn every_workload_runs_on_lockbtree_and_a_peer() {
+    // Goal: each workload completes on an engine and a peer with nonzero throughput.
+    // Method: tiny sizes, 1 and 2 threads, one run; check every row.
+    let _serial = serial();
+    let specs = split_list("lockbtree,skiplist").expect("valid");
+    for w in WORKLOADS {
+        let rows = run_workload(
+            &tiny(w.name),
+            &specs,
+            &options(vec![1, 2]),
+            &ProgressBar::hidden(),
+        )
+        .unwrap_or_else(|e| panic!("{}: {e:#}", w.name));
+        let phases = if w.name == "masstree-rw1" { 2 } else { 1 };
+        assert_eq!(rows.len(), 2 * 2 * phases, "{}", w.name);
+        for r in &rows {
+            assert!(r.ops > 0, "{} {}: no ops", r.workload, r.engine);
+            assert!(r.median_ops_per_sec > 0.0, "{} {}", r.workload, r.engine);
+            assert!(r.workload.starts_with(w.name));
+            let memory = r.memory_bytes.expect("counting allocator installed");
+            assert!(memory > 0, "{} {}", r.workload, r.engine);
+        }
+        if w.name == "masstree-rw1" {
+            assert!(rows.iter().any(|r| r.workload == "masstree-rw1/put"));
+            assert!(rows.iter().any(|r| r.workload == "masstree-rw1/get"));
+        }
+    }
+}
+
+#[test]
+fn every_peer_runs_a_mixed_workload_and_the_hash_map_skips_scans() {
+    // Goal: all peers run; the hash map is skipped where scans are. Method: ycsb-a and ycsb-e.
+    let _serial = serial();
+    let specs = split_list("skiplist,scc-tree,btreemap-rwlock,masstree-rs,hashmap").expect("ok");
+    let rows = run_workload(
+        &tiny("ycsb-a"),
+        &specs,
+        &options(vec![2]),
+        &ProgressBar::hidden(),
+    )
+    .expect("runs");
+    assert_eq!(rows.len(), 5);
+    let rows = run_workload(
+        &tiny("ycsb-e"),
+        &specs,
+        &options(vec![1]),
+        &ProgressBar::hidden(),
+    )
+    .expect("runs");
+    assert_eq!(rows.len(), 4);
+    assert!(rows.iter().all(|r| r.engine != "hashmap"));
+}
+
+#[test]
+fn memory_per_key_is_plausible() {
+    // Goal: the load's measured heap is at least the raw key and value bytes and not absurdly
+    // more. Method: 20k u64 keys with 100-byte values into btreemap-rwlock.
+    let _serial = serial();
+    let mut config = tiny("bztree-read-only");
+    config.keys = 20_000;
+    config.value_size = 100;
+    let specs = vec![Spec::parse("btreemap-rwlock").expect("valid")];
+    let rows =
+        run_workload(&config, &specs, &options(vec![1]), &ProgressBar::hidden()).expect("runs");
+    let per_key = rows[0].bytes_per_key.expect("measured");
+    assert!((100.0..400.0).contains(&per_key), "{per_key} bytes per key");
+}
+
+#[test]
+fn json_report_has_the_documented_fields() {
+    // Goal: --json writes {"results":[...]} with every documented field, and --plot an SVG.
+    // Method: run the CLI entry point with tiny sizes and parse the files.
+    let _serial = serial();
+    let dir = std::env::temp_dir().join(format!("forest-bench-smoke-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let json = dir.join("out.json");
+    let plot = dir.join("out.svg");
+    let args = BenchArgs {
+        engines: vec!["lockbtree,skiplist".to_string()],
+        workload: Some("ycsb-c,masstree-rw1".to_string()),
+        keys: Some(1_000),
+        ops: Some(2_000),
+        duration: None,
+        threads: vec![1, 2],
+        runs: 2,
+        warmup_ops: None,
+        dist: None,
+        key_shape: None,
+        value_size: None,
+        json: Some(json.clone()),
+        plot: Some(plot.clone()),
+        baseline: Some("skiplist".to_string()),
+        seed: 5,
+    };
+    forest_bench::run(args).expect("bench runs");
+    let text = std::fs::read_to_string(&json).expect("json written");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let results = doc["results"].as_array().expect("results array");
+    assert_eq!(
+        results.len(),
+        2 * 2 * 3,
+        "2 engines x 2 thread counts x 3 rows"
+    );
+    for r in results {
+        for field in [
+            "engine",
+            "workload",
+            "threads",
+            "keys",
+            "ops",
+            "runs_ops_per_sec",
+            "median_ops_per_sec",
+            "memory_bytes",
+            "key_shape",
+            "dist",
+            "value_size",
+            "bytes_per_key",
+            "durability",
+            "counters_per_op",
+        ] {
+            assert!(r.get(field).is_some(), "missing {field} in {r}");
+        }
+        assert_eq!(r["durability"], "none");
+        assert_eq!(r["runs_ops_per_sec"].as_array().expect("array").len(), 2);
+        assert!(r["median_ops_per_sec"].as_f64().expect("number") > 0.0);
+        assert!(r["counters_per_op"].is_object());
+    }
+    let svg = std::fs::read_to_string(&plot).expect("svg written");
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_engine_spec_fails_before_running() {
+    // Goal: a bad engine parameter is a clear error naming the parameter.
+    let _serial = serial();
+    let args = BenchArgs {
+        engines: vec!["lockbtree:colour=red".to_string()],
+        workload: Some("ycsb-c".to_string()),
+        keys: Some(10),
+        ops: Some(10),
+        duration: None,
+        threads: vec![1],
+        runs: 1,
+        warmup_ops: None,
+        dist: None,
+        key_shape: None,
+        value_size: None,
+        json: None,
+        plot: None,
+        baseline: None,
+        seed: 1,
+    };
+    let err = forest_bench::run(args).expect_err("bad parameter");
+    assert!(format!("{err:#}").contains("colour"), "{err:#}");
+}
