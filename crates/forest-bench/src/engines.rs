@@ -101,13 +101,42 @@ pub struct EngineEntry {
 }
 
 /// Every forest engine (peers are in [`crate::peers`]).
-pub const ENGINES: &[EngineEntry] = &[EngineEntry {
-    name: "lockbtree",
-    about:
-        "Westerhoff's lock-coupling B+tree: RW spin latches, interlocking reads, multi-pass writes",
-    params: "order=N (node order), search=linear|binary (in-node search)",
-    build: build_lockbtree,
-}];
+pub const ENGINES: &[EngineEntry] = &[
+    EngineEntry {
+        name: "lockbtree",
+        about: "Westerhoff's lock-coupling B+tree: RW spin latches, interlocking reads, multi-pass writes",
+        params: "order=N (node order), search=linear|binary (in-node search)",
+        build: build_lockbtree,
+    },
+    EngineEntry {
+        name: "bwtree",
+        about: "the Bw-tree on a LLAMA mapping table: latch-free delta records, consolidation, B-link SMOs",
+        params: "page=N (records per page before a split), consolidate=N (delta chain length \
+                 that triggers consolidation), merge=N (records below which a page merges; 0: never)",
+        build: build_bwtree,
+    },
+];
+
+/// Parses a numeric parameter of `engine`.
+fn number<T: std::str::FromStr>(engine: &str, key: &str, value: &str) -> anyhow::Result<T> {
+    value
+        .parse()
+        .map_err(|_| anyhow!("{engine}: {key}={value:?} is not a number"))
+}
+
+fn build_bwtree(spec: &Spec) -> anyhow::Result<Arc<dyn Index>> {
+    use forest_bwtree::{BwTree, BwTreeConfig};
+    let mut config = BwTreeConfig::default();
+    for (k, v) in &spec.params {
+        match k.as_str() {
+            "page" => config.max_records_per_page = number("bwtree", k, v)?,
+            "consolidate" => config.consolidate_threshold = number("bwtree", k, v)?,
+            "merge" => config.merge_threshold = number("bwtree", k, v)?,
+            _ => bail!("bwtree: unknown parameter {k:?}; known: page, consolidate, merge"),
+        }
+    }
+    Ok(Arc::new(BwTree::with_config(config)?))
+}
 
 fn build_lockbtree(spec: &Spec) -> anyhow::Result<Arc<dyn Index>> {
     use forest_lockbtree::{LockBTree, LockBTreeConfig, NodeSearch};
@@ -118,9 +147,7 @@ fn build_lockbtree(spec: &Spec) -> anyhow::Result<Arc<dyn Index>> {
     for (k, v) in &spec.params {
         match k.as_str() {
             "order" => {
-                config.order = v
-                    .parse()
-                    .with_context(|| format!("lockbtree: order={v:?} is not a number"))?;
+                config.order = number("lockbtree", k, v)?;
             }
             "search" => {
                 config.search = match v.as_str() {

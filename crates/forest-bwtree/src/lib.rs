@@ -1,1 +1,337 @@
-//! The Bw-tree: latch-free B-tree over LLAMA with delta records, consolidation and B-link SMOs
+//! The Bw-tree (Levandoski, Lomet, Sengupta, ICDE 2013): a latch-free B+tree over LLAMA's
+//! mapping table, with delta records, consolidation and B-link structure modifications.
+//!
+//! | module | paper |
+//! |--------|-------|
+//! | `delta.rs` | §III-A elastic pages: base pages; insert/modify/delete, split, index-term, remove-node, node-merge and index-term-delete deltas |
+//! | `get.rs` | §III-A page search, §IV-A index search, the descent with B-link moves |
+//! | `insert.rs` | §III-A leaf updates installed by CAS (Update-D) |
+//! | `consolidate.rs` | §III-B consolidation (Update-R), abandoned on a failed CAS |
+//! | `scan.rs` | §III-C range scans with a record vector, both orders |
+//! | `split.rs` | §IV-A half split, index-term delta, root split |
+//! | `merge.rs` | §IV-B remove node, index term delete and node merge deltas, root collapse |
+//! | `smo.rs` | §IV-C help-along (in get/split/merge) and test-only pause points (feature `pause-points`) |
+//! | forest-llama | §II-B mapping table, §III-D epochs for states and PIDs |
+//!
+//! Use: [`BwTree::new`] or [`BwTree::with_config`], then the [`forest_core::Index`] methods.
+//!
+//! Every operation pins one crossbeam-epoch guard for its whole run (a scan: for each page
+//! copy), so PIDs on its remembered path and every state it read stay valid (§III-D).
+//! `stats()` walks the mapping table: key and page counts, height, memory bytes (states plus
+//! the table), a delta-chain length histogram of the current pages, and the counters of
+//! [`counter_names`] and [`forest_core::stats::names`] (Table I: failed splits, consolidates
+//! and updates, with their attempts, so rates are failures / attempts).
+//!
+//! Not built (the paper's later sections, other issues): LSNs on deltas, flush deltas,
+//! eviction and the log-structured store (§V).
+
+mod consolidate;
+mod delta;
+mod get;
+mod insert;
+mod merge;
+mod scan;
+pub mod smo;
+mod split;
+
+use std::ops::Bound;
+
+use crossbeam_epoch::{Guard, Owned};
+use forest_core::stats::names;
+use forest_core::sync::atomic::{AtomicU64, Ordering};
+use forest_core::{
+    check_entry, check_key, Counter, Error, Index, IndexStats, Order, Result, Visitor,
+};
+use forest_llama::{MappingTable, Pid};
+
+use crate::delta::{read_node, BasePage, Node, NO_PID};
+use crate::insert::Write;
+
+/// Default records per page before a split. 8 KiB pages (the paper's default) of the
+/// synthetic workload's 16-byte records hold a few hundred; 128 keeps base-page binary
+/// searches within a few cache lines and is swept by the benchmarks.
+pub const MAX_RECORDS_PER_PAGE_DEFAULT: usize = 128;
+/// Default delta-chain length that triggers consolidation. Fig. 5: small records tolerate
+/// chains of about eight deltas before search suffers.
+pub const CONSOLIDATE_THRESHOLD_DEFAULT: u32 = 8;
+/// Default record count below which a page merges: a quarter page, so that a merged page
+/// (at most a full page plus a quarter) seldom splits right away.
+pub const MERGE_THRESHOLD_DEFAULT: usize = MAX_RECORDS_PER_PAGE_DEFAULT / 4;
+/// The fewest records per page: a split leaves at least two on each side.
+pub const MAX_RECORDS_PER_PAGE_MIN: usize = 4;
+/// The most records per page: record counts are kept in a u32, and larger pages make every
+/// consolidation copy more than a page should.
+pub const MAX_RECORDS_PER_PAGE_MAX: usize = 1 << 20;
+/// The longest delta chain a configuration may allow (a search walks it on every access).
+pub const CONSOLIDATE_THRESHOLD_MAX: u32 = 1024;
+
+/// Bw-tree tuning.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BwTreeConfig {
+    /// A page whose record count exceeds this is split (§IV-A).
+    pub max_records_per_page: usize,
+    /// A page whose delta chain is longer than this is consolidated (§III-B, Fig. 5).
+    pub consolidate_threshold: u32,
+    /// A page whose record count falls below this is merged into its left sibling (§IV-B);
+    /// 0 turns merges off. At most half the page size, so a merged page rarely splits again.
+    pub merge_threshold: usize,
+}
+
+impl Default for BwTreeConfig {
+    fn default() -> Self {
+        Self {
+            max_records_per_page: MAX_RECORDS_PER_PAGE_DEFAULT,
+            consolidate_threshold: CONSOLIDATE_THRESHOLD_DEFAULT,
+            merge_threshold: MERGE_THRESHOLD_DEFAULT,
+        }
+    }
+}
+
+/// The engine's event counters (Table I and the standard names).
+#[derive(Default)]
+struct Stats {
+    cas_attempts: Counter,
+    cas_failures: Counter,
+    restarts: Counter,
+    update_attempts: Counter,
+    failed_updates: Counter,
+    split_attempts: Counter,
+    splits: Counter,
+    failed_splits: Counter,
+    consolidate_attempts: Counter,
+    consolidations: Counter,
+    failed_consolidates: Counter,
+    smo_helps: Counter,
+    merge_attempts: Counter,
+    merges: Counter,
+    failed_merges: Counter,
+    withdrawn_merges: Counter,
+    root_collapses: Counter,
+}
+
+/// Counter names beyond [`forest_core::stats::names`].
+pub mod counter_names {
+    /// Record-update CAS attempts (inserts, modifies, deletes).
+    pub const UPDATE_ATTEMPTS: &str = "update_attempts";
+    /// Record updates whose CAS failed (Table I "failed updates").
+    pub const FAILED_UPDATES: &str = "failed_updates";
+    /// Split-delta CAS attempts.
+    pub const SPLIT_ATTEMPTS: &str = "split_attempts";
+    /// Split-delta CASes that failed (Table I "failed splits").
+    pub const FAILED_SPLITS: &str = "failed_splits";
+    /// Consolidation CAS attempts.
+    pub const CONSOLIDATE_ATTEMPTS: &str = "consolidate_attempts";
+    /// Consolidation CASes that failed (Table I "failed consolidates").
+    pub const FAILED_CONSOLIDATES: &str = "failed_consolidates";
+    /// Remove-node-delta CAS attempts (merges begun).
+    pub const MERGE_ATTEMPTS: &str = "merge_attempts";
+    /// Remove-node-delta CASes that failed.
+    pub const FAILED_MERGES: &str = "failed_merges";
+    /// Merges withdrawn because the page became its parent's first child (merge.rs).
+    pub const WITHDRAWN_MERGES: &str = "withdrawn_merges";
+    /// Root index pages with one child replaced by that child.
+    pub const ROOT_COLLAPSES: &str = "root_collapses";
+    /// Incomplete SMOs of other threads that this engine's threads completed (§IV-C).
+    pub const SMO_HELPS: &str = "smo_helps";
+    /// Pages whose delta chain length, when stats were taken, was 0, 1, 2-3, 4-7, 8-15, 16+.
+    pub const CHAIN_LEN_BUCKETS: [&str; 6] = [
+        "chain_len_0",
+        "chain_len_1",
+        "chain_len_2_3",
+        "chain_len_4_7",
+        "chain_len_8_15",
+        "chain_len_16_up",
+    ];
+}
+
+/// The Bw-tree index.
+pub struct BwTree {
+    table: MappingTable<Node>,
+    /// The root page's PID; replaced by a CAS when the root splits.
+    root: AtomicU64,
+    config: BwTreeConfig,
+    stats: Stats,
+}
+
+impl Default for BwTree {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl BwTree {
+    /// A tree with the default configuration.
+    pub fn new() -> Self {
+        Self::build(BwTreeConfig::default())
+    }
+
+    /// A tree with `config`, checked.
+    pub fn with_config(config: BwTreeConfig) -> Result<Self> {
+        if !(MAX_RECORDS_PER_PAGE_MIN..=MAX_RECORDS_PER_PAGE_MAX)
+            .contains(&config.max_records_per_page)
+        {
+            return Err(Error::Config(format!(
+                "max_records_per_page is {}, must be within {MAX_RECORDS_PER_PAGE_MIN}..={MAX_RECORDS_PER_PAGE_MAX}",
+                config.max_records_per_page
+            )));
+        }
+        if !(1..=CONSOLIDATE_THRESHOLD_MAX).contains(&config.consolidate_threshold) {
+            return Err(Error::Config(format!(
+                "consolidate_threshold is {}, must be within 1..={CONSOLIDATE_THRESHOLD_MAX}",
+                config.consolidate_threshold
+            )));
+        }
+        if config.merge_threshold > config.max_records_per_page / 2 {
+            return Err(Error::Config(format!(
+                "merge_threshold is {}, must be at most half of max_records_per_page ({})",
+                config.merge_threshold, config.max_records_per_page
+            )));
+        }
+        Ok(Self::build(config))
+    }
+
+    fn build(config: BwTreeConfig) -> Self {
+        let table = MappingTable::new();
+        let guard = &crossbeam_epoch::pin();
+        let root = table.allocate();
+        let leaf = BasePage::build(b"", None, NO_PID, std::iter::empty());
+        table.install_new(root, Owned::new(Node::base(0, leaf)), guard);
+        Self {
+            table,
+            root: AtomicU64::new(root),
+            config,
+            stats: Stats::default(),
+        }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &BwTreeConfig {
+        &self.config
+    }
+
+    #[inline]
+    fn root_pid(&self, _guard: &Guard) -> Pid {
+        // Acquire: the new root's state was installed before the root PID was published.
+        self.root.load(Ordering::Acquire)
+    }
+
+    /// Swaps the root PID from `old` to `new`; false if another thread changed it first.
+    fn set_root(&self, old: Pid, new: Pid) -> bool {
+        self.root
+            .compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+}
+
+impl Index for BwTree {
+    fn name(&self) -> &'static str {
+        "bwtree"
+    }
+
+    fn get(&self, key: &[u8], out: &mut Vec<u8>) -> bool {
+        if check_key(key).is_err() {
+            return false; // no such key can have been written
+        }
+        self.get_into(key, out)
+    }
+
+    fn insert(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        check_entry(key, value)?;
+        Ok(self.write(key, Write::Insert(value)))
+    }
+
+    fn upsert(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        check_entry(key, value)?;
+        self.write(key, Write::Upsert(value));
+        Ok(())
+    }
+
+    fn update(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        check_entry(key, value)?;
+        Ok(self.write(key, Write::Update(value)))
+    }
+
+    fn remove(&self, key: &[u8]) -> bool {
+        if check_key(key).is_err() {
+            return false;
+        }
+        self.write(key, Write::Remove)
+    }
+
+    fn scan(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        visit: &mut Visitor<'_>,
+    ) {
+        self.scan_range(lower, upper, order, visit);
+    }
+
+    fn stats(&self) -> IndexStats {
+        let guard = &crossbeam_epoch::pin();
+        let mut stats = IndexStats {
+            memory_bytes: self.table.memory_bytes() as u64,
+            ..IndexStats::default()
+        };
+        let mut chain_buckets = [0u64; 6];
+        self.table.for_each_state(guard, |_, state| {
+            // SAFETY-free read: `for_each_state` hands out states read under `guard`.
+            let node = delta::node_ref(state);
+            stats.memory_bytes += node.chain_bytes() as u64;
+            if node.level == 0 {
+                stats.leaf_node_count += 1;
+                // A frozen page's records are counted with the page that absorbs them.
+                stats.key_count += u64::from(node.record_count);
+            } else {
+                stats.inner_node_count += 1;
+            }
+            let bucket = match node.delta_count {
+                0 => 0,
+                1 => 1,
+                2..=3 => 2,
+                4..=7 => 3,
+                8..=15 => 4,
+                _ => 5,
+            };
+            chain_buckets[bucket] += 1;
+        });
+        // The root PID is read before its state: a collapse may swap it in between, then
+        // the new root is read instead.
+        stats.height = loop {
+            if let Some((_, root)) = read_node(&self.table, self.root_pid(guard), guard) {
+                break root.level + 1;
+            }
+        };
+        let s = &self.stats;
+        stats.counters = vec![
+            (names::CAS_ATTEMPTS, s.cas_attempts.get()),
+            (names::CAS_FAILURES, s.cas_failures.get()),
+            (names::RESTARTS, s.restarts.get()),
+            (names::SPLITS, s.splits.get()),
+            (names::MERGES, s.merges.get()),
+            (names::CONSOLIDATIONS, s.consolidations.get()),
+            (counter_names::UPDATE_ATTEMPTS, s.update_attempts.get()),
+            (counter_names::FAILED_UPDATES, s.failed_updates.get()),
+            (counter_names::SPLIT_ATTEMPTS, s.split_attempts.get()),
+            (counter_names::FAILED_SPLITS, s.failed_splits.get()),
+            (
+                counter_names::CONSOLIDATE_ATTEMPTS,
+                s.consolidate_attempts.get(),
+            ),
+            (
+                counter_names::FAILED_CONSOLIDATES,
+                s.failed_consolidates.get(),
+            ),
+            (counter_names::SMO_HELPS, s.smo_helps.get()),
+            (counter_names::MERGE_ATTEMPTS, s.merge_attempts.get()),
+            (counter_names::FAILED_MERGES, s.failed_merges.get()),
+            (counter_names::WITHDRAWN_MERGES, s.withdrawn_merges.get()),
+            (counter_names::ROOT_COLLAPSES, s.root_collapses.get()),
+        ];
+        for (name, count) in counter_names::CHAIN_LEN_BUCKETS.iter().zip(chain_buckets) {
+            stats.counters.push((name, count));
+        }
+        stats
+    }
+}

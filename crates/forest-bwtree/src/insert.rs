@@ -1,0 +1,123 @@
+//! Record updates at leaves: insert, modify and delete deltas (Bw-tree §III-A "Leaf-level
+//! update operations"), installed with Update-D.
+//!
+//! A write finds the leaf, looks its key up in the state it read, builds the delta on top of
+//! that state and CASes it in. The CAS succeeding means no other delta slipped in, so the
+//! lookup still holds: each write is atomic at its CAS. On a failed CAS ("failed update",
+//! Table I) the thread looks again in the state the CAS found and retries; if that state sends
+//! the key to a sibling (a split came in) it descends again from the root.
+//!
+//! After its own write the thread splits the page if it has grown past the page size
+//! (§IV-A), merges it if it has shrunk below the merge threshold (§IV-B), or consolidates it
+//! if the chain is long (§III-B).
+
+use crossbeam_epoch::Owned;
+
+use crate::delta::{node_ref, Kind, Node, Record};
+use crate::get::{lookup, Lookup, Path, Target};
+use crate::BwTree;
+
+/// The four writes of the Index trait.
+#[derive(Clone, Copy)]
+pub(crate) enum Write<'a> {
+    /// Only if absent.
+    Insert(&'a [u8]),
+    /// Insert or replace.
+    Upsert(&'a [u8]),
+    /// Only if present.
+    Update(&'a [u8]),
+    Remove,
+}
+
+impl BwTree {
+    /// Applies `write` to `key`; returns whether it changed the tree.
+    pub(crate) fn write(&self, key: &[u8], write: Write<'_>) -> bool {
+        let guard = &crossbeam_epoch::pin();
+        let mut path = Path::new();
+        // The delta's payload is built once and kept across retries.
+        let mut payload: Option<Kind> = None;
+        'descend: loop {
+            let (pid, mut state, mut node) =
+                self.descend_to_leaf(Target::At(key), &mut path, guard);
+            loop {
+                let present = match lookup(node, key) {
+                    Lookup::Found(_) => true,
+                    Lookup::Absent => false,
+                    Lookup::Elsewhere => {
+                        // A split or merge moved the key since we read the page: start over
+                        // from the root, which completes the SMO on the way (§IV-C).
+                        self.stats.restarts.incr();
+                        continue 'descend;
+                    }
+                };
+                let (kind, record_count) = match (write, present) {
+                    (Write::Insert(_), true)
+                    | (Write::Update(_), false)
+                    | (Write::Remove, false) => {
+                        self.consolidate_if_long(pid, state, node, guard);
+                        return false;
+                    }
+                    (Write::Insert(v) | Write::Upsert(v), false) => (
+                        Kind::Insert(take_record(&mut payload, key, v)),
+                        node.record_count + 1,
+                    ),
+                    (Write::Upsert(v) | Write::Update(v), true) => (
+                        Kind::Modify(take_record(&mut payload, key, v)),
+                        node.record_count,
+                    ),
+                    (Write::Remove, true) => (Kind::Delete(key.into()), node.record_count - 1),
+                };
+                let delta = Owned::new(Node::delta(node, record_count, kind));
+                self.stats.update_attempts.incr();
+                self.stats.cas_attempts.incr();
+                match self.table.update_d(pid, state, delta, guard) {
+                    Ok(installed) => {
+                        let new_node = node_ref(installed);
+                        self.after_write(pid, installed, new_node, path, guard);
+                        return true;
+                    }
+                    Err((delta, found)) => {
+                        // Lost the race to another delta or SMO on this page; the page is
+                        // unchanged by us, so looking again in the state found is safe.
+                        self.stats.failed_updates.incr();
+                        self.stats.cas_failures.incr();
+                        payload = Some(delta.into_box().kind);
+                        if found.is_null() {
+                            // The page was merged away and freed: start over from the root.
+                            self.stats.restarts.incr();
+                            continue 'descend;
+                        }
+                        state = found;
+                        node = node_ref(found);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Page maintenance after the thread's own write: split (§IV-A) or consolidate (§III-B).
+    fn after_write<'g>(
+        &self,
+        pid: forest_llama::Pid,
+        state: crossbeam_epoch::Shared<'g, Node>,
+        node: &'g Node,
+        path: Path,
+        guard: &'g crossbeam_epoch::Guard,
+    ) {
+        if node.record_count as usize > self.config.max_records_per_page {
+            self.split(pid, state, node, path, guard);
+        } else if (node.record_count as usize) < self.config.merge_threshold {
+            self.merge(pid, state, node, guard);
+        } else {
+            self.consolidate_if_long(pid, state, node, guard);
+        }
+    }
+}
+
+/// The record for a retry: reuses the payload of the failed delta when it had one.
+fn take_record(payload: &mut Option<Kind>, key: &[u8], value: &[u8]) -> Record {
+    match payload.take() {
+        Some(Kind::Insert(r) | Kind::Modify(r)) => r,
+        _ => Record::new(key, value),
+    }
+}

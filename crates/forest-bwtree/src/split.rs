@@ -1,0 +1,254 @@
+//! Node splits as B-link half splits (Bw-tree §IV-A), and their completion by any thread that
+//! meets them (§IV-C).
+//!
+//! 1. Child split: allocate Q, build its base page from P's records at or above the separator
+//!    K_P (side link: P's old side link), install it without a CAS (only this thread knows Q),
+//!    then prepend a split delta (K_P, Q) to P with a CAS. If that CAS fails the split is
+//!    abandoned ("failed split", Table I) and Q freed; the next writer over the threshold
+//!    tries again.
+//! 2. Parent update: prepend an index-term delta (K_P, Q, K_Q) to the parent, K_Q being Q's
+//!    high key. The parent comes from the path remembered on the way down; when the parent no
+//!    longer holds K_P (it split), the poster moves right; when the remembered parent was
+//!    merged away (its state is gone or frozen) it completes that merge and re-traverses from
+//!    the root to the parent level; when P was the root, a new root is made over P and Q and
+//!    swapped in with a CAS on the root PID.
+//!
+//! Any thread that follows a side link completes that split first (posts the index term if
+//! the parent does not route K_P to Q yet), so an incomplete split is "committed" before the
+//! thread's own update or SMO (§IV-C). Posting is idempotent: it first routes K_P in the
+//! parent and stops if it already reaches Q. It also stops if Q is frozen or gone: a page is
+//! only removed after its parent routed to it (merge.rs), so its index term was posted before,
+//! and posting again would resurrect a merged page. Because the poster CASes on the parent
+//! state it routed in, a term posted (and a merge begun) after that read makes its CAS fail.
+
+use crossbeam_epoch::{Guard, Owned, Shared};
+use forest_llama::Pid;
+
+use crate::consolidate::view;
+use crate::delta::{node_ref, read_node, BasePage, Kind, Node, Record};
+use crate::get::{route, Path, Route, Target};
+use crate::smo::pause_point;
+use crate::BwTree;
+
+impl BwTree {
+    /// Splits the page `pid` at `state` (which has grown past the page size) and completes the
+    /// split up the tree. `path` holds the page's ancestors.
+    pub(crate) fn split<'g>(
+        &self,
+        pid: Pid,
+        state: Shared<'g, Node>,
+        node: &'g Node,
+        path: Path,
+        guard: &'g Guard,
+    ) {
+        // §IV-C: an earlier split of this page that is still incomplete goes first
+        // (idempotent: nothing is posted if the parent already has it).
+        if let (Some(high), side_link) = node.bounds() {
+            if self.complete_split(path, pid, node.level, high, side_link, guard) {
+                self.stats.smo_helps.incr();
+            }
+        }
+        let v = view(node);
+        if v.records.len() < 2 {
+            return;
+        }
+        let middle = v.records.len() / 2;
+        let separator = v.records[middle].0;
+        let right = BasePage::build(
+            separator,
+            v.high,
+            v.side_link,
+            v.records[middle..].iter().copied(),
+        );
+        let q = self.table.allocate();
+        self.table
+            .install_new(q, Owned::new(Node::base(node.level, right)), guard);
+        let kind = Kind::Split {
+            separator: separator.into(),
+            side_link: q,
+        };
+        let left_count = u32::try_from(middle).expect("page record count fits u32");
+        let delta = Owned::new(Node::delta(node, left_count, kind));
+        self.stats.split_attempts.incr();
+        self.stats.cas_attempts.incr();
+        match self.table.update_d(pid, state, delta, guard) {
+            Ok(installed) => {
+                self.stats.splits.incr();
+                pause_point(if node.level == 0 {
+                    "split:leaf-half-split-installed"
+                } else {
+                    "split:index-half-split-installed"
+                });
+                let Kind::Split { separator, .. } = &node_ref(installed).kind else {
+                    unreachable!("the installed delta is the split delta")
+                };
+                self.complete_split(path, pid, node.level, separator, q, guard);
+            }
+            Err((abandoned, _)) => {
+                drop(abandoned);
+                // Q was never reachable: free it (its state and PID are reclaimed after the
+                // epoch, like any freed page).
+                self.table.free(q, guard);
+                self.stats.failed_splits.incr();
+                self.stats.cas_failures.incr();
+            }
+        }
+    }
+
+    /// Completes the split of page `pid` at `level` into (`separator`, `side_link`): posts the
+    /// index term to the parent unless the parent already has it (§IV-A "Parent Update",
+    /// §IV-C). `path` holds the page's ancestors as remembered on the way down. Returns whether
+    /// this call posted the term (or made the new root).
+    pub(crate) fn complete_split(
+        &self,
+        mut path: Path,
+        pid: Pid,
+        level: u32,
+        separator: &[u8],
+        side_link: Pid,
+        guard: &Guard,
+    ) -> bool {
+        let mut parent = match path.pop() {
+            Some(parent) => parent,
+            None => match self.find_parent(pid, level, separator, side_link, &mut path, guard) {
+                FoundParent::Pid(parent) => parent,
+                FoundParent::RootGrown => return true,
+                FoundParent::None => return false,
+            },
+        };
+        loop {
+            let Some((state, node)) = read_node(&self.table, parent, guard) else {
+                // The remembered parent was merged away: re-traverse (§IV-A).
+                match self.find_parent(pid, level, separator, side_link, &mut path, guard) {
+                    FoundParent::Pid(found) => parent = found,
+                    FoundParent::RootGrown => return true,
+                    FoundParent::None => return false,
+                }
+                continue;
+            };
+            debug_assert_eq!(node.level, level + 1, "a parent is one level up");
+            match route(node, Target::At(separator)) {
+                Route::Right {
+                    separator: parent_separator,
+                    side_link: parent_side,
+                } => {
+                    // The parent split and K_P went right: complete that split, then follow.
+                    if self.complete_split(
+                        path,
+                        parent,
+                        level + 1,
+                        parent_separator,
+                        parent_side,
+                        guard,
+                    ) {
+                        self.stats.smo_helps.incr();
+                    }
+                    parent = parent_side;
+                }
+                Route::Removed => {
+                    // The parent is being merged: complete that first (§IV-C), re-traverse.
+                    if self.complete_merge(parent, guard) {
+                        self.stats.smo_helps.incr();
+                    }
+                    match self.find_parent(pid, level, separator, side_link, &mut path, guard) {
+                        FoundParent::Pid(found) => parent = found,
+                        FoundParent::RootGrown => return true,
+                        FoundParent::None => return false,
+                    }
+                }
+                Route::Child(child) if child == side_link => return false,
+                Route::Child(_) => {
+                    // Not posted, or posted and since merged away: tell them apart by Q.
+                    let high = match read_node(&self.table, side_link, guard) {
+                        Some((_, right)) if !matches!(right.kind, Kind::RemoveNode) => {
+                            right.bounds().0
+                        }
+                        _ => return false,
+                    };
+                    let term = Record::new(separator, &side_link.to_le_bytes());
+                    let kind = Kind::IndexTerm {
+                        term,
+                        high: high.map(Into::into),
+                    };
+                    let delta = Owned::new(Node::delta(node, node.record_count + 1, kind));
+                    self.stats.cas_attempts.incr();
+                    match self.table.update_d(parent, state, delta, guard) {
+                        Ok(installed) => {
+                            let installed_node = node_ref(installed);
+                            if installed_node.record_count as usize
+                                > self.config.max_records_per_page
+                            {
+                                self.split(parent, installed, installed_node, path, guard);
+                            } else {
+                                self.consolidate_if_long(parent, installed, installed_node, guard);
+                            }
+                            return true;
+                        }
+                        Err((abandoned, _)) => {
+                            // Another delta reached the parent first; route again in its new
+                            // state (the term may be there now, or the parent may have split).
+                            drop(abandoned);
+                            self.stats.cas_failures.incr();
+                        }
+                    }
+                }
+                Route::Here => unreachable!("a parent is an index page"),
+            }
+        }
+    }
+
+    /// Finds the parent of page `pid` (at `level`) for `separator` from the root, or makes a
+    /// new root when `pid` is the root.
+    fn find_parent(
+        &self,
+        pid: Pid,
+        level: u32,
+        separator: &[u8],
+        side_link: Pid,
+        path: &mut Path,
+        guard: &Guard,
+    ) -> FoundParent {
+        if self.root_pid(guard) == pid && self.grow_root(pid, level, separator, side_link, guard) {
+            return FoundParent::RootGrown;
+        }
+        match self.descend(Target::At(separator), level + 1, path, guard) {
+            Some((parent, _, _)) => FoundParent::Pid(parent),
+            None => FoundParent::None,
+        }
+    }
+
+    /// Makes a new root over the old root `pid` and its new right sibling; false when another
+    /// thread changed the root first.
+    fn grow_root(
+        &self,
+        pid: Pid,
+        level: u32,
+        separator: &[u8],
+        side_link: Pid,
+        guard: &Guard,
+    ) -> bool {
+        let left = pid.to_le_bytes();
+        let right = side_link.to_le_bytes();
+        let entries = [(&[][..], &left[..]), (separator, &right[..])];
+        let page = BasePage::build(b"", None, crate::delta::NO_PID, entries.into_iter());
+        let root = self.table.allocate();
+        self.table
+            .install_new(root, Owned::new(Node::base(level + 1, page)), guard);
+        self.stats.cas_attempts.incr();
+        if self.set_root(pid, root) {
+            return true;
+        }
+        self.stats.cas_failures.incr();
+        self.table.free(root, guard);
+        false
+    }
+}
+
+/// Where a split's parent was found.
+enum FoundParent {
+    Pid(Pid),
+    /// The split page was the root, and this thread made the new root over it.
+    RootGrown,
+    /// No page at the parent level holds the separator (the page is no longer in the tree).
+    None,
+}

@@ -1,0 +1,226 @@
+//! §IV-C help-along, reached on purpose: a thread is stopped between the steps of an SMO (a
+//! split after its split delta; a merge after its remove node delta or after its index term
+//! delete) and other threads must complete the SMO before their own work, with no key lost,
+//! duplicated or resurrected.
+//!
+//! Run with `cargo test -p forest-bwtree --features pause-points --test pause_points`. The hook
+//! is process-wide, so all scenarios run in one test, one after another.
+#![cfg(feature = "pause-points")]
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
+
+use std::ops::{Bound, ControlFlow};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+
+use forest_bwtree::smo::set_pause_hook;
+use forest_bwtree::{counter_names, BwTree, BwTreeConfig};
+use forest_core::stats::names;
+use forest_core::{Index, Order};
+
+const PAUSER: &str = "pauser";
+const LEAF: &str = "split:leaf-half-split-installed";
+const INDEX: &str = "split:index-half-split-installed";
+
+fn small_tree() -> BwTree {
+    BwTree::with_config(BwTreeConfig {
+        max_records_per_page: 4,
+        consolidate_threshold: 2,
+        merge_threshold: 2,
+    })
+    .expect("valid config")
+}
+
+fn key(i: u32) -> [u8; 4] {
+    i.to_be_bytes()
+}
+
+/// Arms a hook that stops the thread named [`PAUSER`] at its first pause point `point`, and
+/// returns the barriers: the first is passed once it is paused, the second releases it.
+fn arm(point: &'static str) -> (Arc<Barrier>, Arc<Barrier>) {
+    let (paused, release, _) = arm_with_flag(point);
+    (paused, release)
+}
+
+/// [`arm`], also returning the flag that turns false once the pause has happened.
+fn arm_with_flag(point: &'static str) -> (Arc<Barrier>, Arc<Barrier>, Arc<AtomicBool>) {
+    let paused = Arc::new(Barrier::new(2));
+    let release = Arc::new(Barrier::new(2));
+    let armed = Arc::new(AtomicBool::new(true));
+    let flag = Arc::clone(&armed);
+    let (p, r) = (Arc::clone(&paused), Arc::clone(&release));
+    set_pause_hook(Some(Arc::new(move |name| {
+        if name == point
+            && std::thread::current().name() == Some(PAUSER)
+            && armed.swap(false, Ordering::SeqCst)
+        {
+            p.wait();
+            r.wait();
+        }
+    })));
+    (paused, release, flag)
+}
+
+fn check_exactly(tree: &BwTree, keys: impl Iterator<Item = u32>) {
+    let want: Vec<Vec<u8>> = keys.map(|i| key(i).to_vec()).collect();
+    let mut got = Vec::new();
+    tree.scan(
+        Bound::Unbounded,
+        Bound::Unbounded,
+        Order::Ascending,
+        &mut |k, _| {
+            got.push(k.to_vec());
+            ControlFlow::Continue(())
+        },
+    );
+    assert_eq!(got, want, "scan must return each key exactly once");
+    let mut out = Vec::new();
+    for k in &want {
+        assert!(tree.get(k, &mut out), "lost key {k:?}");
+    }
+    let stats = tree.stats();
+    assert_eq!(stats.key_count, want.len() as u64);
+    // Pages: one at the start, one more per split and per root growth, one fewer per merge
+    // and per root collapse; root growths minus collapses are the height minus one.
+    let pages = stats.leaf_node_count + stats.inner_node_count;
+    assert_eq!(
+        stats.counter(names::SPLITS).unwrap() + u64::from(stats.height),
+        pages + stats.counter(names::MERGES).unwrap(),
+        "{stats:?}"
+    );
+}
+
+/// Scenario 1: the root leaf splits and its splitter stops before making the new root; another
+/// thread writing into the right half must make the root itself.
+fn paused_root_split_is_completed_by_a_writer() {
+    let tree = Arc::new(small_tree());
+    for i in 0..4 {
+        tree.insert(&key(i), b"v").unwrap();
+    }
+    let (paused, release) = arm(LEAF);
+    let pauser = {
+        let tree = Arc::clone(&tree);
+        std::thread::Builder::new()
+            .name(PAUSER.into())
+            .spawn(move || tree.insert(&key(4), b"v").unwrap())
+            .unwrap()
+    };
+    paused.wait();
+    assert_eq!(tree.stats().height, 1, "the split is only half done");
+    // Key 9 lies right of the separator (key 2): this insert meets the split delta.
+    assert!(tree.insert(&key(9), b"v").unwrap());
+    let stats = tree.stats();
+    assert_eq!(stats.height, 2, "the writer made the new root");
+    assert_eq!(stats.counter(counter_names::SMO_HELPS), Some(1));
+    release.wait();
+    assert!(pauser.join().unwrap());
+    set_pause_hook(None);
+    let stats = tree.stats();
+    assert_eq!(
+        stats.height, 2,
+        "the splitter found the root made and did not make another"
+    );
+    assert_eq!(stats.counter(counter_names::SMO_HELPS), Some(1));
+    check_exactly(&tree, [0, 1, 2, 3, 4, 9].into_iter());
+}
+
+/// Scenarios 2 and 3: in a tree of several levels a leaf (or index) split stops before its
+/// index term; readers and writers over the whole key range must post the term, and splits
+/// around and above it keep working.
+fn paused_split_is_completed_by_others(point: &'static str) {
+    let tree = Arc::new(small_tree());
+    for i in (0..400).step_by(2) {
+        tree.insert(&key(i), b"v").unwrap();
+    }
+    let (paused, release) = arm(point);
+    let pauser = {
+        let tree = Arc::clone(&tree);
+        std::thread::Builder::new()
+            .name(PAUSER.into())
+            .spawn(move || {
+                // Odd keys fill pages until one splits, where the hook stops this thread.
+                for i in (1..400).step_by(2) {
+                    tree.insert(&key(i), b"v").unwrap();
+                }
+            })
+            .unwrap()
+    };
+    paused.wait();
+    let helps_before = tree.stats().counter(counter_names::SMO_HELPS).unwrap();
+    // A reader of every even key passes the paused split's page and must complete it.
+    let mut out = Vec::new();
+    for i in (0..400).step_by(2) {
+        assert!(tree.get(&key(i), &mut out));
+    }
+    let helps_after = tree.stats().counter(counter_names::SMO_HELPS).unwrap();
+    assert!(
+        helps_after > helps_before,
+        "a reader completed the paused split"
+    );
+    // Writers on top of it, splitting more pages around the paused one.
+    for i in 400..800 {
+        tree.insert(&key(i), b"v").unwrap();
+    }
+    release.wait();
+    pauser.join().unwrap();
+    set_pause_hook(None);
+    check_exactly(&tree, 0..800);
+}
+
+/// Scenarios 4 and 5: a merge stops after its remove node delta (or after its index term
+/// delete); readers of the whole key range must complete it, and the splitter, released, must
+/// find it done.
+fn paused_merge_is_completed_by_others(point: &'static str) {
+    let tree = Arc::new(small_tree());
+    for i in (0..400).step_by(2) {
+        tree.insert(&key(i), b"v").unwrap();
+    }
+    let (paused, release, armed) = arm_with_flag(point);
+    let pauser = {
+        let tree = Arc::clone(&tree);
+        std::thread::Builder::new()
+            .name(PAUSER.into())
+            .spawn(move || {
+                // Removes keys in order until one removal merges pages and pauses there.
+                for i in (0..400).step_by(2) {
+                    assert!(tree.remove(&key(i)));
+                    if !armed.load(Ordering::SeqCst) {
+                        return i;
+                    }
+                }
+                panic!("no merge happened");
+            })
+            .unwrap()
+    };
+    paused.wait();
+    let before = tree.stats();
+    let mut out = Vec::new();
+    for i in (0..400).step_by(2) {
+        tree.get(&key(i), &mut out);
+    }
+    let after = tree.stats();
+    // The reader completes the paused merge, and with it any parent merge that follows.
+    assert!(
+        after.counter(names::MERGES) > before.counter(names::MERGES),
+        "a reader completed the paused merge"
+    );
+    assert!(after.counter(counter_names::SMO_HELPS) > before.counter(counter_names::SMO_HELPS));
+    release.wait();
+    let last_removed = pauser.join().unwrap();
+    set_pause_hook(None);
+    assert_eq!(
+        tree.stats().counter(names::MERGES),
+        after.counter(names::MERGES)
+    );
+    check_exactly(&tree, (last_removed + 2..400).step_by(2));
+}
+
+// Goal: every help-along path of §IV-C is reached and leaves no key lost or duplicated.
+// Method: the two scenarios above, one after the other (the pause hook is process-wide).
+#[test]
+fn incomplete_splits_are_completed_by_other_threads() {
+    paused_root_split_is_completed_by_a_writer();
+    paused_split_is_completed_by_others(LEAF);
+    paused_split_is_completed_by_others(INDEX);
+    paused_merge_is_completed_by_others("merge:remove-node-installed");
+    paused_merge_is_completed_by_others("merge:index-term-delete-installed");
+}
