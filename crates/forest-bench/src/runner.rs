@@ -316,8 +316,15 @@ fn run_stream(
                         Bound::Included(key),
                         Bound::Unbounded,
                         Order::Ascending,
-                        &mut |_, v| {
-                            found += v.len() as u64;
+                        &mut |k, v| {
+                            // Read each record as a consumer would (its first and last bytes),
+                            // so an index that hands out values in place pays for reaching
+                            // them just as one that copies them out does.
+                            let ends = |b: &[u8]| {
+                                u64::from(b.first().copied().unwrap_or(0))
+                                    + u64::from(b.last().copied().unwrap_or(0))
+                            };
+                            found += v.len() as u64 + ends(k) + ends(v);
                             left = left.saturating_sub(1);
                             if left == 0 {
                                 ControlFlow::Break(())

@@ -9,9 +9,13 @@
 //! The next step re-descends past the fence: going up from `Excluded(fence)`, going down from
 //! `Included(fence)` (keys `m` left of separator `k` have `m <= k`, §2.1).
 //!
-//! Every record of a leaf within the bounds is copied at once, so the cursor always resumes
-//! past the fence; keys between the last one returned and the fence that appear later were
-//! inserted during the scan and may be missed, as the contract allows. A key present for the
+//! A step copies at most a budget of records: [`SCAN_BUDGET_FIRST`] at first, doubling each
+//! step, so a short scan (YCSB E's 1 to 100 records) copies little more than it returns while a
+//! long one soon copies whole leaves. A step cut short by its budget resumes after the last key
+//! it copied (`Excluded(last)`, either direction); a step that copied all of its leaf's records
+//! within the bounds resumes past the fence, and keys between the last one returned and the
+//! fence that appear later were inserted during the scan and may be missed, as the contract
+//! allows. A key present for the
 //! whole scan lies, at each descent, in the one leaf whose range holds it, so it is returned
 //! exactly once; fences only grow (going up) or shrink (going down), so keys come strictly
 //! ordered.
@@ -25,6 +29,11 @@ use crate::bytes::Bytes;
 use crate::node::Latched;
 use crate::search::{lower_bound, upper_bound, SearchKey};
 use crate::LockBTree;
+
+/// Records the first step of a scan copies; later steps double it. Small enough that a scan
+/// of a few records copies few, large enough that the extra descents of a long scan are few
+/// (a leaf holds up to `order - 1` records).
+pub(crate) const SCAN_BUDGET_FIRST: usize = 16;
 
 /// One leaf's records, copied.
 #[derive(Default)]
@@ -41,10 +50,25 @@ impl LeafCopy {
         self.lengths.clear();
     }
 
+    fn len(&self) -> usize {
+        self.lengths.len()
+    }
+
     fn push(&mut self, key: &[u8], value: &[u8]) {
         self.bytes.extend_from_slice(key);
         self.bytes.extend_from_slice(value);
         self.lengths.push((key.len(), value.len()));
+    }
+
+    /// Copies the last record's key into `out`.
+    fn last_key_into(&self, out: &mut Vec<u8>) {
+        let (key_len, value_len) = *self
+            .lengths
+            .last()
+            .expect("a cut-short step copied records");
+        let end = self.bytes.len() - value_len;
+        out.clear();
+        out.extend_from_slice(&self.bytes[end - key_len..end]);
     }
 
     /// Hands the records to `visit`; returns whether it asked to stop.
@@ -66,6 +90,9 @@ impl LeafCopy {
 struct StepEnd {
     /// The scan's far bound was reached (or no leaf lies beyond): nothing more to visit.
     finished: bool,
+    /// The budget ran out inside the leaf: `fence` holds the last key copied, and the next
+    /// step resumes after it.
+    cut_short: bool,
 }
 
 /// Runs a scan (see the module doc).
@@ -77,34 +104,52 @@ pub(crate) fn scan(
     visit: &mut Visitor<'_>,
 ) {
     let mut records = LeafCopy::default();
-    let mut cursor: Option<Vec<u8>> = None;
+    // Where the next step starts: a key, and whether it was a step's last key copied (resume
+    // after it) rather than a fence.
+    let mut cursor: Option<(Vec<u8>, bool)> = None;
     let mut fence = Vec::new();
+    let mut budget = SCAN_BUDGET_FIRST;
     loop {
         let bound = match (&cursor, order) {
             (None, Order::Ascending) => lower,
             (None, Order::Descending) => upper,
-            (Some(f), Order::Ascending) => Bound::Excluded(f.as_slice()),
-            (Some(f), Order::Descending) => Bound::Included(f.as_slice()),
+            (Some((k, true)), _) => Bound::Excluded(k.as_slice()),
+            (Some((f, false)), Order::Ascending) => Bound::Excluded(f.as_slice()),
+            (Some((f, false)), Order::Descending) => Bound::Included(f.as_slice()),
         };
         records.clear();
-        let end = copy_leaf(tree, bound, lower, upper, order, &mut records, &mut fence);
+        let end = copy_leaf(
+            tree,
+            bound,
+            lower,
+            upper,
+            order,
+            budget,
+            &mut records,
+            &mut fence,
+        );
         // No latch is held from here on.
         if records.visit(visit) || end.finished {
             return;
         }
-        let previous = cursor.get_or_insert_with(Vec::new);
+        let (previous, after_last) = cursor.get_or_insert_with(|| (Vec::new(), false));
         std::mem::swap(previous, &mut fence);
+        *after_last = end.cut_short;
+        budget = budget.saturating_mul(2);
     }
 }
 
-/// Descends to the leaf for `bound`, copies its records within `lower..upper` in `order`, and
-/// leaves the leaf's fence in `fence`.
+/// Descends to the leaf for `bound`, copies up to `budget` of its records within
+/// `lower..upper` in `order`, and leaves in `fence` the leaf's fence, or the last key copied
+/// when the budget cut the leaf short.
+#[allow(clippy::too_many_arguments)] // one step's whole state; a struct would only rename it
 fn copy_leaf(
     tree: &LockBTree,
     bound: Bound<&[u8]>,
     lower: Bound<&[u8]>,
     upper: Bound<&[u8]>,
     order: Order,
+    budget: usize,
     records: &mut LeafCopy,
     fence: &mut Vec<u8>,
 ) -> StepEnd {
@@ -145,6 +190,7 @@ fn copy_leaf(
 
     let leaf = node.body();
     let mut finished = false;
+    let mut cut_short = false;
     if ascending {
         let start = match bound {
             Bound::Unbounded => 0,
@@ -157,9 +203,13 @@ fn copy_leaf(
                 break;
             }
             debug_assert!(!below_lower(key, lower));
+            if records.len() == budget {
+                cut_short = true;
+                break;
+            }
             records.push(key, value);
         }
-        finished = finished || !has_fence || past_upper(fence, upper);
+        finished = finished || (!cut_short && (!has_fence || past_upper(fence, upper)));
     } else {
         let end = match bound {
             Bound::Unbounded => leaf.len(),
@@ -172,9 +222,19 @@ fn copy_leaf(
                 break;
             }
             debug_assert!(!past_upper(key, upper));
+            if records.len() == budget {
+                cut_short = true;
+                break;
+            }
             records.push(key, value);
         }
-        finished = finished || !has_fence || below_lower(fence, lower);
+        finished = finished || (!cut_short && (!has_fence || below_lower(fence, lower)));
     }
-    StepEnd { finished }
+    if cut_short {
+        records.last_key_into(fence);
+    }
+    StepEnd {
+        finished,
+        cut_short,
+    }
 }

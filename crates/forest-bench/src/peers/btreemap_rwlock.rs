@@ -117,11 +117,15 @@ impl<K: PeerKey> Index for BTreeMapRwLock<K> {
     ) {
         K::with_bounds(lower, upper, |bounds| {
             let Some((lower, upper)) = bounds else { return };
-            let mut batch: Vec<(K, Box<[u8]>)> = Vec::with_capacity(SCAN_BATCH_RECORDS);
+            // One flat buffer of copied keys and values, reused across batches, so a scan
+            // allocates nothing per record (as forest's engines copy into a reused buffer).
+            let mut bytes: Vec<u8> = Vec::new();
+            let mut ends: Vec<(usize, usize)> = Vec::with_capacity(SCAN_BATCH_RECORDS);
             // The resume point: the last key handed out, excluded.
             let mut resume: Option<K> = None;
             loop {
-                batch.clear();
+                bytes.clear();
+                ends.clear();
                 {
                     let map = self.read();
                     let (lo, hi) = match (&resume, order) {
@@ -133,25 +137,31 @@ impl<K: PeerKey> Index for BTreeMapRwLock<K> {
                         return;
                     }
                     let range = map.range::<K::Probe, _>((lo, hi));
-                    let copy = |(k, v): (&K, _)| (k.clone(), Box::clone(v));
-                    match order {
-                        Order::Ascending => {
-                            batch.extend(range.take(SCAN_BATCH_RECORDS).map(copy));
-                        }
-                        Order::Descending => {
-                            batch.extend(range.rev().take(SCAN_BATCH_RECORDS).map(copy));
-                        }
+                    let records: Box<dyn Iterator<Item = (&K, &Box<[u8]>)>> = match order {
+                        Order::Ascending => Box::new(range),
+                        Order::Descending => Box::new(range.rev()),
+                    };
+                    let mut last = None;
+                    for (k, v) in records.take(SCAN_BATCH_RECORDS) {
+                        k.with_bytes(|k| bytes.extend_from_slice(k));
+                        let key_end = bytes.len();
+                        bytes.extend_from_slice(v);
+                        ends.push((key_end, bytes.len()));
+                        last = Some(k);
                     }
+                    resume = last.cloned();
                 }
-                for (k, v) in &batch {
-                    if k.with_bytes(|k| visit(k, v)).is_break() {
+                let mut start = 0;
+                for &(key_end, value_end) in &ends {
+                    let flow = visit(&bytes[start..key_end], &bytes[key_end..value_end]);
+                    if flow.is_break() {
                         return;
                     }
+                    start = value_end;
                 }
-                if batch.len() < SCAN_BATCH_RECORDS {
+                if ends.len() < SCAN_BATCH_RECORDS {
                     return;
                 }
-                resume = batch.pop().map(|(k, _)| k);
             }
         });
     }
