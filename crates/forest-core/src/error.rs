@@ -23,4 +23,18 @@ pub enum Error {
     /// An engine name that forest does not know.
     #[error("unknown engine {name:?}; known engines: {known}")]
     UnknownEngine { name: String, known: String },
+    /// An I/O operation on a file or directory failed.
+    #[error("{op} {path}: {source}", path = path.display())]
+    Io {
+        path: std::path::PathBuf,
+        op: &'static str,
+        source: std::io::Error,
+    },
+    /// A file's contents are damaged: a checksum or a structural check failed at `offset`.
+    #[error("{path}: corrupt at byte offset {offset}: {what}", path = path.display())]
+    Corrupt {
+        path: std::path::PathBuf,
+        offset: u64,
+        what: String,
+    },
 }
