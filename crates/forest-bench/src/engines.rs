@@ -115,6 +115,12 @@ pub const ENGINES: &[EngineEntry] = &[
                  that triggers consolidation), merge=N (records below which a page merges; 0: never)",
         build: build_bwtree,
     },
+    EngineEntry {
+        name: "masstree",
+        about: "Masstree: a trie of B+trees over 8-byte key slices, optimistic readers, per-node locks",
+        params: "(none)",
+        build: build_masstree,
+    },
 ];
 
 /// Parses a numeric parameter of `engine`.
@@ -136,6 +142,13 @@ fn build_bwtree(spec: &Spec) -> anyhow::Result<Arc<dyn Index>> {
         }
     }
     Ok(Arc::new(BwTree::with_config(config)?))
+}
+
+fn build_masstree(spec: &Spec) -> anyhow::Result<Arc<dyn Index>> {
+    if let Some((k, _)) = spec.params.first() {
+        bail!("masstree: unknown parameter {k:?}; it takes none");
+    }
+    Ok(Arc::new(forest_masstree::Masstree::new()))
 }
 
 fn build_lockbtree(spec: &Spec) -> anyhow::Result<Arc<dyn Index>> {

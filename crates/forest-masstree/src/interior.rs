@@ -1,0 +1,145 @@
+//! Interior nodes (§4.2, Fig. 2): 15 key slices and 16 children.
+//!
+//! Invariants:
+//! - `child[i]` holds the keys whose slice lies in `[keyslice[i-1], keyslice[i])`; all keys
+//!   with one slice sit under one child (border splits never separate a slice, §4.2).
+//! - Fields change only under the node's lock with the node marked inserting or splitting, so
+//!   a reader that read torn fields fails validation; a torn read never yields a dangling
+//!   pointer since nodes outlive the tree's borrows (crate::node), and a null child is retried.
+
+use forest_core::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
+
+use crate::node::{base, NodeBase};
+
+/// Children of an interior node (the paper's fanout 16).
+pub const FANOUT: usize = 16;
+/// Keys of an interior node.
+pub const KEYS_MAX: usize = FANOUT - 1;
+
+/// An interior node.
+#[derive(Debug)]
+#[repr(C, align(64))]
+pub struct Interior {
+    pub base: NodeBase,
+    pub nkeys: AtomicU8,
+    pub keyslice: [AtomicU64; KEYS_MAX],
+    pub child: [AtomicPtr<NodeBase>; FANOUT],
+}
+
+impl Interior {
+    /// An empty interior node with the given version bits.
+    pub fn new(version_bits: u64) -> Self {
+        Self {
+            base: NodeBase::new(version_bits),
+            nkeys: AtomicU8::new(0),
+            keyslice: std::array::from_fn(|_| AtomicU64::new(0)),
+            child: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
+        }
+    }
+
+    /// Keys in use (clamped, for readers that may see a torn value).
+    pub fn nkeys(&self) -> usize {
+        (self.nkeys.load(Ordering::Acquire) as usize).min(KEYS_MAX)
+    }
+
+    /// The child responsible for `slice` (may be null under a torn read).
+    pub fn child_for(&self, slice: u64) -> *mut NodeBase {
+        let n = self.nkeys();
+        let mut i = 0;
+        while i < n && self.keyslice[i].load(Ordering::Acquire) <= slice {
+            i += 1;
+        }
+        self.child[i].load(Ordering::Acquire)
+    }
+
+    fn position_of(&self, c: *mut NodeBase) -> usize {
+        let n = self.nkeys();
+        (0..=n)
+            .find(|&i| self.child[i].load(Ordering::Relaxed) == c)
+            .expect("a locked parent lists its child")
+    }
+
+    /// Inserts `right` after `left` with separator `sep`; the node is locked, marked
+    /// inserting, and not full.
+    pub fn insert_after(&self, left: *mut NodeBase, sep: u64, right: *mut NodeBase) {
+        let n = self.nkeys();
+        debug_assert!(n < KEYS_MAX);
+        let j = self.position_of(left);
+        for i in (j..n).rev() {
+            let k = self.keyslice[i].load(Ordering::Relaxed);
+            self.keyslice[i + 1].store(k, Ordering::Relaxed);
+            let c = self.child[i + 1].load(Ordering::Relaxed);
+            self.child[i + 2].store(c, Ordering::Relaxed);
+        }
+        self.keyslice[j].store(sep, Ordering::Relaxed);
+        self.child[j + 1].store(right, Ordering::Release);
+        self.nkeys.store(n as u8 + 1, Ordering::Release);
+    }
+
+    /// Splits this full, locked, splitting node into itself and `p2` (new, locked), inserting
+    /// `right` after `left` first. Sets the parent of every child that lands in `p2`, and of
+    /// `right` wherever it lands. Returns the separator to insert above.
+    pub fn split_into(
+        &self,
+        self_ptr: *mut Interior,
+        p2: &Interior,
+        p2_ptr: *mut Interior,
+        left: *mut NodeBase,
+        sep: u64,
+        right: *mut NodeBase,
+    ) -> u64 {
+        let n = self.nkeys();
+        debug_assert_eq!(n, KEYS_MAX);
+        let j = self.position_of(left);
+        let mut keys = [0u64; KEYS_MAX + 1];
+        let mut kids = [std::ptr::null_mut::<NodeBase>(); FANOUT + 1];
+        let mut k = 0;
+        for i in 0..n {
+            if i == j {
+                keys[k] = sep;
+                k += 1;
+            }
+            keys[k] = self.keyslice[i].load(Ordering::Relaxed);
+            k += 1;
+        }
+        if j == n {
+            keys[k] = sep;
+        }
+        let mut c = 0;
+        for i in 0..=n {
+            kids[c] = self.child[i].load(Ordering::Relaxed);
+            c += 1;
+            if i == j {
+                kids[c] = right;
+                c += 1;
+            }
+        }
+        // Left keeps keys 0..8 and children 0..9; key 8 goes up; the right gets the rest.
+        let left_keys = KEYS_MAX.div_ceil(2);
+        let up = keys[left_keys];
+        for (i, &key) in keys[left_keys + 1..].iter().enumerate() {
+            p2.keyslice[i].store(key, Ordering::Relaxed);
+        }
+        for (i, &kid) in kids[left_keys + 1..].iter().enumerate() {
+            p2.child[i].store(kid, Ordering::Relaxed);
+            // SAFETY: children of a tree node are live nodes (crate::node invariants).
+            unsafe { base(kid) }.parent.store(p2_ptr, Ordering::Release);
+        }
+        p2.nkeys
+            .store((KEYS_MAX - left_keys) as u8, Ordering::Relaxed);
+        for (i, &key) in keys[..left_keys].iter().enumerate() {
+            self.keyslice[i].store(key, Ordering::Relaxed);
+        }
+        for (i, &kid) in kids[..=left_keys].iter().enumerate() {
+            self.child[i].store(kid, Ordering::Relaxed);
+            if kid == right {
+                // SAFETY: as above.
+                unsafe { base(kid) }
+                    .parent
+                    .store(self_ptr, Ordering::Release);
+            }
+        }
+        self.nkeys.store(left_keys as u8, Ordering::Release);
+        up
+    }
+}
