@@ -9,8 +9,20 @@
 //!   loss and injected I/O errors (STYLE.md §5 "Simulated file"; issue 5 "Power loss").
 //! - [`wal`]: the write-ahead log: the record format ([`wal::record`], byte by byte in
 //!   docs/FORMAT.md), a writer and a reader over the file trait.
-//!
-//! Group commit, checkpoints, recovery and the `Store` API build on these (issue 5).
+//!   [`wal::group_commit`] shares each fsync among the writers of a shard log.
+//! - [`lsn`]: the LSN allocator, per-key stripes, the recovery cutoff (bw-tree.md §V-A).
+//! - [`durability`]: `sync`, `group`, `periodic:MS` (masstree.md §5).
+//! - [`checkpoint`]: a scan of the index published by rename (masstree.md §5).
+//! - [`recovery`]: newest complete checkpoint plus the logs merged by LSN (masstree.md §5).
+//! - [`store`]: [`Store`], the API over all of it.
 
+pub mod checkpoint;
+pub mod durability;
 pub mod file;
+pub mod lsn;
+pub mod recovery;
+pub mod store;
 pub mod wal;
+
+pub use durability::Durability;
+pub use store::{new_engine, BatchOp, Rmw, Store, StoreOptions, StoreStats, ENGINE_NAMES};

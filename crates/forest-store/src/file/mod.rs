@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use forest_core::{Error, Result};
 
 pub use os::OsDir;
+
 pub use sim::{CrashMode, Fault, FaultKind, FaultOp, FaultPlan, SimDir, TORN_PAGE_BYTES};
 
 /// One open file of a [`Dir`].
@@ -86,6 +87,42 @@ pub trait Dir: Send + Sync {
     fn remove(&self, name: &str) -> Result<()>;
     /// Makes the directory's names durable (creates, renames, removes so far).
     fn sync_dir(&self) -> Result<()>;
+    /// Takes the directory's exclusive lock (one open store per directory); fails at once,
+    /// naming the directory, if another opener holds it. Dropping the [`DirLock`] releases it.
+    fn lock(&self) -> Result<DirLock>;
+}
+
+/// The exclusive lock of a store directory, held until dropped (see [`Dir::lock`]).
+pub struct DirLock {
+    _held: Box<dyn Send + Sync>,
+}
+
+impl DirLock {
+    /// Wraps whatever keeps the lock held (a locked file, a simulated token).
+    pub fn new(held: Box<dyn Send + Sync>) -> Self {
+        Self { _held: held }
+    }
+}
+
+impl std::fmt::Debug for DirLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DirLock")
+    }
+}
+
+/// The name of the lock file in a store directory.
+pub const LOCK_FILE_NAME: &str = "LOCK";
+
+/// The error of a second opener.
+pub(crate) fn locked_error(dir: &Path) -> Error {
+    io_error(
+        &dir.join(LOCK_FILE_NAME),
+        "lock",
+        std::io::Error::new(
+            std::io::ErrorKind::WouldBlock,
+            "the store directory is already open (another process or Store holds its lock)",
+        ),
+    )
 }
 
 /// Builds the [`Error::Io`] for `op` on `path`.

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use forest_core::Result;
 
-use super::{check_name, io_error, Dir, File};
+use super::{check_name, io_error, locked_error, Dir, DirLock, File, LOCK_FILE_NAME};
 
 /// A store directory on the real file system.
 #[derive(Debug)]
@@ -148,6 +148,23 @@ impl Dir for OsDir {
     fn remove(&self, name: &str) -> Result<()> {
         let path = check_name(&self.path, name, "remove")?;
         fs::remove_file(&path).map_err(|e| io_error(&path, "remove", e))
+    }
+
+    fn lock(&self) -> Result<DirLock> {
+        let path = self.path.join(LOCK_FILE_NAME);
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| io_error(&path, "open", e))?;
+        // flock(LOCK_EX | LOCK_NB): released by the kernel when the process dies.
+        match file.try_lock() {
+            Ok(()) => Ok(DirLock::new(Box::new(file))),
+            Err(fs::TryLockError::WouldBlock) => Err(locked_error(&self.path)),
+            Err(fs::TryLockError::Error(e)) => Err(io_error(&path, "lock", e)),
+        }
     }
 
     fn sync_dir(&self) -> Result<()> {

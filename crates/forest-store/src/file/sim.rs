@@ -33,7 +33,7 @@ use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{check_name, io_error, Dir, File};
+use super::{check_name, io_error, locked_error, Dir, DirLock, File};
 
 /// The page size of the torn-write model: a power loss can tear at most the last page a
 /// write was filling, as a disk writes whole sectors but a page of them is not atomic.
@@ -134,6 +134,12 @@ struct SimState {
     plan: FaultPlan,
     write_count: u64,
     sync_count: u64,
+    /// The token of the [`DirLock`] held, if any; a crash (the process dies) releases it.
+    lock_owner: Option<u64>,
+    lock_token_next: u64,
+    /// A failed directory sync dropped name changes for good: live and durable names may
+    /// differ until the next crash.
+    names_diverged: bool,
 }
 
 /// How [`SimDir::crash`] treats what was not synced.
@@ -169,6 +175,9 @@ impl SimDir {
                 plan: FaultPlan::default(),
                 write_count: 0,
                 sync_count: 0,
+                lock_owner: None,
+                lock_token_next: 0,
+                names_diverged: false,
             })),
         }
     }
@@ -212,6 +221,8 @@ impl SimDir {
             file.live = file.durable.clone();
         }
         state.generation += 1;
+        state.lock_owner = None;
+        state.names_diverged = false;
     }
 
     /// The durable bytes of `name` under the durable name table, if it names a file.
@@ -540,6 +551,20 @@ impl Dir for SimDir {
         Ok(())
     }
 
+    fn lock(&self) -> Result<DirLock> {
+        let mut state = self.state.lock();
+        if state.lock_owner.is_some() {
+            return Err(locked_error(&self.path));
+        }
+        let token = state.lock_token_next;
+        state.lock_token_next += 1;
+        state.lock_owner = Some(token);
+        Ok(DirLock::new(Box::new(SimLock {
+            token,
+            state: Arc::clone(&self.state),
+        })))
+    }
+
     fn sync_dir(&self) -> Result<()> {
         let mut guard = self.state.lock();
         let state = &mut *guard;
@@ -554,14 +579,30 @@ impl Dir for SimDir {
             apply_name_op(&mut state.durable_names, op);
         }
         if fails {
+            state.names_diverged = true;
             return Err(io_error(
                 &self.path,
                 "fsync directory",
                 std::io::Error::from_raw_os_error(ERRNO_EIO),
             ));
         }
-        debug_assert_eq!(state.names, state.durable_names);
+        debug_assert!(state.names_diverged || state.names == state.durable_names);
         Ok(())
+    }
+}
+
+/// The token of a held [`SimDir`] lock; dropping it releases the lock unless a crash did.
+struct SimLock {
+    token: u64,
+    state: Arc<Mutex<SimState>>,
+}
+
+impl Drop for SimLock {
+    fn drop(&mut self) {
+        let mut state = self.state.lock();
+        if state.lock_owner == Some(self.token) {
+            state.lock_owner = None;
+        }
     }
 }
 

@@ -166,6 +166,32 @@ impl LogWriter {
         Ok(())
     }
 
+    /// Adds records already encoded by [`encode_record`] (LSNs `lsn_first ..= lsn_last`,
+    /// increasing) to the buffer: group commit encodes under the shard's lock and hands the
+    /// batch over here.
+    ///
+    /// Panics if `lsn_first` does not exceed the previous record's LSN (broken invariant).
+    pub fn append_encoded(&mut self, lsn_first: u64, lsn_last: u64, records: &[u8]) -> Result<()> {
+        if self.failed {
+            return Err(self.failed_error("append"));
+        }
+        if records.is_empty() {
+            return Ok(());
+        }
+        assert!(lsn_first <= lsn_last, "a batch's LSNs increase");
+        assert!(
+            lsn_first >= self.header.first_lsn,
+            "LSN below the log's first LSN"
+        );
+        assert!(
+            self.lsn_last.is_none_or(|last| lsn_first > last),
+            "LSNs of one log strictly increase"
+        );
+        self.buf.extend_from_slice(records);
+        self.lsn_last = Some(lsn_last);
+        Ok(())
+    }
+
     /// Hands the buffered records to the file (not yet durable).
     pub fn write(&mut self) -> Result<()> {
         if self.failed {

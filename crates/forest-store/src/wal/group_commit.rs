@@ -1,0 +1,519 @@
+//! Group commit: N shard logs written in parallel, each with a background flusher that
+//! shares one fsync among every writer that appended while the previous fsync ran (Masstree
+//! §5: per-core log buffers, a logging thread per log; issue 5 "Logs").
+//!
+//! Protocol. A writer picks its shard by thread. Under the shard's `state` lock it takes an
+//! LSN, applies its operation to the index and encodes the record into the shard's buffer.
+//! A *flush pass* of a shard holds the shard's `writer` lock, takes the buffer under the
+//! `state` lock while reading `G` = the last LSN allocated, writes and fsyncs the batch, and
+//! only then raises the shard's `durable_through` to `G`.
+//!
+//! The acknowledgement rule (the one Masstree's cutoff needs): a write with LSN `L` is
+//! acknowledged when `min over shards of durable_through >= L`. `durable_through = G` is
+//! true because every record of the shard with an LSN up to `G` was allocated under the
+//! shard's `state` lock before the take, so it is in the batch or an earlier one, and those
+//! are durable. A shard with nothing pending is therefore durable up to the global LSN at the
+//! moment its flusher found it idle (a flush pass with an empty batch, no fsync). When `L` is
+//! acknowledged every LSN up to `L`, in every log, is durable; LSNs are dense (`lsn.rs`), so
+//! recovery's cutoff (the end of the gap-free run of LSNs) is at least `L`.
+//!
+//! Invariants:
+//! - Lock order: `writer` before `state`; several shards in ascending order; a key stripe
+//!   before either. The index is applied under `state` only.
+//! - `durable_through` only grows, and only after a successful fsync of everything up to it.
+//! - After a failed write or fsync the group is failed for good: every waiter whose LSN is
+//!   not yet acknowledged gets the error, nothing more is acknowledged, new writes are
+//!   refused until the store is reopened (never retry an fsync and trust it).
+//!
+//! Modes: `group` as above. `sync`: the writer holds its shard's writer lock from before
+//! taking its LSN until it has run the flush pass itself, so every write gets a dedicated
+//! fsync of its own record; then it waits for the other shards. `periodic`: the writer does not wait; flushers force at least every interval.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use forest_core::{check_entry, Error, Result};
+use parking_lot::{Condvar, Mutex};
+
+use super::record::{encode_record, Op, Record};
+use super::writer::LogWriter;
+use crate::durability::Durability;
+use crate::lsn::LsnAllocator;
+
+/// The most shards (log files written in parallel): more would only add flusher threads
+/// and idle passes on a machine with fewer cores.
+pub const SHARD_COUNT_MAX: usize = 64;
+
+/// What one shard's writers have appended and the flusher not yet taken.
+#[derive(Debug, Default)]
+struct ShardState {
+    buf: Vec<u8>,
+    /// LSNs of the first and last record in `buf` (0: empty).
+    lsn_first: u64,
+    lsn_last: u64,
+}
+
+#[derive(Debug)]
+struct Shard {
+    state: Mutex<ShardState>,
+    /// Wakes the shard's flusher.
+    work: Condvar,
+    writer: Mutex<LogWriter>,
+    durable_through: AtomicU64,
+}
+
+/// The first failure, kept to report to every later caller.
+#[derive(Clone, Debug)]
+struct Failure {
+    path: PathBuf,
+    op: &'static str,
+    message: String,
+}
+
+impl Failure {
+    fn to_error(&self) -> Error {
+        Error::Io {
+            path: self.path.clone(),
+            op: self.op,
+            source: std::io::Error::other(format!(
+                "{}; the store refuses writes until it is reopened",
+                self.message
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct AckState {
+    /// Every LSN up to this one is durable in every log.
+    durable: u64,
+    failure: Option<Failure>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    shards: Box<[Shard]>,
+    lsns: Arc<LsnAllocator>,
+    durability: Durability,
+    ack: Mutex<AckState>,
+    acked: Condvar,
+    /// The highest LSN some caller waits for; flushers of idle shards advance to it.
+    requested: AtomicU64,
+    failed: AtomicBool,
+    shutdown: AtomicBool,
+    fsync_count: AtomicU64,
+}
+
+/// The shard logs of an open store and their flushers.
+#[derive(Debug)]
+pub struct GroupCommit {
+    inner: Arc<Inner>,
+    flushers: Vec<JoinHandle<()>>,
+}
+
+static THREAD_SEQ: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// This thread's number, which picks its shard.
+    static THREAD_INDEX: usize = THREAD_SEQ.fetch_add(1, Ordering::Relaxed);
+}
+
+impl GroupCommit {
+    /// Starts one flusher per log of `writers` (one per shard, shard `i` = `writers[i]`).
+    /// Every LSN below `lsns.next()` must be durable already.
+    pub fn start(
+        writers: Vec<LogWriter>,
+        lsns: Arc<LsnAllocator>,
+        durability: Durability,
+    ) -> Result<Self> {
+        if writers.is_empty() || writers.len() > SHARD_COUNT_MAX {
+            return Err(Error::Config(format!(
+                "shards: {} given, 1..={SHARD_COUNT_MAX} allowed",
+                writers.len()
+            )));
+        }
+        let durable = lsns.last();
+        let shards: Box<[Shard]> = writers
+            .into_iter()
+            .map(|writer| Shard {
+                state: Mutex::new(ShardState::default()),
+                work: Condvar::new(),
+                writer: Mutex::new(writer),
+                durable_through: AtomicU64::new(durable),
+            })
+            .collect();
+        let inner = Arc::new(Inner {
+            shards,
+            lsns,
+            durability,
+            ack: Mutex::new(AckState {
+                durable,
+                failure: None,
+            }),
+            acked: Condvar::new(),
+            requested: AtomicU64::new(durable),
+            failed: AtomicBool::new(false),
+            shutdown: AtomicBool::new(false),
+            fsync_count: AtomicU64::new(0),
+        });
+        let mut flushers = Vec::new();
+        for index in 0..inner.shards.len() {
+            let inner = Arc::clone(&inner);
+            let handle = std::thread::Builder::new()
+                .name(format!("forest-flusher-{index}"))
+                .spawn(move || inner.flusher(index))
+                .map_err(|e| Error::Io {
+                    path: PathBuf::from("<thread>"),
+                    op: "spawn flusher",
+                    source: e,
+                })?;
+            flushers.push(handle);
+        }
+        Ok(Self { inner, flushers })
+    }
+
+    /// The number of shards.
+    pub fn shard_count(&self) -> usize {
+        self.inner.shards.len()
+    }
+
+    /// The shard of the calling thread.
+    pub fn shard_of_thread(&self) -> usize {
+        THREAD_INDEX.with(|i| *i) % self.inner.shards.len()
+    }
+
+    /// Logs one operation in `shard`: takes its LSN, runs `apply` (the index operation) and
+    /// encodes the record, all under the shard's lock. Precondition: the caller holds the
+    /// key's stripe. Returns the LSN; the write is not durable yet (see [`Self::wait`]).
+    pub fn log(
+        &self,
+        shard: usize,
+        op: Op,
+        key: &[u8],
+        value: &[u8],
+        apply: impl FnOnce(),
+    ) -> Result<u64> {
+        // Limits first: an LSN must never be taken for a record that cannot be encoded.
+        check_entry(key, value)?;
+        debug_assert!(op == Op::Put || value.is_empty(), "a remove logs no value");
+        let inner = &*self.inner;
+        let shard_ref = &inner.shards[shard];
+        // `sync`: the writer lock is held from before the LSN is taken to after the fsync,
+        // so the flush that follows is this record's own.
+        let mut own_flush = (inner.durability == Durability::Sync).then(|| shard_ref.writer.lock());
+        let mut state = shard_ref.state.lock();
+        if inner.failed.load(Ordering::SeqCst) {
+            return Err(inner.failure_error());
+        }
+        let lsn = inner.lsns.allocate();
+        apply();
+        encode_record(
+            &Record {
+                lsn,
+                op,
+                key,
+                value,
+            },
+            &mut state.buf,
+        )
+        .expect("limits were checked before the LSN was taken");
+        if state.lsn_first == 0 {
+            state.lsn_first = lsn;
+        }
+        state.lsn_last = lsn;
+        drop(state);
+        if let Some(writer) = own_flush.as_mut() {
+            inner.flush_locked(shard, writer)?;
+            drop(own_flush);
+            inner.publish();
+        } else if inner.durability == Durability::Group {
+            shard_ref.work.notify_one();
+        }
+        Ok(lsn)
+    }
+
+    /// Waits until `lsn` may be acknowledged under the durability mode:
+    /// at once in `periodic`, after every LSN up to it is durable in `sync` and `group`.
+    pub fn wait(&self, lsn: u64) -> Result<()> {
+        let inner = &*self.inner;
+        match inner.durability {
+            Durability::Periodic { .. } => {
+                if inner.failed.load(Ordering::SeqCst) {
+                    return Err(inner.failure_error());
+                }
+                Ok(())
+            }
+            // `sync` forced the record in `log`; the other shards may still owe earlier LSNs.
+            Durability::Sync | Durability::Group => inner.wait_durable(lsn),
+        }
+    }
+
+    /// Makes every write logged so far durable, whatever the mode.
+    pub fn sync(&self) -> Result<()> {
+        let target = self.inner.lsns.last();
+        self.inner.wait_durable(target)
+    }
+
+    /// Whether a write or fsync failed (the store refuses writes).
+    pub fn is_failed(&self) -> bool {
+        self.inner.failed.load(Ordering::SeqCst)
+    }
+
+    /// The error every write gets after a failure, or `Ok`.
+    pub fn check_failed(&self) -> Result<()> {
+        if self.is_failed() {
+            return Err(self.inner.failure_error());
+        }
+        Ok(())
+    }
+
+    /// Every LSN up to this one is durable in every log.
+    pub fn durable_lsn(&self) -> u64 {
+        self.inner.ack.lock().durable
+    }
+
+    /// Fsyncs of log files so far.
+    pub fn fsync_count(&self) -> u64 {
+        self.inner.fsync_count.load(Ordering::Relaxed)
+    }
+
+    /// Rotates every shard to its log in `fresh` (created empty, `first_lsn` at most the
+    /// current next LSN) at one LSN `start`: every record below `start` is in the old logs,
+    /// which are made durable and returned, every later one goes to the new logs.
+    pub fn rotate(&self, fresh: Vec<LogWriter>) -> Result<(u64, Vec<LogWriter>)> {
+        let inner = &*self.inner;
+        assert_eq!(fresh.len(), inner.shards.len(), "one new log per shard");
+        let mut writers: Vec<_> = inner.shards.iter().map(|s| s.writer.lock()).collect();
+        let mut states: Vec<_> = inner.shards.iter().map(|s| s.state.lock()).collect();
+        if inner.failed.load(Ordering::SeqCst) {
+            return Err(inner.failure_error());
+        }
+        let start = inner.lsns.next();
+        let mut old_logs = Vec::with_capacity(fresh.len());
+        for ((writer, state), new_log) in writers.iter_mut().zip(states.iter_mut()).zip(fresh) {
+            let buf = std::mem::take(&mut state.buf);
+            let (first, last) = (state.lsn_first, state.lsn_last);
+            state.lsn_first = 0;
+            state.lsn_last = 0;
+            let mut old = std::mem::replace(&mut **writer, new_log);
+            // Cannot fail: the store is not failed and the LSNs follow the old log's.
+            if let Err(e) = old.append_encoded(first, last, &buf) {
+                inner.fail(&e);
+                return Err(e);
+            }
+            old_logs.push(old);
+        }
+        drop(states);
+        // The writer locks stay held: no flush pass may call a shard durable until its old
+        // log is synced.
+        for old in &mut old_logs {
+            if let Err(e) = old.sync() {
+                inner.fail(&e);
+                return Err(e);
+            }
+            inner.fsync_count.fetch_add(1, Ordering::Relaxed);
+        }
+        drop(writers);
+        Ok((start, old_logs))
+    }
+
+    /// Stops the flushers (nothing more is forced; call [`Self::sync`] first to keep it).
+    pub fn stop(&mut self) {
+        self.inner.shutdown.store(true, Ordering::SeqCst);
+        for shard in self.inner.shards.iter() {
+            drop(shard.state.lock());
+            shard.work.notify_all();
+        }
+        for handle in self.flushers.drain(..) {
+            // A flusher that panicked has nothing left to clean up; its panic was printed.
+            let _ = handle.join();
+        }
+        let mut ack = self.inner.ack.lock();
+        if ack.failure.is_none() {
+            ack.failure = Some(Failure {
+                path: PathBuf::from("<store>"),
+                op: "write",
+                message: "the store is closed".to_string(),
+            });
+            self.inner.failed.store(true, Ordering::SeqCst);
+        }
+        self.inner.acked.notify_all();
+    }
+}
+
+impl Drop for GroupCommit {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Inner {
+    fn failure_error(&self) -> Error {
+        match &self.ack.lock().failure {
+            Some(f) => f.to_error(),
+            None => Error::Io {
+                path: PathBuf::from("<store>"),
+                op: "write",
+                source: std::io::Error::other("an earlier write or fsync failed"),
+            },
+        }
+    }
+
+    /// Records the first failure and wakes every waiter.
+    fn fail(&self, error: &Error) {
+        let (path, op) = match error {
+            Error::Io { path, op, .. } => (path.clone(), *op),
+            Error::Corrupt { path, .. } => (path.clone(), "write"),
+            _ => (PathBuf::from("<store>"), "write"),
+        };
+        let mut ack = self.ack.lock();
+        if ack.failure.is_none() {
+            ack.failure = Some(Failure {
+                path,
+                op,
+                message: error.to_string(),
+            });
+        }
+        self.failed.store(true, Ordering::SeqCst);
+        drop(ack);
+        self.acked.notify_all();
+    }
+
+    /// One flush pass of `index` (see the module doc); returns after its fsync.
+    fn flush_pass(&self, index: usize) -> Result<()> {
+        let mut writer = self.shards[index].writer.lock();
+        self.flush_locked(index, &mut writer)?;
+        drop(writer);
+        self.publish();
+        Ok(())
+    }
+
+    /// The body of a flush pass; precondition: the caller holds shard `index`'s writer lock
+    /// (`writer` is its guarded log). The caller publishes afterwards.
+    fn flush_locked(&self, index: usize, writer: &mut LogWriter) -> Result<()> {
+        let shard = &self.shards[index];
+        if self.failed.load(Ordering::SeqCst) {
+            return Err(self.failure_error());
+        }
+        let (buf, first, last, through) = {
+            let mut state = shard.state.lock();
+            let buf = std::mem::take(&mut state.buf);
+            let taken = (buf, state.lsn_first, state.lsn_last, self.lsns.last());
+            state.lsn_first = 0;
+            state.lsn_last = 0;
+            taken
+        };
+        if !buf.is_empty() {
+            let result = writer
+                .append_encoded(first, last, &buf)
+                .and_then(|()| writer.sync());
+            if let Err(e) = result {
+                self.fail(&e);
+                return Err(e);
+            }
+            self.fsync_count.fetch_add(1, Ordering::Relaxed);
+        }
+        shard.durable_through.fetch_max(through, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Raises the acknowledged LSN to the minimum over shards and wakes waiters.
+    fn publish(&self) {
+        let min = self
+            .shards
+            .iter()
+            .map(|s| s.durable_through.load(Ordering::SeqCst))
+            .min()
+            .expect("at least one shard");
+        let mut ack = self.ack.lock();
+        if min > ack.durable {
+            ack.durable = min;
+            drop(ack);
+            self.acked.notify_all();
+        }
+    }
+
+    /// Waits until every LSN up to `lsn` is durable, asking idle shards' flushers to
+    /// advance.
+    fn wait_durable(&self, lsn: u64) -> Result<()> {
+        {
+            let ack = self.ack.lock();
+            if ack.durable >= lsn {
+                return Ok(());
+            }
+            if let Some(f) = &ack.failure {
+                return Err(f.to_error());
+            }
+        }
+        self.requested.fetch_max(lsn, Ordering::SeqCst);
+        for shard in self.shards.iter() {
+            if shard.durable_through.load(Ordering::SeqCst) < lsn {
+                // Taking the lock orders this wake-up after the flusher's check.
+                drop(shard.state.lock());
+                shard.work.notify_one();
+            }
+        }
+        let mut ack = self.ack.lock();
+        loop {
+            if ack.durable >= lsn {
+                return Ok(());
+            }
+            if let Some(f) = &ack.failure {
+                return Err(f.to_error());
+            }
+            self.acked.wait(&mut ack);
+        }
+    }
+
+    /// The flusher of shard `index`: waits for work, runs flush passes, exits at shutdown
+    /// or after a failure.
+    fn flusher(&self, index: usize) {
+        let shard = &self.shards[index];
+        let interval = match self.durability {
+            Durability::Periodic { interval_ms } => Some(Duration::from_millis(interval_ms)),
+            Durability::Sync | Durability::Group => None,
+        };
+        let mut deadline = interval.map(|i| Instant::now() + i);
+        loop {
+            {
+                let mut state = shard.state.lock();
+                loop {
+                    if self.shutdown.load(Ordering::SeqCst) || self.failed.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let requested = self.requested.load(Ordering::SeqCst)
+                        > shard.durable_through.load(Ordering::SeqCst);
+                    let pending = !state.buf.is_empty();
+                    if requested || (pending && self.durability == Durability::Group) {
+                        break;
+                    }
+                    match deadline {
+                        Some(at) => {
+                            if Instant::now() >= at {
+                                // An idle shard advances too (no fsync), so the durable
+                                // LSN keeps up in this mode where nobody waits.
+                                let behind =
+                                    shard.durable_through.load(Ordering::SeqCst) < self.lsns.last();
+                                if pending || behind {
+                                    break;
+                                }
+                                deadline = interval.map(|i| Instant::now() + i);
+                            }
+                            if let Some(at) = deadline {
+                                shard.work.wait_until(&mut state, at);
+                            }
+                        }
+                        None => shard.work.wait(&mut state),
+                    }
+                }
+            }
+            if self.flush_pass(index).is_err() {
+                return; // the failure is recorded and every waiter woken
+            }
+            deadline = interval.map(|i| Instant::now() + i);
+        }
+    }
+}
