@@ -41,7 +41,7 @@ use crate::wal::group_commit::{GroupCommit, SHARD_COUNT_MAX};
 use crate::wal::{log_name, LogHeader, LogWriter, Op};
 
 /// The engines a store opens by name.
-pub const ENGINE_NAMES: &[&str] = &["lockbtree", "bwtree"];
+pub const ENGINE_NAMES: &[&str] = &["lockbtree", "bwtree", "masstree"];
 
 /// The default number of shard logs. Every shard adds an fsync to each group-commit round, so
 /// one log shares fsyncs best (measured: 64 writers, 0.03 fsyncs per put with 1 shard, 0.1
@@ -53,6 +53,7 @@ pub fn new_engine(name: &str) -> Result<Box<dyn Index>> {
     match name {
         "lockbtree" => Ok(Box::new(forest_lockbtree::LockBTree::new())),
         "bwtree" => Ok(Box::new(forest_bwtree::BwTree::new())),
+        "masstree" => Ok(Box::new(forest_masstree::Masstree::new())),
         _ => Err(Error::UnknownEngine {
             name: name.to_string(),
             known: ENGINE_NAMES.join(", "),

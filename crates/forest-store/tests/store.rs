@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use forest_core::Error;
 use forest_store::file::{CrashMode, FaultPlan, SimDir};
-use forest_store::{BatchOp, Durability, Rmw, Store, StoreOptions};
+use forest_store::{BatchOp, Durability, Rmw, Store, StoreOptions, ENGINE_NAMES};
 
 fn options(engine: &str, durability: Durability, shards: usize) -> StoreOptions {
     StoreOptions {
@@ -54,7 +54,7 @@ fn bad_options_are_errors() {
 // clean reopen with both engines and all modes.
 #[test]
 fn operations_and_reopen() {
-    for engine in ["lockbtree", "bwtree"] {
+    for engine in ENGINE_NAMES {
         for durability in [
             Durability::Sync,
             Durability::Group,
@@ -104,7 +104,7 @@ fn operations_and_reopen() {
 // after the last acknowledgement; the recovered state equals the state before it.
 #[test]
 fn same_key_race_replays_in_apply_order() {
-    for engine in ["lockbtree", "bwtree"] {
+    for engine in ENGINE_NAMES {
         let dir = SimDir::new(4);
         let store = Arc::new(
             Store::open(dir.clone(), options(engine, Durability::Group, 4)).expect("open"),
