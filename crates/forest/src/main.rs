@@ -1,5 +1,8 @@
-//! The `forest` command line: `forest bench` (more subcommands come with the store and the
-//! server). Errors print as one line and exit with status 1.
+//! The `forest` command line: `forest bench`, and the store commands `load`, `get`, `put`,
+//! `del`, `scan`, `check`, `checkpoint` ([`store_cmd`]). Errors print as one line and exit
+//! with status 1.
+
+mod store_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -21,6 +24,22 @@ struct Cli {
 enum Command {
     // No doc comment here: it would replace the about texts `BenchArgs` carries.
     Bench(forest_bench::BenchArgs),
+    /// Bulk-load N keys `key-000000000000`.. into a store (a progress bar on a terminal).
+    Load(store_cmd::LoadArgs),
+    /// Print a key's value (exit 1 if absent). Keys and values are UTF-8 text, or hex with --hex.
+    Get(store_cmd::GetArgs),
+    /// Set a key to a value (UTF-8 text, or hex with --hex), creating the store if needed.
+    Put(store_cmd::PutArgs),
+    /// Remove a key; prints `removed` or `absent`.
+    Del(store_cmd::DelArgs),
+    /// Print `key<TAB>value` lines in key order, within optional bounds.
+    Scan(store_cmd::ScanArgs),
+    /// Recover a store and report what recovery found (files, checkpoint, records replayed,
+    /// torn tails); exit 1 on corruption. Not read-only: recovery cuts torn tails and may
+    /// write a checkpoint.
+    Check(store_cmd::DirArgs),
+    /// Write a checkpoint (and delete the logs and checkpoints it makes obsolete).
+    Checkpoint(store_cmd::DirArgs),
 }
 
 fn main() {
@@ -31,6 +50,13 @@ fn main() {
     };
     let result = match cli.command {
         Command::Bench(args) => forest_bench::run(args),
+        Command::Load(args) => store_cmd::load(args),
+        Command::Get(args) => store_cmd::get(args),
+        Command::Put(args) => store_cmd::put(args),
+        Command::Del(args) => store_cmd::del(args),
+        Command::Scan(args) => store_cmd::scan(args),
+        Command::Check(args) => store_cmd::check(args),
+        Command::Checkpoint(args) => store_cmd::checkpoint(args),
     };
     if let Err(err) = result {
         fail(&format!("{err:#}"));
@@ -43,10 +69,16 @@ fn fail(message: &str) -> ! {
     std::process::exit(1);
 }
 
-/// A command-line error as one line: clap's first line, without its `error: ` prefix.
+/// A command-line error as one line: clap's first paragraph (which may list the missing
+/// arguments on lines of their own), joined, without its `error: ` prefix.
 fn command_line_error(err: &clap::Error) -> String {
     let text = err.to_string();
-    let first = text.lines().next().unwrap_or_default();
-    let first = first.strip_prefix("error: ").unwrap_or(first);
+    let first: Vec<&str> = text
+        .lines()
+        .take_while(|line| !line.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    let first = first.join(" ");
+    let first = first.strip_prefix("error: ").unwrap_or(&first);
     format!("{first} (see forest --help)")
 }

@@ -1,0 +1,181 @@
+//! The store commands of the `forest` binary, run as a user runs them (issue 5 "CLI").
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn forest(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_forest"))
+        .args(args)
+        .output()
+        .expect("run the forest binary")
+}
+
+/// Runs `forest args` and returns its stdout; panics unless it exits with 0.
+fn ok(args: &[&str]) -> String {
+    let out = forest(args);
+    assert!(
+        out.status.success(),
+        "forest {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 stdout")
+}
+
+/// Runs `forest args`, expects exit status 1 and returns stderr (one line).
+fn fails(args: &[&str]) -> String {
+    let out = forest(args);
+    assert_eq!(out.status.code(), Some(1), "forest {args:?} should fail");
+    let stderr = String::from_utf8(out.stderr).expect("utf-8 stderr");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr:?}");
+    stderr
+}
+
+fn path(dir: &Path) -> &str {
+    dir.to_str().expect("utf-8 temp path")
+}
+
+// Goal: the store commands work together on one directory, with every engine. Method: load,
+// put, get, scan (bounds, reverse, limit, hex), del, checkpoint, check, comparing output.
+#[test]
+fn load_put_get_scan_del_checkpoint_check() {
+    for &engine in forest_store::ENGINE_NAMES {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("store");
+        let dir = path(&dir);
+        let loaded = ok(&[
+            "load",
+            dir,
+            "--engine",
+            engine,
+            "--keys",
+            "3000",
+            "--value-size",
+            "8",
+        ]);
+        assert!(loaded.starts_with("loaded 3000 keys"), "{loaded}");
+
+        ok(&["put", dir, "--engine", engine, "hello", "world"]);
+        assert_eq!(ok(&["get", dir, "--engine", engine, "hello"]), "world\n");
+        assert_eq!(ok(&["get", dir, "key-000000000042"]), "00000000\n");
+        assert_eq!(ok(&["get", dir, "--hex", "68656c6c6f"]), "776f726c64\n");
+        let err = fails(&["get", dir, "nothing"]);
+        assert!(err.contains("not found") && err.contains(dir), "{err}");
+
+        let scan = ok(&["scan", dir, "--from", "key-000000002998", "--to", "l"]);
+        assert_eq!(
+            scan,
+            "key-000000002998\t00000000\nkey-000000002999\t00000000\n"
+        );
+        let scan = ok(&["scan", dir, "--reverse", "--limit", "2"]);
+        assert_eq!(
+            scan,
+            "key-000000002999\t00000000\nkey-000000002998\t00000000\n"
+        );
+        assert_eq!(ok(&["scan", dir, "--limit", "1"]), "hello\tworld\n");
+        assert_eq!(ok(&["scan", dir]).lines().count(), 3001);
+        assert_eq!(ok(&["scan", dir, "--limit", "0"]), "");
+
+        assert_eq!(ok(&["del", dir, "hello"]), "removed\n");
+        assert_eq!(ok(&["del", dir, "hello"]), "absent\n");
+        fails(&["get", dir, "hello"]);
+
+        let cp = ok(&["checkpoint", dir, "--engine", engine]);
+        assert!(cp.contains("3000 entries"), "{cp}");
+        let report = ok(&["check", dir, "--engine", engine]);
+        assert!(report.contains("keys recovered: 3000"), "{report}");
+        assert!(report.contains("checkpoint: start lsn"), "{report}");
+        assert_eq!(ok(&["scan", dir, "--engine", engine]).lines().count(), 3000);
+    }
+}
+
+// Goal: check reports damage in the middle of a log with the file and offset and exit 1.
+// Method: load without a checkpoint, flip a byte early in the one log, run check.
+#[test]
+fn check_reports_a_corrupt_log() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("store");
+    ok(&["load", path(&dir), "--keys", "500"]);
+    let log = dir.join("log-0000000000-000");
+    let mut bytes = std::fs::read(&log).expect("read log");
+    assert!(
+        bytes.len() > 1000,
+        "the load wrote its records to the first log"
+    );
+    bytes[200] ^= 0xff;
+    std::fs::write(&log, bytes).expect("write log");
+    let err = fails(&["check", path(&dir)]);
+    assert!(err.contains("log-0000000000-000"), "{err}");
+    assert!(err.contains("offset"), "{err}");
+}
+
+// Goal: check reports a damaged checkpoint and exits 1, now and on the next run. Method: two
+// checkpoints, damage the newest, check twice.
+#[test]
+fn check_reports_a_corrupt_checkpoint() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("store");
+    let dir_str = path(&dir);
+    ok(&["load", dir_str, "--keys", "200"]);
+    ok(&["checkpoint", dir_str]);
+    ok(&["put", dir_str, "a", "b"]);
+    ok(&["checkpoint", dir_str]);
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("list")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("checkpoint-") && !n.ends_with(".tmp"))
+        .collect();
+    names.sort();
+    let newest = dir.join(names.last().expect("a checkpoint"));
+    let mut bytes = std::fs::read(&newest).expect("read checkpoint");
+    bytes[100] ^= 0xff;
+    std::fs::write(&newest, bytes).expect("write checkpoint");
+    let err = fails(&["check", dir_str]);
+    assert!(err.contains("corrupt"), "{err}");
+    let err = fails(&["check", dir_str]);
+    assert!(err.contains(".corrupt"), "{err}");
+    assert_eq!(ok(&["get", dir_str, "a"]), "b\n");
+}
+
+// Goal: bad arguments are one-line errors with exit 1. Method: a missing directory, an
+// unknown engine, bad hex, an oversized value, a bad durability.
+#[test]
+fn bad_arguments_are_one_line_errors() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let missing = tmp.path().join("missing");
+    let err = fails(&["get", path(&missing), "k"]);
+    assert!(err.contains("no such store directory"), "{err}");
+    let dir = path(tmp.path());
+    let err = fails(&["put", dir, "--engine", "nope", "k", "v"]);
+    assert!(err.contains("lockbtree"), "{err}");
+    let err = fails(&["put", dir, "--hex", "zz", "00"]);
+    assert!(err.contains("hexadecimal"), "{err}");
+    let err = fails(&["load", dir, "--keys", "1", "--value-size", "2000000"]);
+    assert!(err.contains("--value-size"), "{err}");
+    let err = fails(&["load", dir, "--keys", "1", "--durability", "often"]);
+    assert!(err.contains("periodic:MS"), "{err}");
+    let err = fails(&["scan"]);
+    assert!(err.contains("DIR"), "{err}");
+    for command in ["load", "get", "put", "del", "scan", "check", "checkpoint"] {
+        let help = ok(&[command, "--help"]);
+        assert!(help.contains("Usage: forest"), "{command}: {help}");
+    }
+}
+
+// Goal: a torn log tail is cut and reported, not an error. Method: load, drop the last 5
+// bytes of the log, check (exit 0, the tail named), then the other keys are all there.
+#[test]
+fn check_cuts_a_torn_tail() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("store");
+    ok(&["load", path(&dir), "--keys", "100"]);
+    let log = dir.join("log-0000000000-000");
+    let bytes = std::fs::read(&log).expect("read log");
+    std::fs::write(&log, &bytes[..bytes.len() - 5]).expect("write log");
+    let report = ok(&["check", path(&dir)]);
+    assert!(
+        report.contains("torn tail cut: log-0000000000-000"),
+        "{report}"
+    );
+    assert!(report.contains("keys recovered: 99"), "{report}");
+    assert_eq!(ok(&["scan", path(&dir)]).lines().count(), 99);
+}
