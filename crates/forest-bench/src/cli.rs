@@ -15,6 +15,7 @@ use crate::keygen::KeyShape;
 use crate::peers;
 use crate::report;
 use crate::runner::{self, RunOptions};
+use crate::target::{self, Mode};
 use crate::workload::{Config, Workload, WORKLOADS};
 
 /// Workloads of `forest bench` without `--workload`: a read-only, a write-heavy and a scan
@@ -105,7 +106,8 @@ pub struct BenchArgs {
 
     /// Write the results as JSON: {"results":[{"engine","workload","threads","keys","ops",
     /// "runs_ops_per_sec","median_ops_per_sec","memory_bytes","bytes_per_key","key_shape",
-    /// "dist","value_size","durability","counters_per_op",...}]}.
+    /// "dist","value_size","durability","counters_per_op",...}]}; durable rows add
+    /// "fsyncs_per_ack","ack_p50_us","ack_p99_us".
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
 
@@ -121,6 +123,23 @@ pub struct BenchArgs {
     /// Seed of every generator: the same seed gives the same op streams.
     #[arg(long, value_name = "N", default_value_t = 42)]
     pub seed: u64,
+
+    /// Durability modes, comma-separated: `none` (the bare index), or through a durable
+    /// store: `sync` (fsync per write), `group` (group commit), `periodic:MS`. Durable modes
+    /// run the store engines (lockbtree, bwtree, masstree, without parameters) and report
+    /// fsyncs per acknowledged write and acknowledgement latency p50/p99.
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "none"
+    )]
+    pub durability: Vec<String>,
+
+    /// Where durable runs create their store directories, one fresh directory per run,
+    /// removed after it. Default: the system's temp dir. Put it on the disk to measure.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
 /// The catalogue of workloads, key shapes, distributions, engines and peers for `--help`.
@@ -166,7 +185,9 @@ pub fn catalog() -> String {
         s,
         "\nExamples:\n  forest bench\n  forest bench --workload bztree-balanced --dist zipfian \
          --threads 1,2,4 --json out.json --plot out.svg\n  forest bench --engines \
-         lockbtree:order=8,lockbtree:order=64,skiplist --workload ycsb-a --baseline skiplist"
+         lockbtree:order=8,lockbtree:order=64,skiplist --workload ycsb-a --baseline skiplist\n  \
+         forest bench --engines lockbtree --workload durable-put --durability \
+         sync,group,periodic:200 --threads 1,8,64 --ops 20000 --runs 1"
     );
     s
 }
@@ -229,8 +250,8 @@ fn plan(args: &BenchArgs) -> anyhow::Result<Plan> {
         })
         .collect();
     for c in &configs {
-        if c.keys == 0 {
-            bail!("--keys must be at least 1");
+        if c.keys == 0 && !c.allows_no_keys() {
+            bail!("--keys must be at least 1 (0 only for durable-put and durable-batch)");
         }
         if c.keys.saturating_add(c.ops) > c.key_shape.capacity() {
             bail!(
@@ -278,6 +299,25 @@ fn plan(args: &BenchArgs) -> anyhow::Result<Plan> {
     if args.runs == 0 {
         bail!("--runs must be at least 1");
     }
+    let modes: Vec<Mode> = args
+        .durability
+        .iter()
+        .map(|m| target::parse_mode(m))
+        .collect::<anyhow::Result<_>>()?;
+    if modes.is_empty() {
+        bail!("--durability names no mode");
+    }
+    if modes.iter().any(Option::is_some)
+        && !specs
+            .iter()
+            .any(|s| target::store_can_run(&s.name, !s.params.is_empty()))
+    {
+        bail!(
+            "--durability {} needs a store engine among --engines: {}, without parameters",
+            args.durability.join(","),
+            forest_store::ENGINE_NAMES.join(", ")
+        );
+    }
     let duration = match args.duration {
         Some(secs) if !(secs > 0.0 && secs.is_finite()) => {
             bail!("--duration must be a positive number of seconds")
@@ -293,6 +333,8 @@ fn plan(args: &BenchArgs) -> anyhow::Result<Plan> {
             runs: args.runs,
             warmup_ops: args.warmup_ops,
             duration,
+            modes,
+            dir: args.dir.clone(),
         },
     })
 }
@@ -318,6 +360,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let total = plan.configs.len() as u64
         * plan.options.threads.len() as u64
         * plan.specs.len() as u64
+        * plan.options.modes.len() as u64
         * plan.options.runs as u64;
     let progress = progress_bar(total);
     let mut rows = Vec::new();
@@ -338,9 +381,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             .filter(|s| !new_rows.iter().any(|r| r.engine == s.label()))
             .collect();
         for s in skipped {
+            let why = if peers::is_unordered(&s.name) {
+                "a hash map has no ordered scans"
+            } else {
+                "not a store engine, so not run under a durable mode"
+            };
             let _ = writeln!(
                 text,
-                "{:<22}     {:<34} skipped: a hash map has no ordered scans",
+                "{:<22}     {:<34} skipped: {why}",
                 config.workload.name,
                 s.label()
             );

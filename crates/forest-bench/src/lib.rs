@@ -11,6 +11,7 @@
 //! - [`alloc_count`]: the counting global allocator measuring index memory.
 //! - [`runner`]: load, warm-up, timed phase, repetitions.
 //! - [`report`]: the table, ratios, JSON and SVG.
+//! - [`target`]: a bare index, or a durable store over one (`--durability`).
 //! - [`rng`]: the deterministic generator (SplitMix64) and the bijections that scatter keys.
 //! - [`cli`]: `forest bench`'s flags ([`BenchArgs`]) and [`run`].
 
@@ -23,6 +24,7 @@ pub mod peers;
 pub mod report;
 pub mod rng;
 pub mod runner;
+pub mod target;
 pub mod workload;
 
 pub use cli::{run, BenchArgs};

@@ -41,10 +41,32 @@ pub struct ResultRow {
     pub engine_memory_bytes: u64,
     /// The engine's height after the run (`stats().height`; 0 where it does not apply).
     pub height: u32,
-    /// Durability mode: benchmarks measure the bare index, so always "none".
+    /// Durability mode: "none" (the bare index), "sync", "group" or "periodic:MS" (a store).
     pub durability: String,
+    /// Durable runs: log fsyncs per acknowledged write over the timed phases of all runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fsyncs_per_ack: Option<f64>,
+    /// Durable runs: median time of a write call until its acknowledgement (a batch call
+    /// counts once), microseconds, pooled over all runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ack_p50_us: Option<f64>,
+    /// Durable runs: the 99th percentile of the same, microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ack_p99_us: Option<f64>,
     /// Engine counters (restarts, cas_failures, ...) per timed operation, over all runs.
     pub counters_per_op: BTreeMap<String, f64>,
+}
+
+impl ResultRow {
+    /// The engine's label with its durability mode when not `none` (`lockbtree [sync]`): the
+    /// name of the row in tables, ratios and plots.
+    pub fn label(&self) -> String {
+        if self.durability == "none" {
+            self.engine.clone()
+        } else {
+            format!("{} [{}]", self.engine, self.durability)
+        }
+    }
 }
 
 /// The JSON document `--json` writes.
@@ -61,6 +83,17 @@ pub fn write_json(path: &Path, rows: &[ResultRow]) -> anyhow::Result<()> {
     };
     let text = serde_json::to_string_pretty(&report).context("encoding the JSON report")?;
     std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
+}
+
+/// Operations per second as Mops/s: three decimals, six below 0.1 (durable runs do
+/// thousands of ops per second, not millions).
+fn mops(ops_per_sec: f64) -> String {
+    let m = ops_per_sec / 1e6;
+    if m < 0.1 {
+        format!("{m:.6}")
+    } else {
+        format!("{m:.3}")
+    }
 }
 
 /// The results table.
@@ -85,21 +118,27 @@ pub fn table(rows: &[ResultRow]) -> String {
         let per_key = r
             .bytes_per_key
             .map_or("-".to_string(), |b| format!("{b:.1}"));
-        let counters: Vec<String> = r
-            .counters_per_op
-            .iter()
-            .filter(|(_, v)| **v > 0.0)
-            .map(|(k, v)| format!("{k}={v:.4}"))
-            .collect();
+        let mut counters: Vec<String> = Vec::new();
+        if let (Some(f), Some(p50), Some(p99)) = (r.fsyncs_per_ack, r.ack_p50_us, r.ack_p99_us) {
+            counters.push(format!(
+                "fsyncs/ack={f:.4} ack_p50={p50:.1}us ack_p99={p99:.1}us"
+            ));
+        }
+        counters.extend(
+            r.counters_per_op
+                .iter()
+                .filter(|(_, v)| **v > 0.0)
+                .map(|(k, v)| format!("{k}={v:.4}")),
+        );
         let _ = writeln!(
             out,
-            "{:<22} {:>3} {:<34} {:>10.3} {:>8.3}..{:<8.3} {:>10} {:>8}  {}",
+            "{:<22} {:>3} {:<34} {:>10} {:>8}..{:<8} {:>10} {:>8}  {}",
             r.workload,
             r.threads,
-            r.engine,
-            r.median_ops_per_sec / 1e6,
-            lo / 1e6,
-            hi / 1e6,
+            r.label(),
+            mops(r.median_ops_per_sec),
+            mops(lo),
+            mops(hi),
             memory,
             per_key,
             counters.join(" ")
@@ -134,7 +173,7 @@ pub fn ratios(
         let base = match baseline {
             Some(b) => group
                 .iter()
-                .find(|r| r.engine == b || r.engine.split(':').next() == Some(b)),
+                .find(|r| r.label() == b || r.engine == b || r.engine.split(':').next() == Some(b)),
             None => group
                 .iter()
                 .find(|r| is_peer(&r.engine))
@@ -147,13 +186,7 @@ pub fn ratios(
             } else {
                 0.0
             };
-            out.push((
-                workload.clone(),
-                threads,
-                r.engine.clone(),
-                base.engine.clone(),
-                ratio,
-            ));
+            out.push((workload.clone(), threads, r.label(), base.label(), ratio));
         }
     }
     out
@@ -191,9 +224,10 @@ fn xml_escape(s: &str) -> String {
 pub fn svg(rows: &[ResultRow]) -> String {
     let mut engines: Vec<&str> = Vec::new();
     let mut groups: Vec<(&str, usize)> = Vec::new();
-    for r in rows {
-        if !engines.contains(&r.engine.as_str()) {
-            engines.push(&r.engine);
+    let labels: Vec<String> = rows.iter().map(ResultRow::label).collect();
+    for (r, label) in rows.iter().zip(&labels) {
+        if !engines.contains(&label.as_str()) {
+            engines.push(label);
         }
         if !groups.contains(&(r.workload.as_str(), r.threads)) {
             groups.push((&r.workload, r.threads));
@@ -243,10 +277,9 @@ pub fn svg(rows: &[ResultRow]) -> String {
     for (g, (workload, threads)) in groups.iter().enumerate() {
         let gx = left + g as f64 * group_w + gap / 2.0;
         for (e, engine) in engines.iter().enumerate() {
-            let Some(r) = rows
-                .iter()
-                .find(|r| r.workload == *workload && r.threads == *threads && r.engine == *engine)
-            else {
+            let Some(r) = rows.iter().zip(&labels).find_map(|(r, label)| {
+                (r.workload == *workload && r.threads == *threads && label == engine).then_some(r)
+            }) else {
                 continue;
             };
             let v = r.median_ops_per_sec / 1e6;
@@ -328,6 +361,9 @@ mod tests {
             engine_memory_bytes: 0,
             height: 0,
             durability: "none".to_string(),
+            fsyncs_per_ack: None,
+            ack_p50_us: None,
+            ack_p99_us: None,
             counters_per_op: BTreeMap::from([("restarts".to_string(), 0.5)]),
         }
     }

@@ -9,18 +9,21 @@
 
 use std::collections::BTreeMap;
 use std::ops::{Bound, ControlFlow};
-use std::sync::{Arc, Barrier};
+use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
+use std::path::PathBuf;
+
 use anyhow::bail;
-use forest_core::{Index, Order};
+use forest_core::Order;
 use indicatif::ProgressBar;
 
 use crate::alloc_count;
 use crate::engines::{self, Spec};
 use crate::peers;
 use crate::report::ResultRow;
-use crate::workload::{self, Config, OpKind, Phase, Stream};
+use crate::target::{self, Mode, Target};
+use crate::workload::{self, Config, Kind, OpKind, Phase, Stream};
 
 /// How runs are repeated and timed.
 #[derive(Clone, Debug)]
@@ -36,6 +39,23 @@ pub struct RunOptions {
     /// (a cycle's inserts then find their keys present). The op count still sets the
     /// stream length.
     pub duration: Option<Duration>,
+    /// Durability modes to measure each engine under, in order (None: the bare index).
+    pub modes: Vec<Mode>,
+    /// Where durable runs make their store directories (None: the system's temp dir).
+    pub dir: Option<PathBuf>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self {
+            threads: vec![1],
+            runs: 1,
+            warmup_ops: None,
+            duration: None,
+            modes: vec![None],
+            dir: None,
+        }
+    }
 }
 
 /// Checks a timed loop makes between clock reads in duration mode: rare enough to cost
@@ -43,7 +63,9 @@ pub struct RunOptions {
 const CLOCK_CHECK_OPS: usize = 256;
 
 /// Runs `specs` on one workload configuration at every thread count; rows in order of
-/// thread count, then engine, then phase. `progress` advances once per engine run.
+/// thread count, then engine, then durability mode, then phase. `progress` advances once per
+/// engine run. Combinations that cannot run are left out: a hash map on a workload with
+/// scans, and under a durable mode anything but a store engine named without parameters.
 pub fn run_workload(
     config: &Config,
     specs: &[Spec],
@@ -51,7 +73,6 @@ pub fn run_workload(
     progress: &ProgressBar,
 ) -> anyhow::Result<Vec<ResultRow>> {
     let mut rows = Vec::new();
-    let counting = alloc_count::is_installed();
     for &threads in &options.threads {
         progress.set_message(format!(
             "{} T={threads}: generating ops",
@@ -61,85 +82,139 @@ pub fn run_workload(
         let warmup = warmup_phase(config, threads, options);
         let has_scans = phases.iter().any(Phase::has_scans);
         for spec in specs {
-            let label = spec.label();
-            if has_scans && peers::is_unordered(&spec.name) {
-                progress.inc(options.runs as u64);
-                continue;
-            }
-            let mut per_phase: Vec<PhaseRuns> =
-                phases.iter().map(|_| PhaseRuns::default()).collect();
-            let mut memory = Vec::new();
-            let mut engine_memory = 0;
-            let mut height = 0;
-            for run in 0..options.runs {
-                progress.set_message(format!(
-                    "{} {label} T={threads} run {}/{}",
-                    config.workload.name,
-                    run + 1,
-                    options.runs
-                ));
-                let index = engines::build(spec, config.key_shape)?;
-                if config.has_load() {
-                    let bytes = measured(counting, || load(&index, config))?;
-                    memory.extend(bytes);
-                    run_phase(&index, &warmup, config.value_size, None)?;
-                } else if run == 0 && counting {
-                    // rw1 has no load: measure its put phase once, untimed, on a spare index.
-                    let spare = engines::build(spec, config.key_shape)?;
-                    let bytes = measured(counting, || {
-                        run_phase(&spare, &phases[0], config.value_size, None).map(|_| ())
-                    })?;
-                    memory.extend(bytes);
+            for &mode in &options.modes {
+                if has_scans && peers::is_unordered(&spec.name)
+                    || mode.is_some() && !target::store_can_run(&spec.name, !spec.params.is_empty())
+                {
+                    progress.inc(options.runs as u64);
+                    continue;
                 }
-                for (phase, runs) in phases.iter().zip(&mut per_phase) {
-                    let before = index.stats();
-                    let done = run_phase(&index, phase, config.value_size, options.duration)?;
-                    let after = index.stats();
-                    runs.ops_per_sec
-                        .push(done.ops as f64 / done.elapsed.as_secs_f64().max(1e-9));
-                    runs.ops.push(done.ops);
-                    for (name, value) in &after.counters {
-                        let was = before.counter(name).unwrap_or(0);
-                        *runs.counter_deltas.entry((*name).to_string()).or_default() +=
-                            value.saturating_sub(was);
-                    }
-                }
-                let stats = index.stats();
-                engine_memory = stats.memory_bytes;
-                height = stats.height;
-                progress.inc(1);
-            }
-            let memory_bytes = median_u64(&memory);
-            for (phase, runs) in phases.iter().zip(per_phase) {
-                let workload = match phase.suffix {
-                    Some(suffix) => format!("{}/{suffix}", config.workload.name),
-                    None => config.workload.name.to_string(),
-                };
-                let total_ops: u64 = runs.ops.iter().sum();
-                rows.push(ResultRow {
-                    engine: label.clone(),
-                    workload,
-                    key_shape: config.key_shape.name().to_string(),
-                    dist: config.dist.name().to_string(),
-                    value_size: config.value_size,
-                    threads,
-                    keys: config.keys,
-                    ops: median_u64(&runs.ops).unwrap_or(0),
-                    median_ops_per_sec: median(&runs.ops_per_sec),
-                    runs_ops_per_sec: runs.ops_per_sec,
-                    memory_bytes,
-                    bytes_per_key: memory_bytes.map(|m| m as f64 / config.keys.max(1) as f64),
-                    engine_memory_bytes: engine_memory,
-                    height,
-                    durability: "none".to_string(),
-                    counters_per_op: runs
-                        .counter_deltas
-                        .into_iter()
-                        .map(|(k, v)| (k, v as f64 / total_ops.max(1) as f64))
-                        .collect(),
-                });
+                rows.extend(run_spec(
+                    config, spec, mode, threads, &phases, &warmup, options, progress,
+                )?);
             }
         }
+    }
+    Ok(rows)
+}
+
+/// Builds a fresh target of `spec` under `mode`.
+fn build_target(
+    spec: &Spec,
+    config: &Config,
+    mode: Mode,
+    options: &RunOptions,
+) -> anyhow::Result<Target> {
+    match mode {
+        None => Ok(Target::Memory(engines::build(spec, config.key_shape)?)),
+        Some(durability) => Target::open_durable(&spec.name, durability, options.dir.as_deref()),
+    }
+}
+
+/// Runs one engine under one mode at one thread count, `options.runs` times; one row per
+/// phase.
+#[allow(clippy::too_many_arguments)]
+fn run_spec(
+    config: &Config,
+    spec: &Spec,
+    mode: Mode,
+    threads: usize,
+    phases: &[Phase],
+    warmup: &Phase,
+    options: &RunOptions,
+    progress: &ProgressBar,
+) -> anyhow::Result<Vec<ResultRow>> {
+    let label = spec.label();
+    let counting = alloc_count::is_installed();
+    let mut per_phase: Vec<PhaseRuns> = phases.iter().map(|_| PhaseRuns::default()).collect();
+    let mut memory = Vec::new();
+    let mut engine_memory = 0;
+    let mut height = 0;
+    for run in 0..options.runs {
+        progress.set_message(format!(
+            "{} {label} {} T={threads} run {}/{}",
+            config.workload.name,
+            target::mode_name(mode),
+            run + 1,
+            options.runs
+        ));
+        let target = build_target(spec, config, mode, options)?;
+        if config.has_load() {
+            let bytes = measured(counting, || load(&target, config))?;
+            memory.extend(bytes);
+            run_phase(&target, warmup, config.value_size, None)?;
+        } else if run == 0 && counting && matches!(config.workload.kind, Kind::MasstreeRw1) {
+            // rw1 has no load: measure its put phase once, untimed, on a spare index.
+            let spare = build_target(spec, config, mode, options)?;
+            let bytes = measured(counting, || {
+                run_phase(&spare, &phases[0], config.value_size, None).map(|_| ())
+            })?;
+            memory.extend(bytes);
+        }
+        for (phase, runs) in phases.iter().zip(&mut per_phase) {
+            let before = target.stats();
+            let fsyncs_before = target.fsync_count();
+            let done = run_phase(&target, phase, config.value_size, options.duration)?;
+            let after = target.stats();
+            runs.fsyncs += target.fsync_count().saturating_sub(fsyncs_before);
+            runs.writes += done.writes;
+            runs.latencies_ns.extend(done.latencies_ns);
+            runs.ops_per_sec
+                .push(done.ops as f64 / done.elapsed.as_secs_f64().max(1e-9));
+            runs.ops.push(done.ops);
+            for (name, value) in &after.counters {
+                let was = before.counter(name).unwrap_or(0);
+                *runs.counter_deltas.entry((*name).to_string()).or_default() +=
+                    value.saturating_sub(was);
+            }
+        }
+        let stats = target.stats();
+        engine_memory = stats.memory_bytes;
+        height = stats.height;
+        progress.inc(1);
+    }
+    let memory_bytes = median_u64(&memory);
+    let keys_for_memory = if config.has_load() {
+        config.keys
+    } else {
+        config.ops
+    };
+    let mut rows = Vec::new();
+    for (phase, mut runs) in phases.iter().zip(per_phase) {
+        let workload = match phase.suffix {
+            Some(suffix) => format!("{}/{suffix}", config.workload.name),
+            None => config.workload.name.to_string(),
+        };
+        let total_ops: u64 = runs.ops.iter().sum();
+        let durable = mode.is_some();
+        runs.latencies_ns.sort_unstable();
+        let percentile_us =
+            |p: f64| durable.then(|| percentile(&runs.latencies_ns, p) as f64 / 1e3);
+        rows.push(ResultRow {
+            engine: label.clone(),
+            workload,
+            key_shape: config.key_shape.name().to_string(),
+            dist: config.dist.name().to_string(),
+            value_size: config.value_size,
+            threads,
+            keys: config.keys,
+            ops: median_u64(&runs.ops).unwrap_or(0),
+            median_ops_per_sec: median(&runs.ops_per_sec),
+            memory_bytes,
+            bytes_per_key: memory_bytes.map(|m| m as f64 / keys_for_memory.max(1) as f64),
+            engine_memory_bytes: engine_memory,
+            height,
+            durability: target::mode_name(mode),
+            fsyncs_per_ack: durable.then(|| runs.fsyncs as f64 / runs.writes.max(1) as f64),
+            ack_p50_us: percentile_us(0.50),
+            ack_p99_us: percentile_us(0.99),
+            counters_per_op: runs
+                .counter_deltas
+                .into_iter()
+                .map(|(k, v)| (k, v as f64 / total_ops.max(1) as f64))
+                .collect(),
+            runs_ops_per_sec: runs.ops_per_sec,
+        });
     }
     Ok(rows)
 }
@@ -149,6 +224,21 @@ struct PhaseRuns {
     ops_per_sec: Vec<f64>,
     ops: Vec<u64>,
     counter_deltas: BTreeMap<String, u64>,
+    /// Log fsyncs of the timed phases (durable runs).
+    fsyncs: u64,
+    /// Writes acknowledged in the timed phases.
+    writes: u64,
+    /// Each acknowledgement's wait (durable runs): a write call's, or a batch call's.
+    latencies_ns: Vec<u64>,
+}
+
+/// The `p` quantile (0..=1) of sorted `values` (nearest rank); 0 for none.
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = (p * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 /// Runs `f` with allocation counting on; the net bytes it allocated, if counting works here.
@@ -166,41 +256,57 @@ fn measured(counting: bool, f: impl FnOnce() -> anyhow::Result<()>) -> anyhow::R
 }
 
 /// Inserts the workload's keys, on as many threads as the machine has, each a contiguous
-/// range of key indices (ascending, so a `monotonic` load is in key order per thread).
-pub fn load(index: &Arc<dyn Index>, config: &Config) -> anyhow::Result<()> {
+/// range of key indices (ascending, so a `monotonic` load is in key order per thread), in
+/// batches of [`target::LOAD_BATCH_OPS`] (one durability wait each on a store).
+pub fn load(target: &Target, config: &Config) -> anyhow::Result<()> {
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
         .min(config.keys.max(1) as usize);
     let value = value_bytes(config.value_size);
     let chunk = config.keys.div_ceil(threads as u64);
-    let failures: u64 = std::thread::scope(|s| {
+    let results: Vec<anyhow::Result<u64>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads as u64)
             .map(|t| {
-                let (index, value) = (index, &value);
+                let value = &value;
                 s.spawn(move || {
-                    let mut key = Vec::new();
-                    let mut failures = 0u64;
-                    for i in t * chunk..((t + 1) * chunk).min(config.keys) {
-                        config.key(i, &mut key);
-                        if !matches!(index.insert(&key, value), Ok(true)) {
-                            failures += 1;
+                    let end = ((t + 1) * chunk).min(config.keys);
+                    let mut inserted = 0u64;
+                    let mut keys = Vec::with_capacity(target::LOAD_BATCH_OPS);
+                    let mut i = t * chunk;
+                    while i < end {
+                        keys.clear();
+                        while i < end && keys.len() < target::LOAD_BATCH_OPS {
+                            let mut key = Vec::new();
+                            config.key(i, &mut key);
+                            keys.push(key);
+                            i += 1;
                         }
+                        inserted += target.insert_batch(&keys, value)?;
                     }
-                    failures
+                    Ok(inserted)
                 })
             })
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or(u64::MAX))
-            .fold(0u64, u64::saturating_add)
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a load thread panicked")))
+            })
+            .collect()
     });
-    if failures > 0 {
+    let mut inserted = 0u64;
+    for r in results {
+        inserted += r?;
+    }
+    if inserted != config.keys {
         bail!(
-            "loading {} into {}: {failures} inserts failed or found the key present",
+            "loading {} into {}: {} of {} inserts found the key present",
             config.workload.name,
-            index.name()
+            target.name(),
+            config.keys - inserted.min(config.keys),
+            config.keys
         );
     }
     Ok(())
@@ -216,6 +322,7 @@ fn warmup_phase(config: &Config, threads: usize, options: &RunOptions) -> Phase 
         return Phase {
             suffix: None,
             streams: Vec::new(),
+            batch_ops: 1,
         };
     }
     let mut warm = *config;
@@ -225,18 +332,29 @@ fn warmup_phase(config: &Config, threads: usize, options: &RunOptions) -> Phase 
 }
 
 /// What a timed phase did.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct PhaseResult {
     /// Operations completed over all threads.
     pub ops: u64,
+    /// Writes acknowledged (upserts, inserts, read-modify-writes; each op of a batch).
+    pub writes: u64,
     /// From the first thread's start after the barrier until the last thread finished.
     pub elapsed: Duration,
+    /// On a durable target, each write call's time to acknowledgement (a batch's as one).
+    pub latencies_ns: Vec<u64>,
+}
+
+/// What one thread's timed loop did.
+struct StreamDone {
+    ops: u64,
+    writes: u64,
+    latencies_ns: Vec<u64>,
 }
 
 /// Runs one phase: a thread per stream, started together at a barrier; the elapsed time runs
 /// from the first thread's start to the last thread's end.
 pub fn run_phase(
-    index: &Arc<dyn Index>,
+    target: &Target,
     phase: &Phase,
     value_size: usize,
     duration: Option<Duration>,
@@ -244,7 +362,9 @@ pub fn run_phase(
     if phase.streams.is_empty() {
         return Ok(PhaseResult {
             ops: 0,
+            writes: 0,
             elapsed: Duration::ZERO,
+            latencies_ns: Vec::new(),
         });
     }
     let barrier = Barrier::new(phase.streams.len());
@@ -256,63 +376,140 @@ pub fn run_phase(
             .streams
             .iter()
             .map(|stream| {
-                let (index, value, barrier) = (index, &value, &barrier);
+                let (value, barrier) = (&value, &barrier);
                 s.spawn(move || {
                     barrier.wait();
                     let start = Instant::now();
-                    let done = run_stream(index.as_ref(), stream, value, duration);
+                    let done = if phase.batch_ops > 1 {
+                        run_batches(target, stream, phase.batch_ops, value, duration)
+                    } else {
+                        run_stream(target, stream, value, duration)
+                    };
                     (done, start, Instant::now())
                 })
             })
             .collect();
         handles.into_iter().map(|h| h.join()).collect()
     });
-    let mut ops = 0;
+    let mut result = PhaseResult {
+        ops: 0,
+        writes: 0,
+        elapsed: Duration::ZERO,
+        latencies_ns: Vec::new(),
+    };
     let mut first_start: Option<Instant> = None;
     let mut last_end: Option<Instant> = None;
     for outcome in outcomes {
         match outcome {
             Ok((Ok(done), start, end)) => {
-                ops += done;
+                result.ops += done.ops;
+                result.writes += done.writes;
+                result.latencies_ns.extend(done.latencies_ns);
                 first_start = Some(first_start.map_or(start, |f| f.min(start)));
                 last_end = Some(last_end.map_or(end, |l| l.max(end)));
             }
             Ok((Err(e), _, _)) => return Err(e),
-            Err(_) => bail!("a benchmark thread panicked in {}", index.name()),
+            Err(_) => bail!("a benchmark thread panicked in {}", target.name()),
         }
     }
-    let elapsed = match (first_start, last_end) {
-        (Some(start), Some(end)) => end.saturating_duration_since(start),
-        _ => Duration::ZERO,
-    };
-    Ok(PhaseResult { ops, elapsed })
+    if let (Some(start), Some(end)) = (first_start, last_end) {
+        result.elapsed = end.saturating_duration_since(start);
+    }
+    Ok(result)
 }
 
-/// One thread's timed loop. Returns the operations done.
+/// Times `write` when `timed`, appending its nanoseconds to `latencies_ns`.
+#[inline]
+fn timed_write<T>(timed: bool, latencies_ns: &mut Vec<u64>, write: impl FnOnce() -> T) -> T {
+    if !timed {
+        return write();
+    }
+    let start = Instant::now();
+    let out = write();
+    latencies_ns.push(u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX));
+    out
+}
+
+/// One thread's timed loop handing `batch_ops` upserts at a time to the target.
+fn run_batches(
+    target: &Target,
+    stream: &Stream,
+    batch_ops: usize,
+    value: &[u8],
+    duration: Option<Duration>,
+) -> anyhow::Result<StreamDone> {
+    let timed = target.is_durable();
+    let mut done = StreamDone {
+        ops: 0,
+        writes: 0,
+        latencies_ns: Vec::with_capacity(if timed {
+            stream.ops.len().div_ceil(batch_ops)
+        } else {
+            0
+        }),
+    };
+    let deadline = duration.map(|d| Instant::now() + d);
+    let mut pairs: Vec<(&[u8], &[u8])> = Vec::with_capacity(batch_ops);
+    loop {
+        for chunk in stream.ops.chunks(batch_ops) {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(done);
+            }
+            pairs.clear();
+            for op in chunk {
+                debug_assert_eq!(op.kind, OpKind::Upsert, "batches hold upserts only");
+                pairs.push((stream.key(op), value));
+            }
+            timed_write(timed, &mut done.latencies_ns, || {
+                target.upsert_batch(&pairs)
+            })?;
+            done.ops += chunk.len() as u64;
+            done.writes += chunk.len() as u64;
+        }
+        if deadline.is_none() || stream.ops.is_empty() {
+            return Ok(done);
+        }
+    }
+}
+
+/// One thread's timed loop.
 fn run_stream(
-    index: &dyn Index,
+    target: &Target,
     stream: &Stream,
     value: &[u8],
     duration: Option<Duration>,
-) -> anyhow::Result<u64> {
+) -> anyhow::Result<StreamDone> {
+    let timed = target.is_durable();
     let mut out = Vec::with_capacity(value.len());
     let mut found = 0u64;
-    let mut done = 0u64;
+    let mut done = StreamDone {
+        ops: 0,
+        writes: 0,
+        latencies_ns: Vec::with_capacity(if timed { stream.ops.len() } else { 0 }),
+    };
+    let lat = &mut done.latencies_ns;
+    let mut ops = 0u64;
+    let mut writes = 0u64;
     let deadline = duration.map(|d| Instant::now() + d);
-    loop {
+    'cycles: loop {
         for (i, op) in stream.ops.iter().enumerate() {
             if i % CLOCK_CHECK_OPS == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
-                std::hint::black_box(found);
-                return Ok(done);
+                break 'cycles;
             }
             let key = stream.key(op);
             match op.kind {
-                OpKind::Read => found += u64::from(index.get(key, &mut out)),
-                OpKind::Upsert => index.upsert(key, value)?,
-                OpKind::Insert => found += u64::from(index.insert(key, value)?),
+                OpKind::Read => found += u64::from(target.get(key, &mut out)),
+                OpKind::Upsert => {
+                    timed_write(timed, lat, || target.upsert(key, value))?;
+                    writes += 1;
+                }
+                OpKind::Insert => {
+                    found += u64::from(timed_write(timed, lat, || target.insert(key, value))?);
+                    writes += 1;
+                }
                 OpKind::Scan => {
                     let mut left = op.scan_len;
-                    index.scan(
+                    target.scan(
                         Bound::Included(key),
                         Bound::Unbounded,
                         Order::Ascending,
@@ -335,17 +532,20 @@ fn run_stream(
                     );
                 }
                 OpKind::ReadModifyWrite => {
-                    found += u64::from(index.get(key, &mut out));
-                    index.upsert(key, value)?;
+                    found += u64::from(target.get(key, &mut out));
+                    timed_write(timed, lat, || target.upsert(key, value))?;
+                    writes += 1;
                 }
             }
-            done += 1;
+            ops += 1;
         }
         if deadline.is_none() || stream.ops.is_empty() {
             break;
         }
     }
     std::hint::black_box(found);
+    done.ops = ops;
+    done.writes = writes;
     Ok(done)
 }
 

@@ -19,6 +19,11 @@
 //! - `masstree-rw1`: Masstree's rw1 test (§6): each thread puts random 31-bit integers as
 //!   decimal strings, then gets all of its keys in shuffled order; reported as two rows,
 //!   `masstree-rw1/put` and `masstree-rw1/get`. Its op count is its key count.
+//! - `durable-put`, `durable-batch` (issue 5 "Measured"): 8-byte keys, 100-byte values,
+//!   upserts only, of distinct new keys (thread t's j-th is key index `keys + j·T + t`), after
+//!   a load of `--keys` keys (default none). `durable-batch` hands them to the target in
+//!   batches of [`DURABLE_BATCH_OPS`] (one `write_batch`, one durability wait, per batch).
+//!   Meant for `--durability`; under `none` they measure the bare index's upserts.
 //! - `westerhoff-seq`: Westerhoff §4.3: the keys are inserted first (the initialization
 //!   sequence), then one sequence of 80 % searches of inserted keys and 20 % inserts of new
 //!   keys is dealt round-robin over the threads (thread t gets actions t, t+T, t+2T, …).
@@ -95,6 +100,8 @@ pub struct Phase {
     pub suffix: Option<&'static str>,
     /// One stream per thread.
     pub streams: Vec<Stream>,
+    /// Consecutive ops handed over as one batch (1: one at a time); batches hold upserts only.
+    pub batch_ops: usize,
 }
 
 impl Phase {
@@ -161,7 +168,12 @@ pub enum Kind {
     MasstreeRw1,
     /// Westerhoff §4.3: load, then one 80/20 search/insert sequence dealt round-robin.
     WesterhoffSeq,
+    /// Upserts of new keys only, `batch_ops` per call (durable-put, durable-batch).
+    Puts { batch_ops: usize },
 }
+
+/// Upserts per `write_batch` of `durable-batch`.
+pub const DURABLE_BATCH_OPS: usize = 1_000;
 
 /// A named workload and its defaults.
 #[derive(Clone, Copy, Debug)]
@@ -328,6 +340,26 @@ pub const WORKLOADS: &[Workload] = &[
         kind: Kind::MasstreeRw1,
     },
     Workload {
+        name: "durable-put",
+        about: "Store: upserts of new 8 B keys, 100 B values, one per call (use --durability)",
+        key_shape: KeyShape::U64,
+        value_size: 100,
+        dist: Dist::Uniform,
+        keys: 0,
+        kind: Kind::Puts { batch_ops: 1 },
+    },
+    Workload {
+        name: "durable-batch",
+        about: "Store: upserts as durable-put, 1000 per write_batch (use --durability)",
+        key_shape: KeyShape::U64,
+        value_size: 100,
+        dist: Dist::Uniform,
+        keys: 0,
+        kind: Kind::Puts {
+            batch_ops: DURABLE_BATCH_OPS,
+        },
+    },
+    Workload {
         name: "westerhoff-seq",
         about: "Westerhoff 4.3: init inserts, then 80% search / 20% insert, round-robin",
         key_shape: KeyShape::U64,
@@ -384,7 +416,16 @@ impl Config {
 
     /// Whether this workload loads its keys before the timed phases.
     pub fn has_load(&self) -> bool {
-        !matches!(self.workload.kind, Kind::MasstreeRw1)
+        match self.workload.kind {
+            Kind::MasstreeRw1 => false,
+            Kind::Puts { .. } => self.keys > 0,
+            Kind::Mixed(_) | Kind::WesterhoffSeq => true,
+        }
+    }
+
+    /// Whether `--keys 0` is meaningful (no load): only for the put workloads.
+    pub fn allows_no_keys(&self) -> bool {
+        matches!(self.workload.kind, Kind::Puts { .. })
     }
 
     /// The key of `index` in this configuration.
@@ -400,6 +441,28 @@ pub fn phases(config: &Config, threads: usize) -> Vec<Phase> {
         Kind::Mixed(mix) => vec![mixed_phase(config, &mix, threads)],
         Kind::MasstreeRw1 => rw1_phases(config, threads),
         Kind::WesterhoffSeq => vec![westerhoff_phase(config, threads)],
+        Kind::Puts { batch_ops } => vec![puts_phase(config, threads, batch_ops)],
+    }
+}
+
+fn puts_phase(config: &Config, threads: usize, batch_ops: usize) -> Phase {
+    let order = config.key_order();
+    let per_thread = config.ops / threads as u64;
+    let extra = config.ops % threads as u64;
+    let streams = (0..threads as u64)
+        .map(|t| {
+            let mut stream = Stream::default();
+            for j in 0..per_thread + u64::from(t < extra) {
+                let index = config.keys + j * threads as u64 + t;
+                stream.push(OpKind::Upsert, 0, config.key_shape, index, order);
+            }
+            stream
+        })
+        .collect();
+    Phase {
+        suffix: None,
+        streams,
+        batch_ops: batch_ops.max(1),
     }
 }
 
@@ -457,6 +520,7 @@ fn mixed_phase(config: &Config, mix: &Mix, threads: usize) -> Phase {
     Phase {
         suffix: None,
         streams,
+        batch_ops: 1,
     }
 }
 
@@ -483,10 +547,12 @@ fn rw1_phases(config: &Config, threads: usize) -> Vec<Phase> {
         Phase {
             suffix: Some("put"),
             streams: puts,
+            batch_ops: 1,
         },
         Phase {
             suffix: Some("get"),
             streams: gets,
+            batch_ops: 1,
         },
     ]
 }
@@ -514,6 +580,7 @@ fn westerhoff_phase(config: &Config, threads: usize) -> Phase {
     Phase {
         suffix: None,
         streams,
+        batch_ops: 1,
     }
 }
 
@@ -626,6 +693,32 @@ mod tests {
         let mut last_loaded = Vec::new();
         c.key(c.keys - 1, &mut last_loaded);
         assert!(keys[0] > last_loaded.as_slice());
+    }
+
+    #[test]
+    fn durable_puts_upsert_distinct_new_keys() {
+        // Goal: durable-put/-batch streams are upserts of distinct keys past the load, dealt
+        // evenly; the batch workload carries its batch size. Method: collect and dedup keys.
+        let mut c = config("durable-batch");
+        c.keys = 0;
+        assert!(!c.has_load() && c.allows_no_keys());
+        let phase = &phases(&c, 3)[0];
+        assert_eq!(phase.batch_ops, DURABLE_BATCH_OPS);
+        assert_eq!(phase.op_count(), 10_000);
+        let mut keys: Vec<&[u8]> = phase
+            .streams
+            .iter()
+            .flat_map(|s| s.ops.iter().map(|o| s.key(o)))
+            .collect();
+        assert!(phase
+            .streams
+            .iter()
+            .all(|s| s.ops.iter().all(|o| o.kind == OpKind::Upsert)));
+        assert!(keys.iter().all(|k| k.len() == 8));
+        keys.sort_unstable();
+        keys.dedup();
+        assert_eq!(keys.len(), 10_000);
+        assert_eq!(phases(&config("durable-put"), 2)[0].batch_ops, 1);
     }
 
     #[test]

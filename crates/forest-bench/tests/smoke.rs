@@ -5,6 +5,7 @@
 use forest_bench::alloc_count::CountingAlloc;
 use forest_bench::engines::{split_list, Spec};
 use forest_bench::runner::{run_workload, RunOptions};
+use forest_bench::target::parse_mode;
 use forest_bench::workload::{Config, WORKLOADS};
 use forest_bench::BenchArgs;
 use indicatif::ProgressBar;
@@ -25,9 +26,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 fn options(threads: Vec<usize>) -> RunOptions {
     RunOptions {
         threads,
-        runs: 1,
-        warmup_ops: None,
-        duration: None,
+        ..RunOptions::default()
     }
 }
 
@@ -60,13 +59,16 @@ fn every_workload_runs_on_lockbtree_and_a_peer() {
         )
         .unwrap_or_else(|e| panic!("{}: {e:#}", w.name));
         let phases = if w.name == "masstree-rw1" { 2 } else { 1 };
+        let has_load = w.keys > 0 || !w.name.starts_with("durable-");
         assert_eq!(rows.len(), 2 * 2 * phases, "{}", w.name);
         for r in &rows {
             assert!(r.ops > 0, "{} {}: no ops", r.workload, r.engine);
             assert!(r.median_ops_per_sec > 0.0, "{} {}", r.workload, r.engine);
             assert!(r.workload.starts_with(w.name));
-            let memory = r.memory_bytes.expect("counting allocator installed");
-            assert!(memory > 0, "{} {}", r.workload, r.engine);
+            if has_load || w.name == "masstree-rw1" {
+                let memory = r.memory_bytes.expect("counting allocator installed");
+                assert!(memory > 0, "{} {}", r.workload, r.engine);
+            }
         }
         if w.name == "masstree-rw1" {
             assert!(rows.iter().any(|r| r.workload == "masstree-rw1/put"));
@@ -139,6 +141,8 @@ fn json_report_has_the_documented_fields() {
         plot: Some(plot.clone()),
         baseline: Some("skiplist".to_string()),
         seed: 5,
+        durability: vec!["none".to_string()],
+        dir: None,
     };
     forest_bench::run(args).expect("bench runs");
     let text = std::fs::read_to_string(&json).expect("json written");
@@ -198,7 +202,140 @@ fn bad_engine_spec_fails_before_running() {
         plot: None,
         baseline: None,
         seed: 1,
+        durability: vec!["none".to_string()],
+        dir: None,
     };
     let err = forest_bench::run(args).expect_err("bad parameter");
     assert!(format!("{err:#}").contains("colour"), "{err:#}");
+}
+
+#[test]
+fn durable_modes_run_through_the_store() {
+    // Goal: durable-put, durable-batch and a mixed workload run through a store under sync,
+    // group and periodic:10, with fsync and latency figures, and leave no directory behind.
+    // Method: tiny sizes in a fresh --dir; check each row's durable fields and the dir after.
+    let _serial = serial();
+    let dir = std::env::temp_dir().join(format!("forest-bench-durable-{}", std::process::id()));
+    let modes: Vec<_> = ["none", "sync", "group", "periodic:10"]
+        .iter()
+        .map(|m| parse_mode(m).expect("valid mode"))
+        .collect();
+    let options = RunOptions {
+        threads: vec![1, 4],
+        modes,
+        dir: Some(dir.clone()),
+        ..RunOptions::default()
+    };
+    let specs = split_list("lockbtree,skiplist").expect("valid");
+    for name in ["durable-put", "durable-batch", "ycsb-a"] {
+        let mut config = tiny(name);
+        // Sync pays an fsync per write: keep it to a few hundred.
+        config.ops = 400;
+        config.keys = if name == "ycsb-a" { 500 } else { 0 };
+        let rows = run_workload(&config, &specs, &options, &ProgressBar::hidden())
+            .unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        // lockbtree under 4 modes, skiplist under none only, at 2 thread counts.
+        assert_eq!(rows.len(), 2 * (4 + 1), "{name}");
+        for r in &rows {
+            assert!(
+                r.ops > 0 && r.median_ops_per_sec > 0.0,
+                "{name} {}",
+                r.label()
+            );
+            if r.durability == "none" {
+                assert!(r.fsyncs_per_ack.is_none() && r.ack_p50_us.is_none());
+                continue;
+            }
+            assert_eq!(r.engine, "lockbtree");
+            let fsyncs = r.fsyncs_per_ack.expect("durable rows count fsyncs");
+            let (p50, p99) = (r.ack_p50_us.expect("p50"), r.ack_p99_us.expect("p99"));
+            assert!(p50 > 0.0 && p99 >= p50, "{name} {}: {p50} {p99}", r.label());
+            match r.durability.as_str() {
+                // sync forces every write's own record.
+                "sync" if name == "durable-put" => {
+                    assert!((0.99..=1.01).contains(&fsyncs), "{fsyncs}")
+                }
+                // No mode needs more than one fsync per write.
+                _ => assert!(fsyncs <= 1.01, "{name} {}: {fsyncs}", r.label()),
+            }
+        }
+    }
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .expect("--dir was created")
+        .collect();
+    assert!(left.is_empty(), "store directories left behind: {left:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn durable_json_rows_carry_fsyncs_and_latency() {
+    // Goal: --durability with a comma list reaches the JSON: a durable row has
+    // "durability", "fsyncs_per_ack", "ack_p50_us", "ack_p99_us"; a "none" row has no
+    // latency fields. Method: the CLI entry point with tiny sizes, --keys 0.
+    let _serial = serial();
+    let dir = std::env::temp_dir().join(format!("forest-bench-djson-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let json = dir.join("out.json");
+    let args = BenchArgs {
+        engines: vec!["lockbtree".to_string()],
+        workload: Some("durable-put".to_string()),
+        keys: Some(0),
+        ops: Some(500),
+        duration: None,
+        threads: vec![2],
+        runs: 1,
+        warmup_ops: None,
+        dist: None,
+        key_shape: None,
+        value_size: None,
+        json: Some(json.clone()),
+        plot: None,
+        baseline: None,
+        seed: 3,
+        durability: vec!["none".to_string(), "group".to_string()],
+        dir: Some(dir.join("stores")),
+    };
+    forest_bench::run(args).expect("bench runs");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("JSON");
+    let results = doc["results"].as_array().expect("results");
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[0]["durability"], "none");
+    assert!(results[0].get("ack_p50_us").is_none());
+    assert_eq!(results[1]["durability"], "group");
+    for field in ["fsyncs_per_ack", "ack_p50_us", "ack_p99_us"] {
+        assert!(results[1][field].as_f64().is_some(), "missing {field}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn durable_mode_rejects_runs_without_a_store_engine() {
+    // Goal: a durable mode with only peers, or a bad mode, is a clear error before running.
+    let _serial = serial();
+    let mut args = BenchArgs {
+        engines: vec!["skiplist".to_string()],
+        workload: Some("durable-put".to_string()),
+        keys: Some(0),
+        ops: Some(10),
+        duration: None,
+        threads: vec![1],
+        runs: 1,
+        warmup_ops: None,
+        dist: None,
+        key_shape: None,
+        value_size: None,
+        json: None,
+        plot: None,
+        baseline: None,
+        seed: 1,
+        durability: vec!["sync".to_string()],
+        dir: None,
+    };
+    let err = forest_bench::run(args.clone()).expect_err("no store engine");
+    assert!(format!("{err:#}").contains("store engine"), "{err:#}");
+    args.engines = vec!["lockbtree".to_string()];
+    args.durability = vec!["fast".to_string()];
+    let err = forest_bench::run(args).expect_err("bad mode");
+    assert!(format!("{err:#}").contains("periodic:MS"), "{err:#}");
 }
