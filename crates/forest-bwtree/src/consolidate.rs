@@ -12,7 +12,7 @@
 use crossbeam_epoch::{Guard, Owned, Shared};
 use forest_llama::Pid;
 
-use crate::delta::{BasePage, Kind, Node};
+use crate::delta::{key_cmp, key_eq, key_prefix, BasePage, Kind, Node};
 use crate::BwTree;
 
 /// A page's records at one state, borrowed from the chain.
@@ -34,7 +34,7 @@ pub(crate) fn view(node: &Node) -> View<'_> {
     // often sits on the very split that made the absorbed page, whose base below still has
     // stale copies of the moved records.)
     let mut limit = high;
-    let below = |key: &[u8], limit: Option<&[u8]>| limit.is_none_or(|l| key < l);
+    let below = |key: &[u8], limit: Option<&[u8]>| limit.is_none_or(|l| key_cmp(key, l).is_lt());
     let mut current = node;
     let base = loop {
         // Each entry is kept only if no newer split or merge cut it off.
@@ -75,44 +75,43 @@ pub(crate) fn view(node: &Node) -> View<'_> {
         current = current.next().expect("a chain ends in a base page");
     };
     // Stable sort keeps the newest delta first among equal keys; dedup keeps that one.
-    deltas.sort_by(|a, b| a.0.cmp(b.0));
-    deltas.dedup_by(|later, earlier| later.0 == earlier.0);
+    deltas.sort_by(|a, b| key_cmp(a.0, b.0));
+    deltas.dedup_by(|later, earlier| key_eq(later.0, earlier.0));
     let mut records = Vec::with_capacity(base.len() + deltas.len());
     let mut d = deltas.into_iter().peekable();
     // The base page is the oldest entry: the smallest cut applies to it.
-    let below_cut = |key: &[u8]| below(key, limit);
-    let mut b = (0..base.len())
-        .map(|i| (base.key(i), base.value(i)))
-        .take_while(|(k, _)| below_cut(k))
-        .peekable();
-    loop {
-        match (d.peek(), b.peek()) {
-            (Some(&(dk, dv)), Some(&(bk, _))) => {
-                if dk <= bk {
-                    if dk == bk {
-                        b.next();
-                    }
-                    d.next();
-                    if let Some(v) = dv {
-                        records.push((dk, v));
-                    }
-                } else {
-                    records.push((bk, b.next().expect("peeked").1));
-                }
-            }
-            (Some(&(dk, dv)), None) => {
-                d.next();
-                if let Some(v) = dv {
-                    records.push((dk, v));
-                }
-            }
-            (None, Some(_)) => records.push(b.next().expect("peeked")),
-            (None, None) => break,
+    let cut = limit.map_or(base.len(), |l| base.count_below(l, false));
+    // The next delta's key prefix: base records below it need no full comparison.
+    let next_prefix = |d: &mut std::iter::Peekable<std::vec::IntoIter<(&[u8], _)>>| {
+        d.peek().map_or(u64::MAX, |(dk, _)| key_prefix(dk))
+    };
+    let mut next = next_prefix(&mut d);
+    base.for_each_record_below(cut, |bk, bv| {
+        if key_prefix(bk) < next {
+            records.push((bk, bv));
+            return;
         }
-    }
+        // Deltas for keys up to this one come first; one for this very key replaces it.
+        while let Some(&(dk, dv)) = d.peek() {
+            let order = key_cmp(dk, bk);
+            if order.is_gt() {
+                break;
+            }
+            d.next();
+            next = next_prefix(&mut d);
+            if let Some(v) = dv {
+                records.push((dk, v));
+            }
+            if order.is_eq() {
+                return;
+            }
+        }
+        records.push((bk, bv));
+    });
+    records.extend(d.filter_map(|(dk, dv)| Some((dk, dv?))));
     View {
         records,
-        low: &base.low,
+        low: base.low(),
         high,
         side_link,
     }

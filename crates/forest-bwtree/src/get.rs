@@ -21,7 +21,7 @@ use crossbeam_epoch::{Guard, Shared};
 use forest_llama::Pid;
 
 use crate::consolidate::view;
-use crate::delta::{decode_pid, read_node, Kind, Node};
+use crate::delta::{copy_bytes, decode_pid, key_cmp, key_eq, read_node, Kind, Node};
 use crate::BwTree;
 
 /// What a search looks for.
@@ -39,7 +39,7 @@ impl Target<'_> {
     #[inline]
     pub(crate) fn right_of(self, boundary: &[u8]) -> bool {
         match self {
-            Target::At(key) => key >= boundary,
+            Target::At(key) => key_cmp(key, boundary).is_ge(),
             Target::Below(Some(bound)) => bound > boundary,
             Target::Below(None) => true,
         }
@@ -104,19 +104,25 @@ pub(crate) fn route<'g>(node: &'g Node, target: Target<'_>) -> Route<'g> {
                 }
             }
             Kind::Base(page) => {
-                if let Some(high) = page.high.as_deref() {
-                    if target.right_of(high) {
-                        return Route::Right {
-                            separator: high,
-                            side_link: page.side_link,
-                        };
-                    }
+                let beyond_high = match target {
+                    Target::At(key) => page.at_or_above_high(key),
+                    Target::Below(_) => page.high().is_some_and(|high| target.right_of(high)),
+                };
+                if beyond_high {
+                    return Route::Right {
+                        separator: page.high().expect("a page beyond its high key has one"),
+                        side_link: page.side_link(),
+                    };
                 }
                 if node.level == 0 {
                     return Route::Here;
                 }
                 // The first entry's separator is the page's low key, left of the target.
-                let count = page.partition_point(|sep| target.right_of(sep));
+                let count = match target {
+                    Target::At(key) => page.count_below(key, true),
+                    Target::Below(Some(bound)) => page.count_below(bound, false),
+                    Target::Below(None) => page.len(),
+                };
                 debug_assert!(count > 0, "an index page's low key is left of its targets");
                 return Route::Child(decode_pid(page.value(count.saturating_sub(1))));
             }
@@ -155,9 +161,13 @@ pub(crate) fn lookup<'g>(node: &'g Node, key: &[u8]) -> Lookup<'g> {
     let mut current = node;
     loop {
         match &current.kind {
-            Kind::Insert(r) | Kind::Modify(r) if r.key() == key => return Lookup::Found(r.value()),
-            Kind::Delete(k) if &**k == key => return Lookup::Absent,
-            Kind::Split { separator, .. } if key >= &**separator => return Lookup::Elsewhere,
+            Kind::Insert(r) | Kind::Modify(r) if key_eq(r.key(), key) => {
+                return Lookup::Found(r.value())
+            }
+            Kind::Delete(k) if key_eq(k, key) => return Lookup::Absent,
+            Kind::Split { separator, .. } if key_cmp(key, separator).is_ge() => {
+                return Lookup::Elsewhere
+            }
             Kind::RemoveNode => return Lookup::Elsewhere,
             Kind::NodeMerge(merge) => {
                 if merge.high.as_deref().is_some_and(|h| key >= h) {
@@ -169,7 +179,7 @@ pub(crate) fn lookup<'g>(node: &'g Node, key: &[u8]) -> Lookup<'g> {
                 }
             }
             Kind::Base(page) => {
-                if page.high.as_deref().is_some_and(|h| key >= h) {
+                if page.at_or_above_high(key) {
                     return Lookup::Elsewhere;
                 }
                 return match page.search(key) {
@@ -324,7 +334,8 @@ impl BwTree {
             let found = match lookup(node, key) {
                 Lookup::Found(value) => {
                     out.clear();
-                    out.extend_from_slice(value);
+                    out.resize(value.len(), 0);
+                    copy_bytes(out, value);
                     true
                 }
                 Lookup::Absent => false,

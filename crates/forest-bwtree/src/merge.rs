@@ -63,7 +63,7 @@ impl BwTree {
         if matches!(node.kind, Kind::RemoveNode) {
             return;
         }
-        let low: &[u8] = &node.base_page().low;
+        let low: &[u8] = node.base_page().low();
         let level = node.level;
         if low.is_empty() {
             if self.root_pid(guard) == pid {
@@ -89,7 +89,7 @@ impl BwTree {
             Route::Child(child) if child == pid => {}
             _ => return, // the parent does not route to this page yet (its split is pending)
         }
-        if *parent.base_page().low == *low {
+        if parent.base_page().low() == low {
             // The first child of its parent has no left sibling under the same parent.
             if absorb_right {
                 self.absorb_right(node, guard);
@@ -140,7 +140,7 @@ impl BwTree {
             .next()
             .expect("a remove node delta has the frozen state below it");
         let level = r_node.level;
-        let low: &[u8] = &frozen.base_page().low;
+        let low: &[u8] = frozen.base_page().low();
         let (high, side_link) = frozen.bounds();
         if low.is_empty() {
             return self.complete_root_collapse(r, r_state, frozen, guard);
@@ -158,7 +158,7 @@ impl BwTree {
             };
             match route(p_node, Target::At(low)) {
                 Route::Child(child) if child == r => {
-                    if *p_node.base_page().low == *low {
+                    if p_node.base_page().low() == low {
                         // The parent split at R's low key after the remove: withdraw it.
                         if self.table.restore(
                             r,

@@ -167,7 +167,7 @@ impl BwTree {
                     };
                     let term = Record::new(separator, &side_link.to_le_bytes());
                     let kind = Kind::IndexTerm {
-                        term,
+                        term: Box::new(term),
                         high: high.map(Into::into),
                     };
                     let delta = Owned::new(Node::delta(node, node.record_count + 1, kind));

@@ -2,18 +2,59 @@
 //! fill-and-drain rounds split and merge pages (leaf and index levels, root growth and
 //! collapse) while other threads do the same on interleaved keys and scanners walk the tree.
 //! The shared kit's stress checks run in tests/conformance.rs; this one aims at SMO races.
+//!
+//! Length knob: `FOREST_STRESS_SECONDS` (default [`STRESS_SECONDS_DEFAULT`]) bounds each test's
+//! fill-and-drain rounds by time: every writer starts new rounds until that many seconds have
+//! passed, and always runs at least [`ROUNDS_MIN`]. The default keeps the crate's `ci`-profile
+//! run near one minute; set e.g. `FOREST_STRESS_SECONDS=600` for a soak. A watchdog fails the
+//! process if a test is still running [`STALL_SECONDS_MAX`] seconds past that bound.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
 
 use std::ops::{Bound, ControlFlow};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use forest_bwtree::{counter_names, BwTree, BwTreeConfig};
 use forest_core::stats::names;
 use forest_core::{Index, Order};
 
 const KEY_COUNT: u32 = 20_000;
-const ROUNDS: u32 = 10;
+/// Rounds every writer runs whatever the time bound: both drain orders, at least once.
+const ROUNDS_MIN: u32 = 2;
+/// Seconds of rounds per test unless `FOREST_STRESS_SECONDS` says otherwise: two tests of
+/// this length keep the crate's optimized CI run near a minute.
+const STRESS_SECONDS_DEFAULT: u64 = 15;
+
+/// Seconds past the time bound after which the test counts as hung and the process exits
+/// with a failure (a round takes well under a second; a livelock must not eat CI's budget).
+const STALL_SECONDS_MAX: u64 = 120;
+
+/// Exits the process with a failure if `done` is not set by `deadline` plus
+/// [`STALL_SECONDS_MAX`].
+fn watchdog(deadline: Instant, done: Arc<AtomicBool>) {
+    std::thread::spawn(move || {
+        let limit = deadline + Duration::from_secs(STALL_SECONDS_MAX);
+        while !done.load(Ordering::Relaxed) {
+            if Instant::now() > limit {
+                eprintln!("stress: no progress {STALL_SECONDS_MAX} s past the time bound: hung");
+                std::process::exit(1);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+}
+
+/// The time bound of each test's rounds (see the crate doc above).
+fn stress_duration() -> Duration {
+    let seconds = match std::env::var("FOREST_STRESS_SECONDS") {
+        Ok(text) => text
+            .parse()
+            .unwrap_or_else(|_| panic!("FOREST_STRESS_SECONDS={text:?} is not a whole number")),
+        Err(_) => STRESS_SECONDS_DEFAULT,
+    };
+    Duration::from_secs(seconds)
+}
 
 fn thread_count() -> u32 {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get() as u32);
@@ -48,6 +89,9 @@ fn fill_and_drain(config: BwTreeConfig) {
     let tree = Arc::new(BwTree::with_config(config).unwrap());
     let threads = thread_count();
     let stop = Arc::new(AtomicBool::new(false));
+    let deadline = Instant::now() + stress_duration();
+    let done = Arc::new(AtomicBool::new(false));
+    watchdog(deadline, Arc::clone(&done));
     let scanners: Vec<_> = [Order::Ascending, Order::Descending]
         .into_iter()
         .map(|order| {
@@ -82,7 +126,8 @@ fn fill_and_drain(config: BwTreeConfig) {
                     .map(u32::to_be_bytes)
                     .collect();
                 let mut out = Vec::new();
-                for round in 0..ROUNDS {
+                let mut round = 0u32;
+                while round < ROUNDS_MIN || Instant::now() < deadline {
                     for k in &mine {
                         assert!(
                             tree.insert(k, k).unwrap(),
@@ -98,7 +143,7 @@ fn fill_and_drain(config: BwTreeConfig) {
                         );
                     }
                     // Drain in an order that differs by round: ascending, then descending.
-                    let drain: Box<dyn Iterator<Item = &[u8; 4]>> = if round % 2 == 0 {
+                    let drain: Box<dyn Iterator<Item = &[u8; 4]>> = if round.is_multiple_of(2) {
                         Box::new(mine.iter())
                     } else {
                         Box::new(mine.iter().rev())
@@ -110,17 +155,20 @@ fn fill_and_drain(config: BwTreeConfig) {
                             "round {round}: removed key resurrected"
                         );
                     }
+                    round += 1;
                 }
+                round
             })
         })
         .collect();
     for w in writers {
-        w.join().unwrap();
+        assert!(w.join().unwrap() >= ROUNDS_MIN);
     }
     stop.store(true, Ordering::Relaxed);
     for s in scanners {
         assert!(s.join().unwrap() > 0);
     }
+    done.store(true, Ordering::Relaxed);
     let mut left = 0;
     tree.scan(
         Bound::Unbounded,
