@@ -158,10 +158,13 @@ impl Index for Broken {
         let key = self.stored_key(key);
         let n = self.get_count.fetch_add(1, Ordering::Relaxed);
         if self.fault == Fault::StaleRead && n % 8 == 7 {
-            if let Some(old) = self.previous.lock().unwrap().get(&key) {
+            // Copy the old value and release `previous` before reading `map`: `write` takes
+            // them in the other order, so holding both here could deadlock.
+            let old = self.previous.lock().unwrap().get(&key).cloned();
+            if let Some(old) = old {
                 if self.map.read().unwrap().contains_key(&key) {
                     out.clear();
-                    out.extend_from_slice(old);
+                    out.extend_from_slice(&old);
                     return true;
                 }
             }
