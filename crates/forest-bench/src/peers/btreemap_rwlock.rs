@@ -137,18 +137,12 @@ impl<K: PeerKey> Index for BTreeMapRwLock<K> {
                         return;
                     }
                     let range = map.range::<K::Probe, _>((lo, hi));
-                    let records: Box<dyn Iterator<Item = (&K, &Box<[u8]>)>> = match order {
-                        Order::Ascending => Box::new(range),
-                        Order::Descending => Box::new(range.rev()),
+                    // Both directions through one generic copy: no boxed iterator, so a scan
+                    // allocates nothing once its buffers are warm.
+                    let last = match order {
+                        Order::Ascending => copy_batch(range, &mut bytes, &mut ends),
+                        Order::Descending => copy_batch(range.rev(), &mut bytes, &mut ends),
                     };
-                    let mut last = None;
-                    for (k, v) in records.take(SCAN_BATCH_RECORDS) {
-                        k.with_bytes(|k| bytes.extend_from_slice(k));
-                        let key_end = bytes.len();
-                        bytes.extend_from_slice(v);
-                        ends.push((key_end, bytes.len()));
-                        last = Some(k);
-                    }
                     resume = last.cloned();
                 }
                 let mut start = 0;
@@ -172,4 +166,22 @@ impl<K: PeerKey> Index for BTreeMapRwLock<K> {
             ..IndexStats::default()
         }
     }
+}
+
+/// Copies up to [`SCAN_BATCH_RECORDS`] records into `bytes` (keys and values back to back) and
+/// their end offsets into `ends`; returns the last key copied.
+fn copy_batch<'a, K: PeerKey + 'a>(
+    records: impl Iterator<Item = (&'a K, &'a Box<[u8]>)>,
+    bytes: &mut Vec<u8>,
+    ends: &mut Vec<(usize, usize)>,
+) -> Option<&'a K> {
+    let mut last = None;
+    for (k, v) in records.take(SCAN_BATCH_RECORDS) {
+        k.with_bytes(|k| bytes.extend_from_slice(k));
+        let key_end = bytes.len();
+        bytes.extend_from_slice(v);
+        ends.push((key_end, bytes.len()));
+        last = Some(k);
+    }
+    last
 }
