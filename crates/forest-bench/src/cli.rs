@@ -140,6 +140,15 @@ pub struct BenchArgs {
     /// removed after it. Default: the system's temp dir. Put it on the disk to measure.
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
+
+    /// Durable runs: shard logs written in parallel (1..=64). Default: the store's default.
+    #[arg(long, value_name = "N")]
+    pub shards: Option<usize>,
+
+    /// Durable runs: start a checkpoint every MS milliseconds while the store is open, to
+    /// measure puts while checkpoints run. Default: no checkpoint during a run.
+    #[arg(long, value_name = "MS")]
+    pub checkpoint_every: Option<u64>,
 }
 
 /// The catalogue of workloads, key shapes, distributions, engines and peers for `--help`.
@@ -187,7 +196,9 @@ pub fn catalog() -> String {
          --threads 1,2,4 --json out.json --plot out.svg\n  forest bench --engines \
          lockbtree:order=8,lockbtree:order=64,skiplist --workload ycsb-a --baseline skiplist\n  \
          forest bench --engines lockbtree --workload durable-put --durability \
-         sync,group,periodic:200 --threads 1,8,64 --ops 20000 --runs 1"
+         sync,group,periodic:200 --threads 1,8,64 --ops 20000 --runs 1\n  \
+         forest bench --engines lockbtree --workload durable-put --durability group \
+         --threads 8 --keys 1000000 --ops 200000 --checkpoint-every 100 --shards 2"
     );
     s
 }
@@ -299,13 +310,33 @@ fn plan(args: &BenchArgs) -> anyhow::Result<Plan> {
     if args.runs == 0 {
         bail!("--runs must be at least 1");
     }
-    let modes: Vec<Mode> = args
+    let mut modes: Vec<Mode> = args
         .durability
         .iter()
         .map(|m| target::parse_mode(m))
         .collect::<anyhow::Result<_>>()?;
     if modes.is_empty() {
         bail!("--durability names no mode");
+    }
+    if (args.shards.is_some() || args.checkpoint_every.is_some())
+        && !modes.iter().any(Option::is_some)
+    {
+        bail!("--shards and --checkpoint-every need a durable mode in --durability");
+    }
+    if let Some(shards) = args.shards {
+        let max = forest_store::wal::group_commit::SHARD_COUNT_MAX;
+        if !(1..=max).contains(&shards) {
+            bail!("--shards {shards}: 1..={max} allowed");
+        }
+    }
+    if args.checkpoint_every == Some(0) {
+        bail!("--checkpoint-every must be at least 1 ms");
+    }
+    for mode in modes.iter_mut().flatten() {
+        if let Some(shards) = args.shards {
+            mode.shards = shards;
+        }
+        mode.checkpoint_every_ms = args.checkpoint_every;
     }
     if modes.iter().any(Option::is_some)
         && !specs

@@ -5,39 +5,129 @@
 //! Choices:
 //! - Every durable run opens a fresh store in a fresh directory (under `--dir`, else the
 //!   system's temp dir) and removes it when the run ends, so runs do not see each other's logs.
-//! - The untimed load goes through [`Store::write_batch`] in batches of [`LOAD_BATCH_OPS`]
+//! - The untimed load goes through [`Store::batch`] in batches of [`LOAD_BATCH_OPS`]
 //!   inserts: one durability wait per batch, so loading a million keys under `sync` takes
 //!   seconds, not a million fsyncs.
-//! - No checkpoint runs during a benchmark: the timed phase measures the log path only.
+//! - No checkpoint runs during a benchmark unless `--checkpoint-every MS` asks for one every
+//!   `MS` (a thread started with the store, stopped before it closes): then the timed phase
+//!   measures puts while checkpoints run (issue 5 "Put throughput while a checkpoint runs").
 
 use std::ops::Bound;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use anyhow::Context;
 use forest_core::{Index, IndexStats, Order, Visitor};
-use forest_store::{BatchOp, Durability, Store, StoreOptions};
+use forest_store::{Durability, Store, StoreOptions};
 
-/// Inserts per `write_batch` of a durable load (untimed): large enough that the load's
+/// Inserts per [`Store::batch`] of a durable load (untimed): large enough that the load's
 /// fsyncs cost little, small enough that a batch's owned copies stay a few hundred KB.
 pub const LOAD_BATCH_OPS: usize = 1_000;
 
-/// A durability mode of `--durability`: None is `none` (the bare index).
-pub type Mode = Option<Durability>;
+/// How a durable run opens its store: `--durability`, `--shards`, `--checkpoint-every`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DurableMode {
+    pub durability: Durability,
+    /// Shard logs (`StoreOptions::shards`).
+    pub shards: usize,
+    /// Start a checkpoint every this many milliseconds while the store is open (back to
+    /// back if one takes longer); None: no checkpoint during the run.
+    pub checkpoint_every_ms: Option<u64>,
+}
 
-/// Parses `none`, `sync`, `group` or `periodic:MS`.
-pub fn parse_mode(text: &str) -> anyhow::Result<Mode> {
-    match text.trim() {
-        "none" => Ok(None),
-        other => Ok(Some(other.parse::<Durability>().map_err(|e| {
-            anyhow::anyhow!("--durability {other:?}: {e} (or \"none\" for the bare index)")
-        })?)),
+impl DurableMode {
+    /// `durability` with the store's default shards and no background checkpoints.
+    pub fn new(durability: Durability) -> Self {
+        Self {
+            durability,
+            shards: forest_store::store::SHARD_COUNT_DEFAULT,
+            checkpoint_every_ms: None,
+        }
     }
 }
 
-/// The mode's name in reports: `none`, `sync`, `group`, `periodic:MS`.
+/// A durability mode of `--durability`: None is `none` (the bare index).
+pub type Mode = Option<DurableMode>;
+
+/// Parses `none`, `sync`, `group` or `periodic:MS` (default shards, no checkpoints).
+pub fn parse_mode(text: &str) -> anyhow::Result<Mode> {
+    match text.trim() {
+        "none" => Ok(None),
+        other => Ok(Some(DurableMode::new(
+            other.parse::<Durability>().map_err(|e| {
+                anyhow::anyhow!("--durability {other:?}: {e} (or \"none\" for the bare index)")
+            })?,
+        ))),
+    }
+}
+
+/// The mode's name in reports: `none`, `sync`, `group`, `periodic:MS`, followed by
+/// `,shards=N` and `,checkpoint-every=MS` when they differ from the defaults.
 pub fn mode_name(mode: Mode) -> String {
-    mode.map_or_else(|| "none".to_string(), |d| d.to_string())
+    let Some(m) = mode else {
+        return "none".to_string();
+    };
+    let mut name = m.durability.to_string();
+    if m.shards != forest_store::store::SHARD_COUNT_DEFAULT {
+        name += &format!(",shards={}", m.shards);
+    }
+    if let Some(ms) = m.checkpoint_every_ms {
+        name += &format!(",checkpoint-every={ms}");
+    }
+    name
+}
+
+/// A thread that checkpoints a store every interval until dropped.
+pub struct Checkpointer {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    handle: Option<std::thread::JoinHandle<anyhow::Result<u64>>>,
+}
+
+impl Checkpointer {
+    fn start(store: Arc<Store>, every: Duration) -> anyhow::Result<Self> {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let flag = Arc::clone(&stop);
+        let handle = std::thread::Builder::new()
+            .name("forest-bench-checkpointer".to_string())
+            .spawn(move || {
+                let mut count = 0u64;
+                let (lock, wake) = &*flag;
+                let mut stopped = lock.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+                loop {
+                    let (guard, _) = wake
+                        .wait_timeout(stopped, every)
+                        .map_err(|_| anyhow::anyhow!("poisoned"))?;
+                    stopped = guard;
+                    if *stopped {
+                        return Ok(count);
+                    }
+                    drop(stopped);
+                    store.checkpoint().context("background checkpoint")?;
+                    count += 1;
+                    stopped = lock.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+                }
+            })
+            .context("starting the checkpoint thread")?;
+        Ok(Self {
+            stop,
+            handle: Some(handle),
+        })
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        let (lock, wake) = &*self.stop;
+        if let Ok(mut stopped) = lock.lock() {
+            *stopped = true;
+        }
+        wake.notify_all();
+        if let Some(handle) = self.handle.take() {
+            // A failed checkpoint fails the store's writes too, which the run reports.
+            let _ = handle.join();
+        }
+    }
 }
 
 /// Whether `spec_name` with `has_params` can run under a durable mode: the store opens its
@@ -50,21 +140,22 @@ pub fn store_can_run(spec_name: &str, has_params: bool) -> bool {
 pub enum Target {
     /// The bare index.
     Memory(Arc<dyn Index>),
-    /// A durable store; the directory is removed when the target drops (after the store,
-    /// which is declared first and so dropped first).
+    /// A durable store; the directory is removed when the target drops (after the
+    /// checkpointer and the store, which are declared first and so dropped first).
     Durable {
-        /// Boxed: a store is large, and the bare-index variant is two words.
-        store: Box<Store>,
+        /// Stops and joins its thread before the store drops.
+        checkpointer: Option<Box<Checkpointer>>,
+        store: Arc<Store>,
         dir: tempfile::TempDir,
     },
 }
 
 impl Target {
-    /// Opens a fresh store of `engine` under `durability`, in a new directory inside `parent`
-    /// (the system's temp dir when None).
+    /// Opens a fresh store of `engine` under `mode`, in a new directory inside `parent`
+    /// (the system's temp dir when None), with its checkpoint thread if the mode asks.
     pub fn open_durable(
         engine: &str,
-        durability: Durability,
+        mode: DurableMode,
         parent: Option<&Path>,
     ) -> anyhow::Result<Target> {
         let mut builder = tempfile::Builder::new();
@@ -80,14 +171,23 @@ impl Target {
         let store = Store::open_path(
             dir.path(),
             StoreOptions {
-                engine: engine.to_string(),
-                durability,
-                ..StoreOptions::default()
+                engine: Some(engine.to_string()),
+                durability: mode.durability,
+                shards: mode.shards,
             },
         )
         .with_context(|| format!("opening a {engine} store in {}", dir.path().display()))?;
+        let store = Arc::new(store);
+        let checkpointer = match mode.checkpoint_every_ms {
+            Some(ms) => Some(Box::new(Checkpointer::start(
+                Arc::clone(&store),
+                Duration::from_millis(ms),
+            )?)),
+            None => None,
+        };
         Ok(Target::Durable {
-            store: Box::new(store),
+            checkpointer,
+            store,
             dir,
         })
     }
@@ -137,17 +237,17 @@ impl Target {
         }
     }
 
-    /// Upserts every pair: one `write_batch` (one durability wait) on a store, one upsert
+    /// Upserts every pair: one [`Store::batch`] (one durability wait) on a store, one upsert
     /// after another on a bare index.
     pub fn upsert_batch(&self, pairs: &[(&[u8], &[u8])]) -> forest_core::Result<()> {
         match self {
             Target::Memory(index) => pairs.iter().try_for_each(|(k, v)| index.upsert(k, v)),
             Target::Durable { store, .. } => {
-                let ops: Vec<BatchOp> = pairs
-                    .iter()
-                    .map(|(k, v)| BatchOp::Upsert(k.to_vec(), v.to_vec()))
-                    .collect();
-                store.write_batch(&ops).map(|_| ())
+                let mut batch = store.batch();
+                for (k, v) in pairs {
+                    batch.upsert(k, v)?;
+                }
+                batch.wait()
             }
         }
     }
@@ -159,12 +259,13 @@ impl Target {
                 .iter()
                 .try_fold(0u64, |n, k| Ok(n + u64::from(index.insert(k, value)?))),
             Target::Durable { store, .. } => {
-                let ops: Vec<BatchOp> = keys
-                    .iter()
-                    .map(|k| BatchOp::Insert(k.clone(), value.to_vec()))
-                    .collect();
-                let changed = store.write_batch(&ops)?;
-                Ok(changed.iter().filter(|c| **c).count() as u64)
+                let mut batch = store.batch();
+                let mut inserted = 0u64;
+                for k in keys {
+                    inserted += u64::from(batch.insert(k, value)?);
+                }
+                batch.wait()?;
+                Ok(inserted)
             }
         }
     }

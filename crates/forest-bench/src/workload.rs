@@ -22,7 +22,7 @@
 //! - `durable-put`, `durable-batch` (issue 5 "Measured"): 8-byte keys, 100-byte values,
 //!   upserts only, of distinct new keys (thread t's j-th is key index `keys + j·T + t`), after
 //!   a load of `--keys` keys (default none). `durable-batch` hands them to the target in
-//!   batches of [`DURABLE_BATCH_OPS`] (one `write_batch`, one durability wait, per batch).
+//!   batches of [`DURABLE_BATCH_OPS`] (one `Store::batch`, one durability wait, per batch).
 //!   Meant for `--durability`; under `none` they measure the bare index's upserts.
 //! - `westerhoff-seq`: Westerhoff §4.3: the keys are inserted first (the initialization
 //!   sequence), then one sequence of 80 % searches of inserted keys and 20 % inserts of new
@@ -172,7 +172,7 @@ pub enum Kind {
     Puts { batch_ops: usize },
 }
 
-/// Upserts per `write_batch` of `durable-batch`.
+/// Upserts per `Store::batch` of `durable-batch`.
 pub const DURABLE_BATCH_OPS: usize = 1_000;
 
 /// A named workload and its defaults.
@@ -350,7 +350,7 @@ pub const WORKLOADS: &[Workload] = &[
     },
     Workload {
         name: "durable-batch",
-        about: "Store: upserts as durable-put, 1000 per write_batch (use --durability)",
+        about: "Store: upserts as durable-put, 1000 per Store::batch (use --durability)",
         key_shape: KeyShape::U64,
         value_size: 100,
         dist: Dist::Uniform,

@@ -143,6 +143,8 @@ fn json_report_has_the_documented_fields() {
         seed: 5,
         durability: vec!["none".to_string()],
         dir: None,
+        shards: None,
+        checkpoint_every: None,
     };
     forest_bench::run(args).expect("bench runs");
     let text = std::fs::read_to_string(&json).expect("json written");
@@ -204,6 +206,8 @@ fn bad_engine_spec_fails_before_running() {
         seed: 1,
         durability: vec!["none".to_string()],
         dir: None,
+        shards: None,
+        checkpoint_every: None,
     };
     let err = forest_bench::run(args).expect_err("bad parameter");
     assert!(format!("{err:#}").contains("colour"), "{err:#}");
@@ -294,6 +298,8 @@ fn durable_json_rows_carry_fsyncs_and_latency() {
         seed: 3,
         durability: vec!["none".to_string(), "group".to_string()],
         dir: Some(dir.join("stores")),
+        shards: None,
+        checkpoint_every: None,
     };
     forest_bench::run(args).expect("bench runs");
     let doc: serde_json::Value =
@@ -331,6 +337,8 @@ fn durable_mode_rejects_runs_without_a_store_engine() {
         seed: 1,
         durability: vec!["sync".to_string()],
         dir: None,
+        shards: None,
+        checkpoint_every: None,
     };
     let err = forest_bench::run(args.clone()).expect_err("no store engine");
     assert!(format!("{err:#}").contains("store engine"), "{err:#}");

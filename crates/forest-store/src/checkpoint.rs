@@ -13,19 +13,20 @@
 //! - A published (renamed) checkpoint was fsynced whole before the rename, and the rename is
 //!   durable once the directory is synced; a `.tmp` file is never read.
 //! - Keys are strictly ascending (the scan is ascending); the loader checks it.
-//! - Every entry and the header and trailer carry a crc32c; the loader verifies all of them
-//!   before the caller applies a single entry.
+//! - Every entry and the header and trailer carry a crc32c; the loaders verify all of them.
 //!
-//! Choice: the loader reads the whole file into memory and checks it before applying, so a
-//! damaged checkpoint never leaves a half-loaded index; a streaming loader can replace it
-//! without changing the format.
+//! Two loaders with one set of checks: [`decode`] over a whole file in memory (tests, fuzz),
+//! and [`CheckpointStream`], which recovery uses: it reads through a bounded window (issue 5:
+//! 10 M keys must not need the file in memory) and hands out each entry once checked;
+//! recovery loads into a fresh index and drops it if any later check fails, so a damaged
+//! checkpoint never leaves a half-loaded index behind.
 
 use std::ops::{Bound, ControlFlow};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use forest_core::{Error, Index, Order, Result, KEY_BYTES_MAX, VALUE_BYTES_MAX};
 
-use crate::file::Dir;
+use crate::file::{Dir, File, ReadWindow, READ_CHUNK_BYTES};
 
 /// The first 8 bytes of a checkpoint.
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"FORESTCP";
@@ -201,22 +202,7 @@ pub fn decode<'a>(path: &Path, data: &'a [u8]) -> Result<DecodedCheckpoint<'a>> 
             "checkpoint shorter than its header and trailer",
         ));
     }
-    let header = &data[..CHECKPOINT_HEADER_BYTES];
-    if crc32c::crc32c(&header[..28]) != u32_at(header, 28) {
-        return Err(corrupt(path, 0, "checkpoint header checksum mismatch"));
-    }
-    if header[..8] != CHECKPOINT_MAGIC || u32_at(header, 12) != 0 || u32_at(header, 24) != 0 {
-        return Err(corrupt(path, 0, "not a forest checkpoint"));
-    }
-    let version = u32_at(header, 8);
-    if version != CHECKPOINT_FORMAT_VERSION {
-        return Err(corrupt(
-            path,
-            8,
-            format!("checkpoint format version {version}"),
-        ));
-    }
-    let start_lsn = u64_at(header, 16);
+    let start_lsn = check_header(path, &data[..CHECKPOINT_HEADER_BYTES])?;
     let entries_end = data.len() - CHECKPOINT_TRAILER_BYTES;
     let mut entries = Vec::new();
     let mut at = CHECKPOINT_HEADER_BYTES;
@@ -251,29 +237,9 @@ pub fn decode<'a>(path: &Path, data: &'a [u8]) -> Result<DecodedCheckpoint<'a>> 
         at = body + key_len + value_len;
     }
     let trailer = &data[entries_end..];
-    if crc32c::crc32c(&trailer[..28]) != u32_at(trailer, 28)
-        || trailer[..8] != CHECKPOINT_TRAILER_MAGIC
-        || u32_at(trailer, 24) != 0
-    {
-        return Err(corrupt(
-            path,
-            entries_end,
-            "checkpoint trailer missing or damaged",
-        ));
-    }
-    let entry_count = u64_at(trailer, 8);
-    if entry_count != entries.len() as u64 {
-        return Err(corrupt(
-            path,
-            entries_end,
-            format!(
-                "trailer counts {entry_count} entries, {} found",
-                entries.len()
-            ),
-        ));
-    }
+    let entry_count = check_trailer(path, entries_end, trailer, entries.len() as u64)?;
     let end_lsn = u64_at(trailer, 16);
-    if end_lsn + 1 < start_lsn {
+    if end_lsn.saturating_add(1) < start_lsn {
         return Err(corrupt(path, entries_end, "end LSN before start LSN"));
     }
     Ok((
@@ -285,6 +251,195 @@ pub fn decode<'a>(path: &Path, data: &'a [u8]) -> Result<DecodedCheckpoint<'a>> 
         },
         entries,
     ))
+}
+
+/// A checkpoint decoded front to back in bounded memory: [`CheckpointStream::next_entry`]
+/// hands out the entries one by one, checking each; the last call checks the trailer. The
+/// same checks as [`decode`], in the same order, so any damage is the same error; but an
+/// entry is handed out before the rest of the file is checked, so a caller loads into a
+/// fresh index and drops it on error (recovery does).
+#[derive(Debug)]
+pub struct CheckpointStream {
+    window: ReadWindow,
+    path: PathBuf,
+    start_lsn: u64,
+    entries_end: u64,
+    at: u64,
+    previous: Vec<u8>,
+    entry_count: u64,
+    info: Option<CheckpointInfo>,
+}
+
+impl CheckpointStream {
+    /// Opens the checkpoint `name` of `dir` and checks its header.
+    pub fn open(dir: &dyn Dir, name: &str) -> Result<Self> {
+        Self::from_file(dir.open(name)?)
+    }
+
+    /// Checks the header of the checkpoint in `file`.
+    pub fn from_file(file: Box<dyn File>) -> Result<Self> {
+        Self::with_chunk(file, READ_CHUNK_BYTES)
+    }
+
+    pub(crate) fn with_chunk(file: Box<dyn File>, chunk: usize) -> Result<Self> {
+        let path = file.path().to_path_buf();
+        let mut window = ReadWindow::new(file, chunk)?;
+        let len = window.len();
+        if len < (CHECKPOINT_HEADER_BYTES + CHECKPOINT_TRAILER_BYTES) as u64 {
+            return Err(corrupt(
+                &path,
+                0,
+                "checkpoint shorter than its header and trailer",
+            ));
+        }
+        let header = window.bytes_at(0, CHECKPOINT_HEADER_BYTES)?;
+        let start_lsn = check_header(&path, &header[..CHECKPOINT_HEADER_BYTES])?;
+        Ok(Self {
+            window,
+            path,
+            start_lsn,
+            entries_end: len - CHECKPOINT_TRAILER_BYTES as u64,
+            at: CHECKPOINT_HEADER_BYTES as u64,
+            previous: Vec::new(),
+            entry_count: 0,
+            info: None,
+        })
+    }
+
+    /// The checkpoint's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The start LSN from the header.
+    pub fn start_lsn(&self) -> u64 {
+        self.start_lsn
+    }
+
+    /// The next entry, checked; `None` once every entry was handed out and the trailer
+    /// checked. Errors: [`Error::Corrupt`] with the offset of the damaged entry or trailer.
+    pub fn next_entry(&mut self) -> Result<Option<(&[u8], &[u8])>> {
+        if self.info.is_some() {
+            return Ok(None);
+        }
+        let at = self.at;
+        if at >= self.entries_end {
+            self.check_trailer()?;
+            return Ok(None);
+        }
+        let left = usize::try_from(self.entries_end - at).unwrap_or(usize::MAX);
+        let offset = usize::try_from(at).unwrap_or(usize::MAX);
+        if left < ENTRY_HEADER_BYTES {
+            return Err(corrupt(
+                &self.path,
+                offset,
+                "entry header runs into the trailer",
+            ));
+        }
+        let head = self.window.bytes_at(at, ENTRY_HEADER_BYTES)?;
+        let key_len = u32_at(head, 0) as usize;
+        let value_len = u32_at(head, 4) as usize;
+        if key_len > KEY_BYTES_MAX || value_len > VALUE_BYTES_MAX {
+            return Err(corrupt(&self.path, offset, "entry length over the limits"));
+        }
+        if left - ENTRY_HEADER_BYTES < key_len + value_len {
+            return Err(corrupt(&self.path, offset, "entry runs into the trailer"));
+        }
+        let data = self
+            .window
+            .bytes_at(at, ENTRY_HEADER_BYTES + key_len + value_len)?;
+        let path = &self.path;
+        let body = ENTRY_HEADER_BYTES;
+        let key = &data[body..body + key_len];
+        let value = &data[body + key_len..body + key_len + value_len];
+        let crc = crc32c::crc32c_append(
+            crc32c::crc32c_append(crc32c::crc32c(&data[..8]), key),
+            value,
+        );
+        if crc != u32_at(data, 8) {
+            return Err(corrupt(path, offset, "entry checksum mismatch"));
+        }
+        if self.entry_count > 0 && self.previous.as_slice() >= key {
+            return Err(corrupt(path, offset, "keys out of order"));
+        }
+        self.previous.clear();
+        self.previous.extend_from_slice(key);
+        self.entry_count += 1;
+        self.at = at + (body + key_len + value_len) as u64;
+        Ok(Some((key, value)))
+    }
+
+    /// Once [`Self::next_entry`] returned `None`: what the checkpoint holds.
+    pub fn info(&self) -> Option<CheckpointInfo> {
+        self.info
+    }
+
+    /// Reads and checks the rest of the checkpoint; what it holds.
+    pub fn check_all(&mut self) -> Result<CheckpointInfo> {
+        while self.next_entry()?.is_some() {}
+        Ok(self.info.expect("set when next_entry returns None"))
+    }
+
+    fn check_trailer(&mut self) -> Result<()> {
+        let at = self.entries_end;
+        let offset = usize::try_from(at).unwrap_or(usize::MAX);
+        let trailer = self.window.bytes_at(at, CHECKPOINT_TRAILER_BYTES)?;
+        let entry_count = check_trailer(&self.path, offset, trailer, self.entry_count)?;
+        let end_lsn = u64_at(trailer, 16);
+        if end_lsn.saturating_add(1) < self.start_lsn {
+            return Err(corrupt(&self.path, offset, "end LSN before start LSN"));
+        }
+        self.info = Some(CheckpointInfo {
+            start_lsn: self.start_lsn,
+            end_lsn,
+            entry_count,
+            bytes: self.window.len(),
+        });
+        Ok(())
+    }
+}
+
+/// Checks a checkpoint header; its start LSN.
+fn check_header(path: &Path, header: &[u8]) -> Result<u64> {
+    if crc32c::crc32c(&header[..28]) != u32_at(header, 28) {
+        return Err(corrupt(path, 0, "checkpoint header checksum mismatch"));
+    }
+    if header[..8] != CHECKPOINT_MAGIC || u32_at(header, 12) != 0 || u32_at(header, 24) != 0 {
+        return Err(corrupt(path, 0, "not a forest checkpoint"));
+    }
+    let version = u32_at(header, 8);
+    if version != CHECKPOINT_FORMAT_VERSION {
+        return Err(corrupt(
+            path,
+            8,
+            format!("checkpoint format version {version}"),
+        ));
+    }
+    Ok(u64_at(header, 16))
+}
+
+/// Checks a trailer at `offset` against the entries read; its entry count.
+fn check_trailer(path: &Path, offset: usize, trailer: &[u8], entries_read: u64) -> Result<u64> {
+    if trailer.len() < CHECKPOINT_TRAILER_BYTES
+        || crc32c::crc32c(&trailer[..28]) != u32_at(trailer, 28)
+        || trailer[..8] != CHECKPOINT_TRAILER_MAGIC
+        || u32_at(trailer, 24) != 0
+    {
+        return Err(corrupt(
+            path,
+            offset,
+            "checkpoint trailer missing or damaged",
+        ));
+    }
+    let entry_count = u64_at(trailer, 8);
+    if entry_count != entries_read {
+        return Err(corrupt(
+            path,
+            offset,
+            format!("trailer counts {entry_count} entries, {entries_read} found"),
+        ));
+    }
+    Ok(entry_count)
 }
 
 /// Reads the published checkpoint `name` of `dir` and returns its raw bytes and path.
@@ -331,21 +486,62 @@ mod tests {
         }
     }
 
+    /// A checkpoint's info and entries, or the offset of its damage.
+    type Outcome = std::result::Result<(CheckpointInfo, Vec<(Vec<u8>, Vec<u8>)>), u64>;
+
+    /// What a [`CheckpointStream`] reading `chunk` bytes at a time makes of `data`: the
+    /// info and entries, or the offset of the damage.
+    fn streamed(data: &[u8], chunk: usize) -> Outcome {
+        let offset = |e: Error| match e {
+            Error::Corrupt { offset, .. } => offset,
+            other => panic!("only corruption expected: {other}"),
+        };
+        let file = Box::new(crate::file::MemFile::new("/t/cp", data.to_vec()));
+        let mut stream = CheckpointStream::with_chunk(file, chunk).map_err(offset)?;
+        let mut entries = Vec::new();
+        while let Some((k, v)) = stream.next_entry().map_err(offset)? {
+            entries.push((k.to_vec(), v.to_vec()));
+        }
+        Ok((stream.info().expect("complete"), entries))
+    }
+
+    /// The same as [`streamed`], from the whole-file decoder.
+    fn whole(data: &[u8]) -> Outcome {
+        match decode(Path::new("/t/cp"), data) {
+            Ok((info, entries)) => Ok((
+                info,
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                    .collect(),
+            )),
+            Err(Error::Corrupt { offset, .. }) => Err(offset),
+            Err(other) => panic!("only corruption expected: {other}"),
+        }
+    }
+
     // Goal: every truncation and every single flipped byte is reported, never decoded as
-    // other data. Method: damage a small checkpoint at each offset.
+    // other data, and the streaming loader agrees with the whole-file one (same entries or
+    // same offset). Method: damage a small checkpoint at each offset; stream it in chunks of
+    // 1..40 bytes.
     #[test]
     fn damage_is_reported() {
         let dir = SimDir::new(2);
         write(&dir, &filled(20), 1, || 0).expect("write");
         let (path, data) = read(&dir, &checkpoint_tmp_name(1)).expect("read");
+        let intact = whole(&data).expect("intact");
+        assert_eq!(intact.1.len(), 20);
+        assert_eq!(streamed(&data, 7), Ok(intact));
         for len in 0..data.len() {
             assert!(decode(&path, &data[..len]).is_err(), "cut at {len}");
+            assert_eq!(streamed(&data[..len], len % 40 + 1), whole(&data[..len]));
         }
         for at in 0..data.len() {
             let mut bad = data.clone();
             bad[at] ^= 0x40;
             let err = decode(&path, &bad).expect_err("flipped byte");
             assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+            assert_eq!(streamed(&bad, at % 40 + 1), whole(&bad));
         }
     }
 }

@@ -13,16 +13,26 @@
 //! - [`lsn`]: the LSN allocator, per-key stripes, the recovery cutoff (bw-tree.md §V-A).
 //! - [`durability`]: `sync`, `group`, `periodic:MS` (masstree.md §5).
 //! - [`checkpoint`]: a scan of the index published by rename (masstree.md §5).
-//! - [`recovery`]: newest complete checkpoint plus the logs merged by LSN (masstree.md §5).
+//! - [`recovery`]: newest complete checkpoint plus the logs merged by LSN (masstree.md §5);
+//!   [`replay`] applies what it decodes with several threads, partitioned by key.
+//! - [`meta`]: the `META` file that records the store's engine.
 //! - [`store`]: [`Store`], the API over all of it.
+//! - [`verify`]: [`verify::verify`], a read-only check of every file (`forest check`).
 
 pub mod checkpoint;
 pub mod durability;
 pub mod file;
 pub mod lsn;
+pub mod meta;
 pub mod recovery;
+pub mod replay;
 pub mod store;
+pub mod verify;
 pub mod wal;
 
 pub use durability::Durability;
-pub use store::{new_engine, BatchOp, Rmw, Store, StoreOptions, StoreStats, ENGINE_NAMES};
+pub use store::{
+    new_engine, resolve_engine, Batch, BatchOp, Rmw, Store, StoreOptions, StoreStats,
+    ENGINE_DEFAULT, ENGINE_NAMES,
+};
+pub use verify::{verify, VerifyReport};

@@ -19,8 +19,8 @@
 //! takes writes, so the recovered state is durable even if the logs it came from were only
 //! in the page cache (after a failed fsync), and new LSNs never depend on those logs.
 //!
-//! Choices: readers may see a write before it is durable (Masstree does too); a batch is not
-//! atomic, only its durability wait is shared. Old logs are deleted once two newer
+//! Choices: readers may see a write before it is durable (Masstree does too); a [`Batch`] is
+//! not atomic, only its durability wait is shared. Old logs are deleted once two newer
 //! checkpoints exist, so recovery can fall back from a damaged newest checkpoint to the one
 //! before it (the logs it needs are kept).
 
@@ -36,7 +36,9 @@ use crate::checkpoint::{self, CheckpointInfo};
 use crate::durability::Durability;
 use crate::file::{Dir, DirLock, OsDir};
 use crate::lsn::{KeyStripes, LsnAllocator};
-use crate::recovery::{self, RecoveryReport};
+use crate::meta::{self, StoreMeta};
+use crate::recovery::{self, RecoveryMode, RecoveryReport};
+use crate::verify::VerifyReport;
 use crate::wal::group_commit::{GroupCommit, SHARD_COUNT_MAX};
 use crate::wal::{log_name, LogHeader, LogWriter, Op};
 
@@ -62,11 +64,16 @@ pub fn new_engine(name: &str) -> Result<Box<dyn Index>> {
     }
 }
 
+/// The engine of a new store when none is named.
+pub const ENGINE_DEFAULT: &str = "lockbtree";
+
 /// How to open a store.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoreOptions {
-    /// The engine, one of [`ENGINE_NAMES`].
-    pub engine: String,
+    /// The engine, one of [`ENGINE_NAMES`]; `None`: the one recorded in the directory's meta
+    /// file (`crate::meta`), or [`ENGINE_DEFAULT`] for a new store. A named engine is
+    /// recorded for later opens.
+    pub engine: Option<String>,
     pub durability: Durability,
     /// Shard logs written in parallel, 1..=`SHARD_COUNT_MAX`.
     pub shards: usize,
@@ -75,7 +82,7 @@ pub struct StoreOptions {
 impl Default for StoreOptions {
     fn default() -> Self {
         Self {
-            engine: "lockbtree".to_string(),
+            engine: None,
             durability: Durability::default(),
             shards: SHARD_COUNT_DEFAULT,
         }
@@ -134,6 +141,8 @@ pub struct Store {
     stripes: KeyStripes,
     commit: GroupCommit,
     options: StoreOptions,
+    /// The engine in use (named, recorded or the default).
+    engine: String,
     checkpoints: Mutex<CheckpointState>,
     checkpoint_count: AtomicU64,
     recovery: RecoveryReport,
@@ -165,6 +174,21 @@ fn create_logs(dir: &dyn Dir, seq: u64, shards: usize, first_lsn: u64) -> Result
         .collect()
 }
 
+/// The engine to open `dir` with: `named` if given, else the one its meta file records,
+/// else [`ENGINE_DEFAULT`]. A damaged meta file is an error unless an engine is named (the
+/// open then writes a new one).
+pub fn resolve_engine(dir: &dyn Dir, named: Option<&str>) -> Result<String> {
+    let recorded = meta::read(dir);
+    let engine = match (named, recorded) {
+        (Some(name), _) => name.to_string(),
+        (None, Ok(Some(meta))) => meta.engine,
+        (None, Ok(None)) => ENGINE_DEFAULT.to_string(),
+        (None, Err(e)) => return Err(e),
+    };
+    new_engine(&engine)?;
+    Ok(engine)
+}
+
 impl Store {
     /// Opens (creating if empty) the store in `dir`: takes the directory's lock, recovers,
     /// starts new shard logs and their flushers.
@@ -175,12 +199,24 @@ impl Store {
                 options.shards
             )));
         }
-        new_engine(&options.engine)?;
+        if let Some(name) = &options.engine {
+            new_engine(name)?;
+        }
         let lock = dir.lock()?;
-        let engine = options.engine.clone();
-        let recovered = recovery::recover(&dir, &|| {
-            new_engine(&engine).expect("the engine name was checked")
-        })?;
+        let engine = resolve_engine(&dir, options.engine.as_deref())?;
+        let recovered = recovery::recover(
+            &dir,
+            &|| new_engine(&engine).expect("the engine name was checked"),
+            RecoveryMode::Repair,
+        )?;
+        if meta::read(&dir).ok().flatten().map(|m| m.engine).as_ref() != Some(&engine) {
+            meta::write(
+                &dir,
+                &StoreMeta {
+                    engine: engine.clone(),
+                },
+            )?;
+        }
         let lsns = Arc::new(LsnAllocator::new(recovered.report.cutoff_lsn + 1));
         let seq = recovered.log_seq_next;
         let writers = create_logs(&dir, seq, options.shards, lsns.next())?;
@@ -194,6 +230,7 @@ impl Store {
             stripes: KeyStripes::default(),
             commit,
             options,
+            engine,
             checkpoints: Mutex::new(CheckpointState {
                 retired: recovered
                     .log_names
@@ -218,6 +255,29 @@ impl Store {
     /// Opens the store in the directory `path` of the real file system (created if missing).
     pub fn open_path(path: impl Into<PathBuf>, options: StoreOptions) -> Result<Self> {
         Self::open(OsDir::open(path)?, options)
+    }
+
+    /// Checks every file of the store in `dir` without changing anything and reports what
+    /// an open would recover (see [`crate::verify`]); `engine` as in [`StoreOptions`]. Fails
+    /// at once if the directory's lock is held (a store or server has it open).
+    pub fn verify(dir: impl Dir, engine: Option<&str>) -> Result<VerifyReport> {
+        crate::verify::verify(&dir, engine)
+    }
+
+    /// [`Self::verify`] on the directory `path` of the real file system, which must exist.
+    pub fn verify_path(path: impl Into<PathBuf>, engine: Option<&str>) -> Result<VerifyReport> {
+        let path = path.into();
+        if !path.is_dir() {
+            return Err(Error::Io {
+                path,
+                op: "open",
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "no such store directory",
+                ),
+            });
+        }
+        Self::verify(OsDir::open(path)?, engine)
     }
 
     /// What recovery found at open.
@@ -248,6 +308,7 @@ impl Store {
         shard: usize,
         key: &[u8],
         read_current: bool,
+        deferred: bool,
         decide: impl FnOnce(Option<&[u8]>) -> Result<Rmw>,
     ) -> Result<(Option<u64>, Option<Vec<u8>>)> {
         self.commit.check_failed()?;
@@ -263,17 +324,29 @@ impl Store {
             Rmw::Put(value) => {
                 check_entry(key, &value)?;
                 let index = &*self.index;
-                Some(self.commit.log(shard, Op::Put, key, &value, || {
+                let apply = || {
                     index
                         .upsert(key, &value)
                         .expect("limits were checked before logging");
-                })?)
+                };
+                Some(if deferred {
+                    self.commit
+                        .log_deferred(shard, Op::Put, key, &value, apply)?
+                } else {
+                    self.commit.log(shard, Op::Put, key, &value, apply)?
+                })
             }
             Rmw::Remove => {
                 let index = &*self.index;
-                Some(self.commit.log(shard, Op::Remove, key, &[], || {
+                let apply = || {
                     index.remove(key);
-                })?)
+                };
+                Some(if deferred {
+                    self.commit
+                        .log_deferred(shard, Op::Remove, key, &[], apply)?
+                } else {
+                    self.commit.log(shard, Op::Remove, key, &[], apply)?
+                })
             }
         };
         Ok((lsn, old))
@@ -290,7 +363,7 @@ impl Store {
     pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<bool> {
         check_entry(key, value)?;
         let shard = self.commit.shard_of_thread();
-        let (lsn, _) = self.write_one(shard, key, true, |old| {
+        let (lsn, _) = self.write_one(shard, key, true, false, |old| {
             Ok(match old {
                 Some(_) => Rmw::Keep,
                 None => Rmw::Put(value.to_vec()),
@@ -304,7 +377,8 @@ impl Store {
     pub fn upsert(&self, key: &[u8], value: &[u8]) -> Result<()> {
         check_entry(key, value)?;
         let shard = self.commit.shard_of_thread();
-        let (lsn, _) = self.write_one(shard, key, false, |_| Ok(Rmw::Put(value.to_vec())))?;
+        let (lsn, _) =
+            self.write_one(shard, key, false, false, |_| Ok(Rmw::Put(value.to_vec())))?;
         self.wait(lsn)
     }
 
@@ -312,7 +386,7 @@ impl Store {
     pub fn update(&self, key: &[u8], value: &[u8]) -> Result<bool> {
         check_entry(key, value)?;
         let shard = self.commit.shard_of_thread();
-        let (lsn, _) = self.write_one(shard, key, true, |old| {
+        let (lsn, _) = self.write_one(shard, key, true, false, |old| {
             Ok(match old {
                 Some(_) => Rmw::Put(value.to_vec()),
                 None => Rmw::Keep,
@@ -326,7 +400,7 @@ impl Store {
     pub fn remove(&self, key: &[u8]) -> Result<bool> {
         check_key(key)?;
         let shard = self.commit.shard_of_thread();
-        let (lsn, _) = self.write_one(shard, key, true, |old| {
+        let (lsn, _) = self.write_one(shard, key, true, false, |old| {
             Ok(if old.is_some() {
                 Rmw::Remove
             } else {
@@ -346,9 +420,18 @@ impl Store {
     ) -> Result<Option<Vec<u8>>> {
         check_key(key)?;
         let shard = self.commit.shard_of_thread();
-        let (lsn, old) = self.write_one(shard, key, true, f)?;
+        let (lsn, old) = self.write_one(shard, key, true, false, f)?;
         self.wait(lsn)?;
         Ok(old)
+    }
+
+    /// A batch of writes that share one durability wait ([`Batch::wait`]).
+    pub fn batch(&self) -> Batch<'_> {
+        Batch {
+            store: self,
+            shard: self.commit.shard_of_thread(),
+            lsn_max: None,
+        }
     }
 
     /// Applies `ops` in order (each atomic on its own, the batch not) with one durability
@@ -363,40 +446,20 @@ impl Store {
                 BatchOp::Remove(k) => check_key(k)?,
             }
         }
-        let shard = self.commit.shard_of_thread();
-        let mut lsn_max = None;
+        let mut batch = self.batch();
         let mut changed = Vec::with_capacity(ops.len());
         for op in ops {
-            let (lsn, _) = match op {
-                BatchOp::Insert(k, v) => self.write_one(shard, k, true, |old| {
-                    Ok(if old.is_some() {
-                        Rmw::Keep
-                    } else {
-                        Rmw::Put(v.clone())
-                    })
-                })?,
+            changed.push(match op {
+                BatchOp::Insert(k, v) => batch.insert(k, v)?,
                 BatchOp::Upsert(k, v) => {
-                    self.write_one(shard, k, false, |_| Ok(Rmw::Put(v.clone())))?
+                    batch.upsert(k, v)?;
+                    true
                 }
-                BatchOp::Update(k, v) => self.write_one(shard, k, true, |old| {
-                    Ok(if old.is_some() {
-                        Rmw::Put(v.clone())
-                    } else {
-                        Rmw::Keep
-                    })
-                })?,
-                BatchOp::Remove(k) => self.write_one(shard, k, true, |old| {
-                    Ok(if old.is_some() {
-                        Rmw::Remove
-                    } else {
-                        Rmw::Keep
-                    })
-                })?,
-            };
-            changed.push(lsn.is_some());
-            lsn_max = lsn.max(lsn_max);
+                BatchOp::Update(k, v) => batch.update(k, v)?,
+                BatchOp::Remove(k) => batch.remove(k)?,
+            });
         }
-        self.wait(lsn_max)?;
+        batch.wait()?;
         Ok(changed)
     }
 
@@ -472,7 +535,7 @@ impl Store {
     pub fn stats(&self) -> StoreStats {
         StoreStats {
             index: self.index.stats(),
-            engine: self.options.engine.clone(),
+            engine: self.engine.clone(),
             durability: self.options.durability,
             shard_count: self.commit.shard_count(),
             lsn_next: self.lsns.next(),
@@ -503,6 +566,112 @@ impl Store {
             },
         );
         out
+    }
+}
+
+/// Writes that share one durability wait (the server's pipelines; issue 5 "A batch API").
+///
+/// Each write is applied, and visible to readers, at once, exactly like the same call on
+/// [`Store`] (atomic per key; the batch as a whole is not atomic). None is acknowledged
+/// before [`Batch::wait`] returns `Ok`, which covers every write of the batch with one
+/// durability wait: under `sync` one fsync of the batch's shard log, under `group` one wait
+/// for the batch's highest LSN, under `periodic` none. A batch dropped without `wait` leaves
+/// nothing half-applied: its writes are applied and logged, simply not acknowledged; the
+/// drop asks the flushers to make them durable in the background and returns at once.
+#[derive(Debug)]
+pub struct Batch<'a> {
+    store: &'a Store,
+    shard: usize,
+    /// The highest LSN taken by the batch (None: nothing changed yet).
+    lsn_max: Option<u64>,
+}
+
+impl Batch<'_> {
+    fn write(
+        &mut self,
+        key: &[u8],
+        read_current: bool,
+        decide: impl FnOnce(Option<&[u8]>) -> Result<Rmw>,
+    ) -> Result<(bool, Option<Vec<u8>>)> {
+        let (lsn, old) = self
+            .store
+            .write_one(self.shard, key, read_current, true, decide)?;
+        self.lsn_max = self.lsn_max.max(lsn);
+        Ok((lsn.is_some(), old))
+    }
+
+    /// Inserts `key` only if absent; true if inserted.
+    pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
+        check_entry(key, value)?;
+        let (changed, _) = self.write(key, true, |old| {
+            Ok(match old {
+                Some(_) => Rmw::Keep,
+                None => Rmw::Put(value.to_vec()),
+            })
+        })?;
+        Ok(changed)
+    }
+
+    /// Sets `key` to `value`.
+    pub fn upsert(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        check_entry(key, value)?;
+        self.write(key, false, |_| Ok(Rmw::Put(value.to_vec())))?;
+        Ok(())
+    }
+
+    /// Sets `key` to `value` only if present; true if updated.
+    pub fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
+        check_entry(key, value)?;
+        let (changed, _) = self.write(key, true, |old| {
+            Ok(match old {
+                Some(_) => Rmw::Put(value.to_vec()),
+                None => Rmw::Keep,
+            })
+        })?;
+        Ok(changed)
+    }
+
+    /// Removes `key`; true if it was present.
+    pub fn remove(&mut self, key: &[u8]) -> Result<bool> {
+        check_key(key)?;
+        let (changed, _) = self.write(key, true, |old| {
+            Ok(if old.is_some() {
+                Rmw::Remove
+            } else {
+                Rmw::Keep
+            })
+        })?;
+        Ok(changed)
+    }
+
+    /// Atomically (per key) reads `key`'s value, lets `f` decide, applies and logs it;
+    /// returns the value `f` saw. An error from `f` changes nothing.
+    pub fn read_modify_write(
+        &mut self,
+        key: &[u8],
+        f: impl FnOnce(Option<&[u8]>) -> Result<Rmw>,
+    ) -> Result<Option<Vec<u8>>> {
+        check_key(key)?;
+        let (_, old) = self.write(key, true, f)?;
+        Ok(old)
+    }
+
+    /// Waits once for every write of the batch to be acknowledged under the store's
+    /// durability mode. An error (a failed write or fsync) means none of them is
+    /// acknowledged, and the store refuses writes until reopened.
+    pub fn wait(mut self) -> Result<()> {
+        match self.lsn_max.take() {
+            Some(lsn) => self.store.commit.wait_batch(self.shard, lsn),
+            None => self.store.commit.check_failed(),
+        }
+    }
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        if let Some(lsn) = self.lsn_max {
+            self.store.commit.request(lsn);
+        }
     }
 }
 

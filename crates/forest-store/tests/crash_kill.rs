@@ -110,7 +110,7 @@ fn hex(bytes: &[u8]) -> String {
 
 fn options(engine: &str, mode: &str) -> StoreOptions {
     StoreOptions {
-        engine: engine.to_string(),
+        engine: Some(engine.to_string()),
         durability: mode.parse::<Durability>().expect("valid mode"),
         shards: 2,
     }

@@ -124,7 +124,7 @@ fn open(dir: &SimDir, engine: &str, durability: Durability, shards: usize) -> St
     Store::open(
         dir.clone(),
         StoreOptions {
-            engine: engine.to_string(),
+            engine: Some(engine.to_string()),
             durability,
             shards,
         },

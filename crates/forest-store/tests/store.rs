@@ -9,7 +9,7 @@ use forest_store::{BatchOp, Durability, Rmw, Store, StoreOptions, ENGINE_NAMES};
 
 fn options(engine: &str, durability: Durability, shards: usize) -> StoreOptions {
     StoreOptions {
-        engine: engine.to_string(),
+        engine: Some(engine.to_string()),
         durability,
         shards,
     }

@@ -23,7 +23,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     // No doc comment here: it would replace the about texts `BenchArgs` carries.
-    Bench(forest_bench::BenchArgs),
+    Bench(Box<forest_bench::BenchArgs>),
     /// Bulk-load N keys `key-000000000000`.. into a store (a progress bar on a terminal).
     Load(store_cmd::LoadArgs),
     /// Print a key's value (exit 1 if absent). Keys and values are UTF-8 text, or hex with --hex.
@@ -34,9 +34,9 @@ enum Command {
     Del(store_cmd::DelArgs),
     /// Print `key<TAB>value` lines in key order, within optional bounds.
     Scan(store_cmd::ScanArgs),
-    /// Recover a store and report what recovery found (files, checkpoint, records replayed,
-    /// torn tails); exit 1 on corruption. Not read-only: recovery cuts torn tails and may
-    /// write a checkpoint.
+    /// Verify every file of a store without changing it and report what an open would
+    /// recover (checkpoint, records replayed, torn tails, records/s and MB/s); exit 1 on
+    /// damage. Refuses a store that is open elsewhere.
     Check(store_cmd::DirArgs),
     /// Write a checkpoint (and delete the logs and checkpoints it makes obsolete).
     Checkpoint(store_cmd::DirArgs),
@@ -49,7 +49,7 @@ fn main() {
         Err(err) => fail(&command_line_error(&err)),
     };
     let result = match cli.command {
-        Command::Bench(args) => forest_bench::run(args),
+        Command::Bench(args) => forest_bench::run(*args),
         Command::Load(args) => store_cmd::load(args),
         Command::Get(args) => store_cmd::get(args),
         Command::Put(args) => store_cmd::put(args),

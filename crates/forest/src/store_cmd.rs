@@ -2,14 +2,15 @@
 //! "CLI"), each a thin layer over [`forest_store::Store`].
 //!
 //! Keys and values are UTF-8 text on the command line and are written raw to stdout; with
-//! `--hex` both are hexadecimal in and out, for binary data. The store does not record its
-//! engine: the files are engine-neutral (logs and checkpoints hold keys and values), so any
-//! `--engine` opens any store; it picks the in-memory index (default `lockbtree`).
+//! `--hex` both are hexadecimal in and out, for binary data. The store records its engine in
+//! its `META` file; `--engine` is needed only to create a store with another engine than the
+//! default (`lockbtree`) or to switch an existing one (the logs and checkpoints are
+//! engine-neutral, so any engine opens any store, and the new choice is recorded).
 //!
 //! Choices: commands that only read (`get`, `scan`, `check`, `checkpoint`, `del`) refuse a
-//! directory that does not exist rather than create an empty store; `check` cannot open
-//! read-only (the store has no such mode), so it runs the recovery of a normal open, which
-//! cuts torn tails and may write a checkpoint, and reports what it found.
+//! directory that does not exist rather than create an empty store. `check` is read-only
+//! ([`Store::verify`]): it reads every file, reports torn tails and damage and what an open
+//! would recover, and changes nothing; it refuses a directory a running store holds.
 
 use std::io::{IsTerminal, Write};
 use std::ops::{Bound, ControlFlow};
@@ -19,10 +20,10 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use forest_core::Order;
-use forest_store::{BatchOp, Durability, Store, StoreOptions, ENGINE_NAMES};
+use forest_store::{Durability, Store, StoreOptions, VerifyReport, ENGINE_NAMES};
 use indicatif::{ProgressBar, ProgressStyle};
 
-/// Operations per `write_batch` call in `load`: large enough to share one durability wait
+/// Operations per [`Store::batch`] in `load`: large enough to share one durability wait
 /// among many writes, small enough to keep the batch's memory and latency low.
 const LOAD_BATCH_COUNT: usize = 1_000;
 /// The longest value `load` writes (the store's own limit).
@@ -34,9 +35,10 @@ pub struct StoreArgs {
     /// The store's directory.
     #[arg(value_name = "DIR")]
     pub dir: PathBuf,
-    /// The in-memory index: lockbtree, bwtree or masstree. The files do not depend on it.
-    #[arg(long, default_value = "lockbtree", value_name = "ENGINE")]
-    pub engine: String,
+    /// The in-memory index: lockbtree, bwtree or masstree. Default: the engine the store
+    /// recorded, or lockbtree for a new store. Naming another switches (and records) it.
+    #[arg(long, value_name = "ENGINE")]
+    pub engine: Option<String>,
     /// When writes are acknowledged: sync, group or periodic:MS.
     #[arg(long, default_value = "group", value_name = "MODE")]
     pub durability: String,
@@ -61,6 +63,10 @@ pub struct LoadArgs {
     /// Bytes per value.
     #[arg(long, default_value_t = 100, value_name = "B")]
     pub value_size: usize,
+    /// Write a checkpoint after the load (default: the keys stay in the logs only, so that
+    /// `forest check` times log replay; with it, `check` times the checkpoint load).
+    #[arg(long)]
+    pub checkpoint: bool,
 }
 
 /// `forest get`'s arguments.
@@ -155,13 +161,7 @@ fn open(args: &StoreArgs, must_exist: bool) -> Result<Store> {
     if must_exist && !dir.is_dir() {
         bail!("{}: no such store directory", dir.display());
     }
-    if !ENGINE_NAMES.contains(&args.engine.as_str()) {
-        bail!(
-            "--engine {:?}: known engines are {}",
-            args.engine,
-            ENGINE_NAMES.join(", ")
-        );
-    }
+    check_engine(args)?;
     let durability: Durability = args.durability.parse().context("--durability")?;
     Store::open_path(
         dir,
@@ -172,6 +172,16 @@ fn open(args: &StoreArgs, must_exist: bool) -> Result<Store> {
         },
     )
     .with_context(|| format!("opening the store in {}", dir.display()))
+}
+
+fn check_engine(args: &StoreArgs) -> Result<()> {
+    match &args.engine {
+        Some(engine) if !ENGINE_NAMES.contains(&engine.as_str()) => bail!(
+            "--engine {engine:?}: known engines are {}",
+            ENGINE_NAMES.join(", ")
+        ),
+        _ => Ok(()),
+    }
 }
 
 fn close(store: Store, dir: &Path) -> Result<()> {
@@ -205,28 +215,37 @@ pub fn load(args: LoadArgs) -> Result<()> {
     let store = open(&args.store, false)?;
     let bar = progress_bar(args.keys);
     let began = Instant::now();
-    let mut batch = Vec::with_capacity(LOAD_BATCH_COUNT);
     let mut index = 0u64;
+    let mut value = Vec::with_capacity(args.value_size);
     while index < args.keys {
-        batch.clear();
-        while index < args.keys && batch.len() < LOAD_BATCH_COUNT {
+        let mut batch = store.batch();
+        let mut count = 0u64;
+        while index < args.keys && count < LOAD_BATCH_COUNT as u64 {
             let key = format!("key-{index:012}").into_bytes();
             // The value repeats the key's digits, so a loaded store can be checked by eye.
-            let value: Vec<u8> = key[4..]
-                .iter()
-                .copied()
-                .cycle()
-                .take(args.value_size)
-                .collect();
-            batch.push(BatchOp::Upsert(key, value));
+            value.clear();
+            value.extend(key[4..].iter().copied().cycle().take(args.value_size));
+            batch
+                .upsert(&key, &value)
+                .with_context(|| format!("loading into {}", args.store.dir.display()))?;
             index += 1;
+            count += 1;
         }
-        store
-            .write_batch(&batch)
+        batch
+            .wait()
             .with_context(|| format!("loading into {}", args.store.dir.display()))?;
-        bar.inc(batch.len() as u64);
+        bar.inc(count);
     }
     bar.finish_and_clear();
+    if args.checkpoint {
+        let info = store
+            .checkpoint()
+            .with_context(|| format!("checkpointing {}", args.store.dir.display()))?;
+        println!(
+            "checkpoint: start lsn {}, {} entries, {} bytes",
+            info.start_lsn, info.entry_count, info.bytes
+        );
+    }
     close(store, &args.store.dir)?;
     let elapsed = began.elapsed().as_secs_f64();
     println!(
@@ -330,63 +349,122 @@ pub fn scan(args: ScanArgs) -> Result<()> {
     close(store, &args.store.dir)
 }
 
-/// `forest check`: recovers the store and reports what recovery found; fails on corruption.
+/// `forest check`: verifies every file without changing any ([`Store::verify`]), prints
+/// what it found and what an open would recover, with its speed; fails on damage.
 pub fn check(args: DirArgs) -> Result<()> {
     let dir = &args.store.dir;
     if !dir.is_dir() {
         bail!("{}: no such store directory", dir.display());
     }
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
-        let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
-        let bytes = entry.metadata().map(|m| m.len()).unwrap_or(0);
-        files.push((entry.file_name().to_string_lossy().into_owned(), bytes));
+    check_engine(&args.store)?;
+    let report = Store::verify_path(dir, args.store.engine.as_deref())
+        .with_context(|| format!("checking the store in {}", dir.display()))?;
+    print_verify(dir, &report);
+    let problems = report.problems();
+    if let Some(first) = problems.first() {
+        bail!("{first} ({} problem(s) in all)", problems.len());
     }
-    files.sort();
+    Ok(())
+}
+
+fn per_second(count: f64, elapsed: Duration) -> f64 {
+    count / elapsed.as_secs_f64().max(1e-9)
+}
+
+fn print_verify(dir: &Path, report: &VerifyReport) {
     println!("store {}", dir.display());
-    println!("files: {}", files.len());
-    for (name, bytes) in &files {
-        println!("  {name} {bytes} bytes");
+    match &report.engine_recorded {
+        Some(engine) => println!("engine recorded: {engine}"),
+        None => println!("engine recorded: none"),
     }
-    let kept_corrupt: Vec<&String> = files
-        .iter()
-        .map(|(name, _)| name)
-        .filter(|name| name.ends_with(".corrupt"))
-        .collect();
-    let store = open(&args.store, true)?;
-    let report = store.recovery_report().clone();
-    close(store, dir)?;
-    match report.checkpoint_start_lsn {
+    if let Some(e) = &report.meta_error {
+        println!("meta: DAMAGED: {e}");
+    }
+    for log in &report.logs {
+        let mut line = format!("log {}: {} bytes", log.name, log.bytes);
+        match log.header {
+            Some(h) => line += &format!(", shard {}, first lsn {}", h.shard_id, h.first_lsn),
+            None => line += ", no header",
+        }
+        line += &format!(", {} records", log.record_count);
+        if let (Some(first), Some(last)) = (log.lsn_first, log.lsn_last) {
+            line += &format!(", lsn {first}..={last}");
+        }
+        if let Some(torn) = log.torn {
+            line += &format!(
+                ", torn tail at offset {} ({} bytes)",
+                torn.offset, torn.bytes
+            );
+        }
+        if let Some(e) = &log.error {
+            line += &format!(", DAMAGED: {e}");
+        }
+        println!("{line}");
+    }
+    for cp in &report.checkpoints {
+        match (&cp.info, &cp.error) {
+            (Some(info), _) => println!(
+                "checkpoint {}: {} bytes, start lsn {}, end lsn {}, {} entries",
+                cp.name, cp.bytes, info.start_lsn, info.end_lsn, info.entry_count
+            ),
+            (None, Some(e)) => println!("checkpoint {}: {} bytes, DAMAGED: {e}", cp.name, cp.bytes),
+            (None, None) => println!("checkpoint {}: {} bytes", cp.name, cp.bytes),
+        }
+    }
+    for name in &report.other_files {
+        println!("other file: {name}");
+    }
+    println!("recovery (read-only, engine {}):", report.engine);
+    let recovery = match &report.recovery {
+        Ok(r) => r,
+        Err(e) => {
+            println!("  would fail: {e}");
+            return;
+        }
+    };
+    match recovery.checkpoint_start_lsn {
         Some(lsn) => println!(
             "checkpoint: start lsn {lsn}, {} entries, {} bytes",
-            report.checkpoint_entry_count, report.checkpoint_bytes
+            recovery.checkpoint_entry_count, recovery.checkpoint_bytes
         ),
         None => println!("checkpoint: none"),
     }
-    println!("logs read: {}", report.log_count);
+    for damaged in &recovery.corrupt_checkpoints {
+        println!("damaged checkpoint skipped: {damaged}");
+    }
+    println!(
+        "logs read: {} ({} bytes)",
+        recovery.log_count, recovery.log_bytes
+    );
     println!(
         "records replayed: {}, dropped after the cutoff: {}",
-        report.records_replayed, report.records_beyond_cutoff
+        recovery.records_replayed, recovery.records_beyond_cutoff
     );
-    for (name, offset, bytes) in &report.torn_tails {
-        println!("torn tail cut: {name} at offset {offset}, {bytes} bytes");
+    for (name, offset, bytes) in &recovery.torn_tails {
+        println!("torn tail: {name} at offset {offset}, {bytes} bytes (an open cuts it)");
     }
-    println!("cutoff lsn: {}", report.cutoff_lsn);
-    println!("keys recovered: {}", report.keys_recovered);
-    println!("recovery time: {:.3} s", report.elapsed.as_secs_f64());
-    if let Some(first) = report.corrupt_checkpoints.first() {
-        bail!(
-            "{first} (recovery fell back to an older checkpoint; {} damaged in all)",
-            report.corrupt_checkpoints.len()
-        );
+    for (name, keep, len) in &recovery.log_cuts {
+        println!("an open cuts {name} from {len} to {keep} bytes");
     }
-    if let Some(name) = kept_corrupt.first() {
-        bail!(
-            "{}: damaged checkpoint {name} kept from an earlier recovery",
-            dir.display()
-        );
+    for name in &recovery.tmp_checkpoints {
+        println!("an open deletes the unpublished {name}");
     }
-    Ok(())
+    println!("cutoff lsn: {}", recovery.cutoff_lsn);
+    println!("keys recovered: {}", recovery.keys_recovered);
+    println!(
+        "checkpoint load: {:.3} s ({:.1} MB/s)",
+        recovery.checkpoint_elapsed.as_secs_f64(),
+        per_second(
+            recovery.checkpoint_bytes as f64 / 1e6,
+            recovery.checkpoint_elapsed
+        )
+    );
+    println!(
+        "log replay: {:.3} s ({:.0} records/s)",
+        recovery.replay_elapsed.as_secs_f64(),
+        per_second(recovery.records_replayed as f64, recovery.replay_elapsed)
+    );
+    println!("recovery time: {:.3} s", recovery.elapsed.as_secs_f64());
 }
 
 /// `forest checkpoint`: writes a checkpoint and prints what it holds.

@@ -108,8 +108,9 @@ fn check_reports_a_corrupt_log() {
     assert!(err.contains("offset"), "{err}");
 }
 
-// Goal: check reports a damaged checkpoint and exits 1, now and on the next run. Method: two
-// checkpoints, damage the newest, check twice.
+// Goal: check reports a damaged checkpoint and exits 1, on every run; after an open set it
+// aside, check reports the `.corrupt` file. Method: two checkpoints, damage the newest,
+// check twice, get, check.
 #[test]
 fn check_reports_a_corrupt_checkpoint() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -129,11 +130,19 @@ fn check_reports_a_corrupt_checkpoint() {
     let mut bytes = std::fs::read(&newest).expect("read checkpoint");
     bytes[100] ^= 0xff;
     std::fs::write(&newest, bytes).expect("write checkpoint");
-    let err = fails(&["check", dir_str]);
-    assert!(err.contains("corrupt"), "{err}");
+    let name = names.last().expect("a checkpoint");
+    for _ in 0..2 {
+        let err = fails(&["check", dir_str]);
+        assert!(
+            err.contains("corrupt") && err.contains(name.as_str()),
+            "{err}"
+        );
+    }
+    // An open falls back to the older checkpoint and keeps the damaged one aside, which
+    // check goes on reporting.
+    assert_eq!(ok(&["get", dir_str, "a"]), "b\n");
     let err = fails(&["check", dir_str]);
     assert!(err.contains(".corrupt"), "{err}");
-    assert_eq!(ok(&["get", dir_str, "a"]), "b\n");
 }
 
 // Goal: bad arguments are one-line errors with exit 1. Method: a missing directory, an
@@ -161,21 +170,56 @@ fn bad_arguments_are_one_line_errors() {
     }
 }
 
-// Goal: a torn log tail is cut and reported, not an error. Method: load, drop the last 5
-// bytes of the log, check (exit 0, the tail named), then the other keys are all there.
+// Goal: check reports a torn log tail without touching it (not an error); the next open
+// cuts it. Method: load, drop the last 5 bytes of the log, check twice (exit 0, the tail
+// named, the bytes unchanged), then scan: the other keys are all there.
 #[test]
-fn check_cuts_a_torn_tail() {
+fn check_reports_a_torn_tail_and_leaves_it() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("store");
     ok(&["load", path(&dir), "--keys", "100"]);
     let log = dir.join("log-0000000000-000");
     let bytes = std::fs::read(&log).expect("read log");
-    std::fs::write(&log, &bytes[..bytes.len() - 5]).expect("write log");
-    let report = ok(&["check", path(&dir)]);
-    assert!(
-        report.contains("torn tail cut: log-0000000000-000"),
-        "{report}"
-    );
-    assert!(report.contains("keys recovered: 99"), "{report}");
+    let torn = &bytes[..bytes.len() - 5];
+    std::fs::write(&log, torn).expect("write log");
+    for _ in 0..2 {
+        let report = ok(&["check", path(&dir)]);
+        assert!(report.contains("torn tail: log-0000000000-000"), "{report}");
+        assert!(report.contains("keys recovered: 99"), "{report}");
+        assert!(report.contains("records/s"), "{report}");
+        assert_eq!(
+            std::fs::read(&log).expect("read log"),
+            torn,
+            "check is read-only"
+        );
+    }
     assert_eq!(ok(&["scan", path(&dir)]).lines().count(), 99);
+    assert!(
+        std::fs::read(&log).expect("read log").len() < torn.len(),
+        "open cut it"
+    );
+}
+
+// Goal: the engine chosen at load is recorded and used without --engine; load --checkpoint
+// leaves a checkpoint that check loads. Method: load with bwtree and --checkpoint, check.
+#[test]
+fn engine_is_recorded_and_checkpoint_loaded() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("store");
+    let loaded = ok(&[
+        "load",
+        path(&dir),
+        "--engine",
+        "bwtree",
+        "--keys",
+        "200",
+        "--checkpoint",
+    ]);
+    assert!(loaded.contains("200 entries"), "{loaded}");
+    let report = ok(&["check", path(&dir)]);
+    assert!(report.contains("engine recorded: bwtree"), "{report}");
+    assert!(report.contains("engine bwtree"), "{report}");
+    assert!(report.contains("checkpoint: start lsn"), "{report}");
+    assert!(report.contains("keys recovered: 200"), "{report}");
+    assert!(report.contains("MB/s"), "{report}");
 }

@@ -3,7 +3,8 @@
 //!
 //! A store lives in one flat directory. [`Dir`] creates, opens, lists, renames and removes
 //! the files in it and syncs the directory itself; [`File`] reads, appends, writes at an
-//! offset, truncates and syncs one file's data. Two implementations:
+//! offset, truncates and syncs one file's data. Two implementations (and [`MemFile`], a
+//! read-only file over bytes in memory for the decoders' tests and fuzz targets):
 //! - [`OsDir`]: `std::fs`, with real `fdatasync` for files and a real `fsync` of the directory
 //!   (Linux needs it for a created or renamed name to survive a power loss).
 //! - [`SimDir`]: an in-memory disk for tests that keeps live and durable bytes per file and a
@@ -24,14 +25,18 @@
 //! Choices: names are plain file names inside the directory (no sub-directories, no `/`), so
 //! the simulation stays a flat table; reads go to live bytes (the page cache), as on Linux.
 
+mod mem;
 mod os;
 mod sim;
+mod window;
 
 use std::path::{Path, PathBuf};
 
 use forest_core::{Error, Result};
 
+pub use mem::MemFile;
 pub use os::OsDir;
+pub use window::{ReadWindow, READ_CHUNK_BYTES};
 
 pub use sim::{CrashMode, Fault, FaultKind, FaultOp, FaultPlan, SimDir, TORN_PAGE_BYTES};
 

@@ -27,7 +27,13 @@
 //!
 //! Modes: `group` as above. `sync`: the writer holds its shard's writer lock from before
 //! taking its LSN until it has run the flush pass itself, so every write gets a dedicated
-//! fsync of its own record; then it waits for the other shards. `periodic`: the writer does not wait; flushers force at least every interval.
+//! fsync of its own record; then it waits for the other shards. `periodic`: the writer does not
+//! wait; flushers force at least every interval.
+//!
+//! Batches (`log_deferred` + `wait_batch`): the records are only buffered, and the wait
+//! starts one flush for all of them (under `sync` the waiter runs the pass itself: one fsync
+//! per batch; under `group` it wakes the flusher once). A record is never acknowledged before
+//! the same rule as above holds for the batch's highest LSN.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -196,6 +202,32 @@ impl GroupCommit {
         value: &[u8],
         apply: impl FnOnce(),
     ) -> Result<u64> {
+        self.log_as(shard, op, key, value, apply, false)
+    }
+
+    /// Like [`Self::log`], for a batch: the record is only buffered (no fsync of its own
+    /// under `sync`, no flusher wake-up under `group`), so a batch's records share the one
+    /// flush that [`Self::wait_batch`] starts.
+    pub fn log_deferred(
+        &self,
+        shard: usize,
+        op: Op,
+        key: &[u8],
+        value: &[u8],
+        apply: impl FnOnce(),
+    ) -> Result<u64> {
+        self.log_as(shard, op, key, value, apply, true)
+    }
+
+    fn log_as(
+        &self,
+        shard: usize,
+        op: Op,
+        key: &[u8],
+        value: &[u8],
+        apply: impl FnOnce(),
+        deferred: bool,
+    ) -> Result<u64> {
         // Limits first: an LSN must never be taken for a record that cannot be encoded.
         check_entry(key, value)?;
         debug_assert!(op == Op::Put || value.is_empty(), "a remove logs no value");
@@ -203,7 +235,8 @@ impl GroupCommit {
         let shard_ref = &inner.shards[shard];
         // `sync`: the writer lock is held from before the LSN is taken to after the fsync,
         // so the flush that follows is this record's own.
-        let mut own_flush = (inner.durability == Durability::Sync).then(|| shard_ref.writer.lock());
+        let mut own_flush =
+            (inner.durability == Durability::Sync && !deferred).then(|| shard_ref.writer.lock());
         let mut state = shard_ref.state.lock();
         if inner.failed.load(Ordering::SeqCst) {
             return Err(inner.failure_error());
@@ -229,10 +262,30 @@ impl GroupCommit {
             inner.flush_locked(shard, writer)?;
             drop(own_flush);
             inner.publish();
-        } else if inner.durability == Durability::Group {
+        } else if inner.durability == Durability::Group && !deferred {
             shard_ref.work.notify_one();
         }
         Ok(lsn)
+    }
+
+    /// Waits until a batch logged by [`Self::log_deferred`] in `shard`, whose highest LSN
+    /// is `lsn`, may be acknowledged: `sync` runs one flush pass of `shard` itself (one
+    /// fsync for the whole batch) and then waits for the other shards; `group` waits for
+    /// `lsn` like a single write; `periodic` returns at once.
+    pub fn wait_batch(&self, shard: usize, lsn: u64) -> Result<()> {
+        let inner = &*self.inner;
+        if inner.durability == Durability::Sync
+            && inner.shards[shard].durable_through.load(Ordering::SeqCst) < lsn
+        {
+            inner.flush_pass(shard)?;
+        }
+        self.wait(lsn)
+    }
+
+    /// Asks the flushers to make every LSN up to `lsn` durable, without waiting (a batch
+    /// dropped before its wait).
+    pub fn request(&self, lsn: u64) {
+        self.inner.request(lsn);
     }
 
     /// Waits until `lsn` may be acknowledged under the durability mode:
@@ -436,6 +489,18 @@ impl Inner {
         }
     }
 
+    /// Asks the flushers of shards not yet durable through `lsn` to advance to it.
+    fn request(&self, lsn: u64) {
+        self.requested.fetch_max(lsn, Ordering::SeqCst);
+        for shard in self.shards.iter() {
+            if shard.durable_through.load(Ordering::SeqCst) < lsn {
+                // Taking the lock orders this wake-up after the flusher's check.
+                drop(shard.state.lock());
+                shard.work.notify_one();
+            }
+        }
+    }
+
     /// Waits until every LSN up to `lsn` is durable, asking idle shards' flushers to
     /// advance.
     fn wait_durable(&self, lsn: u64) -> Result<()> {
@@ -448,14 +513,7 @@ impl Inner {
                 return Err(f.to_error());
             }
         }
-        self.requested.fetch_max(lsn, Ordering::SeqCst);
-        for shard in self.shards.iter() {
-            if shard.durable_through.load(Ordering::SeqCst) < lsn {
-                // Taking the lock orders this wake-up after the flusher's check.
-                drop(shard.state.lock());
-                shard.work.notify_one();
-            }
-        }
+        self.request(lsn);
         let mut ack = self.ack.lock();
         loop {
             if ack.durable >= lsn {

@@ -179,7 +179,7 @@ fn u64_at(data: &[u8], at: usize) -> u64 {
 }
 
 /// The verdict on the bytes at one offset.
-enum Check<'a> {
+pub(crate) enum Check<'a> {
     /// A whole, well-formed record and the offset after it.
     Valid(Record<'a>, usize),
     /// The bytes end before the record does (as far as its length field tells).
@@ -190,7 +190,7 @@ enum Check<'a> {
 
 /// Checks the record at `at`, cheap structural checks first so that scanning garbage for a
 /// valid record rarely computes a checksum.
-fn check_record(data: &[u8], at: usize) -> Check<'_> {
+pub(crate) fn check_record(data: &[u8], at: usize) -> Check<'_> {
     let rest = &data[at..];
     if rest.len() < RECORD_HEADER_BYTES {
         return Check::Incomplete;
@@ -243,7 +243,7 @@ fn valid_record_follows(data: &[u8], from: usize) -> bool {
 }
 
 /// Decodes the header of a log file, if it is whole and valid.
-fn decode_header(path: &Path, data: &[u8]) -> Result<Option<LogHeader>> {
+pub(crate) fn decode_header(path: &Path, data: &[u8]) -> Result<Option<LogHeader>> {
     let Some(bytes) = data.get(..LOG_HEADER_BYTES) else {
         return Ok(None);
     };
