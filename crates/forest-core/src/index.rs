@@ -65,6 +65,117 @@ pub trait Index: Send + Sync {
     fn stats(&self) -> IndexStats;
 }
 
+/// Values with columns (Masstree §4.7): "an array of variable-length strings called
+/// columns"; a get can read some columns, and a multi-column put is atomic — a concurrent
+/// get sees all of its column changes or none.
+///
+/// A row is stored as the plain [`Index`] value, so `get` and `scan` see whole rows, in the
+/// encoding of [`row_encode`] (all integers little-endian):
+///
+/// ```text
+/// count: u32 | len[0]: u32 | ... | len[count-1]: u32 | column 0 bytes | ... | column count-1 bytes
+/// ```
+///
+/// A value that does not decode as a row (one written through the plain API) reads as a row
+/// of one column, column 0, holding the whole value. Columns past a row's end read as empty;
+/// a put to such a column extends the row with empty columns up to it.
+pub trait ColumnIndex: Index {
+    /// Reads the listed columns of `key`'s row into `out` (one vector per requested column,
+    /// in request order; `out` is resized to `columns.len()`, its vectors reused). Returns
+    /// false when `key` is absent.
+    fn get_columns(&self, key: &[u8], columns: &[usize], out: &mut Vec<Vec<u8>>) -> bool;
+
+    /// Replaces the given columns of `key`'s row in one atomic step, creating the row if
+    /// absent; other columns keep their values. When a column is listed twice, the last
+    /// wins. An encoded row over [`crate::VALUE_BYTES_MAX`] is an error and changes nothing.
+    fn put_columns(&self, key: &[u8], columns: &[(usize, &[u8])]) -> Result<()>;
+}
+
+/// Bytes of a row's count and of each column length.
+const ROW_WORD_BYTES: usize = 4;
+
+/// The columns of an encoded row, or `None` if `value` is not a well-formed row.
+pub fn row_decode(value: &[u8]) -> Option<Vec<&[u8]>> {
+    let word = |at: usize| -> Option<usize> {
+        let b = value.get(at..at + ROW_WORD_BYTES)?;
+        let w = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        usize::try_from(w).ok()
+    };
+    let count = word(0)?;
+    let mut at = count
+        .checked_add(1)?
+        .checked_mul(ROW_WORD_BYTES)
+        .filter(|&h| h <= value.len())?;
+    let mut cols = Vec::with_capacity(count);
+    for i in 0..count {
+        let len = word(ROW_WORD_BYTES * (i + 1))?;
+        let end = at.checked_add(len).filter(|&e| e <= value.len())?;
+        cols.push(&value[at..end]);
+        at = end;
+    }
+    (at == value.len()).then_some(cols)
+}
+
+/// The columns of a stored value: its row, or one column holding all of it (see
+/// [`ColumnIndex`]).
+pub fn row_columns(value: &[u8]) -> Vec<&[u8]> {
+    row_decode(value).unwrap_or_else(|| vec![value])
+}
+
+/// Encodes `columns` as a row into `out` (cleared first). Errors when the row would exceed
+/// [`crate::VALUE_BYTES_MAX`].
+pub fn row_encode(columns: &[&[u8]], out: &mut Vec<u8>) -> Result<()> {
+    let header = columns
+        .len()
+        .saturating_add(1)
+        .saturating_mul(ROW_WORD_BYTES);
+    let len = columns
+        .iter()
+        .fold(header, |acc, c| acc.saturating_add(c.len()));
+    if len > crate::VALUE_BYTES_MAX {
+        return Err(crate::Error::ValueTooLong {
+            len,
+            max: crate::VALUE_BYTES_MAX,
+        });
+    }
+    out.clear();
+    out.reserve(len);
+    // Lengths fit in u32: each is at most VALUE_BYTES_MAX (checked above).
+    out.extend_from_slice(&(columns.len() as u32).to_le_bytes());
+    for c in columns {
+        out.extend_from_slice(&(c.len() as u32).to_le_bytes());
+    }
+    for c in columns {
+        out.extend_from_slice(c);
+    }
+    Ok(())
+}
+
+/// The row that results from applying `changes` to the stored value `old` (`None`: absent),
+/// encoded into `out`.
+pub fn row_apply(old: Option<&[u8]>, changes: &[(usize, &[u8])], out: &mut Vec<u8>) -> Result<()> {
+    let mut cols = old.map(row_columns).unwrap_or_default();
+    let width = changes
+        .iter()
+        .map(|&(i, _)| i.saturating_add(1))
+        .max()
+        .unwrap_or(0);
+    // A column index whose header alone passes the value limit cannot be stored.
+    if width.saturating_mul(ROW_WORD_BYTES) > crate::VALUE_BYTES_MAX {
+        return Err(crate::Error::ValueTooLong {
+            len: width.saturating_mul(ROW_WORD_BYTES),
+            max: crate::VALUE_BYTES_MAX,
+        });
+    }
+    if cols.len() < width {
+        cols.resize(width, &[]);
+    }
+    for &(i, c) in changes {
+        cols[i] = c;
+    }
+    row_encode(&cols, out)
+}
+
 /// Whether `key` lies within the two bounds (helper for engines and the kit).
 #[inline]
 pub fn in_bounds(key: &[u8], lower: Bound<&[u8]>, upper: Bound<&[u8]>) -> bool {
@@ -118,5 +229,22 @@ mod tests {
         assert!(!past_upper(b"d", Bound::Included(d)));
         assert!(below_lower(b"b", Bound::Excluded(b)));
         assert!(!below_lower(b"b", Bound::Included(b)));
+    }
+
+    #[test]
+    fn rows_round_trip_and_plain_values_read_as_one_column() {
+        // Goal: row_encode / row_decode / row_apply agree, and non-rows are one column.
+        let mut row = Vec::new();
+        row_encode(&[b"a", b"", b"ccc"], &mut row).expect("small");
+        assert_eq!(row_decode(&row), Some(vec![&b"a"[..], b"", b"ccc"]));
+        let mut next = Vec::new();
+        row_apply(Some(&row), &[(1, b"bb"), (4, b"e")], &mut next).expect("small");
+        assert_eq!(
+            row_columns(&next),
+            vec![&b"a"[..], b"bb", b"ccc", b"", b"e"]
+        );
+        assert_eq!(row_columns(b"plain"), vec![&b"plain"[..]]);
+        assert_eq!(row_decode(&row[..row.len() - 1]), None);
+        assert!(row_apply(None, &[(usize::MAX, b"x")], &mut next).is_err());
     }
 }

@@ -13,15 +13,16 @@
 //!   inserting, so a reader holding a stale slot index retries (§4.6.5).
 //! - `prev` is protected by the previous node's lock, `next` by this node's lock.
 
-use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
+use crossbeam_epoch::{Atomic, Guard, Shared};
 use forest_core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
+use crate::block;
 use crate::key::{class_of_keylen, slice_of, KEYLEN_LAYER, KEYLEN_SUFFIX, SLICE_BYTES};
 use crate::node::NodeBase;
 use crate::permuter::{Permuter, WIDTH};
 
 /// A heap block holding a value or a key suffix.
-pub type Bytes = Box<[u8]>;
+pub type Bytes = crate::block::Block;
 
 /// A border node.
 #[derive(Debug)]
@@ -102,7 +103,7 @@ impl Border {
                     let suf = self.suffix[s].load(Ordering::Acquire, guard);
                     // SAFETY: suffix blocks are freed only through the epoch `guard` pins.
                     match unsafe { suf.as_ref() } {
-                        Some(b) if **b == rest[SLICE_BYTES..] => {
+                        Some(b) if block::bytes(b) == &rest[SLICE_BYTES..] => {
                             Lookup::Value(self.value[s].load(Ordering::Acquire, guard))
                         }
                         Some(_) => Lookup::NotFound,
@@ -114,6 +115,16 @@ impl Border {
             };
         }
         Lookup::NotFound
+    }
+
+    /// Reader-side: the layer link for `slice`, if the node holds one (the caller validates).
+    pub fn layer_link(&self, slice: u64, _guard: &Guard) -> Option<*mut NodeBase> {
+        let perm = self.permutation();
+        (0..perm.size()).map(|i| perm.get(i)).find_map(|s| {
+            (self.keyslice[s].load(Ordering::Acquire) == slice
+                && self.keylen[s].load(Ordering::Acquire) == KEYLEN_LAYER)
+                .then(|| self.layer[s].load(Ordering::Acquire))
+        })
     }
 
     /// Writer-side search; the node is locked.
@@ -136,7 +147,8 @@ impl Border {
                 KEYLEN_SUFFIX => {
                     let suf = self.suffix[s].load(Ordering::Relaxed, guard);
                     // SAFETY: the slot's suffix is live while the lock is held.
-                    let same = unsafe { suf.as_ref() }.is_some_and(|b| **b == rest[SLICE_BYTES..]);
+                    let same = unsafe { suf.as_ref() }
+                        .is_some_and(|b| block::bytes(b) == &rest[SLICE_BYTES..]);
                     if same {
                         Found::Exact(i, s)
                     } else {
@@ -155,13 +167,13 @@ impl Border {
         let (kl, suf) = if rest.len() <= SLICE_BYTES {
             (rest.len() as u8, Shared::null())
         } else {
-            let b: Bytes = rest[SLICE_BYTES..].into();
-            (KEYLEN_SUFFIX, Owned::new(b).into_shared(guard))
+            let b = block::new(&rest[SLICE_BYTES..]);
+            (KEYLEN_SUFFIX, b.into_shared(guard))
         };
         self.keylen[s].store(kl, Ordering::Relaxed);
         let old = self.suffix[s].swap(suf, Ordering::AcqRel, guard);
         retire(old, guard);
-        let old = self.value[s].swap(Owned::new(value.into()), Ordering::AcqRel, guard);
+        let old = self.value[s].swap(block::new(value), Ordering::AcqRel, guard);
         retire(old, guard);
         self.layer[s].store(std::ptr::null_mut(), Ordering::Relaxed);
     }

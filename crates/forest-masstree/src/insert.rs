@@ -2,8 +2,11 @@
 //! new block), inserts publish a new key with one permutation store, and a long key whose
 //! slice collides with another long key moves both into a new layer.
 
-use crossbeam_epoch::{self as epoch, Owned};
+use std::borrow::Cow;
+
+use crossbeam_epoch as epoch;
 use forest_core::sync::atomic::Ordering;
+use forest_core::Result;
 
 use crate::border::{retire, Found};
 use crate::key::{class_of, slice_of, SLICE_BYTES};
@@ -23,23 +26,49 @@ pub enum PutMode {
 
 /// Stores `value` under `key` as `mode` says. Returns whether it wrote.
 pub fn put(tree: &Masstree, key: &[u8], value: &[u8], mode: PutMode) -> bool {
+    put_with(tree, key, mode, |_| Ok(Cow::Borrowed(value))).unwrap_or(false)
+}
+
+/// Stores under `key`, as `mode` says, the value `make` builds from the current one (`None`
+/// when absent), called once with the key's border node locked, so the new value replaces
+/// exactly the old one it was built from (§4.7's copy-on-write rows). An error from `make`
+/// changes nothing. Returns whether it wrote.
+pub fn put_with<'v, F>(tree: &Masstree, key: &[u8], mode: PutMode, mut make: F) -> Result<bool>
+where
+    F: FnMut(Option<&[u8]>) -> Result<Cow<'v, [u8]>>,
+{
     let guard = epoch::pin();
     let mut root = tree.root.load(Ordering::Acquire);
     let mut rest = key;
     loop {
         let slice = slice_of(rest);
         let class = class_of(rest);
-        let n = crate::layer::locate_locked(tree, root, slice);
+        let Some(n) = crate::layer::locate_locked(tree, root, slice) else {
+            // A removed node or layer (§4.6.5): nothing was written yet; start over.
+            root = tree.root.load(Ordering::Acquire);
+            rest = key;
+            continue;
+        };
         match n.find_locked(slice, class, rest, &guard) {
             Found::Exact(_, s) => {
                 if mode == PutMode::Insert {
                     n.base.version.unlock();
-                    return false;
+                    return Ok(false);
                 }
-                let old = n.value[s].swap(Owned::new(value.into()), Ordering::AcqRel, &guard);
+                let cur = n.value[s].load(Ordering::Relaxed, &guard);
+                // SAFETY: the slot's value is live while the node is locked and `guard` pinned.
+                let value = match make(unsafe { cur.as_ref() }.map(crate::block::bytes)) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        n.base.version.unlock();
+                        return Err(e);
+                    }
+                };
+                let block = crate::block::new(&value);
+                let old = n.value[s].swap(block, Ordering::AcqRel, &guard);
                 retire(old, &guard);
                 n.base.version.unlock();
-                return true;
+                return Ok(true);
             }
             Found::Layer(s) => {
                 root = n.layer[s].load(Ordering::Acquire);
@@ -49,7 +78,7 @@ pub fn put(tree: &Masstree, key: &[u8], value: &[u8], mode: PutMode) -> bool {
             Found::Conflict(s) => {
                 if mode == PutMode::Update {
                     n.base.version.unlock();
-                    return false;
+                    return Ok(false);
                 }
                 root = crate::layer::make_new_layer(tree, n, s, &guard);
                 n.base.version.unlock();
@@ -58,15 +87,22 @@ pub fn put(tree: &Masstree, key: &[u8], value: &[u8], mode: PutMode) -> bool {
             Found::Absent(pos) => {
                 if mode == PutMode::Update {
                     n.base.version.unlock();
-                    return false;
+                    return Ok(false);
                 }
+                let value = match make(None) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        n.base.version.unlock();
+                        return Err(e);
+                    }
+                };
                 if n.permutation().size() < WIDTH {
-                    n.insert_at(pos, rest, value, &guard);
+                    n.insert_at(pos, rest, &value, &guard);
                     n.base.version.unlock();
                 } else {
-                    crate::split::split_insert(tree, n, pos, rest, value, &guard);
+                    crate::split::split_insert(tree, n, pos, rest, &value, &guard);
                 }
-                return true;
+                return Ok(true);
             }
         }
     }

@@ -5,7 +5,11 @@
 //!   with one slice sit under one child (border splits never separate a slice, §4.2).
 //! - Fields change only under the node's lock with the node marked inserting or splitting, so
 //!   a reader that read torn fields fails validation; a torn read never yields a dangling
-//!   pointer since nodes outlive the tree's borrows (crate::node), and a null child is retried.
+//!   pointer since nodes are freed only through the epoch (crate::node), and a null child is
+//!   retried.
+//! - `keyslice[i-1]` is the lowkey of the first border node under `child[i]`: splits post the
+//!   new sibling's lowkey, and a removal that shifts out a first child raises the ancestor
+//!   separator to match (§4.6.5, `crate::remove`).
 
 use forest_core::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
@@ -52,11 +56,36 @@ impl Interior {
         self.child[i].load(Ordering::Acquire)
     }
 
-    fn position_of(&self, c: *mut NodeBase) -> usize {
+    pub(crate) fn position_of(&self, c: *mut NodeBase) -> usize {
         let n = self.nkeys();
         (0..=n)
             .find(|&i| self.child[i].load(Ordering::Relaxed) == c)
             .expect("a locked parent lists its child")
+    }
+
+    /// Removes child `c` of this locked node, marked inserting, with at least one key: with the
+    /// key before it, or, for the first child, with the key after it. Returns that key in
+    /// the second case: the node's new lower bound (§4.6.5).
+    pub fn remove_child(&self, c: *mut NodeBase) -> Option<u64> {
+        let n = self.nkeys();
+        debug_assert!(n > 0);
+        let j = self.position_of(c);
+        let (key_gone, raised) = if j == 0 {
+            (0, Some(self.keyslice[0].load(Ordering::Relaxed)))
+        } else {
+            (j - 1, None)
+        };
+        for i in key_gone..n - 1 {
+            let k = self.keyslice[i + 1].load(Ordering::Relaxed);
+            self.keyslice[i].store(k, Ordering::Release);
+        }
+        for i in j..n {
+            let k = self.child[i + 1].load(Ordering::Relaxed);
+            self.child[i].store(k, Ordering::Release);
+        }
+        self.child[n].store(std::ptr::null_mut(), Ordering::Release);
+        self.nkeys.store(n as u8 - 1, Ordering::Release);
+        raised
     }
 
     /// Inserts `right` after `left` with separator `sep`; the node is locked, marked

@@ -3,13 +3,19 @@
 //! A layer is a B+tree reached from a parent-layer slot whose `keylen` is `KEYLEN_LAYER` (or,
 //! for layer 0, from the tree's root pointer). Layer links are not updated when a layer's
 //! root splits: readers and writers climb `parent` links from the stale root to the current
-//! one (Fig. 6's first lines), which is what the paper's lazy root update amounts to.
+//! one (Fig. 6's first lines), which is what the paper's lazy root update amounts to. A
+//! layer's link names its first border node, which is never removed while the layer lives.
 //!
 //! Invariants:
 //! - A node whose `ISROOT` bit is clear has a non-null parent (set before the bit is cleared).
 //! - A new layer is installed under the parent-layer node's lock with the node marked
 //!   inserting and the slot passing through `KEYLEN_UNSTABLE`, so a concurrent get sees the
 //!   old key or the new layer, never neither.
+//! - A layer is removed only when empty (its first border node is its root and holds no key),
+//!   under the parent-layer node's lock, then the layer root's lock (upper layer first); the
+//!   root is marked deleted, so a writer that followed the old link starts over (§4.6.5).
+//! - A root collapse locks the only child, then the root; the old root is marked deleted
+//!   and non-root and its parent pointer names the new root, so stale climbers go on.
 
 use crossbeam_epoch::{Guard, Shared};
 use forest_core::sync::atomic::Ordering;
@@ -17,38 +23,62 @@ use forest_core::sync::atomic::Ordering;
 use crate::border::Border;
 use crate::key::{slice_of, KEYLEN_LAYER, KEYLEN_SUFFIX, KEYLEN_UNSTABLE, SLICE_BYTES};
 use crate::node::{base, border, node, NodeBase, NodeRef};
-use crate::nodeversion::{ISBORDER, ISROOT, VSPLIT_MASK};
+use crate::nodeversion::{DELETED, ISBORDER, ISROOT, VSPLIT_MASK};
 use crate::permuter::Permuter;
 use crate::Masstree;
 
+/// Climbs from a possibly stale root to its layer's current root (Fig. 6's first lines);
+/// returns it with a stable version.
+fn climb(mut n: *mut NodeBase) -> (*mut NodeBase, u64) {
+    loop {
+        // SAFETY: `n` was read from the tree under the caller's pin (crate::node invariants).
+        let v = unsafe { base(n) }.version.stable();
+        if v & ISROOT != 0 {
+            return (n, v);
+        }
+        // SAFETY: as above.
+        let p = unsafe { base(n) }.parent.load(Ordering::Acquire);
+        if !p.is_null() {
+            n = p.cast();
+        }
+        // A null parent on a non-root: a root collapse is making `n` the root; re-read it.
+    }
+}
+
 /// `findborder` (Fig. 6): the border node responsible for `slice` in the layer reached from
-/// `root` (possibly stale), with a stable version snapshot of it.
+/// `root` (possibly stale), with a stable version snapshot of it. The caller holds an epoch
+/// guard. The node returned may be marked deleted (then the caller retries from the top).
+///
+/// Postcondition: `slice >= lowkey` of the node returned. A descent can reach a node whose
+/// lowkey is above the slice only while a removal (§4.6.5) has shifted an interior node's
+/// first child out and not yet redirected the separator above it; it then starts over.
 pub fn find_border(tree: &Masstree, root: *mut NodeBase, slice: u64) -> (&Border, u64) {
     'retry: loop {
-        // Climb from a stale root to the current one.
-        let mut n = root;
-        // SAFETY: `root` came from the tree (crate::node invariants); so do parents.
-        let mut v = unsafe { base(n) }.version.stable();
-        while v & ISROOT == 0 {
-            // SAFETY: as above.
-            let p = unsafe { base(n) }.parent.load(Ordering::Acquire);
-            debug_assert!(!p.is_null(), "a non-root node without a parent");
-            if p.is_null() {
-                break;
-            }
-            n = p.cast();
-            // SAFETY: as above.
-            v = unsafe { base(n) }.version.stable();
-        }
+        let (mut n, mut v) = climb(root);
         loop {
-            // SAFETY: `n` is a live node of this tree.
+            // SAFETY: `n` is a live node of this tree, read under the caller's pin.
             let inner = match unsafe { node(n) } {
-                NodeRef::Border(b) => return (b, v),
+                NodeRef::Border(b) => {
+                    // A deleted border node goes back to the caller, who starts over from
+                    // the top: it may be a removed layer's root.
+                    if slice < b.lowkey && v & DELETED == 0 {
+                        tree.counters.restarts.incr();
+                        continue 'retry;
+                    }
+                    return (b, v);
+                }
                 NodeRef::Interior(i) => i,
             };
+            if v & DELETED != 0 {
+                // An emptied interior node: the node now responsible is reached from the
+                // layer's root.
+                tree.counters.restarts.incr();
+                continue 'retry;
+            }
             let child = inner.child_for(slice);
+            crate::prefetch::node(child);
             if !child.is_null() {
-                // SAFETY: a child pointer read from a live node is a live node.
+                // SAFETY: a child pointer read from a live node under the pin is a live node.
                 let cv = unsafe { base(child) }.version.stable();
                 if !inner.base.version.has_changed(v) {
                     // Hand-over-hand validation: the child was ours while `inner` was unchanged.
@@ -58,7 +88,7 @@ pub fn find_border(tree: &Masstree, root: *mut NodeBase, slice: u64) -> (&Border
                 }
             }
             let v2 = inner.base.version.stable();
-            if (v2 ^ v) & VSPLIT_MASK != 0 {
+            if (v2 ^ v) & (VSPLIT_MASK | DELETED) != 0 {
                 // The node split: the key may have moved to a node we cannot reach from here.
                 tree.counters.restarts.incr();
                 continue 'retry;
@@ -71,23 +101,125 @@ pub fn find_border(tree: &Masstree, root: *mut NodeBase, slice: u64) -> (&Border
 }
 
 /// The border node responsible for `slice`, locked (§4.5). After locking, walks right past
-/// splits that happened since the search (lowkeys never change, §4.6.4).
-pub fn locate_locked(tree: &Masstree, root: *mut NodeBase, slice: u64) -> &Border {
+/// splits that happened since the search (lowkeys never change, §4.6.4). `None` when it met a
+/// deleted node: the caller starts over from the tree's root (the layer may be gone).
+pub fn locate_locked(tree: &Masstree, root: *mut NodeBase, slice: u64) -> Option<&Border> {
     let (mut n, _) = find_border(tree, root, slice);
     n.base.version.lock();
     loop {
+        if n.base.version.raw() & DELETED != 0 {
+            n.base.version.unlock();
+            tree.counters.restarts.incr();
+            return None;
+        }
         let next = n.next.load(Ordering::Acquire);
         if next.is_null() {
-            return n;
+            return Some(n);
         }
-        // SAFETY: `next` links point to live border nodes.
+        // SAFETY: `next` links of a locked live node point to live border nodes.
         let nb = unsafe { border(next) };
         if slice < nb.lowkey {
-            return n;
+            return Some(n);
         }
         n.base.version.unlock();
         nb.base.version.lock();
         n = nb;
+    }
+}
+
+/// The root link of the layer holding keys that start with `prefix` (a multiple of 8 bytes),
+/// or `None` if no such layer exists now. Optimistic, like a get.
+pub fn layer_root(tree: &Masstree, prefix: &[u8], guard: &Guard) -> Option<*mut NodeBase> {
+    debug_assert_eq!(prefix.len() % SLICE_BYTES, 0);
+    'top: loop {
+        let mut root = tree.root.load(Ordering::Acquire);
+        for chunk in prefix.chunks(SLICE_BYTES) {
+            let slice = slice_of(chunk);
+            let (mut n, mut v) = find_border(tree, root, slice);
+            root = loop {
+                if v & DELETED != 0 {
+                    continue 'top;
+                }
+                let link = n.layer_link(slice, guard);
+                if n.base.version.has_changed(v) {
+                    (n, v) = walk_right(n, slice);
+                    continue;
+                }
+                match link {
+                    Some(p) => break p,
+                    None => return None,
+                }
+            };
+        }
+        return Some(root);
+    }
+}
+
+/// After a failed validation of `n` (Fig. 7): a fresh stable version, walking right along
+/// `next` while `slice` belongs to a sibling that a split created.
+pub fn walk_right(mut n: &Border, slice: u64) -> (&Border, u64) {
+    let mut v = n.base.version.stable();
+    let mut next = n.next.load(Ordering::Acquire);
+    while v & DELETED == 0 && !next.is_null() {
+        // SAFETY: `next` links point to live border nodes while the caller is pinned.
+        let nb = unsafe { border(next) };
+        if slice < nb.lowkey {
+            break;
+        }
+        n = nb;
+        v = n.base.version.stable();
+        next = n.next.load(Ordering::Acquire);
+    }
+    (n, v)
+}
+
+/// Collapses the layer's root while it is an interior node with one child (§4.6.5: removes
+/// leave "trivial chains"); `hint` is any node on the layer's leftmost path (its link).
+/// Locks child, then parent, as splits do.
+pub fn collapse_root(tree: &Masstree, hint: *mut NodeBase, guard: &Guard) {
+    loop {
+        let (r, _) = climb(hint);
+        // SAFETY: `r` is live under `guard`.
+        let ri = match unsafe { node(r) } {
+            NodeRef::Interior(i) if i.nkeys() == 0 => i,
+            _ => return,
+        };
+        let c = ri.child[0].load(Ordering::Acquire);
+        if c.is_null() {
+            return;
+        }
+        // SAFETY: a child read under the pin is live.
+        let cb = unsafe { base(c) };
+        cb.version.lock();
+        let p = crate::split::locked_parent(cb);
+        let ok = p.cast() == r
+            && ri.base.version.raw() & (ISROOT | DELETED) == ISROOT
+            && ri.nkeys() == 0
+            && ri.child[0].load(Ordering::Relaxed) == c;
+        if !ok {
+            if !p.is_null() {
+                // SAFETY: `p` is live and locked by us.
+                unsafe { base(p.cast()) }.version.unlock();
+            }
+            cb.version.unlock();
+            continue;
+        }
+        ri.base.version.mark_split();
+        cb.version.mark_root();
+        // A reader holding the old root climbs from it to `c`.
+        ri.base.parent.store(c.cast(), Ordering::Release);
+        ri.base.version.clear_root();
+        ri.base.version.mark_deleted();
+        cb.parent.store(std::ptr::null_mut(), Ordering::Release);
+        let _ = tree
+            .root
+            .compare_exchange(r, c, Ordering::AcqRel, Ordering::Acquire);
+        ri.base.version.unlock();
+        cb.version.unlock();
+        tree.counters.collapses.incr();
+        // SAFETY: `r` is off every path: no child's parent, not the tree's root, never a
+        // layer link (links name a layer's first border node); marked non-root and deleted.
+        unsafe { tree.nodes.retire(r, guard) };
     }
 }
 
@@ -98,15 +230,17 @@ pub fn make_new_layer(tree: &Masstree, n: &Border, s: usize, guard: &Guard) -> *
     tree.counters.layers.incr();
     let suf = n.suffix[s].load(Ordering::Relaxed, guard);
     // SAFETY: the slot's suffix is live while `n` is locked.
-    let old_rest: &[u8] = unsafe { suf.as_ref() }.expect("a KEYLEN_SUFFIX slot has a suffix");
+    let old_rest: &[u8] = unsafe { suf.as_ref() }
+        .map(crate::block::bytes)
+        .expect("a KEYLEN_SUFFIX slot has a suffix");
     let twig = Border::new(ISBORDER | ISROOT, 0);
     twig.keyslice[0].store(slice_of(old_rest), Ordering::Relaxed);
     if old_rest.len() <= SLICE_BYTES {
         twig.keylen[0].store(old_rest.len() as u8, Ordering::Relaxed);
     } else {
         twig.keylen[0].store(KEYLEN_SUFFIX, Ordering::Relaxed);
-        let tail: Box<[u8]> = old_rest[SLICE_BYTES..].into();
-        twig.suffix[0].store(crossbeam_epoch::Owned::new(tail), Ordering::Relaxed);
+        let tail = crate::block::new(&old_rest[SLICE_BYTES..]);
+        twig.suffix[0].store(tail, Ordering::Relaxed);
     }
     twig.permutation
         .store(Permuter::from_sorted(&[0]).value(), Ordering::Relaxed);
@@ -115,6 +249,7 @@ pub fn make_new_layer(tree: &Masstree, n: &Border, s: usize, guard: &Guard) -> *
     twig.value[0].store(val, Ordering::Relaxed);
     let twig = tree.nodes.alloc_border(twig);
     n.keylen[s].store(KEYLEN_UNSTABLE, Ordering::Release);
+    crate::pause::pause_point("layer:unstable");
     n.layer[s].store(twig.cast(), Ordering::Release);
     n.keylen[s].store(KEYLEN_LAYER, Ordering::Release);
     let old = n.suffix[s].swap(Shared::null(), Ordering::AcqRel, guard);

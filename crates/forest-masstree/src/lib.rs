@@ -12,18 +12,25 @@
 //! | §4.6.4 get (Fig. 6, 7) | [`get`], `layer::find_border` |
 //! | §4.6.1–4.6.3 put | [`insert`] |
 //! | §4.3, §4.6.4 splits (Fig. 5) | [`split`] |
-//! | §4.6.5 removes (in part) | [`remove`] |
+//! | §4.6.5 removes | [`remove`], `layer::collapse_root`, [`node`] (reclamation) |
+//! | §4.7 values, columns | [`columns`], `insert::put_with` |
 //! | range queries | [`scan`] |
-//! | node lifetime | [`node`] |
+//! | node lifetime, reclamation | [`node`] |
+//! | value and suffix blocks | [`block`] |
+//! | test-only pause points | [`pause`] |
 //!
 //! Choices the paper leaves open, and what is not done yet:
-//! - Nodes are freed when the tree drops, not before: empty border nodes and empty layers are
-//!   not yet unlinked (§4.6.5's node removal). Values and suffixes go back through
-//!   crossbeam-epoch as soon as they are replaced or removed.
-//! - Values are single byte strings (§4.7's columns are not offered yet).
-//! - No prefetch and linear in-node search (§4.8); no measurements yet.
+//! - Empty border nodes, emptied interior nodes, one-child roots and empty layers are removed
+//!   as §4.6.5 describes ([`remove`]), and every node, value and suffix goes back through
+//!   crossbeam-epoch once unlinked ([`node`]). Sparse interior nodes are not merged.
+//! - Values with columns (§4.7) are rows in forest-core's row encoding, replaced whole by
+//!   copy-on-write ([`columns`]).
+//! - Values and suffixes are single blocks (length header + bytes, [`block`]), one pointer
+//!   from the slot. No prefetch yet and linear in-node search (§4.8).
 
+pub mod block;
 pub mod border;
+pub mod columns;
 pub mod get;
 pub mod insert;
 pub mod interior;
@@ -31,7 +38,9 @@ pub mod key;
 pub mod layer;
 pub mod node;
 pub mod nodeversion;
+pub mod pause;
 pub mod permuter;
+pub mod prefetch;
 pub mod remove;
 pub mod scan;
 pub mod split;
@@ -46,7 +55,7 @@ use forest_core::{check_entry, Counter, Index, IndexStats, Order, Result, Visito
 use crate::border::Border;
 use crate::insert::PutMode;
 use crate::key::{KEYLEN_LAYER, SLICE_BYTES};
-use crate::node::{node, NodeBase, NodeRef, NodeRegistry};
+use crate::node::{free_tree, node, NodeBase, NodeRef, NodeRegistry};
 use crate::nodeversion::{ISBORDER, ISROOT};
 
 /// Event counters (the paper's retry statistics of §4.6.4).
@@ -60,6 +69,12 @@ pub struct Counters {
     pub splits: Counter,
     /// Layers created (§4.6.3).
     pub layers: Counter,
+    /// Border and interior nodes removed (§4.6.5).
+    pub node_removals: Counter,
+    /// Empty layers removed from their parent layer (§4.6.5).
+    pub layer_removals: Counter,
+    /// Layer roots collapsed into their only child (§4.6.5).
+    pub collapses: Counter,
 }
 
 /// A Masstree: concurrent ordered map from byte keys to byte values.
@@ -107,10 +122,12 @@ struct Walk {
 fn walk_layer(root: *mut NodeBase, guard: &epoch::Guard, w: &mut Walk) -> u32 {
     let mut n = root;
     let mut height = 1;
-    // SAFETY: every pointer dereferenced below was read from the tree, so it is a live node
-    // (crate::node invariants); values and suffixes are freed only through the pinned epoch.
+    // SAFETY: every pointer dereferenced below was read from the tree under `guard`, so it is
+    // a live node (crate::node invariants); values and suffixes are freed only through the
+    // pinned epoch.
     unsafe {
-        while (*n).version.raw() & ISROOT == 0 && !(*n).parent.load(Ordering::Acquire).is_null() {
+        while (*n).version.stable() & ISROOT == 0 && !(*n).parent.load(Ordering::Acquire).is_null()
+        {
             n = (*n).parent.load(Ordering::Acquire).cast();
         }
         let mut b = loop {
@@ -195,8 +212,8 @@ impl Index for Masstree {
         let (borders, interiors) = self.nodes.counts();
         let node_bytes = borders * std::mem::size_of::<Border>() as u64
             + interiors * std::mem::size_of::<interior::Interior>() as u64;
-        // Each value and suffix block: its bytes plus the boxed slice header.
-        let block_overhead = 2 * std::mem::size_of::<usize>() as u64;
+        // Each value and suffix block: its bytes plus its length header.
+        let block_overhead = std::mem::size_of::<usize>() as u64;
         IndexStats {
             key_count: w.keys,
             memory_bytes: node_bytes + w.bytes + w.keys * block_overhead,
@@ -208,6 +225,9 @@ impl Index for Masstree {
                 (names::RETRIES, self.counters.retries.get()),
                 (names::SPLITS, self.counters.splits.get()),
                 ("layers", self.counters.layers.get()),
+                (names::MERGES, self.counters.node_removals.get()),
+                ("layer_removals", self.counters.layer_removals.get()),
+                ("collapses", self.counters.collapses.get()),
             ],
         }
     }
@@ -215,7 +235,10 @@ impl Index for Masstree {
 
 impl Drop for Masstree {
     fn drop(&mut self) {
-        self.nodes.free_all();
+        let root = self.root.load(Ordering::Acquire);
+        // SAFETY: `&mut self`: no other thread can reach the tree; every node reachable from
+        // the root is live (retired ones are unreachable and owned by the epoch).
+        unsafe { free_tree(root) };
     }
 }
 

@@ -1,18 +1,23 @@
-//! The node header shared by border and interior nodes, the node registry, and the only
-//! places that turn node pointers into references.
+//! The node header shared by border and interior nodes, node allocation and reclamation
+//! (§4.6.5: "removed nodes must not be freed immediately ... we mark them as deleted and
+//! reclaim them later"), and the only places that turn node pointers into references.
 //!
 //! Invariants (the reason every node dereference in this crate is sound):
-//! - Every node is allocated by [`NodeRegistry::alloc`], which records it in the registry's
-//!   list, and is freed only by [`NodeRegistry::free_all`], from the tree's `Drop` (exclusive
-//!   access). So a node pointer read from the tree (root, child, parent, next, prev, layer
-//!   link) stays valid for as long as the tree is borrowed, with or without an epoch pin.
+//! - Every node is allocated by [`NodeRegistry::alloc_border`] / `alloc_interior` and freed
+//!   either by [`NodeRegistry::retire`] (through crossbeam-epoch, once it is unreachable from
+//!   the tree: unlinked from its parent, the border list, the root pointer and layer slots)
+//!   or by [`free_tree`] from the tree's `Drop` (exclusive access).
+//! - So a node pointer read from the tree while an epoch guard is pinned stays valid until
+//!   that guard unpins. Nothing holds a node pointer across an unpin: scans re-descend by key.
+//! - A node is retired only after it is marked `DELETED` (or, for a collapsed root, has its
+//!   `ISROOT` bit cleared and its parent pointing at the new root), so a reader pinned before
+//!   the unlink that still reaches it learns to retry.
 //! - `#[repr(C)]` border and interior nodes start with a [`NodeBase`]; its `ISBORDER` bit,
 //!   fixed at creation, says which one a `NodeBase` pointer is.
-//!
-//! Choice: nodes are not reclaimed while the tree lives, since this engine does not yet
-//! unlink empty nodes (§4.6.5). Values and key suffixes, which updates and removes replace,
-//! are reclaimed through crossbeam-epoch.
+//! - Debug builds poison a node's version word as it is freed, so a reader that reaches a freed
+//!   node (a use-after-free) trips an assertion in `stable`/`lock` with good probability.
 
+use crossbeam_epoch::Guard;
 use forest_core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use crate::border::Border;
@@ -26,9 +31,8 @@ pub struct NodeBase {
     /// The version word (§4.4).
     pub version: NodeVersion,
     /// The parent interior node; null at a layer's root. Protected by the parent's lock.
+    /// A collapsed (deleted) root points at the node that replaced it.
     pub parent: AtomicPtr<Interior>,
-    /// The next node in the registry's list.
-    alloc_next: AtomicPtr<NodeBase>,
 }
 
 impl NodeBase {
@@ -36,13 +40,20 @@ impl NodeBase {
         Self {
             version: NodeVersion::new(version_bits),
             parent: AtomicPtr::new(std::ptr::null_mut()),
-            alloc_next: AtomicPtr::new(std::ptr::null_mut()),
         }
     }
 
     /// Whether this is a border node (immutable).
     pub fn is_border(&self) -> bool {
         self.version.raw() & ISBORDER != 0
+    }
+}
+
+impl Drop for NodeBase {
+    fn drop(&mut self) {
+        if cfg!(debug_assertions) {
+            self.version.poison();
+        }
     }
 }
 
@@ -95,63 +106,65 @@ pub unsafe fn interior<'t>(p: *mut Interior) -> &'t Interior {
     unsafe { &*p }
 }
 
-/// Owns every node of one tree.
-#[derive(Debug)]
+/// Counts the live nodes of one tree and allocates and retires them.
+#[derive(Debug, Default)]
 pub struct NodeRegistry {
-    head: AtomicPtr<NodeBase>,
     border_count: AtomicU64,
     interior_count: AtomicU64,
 }
 
-impl Default for NodeRegistry {
-    fn default() -> Self {
-        Self::new()
+/// A node pointer handed to the epoch's deferred destructor.
+struct Retired(*mut NodeBase);
+
+// SAFETY: a retired node is unreachable from the tree; the destructor that receives it is
+// its only owner, whichever thread runs it.
+unsafe impl Send for Retired {}
+
+impl Retired {
+    /// Frees the node.
+    ///
+    /// # Safety
+    /// `self.0` came from `alloc_*` and no thread can reach it any more.
+    unsafe fn free(self) {
+        // SAFETY: the caller's duty; ISBORDER tells the allocation's type.
+        unsafe { free_node(self.0) }
+    }
+}
+
+/// Frees one node (its kind told by `ISBORDER`).
+///
+/// # Safety
+/// `p` came from `alloc_*`, is freed once, and no thread can reach it any more.
+unsafe fn free_node(p: *mut NodeBase) {
+    // SAFETY: the caller's duty; Box::from_raw undoes alloc_*'s Box::into_raw of that kind.
+    unsafe {
+        if (*p).is_border() {
+            drop(Box::from_raw(p.cast::<Border>()));
+        } else {
+            drop(Box::from_raw(p.cast::<Interior>()));
+        }
     }
 }
 
 impl NodeRegistry {
     /// An empty registry.
     pub fn new() -> Self {
-        Self {
-            head: AtomicPtr::new(std::ptr::null_mut()),
-            border_count: AtomicU64::new(0),
-            interior_count: AtomicU64::new(0),
-        }
+        Self::default()
     }
 
-    fn push(&self, p: *mut NodeBase) {
-        // SAFETY: `p` was just allocated and is not yet shared.
-        let b = unsafe { base(p) };
-        let mut head = self.head.load(Ordering::Relaxed);
-        loop {
-            b.alloc_next.store(head, Ordering::Relaxed);
-            match self
-                .head
-                .compare_exchange_weak(head, p, Ordering::Release, Ordering::Relaxed)
-            {
-                Ok(_) => return,
-                Err(h) => head = h,
-            }
-        }
-    }
-
-    /// Allocates a border node and records it.
+    /// Allocates a border node.
     pub fn alloc_border(&self, b: Border) -> *mut Border {
-        let p = Box::into_raw(Box::new(b));
-        self.push(p.cast());
         self.border_count.fetch_add(1, Ordering::Relaxed);
-        p
+        Box::into_raw(Box::new(b))
     }
 
-    /// Allocates an interior node and records it.
+    /// Allocates an interior node.
     pub fn alloc_interior(&self, n: Interior) -> *mut Interior {
-        let p = Box::into_raw(Box::new(n));
-        self.push(p.cast());
         self.interior_count.fetch_add(1, Ordering::Relaxed);
-        p
+        Box::into_raw(Box::new(n))
     }
 
-    /// Border and interior nodes allocated.
+    /// Live border and interior nodes.
     pub fn counts(&self) -> (u64, u64) {
         (
             self.border_count.load(Ordering::Relaxed),
@@ -159,21 +172,59 @@ impl NodeRegistry {
         )
     }
 
-    /// Frees every node. Needs `&mut self`: no other thread can reach the tree.
-    pub fn free_all(&mut self) {
-        let mut p = self.head.swap(std::ptr::null_mut(), Ordering::Acquire);
-        while !p.is_null() {
-            // SAFETY: `p` came from `alloc_*` (Box::into_raw of its kind, told by ISBORDER) and
-            // is freed exactly once, here; no reference to it outlives `&mut self`.
-            unsafe {
-                let next = (*p).alloc_next.load(Ordering::Relaxed);
-                if (*p).is_border() {
-                    drop(Box::from_raw(p.cast::<Border>()));
-                } else {
-                    drop(Box::from_raw(p.cast::<Interior>()));
+    /// Hands an unlinked node to the epoch: freed once every thread pinned now has unpinned.
+    ///
+    /// # Safety
+    /// `p` came from this tree's `alloc_*`, is retired once, and is no longer reachable from
+    /// the tree (module invariants), so only threads pinned before this call can hold it.
+    pub unsafe fn retire(&self, p: *mut NodeBase, guard: &Guard) {
+        // SAFETY: `p` is live until the deferred call (caller's duty).
+        let counter = if unsafe { base(p) }.is_border() {
+            &self.border_count
+        } else {
+            &self.interior_count
+        };
+        counter.fetch_sub(1, Ordering::Relaxed);
+        let r = Retired(p);
+        // SAFETY: the closure owns the unreachable node and runs after every guard that could
+        // have loaded it is gone (crossbeam-epoch's guarantee).
+        unsafe { guard.defer_unchecked(move || r.free()) };
+    }
+}
+
+/// Frees every node reachable from `root` (a layer-0 root): interior children, and the layers
+/// linked from live border slots. Needs exclusive access to the tree (its `Drop`).
+///
+/// # Safety
+/// No other thread can reach the tree; `root` and everything reachable from it are live.
+pub unsafe fn free_tree(root: *mut NodeBase) {
+    let mut stack = vec![root];
+    while let Some(p) = stack.pop() {
+        // SAFETY: every pointer pushed is a live node reachable only from the tree (caller's
+        // duty); each is reached once (a tree), pushed before its owner is freed.
+        unsafe {
+            match node(p) {
+                NodeRef::Interior(i) => {
+                    for c in &i.child[..=i.nkeys()] {
+                        stack.push(c.load(Ordering::Relaxed));
+                    }
                 }
-                p = next;
+                NodeRef::Border(b) => {
+                    let perm = b.permutation();
+                    for k in 0..perm.size() {
+                        let s = perm.get(k);
+                        if b.keylen[s].load(Ordering::Relaxed) == crate::key::KEYLEN_LAYER {
+                            // The link is the layer's first border node; free from its root.
+                            let mut r = b.layer[s].load(Ordering::Relaxed);
+                            while base(r).version.raw() & crate::nodeversion::ISROOT == 0 {
+                                r = base(r).parent.load(Ordering::Relaxed).cast();
+                            }
+                            stack.push(r);
+                        }
+                    }
+                }
             }
+            free_node(p);
         }
     }
 }

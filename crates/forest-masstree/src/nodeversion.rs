@@ -41,6 +41,10 @@ pub const VSPLIT_LOW: u64 = 1 << 22;
 /// The `vsplit` counter's bits (the rest of the word).
 pub const VSPLIT_MASK: u64 = !((1 << 22) - 1);
 const DIRTY: u64 = INSERTING | SPLITTING;
+/// Written into a node's version word as it is freed, in debug builds, so that a reader that
+/// still holds the node (a use-after-free) trips an assertion instead of reading garbage.
+/// No live word is all ones: its 42-bit `vsplit` never reaches its maximum.
+pub const POISON: u64 = u64::MAX;
 
 const _: () = assert!(VINSERT_MASK & VSPLIT_MASK == 0);
 const _: () = assert!(VINSERT_MASK & (VINSERT_LOW - 1) == 0);
@@ -68,6 +72,7 @@ impl NodeVersion {
     pub fn stable(&self) -> u64 {
         loop {
             let v = self.word.load(Ordering::Acquire);
+            debug_assert_ne!(v, POISON, "read of a freed node");
             if v & DIRTY == 0 {
                 return v;
             }
@@ -86,6 +91,7 @@ impl NodeVersion {
     pub fn lock(&self) -> u64 {
         loop {
             let v = self.word.load(Ordering::Relaxed);
+            debug_assert_ne!(v, POISON, "lock of a freed node");
             if v & LOCKED == 0
                 && self
                     .word
@@ -121,6 +127,29 @@ impl NodeVersion {
         debug_assert!(v & LOCKED != 0, "clear_root on an unlocked node");
         debug_assert!(v & SPLITTING != 0, "clear_root outside a split");
         self.word.store(v & !ISROOT, Ordering::Relaxed);
+    }
+
+    /// Marks the locked, dirty node deleted (§4.6.5): readers that reach it retry.
+    pub fn mark_deleted(&self) {
+        let v = self.word.load(Ordering::Relaxed);
+        debug_assert!(v & LOCKED != 0, "mark_deleted on an unlocked node");
+        debug_assert!(v & DIRTY != 0, "mark_deleted outside a split or insert");
+        self.word.store(v | DELETED, Ordering::Relaxed);
+        fence(Ordering::Release);
+    }
+
+    /// Sets `ISROOT` on the locked node: it becomes its layer's root when the root above it
+    /// collapses (§4.6.5). Readers that overlap see the word change and retry locally.
+    pub fn mark_root(&self) {
+        let v = self.word.load(Ordering::Relaxed);
+        debug_assert!(v & LOCKED != 0, "mark_root on an unlocked node");
+        self.word.store(v | ISROOT, Ordering::Relaxed);
+        fence(Ordering::Release);
+    }
+
+    /// Overwrites the word with [`POISON`] just before the node is freed (debug builds).
+    pub fn poison(&self) {
+        self.word.store(POISON, Ordering::Relaxed);
     }
 
     /// Releases the lock, bumping `vinsert` / `vsplit` for each dirty bit set.

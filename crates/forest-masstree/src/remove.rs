@@ -1,44 +1,272 @@
-//! Removes (§4.6.5), in part: a key leaves its border node's permutation in one store and its
-//! value block goes back through the epoch; the node's `has_removed` flag makes later inserts
-//! that reuse a slot bump `vinsert`, so a reader holding the old slot retries.
+//! Removes (§4.6.5).
 //!
-//! Not yet done (the paper's remaining §4.6.5): empty border nodes stay linked, empty layers
-//! stay in place; a later insert reuses them.
+//! A key leaves its border node's permutation in one store and its value block goes back
+//! through the epoch; the node's `has_removed` flag makes later inserts that reuse a slot bump
+//! `vinsert`, so a reader holding the old slot retries (the paper's get/remove/put example).
+//!
+//! A border node that becomes empty is removed unless it is its layer's first node, which
+//! "is not deleted until the B+-tree itself is completely empty" (§4.6.4):
+//! 1. lock its `prev` (holding the node; border locks are taken right to left only here),
+//!    mark the node splitting and deleted, unlink it from the doubly linked list (`prev.next`
+//!    under `prev`'s lock, `next.prev` under the node's own), unlock `prev`;
+//! 2. remove it from its parent, locking upward hand over hand as a split does. When it was
+//!    the parent's first child, the parent's lower bound rises to its next separator, and the
+//!    ancestor separator that equals the node's lowkey is raised to match ("redirect",
+//!    masstree-beta's `masstree_remove.hh`). An interior node left with no child is marked
+//!    deleted and removed from its own parent the same way;
+//! 3. unlock the node and retire it through crossbeam-epoch.
+//!
+//! Then a root left with one child collapses ([`crate::layer::collapse_root`]), and a layer
+//! whose first node is its root and is empty is removed from its parent layer's slot (which
+//! may empty that node in turn, and so on up the layers).
+//!
+//! Why readers stay correct: keys of a removed node become the responsibility of its `prev`
+//! (lowkeys never change, highkeys only grow by removal), so a reader that reached a node
+//! with `lowkey <= slice` and validates it finds the right node by walking right. A reader
+//! that meets the deleted node sees its version change and starts over; a descent that lands
+//! on a node whose lowkey exceeds the slice (between the shift in step 2 and the redirect)
+//! starts over in `find_border`.
+//!
+//! Choices the paper leaves open: interior nodes are not merged when they get sparse (only
+//! emptied ones go), and non-root one-child chains stay until their subtree empties; an
+//! empty layer is removed by the remove that empties it rather than by a background task.
 
-use crossbeam_epoch::{self as epoch, Shared};
+use crossbeam_epoch::{self as epoch, Guard, Shared};
 use forest_core::sync::atomic::Ordering;
 
-use crate::border::{retire, Found};
-use crate::key::{class_of, slice_of, SLICE_BYTES};
+use crate::border::{retire, Border, Found};
+use crate::interior::Interior;
+use crate::key::{class_of, slice_of, KEYLEN_LAYER, SLICE_BYTES};
+use crate::layer::{collapse_root, layer_root, locate_locked};
+use crate::node::{base, border, interior, NodeBase};
+use crate::nodeversion::{DELETED, ISROOT};
+use crate::split::locked_parent;
 use crate::Masstree;
 
 /// Removes `key`; returns whether it was present.
 pub fn remove(tree: &Masstree, key: &[u8]) -> bool {
     let guard = epoch::pin();
-    let mut root = tree.root.load(Ordering::Acquire);
-    let mut rest = key;
-    loop {
-        let slice = slice_of(rest);
-        let n = crate::layer::locate_locked(tree, root, slice);
-        match n.find_locked(slice, class_of(rest), rest, &guard) {
-            Found::Exact(pos, s) => {
-                n.has_removed.store(true, Ordering::Relaxed);
-                let perm = n.permutation().remove(pos);
-                n.permutation.store(perm.value(), Ordering::Release);
-                let old = n.value[s].swap(Shared::null(), Ordering::AcqRel, &guard);
-                retire(old, &guard);
-                n.base.version.unlock();
-                return true;
-            }
-            Found::Layer(s) => {
-                root = n.layer[s].load(Ordering::Acquire);
-                n.base.version.unlock();
-                rest = &rest[SLICE_BYTES..];
-            }
-            Found::Conflict(_) | Found::Absent(_) => {
-                n.base.version.unlock();
-                return false;
+    'top: loop {
+        let mut root = tree.root.load(Ordering::Acquire);
+        let mut depth = 0;
+        loop {
+            let rest = &key[depth * SLICE_BYTES..];
+            let slice = slice_of(rest);
+            let Some(n) = locate_locked(tree, root, slice) else {
+                // A removed node or layer: nothing was changed yet; start over.
+                continue 'top;
+            };
+            match n.find_locked(slice, class_of(rest), rest, &guard) {
+                Found::Exact(pos, s) => {
+                    n.has_removed.store(true, Ordering::Relaxed);
+                    let perm = n.permutation().remove(pos);
+                    n.permutation.store(perm.value(), Ordering::Release);
+                    let old = n.value[s].swap(Shared::null(), Ordering::AcqRel, &guard);
+                    retire(old, &guard);
+                    finish_remove(tree, n, root, key, depth, &guard);
+                    return true;
+                }
+                Found::Layer(s) => {
+                    root = n.layer[s].load(Ordering::Acquire);
+                    n.base.version.unlock();
+                    depth += 1;
+                }
+                Found::Conflict(_) | Found::Absent(_) => {
+                    n.base.version.unlock();
+                    return false;
+                }
             }
         }
     }
+}
+
+/// `n` (locked, in the layer at `depth` whose link is `root`) just lost an entry. Unlocks it,
+/// and removes it if empty, then collapses the layer's root and removes the layer if empty,
+/// repeating in the parent layer.
+fn finish_remove<'t>(
+    tree: &'t Masstree,
+    mut n: &'t Border,
+    mut root: *mut NodeBase,
+    key: &[u8],
+    mut depth: usize,
+    guard: &Guard,
+) {
+    loop {
+        if n.permutation().size() > 0 {
+            n.base.version.unlock();
+            return;
+        }
+        if n.prev.load(Ordering::Acquire).is_null() {
+            n.base.version.unlock();
+        } else {
+            remove_leaf(tree, n, guard);
+            collapse_root(tree, root, guard);
+        }
+        if depth == 0 {
+            return;
+        }
+        match remove_layer(tree, key, depth, root, guard) {
+            Some((m, parent_root)) => {
+                n = m;
+                root = parent_root;
+                depth -= 1;
+            }
+            None => return,
+        }
+    }
+}
+
+/// Unlinks the empty, locked, non-first border node `n` and retires it (steps 1–3 above).
+/// Unlocks `n`.
+fn remove_leaf(tree: &Masstree, n: &Border, guard: &Guard) {
+    debug_assert_eq!(n.permutation().size(), 0);
+    debug_assert_eq!(n.base.version.raw() & (DELETED | ISROOT), 0);
+    let n_ptr = n as *const Border as *mut Border;
+    let p = loop {
+        let p = n.prev.load(Ordering::Acquire);
+        // SAFETY: `prev` links point to border nodes live under `guard`.
+        let pb = unsafe { border(p) };
+        pb.base.version.lock();
+        // `n.prev` is protected by `prev`'s lock: unchanged means `pb` is still our prev.
+        if n.prev.load(Ordering::Acquire) == p {
+            break pb;
+        }
+        pb.base.version.unlock();
+    };
+    debug_assert_eq!(p.next.load(Ordering::Relaxed), n_ptr);
+    n.base.version.mark_split();
+    n.base.version.mark_deleted();
+    crate::pause::pause_point("remove:leaf-marked");
+    p.base.version.mark_insert();
+    let next = n.next.load(Ordering::Relaxed);
+    p.next.store(next, Ordering::Release);
+    if !next.is_null() {
+        // SAFETY: `next` is live; its `prev` is protected by `n`'s lock, which we hold.
+        unsafe { border(next) }
+            .prev
+            .store(p as *const Border as *mut Border, Ordering::Release);
+    }
+    p.base.version.unlock();
+    remove_child(tree, n_ptr.cast(), n.lowkey, guard);
+    n.base.version.unlock();
+    tree.counters.node_removals.incr();
+    // SAFETY: `n` is unlinked from the border list and its parent, marked deleted, and never
+    // a layer link (it had a prev); only readers pinned now can still hold it.
+    unsafe { tree.nodes.retire(n_ptr.cast(), guard) };
+}
+
+/// Removes child `c` (locked, marked deleted, whose subtree's lowest key is `lowkey`) from
+/// its parent, removing the parent too when it was its only child.
+fn remove_child(tree: &Masstree, c: *mut NodeBase, lowkey: u64, guard: &Guard) {
+    // SAFETY: `c` is live and locked by us.
+    let pp = locked_parent(unsafe { base(c) });
+    assert!(!pp.is_null(), "a removed node is never a layer's root");
+    // SAFETY: `pp` is live and locked by us.
+    let pi = unsafe { interior(pp) };
+    if pi.nkeys() == 0 {
+        debug_assert_eq!(pi.base.version.raw() & ISROOT, 0);
+        pi.base.version.mark_split();
+        pi.base.version.mark_deleted();
+        remove_child(tree, pp.cast(), lowkey, guard);
+        pi.base.version.unlock();
+        tree.counters.node_removals.incr();
+        // SAFETY: `pp` is removed from its parent, marked deleted, and its only child is
+        // retired too; only readers pinned now can hold it.
+        unsafe { tree.nodes.retire(pp.cast(), guard) };
+        return;
+    }
+    pi.base.version.mark_insert();
+    if let Some(new_low) = pi.remove_child(c) {
+        redirect(pp, lowkey, new_low);
+    }
+    pi.base.version.unlock();
+}
+
+/// After the locked node `start` lost its first child, raises the ancestor separator equal to
+/// `old` (the removed child's lowkey) to `new`, so those keys route to the left neighbour.
+/// Locks ancestors upward hand over hand; leaves `start` locked.
+fn redirect(start: *mut Interior, old: u64, new: u64) {
+    let mut cur = start;
+    loop {
+        // SAFETY: `cur` is live and locked by us.
+        let a = locked_parent(&unsafe { interior(cur) }.base);
+        if cur != start {
+            // SAFETY: as above; nothing in `cur` changed.
+            unsafe { interior(cur) }.base.version.unlock();
+        }
+        if a.is_null() {
+            debug_assert!(false, "the leftmost node is never removed");
+            return;
+        }
+        // SAFETY: `a` is live and locked by us.
+        let ai = unsafe { interior(a) };
+        let j = ai.position_of(cur.cast());
+        if j > 0 {
+            debug_assert_eq!(ai.keyslice[j - 1].load(Ordering::Relaxed), old);
+            ai.base.version.mark_insert();
+            ai.keyslice[j - 1].store(new, Ordering::Release);
+            ai.base.version.unlock();
+            return;
+        }
+        cur = a;
+    }
+}
+
+/// Removes the empty layer linked as `link` at `depth` from its parent layer's slot, if it is
+/// still empty (its first node is its root, holds nothing, has no sibling). Returns the
+/// parent-layer node, locked, with the slot gone, and that layer's link.
+fn remove_layer<'t>(
+    tree: &'t Masstree,
+    key: &[u8],
+    depth: usize,
+    link: *mut NodeBase,
+    guard: &Guard,
+) -> Option<(&'t Border, *mut NodeBase)> {
+    let prefix = &key[..(depth - 1) * SLICE_BYTES];
+    let rest = &key[(depth - 1) * SLICE_BYTES..];
+    let slice = slice_of(rest);
+    // SAFETY: `link` is live under `guard` (read from the tree while pinned).
+    let t = unsafe { border(link.cast()) };
+    if t.permutation().size() != 0 || !t.next.load(Ordering::Acquire).is_null() {
+        return None;
+    }
+    let (m, parent_root) = loop {
+        let parent_root = layer_root(tree, prefix, guard)?;
+        if let Some(m) = locate_locked(tree, parent_root, slice) {
+            break (m, parent_root);
+        }
+    };
+    let perm = m.permutation();
+    let pos = (0..perm.size()).find(|&i| {
+        let s = perm.get(i);
+        m.keyslice[s].load(Ordering::Relaxed) == slice
+            && m.keylen[s].load(Ordering::Relaxed) == KEYLEN_LAYER
+            && m.layer[s].load(Ordering::Relaxed) == link
+    });
+    let Some(pos) = pos else {
+        m.base.version.unlock();
+        return None;
+    };
+    // Upper layer first, then the layer's root: the one lock order across layers.
+    t.base.version.lock();
+    let empty = t.base.version.raw() & (ISROOT | DELETED) == ISROOT
+        && t.permutation().size() == 0
+        && t.next.load(Ordering::Relaxed).is_null();
+    if !empty {
+        t.base.version.unlock();
+        m.base.version.unlock();
+        return None;
+    }
+    t.base.version.mark_split();
+    t.base.version.mark_deleted();
+    t.base.version.unlock();
+    m.base.version.mark_insert();
+    m.has_removed.store(true, Ordering::Relaxed);
+    m.permutation
+        .store(perm.remove(pos).value(), Ordering::Release);
+    tree.counters.layer_removals.incr();
+    // SAFETY: the layer's only node is out of the parent slot's permutation and marked
+    // deleted; a reader that loaded the link before is pinned now and will retry.
+    unsafe { tree.nodes.retire(link, guard) };
+    Some((m, parent_root))
 }

@@ -7,12 +7,15 @@
 //! - Ascending follows `next` links: a snapshot at version `v` holds every key below the
 //!   node's high key at `v`, and `next` at `v` starts exactly there; splits only move keys
 //!   right, so no key present throughout is skipped.
-//! - Descending re-descends: after a node with lowkey `l` it finds the node responsible for
-//!   slice `l - 1`, walks right while a sibling's lowkey is still `≤ l - 1`, and hands out its
-//!   keys below `l`. The leftmost node (lowkey 0) ends the layer.
+//! - Descending: after a node with lowkey `l` it finds the node responsible for slice `l - 1`
+//!   and hands out its keys below `l`. The leftmost node (lowkey 0) ends the layer.
 //!
-//! Holding node pointers while unpinned is sound because nodes live as long as the tree
-//! (crate::node); values and suffixes are copied while pinned.
+//! No node pointer is held across an unpin, since removed nodes are freed (§4.6.5): each step
+//! descends again from the tree's root, through the layers named by the key prefix, to the
+//! node responsible for the next slice (ascending: the next node's lowkey as read in the
+//! validated snapshot). If that node was removed meanwhile, its keys moved to its left
+//! neighbour, which the descent finds; entries whose slice was already passed are skipped.
+//! A layer found gone was empty at that moment, so it ends its part of the scan.
 
 use std::ops::{Bound, ControlFlow};
 
@@ -23,76 +26,103 @@ use forest_core::{Order, Visitor};
 
 use crate::border::Border;
 use crate::key::{push_slice, slice_of, KEYLEN_LAYER, KEYLEN_SUFFIX, SLICE_BYTES};
-use crate::node::{border, NodeBase};
+use crate::node::border;
+use crate::nodeversion::DELETED;
 use crate::Masstree;
 
 /// One record copied out of a border node.
 enum Entry {
     Record { key: Vec<u8>, value: Vec<u8> },
-    Layer { slice: u64, root: *mut NodeBase },
+    Layer { slice: u64 },
 }
 
 impl Entry {
     fn slice(&self, prefix_len: usize) -> u64 {
         match self {
             Entry::Record { key, .. } => slice_of(&key[prefix_len..]),
-            Entry::Layer { slice, .. } => *slice,
+            Entry::Layer { slice } => *slice,
         }
     }
 }
 
-/// Copies the live records of `n` (full keys, with `prefix` in front) into `out`, in key
-/// order, and returns `n.next` as of the same validated version.
-fn snapshot(tree: &Masstree, n: &Border, prefix: &[u8], out: &mut Vec<Entry>) -> *mut Border {
+/// The border node responsible for `slice` in the layer of keys starting with `prefix`, as one
+/// validated copy.
+struct Snapshot {
+    lowkey: u64,
+    /// The next node's lowkey, `None` at the layer's last node.
+    next_lowkey: Option<u64>,
+}
+
+/// Under a fresh pin: descends from the tree's root to the layer of `prefix` and its border
+/// node for `slice`, and copies that node's live records (full keys) into `out`, in key order.
+/// `None` when the layer no longer exists (all its keys were removed).
+fn snapshot(tree: &Masstree, prefix: &[u8], slice: u64, out: &mut Vec<Entry>) -> Option<Snapshot> {
     let guard = epoch::pin();
-    'retry: loop {
-        out.clear();
-        let v = n.base.version.stable();
-        let perm = n.permutation();
-        for i in 0..perm.size() {
-            let s = perm.get(i);
-            let slice = n.keyslice[s].load(Ordering::Acquire);
-            let kl = n.keylen[s].load(Ordering::Acquire);
-            if kl == KEYLEN_LAYER {
-                let root = n.layer[s].load(Ordering::Acquire);
-                out.push(Entry::Layer { slice, root });
-                continue;
+    'top: loop {
+        let root = crate::layer::layer_root(tree, prefix, &guard)?;
+        let (mut n, mut v) = crate::layer::find_border(tree, root, slice);
+        'node: loop {
+            out.clear();
+            if v & DELETED != 0 {
+                // A removed node, or the layer itself was removed: descend again.
+                tree.counters.restarts.incr();
+                continue 'top;
             }
-            let mut key = Vec::with_capacity(prefix.len() + SLICE_BYTES);
-            key.extend_from_slice(prefix);
-            if kl == KEYLEN_SUFFIX {
-                push_slice(&mut key, slice, SLICE_BYTES);
-                // SAFETY: suffixes are freed only through the epoch `guard` pins.
-                match unsafe { n.suffix[s].load(Ordering::Acquire, &guard).as_ref() } {
-                    Some(b) => key.extend_from_slice(b),
-                    None => {
-                        tree.counters.retries.incr();
-                        continue 'retry;
-                    }
-                }
-            } else if kl as usize <= SLICE_BYTES {
-                push_slice(&mut key, slice, kl as usize);
-            } else {
-                // A layer being installed: the writer marked the node, wait for it.
+            if copy_node(n, prefix, out, &guard).is_none() {
                 tree.counters.retries.incr();
-                continue 'retry;
+                v = n.base.version.stable();
+                continue 'node;
             }
-            let p = n.value[s].load(Ordering::Acquire, &guard);
-            // SAFETY: values are freed only through the epoch `guard` pins.
-            if let Some(b) = unsafe { p.as_ref() } {
-                out.push(Entry::Record {
-                    key,
-                    value: b.to_vec(),
-                });
+            let next = n.next.load(Ordering::Acquire);
+            // SAFETY: `next` links point to border nodes live under `guard`.
+            let next_lowkey = (!next.is_null()).then(|| unsafe { border(next) }.lowkey);
+            if n.base.version.has_changed(v) {
+                tree.counters.retries.incr();
+                (n, v) = crate::layer::walk_right(n, slice);
+                continue 'node;
             }
+            return Some(Snapshot {
+                lowkey: n.lowkey,
+                next_lowkey,
+            });
         }
-        let next = n.next.load(Ordering::Acquire);
-        if n.base.version.has_changed(v) {
-            tree.counters.retries.incr();
+    }
+}
+
+/// Copies `n`'s live records into `out`; `None` when a slot is mid-change (retry).
+fn copy_node(n: &Border, prefix: &[u8], out: &mut Vec<Entry>, guard: &epoch::Guard) -> Option<()> {
+    let perm = n.permutation();
+    for i in 0..perm.size() {
+        let s = perm.get(i);
+        let slice = n.keyslice[s].load(Ordering::Acquire);
+        let kl = n.keylen[s].load(Ordering::Acquire);
+        if kl == KEYLEN_LAYER {
+            out.push(Entry::Layer { slice });
             continue;
         }
-        return next;
+        let mut key = Vec::with_capacity(prefix.len() + SLICE_BYTES);
+        key.extend_from_slice(prefix);
+        if kl == KEYLEN_SUFFIX {
+            push_slice(&mut key, slice, SLICE_BYTES);
+            // SAFETY: suffixes are freed only through the epoch `guard` pins.
+            let b = unsafe { n.suffix[s].load(Ordering::Acquire, guard).as_ref() }?;
+            key.extend_from_slice(crate::block::bytes(b));
+        } else if kl as usize <= SLICE_BYTES {
+            push_slice(&mut key, slice, kl as usize);
+        } else {
+            // A layer being installed: the writer marked the node, wait for it.
+            return None;
+        }
+        let p = n.value[s].load(Ordering::Acquire, guard);
+        // SAFETY: values are freed only through the epoch `guard` pins.
+        if let Some(b) = unsafe { p.as_ref() } {
+            out.push(Entry::Record {
+                key,
+                value: crate::block::bytes(b).to_vec(),
+            });
+        }
     }
+    Some(())
 }
 
 /// Where a bound key falls relative to the layer holding keys `prefix ++ x`: the slice to
@@ -122,8 +152,8 @@ impl Scan<'_, '_> {
         }
     }
 
-    fn layer_ascending(&mut self, root: *mut NodeBase, prefix: &mut Vec<u8>) -> ControlFlow<()> {
-        let start = match self.lower {
+    fn layer_ascending(&mut self, prefix: &mut Vec<u8>) -> ControlFlow<()> {
+        let mut from = match self.lower {
             Bound::Unbounded => 0,
             Bound::Included(k) | Bound::Excluded(k) => match bound_slice(prefix, k) {
                 Ok(s) => s,
@@ -131,31 +161,36 @@ impl Scan<'_, '_> {
                 Err(false) => 0,
             },
         };
-        let (mut n, _) = crate::layer::find_border(self.tree, root, start);
         let mut entries = Vec::new();
         loop {
-            let next = snapshot(self.tree, n, prefix, &mut entries);
+            let Some(snap) = snapshot(self.tree, prefix, from, &mut entries) else {
+                return ControlFlow::Continue(());
+            };
+            let plen = prefix.len();
             for e in entries.drain(..) {
+                // Slices below `from` were handed out from an earlier node (one that was
+                // removed since, its keys now in this one) or lie below the bound.
+                if e.slice(plen) < from {
+                    continue;
+                }
                 match e {
                     Entry::Record { key, value } => self.emit(&key, &value, Order::Ascending)?,
-                    Entry::Layer { slice, root } => {
-                        let len = prefix.len();
+                    Entry::Layer { slice } => {
                         push_slice(prefix, slice, SLICE_BYTES);
-                        let r = self.layer_ascending(root, prefix);
-                        prefix.truncate(len);
+                        let r = self.layer_ascending(prefix);
+                        prefix.truncate(plen);
                         r?;
                     }
                 }
             }
-            if next.is_null() {
-                return ControlFlow::Continue(());
+            match snap.next_lowkey {
+                Some(l) => from = l,
+                None => return ControlFlow::Continue(()),
             }
-            // SAFETY: `next` links point to live border nodes.
-            n = unsafe { border(next) };
         }
     }
 
-    fn layer_descending(&mut self, root: *mut NodeBase, prefix: &mut Vec<u8>) -> ControlFlow<()> {
+    fn layer_descending(&mut self, prefix: &mut Vec<u8>) -> ControlFlow<()> {
         let mut bound = match self.upper {
             Bound::Unbounded => u64::MAX,
             Bound::Included(k) | Bound::Excluded(k) => match bound_slice(prefix, k) {
@@ -166,19 +201,9 @@ impl Scan<'_, '_> {
         };
         let mut entries = Vec::new();
         loop {
-            let (mut n, _) = crate::layer::find_border(self.tree, root, bound);
-            loop {
-                let next = snapshot(self.tree, n, prefix, &mut entries);
-                if next.is_null() {
-                    break;
-                }
-                // SAFETY: `next` links point to live border nodes.
-                let nb = unsafe { border(next) };
-                if nb.lowkey > bound {
-                    break;
-                }
-                n = nb;
-            }
+            let Some(snap) = snapshot(self.tree, prefix, bound, &mut entries) else {
+                return ControlFlow::Continue(());
+            };
             let plen = prefix.len();
             for e in entries.drain(..).rev() {
                 if e.slice(plen) > bound {
@@ -186,18 +211,18 @@ impl Scan<'_, '_> {
                 }
                 match e {
                     Entry::Record { key, value } => self.emit(&key, &value, Order::Descending)?,
-                    Entry::Layer { slice, root } => {
+                    Entry::Layer { slice } => {
                         push_slice(prefix, slice, SLICE_BYTES);
-                        let r = self.layer_descending(root, prefix);
+                        let r = self.layer_descending(prefix);
                         prefix.truncate(plen);
                         r?;
                     }
                 }
             }
-            if n.lowkey == 0 {
+            if snap.lowkey == 0 {
                 return ControlFlow::Continue(());
             }
-            bound = n.lowkey - 1;
+            bound = snap.lowkey - 1;
         }
     }
 }
@@ -210,7 +235,6 @@ pub fn scan(
     order: Order,
     visit: &mut Visitor<'_>,
 ) {
-    let root = tree.root.load(Ordering::Acquire);
     let mut scan = Scan {
         tree,
         lower,
@@ -219,7 +243,7 @@ pub fn scan(
     };
     let mut prefix = Vec::new();
     let _ = match order {
-        Order::Ascending => scan.layer_ascending(root, &mut prefix),
-        Order::Descending => scan.layer_descending(root, &mut prefix),
+        Order::Ascending => scan.layer_ascending(&mut prefix),
+        Order::Descending => scan.layer_descending(&mut prefix),
     };
 }

@@ -112,12 +112,13 @@ pub fn split_insert(
         unsafe { border(next) }.prev.store(right, Ordering::Release);
     }
     n.next.store(right, Ordering::Release);
+    crate::pause::pause_point("split:sibling-linked");
     let n_ptr = n as *const Border as *mut NodeBase;
     ascend(tree, n_ptr, right.cast(), lowkey);
 }
 
 /// Locks and returns `n`'s parent, or null at a layer's root (Fig. 4's `lockedparent`).
-fn locked_parent(n: &NodeBase) -> *mut Interior {
+pub(crate) fn locked_parent(n: &NodeBase) -> *mut Interior {
     loop {
         let p = n.parent.load(Ordering::Acquire);
         if p.is_null() {
@@ -156,6 +157,7 @@ fn ascend(tree: &Masstree, mut n: *mut NodeBase, mut n2: *mut NodeBase, mut sep:
             let _ = tree
                 .root
                 .compare_exchange(n, r.cast(), Ordering::AcqRel, Ordering::Acquire);
+            crate::pause::pause_point("split:parent-updated");
             nb.version.unlock();
             n2b.version.unlock();
             return;
@@ -166,6 +168,7 @@ fn ascend(tree: &Masstree, mut n: *mut NodeBase, mut n2: *mut NodeBase, mut sep:
             pi.base.version.mark_insert();
             pi.insert_after(n, sep, n2);
             n2b.parent.store(p, Ordering::Release);
+            crate::pause::pause_point("split:parent-updated");
             nb.version.unlock();
             n2b.version.unlock();
             pi.base.version.unlock();

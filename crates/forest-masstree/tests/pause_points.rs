@@ -1,0 +1,222 @@
+//! Readers caught mid-change: a writer is stopped at a pause point between the steps of a
+//! border split (§4.6.4), a layer creation (§4.6.3) and a node removal (§4.6.5), and gets and
+//! scans started meanwhile must return the right values, never "absent" for a present key.
+//!
+//! Run with `cargo test -p forest-masstree --features pause-points --test pause_points`. The
+//! hook is process-wide, so the tests take turns through one lock.
+#![cfg(feature = "pause-points")]
+
+use std::ops::{Bound, ControlFlow};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use forest_core::{Index, Order};
+use forest_masstree::pause::set_pause_hook;
+use forest_masstree::Masstree;
+
+const PAUSER: &str = "pauser";
+
+static TURN: Mutex<()> = Mutex::new(());
+
+/// Arms a hook that stops the thread named [`PAUSER`] at its first pause point `point`, and
+/// returns the barriers (passed once it is paused; releases it) and the count of arrivals.
+fn arm(point: &'static str) -> (Arc<Barrier>, Arc<Barrier>, Arc<AtomicUsize>) {
+    let paused = Arc::new(Barrier::new(2));
+    let release = Arc::new(Barrier::new(2));
+    let reached = Arc::new(AtomicUsize::new(0));
+    let armed = AtomicBool::new(true);
+    let (p, r, n) = (
+        Arc::clone(&paused),
+        Arc::clone(&release),
+        Arc::clone(&reached),
+    );
+    set_pause_hook(Some(Arc::new(move |name| {
+        if name == point && thread::current().name() == Some(PAUSER) {
+            n.fetch_add(1, Ordering::SeqCst);
+            if armed.swap(false, Ordering::SeqCst) {
+                p.wait();
+                r.wait();
+            }
+        }
+    })));
+    (paused, release, reached)
+}
+
+fn key(i: u64) -> Vec<u8> {
+    i.to_be_bytes().to_vec()
+}
+
+/// Runs `write` in the pauser thread, stopped at `point`; meanwhile starts readers that get
+/// every key of `present` (value = key) and scan both ways, checks they are still waiting or
+/// done right, releases the writer and checks every reader's result.
+fn caught_at(
+    point: &'static str,
+    t: Arc<Masstree>,
+    present: impl FnOnce() -> Vec<Vec<u8>>,
+    write: impl FnOnce(&Masstree) + Send + 'static,
+) {
+    let _turn = TURN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (paused, release, reached) = arm(point);
+    let writer = {
+        let t = Arc::clone(&t);
+        thread::Builder::new()
+            .name(PAUSER.into())
+            .spawn(move || write(&t))
+            .expect("spawn")
+    };
+    paused.wait();
+    let present = present();
+    let readers: Vec<_> = (0..3)
+        .map(|r| {
+            let (t, present) = (Arc::clone(&t), present.clone());
+            thread::spawn(move || {
+                if r == 0 {
+                    let mut buf = Vec::new();
+                    for k in &present {
+                        assert!(t.get(k, &mut buf), "present key {k:?} read as absent");
+                        assert_eq!(&buf, k);
+                    }
+                    return;
+                }
+                let order = if r == 1 {
+                    Order::Ascending
+                } else {
+                    Order::Descending
+                };
+                let mut got = Vec::new();
+                t.scan(Bound::Unbounded, Bound::Unbounded, order, &mut |k, v| {
+                    assert_eq!(k, v);
+                    got.push(k.to_vec());
+                    ControlFlow::Continue(())
+                });
+                if order == Order::Descending {
+                    got.reverse();
+                }
+                for k in &present {
+                    assert!(
+                        got.binary_search(k).is_ok(),
+                        "scan missed present key {k:?}"
+                    );
+                }
+            })
+        })
+        .collect();
+    // Give the readers time to meet the half-done change.
+    thread::sleep(Duration::from_millis(50));
+    release.wait();
+    writer.join().expect("writer");
+    for r in readers {
+        r.join().expect("reader");
+    }
+    set_pause_hook(None);
+    assert!(reached.load(Ordering::SeqCst) >= 1, "{point} not reached");
+}
+
+/// A tree of `count` 8-byte keys `i * 10` (value = key).
+fn tree_of(count: u64) -> (Arc<Masstree>, Vec<Vec<u8>>) {
+    let t = Arc::new(Masstree::new());
+    let keys: Vec<Vec<u8>> = (0..count).map(|i| key(i * 10)).collect();
+    for k in &keys {
+        assert!(t.insert(k, k).expect("within limits"));
+    }
+    (t, keys)
+}
+
+#[test]
+fn split_paused_after_sibling_linked() {
+    // Goal: keys already moved to a new sibling that the parent does not list yet are found
+    // (§4.6.4 steps 1–2). Method: 15 keys fill the root border node; the pauser inserts a
+    // 16th in the middle and stops after the copy; readers get every key and scan.
+    let (t, keys) = tree_of(15);
+    caught_at(
+        "split:sibling-linked",
+        t,
+        || keys,
+        |t| {
+            assert!(t.insert(&key(75), &key(75)).expect("within limits"));
+        },
+    );
+}
+
+#[test]
+fn split_paused_after_parent_updated() {
+    // Goal: as above, stopped once the parent lists the sibling and before any unlock (steps
+    // 3–4), in a two-level tree so that the parent is an existing interior node.
+    let (t, keys) = tree_of(200);
+    caught_at(
+        "split:parent-updated",
+        t,
+        || keys,
+        |t| {
+            for i in 0..20 {
+                let k = key(1_000 + i * 10 + 5);
+                t.insert(&k, &k).expect("within limits");
+            }
+        },
+    );
+}
+
+#[test]
+fn layer_creation_paused_at_unstable_slot() {
+    // Goal: a get concurrent with §4.6.3 sees the old key or the new layer, never neither.
+    // Method: a long key sits in layer 0; the pauser inserts another with the same first slice
+    // and stops after the slot turned unstable; readers look for the first key.
+    let t = Arc::new(Masstree::new());
+    let present: Vec<Vec<u8>> = vec![b"abcdefgh-first".to_vec(), b"zz".to_vec()];
+    for k in &present {
+        t.insert(k, k).expect("within limits");
+    }
+    let t2 = Arc::clone(&t);
+    caught_at(
+        "layer:unstable",
+        t,
+        || present,
+        |t| {
+            let k = b"abcdefgh-second";
+            assert!(t.insert(k, k).expect("within limits"));
+        },
+    );
+    let mut buf = Vec::new();
+    assert!(t2.get(b"abcdefgh-second", &mut buf));
+    assert!(t2.stats().counter("layers").expect("kept") >= 1);
+}
+
+#[test]
+fn removal_paused_with_leaf_marked_deleted() {
+    // Goal: while an emptied border node is marked deleted but still linked (§4.6.5), readers
+    // of its neighbours and scans find every remaining key. Method: 60 keys (several border
+    // nodes); the pauser removes keys from the highest down and stops at the first node
+    // removal; the readers check every key below the one being removed.
+    let (t, keys) = tree_of(60);
+    let next_gone: Arc<AtomicUsize> = Arc::new(AtomicUsize::new(keys.len()));
+    // Set once the pauser is caught: it finishes that remove and stops, so the keys below
+    // stay present while the readers run.
+    let stop = Arc::new(AtomicBool::new(false));
+    let t2 = Arc::clone(&t);
+    let (all, seen, stop2) = (keys.clone(), Arc::clone(&next_gone), Arc::clone(&stop));
+    let gone_at = Arc::clone(&next_gone);
+    caught_at(
+        "remove:leaf-marked",
+        t,
+        move || {
+            stop2.store(true, Ordering::SeqCst);
+            all[..seen.load(Ordering::SeqCst)].to_vec()
+        },
+        move |t| {
+            for (i, k) in keys.iter().enumerate().rev() {
+                next_gone.store(i, Ordering::SeqCst);
+                assert!(t.remove(k));
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+            }
+        },
+    );
+    let s = t2.stats();
+    assert_eq!(s.key_count, gone_at.load(Ordering::SeqCst) as u64);
+    assert!(s.counter(forest_core::stats::names::MERGES).expect("kept") >= 1);
+}
