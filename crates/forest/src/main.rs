@@ -1,7 +1,8 @@
-//! The `forest` command line: `forest bench`, and the store commands `load`, `get`, `put`,
-//! `del`, `scan`, `check`, `checkpoint` ([`store_cmd`]). Errors print as one line and exit
-//! with status 1.
+//! The `forest` command line: `forest serve` ([`serve_cmd`]), `forest bench`, and the store
+//! commands `load`, `get`, `put`, `del`, `scan`, `check`, `checkpoint` ([`store_cmd`]).
+//! Errors print as one line and exit with status 1.
 
+mod serve_cmd;
 mod store_cmd;
 
 use clap::{Parser, Subcommand};
@@ -22,6 +23,10 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Serve a store over Redis's protocol (RESP2/RESP3) on port 6379: redis-cli,
+    /// redis-benchmark and Redis client libraries work unchanged; FOREST.RANGE, FOREST.COUNT
+    /// and FOREST.DELRANGE add ordered ranges (docs/PROTOCOL.md).
+    Serve(Box<serve_cmd::ServeArgs>),
     // No doc comment here: it would replace the about texts `BenchArgs` carries.
     Bench(Box<forest_bench::BenchArgs>),
     /// Bulk-load N keys `key-000000000000`.. into a store (a progress bar on a terminal).
@@ -49,6 +54,7 @@ fn main() {
         Err(err) => fail(&command_line_error(&err)),
     };
     let result = match cli.command {
+        Command::Serve(args) => serve_cmd::serve(*args),
         Command::Bench(args) => forest_bench::run(*args),
         Command::Load(args) => store_cmd::load(args),
         Command::Get(args) => store_cmd::get(args),

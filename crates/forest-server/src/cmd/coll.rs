@@ -1,0 +1,480 @@
+//! What every collection command shares ([`crate::collection`] has the layout): type
+//! checks with Redis's WRONGTYPE, creation and removal of type entries with the counts kept
+//! exact, member writes through the connection's batch, and removal of a whole collection.
+
+use std::ops::{Bound, ControlFlow};
+
+use forest_core::{check_entry, Order};
+use forest_store::Rmw;
+use parking_lot::MutexGuard;
+
+use super::{store_error, Ctx};
+use crate::collection::{member_prefix, type_key, Kind, Meta};
+use crate::frame::Frame;
+use crate::server::Shared;
+
+/// Redis's error for a command on a key of another type.
+pub fn wrongtype() -> Frame {
+    Frame::Error("WRONGTYPE Operation against a key holding the wrong kind of value".into())
+}
+
+/// The error for a user key in forest's reserved range.
+pub fn reserved_key() -> Frame {
+    Frame::err("keys beginning with byte 0xff are reserved by forest")
+}
+
+fn corrupt(user: &[u8]) -> Frame {
+    Frame::err(format!(
+        "collection metadata of '{}' is damaged",
+        super::printable(user, 64)
+    ))
+}
+
+/// The type entry of `user`, if any.
+pub fn read_meta(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<Option<Meta>, Frame> {
+    let key = type_key(user);
+    if !ctx.shared.store.get(&key, &mut ctx.buffers.scratch) {
+        return Ok(None);
+    }
+    Meta::decode(&ctx.buffers.scratch)
+        .map(Some)
+        .ok_or_else(|| corrupt(user))
+}
+
+/// The type of `user` if it is a collection (a cheap "no" while no collection exists).
+pub fn kind_of(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<Option<Kind>, Frame> {
+    if !ctx.shared.collections.any() {
+        return Ok(None);
+    }
+    Ok(read_meta(ctx, user)?.map(|m| m.kind))
+}
+
+/// `user`'s metadata for a read of a `kind` command: None if the key is absent,
+/// WRONGTYPE if it holds a string or another collection.
+pub fn open_read(ctx: &mut Ctx<'_, '_>, user: &[u8], kind: Kind) -> Result<Option<Meta>, Frame> {
+    match read_meta(ctx, user)? {
+        Some(meta) if meta.kind == kind => Ok(Some(meta)),
+        Some(_) => Err(wrongtype()),
+        None if ctx.shared.store.get(user, &mut ctx.buffers.scratch) => Err(wrongtype()),
+        None => Ok(None),
+    }
+}
+
+/// A collection opened for a write; [`finish`] must follow (it keeps the counts exact).
+pub struct Open {
+    pub meta: Meta,
+    existed: bool,
+}
+
+/// Opens `user` for a write of a `kind` command, creating it (in memory only) if absent.
+/// Precondition: `user`'s stripe lock is held.
+pub fn open_write(ctx: &mut Ctx<'_, '_>, user: &[u8], kind: Kind) -> Result<Open, Frame> {
+    match read_meta(ctx, user)? {
+        Some(meta) if meta.kind == kind => Ok(Open {
+            meta,
+            existed: true,
+        }),
+        Some(_) => Err(wrongtype()),
+        None => {
+            // Counted before the string check: a SET that reads the count afterwards takes
+            // the locked path and sees this collection.
+            ctx.shared.collections.add_live(1);
+            if ctx.shared.store.get(user, &mut ctx.buffers.scratch) {
+                ctx.shared.collections.add_live(-1);
+                return Err(wrongtype());
+            }
+            // Members left by a crash between a command's entries, or written by hand
+            // under the reserved byte, must not join the new collection. An empty range
+            // costs one descent.
+            if let Err(e) = clear_members(ctx, user) {
+                ctx.shared.collections.add_live(-1);
+                return Err(e);
+            }
+            Ok(Open {
+                meta: Meta::new(kind),
+                existed: false,
+            })
+        }
+    }
+}
+
+/// Writes `open`'s metadata back: removes the type entry of an emptied collection, keeps
+/// the counts exact. Precondition: the stripe lock taken for [`open_write`] is still held.
+pub fn finish(ctx: &mut Ctx<'_, '_>, user: &[u8], open: Open) -> Result<(), Frame> {
+    let key = type_key(user);
+    let collections = &ctx.shared.collections;
+    match (open.meta.count, open.existed) {
+        (0, false) => {
+            collections.add_live(-1);
+            Ok(())
+        }
+        (0, true) => {
+            collections.add_live(-1);
+            if ctx.remove(&key)? {
+                collections.add_reserved(-1);
+            }
+            Ok(())
+        }
+        (_, existed) => {
+            let result = ctx.upsert(&key, &open.meta.encode());
+            if result.is_ok() && !existed {
+                collections.add_reserved(1);
+            } else if result.is_err() && !existed {
+                collections.add_live(-1);
+            }
+            result
+        }
+    }
+}
+
+/// Checks a member entry against the store's limits before anything is written.
+pub fn check_member(key: &[u8], value: &[u8]) -> Result<(), Frame> {
+    check_entry(key, value).map_err(|e| store_error(&e))
+}
+
+/// Sets a member entry; true if it is new.
+pub fn put_member(ctx: &mut Ctx<'_, '_>, key: &[u8], value: &[u8]) -> Result<bool, Frame> {
+    check_member(key, value)?;
+    let old = ctx.read_modify_write(key, |_| Ok(Rmw::Put(value.to_vec())))?;
+    let new = old.is_none();
+    if new {
+        ctx.shared.collections.add_reserved(1);
+    }
+    Ok(new)
+}
+
+/// Adds a member entry only if absent; true if added.
+pub fn insert_member(ctx: &mut Ctx<'_, '_>, key: &[u8], value: &[u8]) -> Result<bool, Frame> {
+    let added = ctx.insert(key, value)?;
+    if added {
+        ctx.shared.collections.add_reserved(1);
+    }
+    Ok(added)
+}
+
+/// Removes a member entry; true if it was there.
+pub fn remove_member(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> Result<bool, Frame> {
+    let removed = ctx.remove(key)?;
+    if removed {
+        ctx.shared.collections.add_reserved(-1);
+    }
+    Ok(removed)
+}
+
+/// Up to `limit` entries within the bounds, in `order`, copied out.
+pub fn members(
+    ctx: &Ctx<'_, '_>,
+    lower: Bound<&[u8]>,
+    upper: Bound<&[u8]>,
+    order: Order,
+    limit: usize,
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out = Vec::new();
+    if limit == 0 {
+        return out;
+    }
+    ctx.shared.store.scan(lower, upper, order, &mut |k, v| {
+        out.push((k.to_vec(), v.to_vec()));
+        if out.len() >= limit {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    });
+    out
+}
+
+/// The end (exclusive) of every key beginning with `prefix`.
+pub fn prefix_upper(prefix: &[u8]) -> Vec<u8> {
+    // Reserved prefixes hold the byte 'm' or 't' below 0xFF, so an end always exists; the
+    // fallback (everything above the prefix) is never taken.
+    crate::glob::prefix_end(prefix).unwrap_or_else(|| vec![0xff; prefix.len() + 1])
+}
+
+/// Removes every member entry of `user`; keeps the reserved count exact.
+fn clear_members(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<(), Frame> {
+    let prefix = member_prefix(user);
+    let end = prefix_upper(&prefix);
+    let removed = super::flush::remove_range(
+        ctx,
+        Bound::Included(prefix.as_slice()),
+        Bound::Excluded(end.as_slice()),
+    )?;
+    ctx.shared.collections.add_reserved(-removed);
+    Ok(())
+}
+
+/// Removes collection `user` with all its members, if it is one; true if it was.
+/// Takes `user`'s stripe lock; the caller must not hold it.
+pub fn delete(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<bool, Frame> {
+    if !ctx.shared.collections.any() {
+        return Ok(false);
+    }
+    let shared = ctx.shared;
+    let _guard = shared.collections.lock(user);
+    delete_locked(ctx, user)
+}
+
+/// [`delete`] with the stripe lock already held.
+pub fn delete_locked(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<bool, Frame> {
+    let meta = match read_meta(ctx, user) {
+        Ok(m) => m,
+        // A damaged type entry is still removed, with its members.
+        Err(_) => Some(Meta::new(Kind::Set)),
+    };
+    if meta.is_none() {
+        return Ok(false);
+    }
+    clear_members(ctx, user)?;
+    if ctx.remove(&type_key(user))? {
+        ctx.shared.collections.add_reserved(-1);
+        ctx.shared.collections.add_live(-1);
+    }
+    Ok(true)
+}
+
+/// For a string write that must not touch a collection (INCR, APPEND, GETSET, SETNX...):
+/// while any collection exists, WRONGTYPE if `key` is one, else its stripe lock, to hold
+/// across the write so that no collection of that name appears meanwhile.
+pub fn string_write<'a>(
+    ctx: &mut Ctx<'a, '_>,
+    key: &[u8],
+) -> Result<Option<MutexGuard<'a, ()>>, Frame> {
+    if !ctx.shared.collections.any() {
+        return Ok(None);
+    }
+    let shared: &'a Shared = ctx.shared;
+    let guard = shared.collections.lock(key);
+    if read_meta(ctx, key)?.is_some() {
+        return Err(wrongtype());
+    }
+    Ok(Some(guard))
+}
+
+/// For SET and MSET, which replace whatever `key` holds: removes a collection of that name
+/// and returns the stripe lock to hold across the write (None while no collection exists).
+pub fn string_replace<'a>(
+    ctx: &mut Ctx<'a, '_>,
+    key: &[u8],
+) -> Result<Option<MutexGuard<'a, ()>>, Frame> {
+    if !ctx.shared.collections.any() {
+        return Ok(None);
+    }
+    let shared: &'a Shared = ctx.shared;
+    let guard = shared.collections.lock(key);
+    delete_locked(ctx, key)?;
+    Ok(Some(guard))
+}
+
+/// After a SET or MSET that took the unlocked path (no collection existed): if a first
+/// collection appeared meanwhile under `key` (its creator checked for the string before
+/// the write landed), SET is the later of the two and replaces it, as it would have.
+pub fn replaced_after(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> Result<(), Frame> {
+    if ctx.shared.collections.any() {
+        delete(ctx, key)?;
+    }
+    Ok(())
+}
+
+/// Normalizes Redis's `start stop` indexes (negative from the end) over `len` elements:
+/// the inclusive index range, or None if empty.
+pub fn index_range(start: i64, stop: i64, len: u64) -> Option<(u64, u64)> {
+    let len = i64::try_from(len).unwrap_or(i64::MAX);
+    let start = if start < 0 {
+        start.saturating_add(len).max(0)
+    } else {
+        start
+    };
+    let stop = if stop < 0 {
+        stop.saturating_add(len)
+    } else {
+        stop
+    };
+    let stop = stop.min(len - 1);
+    if start > stop || start >= len {
+        return None;
+    }
+    Some((start as u64, stop as u64))
+}
+
+/// COUNT-like arguments of the pop commands: Redis's error for a negative one.
+pub fn pop_count(arg: &[u8]) -> Result<u64, Frame> {
+    match crate::parse::parse_int(arg) {
+        Some(n) if n >= 0 => Ok(n as u64),
+        Some(_) => Err(Frame::err("value is out of range, must be positive")),
+        None => Err(super::not_an_integer()),
+    }
+}
+
+/// The null reply of a pop with a count on a missing key.
+pub fn null_array(ctx: &Ctx<'_, '_>) -> Frame {
+    match ctx.client.protocol {
+        crate::frame::Protocol::Resp2 => Frame::NullArray,
+        crate::frame::Protocol::Resp3 => Frame::Null,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+
+    fn wrong() -> Frame {
+        wrongtype()
+    }
+
+    // Goal: two threads pushing to one list and adding to one set lose nothing.
+    // Method: 2 threads x 500 LPUSH/RPUSH and SADD of distinct members on one key each,
+    // each thread its own client; then LLEN, SCARD and the exact contents.
+    #[test]
+    fn concurrent_writers_lose_nothing() {
+        let h = Harness::new();
+        let per_thread = 500;
+        std::thread::scope(|scope| {
+            for t in 0..2 {
+                let shared = &h.shared;
+                scope.spawn(move || {
+                    let mut client = shared.new_client("t".into(), "t".into(), None);
+                    for i in 0..per_thread {
+                        let e = format!("t{t}-{i:04}");
+                        let push: &[u8] = if i % 2 == 0 { b"LPUSH" } else { b"RPUSH" };
+                        run_on(shared, &mut client, &[push, b"l", e.as_bytes()]);
+                        run_on(shared, &mut client, &[b"SADD", b"s", e.as_bytes()]);
+                    }
+                });
+            }
+        });
+        let mut h = h;
+        let total = (2 * per_thread) as i64;
+        assert_eq!(h.run(&["LLEN", "l"]), Frame::Integer(total));
+        assert_eq!(h.run(&["SCARD", "s"]), Frame::Integer(total));
+        let Frame::Array(items) = h.run(&["LRANGE", "l", "0", "-1"]) else {
+            panic!("array expected");
+        };
+        let mut items: Vec<Frame> = items;
+        items.sort_by_key(|f| format!("{f:?}"));
+        items.dedup();
+        assert_eq!(items.len() as i64, total);
+        assert_eq!(h.run(&["DBSIZE"]), Frame::Integer(2));
+    }
+
+    // Goal: every collection type and the counts survive a restart.
+    // Method: build one of each, close and reopen the store, read them all back.
+    #[test]
+    fn collections_survive_restart() {
+        let mut h = Harness::new();
+        h.run(&["RPUSH", "l", "a", "b", "c"]);
+        h.run(&["LPOP", "l"]);
+        h.run(&["SADD", "s", "x", "y"]);
+        h.run(&["HSET", "h", "f", "v", "g", "w"]);
+        h.run(&["ZADD", "z", "2", "two", "1", "one"]);
+        h.run(&["XADD", "x", "1-1", "k", "v"]);
+        h.run(&["SET", "str", "v"]);
+        let mut h = h.restart();
+        assert_eq!(h.run(&["LRANGE", "l", "0", "-1"]), bulks(&["b", "c"]));
+        assert_eq!(h.run(&["LPUSH", "l", "a"]), Frame::Integer(3));
+        assert_eq!(h.run(&["SMEMBERS", "s"]), bulks(&["x", "y"]));
+        assert_eq!(
+            h.run(&["HGETALL", "h"]),
+            Frame::Map(vec![(bulk("f"), bulk("v")), (bulk("g"), bulk("w"))])
+        );
+        assert_eq!(h.run(&["ZRANGE", "z", "0", "-1"]), bulks(&["one", "two"]));
+        assert_eq!(h.run(&["XLEN", "x"]), Frame::Integer(1));
+        assert_eq!(
+            h.run(&["XADD", "x", "1-1", "k", "v"]),
+            Frame::Error(
+                "ERR The ID specified in XADD is equal or smaller than the target stream top item"
+                    .into()
+            )
+        );
+        assert_eq!(h.run(&["DBSIZE"]), Frame::Integer(6));
+        assert_eq!(h.run(&["TYPE", "z"]), Frame::Simple("zset".into()));
+    }
+
+    // Goal: KEYS, SCAN, EXISTS, DBSIZE, DEL, FLUSHDB and FOREST.* see a collection as one
+    // key (or, for FOREST.*, not at all), and reserved keys are refused.
+    // Method: strings and collections interleaved in key order, each command checked.
+    #[test]
+    fn collections_in_the_keyspace() {
+        let mut h = Harness::new();
+        h.run(&["MSET", "a", "1", "c", "3", "e", "5"]);
+        h.run(&["RPUSH", "b", "x", "y"]);
+        h.run(&["SADD", "d", "m"]);
+        h.run(&["HSET", "f", "k", "v"]);
+        assert_eq!(
+            h.run(&["KEYS", "*"]),
+            bulks(&["a", "b", "c", "d", "e", "f"])
+        );
+        assert_eq!(h.run(&["KEYS", "[b-d]"]), bulks(&["b", "c", "d"]));
+        assert_eq!(h.run(&["DBSIZE"]), Frame::Integer(6));
+        assert_eq!(h.run(&["EXISTS", "a", "b", "d", "zz"]), Frame::Integer(3));
+        assert_eq!(h.run(&["TTL", "b"]), Frame::Integer(-1));
+        let mut keys = Vec::new();
+        let mut cursor = "0".to_string();
+        loop {
+            let Frame::Array(reply) = h.run(&["SCAN", &cursor, "COUNT", "2"]) else {
+                panic!("array expected");
+            };
+            let [Frame::Bulk(next), Frame::Array(batch)] = &reply[..] else {
+                panic!("{reply:?}");
+            };
+            keys.extend(batch.iter().cloned());
+            cursor = String::from_utf8(next.clone()).expect("utf8");
+            if cursor == "0" {
+                break;
+            }
+        }
+        assert_eq!(Frame::Array(keys), bulks(&["a", "b", "c", "d", "e", "f"]));
+        let Frame::Array(reply) = h.run(&["SCAN", "0", "TYPE", "list", "COUNT", "100"]) else {
+            panic!("array expected");
+        };
+        assert_eq!(reply[1], bulks(&["b"]));
+        assert_eq!(
+            h.run(&["FOREST.RANGE", "-", "+", "KEYSONLY"]),
+            bulks(&["a", "c", "e"])
+        );
+        assert_eq!(h.run(&["FOREST.COUNT", "-", "+"]), Frame::Integer(3));
+        assert_eq!(
+            h.run(&["MGET", "a", "b"]),
+            Frame::Array(vec![bulk("1"), Frame::Null])
+        );
+        assert_eq!(h.run(&["GETSET", "b", "v"]), wrong());
+        assert_eq!(h.run(&["SET", "b", "v", "GET"]), wrong());
+        assert_eq!(h.run(&["SET", "b", "v", "NX"]), Frame::Null);
+        assert_eq!(h.run(&["SETNX", "b", "v"]), Frame::Integer(0));
+        assert_eq!(h.run(&["MSETNX", "b", "v", "zz", "1"]), Frame::Integer(0));
+        assert_eq!(h.run(&["SADD", "a", "m"]), wrong());
+        assert_eq!(h.run(&["HGET", "d", "m"]), wrong());
+        assert_eq!(h.run(&["DEL", "b", "a", "nope"]), Frame::Integer(2));
+        assert_eq!(h.run(&["LLEN", "b"]), Frame::Integer(0));
+        assert_eq!(h.run(&["DBSIZE"]), Frame::Integer(4));
+        assert_eq!(h.run(&["MSET", "d", "now-string"]), Frame::ok());
+        assert_eq!(h.run(&["GET", "d"]), bulk("now-string"));
+        assert_eq!(h.run(&["FLUSHDB"]), Frame::ok());
+        assert_eq!(h.run(&["DBSIZE"]), Frame::Integer(0));
+        assert_eq!(h.shared.store.stats().index.key_count, 0);
+        assert_eq!(h.run(&["KEYS", "*"]), bulks(&[]));
+        let reserved =
+            Frame::Error("ERR keys beginning with byte 0xff are reserved by forest".into());
+        assert_eq!(h.run_bytes(&[b"SET", b"\xffx", b"v"]), reserved);
+        assert_eq!(h.run_bytes(&[b"GET", b"\xfft"]), reserved);
+        assert_eq!(h.run_bytes(&[b"MSET", b"a", b"1", b"\xff", b"2"]), reserved);
+        assert_eq!(h.run_bytes(&[b"LPUSH", b"\xff", b"2"]), reserved);
+        assert_eq!(h.run(&["GET", "a"]), Frame::Null);
+    }
+
+    // Goal: index normalization matches Redis's LRANGE/ZRANGE rules.
+    // Method: positive, negative, out-of-range and inverted ranges over 5 elements.
+    #[test]
+    fn index_ranges() {
+        assert_eq!(index_range(0, -1, 5), Some((0, 4)));
+        assert_eq!(index_range(-2, -1, 5), Some((3, 4)));
+        assert_eq!(index_range(-100, 2, 5), Some((0, 2)));
+        assert_eq!(index_range(3, 100, 5), Some((3, 4)));
+        assert_eq!(index_range(5, 10, 5), None);
+        assert_eq!(index_range(3, 1, 5), None);
+        assert_eq!(index_range(0, -6, 5), None);
+        assert_eq!(index_range(0, 0, 0), None);
+        assert_eq!(index_range(i64::MIN, i64::MAX, 3), Some((0, 2)));
+    }
+}

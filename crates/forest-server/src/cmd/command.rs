@@ -1,0 +1,375 @@
+//! The command table ([`COMMAND_SPECS`]) and COMMAND, COMMAND COUNT / INFO / DOCS / LIST,
+//! enough for redis-cli's hints and for client libraries that read key positions.
+//!
+//! COMMAND DOCS builds each command's `arguments` from its usage line: `key` is a key,
+//! `[...]` optional, `A|B` a choice of tokens, an upper-case word a token, `TOKEN name` a
+//! token with a value, `...` repeats the item before it. Flags are simple strings: redis-cli
+//! asserts that they are.
+
+use super::{
+    client, config, connection, dbsize, del, exists, flush, get, hash, incr, info, is_word, keys,
+    keyspace, list, mget, range, save, scan, set, sets, shutdown, stream, strlen, time,
+    unknown_subcommand, zset, Ctx, Spec,
+};
+use crate::frame::Frame;
+
+const W: &[&str] = &["write", "denyoom"];
+const WF: &[&str] = &["write", "denyoom", "fast"];
+const R: &[&str] = &["readonly"];
+const RF: &[&str] = &["readonly", "fast"];
+const DEL: &[&str] = &["write"];
+const CONN: &[&str] = &["noscript", "loading", "stale", "fast"];
+const ADMIN: &[&str] = &["admin", "noscript"];
+
+macro_rules! spec {
+    ($name:literal, $arity:expr, $flags:expr, ($first:expr, $last:expr, $step:expr), $group:literal,
+     $since:literal, $summary:literal, $usage:literal, $run:expr) => {
+        Spec {
+            name: $name,
+            arity: $arity,
+            flags: $flags,
+            first_key: $first,
+            last_key: $last,
+            step: $step,
+            group: $group,
+            since: $since,
+            summary: $summary,
+            usage: $usage,
+            run: $run,
+        }
+    };
+}
+
+/// Every command forest answers (docs/PROTOCOL.md lists the same).
+pub static COMMAND_SPECS: &[Spec] = &[
+    spec!("ping", -1, CONN, (0, 0, 0), "connection", "1.0.0", "Returns the server's liveliness response.", "[message]", connection::ping),
+    spec!("echo", 2, CONN, (0, 0, 0), "connection", "1.0.0", "Returns the given string.", "message", connection::echo),
+    spec!("hello", -1, CONN, (0, 0, 0), "connection", "6.0.0", "Handshakes with the server: protocol version, authentication, name.", "[protover [AUTH username password] [SETNAME clientname]]", connection::hello),
+    spec!("auth", -2, CONN, (0, 0, 0), "connection", "1.0.0", "Authenticates the connection.", "[username] password", connection::auth),
+    spec!("select", 2, CONN, (0, 0, 0), "connection", "1.0.0", "Changes the selected database (forest has only database 0).", "index", connection::select),
+    spec!("quit", -1, CONN, (0, 0, 0), "connection", "1.0.0", "Closes the connection.", "", connection::quit),
+    spec!("client", -2, &["noscript", "loading", "stale"], (0, 0, 0), "connection", "2.4.0", "Client connection commands: SETNAME, GETNAME, ID, LIST, INFO, SETINFO.", "SETNAME|GETNAME|ID|LIST|INFO|SETINFO [arg ...]", client::client),
+    spec!("get", 2, RF, (1, 1, 1), "string", "1.0.0", "Returns the string value of a key.", "key", get::get),
+    spec!("set", -3, W, (1, 1, 1), "string", "1.0.0", "Sets the string value of a key; NX only if absent, XX only if present, GET returns the old value.", "key value [NX|XX] [GET]", set::set),
+    spec!("setnx", 3, WF, (1, 1, 1), "string", "1.0.0", "Sets a key only if it does not exist.", "key value", set::setnx),
+    spec!("getset", 3, WF, (1, 1, 1), "string", "1.0.0", "Sets a key and returns its old value.", "key value", set::getset),
+    spec!("mget", -2, RF, (1, -1, 1), "string", "1.0.0", "Returns the values of one or more keys.", "key ...", mget::mget),
+    spec!("mset", -3, W, (1, -1, 2), "string", "1.0.1", "Sets one or more keys (each atomic, the whole not).", "key value ...", set::mset),
+    spec!("msetnx", -3, W, (1, -1, 2), "string", "1.0.1", "Sets keys only if none exists (checked key by key).", "key value ...", set::msetnx),
+    spec!("append", 3, W, (1, 1, 1), "string", "2.0.0", "Appends to a key's value; returns the new length.", "key value", set::append),
+    spec!("strlen", 2, RF, (1, 1, 1), "string", "2.2.0", "Returns the length of a value.", "key", strlen::strlen),
+    spec!("incr", 2, WF, (1, 1, 1), "string", "1.0.0", "Increments an integer value by one.", "key", incr::incr),
+    spec!("decr", 2, WF, (1, 1, 1), "string", "1.0.0", "Decrements an integer value by one.", "key", incr::decr),
+    spec!("incrby", 3, WF, (1, 1, 1), "string", "1.0.0", "Increments an integer value by a number.", "key increment", incr::incrby),
+    spec!("decrby", 3, WF, (1, 1, 1), "string", "1.0.0", "Decrements an integer value by a number.", "key decrement", incr::decrby),
+    spec!("del", -2, DEL, (1, -1, 1), "generic", "1.0.0", "Deletes keys; returns how many existed.", "key ...", del::del),
+    spec!("unlink", -2, DEL, (1, -1, 1), "generic", "4.0.0", "Deletes keys (same as DEL in forest).", "key ...", del::del),
+    spec!("exists", -2, RF, (1, -1, 1), "generic", "1.0.0", "Counts the given keys that exist.", "key ...", exists::exists),
+    spec!("type", 2, RF, (1, 1, 1), "generic", "1.0.0", "Returns a key's type: string, list, set, hash, zset, stream or none.", "key", keyspace::type_),
+    spec!("ttl", 2, RF, (1, 1, 1), "generic", "1.0.0", "Returns -1 (forest keys never expire) or -2 for a missing key.", "key", keyspace::ttl),
+    spec!("pttl", 2, RF, (1, 1, 1), "generic", "2.6.0", "Returns -1 (forest keys never expire) or -2 for a missing key.", "key", keyspace::ttl),
+    spec!("scan", -2, R, (0, 0, 0), "generic", "2.8.0", "Iterates over keys in key order.", "cursor [MATCH pattern] [COUNT count] [TYPE type]", scan::scan),
+    spec!("keys", 2, R, (0, 0, 0), "generic", "1.0.0", "Returns the keys matching a pattern, in key order.", "pattern", keys::keys),
+    spec!("dbsize", 1, RF, (0, 0, 0), "server", "1.0.0", "Returns the number of keys.", "", dbsize::dbsize),
+    spec!("flushdb", -1, W, (0, 0, 0), "server", "1.0.0", "Removes every key.", "[ASYNC|SYNC]", flush::flushdb),
+    spec!("flushall", -1, W, (0, 0, 0), "server", "1.0.0", "Removes every key.", "[ASYNC|SYNC]", flush::flushdb),
+    spec!("info", -1, &["loading", "stale"], (0, 0, 0), "server", "1.0.0", "Returns information and statistics about the server.", "[section ...]", info::info),
+    spec!("config", -2, &["admin", "noscript", "loading", "stale"], (0, 0, 0), "server", "2.0.0", "Reads the configuration (GET), accepts harmless SETs, RESETSTAT.", "GET|SET|RESETSTAT [arg ...]", config::config),
+    spec!("command", -1, &["loading", "stale"], (0, 0, 0), "server", "2.8.13", "Returns information about commands: COUNT, INFO, DOCS, LIST.", "[COUNT|INFO|DOCS|LIST [command-name ...]]", command),
+    spec!("shutdown", -1, &["admin", "noscript", "loading", "stale"], (0, 0, 0), "server", "1.0.0", "Stops the server after making the log durable; SAVE also checkpoints.", "[NOSAVE|SAVE] [NOW] [FORCE]", shutdown::shutdown),
+    spec!("save", 1, ADMIN, (0, 0, 0), "server", "1.0.0", "Writes a checkpoint and waits for it.", "", save::save),
+    spec!("bgsave", -1, ADMIN, (0, 0, 0), "server", "1.0.0", "Writes a checkpoint in the background.", "[SCHEDULE]", save::bgsave),
+    spec!("lastsave", 1, &["loading", "stale", "fast"], (0, 0, 0), "server", "1.0.0", "Returns the Unix time of the last successful checkpoint.", "", save::lastsave),
+    spec!("time", 1, &["loading", "stale", "fast"], (0, 0, 0), "server", "2.6.0", "Returns the server time.", "", time::time),
+    spec!("lpush", -3, WF, (1, 1, 1), "list", "1.0.0", "Prepends elements to a list; returns its length.", "key element ...", list::lpush),
+    spec!("rpush", -3, WF, (1, 1, 1), "list", "1.0.0", "Appends elements to a list; returns its length.", "key element ...", list::rpush),
+    spec!("lpop", -2, WF, (1, 1, 1), "list", "1.0.0", "Removes and returns the first elements of a list.", "key [count]", list::lpop),
+    spec!("rpop", -2, WF, (1, 1, 1), "list", "1.0.0", "Removes and returns the last elements of a list.", "key [count]", list::rpop),
+    spec!("lrange", 4, R, (1, 1, 1), "list", "1.0.0", "Returns a range of elements of a list by index.", "key start stop", list::lrange),
+    spec!("llen", 2, RF, (1, 1, 1), "list", "1.0.0", "Returns the length of a list.", "key", list::llen),
+    spec!("lindex", 3, R, (1, 1, 1), "list", "1.0.0", "Returns an element of a list by index.", "key index", list::lindex),
+    spec!("sadd", -3, WF, (1, 1, 1), "set", "1.0.0", "Adds members to a set; returns how many were new.", "key member ...", sets::sadd),
+    spec!("srem", -3, &["write", "fast"], (1, 1, 1), "set", "1.0.0", "Removes members from a set; returns how many were there.", "key member ...", sets::srem),
+    spec!("spop", -2, &["write", "fast"], (1, 1, 1), "set", "1.0.0", "Removes and returns random members of a set.", "key [count]", sets::spop),
+    spec!("smembers", 2, R, (1, 1, 1), "set", "1.0.0", "Returns every member of a set, in member order.", "key", sets::smembers),
+    spec!("scard", 2, RF, (1, 1, 1), "set", "1.0.0", "Returns the number of members of a set.", "key", sets::scard),
+    spec!("sismember", 3, RF, (1, 1, 1), "set", "1.0.0", "Tells whether a member is in a set.", "key member", sets::sismember),
+    spec!("hset", -4, WF, (1, 1, 1), "hash", "2.0.0", "Sets fields of a hash; returns how many were new.", "key field value ...", hash::hset),
+    spec!("hget", 3, RF, (1, 1, 1), "hash", "2.0.0", "Returns the value of a field of a hash.", "key field", hash::hget),
+    spec!("hmget", -3, RF, (1, 1, 1), "hash", "2.0.0", "Returns the values of fields of a hash.", "key field ...", hash::hmget),
+    spec!("hgetall", 2, R, (1, 1, 1), "hash", "2.0.0", "Returns every field and value of a hash, in field order.", "key", hash::hgetall),
+    spec!("hdel", -3, &["write", "fast"], (1, 1, 1), "hash", "2.0.0", "Removes fields from a hash; returns how many were there.", "key field ...", hash::hdel),
+    spec!("hlen", 2, RF, (1, 1, 1), "hash", "2.0.0", "Returns the number of fields of a hash.", "key", hash::hlen),
+    spec!("hexists", 3, RF, (1, 1, 1), "hash", "2.0.0", "Tells whether a field exists in a hash.", "key field", hash::hexists),
+    spec!("hincrby", 4, WF, (1, 1, 1), "hash", "2.0.0", "Increments the integer value of a field of a hash.", "key field increment", hash::hincrby),
+    spec!("zadd", -4, WF, (1, 1, 1), "sorted-set", "1.2.0", "Adds members with scores to a sorted set (no options); returns how many were new.", "key score member ...", zset::zadd),
+    spec!("zpopmin", -2, &["write", "fast"], (1, 1, 1), "sorted-set", "5.0.0", "Removes and returns the members with the lowest scores.", "key [count]", zset::zpopmin),
+    spec!("zrange", -4, R, (1, 1, 1), "sorted-set", "1.2.0", "Returns members of a sorted set by rank.", "key start stop [WITHSCORES]", zset::zrange),
+    spec!("zcard", 2, RF, (1, 1, 1), "sorted-set", "1.2.0", "Returns the number of members of a sorted set.", "key", zset::zcard),
+    spec!("zscore", 3, RF, (1, 1, 1), "sorted-set", "1.2.0", "Returns the score of a member of a sorted set.", "key member", zset::zscore),
+    spec!("zrem", -3, &["write", "fast"], (1, 1, 1), "sorted-set", "1.2.0", "Removes members from a sorted set; returns how many were there.", "key member ...", zset::zrem),
+    spec!("xadd", -5, WF, (1, 1, 1), "stream", "5.0.0", "Appends an entry to a stream (no trimming); returns its id.", "key id field value ...", stream::xadd),
+    spec!("xlen", 2, RF, (1, 1, 1), "stream", "5.0.0", "Returns the number of entries of a stream.", "key", stream::xlen),
+    spec!("xrange", -4, R, (1, 1, 1), "stream", "5.0.0", "Returns the entries of a stream between two ids.", "key start end [COUNT count]", stream::xrange),
+    spec!("forest.range", -3, R, (0, 0, 0), "forest", "0.1.0", "Returns key-value pairs (or keys) between two lex bounds, ascending or REV descending, at most LIMIT count.", "min max [REV] [LIMIT count] [KEYSONLY]", range::range),
+    spec!("forest.count", 3, R, (0, 0, 0), "forest", "0.1.0", "Counts the keys between two lex bounds.", "min max", range::count),
+    spec!("forest.delrange", 3, DEL, (0, 0, 0), "forest", "0.1.0", "Removes the keys between two lex bounds; returns how many.", "min max", range::delrange),
+];
+
+fn text(s: &str) -> Frame {
+    Frame::bulk(s.as_bytes())
+}
+
+/// COMMAND INFO's entry for a command.
+fn info_entry(spec: &Spec) -> Frame {
+    Frame::Array(vec![
+        text(spec.name),
+        Frame::Integer(i64::from(spec.arity)),
+        Frame::Array(
+            spec.flags
+                .iter()
+                .map(|f| Frame::Simple((*f).to_string()))
+                .collect(),
+        ),
+        Frame::Integer(i64::from(spec.first_key)),
+        Frame::Integer(i64::from(spec.last_key)),
+        Frame::Integer(i64::from(spec.step)),
+        Frame::Array(vec![Frame::Simple(format!("@{}", spec.group))]),
+        Frame::Array(vec![]),
+        Frame::Array(vec![]),
+        Frame::Array(vec![]),
+    ])
+}
+
+/// Splits a usage line at top-level spaces (brackets kept together).
+fn split_usage(usage: &str) -> Vec<&str> {
+    let mut items = Vec::new();
+    let mut depth = 0usize;
+    let mut start = 0;
+    for (i, c) in usage.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.saturating_sub(1),
+            ' ' if depth == 0 => {
+                if i > start {
+                    items.push(&usage[start..i]);
+                }
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if start < usage.len() {
+        items.push(&usage[start..]);
+    }
+    items
+}
+
+fn is_token(word: &str) -> bool {
+    word.chars().any(|c| c.is_ascii_uppercase())
+        && word.chars().all(|c| c.is_ascii_uppercase() || c == '-')
+}
+
+/// COMMAND DOCS's `arguments` for a usage line (see the module doc).
+fn usage_arguments(usage: &str) -> Vec<Frame> {
+    let items = split_usage(usage);
+    let mut args = Vec::new();
+    let mut i = 0;
+    while i < items.len() {
+        let mut item = items[i];
+        let mut flags = Vec::new();
+        if items.get(i + 1) == Some(&"...") {
+            flags.push(Frame::Simple("multiple".into()));
+            i += 1;
+        }
+        i += 1;
+        if let Some(inner) = item.strip_prefix('[').and_then(|s| s.strip_suffix(']')) {
+            flags.push(Frame::Simple("optional".into()));
+            let nested = split_usage(inner);
+            if nested.len() == 2 && is_token(nested[0]) && !is_token(nested[1]) {
+                args.push(argument(
+                    nested[1],
+                    kind_of(nested[1]),
+                    Some(nested[0]),
+                    flags,
+                    None,
+                ));
+                continue;
+            }
+            if nested.len() > 1 {
+                args.push(argument(
+                    "options",
+                    "block",
+                    None,
+                    flags,
+                    Some(usage_arguments(inner)),
+                ));
+                continue;
+            }
+            item = inner;
+        }
+        if item.contains('|') {
+            let choices = item
+                .split('|')
+                .map(|t| argument(&t.to_ascii_lowercase(), "pure-token", Some(t), vec![], None))
+                .collect();
+            args.push(argument("choice", "oneof", None, flags, Some(choices)));
+        } else if is_token(item) {
+            args.push(argument(
+                &item.to_ascii_lowercase(),
+                "pure-token",
+                Some(item),
+                flags,
+                None,
+            ));
+        } else {
+            args.push(argument(item, kind_of(item), None, flags, None));
+        }
+    }
+    args
+}
+
+fn kind_of(name: &str) -> &'static str {
+    match name {
+        "key" => "key",
+        "count" | "increment" | "decrement" | "index" | "protover" | "cursor" => "integer",
+        "pattern" => "pattern",
+        "score" => "double",
+        _ => "string",
+    }
+}
+
+fn argument(
+    name: &str,
+    kind: &str,
+    token: Option<&str>,
+    flags: Vec<Frame>,
+    nested: Option<Vec<Frame>>,
+) -> Frame {
+    let mut pairs = vec![(text("name"), text(name)), (text("type"), text(kind))];
+    if kind == "key" {
+        pairs.push((text("key_spec_index"), Frame::Integer(0)));
+    }
+    if let Some(token) = token {
+        pairs.push((text("token"), text(token)));
+    }
+    if !flags.is_empty() {
+        pairs.push((text("flags"), Frame::Array(flags)));
+    }
+    if let Some(nested) = nested {
+        pairs.push((text("arguments"), Frame::Array(nested)));
+    }
+    Frame::Map(pairs)
+}
+
+/// COMMAND DOCS's entry for a command.
+fn docs_entry(spec: &Spec) -> Frame {
+    Frame::Map(vec![
+        (text("summary"), text(spec.summary)),
+        (text("since"), text(spec.since)),
+        (text("group"), text(spec.group)),
+        (text("arguments"), Frame::Array(usage_arguments(spec.usage))),
+    ])
+}
+
+fn named<'a>(names: &'a [&'a [u8]]) -> impl Iterator<Item = Option<&'static Spec>> + 'a {
+    names.iter().map(|n| super::lookup(n))
+}
+
+pub fn command(_ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+    let Some(sub) = argv.get(1) else {
+        return Frame::Array(COMMAND_SPECS.iter().map(info_entry).collect());
+    };
+    let names = &argv[2..];
+    if is_word(sub, "count") {
+        Frame::Integer(COMMAND_SPECS.len() as i64)
+    } else if is_word(sub, "list") {
+        Frame::Array(COMMAND_SPECS.iter().map(|s| text(s.name)).collect())
+    } else if is_word(sub, "info") {
+        if names.is_empty() {
+            return Frame::Array(COMMAND_SPECS.iter().map(info_entry).collect());
+        }
+        Frame::Array(
+            named(names)
+                .map(|s| s.map_or(Frame::Null, info_entry))
+                .collect(),
+        )
+    } else if is_word(sub, "docs") {
+        let specs: Vec<&Spec> = if names.is_empty() {
+            COMMAND_SPECS.iter().collect()
+        } else {
+            named(names).flatten().collect()
+        };
+        Frame::Map(
+            specs
+                .into_iter()
+                .map(|s| (text(s.name), docs_entry(s)))
+                .collect(),
+        )
+    } else {
+        unknown_subcommand("command", sub)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+
+    // Goal: COMMAND COUNT/INFO/DOCS answer in Redis's shapes.
+    // Method: inspect GET's INFO entry and SET's DOCS arguments.
+    #[test]
+    fn command_introspection() {
+        let mut h = Harness::new();
+        assert_eq!(
+            h.run(&["COMMAND", "COUNT"]),
+            Frame::Integer(COMMAND_SPECS.len() as i64)
+        );
+        let Frame::Array(entries) = h.run(&["COMMAND", "INFO", "get", "nope"]) else {
+            panic!("array expected");
+        };
+        assert_eq!(entries[1], Frame::Null);
+        let Frame::Array(get) = &entries[0] else {
+            panic!("array expected");
+        };
+        assert_eq!(get[0], bulk("get"));
+        assert_eq!(get[1], Frame::Integer(2));
+        assert_eq!(get[3], Frame::Integer(1));
+        let Frame::Map(docs) = h.run(&["COMMAND", "DOCS", "set"]) else {
+            panic!("map expected");
+        };
+        let Frame::Map(fields) = &docs[0].1 else {
+            panic!("map expected");
+        };
+        let (_, Frame::Array(args)) = &fields[3] else {
+            panic!("arguments expected");
+        };
+        assert_eq!(args.len(), 4, "{args:?}");
+        let Frame::Array(all) = h.run(&["COMMAND"]) else {
+            panic!("array expected");
+        };
+        assert_eq!(all.len(), COMMAND_SPECS.len());
+    }
+
+    // Goal: usage lines become argument descriptions redis-cli can read.
+    // Method: SCAN's usage with tokens, optional blocks and a repeat.
+    #[test]
+    fn usage_parsing() {
+        assert_eq!(
+            split_usage("cursor [MATCH pattern] [COUNT count]"),
+            vec!["cursor", "[MATCH pattern]", "[COUNT count]"]
+        );
+        let args = usage_arguments("key ...");
+        assert_eq!(args.len(), 1);
+        let Frame::Map(fields) = &args[0] else {
+            panic!("map expected");
+        };
+        assert!(fields.contains(&(
+            bulk("flags"),
+            Frame::Array(vec![Frame::Simple("multiple".into())])
+        )));
+        for spec in COMMAND_SPECS {
+            usage_arguments(spec.usage);
+        }
+    }
+}

@@ -1,0 +1,546 @@
+//! Commands: one file per command or small family, a table of their specs, and [`execute`],
+//! which runs one command of a batch over the store without any socket (testable alone).
+//!
+//! Every write goes through the connection's [`Batch`], so the batch's writes share one
+//! durability wait (masstree.md §5); a command that wrote sets [`Ctx::wrote`] so that the
+//! connection can turn its reply into an error if that wait fails. Reads go straight to
+//! [`forest_store::Store::get`] and `scan`.
+//!
+//! Checks in Redis's order: unknown command, arity, then authentication.
+
+mod client;
+mod coll;
+mod command;
+mod config;
+mod connection;
+mod dbsize;
+mod del;
+mod exists;
+mod flush;
+mod get;
+mod hash;
+mod incr;
+mod info;
+mod keys;
+mod keyspace;
+mod list;
+mod mget;
+mod range;
+mod save;
+mod scan;
+mod set;
+mod sets;
+mod shutdown;
+mod stream;
+mod strlen;
+mod time;
+mod zset;
+
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+use std::sync::OnceLock;
+
+use forest_core::Error;
+use forest_store::Batch;
+
+use crate::frame::{Frame, Protocol};
+pub(crate) use crate::parse::is_word;
+use crate::server::{ClientInfo, Shared};
+
+pub use command::COMMAND_SPECS;
+pub use dbsize::key_count;
+
+/// A command's handler.
+pub type Handler = fn(&mut Ctx<'_, '_>, &[&[u8]]) -> Frame;
+
+/// What Redis's COMMAND INFO and COMMAND DOCS say about a command, and its handler.
+#[derive(Debug)]
+pub struct Spec {
+    /// Lower case, as Redis names commands in errors.
+    pub name: &'static str,
+    /// Redis's convention: n = exactly n arguments (name included), -n = at least n.
+    pub arity: i32,
+    pub flags: &'static [&'static str],
+    pub first_key: i32,
+    pub last_key: i32,
+    pub step: i32,
+    pub group: &'static str,
+    pub since: &'static str,
+    pub summary: &'static str,
+    /// The arguments after the name, in Redis's usage syntax (`key [NX|XX] [GET]`).
+    pub usage: &'static str,
+    pub run: Handler,
+}
+
+/// What the connection must do after a command.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum After {
+    #[default]
+    Continue,
+    /// Send the replies so far, then close (QUIT).
+    Close,
+    /// Close without a reply for this command and stop the server (SHUTDOWN).
+    Shutdown { save: bool },
+}
+
+/// A connection's own state.
+#[derive(Debug)]
+pub struct Client {
+    pub info: std::sync::Arc<ClientInfo>,
+    pub protocol: Protocol,
+    pub authenticated: bool,
+}
+
+/// Everything a command sees.
+pub struct Ctx<'a, 's> {
+    pub shared: &'a Shared,
+    pub client: &'a mut Client,
+    pub batch: &'a mut Batch<'s>,
+    /// Set by a command that wrote through the batch.
+    pub wrote: bool,
+    pub after: After,
+    /// Reusable value buffers.
+    pub buffers: &'a mut Buffers,
+}
+
+/// Pooled bytes per connection: enough for a pipeline of small values, small enough for
+/// thousands of connections.
+const POOL_BYTES_MAX: usize = 256 * 1024;
+
+/// A connection's reusable value buffers, so that a GET allocates nothing once warm: a
+/// reply's buffer returns here after it is encoded.
+#[derive(Debug, Default)]
+pub struct Buffers {
+    free: Vec<Vec<u8>>,
+    free_bytes: usize,
+    /// For reads whose value is not returned (EXISTS, STRLEN, TYPE).
+    pub scratch: Vec<u8>,
+}
+
+impl Buffers {
+    fn take(&mut self) -> Vec<u8> {
+        match self.free.pop() {
+            Some(buffer) => {
+                self.free_bytes -= buffer.capacity();
+                buffer
+            }
+            None => Vec::new(),
+        }
+    }
+
+    fn give(&mut self, mut buffer: Vec<u8>) {
+        if buffer.capacity() > 0 && self.free_bytes + buffer.capacity() <= POOL_BYTES_MAX {
+            buffer.clear();
+            self.free_bytes += buffer.capacity();
+            self.free.push(buffer);
+        }
+    }
+
+    /// Takes back the buffers of an encoded reply (bulk strings, flat arrays of them).
+    pub fn recycle(&mut self, reply: Frame) {
+        match reply {
+            Frame::Bulk(buffer) => self.give(buffer),
+            Frame::Array(items) => {
+                for item in items {
+                    if let Frame::Bulk(buffer) = item {
+                        self.give(buffer);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Ctx<'_, '_> {
+    /// Sets `key` to `value` through the batch.
+    fn upsert(&mut self, key: &[u8], value: &[u8]) -> Result<(), Frame> {
+        self.wrote = true;
+        self.batch.upsert(key, value).map_err(|e| store_error(&e))
+    }
+
+    fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, Frame> {
+        self.wrote = true;
+        self.batch.insert(key, value).map_err(|e| store_error(&e))
+    }
+
+    fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, Frame> {
+        self.wrote = true;
+        self.batch.update(key, value).map_err(|e| store_error(&e))
+    }
+
+    fn remove(&mut self, key: &[u8]) -> Result<bool, Frame> {
+        self.wrote = true;
+        self.batch.remove(key).map_err(|e| store_error(&e))
+    }
+
+    fn read_modify_write(
+        &mut self,
+        key: &[u8],
+        f: impl FnOnce(Option<&[u8]>) -> forest_core::Result<forest_store::Rmw>,
+    ) -> Result<Option<Vec<u8>>, Frame> {
+        self.wrote = true;
+        self.batch
+            .read_modify_write(key, f)
+            .map_err(|e| store_error(&e))
+    }
+
+    /// The value of `key` as a reply: a bulk string or null.
+    fn get_reply(&mut self, key: &[u8]) -> Frame {
+        let mut value = self.buffers.take();
+        if self.shared.store.get(key, &mut value) {
+            Frame::Bulk(value)
+        } else {
+            self.buffers.give(value);
+            Frame::Null
+        }
+    }
+}
+
+/// A store error as Redis-style error text (docs/PROTOCOL.md "Errors").
+pub fn store_error(err: &Error) -> Frame {
+    match err {
+        Error::KeyTooLong { len, max } => {
+            Frame::err(format!("key too long ({len} bytes; the limit is {max})"))
+        }
+        Error::ValueTooLong { len, max } => {
+            Frame::err(format!("value too long ({len} bytes; the limit is {max})"))
+        }
+        other => Frame::err(other),
+    }
+}
+
+/// `-ERR wrong number of arguments for 'name' command`.
+pub fn wrong_arity(name: &str) -> Frame {
+    Frame::err(format!("wrong number of arguments for '{name}' command"))
+}
+
+pub fn syntax_error() -> Frame {
+    Frame::err("syntax error")
+}
+
+pub fn not_an_integer() -> Frame {
+    Frame::err("value is not an integer or out of range")
+}
+
+/// An integer argument, or Redis's error.
+pub fn int_arg(arg: &[u8]) -> Result<i64, Frame> {
+    crate::parse::parse_int(arg).ok_or_else(not_an_integer)
+}
+
+/// `-ERR unknown subcommand 'x'. Try NAME HELP.`
+pub fn unknown_subcommand(command: &str, sub: &[u8]) -> Frame {
+    Frame::err(format!(
+        "unknown subcommand '{}'. Try {} HELP.",
+        printable(sub, 128),
+        command.to_ascii_uppercase()
+    ))
+}
+
+/// At most `max` bytes of `arg` as text fit for an error line.
+fn printable(arg: &[u8], max: usize) -> String {
+    String::from_utf8_lossy(&arg[..arg.len().min(max)]).replace(['\r', '\n'], " ")
+}
+
+/// Redis's text for an unknown command, with up to 128 characters of its arguments.
+fn unknown_command(argv: &[&[u8]]) -> Frame {
+    let mut args = String::new();
+    for arg in &argv[1..] {
+        if args.len() >= 128 {
+            break;
+        }
+        let room = 128 - args.len();
+        args.push('\'');
+        args.push_str(&printable(arg, room));
+        args.push_str("' ");
+    }
+    Frame::err(format!(
+        "unknown command '{}', with args beginning with: {args}",
+        printable(argv[0], 128)
+    ))
+}
+
+/// FNV-1a: command names are short and trusted to be few, so a keyed hash (SipHash, the
+/// default) buys nothing here and costs a few percent of a GET.
+struct NameHasher(u64);
+
+impl Default for NameHasher {
+    fn default() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl std::hash::Hasher for NameHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type SpecTable = HashMap<&'static str, &'static Spec, BuildHasherDefault<NameHasher>>;
+
+fn table() -> &'static SpecTable {
+    static TABLE: OnceLock<SpecTable> = OnceLock::new();
+    TABLE.get_or_init(|| COMMAND_SPECS.iter().map(|s| (s.name, s)).collect())
+}
+
+/// The spec of the command named `name` in any letter case.
+pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
+    // Names are short; longer input is no command.
+    let mut lower = [0u8; 32];
+    let dst = lower.get_mut(..name.len())?;
+    for (d, s) in dst.iter_mut().zip(name) {
+        *d = s.to_ascii_lowercase();
+    }
+    let name = std::str::from_utf8(dst).ok()?;
+    table().get(name).copied()
+}
+
+/// Commands allowed before AUTH.
+fn allowed_before_auth(name: &str) -> bool {
+    matches!(name, "auth" | "hello" | "quit")
+}
+
+/// Whether a key argument (by the spec's key positions) begins with the reserved byte.
+fn has_reserved_key(spec: &Spec, argv: &[&[u8]]) -> bool {
+    if spec.first_key <= 0 || spec.step <= 0 {
+        return false;
+    }
+    let first = spec.first_key as usize;
+    let last = if spec.last_key < 0 {
+        argv.len()
+            .saturating_sub(spec.last_key.unsigned_abs() as usize)
+    } else {
+        spec.last_key as usize
+    };
+    argv.iter()
+        .take(last + 1)
+        .skip(first)
+        .step_by(spec.step as usize)
+        .any(|key| key.first() == Some(&crate::collection::RESERVED_BYTE))
+}
+
+/// Runs one command (`argv[0]` is its name; `argv` is not empty).
+pub fn execute(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+    let Some(name) = argv.first() else {
+        return Frame::err("empty command");
+    };
+    let Some(spec) = lookup(name) else {
+        return unknown_command(argv);
+    };
+    let argc = argv.len() as i64;
+    let arity = i64::from(spec.arity);
+    if (arity > 0 && argc != arity) || (arity < 0 && argc < -arity) {
+        return wrong_arity(spec.name);
+    }
+    if !ctx.client.authenticated && !allowed_before_auth(spec.name) {
+        return Frame::Error("NOAUTH Authentication required.".to_string());
+    }
+    if has_reserved_key(spec, argv) {
+        return coll::reserved_key();
+    }
+    (spec.run)(ctx, argv)
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! A store in a temporary directory and a client, to run commands without sockets.
+
+    use super::*;
+    use crate::server::{Config, Shared};
+    use forest_store::{Durability, Store, StoreOptions};
+
+    pub struct Harness {
+        pub shared: Shared,
+        pub client: Client,
+        _dir: tempfile::TempDir,
+    }
+
+    impl Harness {
+        pub fn new() -> Self {
+            Self::with_config(|_| {})
+        }
+
+        pub fn with_config(edit: impl FnOnce(&mut Config)) -> Self {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let mut config = Config {
+                dir: dir.path().to_path_buf(),
+                durability: Durability::Periodic { interval_ms: 1000 },
+                ..Config::default()
+            };
+            edit(&mut config);
+            let store = Store::open_path(
+                dir.path(),
+                StoreOptions {
+                    engine: config.engine.clone(),
+                    durability: config.durability,
+                    ..StoreOptions::default()
+                },
+            )
+            .expect("open store");
+            let shared = Shared::new(store, config);
+            let client = shared.new_client("127.0.0.1:1".into(), "127.0.0.1:6379".into(), None);
+            Self {
+                shared,
+                client,
+                _dir: dir,
+            }
+        }
+
+        /// Runs one command as a batch of its own and returns its reply.
+        pub fn run(&mut self, argv: &[&str]) -> Frame {
+            let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
+            self.run_bytes(&argv)
+        }
+
+        pub fn run_bytes(&mut self, argv: &[&[u8]]) -> Frame {
+            run_on(&self.shared, &mut self.client, argv)
+        }
+
+        /// Closes the store and opens it again over the same directory (a restart).
+        pub fn restart(self) -> Self {
+            let Harness {
+                shared,
+                client,
+                _dir,
+            } = self;
+            let config = shared.config.clone();
+            drop(client);
+            let store = std::sync::Arc::into_inner(shared.store).expect("sole owner");
+            store.close().expect("close");
+            let store = Store::open_path(
+                _dir.path(),
+                StoreOptions {
+                    engine: config.engine.clone(),
+                    durability: config.durability,
+                    ..StoreOptions::default()
+                },
+            )
+            .expect("reopen store");
+            crate::collection::repair(&store).expect("repair");
+            let shared = Shared::new(store, config);
+            let client = shared.new_client("127.0.0.1:1".into(), "127.0.0.1:6379".into(), None);
+            Self {
+                shared,
+                client,
+                _dir,
+            }
+        }
+    }
+
+    /// Runs one command as a batch of its own for `client` (any thread).
+    pub fn run_on(shared: &Shared, client: &mut Client, argv: &[&[u8]]) -> Frame {
+        let mut batch = shared.store.batch();
+        let mut buffers = Buffers::default();
+        let mut ctx = Ctx {
+            shared,
+            client,
+            batch: &mut batch,
+            wrote: false,
+            after: After::Continue,
+            buffers: &mut buffers,
+        };
+        let reply = execute(&mut ctx, argv);
+        batch.wait().expect("wait");
+        reply
+    }
+
+    pub fn bulk(s: &str) -> Frame {
+        Frame::bulk(s.as_bytes())
+    }
+
+    pub fn bulks(items: &[&str]) -> Frame {
+        Frame::Array(items.iter().map(|s| bulk(s)).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use super::*;
+
+    // Goal: unknown commands and wrong arity get Redis's exact texts, in Redis's order.
+    // Method: run bad commands and compare the error strings.
+    #[test]
+    fn unknown_and_arity_errors() {
+        let mut h = Harness::new();
+        assert_eq!(
+            h.run(&["foo", "a", "b"]),
+            Frame::Error("ERR unknown command 'foo', with args beginning with: 'a' 'b' ".into())
+        );
+        assert_eq!(
+            h.run(&["foo"]),
+            Frame::Error("ERR unknown command 'foo', with args beginning with: ".into())
+        );
+        assert_eq!(
+            h.run(&["GET"]),
+            Frame::Error("ERR wrong number of arguments for 'get' command".into())
+        );
+        assert_eq!(
+            h.run(&["gEt", "a", "b"]),
+            Frame::Error("ERR wrong number of arguments for 'get' command".into())
+        );
+        let long = "x".repeat(300);
+        let Frame::Error(text) = h.run(&["nope", &long, "y"]) else {
+            panic!("error expected");
+        };
+        assert!(text.len() < 300, "{text}");
+    }
+
+    // Goal: every spec is reachable by name and its arity matches its usage line's shape.
+    // Method: look every name up in two letter cases; names are lower case.
+    #[test]
+    fn specs_are_consistent() {
+        for spec in COMMAND_SPECS {
+            assert_eq!(spec.name, spec.name.to_ascii_lowercase());
+            assert!(lookup(spec.name.as_bytes()).is_some());
+            assert!(lookup(spec.name.to_ascii_uppercase().as_bytes()).is_some());
+            assert_ne!(spec.arity, 0, "{}", spec.name);
+        }
+        assert!(lookup(&[b'g'; 40]).is_none());
+    }
+
+    // Goal: store limit errors read as protocol.md says.
+    // Method: a key one byte over the limit.
+    #[test]
+    fn limit_errors() {
+        let mut h = Harness::new();
+        let key = vec![b'k'; forest_core::KEY_BYTES_MAX + 1];
+        assert_eq!(
+            h.run_bytes(&[b"SET", &key, b"v"]),
+            Frame::Error("ERR key too long (16385 bytes; the limit is 16384)".into())
+        );
+        let value = vec![b'v'; forest_core::VALUE_BYTES_MAX + 1];
+        assert_eq!(
+            h.run_bytes(&[b"SET", b"k", &value]),
+            Frame::Error("ERR value too long (1048577 bytes; the limit is 1048576)".into())
+        );
+    }
+
+    // Goal: reply buffers come back to the pool, are handed out empty, and the pool stays
+    // within its byte bound. Method: give many buffers, take one, recycle an array reply.
+    #[test]
+    fn buffer_pool_is_bounded() {
+        let mut buffers = Buffers::default();
+        for _ in 0..10_000 {
+            buffers.give(Vec::with_capacity(1024));
+        }
+        assert!(buffers.free_bytes <= POOL_BYTES_MAX);
+        let count = buffers.free.len();
+        let mut taken = buffers.take();
+        assert!(taken.is_empty() && taken.capacity() >= 1024);
+        taken.extend_from_slice(b"value");
+        buffers.give(taken);
+        assert_eq!(buffers.free.len(), count);
+        assert!(buffers.free.iter().all(Vec::is_empty));
+        let mut small = Buffers::default();
+        small.recycle(Frame::Array(vec![Frame::bulk("abc"), Frame::Null]));
+        small.recycle(Frame::bulk("xyz"));
+        assert_eq!(small.free.len(), 2);
+    }
+}

@@ -1,0 +1,283 @@
+//! The string writes: SET, SETNX, GETSET, MSET, MSETNX, APPEND (docs/PROTOCOL.md
+//! "Strings"). Each goes through the connection's batch.
+
+use forest_core::check_entry;
+use forest_store::Rmw;
+
+use super::{coll, is_word, store_error, syntax_error, Ctx};
+use crate::frame::Frame;
+
+/// SET's condition.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Condition {
+    Always,
+    /// NX: only if absent.
+    Absent,
+    /// XX: only if present.
+    Present,
+}
+
+/// The reply to an expiry option: forest keeps no TTLs.
+pub fn no_expiry() -> Frame {
+    Frame::err("forest does not support key expiry (EX/PX/EXAT/PXAT/KEEPTTL)")
+}
+
+/// SET key value [NX|XX] [GET].
+pub fn set(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+    let (key, value) = (argv[1], argv[2]);
+    let mut condition = Condition::Always;
+    let mut get = false;
+    for &option in &argv[3..] {
+        if is_word(option, "nx") && condition != Condition::Present {
+            condition = Condition::Absent;
+        } else if is_word(option, "xx") && condition != Condition::Absent {
+            condition = Condition::Present;
+        } else if is_word(option, "get") {
+            get = true;
+        } else if ["ex", "px", "exat", "pxat", "keepttl"]
+            .iter()
+            .any(|w| is_word(option, w))
+        {
+            return no_expiry();
+        } else {
+            return syntax_error();
+        }
+    }
+    // SET replaces a collection of that name (NX keeps it; GET refuses it, as Redis).
+    let shared = ctx.shared;
+    let guard = if shared.collections.any() {
+        let guard = shared.collections.lock(key);
+        match coll::read_meta(ctx, key) {
+            Ok(Some(_)) if get => return coll::wrongtype(),
+            Ok(Some(_)) if condition == Condition::Absent => return Frame::Null,
+            Ok(Some(_)) => {
+                if let Err(e) = coll::delete_locked(ctx, key) {
+                    return e;
+                }
+            }
+            Ok(None) => {}
+            Err(e) => return e,
+        }
+        Some(guard)
+    } else {
+        None
+    };
+    if get {
+        let result = ctx.read_modify_write(key, |old| {
+            let apply = match condition {
+                Condition::Always => true,
+                Condition::Absent => old.is_none(),
+                Condition::Present => old.is_some(),
+            };
+            Ok(if apply {
+                Rmw::Put(value.to_vec())
+            } else {
+                Rmw::Keep
+            })
+        });
+        return match result {
+            Ok(Some(old)) => Frame::Bulk(old),
+            Ok(None) => Frame::Null,
+            Err(e) => e,
+        };
+    }
+    let done = match condition {
+        Condition::Always => ctx.upsert(key, value).map(|()| true),
+        Condition::Absent => ctx.insert(key, value),
+        Condition::Present => ctx.update(key, value),
+    };
+    if guard.is_none() && matches!(done, Ok(true)) {
+        if let Err(e) = coll::replaced_after(ctx, key) {
+            return e;
+        }
+    }
+    match done {
+        Ok(true) => Frame::ok(),
+        Ok(false) => Frame::Null,
+        Err(e) => e,
+    }
+}
+
+/// SETNX key value: 1 if set.
+pub fn setnx(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+    let _guard = match coll::string_write(ctx, argv[1]) {
+        Ok(g) => g,
+        Err(_) => return Frame::Integer(0),
+    };
+    match ctx.insert(argv[1], argv[2]) {
+        Ok(inserted) => Frame::Integer(i64::from(inserted)),
+        Err(e) => e,
+    }
+}
+
+/// GETSET key value: the old value.
+pub fn getset(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+    let value = argv[2];
+    let _guard = match coll::string_write(ctx, argv[1]) {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    match ctx.read_modify_write(argv[1], |_| Ok(Rmw::Put(value.to_vec()))) {
+        Ok(Some(old)) => Frame::Bulk(old),
+        Ok(None) => Frame::Null,
+        Err(e) => e,
+    }
+}
+
+/// The key-value pairs of MSET/MSETNX, checked against the limits before anything is written.
+/// A key and its value.
+type Pair<'a> = (&'a [u8], &'a [u8]);
+
+fn pairs<'a>(name: &str, argv: &[&'a [u8]]) -> Result<Vec<Pair<'a>>, Frame> {
+    let rest = &argv[1..];
+    if !rest.len().is_multiple_of(2) {
+        return Err(super::wrong_arity(name));
+    }
+    let pairs: Vec<_> = rest.chunks_exact(2).map(|p| (p[0], p[1])).collect();
+    for (k, v) in &pairs {
+        check_entry(k, v).map_err(|e| store_error(&e))?;
+    }
+    Ok(pairs)
+}
+
+/// MSET k v [k v ...]. Each pair is atomic; the whole is not (see docs/PROTOCOL.md).
+pub fn mset(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+    let pairs = match pairs("mset", argv) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    for (k, v) in pairs {
+        let guard = match coll::string_replace(ctx, k) {
+            Ok(g) => g,
+            Err(e) => return e,
+        };
+        if let Err(e) = ctx.upsert(k, v) {
+            return e;
+        }
+        if guard.is_none() {
+            if let Err(e) = coll::replaced_after(ctx, k) {
+                return e;
+            }
+        }
+    }
+    Frame::ok()
+}
+
+/// MSETNX k v [k v ...]: 1 if no key existed and all were set. Holds the stripe locks of
+/// all its keys, so it is all or nothing against other MSETNX and collection commands; a
+/// plain SET or SETNX of one of its keys (which take no lock while no collection exists)
+/// can still slip in between (see docs/PROTOCOL.md).
+pub fn msetnx(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+    let pairs = match pairs("msetnx", argv) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    let shared = ctx.shared;
+    let _guards = shared.collections.lock_many(pairs.iter().map(|(k, _)| *k));
+    for (k, _) in &pairs {
+        if ctx.shared.store.get(k, &mut ctx.buffers.scratch)
+            || !matches!(coll::kind_of(ctx, k), Ok(None))
+        {
+            return Frame::Integer(0);
+        }
+    }
+    let mut all = true;
+    for (k, v) in pairs {
+        match ctx.insert(k, v) {
+            Ok(inserted) => all &= inserted,
+            Err(e) => return e,
+        }
+    }
+    Frame::Integer(i64::from(all))
+}
+
+/// APPEND key value: the new length.
+pub fn append(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+    let suffix = argv[2];
+    let _guard = match coll::string_write(ctx, argv[1]) {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    let mut len = 0;
+    let result = ctx.read_modify_write(argv[1], |old| {
+        let mut value = Vec::with_capacity(old.map_or(0, <[u8]>::len) + suffix.len());
+        value.extend_from_slice(old.unwrap_or_default());
+        value.extend_from_slice(suffix);
+        len = value.len();
+        Ok(Rmw::Put(value))
+    });
+    match result {
+        Ok(_) => Frame::Integer(len as i64),
+        Err(e) => e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use crate::frame::Frame;
+
+    // Goal: SET's NX, XX and GET options behave as Redis 7's, expiry is refused clearly.
+    // Method: sequences of SETs checked by their replies and a final GET.
+    #[test]
+    fn set_options() {
+        let mut h = Harness::new();
+        assert_eq!(h.run(&["SET", "k", "1", "XX"]), Frame::Null);
+        assert_eq!(h.run(&["SET", "k", "1", "nx"]), Frame::ok());
+        assert_eq!(h.run(&["SET", "k", "2", "NX"]), Frame::Null);
+        assert_eq!(h.run(&["SET", "k", "3", "XX", "GET"]), bulk("1"));
+        assert_eq!(h.run(&["SET", "k", "4", "NX", "GET"]), bulk("3"));
+        assert_eq!(h.run(&["GET", "k"]), bulk("3"));
+        assert_eq!(h.run(&["SET", "n", "x", "GET"]), Frame::Null);
+        assert_eq!(h.run(&["GET", "n"]), bulk("x"));
+        assert_eq!(
+            h.run(&["SET", "k", "v", "NX", "XX"]),
+            Frame::Error("ERR syntax error".into())
+        );
+        assert_eq!(
+            h.run(&["SET", "k", "v", "BOGUS"]),
+            Frame::Error("ERR syntax error".into())
+        );
+        for opt in ["EX", "px", "EXAT", "PXAT", "KEEPTTL"] {
+            assert_eq!(
+                h.run(&["SET", "k", "v", opt, "10"]),
+                Frame::Error(
+                    "ERR forest does not support key expiry (EX/PX/EXAT/PXAT/KEEPTTL)".into()
+                )
+            );
+        }
+        assert_eq!(h.run(&["GET", "k"]), bulk("3"));
+    }
+
+    // Goal: SETNX, GETSET, MSET, MSETNX and APPEND reply as Redis does.
+    // Method: each on present and absent keys.
+    #[test]
+    fn other_string_writes() {
+        let mut h = Harness::new();
+        assert_eq!(h.run(&["SETNX", "a", "1"]), Frame::Integer(1));
+        assert_eq!(h.run(&["SETNX", "a", "2"]), Frame::Integer(0));
+        assert_eq!(h.run(&["GETSET", "a", "3"]), bulk("1"));
+        assert_eq!(h.run(&["GETSET", "b", "3"]), Frame::Null);
+        assert_eq!(h.run(&["MSET", "c", "1", "d", "2"]), Frame::ok());
+        assert_eq!(
+            h.run(&["MSET", "c", "1", "d"]),
+            Frame::Error("ERR wrong number of arguments for 'mset' command".into())
+        );
+        assert_eq!(h.run(&["MSETNX", "c", "9", "e", "9"]), Frame::Integer(0));
+        assert_eq!(h.run(&["GET", "e"]), Frame::Null);
+        assert_eq!(h.run(&["MSETNX", "e", "5", "f", "6"]), Frame::Integer(1));
+        assert_eq!(
+            h.run(&["MGET", "c", "d", "e", "f", "zz"]),
+            Frame::Array(vec![
+                bulk("1"),
+                bulk("2"),
+                bulk("5"),
+                bulk("6"),
+                Frame::Null
+            ])
+        );
+        assert_eq!(h.run(&["APPEND", "g", "ab"]), Frame::Integer(2));
+        assert_eq!(h.run(&["APPEND", "g", "cd"]), Frame::Integer(4));
+        assert_eq!(h.run(&["GET", "g"]), bulk("abcd"));
+    }
+}

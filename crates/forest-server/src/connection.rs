@@ -1,0 +1,412 @@
+//! A connection: read what the client sent, run every complete command in it as one batch,
+//! send all the replies in one write (masstree.md §5: batching per connection, the log
+//! forced in the background; DESIGN.md "Server").
+//!
+//! [`Conn::process`] is the I/O-free core both I/O models use: decode the buffer's complete
+//! commands, run them through one [`forest_store::Batch`], wait once for the batch's
+//! durability, then encode the replies. A write's reply therefore goes out only after the
+//! write is durable under the store's mode; if the wait fails, every write reply of the batch
+//! becomes an error (reads are unaffected). No lock is held across the wait.
+//!
+//! Invariants:
+//! - Replies are in command order, each encoded in the protocol the connection spoke when
+//!   the command ran (HELLO 3 answers in RESP3).
+//! - The input buffer holds at most one partial command plus one read; the output buffer
+//!   one batch's replies; both shrink back after an unusually large batch.
+//! - A protocol error ends the connection after the replies of the commands before it.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown as NetShutdown, TcpStream};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use forest_store::Batch;
+
+use crate::cmd::{self, After, Buffers, Client, Ctx};
+use crate::frame::{Frame, Limits, Protocol};
+use crate::parse::Requests;
+use crate::server::Shared;
+
+/// Bytes asked of the socket per read: many pipelined commands, or a large value in a few
+/// reads, while an idle connection costs little.
+pub const READ_BYTES: usize = 16 * 1024;
+/// Buffer capacity kept between batches; a larger one (after a big value or reply) is
+/// given back, so that thousands of mostly idle connections stay small.
+pub const BUFFER_BYTES_KEPT: usize = 256 * 1024;
+/// Reply bytes one batch may produce before the batch ends early: the commands after it
+/// wait in the input for the next round, so a pipeline of large reads never holds more than
+/// about this much output (plus one reply) per connection.
+pub const BATCH_REPLY_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Reply slots kept between batches (a larger pipeline's are given back).
+const REPLIES_KEPT_COUNT: usize = 4096;
+/// The default of how long a partly received command may wait for its next bytes before the
+/// connection is closed with a protocol error (a client that sent half a frame and then
+/// nothing); `Config::partial_frame_timeout`.
+pub const PARTIAL_FRAME_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What the I/O loop does after a batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Read more.
+    Continue,
+    /// Send the output, then close.
+    Close,
+    /// Send the output, close, and stop the server.
+    Shutdown { save: bool },
+}
+
+/// A connection's buffers and state, independent of how its bytes move.
+#[derive(Debug)]
+pub struct Conn {
+    pub client: Client,
+    requests: Requests,
+    /// Bytes received and not yet consumed.
+    pub input: Vec<u8>,
+    /// Replies not yet sent.
+    pub output: Vec<u8>,
+    buffers: Buffers,
+    replies: Vec<(Frame, bool, Protocol)>,
+    /// The last batch ended early: complete commands wait in the input.
+    more: bool,
+}
+
+/// About how many bytes `frame` takes encoded (headers counted generously).
+fn reply_len(frame: &Frame) -> usize {
+    const HEADER: usize = 16;
+    match frame {
+        Frame::Bulk(b) | Frame::Verbatim { text: b, .. } => b.len() + HEADER,
+        Frame::Simple(s) | Frame::Error(s) => s.len() + HEADER,
+        Frame::Array(items) => items.iter().map(reply_len).sum::<usize>() + HEADER,
+        Frame::Map(pairs) => {
+            pairs
+                .iter()
+                .map(|(k, v)| reply_len(k) + reply_len(v))
+                .sum::<usize>()
+                + HEADER
+        }
+        _ => HEADER,
+    }
+}
+
+impl Conn {
+    pub fn new(client: Client) -> Self {
+        Self {
+            client,
+            requests: Requests::new(Limits::default()),
+            input: Vec::new(),
+            output: Vec::new(),
+            buffers: Buffers::default(),
+            replies: Vec::new(),
+            more: false,
+        }
+    }
+
+    /// Whether a partly received command waits in the input.
+    pub fn has_partial(&self) -> bool {
+        !self.more && !self.input.is_empty()
+    }
+
+    /// Whether complete commands wait in the input (run [`Self::process`] again before
+    /// reading).
+    pub fn has_more(&self) -> bool {
+        self.more
+    }
+
+    /// Runs every complete command of the input as one batch and appends the replies to the
+    /// output (see the module doc).
+    pub fn process(&mut self, shared: &Shared) -> Step {
+        self.process_with(shared, |batch| batch.wait())
+    }
+
+    /// [`Self::process`], with `wait` making a batch that wrote durable (the tokio model
+    /// runs it where blocking is allowed); a batch that only read is checked directly.
+    pub fn process_with(
+        &mut self,
+        shared: &Shared,
+        wait: impl FnOnce(Batch<'_>) -> forest_core::Result<()>,
+    ) -> Step {
+        let Conn {
+            client,
+            requests,
+            input,
+            output,
+            buffers,
+            replies,
+            more,
+        } = self;
+        let mut consumed = requests.decode(input);
+        let mut step = Step::Continue;
+        *more = false;
+        if !requests.is_empty() {
+            let mut reply_bytes = 0;
+            let mut executed = 0;
+            let mut cut = false;
+            let mut batch = shared.store.batch();
+            let mut argv: Vec<&[u8]> = Vec::with_capacity(8);
+            for i in 0..requests.len() {
+                requests.argv(i, input, &mut argv);
+                let mut ctx = Ctx {
+                    shared,
+                    client,
+                    batch: &mut batch,
+                    wrote: false,
+                    after: After::Continue,
+                    buffers,
+                };
+                let reply = cmd::execute(&mut ctx, &argv);
+                let (wrote, after) = (ctx.wrote, ctx.after);
+                executed = i + 1;
+                reply_bytes += reply_len(&reply);
+                match after {
+                    After::Continue => replies.push((reply, wrote, client.protocol)),
+                    After::Close => {
+                        replies.push((reply, wrote, client.protocol));
+                        step = Step::Close;
+                        break;
+                    }
+                    After::Shutdown { save } => {
+                        step = Step::Shutdown { save };
+                        break;
+                    }
+                }
+                if reply_bytes > BATCH_REPLY_BYTES_MAX && executed < requests.len() {
+                    cut = true;
+                    break;
+                }
+            }
+            let name = argv
+                .first()
+                .and_then(|n| cmd::lookup(n))
+                .map(|spec| spec.name);
+            if cut {
+                consumed = requests.cut(executed);
+                *more = true;
+            }
+            let waited = if replies.iter().any(|&(_, wrote, _)| wrote) {
+                wait(batch)
+            } else {
+                batch.wait()
+            };
+            for (reply, wrote, protocol) in replies.drain(..) {
+                match &waited {
+                    Err(err) if wrote => Frame::err(format_args!("write not acknowledged: {err}"))
+                        .encode_to(protocol, output),
+                    _ => reply.encode_to(protocol, output),
+                }
+                buffers.recycle(reply);
+            }
+            shared
+                .stats
+                .commands_processed
+                .fetch_add(executed as u64, Ordering::Relaxed);
+            client
+                .info
+                .active_ms
+                .store(shared.uptime_ms(), Ordering::Relaxed);
+            if let Some(name) = name {
+                client.info.meta.lock().last_command = name;
+            }
+        }
+        if let Some(err) = requests.error() {
+            if step == Step::Continue {
+                Frame::err(format_args!("Protocol error: {err}"))
+                    .encode_to(client.protocol, output);
+                step = Step::Close;
+            }
+        }
+        input.drain(..consumed);
+        if input.capacity() > BUFFER_BYTES_KEPT && input.len() < READ_BYTES {
+            input.shrink_to(READ_BYTES);
+        }
+        if replies.capacity() > REPLIES_KEPT_COUNT {
+            *replies = Vec::new();
+        }
+        requests.shrink();
+        step
+    }
+
+    /// After the output was sent: gives back an unusually large output buffer.
+    pub fn sent(&mut self) {
+        self.output.clear();
+        if self.output.capacity() > BUFFER_BYTES_KEPT {
+            self.output.shrink_to(READ_BYTES);
+        }
+    }
+
+    /// The reply for a connection that ends with half a command in its buffer.
+    pub fn incomplete_error(&mut self) {
+        Frame::err("Protocol error: incomplete command at the end of the stream")
+            .encode_to(self.client.protocol, &mut self.output);
+    }
+}
+
+/// Serves one connection on the calling thread until it closes (threads model).
+pub fn serve_blocking(shared: &Shared, mut stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let addr = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let laddr = stream
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let client = shared.new_client(addr, laddr, stream.try_clone().ok());
+    let id = client.info.id;
+    let mut conn = Conn::new(client);
+    let mut chunk = [0u8; READ_BYTES];
+    let mut step = Step::Continue;
+    // A stop that began before this client registered would not cut its read side.
+    while step == Step::Continue && !shared.shutdown.is_requested() {
+        if conn.has_more() {
+            step = conn.process(shared);
+            if stream.write_all(&conn.output).is_err() {
+                break;
+            }
+            conn.sent();
+            continue;
+        }
+        let timeout = conn
+            .has_partial()
+            .then_some(shared.config.partial_frame_timeout);
+        let _ = stream.set_read_timeout(timeout);
+        let n = match stream.read(&mut chunk) {
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => 0,
+            Err(_) => break,
+        };
+        if n == 0 {
+            if conn.has_partial() {
+                conn.incomplete_error();
+                let _ = stream.write_all(&conn.output);
+            }
+            break;
+        }
+        conn.input.extend_from_slice(&chunk[..n]);
+        step = conn.process(shared);
+        if !conn.output.is_empty() {
+            if stream.write_all(&conn.output).is_err() {
+                break;
+            }
+            conn.sent();
+        }
+    }
+    shared.drop_client(id);
+    let _ = stream.shutdown(NetShutdown::Both);
+    if let Step::Shutdown { save } = step {
+        shared.shutdown.request(save);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::testing::Harness;
+
+    fn run(conn: &mut Conn, shared: &Shared, bytes: &[u8]) -> (Step, Vec<u8>) {
+        conn.input.extend_from_slice(bytes);
+        let step = conn.process(shared);
+        let out = conn.output.clone();
+        conn.sent();
+        (step, out)
+    }
+
+    // Goal: a pipeline's replies come back in order in one buffer, RESP3 after HELLO 3.
+    // Method: feed a pipeline with a split command, then HELLO 3 and a missing key.
+    #[test]
+    fn pipeline_replies_in_order() {
+        let h = Harness::new();
+        let client = h.shared.new_client("a".into(), "b".into(), None);
+        let mut conn = Conn::new(client);
+        let (step, out) = run(
+            &mut conn,
+            &h.shared,
+            b"SET a 1\r\n*2\r\n$3\r\nGET\r\n$1\r\na\r\nINCR a\r\nGET b\r\n*2\r\n$3\r\nGET",
+        );
+        assert_eq!(step, Step::Continue);
+        assert_eq!(out, b"+OK\r\n$1\r\n1\r\n:2\r\n$-1\r\n");
+        let (_, out) = run(&mut conn, &h.shared, b"\r\n$1\r\na\r\n");
+        assert_eq!(out, b"$1\r\n2\r\n");
+        let (_, out) = run(&mut conn, &h.shared, b"HELLO 3\r\nGET nope\r\n");
+        assert!(out.starts_with(b"%7\r\n"), "{out:?}");
+        assert!(out.ends_with(b"_\r\n"), "{out:?}");
+    }
+
+    // Goal: a protocol error closes the connection after the replies before it.
+    // Method: a good command, then an array element that is not a bulk string.
+    #[test]
+    fn protocol_error_closes() {
+        let h = Harness::new();
+        let client = h.shared.new_client("a".into(), "b".into(), None);
+        let mut conn = Conn::new(client);
+        let (step, out) = run(&mut conn, &h.shared, b"PING\r\n*1\r\n:1\r\n");
+        assert_eq!(step, Step::Close);
+        assert_eq!(
+            out,
+            b"+PONG\r\n-ERR Protocol error: expected '$', got ':'\r\n"
+        );
+    }
+
+    // Goal: QUIT answers and stops the batch; SHUTDOWN answers nothing.
+    // Method: commands after each must not run.
+    #[test]
+    fn quit_and_shutdown_end_the_batch() {
+        let h = Harness::new();
+        let client = h.shared.new_client("a".into(), "b".into(), None);
+        let mut conn = Conn::new(client);
+        let (step, out) = run(&mut conn, &h.shared, b"QUIT\r\nSET x 1\r\n");
+        assert_eq!(step, Step::Close);
+        assert_eq!(out, b"+OK\r\n");
+        let client = h.shared.new_client("a".into(), "b".into(), None);
+        let mut conn = Conn::new(client);
+        let (step, out) = run(
+            &mut conn,
+            &h.shared,
+            b"PING\r\nSHUTDOWN NOSAVE\r\nSET x 1\r\n",
+        );
+        assert_eq!(step, Step::Shutdown { save: false });
+        assert_eq!(out, b"+PONG\r\n");
+        let mut value = Vec::new();
+        assert!(!h.shared.store.get(b"x", &mut value));
+    }
+
+    // Goal: a pipeline of large reads is answered in rounds of bounded output, all of it,
+    // in order. Method: ten GETs of a 1 MiB value in one input; count replies per round.
+    #[test]
+    fn large_replies_split_the_batch() {
+        let h = Harness::new();
+        let client = h.shared.new_client("a".into(), "b".into(), None);
+        let mut conn = Conn::new(client);
+        let value = vec![b'v'; 1024 * 1024];
+        let mut set = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1048576\r\n".to_vec();
+        set.extend_from_slice(&value);
+        set.extend_from_slice(b"\r\n");
+        assert_eq!(run(&mut conn, &h.shared, &set).1, b"+OK\r\n");
+        conn.input.extend_from_slice(&b"GET k\r\n".repeat(10));
+        conn.input.extend_from_slice(b"PING\r\n");
+        let mut replies = 0;
+        let mut rounds = 0;
+        let mut last;
+        loop {
+            let step = conn.process(&h.shared);
+            assert_eq!(step, Step::Continue);
+            assert!(conn.output.len() <= BATCH_REPLY_BYTES_MAX + value.len() + 64);
+            replies += conn
+                .output
+                .windows(9)
+                .filter(|w| w == b"$1048576\r")
+                .count();
+            last = conn.output.clone();
+            conn.sent();
+            rounds += 1;
+            if !conn.has_more() {
+                break;
+            }
+        }
+        assert_eq!(replies, 10);
+        assert!(rounds >= 3, "{rounds}");
+        assert!(last.ends_with(b"+PONG\r\n"));
+        assert!(conn.input.is_empty());
+    }
+}

@@ -1,0 +1,174 @@
+//! The text of INFO: Redis's sections (server, clients, memory, persistence, stats,
+//! keyspace) with the fields tools read, and a `forest` section with the store's and the
+//! engine's counters (`Store::stats`, the papers' Table I figures).
+//!
+//! Choice: the server section reports `redis_version:7.2.0` beside `forest_version`, as
+//! other Redis-compatible servers do, because client libraries gate features on it; forest
+//! implements the subset of 7.2 that docs/PROTOCOL.md lists.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+
+use crate::server::Shared;
+
+/// The Redis version reported to clients (see the module doc).
+pub const REDIS_VERSION_COMPATIBLE: &str = "7.2.0";
+
+/// Every section, in Redis's order.
+pub const SECTIONS: &[&str] = &[
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "keyspace",
+    "forest",
+];
+
+/// INFO's text for the sections named (all for none, `all`, `default` or `everything`);
+/// unknown names add nothing.
+pub fn render(shared: &Shared, names: &[String]) -> String {
+    let all = names.is_empty()
+        || names
+            .iter()
+            .any(|n| matches!(n.as_str(), "all" | "default" | "everything"));
+    let stats = shared.store.stats();
+    let mut out = String::new();
+    for &section in SECTIONS {
+        if !all && !names.iter().any(|n| n == section) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str("\r\n");
+        }
+        // Writing to a String cannot fail.
+        let _ = write_section(&mut out, shared, &stats, section);
+    }
+    out
+}
+
+fn write_section(
+    out: &mut String,
+    shared: &Shared,
+    stats: &forest_store::StoreStats,
+    section: &str,
+) -> std::fmt::Result {
+    let config = &shared.config;
+    let s = &shared.stats;
+    let uptime = s.started.elapsed().as_secs();
+    match section {
+        "server" => {
+            let port = shared.local_addr.lock().map_or(config.port, |a| a.port());
+            write!(out, "# Server\r\n")?;
+            write!(out, "redis_version:{REDIS_VERSION_COMPATIBLE}\r\n")?;
+            write!(out, "forest_version:{}\r\n", env!("CARGO_PKG_VERSION"))?;
+            write!(out, "redis_mode:standalone\r\n")?;
+            write!(out, "os:{}\r\n", std::env::consts::OS)?;
+            write!(out, "arch_bits:{}\r\n", usize::BITS)?;
+            write!(out, "multiplexing_api:{}\r\n", config.io)?;
+            write!(out, "process_id:{}\r\n", std::process::id())?;
+            write!(out, "tcp_port:{port}\r\n")?;
+            write!(out, "uptime_in_seconds:{uptime}\r\n")?;
+            write!(out, "uptime_in_days:{}\r\n", uptime / 86_400)?;
+        }
+        "clients" => {
+            write!(out, "# Clients\r\n")?;
+            write!(out, "connected_clients:{}\r\n", shared.clients.lock().len())?;
+            write!(out, "maxclients:{}\r\n", config.max_clients)?;
+            write!(out, "blocked_clients:0\r\n")?;
+        }
+        "memory" => {
+            let bytes = stats.index.memory_bytes;
+            write!(out, "# Memory\r\n")?;
+            write!(out, "used_memory:{bytes}\r\n")?;
+            write!(
+                out,
+                "used_memory_human:{:.2}M\r\n",
+                bytes as f64 / (1024.0 * 1024.0)
+            )?;
+            write!(out, "maxmemory:0\r\n")?;
+            write!(out, "maxmemory_policy:noeviction\r\n")?;
+        }
+        "persistence" => {
+            let r = &stats.recovery;
+            write!(out, "# Persistence\r\n")?;
+            write!(out, "loading:0\r\n")?;
+            write!(
+                out,
+                "rdb_bgsave_in_progress:{}\r\n",
+                u8::from(s.bgsave_in_progress.load(Ordering::Relaxed))
+            )?;
+            write!(
+                out,
+                "rdb_last_save_time:{}\r\n",
+                s.last_save_unix.load(Ordering::Relaxed)
+            )?;
+            write!(
+                out,
+                "rdb_last_bgsave_status:{}\r\n",
+                if s.last_bgsave_ok.load(Ordering::Relaxed) {
+                    "ok"
+                } else {
+                    "err"
+                }
+            )?;
+            write!(out, "aof_enabled:1\r\n")?;
+            write!(out, "forest_durability:{}\r\n", stats.durability)?;
+            write!(out, "forest_shards:{}\r\n", stats.shard_count)?;
+            write!(out, "forest_lsn_next:{}\r\n", stats.lsn_next)?;
+            write!(out, "forest_durable_lsn:{}\r\n", stats.durable_lsn)?;
+            write!(out, "forest_fsyncs:{}\r\n", stats.fsync_count)?;
+            write!(out, "forest_checkpoints:{}\r\n", stats.checkpoint_count)?;
+            write!(out, "forest_recovered_keys:{}\r\n", r.keys_recovered)?;
+            write!(out, "forest_recovered_records:{}\r\n", r.records_replayed)?;
+            write!(out, "forest_recovery_ms:{}\r\n", r.elapsed.as_millis())?;
+        }
+        "stats" => {
+            write!(out, "# Stats\r\n")?;
+            write!(
+                out,
+                "total_connections_received:{}\r\n",
+                s.connections_received.load(Ordering::Relaxed)
+            )?;
+            write!(
+                out,
+                "total_commands_processed:{}\r\n",
+                s.commands_processed.load(Ordering::Relaxed)
+            )?;
+            write!(
+                out,
+                "rejected_connections:{}\r\n",
+                s.rejected_connections.load(Ordering::Relaxed)
+            )?;
+            write!(out, "expired_keys:0\r\nevicted_keys:0\r\n")?;
+        }
+        "keyspace" => {
+            write!(out, "# Keyspace\r\n")?;
+            let keys = crate::cmd::key_count(shared);
+            if keys > 0 {
+                write!(out, "db0:keys={keys},expires=0,avg_ttl=0\r\n")?;
+            }
+        }
+        "forest" => {
+            let i = &stats.index;
+            write!(out, "# Forest\r\n")?;
+            write!(out, "engine:{}\r\n", stats.engine)?;
+            write!(out, "keys:{}\r\n", i.key_count)?;
+            write!(out, "collections:{}\r\n", shared.collections.live_count())?;
+            write!(
+                out,
+                "collection_entries:{}\r\n",
+                shared.collections.reserved_count()
+            )?;
+            write!(out, "memory_bytes:{}\r\n", i.memory_bytes)?;
+            write!(out, "height:{}\r\n", i.height)?;
+            write!(out, "inner_nodes:{}\r\n", i.inner_node_count)?;
+            write!(out, "leaf_nodes:{}\r\n", i.leaf_node_count)?;
+            for (name, value) in &i.counters {
+                write!(out, "{name}:{value}\r\n")?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,191 @@
+//! The tokio I/O model (`--io tokio`): connections are tasks on `--threads` worker threads
+//! (one per core by default); the accept loop and each connection's reads and writes are
+//! asynchronous, and a batch runs on the worker through [`Conn::process`]; only its
+//! durability wait, when it wrote under `sync` or `group`, runs inside `block_in_place`, so
+//! that the other tasks of that worker move to another thread meanwhile.
+//!
+//! Stop: the accept loop ends, a watch channel tells every connection to stop at its next
+//! read (the batch it runs finishes and its replies go out), and after
+//! [`crate::server::STOP_GRACE`] the tasks still running (clients that never read) are
+//! aborted.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::connection::{Conn, Step, READ_BYTES};
+use crate::server::{Shared, STOP_GRACE};
+
+/// Runs the accept loop and the connections until the stop is requested.
+pub fn run(shared: &Arc<Shared>, listener: std::net::TcpListener) {
+    let threads = match shared.config.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name("forest-worker")
+        .enable_io()
+        .enable_time()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("forest serve: cannot start the tokio runtime: {e}");
+            shared.shutdown.request(false);
+            return;
+        }
+    };
+    runtime.block_on(accept_loop(Arc::clone(shared), listener));
+}
+
+async fn accept_loop(shared: Arc<Shared>, listener: std::net::TcpListener) {
+    let listener = match listener
+        .set_nonblocking(true)
+        .and_then(|()| tokio::net::TcpListener::from_std(listener))
+    {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("forest serve: cannot register the listener: {e}");
+            return;
+        }
+    };
+    let stop_requested = {
+        let shutdown = Arc::clone(&shared.shutdown);
+        tokio::task::spawn_blocking(move || shutdown.wait())
+    };
+    tokio::pin!(stop_requested);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = &mut stop_requested => break,
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else {
+                    // EMFILE and the like: back off instead of spinning.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                };
+                while connections.try_join_next().is_some() {}
+                shared.stats.connections_received.fetch_add(1, Ordering::Relaxed);
+                if shared.stats.connected_clients.load(Ordering::Relaxed)
+                    >= shared.config.max_clients
+                {
+                    shared.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
+                    if let Ok(std_stream) = stream.into_std() {
+                        let _ = std_stream.set_nonblocking(false);
+                        crate::server::reject(std_stream);
+                    }
+                    continue;
+                }
+                shared.stats.connected_clients.fetch_add(1, Ordering::Relaxed);
+                let conn_shared = Arc::clone(&shared);
+                let stop = stop_rx.clone();
+                connections.spawn(async move {
+                    serve(&conn_shared, stream, stop).await;
+                    conn_shared.stats.connected_clients.fetch_sub(1, Ordering::Relaxed);
+                });
+            }
+        }
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    let drained = tokio::time::timeout(STOP_GRACE, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        connections.abort_all();
+        while connections.join_next().await.is_some() {}
+    }
+}
+
+/// Runs a batch; a durability wait that may block runs in `block_in_place`, so the
+/// worker's other tasks move to another thread meanwhile.
+fn process(conn: &mut Conn, shared: &Shared, may_block: bool) -> Step {
+    if may_block {
+        conn.process_with(shared, |batch| tokio::task::block_in_place(|| batch.wait()))
+    } else {
+        conn.process(shared)
+    }
+}
+
+/// Serves one connection until it closes or the server stops.
+async fn serve(shared: &Arc<Shared>, mut stream: TcpStream, mut stop: watch::Receiver<bool>) {
+    let _ = stream.set_nodelay(true);
+    let addr = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let laddr = stream
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let client = shared.new_client(addr, laddr, None);
+    let id = client.info.id;
+    let mut conn = Conn::new(client);
+    // Only a wait for an fsync blocks the worker long enough to hand its tasks over.
+    let may_block = shared.config.durability.acks_durable();
+    let partial_timeout = shared.config.partial_frame_timeout;
+    let mut step = Step::Continue;
+    // Registered once: a fresh wait per read would lock the channel's waiter list each time,
+    // which every connection shares.
+    let stopped = stop.wait_for(|stopped| *stopped);
+    tokio::pin!(stopped);
+    while step == Step::Continue {
+        if conn.has_more() {
+            step = process(&mut conn, shared, may_block);
+            if stream.write_all(&conn.output).await.is_err() {
+                break;
+            }
+            conn.sent();
+            continue;
+        }
+        if conn.input.capacity() - conn.input.len() < READ_BYTES / 4 {
+            conn.input.reserve(READ_BYTES);
+        }
+        let read = async {
+            if conn.has_partial() {
+                tokio::time::timeout(partial_timeout, stream.read_buf(&mut conn.input))
+                    .await
+                    .unwrap_or(Ok(0))
+            } else {
+                stream.read_buf(&mut conn.input).await
+            }
+        };
+        let n = tokio::select! {
+            biased;
+            _ = &mut stopped => break,
+            n = read => n,
+        };
+        match n {
+            Ok(0) => {
+                if conn.has_partial() {
+                    conn.incomplete_error();
+                    let _ = stream.write_all(&conn.output).await;
+                }
+                break;
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+        step = process(&mut conn, shared, may_block);
+        if !conn.output.is_empty() {
+            if stream.write_all(&conn.output).await.is_err() {
+                break;
+            }
+            conn.sent();
+        }
+    }
+    shared.drop_client(id);
+    let _ = stream.shutdown().await;
+    if let Step::Shutdown { save } = step {
+        shared.shutdown.request(save);
+    }
+}

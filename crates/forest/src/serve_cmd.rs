@@ -1,0 +1,75 @@
+//! `forest serve`: the RESP server over a store (issue 6; docs/PROTOCOL.md), a thin layer
+//! over [`forest_server::Server`]. Prints one start line on stdout once listening, stops on
+//! SIGINT, SIGTERM or SHUTDOWN after making the log durable, and exits 0.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use forest_server::{Config, IoModel, Server};
+use forest_store::Durability;
+
+/// `forest serve`'s flags.
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// The store's directory (created if missing).
+    #[arg(long, default_value = "./forest-data", value_name = "DIR")]
+    pub dir: PathBuf,
+    /// The in-memory index: lockbtree, bwtree or masstree [default: the one the directory
+    /// records, lockbtree for a new store].
+    #[arg(long, value_name = "ENGINE")]
+    pub engine: Option<String>,
+    /// When a write's reply is sent: sync (fsync per write), group (after its group
+    /// commit's fsync) or periodic:MS (at once; fsync at least every MS ms).
+    #[arg(long, default_value = "group", value_name = "MODE")]
+    pub durability: String,
+    /// The address to listen on.
+    #[arg(long, default_value = "127.0.0.1", value_name = "ADDR")]
+    pub bind: String,
+    /// The TCP port (0: any free port; the start line tells which).
+    #[arg(long, default_value_t = 6379, value_name = "N")]
+    pub port: u16,
+    /// Worker threads of the tokio I/O model (0: one per core); the threads model runs one
+    /// thread per connection.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub threads: usize,
+    /// The most clients served at once; the next gets an error and is closed.
+    #[arg(long, default_value_t = forest_server::server::MAX_CLIENTS_DEFAULT, value_name = "N",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_clients: usize,
+    /// Require AUTH with this password (user `default`) before other commands.
+    #[arg(long, value_name = "PASS")]
+    pub requirepass: Option<String>,
+    /// How connections are driven: threads (one per connection) or tokio (tasks on
+    /// --threads workers).
+    #[arg(long, default_value = "threads", value_name = "MODEL")]
+    pub io: IoModel,
+}
+
+/// Runs the server until it is stopped.
+pub fn serve(args: ServeArgs) -> Result<()> {
+    let durability: Durability = args.durability.parse()?;
+    let config = Config {
+        dir: args.dir,
+        engine: args.engine,
+        durability,
+        bind: args.bind,
+        port: args.port,
+        threads: args.threads,
+        max_clients: args.max_clients,
+        requirepass: args.requirepass,
+        io: args.io,
+        ..Config::default()
+    };
+    let dir = config.dir.display().to_string();
+    let server = Server::open(config).with_context(|| format!("serve {dir}"))?;
+    forest_server::shutdown::install_signal_handlers(server.shutdown_handle())
+        .context("install signal handlers")?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{}", server.start_line()).context("write the start line")?;
+    stdout.flush().context("write the start line")?;
+    drop(stdout);
+    server.run().context("stop the server")?;
+    Ok(())
+}
