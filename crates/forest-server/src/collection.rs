@@ -28,11 +28,11 @@
 //! the store makes each entry atomic and durable, the lock makes the command atomic against
 //! other commands on the same key (a reader of single entries takes no lock).
 //!
-//! String commands check types only while `live` > 0 (GET only on a miss), so strings cost
-//! nothing extra until the first collection. The window this leaves: while no collection
-//! exists, a string write (INCR, APPEND, SETNX, GETSET, MSETNX) racing with the creation
-//! of a first collection under the same key may leave both; SET and MSET look again after
-//! writing and replace the collection, as the later command.
+//! Every string write (SET, MSET, SETNX, GETSET, INCR, APPEND, MSETNX) also holds its key's
+//! stripe lock, so a string write and the creation of a collection under the same name are
+//! ordered, and MSETNX, which holds the stripes of all its keys, is all or nothing. String
+//! commands read the type entry only while `live` > 0 (GET only on a miss), so strings cost
+//! one uncontended lock and nothing else until the first collection exists.
 //!
 //! Crashes: a command's entries are separate log records; [`repair`] mends a recovered
 //! store's collections before the server listens.

@@ -234,46 +234,27 @@ pub fn delete_locked(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<bool, Frame> 
 }
 
 /// For a string write that must not touch a collection (INCR, APPEND, GETSET, SETNX...):
-/// while any collection exists, WRONGTYPE if `key` is one, else its stripe lock, to hold
-/// across the write so that no collection of that name appears meanwhile.
-pub fn string_write<'a>(
-    ctx: &mut Ctx<'a, '_>,
-    key: &[u8],
-) -> Result<Option<MutexGuard<'a, ()>>, Frame> {
-    if !ctx.shared.collections.any() {
-        return Ok(None);
-    }
+/// WRONGTYPE if `key` is a collection, else its stripe lock, held across the write so that
+/// no collection of that name appears meanwhile and MSETNX (which holds the stripes of all
+/// its keys) is all or nothing.
+pub fn string_write<'a>(ctx: &mut Ctx<'a, '_>, key: &[u8]) -> Result<MutexGuard<'a, ()>, Frame> {
     let shared: &'a Shared = ctx.shared;
     let guard = shared.collections.lock(key);
-    if read_meta(ctx, key)?.is_some() {
+    if shared.collections.any() && read_meta(ctx, key)?.is_some() {
         return Err(wrongtype());
     }
-    Ok(Some(guard))
+    Ok(guard)
 }
 
 /// For SET and MSET, which replace whatever `key` holds: removes a collection of that name
-/// and returns the stripe lock to hold across the write (None while no collection exists).
-pub fn string_replace<'a>(
-    ctx: &mut Ctx<'a, '_>,
-    key: &[u8],
-) -> Result<Option<MutexGuard<'a, ()>>, Frame> {
-    if !ctx.shared.collections.any() {
-        return Ok(None);
-    }
+/// and returns the stripe lock to hold across the write.
+pub fn string_replace<'a>(ctx: &mut Ctx<'a, '_>, key: &[u8]) -> Result<MutexGuard<'a, ()>, Frame> {
     let shared: &'a Shared = ctx.shared;
     let guard = shared.collections.lock(key);
-    delete_locked(ctx, key)?;
-    Ok(Some(guard))
-}
-
-/// After a SET or MSET that took the unlocked path (no collection existed): if a first
-/// collection appeared meanwhile under `key` (its creator checked for the string before
-/// the write landed), SET is the later of the two and replaces it, as it would have.
-pub fn replaced_after(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> Result<(), Frame> {
-    if ctx.shared.collections.any() {
-        delete(ctx, key)?;
+    if shared.collections.any() {
+        delete_locked(ctx, key)?;
     }
-    Ok(())
+    Ok(guard)
 }
 
 /// Normalizes Redis's `start stop` indexes (negative from the end) over `len` elements:

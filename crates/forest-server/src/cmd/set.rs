@@ -43,10 +43,12 @@ pub fn set(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
             return syntax_error();
         }
     }
-    // SET replaces a collection of that name (NX keeps it; GET refuses it, as Redis).
+    // SET replaces a collection of that name (NX keeps it; GET refuses it, as Redis). The
+    // key's stripe lock is held across the write, so SET is ordered against MSETNX and
+    // against the creation of a collection under the same name.
     let shared = ctx.shared;
-    let guard = if shared.collections.any() {
-        let guard = shared.collections.lock(key);
+    let _guard = shared.collections.lock(key);
+    if shared.collections.any() {
         match coll::read_meta(ctx, key) {
             Ok(Some(_)) if get => return coll::wrongtype(),
             Ok(Some(_)) if condition == Condition::Absent => return Frame::Null,
@@ -58,10 +60,7 @@ pub fn set(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
             Ok(None) => {}
             Err(e) => return e,
         }
-        Some(guard)
-    } else {
-        None
-    };
+    }
     if get {
         let result = ctx.read_modify_write(key, |old| {
             let apply = match condition {
@@ -86,11 +85,6 @@ pub fn set(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
         Condition::Absent => ctx.insert(key, value),
         Condition::Present => ctx.update(key, value),
     };
-    if guard.is_none() && matches!(done, Ok(true)) {
-        if let Err(e) = coll::replaced_after(ctx, key) {
-            return e;
-        }
-    }
     match done {
         Ok(true) => Frame::ok(),
         Ok(false) => Frame::Null,
@@ -147,26 +141,20 @@ pub fn mset(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
         Err(e) => return e,
     };
     for (k, v) in pairs {
-        let guard = match coll::string_replace(ctx, k) {
+        let _guard = match coll::string_replace(ctx, k) {
             Ok(g) => g,
             Err(e) => return e,
         };
         if let Err(e) = ctx.upsert(k, v) {
             return e;
         }
-        if guard.is_none() {
-            if let Err(e) = coll::replaced_after(ctx, k) {
-                return e;
-            }
-        }
     }
     Frame::ok()
 }
 
 /// MSETNX k v [k v ...]: 1 if no key existed and all were set. Holds the stripe locks of
-/// all its keys, so it is all or nothing against other MSETNX and collection commands; a
-/// plain SET or SETNX of one of its keys (which take no lock while no collection exists)
-/// can still slip in between (see docs/PROTOCOL.md).
+/// all its keys, and every string write holds its key's stripe lock, so MSETNX is all or
+/// nothing against every other write.
 pub fn msetnx(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
     let pairs = match pairs("msetnx", argv) {
         Ok(p) => p,
