@@ -279,6 +279,9 @@ fn bytes_mut(words: &mut [u64]) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), words.len() * 8) }
 }
 
+/// A change to one key of a page: its new value, or `None` for a delete.
+pub(crate) type Edit<'a> = (&'a [u8], Option<&'a [u8]>);
+
 /// `BasePage::shape` for a page whose records differ in key or value length.
 const NOT_UNIFORM: u32 = u32::MAX;
 // A uniform shape packs key length << 16 | value length; a real key length never makes it
@@ -468,13 +471,26 @@ impl BasePage {
     #[inline]
     pub(crate) fn key(&self, index: usize) -> &[u8] {
         let (offset, key_len, _) = self.slot(index);
-        &self.arena()[offset..offset + key_len]
+        self.arena_bytes(offset, key_len)
     }
 
     #[inline]
     pub(crate) fn value(&self, index: usize) -> &[u8] {
         let (offset, key_len, value_len) = self.slot(index);
-        &self.arena()[offset + key_len..offset + key_len + value_len]
+        self.arena_bytes(offset + key_len, value_len)
+    }
+
+    /// `len` bytes at `offset` in the arena, sliced once from the whole allocation (a lookup's
+    /// hot path: cheaper than slicing the arena first).
+    #[inline]
+    fn arena_bytes(&self, offset: usize, len: usize) -> &[u8] {
+        let start = (HEADER_WORDS + self.len() + self.slot_count()) * 8 + offset;
+        // SAFETY: the words are initialized u64s, every bit pattern is a valid u8, u8 needs no
+        // alignment, and the byte slice covers exactly the words' memory, borrowed from self.
+        let all = unsafe {
+            std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.words.len() * 8)
+        };
+        &all[start..start + len]
     }
 
     /// Calls `visit` on each of the first `count` records in key order, walking the arena
@@ -518,40 +534,60 @@ impl BasePage {
         }
     }
 
-    /// Compares record `index`'s key with `key` (whose prefix is `prefix`): prefixes first,
-    /// the full keys only on a tie.
+    /// Asks the CPU to fetch the header and the whole prefix array at once: a binary search
+    /// over a page not in cache then waits for about one memory access instead of one per
+    /// probe (the branch-free search below cannot run ahead of its loads). Leaves only: the
+    /// few index pages stay cached, and there the prefetches cost more than they save.
     #[inline]
-    fn compare(&self, index: usize, key: &[u8], prefix: u64) -> std::cmp::Ordering {
-        match self.prefixes()[index].cmp(&prefix) {
-            std::cmp::Ordering::Equal => key_cmp(self.key(index), key),
-            other => other,
-        }
-    }
-
-    /// Asks the CPU to fetch the header and the whole prefix array at once: a binary search over a page not
-    /// in cache then waits for about one memory access instead of one per probe.
-    #[inline]
-    fn prefetch_prefixes(&self) {
+    pub(crate) fn prefetch_prefixes(&self) {
         #[cfg(target_arch = "x86_64")]
-        for line in self.words[..HEADER_WORDS + self.len()].chunks(CACHE_LINE_BYTES / 8) {
-            // SAFETY: a prefetch is a hint that never faults, and the address is in bounds.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    line.as_ptr().cast::<i8>(),
-                )
-            };
+        {
+            let start = self.words.as_ptr().cast::<i8>();
+            let bytes = (HEADER_WORDS + self.len()) * 8;
+            let mut offset = 0;
+            while offset < bytes {
+                // SAFETY: a prefetch is a hint that never faults; the address is in bounds.
+                unsafe {
+                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                        start.wrapping_add(offset),
+                    )
+                };
+                offset += CACHE_LINE_BYTES;
+            }
         }
     }
 
     /// Binary search for `key`: `Ok(index)` when present, else `Err(insertion index)`.
+    ///
+    /// A branch-free lower bound over the prefix array (std's `partition_point` selects
+    /// without branching, so a probe never mispredicts), then full keys only for the records
+    /// whose prefix ties with `key`'s: none or one for keys of up to 8 bytes, a binary
+    /// search among them for keys that share longer prefixes.
     #[inline]
     pub(crate) fn search(&self, key: &[u8]) -> Result<usize, usize> {
-        self.prefetch_prefixes();
         let prefix = key_prefix(key);
-        let (mut lo, mut hi) = (0, self.len());
+        let prefixes = self.prefixes();
+        let first = prefixes.partition_point(|&p| p < prefix);
+        if prefixes.get(first) != Some(&prefix) {
+            return Err(first);
+        }
+        if self.shape != NOT_UNIFORM && (self.shape >> 16) as usize == key.len() && key.len() <= 8 {
+            // Keys of one length of at most 8 bytes are equal when their prefixes are.
+            return Ok(first);
+        }
+        if prefixes.get(first + 1) != Some(&prefix) {
+            return match key_cmp(self.key(first), key) {
+                std::cmp::Ordering::Equal => Ok(first),
+                std::cmp::Ordering::Less => Err(first + 1),
+                std::cmp::Ordering::Greater => Err(first),
+            };
+        }
+        // Several records share the prefix: they are contiguous from `first`.
+        let end = first + prefixes[first..].partition_point(|&p| p == prefix);
+        let (mut lo, mut hi) = (first, end);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            match self.compare(mid, key, prefix) {
+            match key_cmp(self.key(mid), key) {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
                 std::cmp::Ordering::Equal => return Ok(mid),
@@ -571,6 +607,104 @@ impl BasePage {
 
     fn heap_bytes(&self) -> usize {
         self.words.len() * 8
+    }
+
+    /// This page with `edits` applied (sorted by key, one per key; `None` deletes the key),
+    /// built by copying the unchanged runs of prefixes and records wholesale: consolidation's
+    /// fast path (§III-B) for a leaf whose chain holds only record deltas. `None` when the
+    /// page and the edits do not share one record shape (the caller folds a full view), or
+    /// when the result is empty.
+    pub(crate) fn with_edits(&self, edits: &[Edit<'_>]) -> Option<BasePage> {
+        if self.shape == NOT_UNIFORM {
+            return None;
+        }
+        let (key_len, value_len) = ((self.shape >> 16) as usize, (self.shape & 0xFFFF) as usize);
+        let stride = key_len + value_len;
+        if stride == 0
+            || edits
+                .iter()
+                .any(|(k, v)| v.is_some_and(|v| k.len() != key_len || v.len() != value_len))
+        {
+            return None;
+        }
+        // Where each edit lands in this page, and the record count after them.
+        let mut len = self.len();
+        let mut places = Vec::with_capacity(edits.len());
+        for &(key, value) in edits {
+            let place = self.search(key);
+            match (place, value) {
+                (Ok(_), None) => len -= 1,
+                (Err(_), Some(_)) => len += 1,
+                _ => {}
+            }
+            places.push(place);
+        }
+        if len == 0 {
+            return None;
+        }
+        let (low_len, high_len) = self.bound_lens();
+        let bounds_len = low_len
+            + if high_len == NO_HIGH {
+                0
+            } else {
+                high_len as usize
+            };
+        let arena_word = HEADER_WORDS + len;
+        let mut words = vec![0u64; arena_word + (bounds_len + len * stride).div_ceil(8)];
+        words[..HEADER_WORDS].copy_from_slice(&self.words[..HEADER_WORDS]);
+        let old_arena = self.arena();
+        let (head, arena_words) = words.split_at_mut(arena_word);
+        let prefixes = &mut head[HEADER_WORDS..];
+        let arena = bytes_mut(arena_words);
+        arena[..bounds_len].copy_from_slice(&old_arena[..bounds_len]);
+        let old_records = &old_arena[bounds_len..bounds_len + self.len() * stride];
+        let records = &mut arena[bounds_len..bounds_len + len * stride];
+        // Copies old records [from, end) to the new page at `to`, advancing both.
+        let old_prefixes = self.prefixes();
+        let copy_run = |prefixes: &mut [u64],
+                        records: &mut [u8],
+                        from: &mut usize,
+                        to: &mut usize,
+                        end: usize| {
+            let count = end - *from;
+            prefixes[*to..*to + count].copy_from_slice(&old_prefixes[*from..end]);
+            records[*to * stride..(*to + count) * stride]
+                .copy_from_slice(&old_records[*from * stride..end * stride]);
+            *from = end;
+            *to += count;
+        };
+        // `from`: next old record to copy; `to`: next new record to write.
+        let (mut from, mut to) = (0, 0);
+        for (&(key, value), place) in edits.iter().zip(places) {
+            let (index, present) = match place {
+                Ok(index) => (index, true),
+                Err(index) => (index, false),
+            };
+            copy_run(prefixes, records, &mut from, &mut to, index);
+            if present {
+                from += 1; // replaced or deleted
+            }
+            if let Some(value) = value {
+                prefixes[to] = key_prefix(key);
+                let record = &mut records[to * stride..(to + 1) * stride];
+                copy_bytes(&mut record[..key_len], key);
+                copy_bytes(&mut record[key_len..], value);
+                to += 1;
+            }
+        }
+        copy_run(prefixes, records, &mut from, &mut to, self.len());
+        debug_assert_eq!(to, len, "every record written once");
+        let page = Self {
+            words: words.into_boxed_slice(),
+            high_prefix: self.high_prefix,
+            len: u32::try_from(len).expect("page record count fits u32"),
+            shape: self.shape,
+        };
+        debug_assert!(
+            (1..page.len()).all(|i| page.key(i - 1) < page.key(i)),
+            "sorted, unique"
+        );
+        Some(page)
     }
 }
 

@@ -22,7 +22,7 @@ use forest_llama::Pid;
 
 use crate::consolidate::view;
 use crate::delta::{copy_bytes, decode_pid, key_cmp, key_eq, read_node, Kind, Node};
-use crate::BwTree;
+use crate::{root_word_pid, BwTree};
 
 /// What a search looks for.
 #[derive(Clone, Copy, Debug)]
@@ -123,7 +123,14 @@ pub(crate) fn route<'g>(node: &'g Node, target: Target<'_>) -> Route<'g> {
                     Target::Below(Some(bound)) => page.count_below(bound, false),
                     Target::Below(None) => page.len(),
                 };
-                debug_assert!(count > 0, "an index page's low key is left of its targets");
+                debug_assert!(
+                    count > 0,
+                    "an index page's low key {:?} is left of its target {target:?} (level {}, \
+                     high {:?})",
+                    page.low(),
+                    node.level,
+                    page.high()
+                );
                 return Route::Child(decode_pid(page.value(count.saturating_sub(1))));
             }
             Kind::Insert(_) | Kind::Modify(_) | Kind::Delete(_) | Kind::RemoveNode => {}
@@ -152,11 +159,20 @@ fn route_by_view<'g>(node: &'g Node, target: Target<'_>) -> Route<'g> {
 pub(crate) enum Lookup<'g> {
     Found(&'g [u8]),
     Absent,
-    /// The key is not on this page any more (split or merge): search again from the root.
-    Elsewhere,
+    /// The key is at or above `separator` (a split delta, a node merge delta's or the base
+    /// page's high key): it lives on the page at `side_link` (B-link move).
+    Right {
+        separator: &'g [u8],
+        side_link: Pid,
+    },
+    /// The page is frozen (remove node delta): it is being merged away.
+    Removed,
 }
 
-/// Looks `key` up in the leaf state `node`, newest delta first (§III-A).
+/// Looks `key` up in the leaf state `node`, newest delta first (§III-A). This is also the
+/// leaf's routing: one walk of the chain both finds the record and tells a key that moved
+/// right, so a point operation walks a leaf's chain once.
+#[inline]
 pub(crate) fn lookup<'g>(node: &'g Node, key: &[u8]) -> Lookup<'g> {
     let mut current = node;
     loop {
@@ -165,22 +181,37 @@ pub(crate) fn lookup<'g>(node: &'g Node, key: &[u8]) -> Lookup<'g> {
                 return Lookup::Found(r.value())
             }
             Kind::Delete(k) if key_eq(k, key) => return Lookup::Absent,
-            Kind::Split { separator, .. } if key_cmp(key, separator).is_ge() => {
-                return Lookup::Elsewhere
-            }
-            Kind::RemoveNode => return Lookup::Elsewhere,
-            Kind::NodeMerge(merge) => {
-                if merge.high.as_deref().is_some_and(|h| key >= h) {
-                    return Lookup::Elsewhere;
+            Kind::Split {
+                separator,
+                side_link,
+            } if key_cmp(key, separator).is_ge() => {
+                return Lookup::Right {
+                    separator,
+                    side_link: *side_link,
                 }
-                if key >= &*merge.separator {
+            }
+            Kind::RemoveNode => return Lookup::Removed,
+            Kind::NodeMerge(merge) => {
+                if let Some(high) = merge.high.as_deref() {
+                    if key_cmp(key, high).is_ge() {
+                        return Lookup::Right {
+                            separator: high,
+                            side_link: merge.side_link,
+                        };
+                    }
+                }
+                if key_cmp(key, &merge.separator).is_ge() {
                     current = merge.right();
                     continue;
                 }
             }
             Kind::Base(page) => {
+                page.prefetch_prefixes();
                 if page.at_or_above_high(key) {
-                    return Lookup::Elsewhere;
+                    return Lookup::Right {
+                        separator: page.high().expect("a page beyond its high key has one"),
+                        side_link: page.side_link(),
+                    };
                 }
                 return match page.search(key) {
                     Ok(index) => Lookup::Found(page.value(index)),
@@ -202,41 +233,53 @@ pub(crate) fn lookup_found<'g>(node: &'g Node, key: &[u8]) -> Option<&'g [u8]> {
     }
 }
 
-/// The PIDs from the root down to (not including) the page a descent stopped at.
+/// The PIDs from the root down to (not including) the page a descent stopped at: the last
+/// [`PATH_LEN_MAX`] of them, which is every one in any tree that fits in memory. A deeper
+/// descent forgets the top of its path; a thread that pops past what it kept finds the
+/// parent by re-traversing from the root, as it does when a remembered parent was merged
+/// away (§IV-A), so the bound costs time in such a tree, never correctness.
 #[derive(Clone, Copy)]
 pub(crate) struct Path {
+    /// A ring: entry `i` of the descent sits at `i % PATH_LEN_MAX`.
     pids: [Pid; PATH_LEN_MAX],
+    /// Entries pushed and not popped.
     len: usize,
+    /// Entries below this were overwritten (forgotten).
+    kept_from: usize,
 }
 
-/// The deepest path. Pages split into halves of at least two entries, so 2^64 records fit in
-/// far fewer levels.
-const PATH_LEN_MAX: usize = 64;
+/// The entries a path keeps. Small, because a path is copied into every SMO completion and
+/// made on every operation; 16 levels of even 4-record pages hold 4^16 records.
+const PATH_LEN_MAX: usize = 16;
 
 impl Path {
     pub(crate) fn new() -> Self {
         Self {
             pids: [0; PATH_LEN_MAX],
             len: 0,
+            kept_from: 0,
         }
     }
 
     pub(crate) fn push(&mut self, pid: Pid) {
-        assert!(
-            self.len < PATH_LEN_MAX,
-            "tree deeper than {PATH_LEN_MAX} levels"
-        );
-        self.pids[self.len] = pid;
+        if self.len - self.kept_from == PATH_LEN_MAX {
+            self.kept_from += 1;
+        }
+        self.pids[self.len % PATH_LEN_MAX] = pid;
         self.len += 1;
     }
 
     pub(crate) fn pop(&mut self) -> Option<Pid> {
-        self.len = self.len.checked_sub(1)?;
-        Some(self.pids[self.len])
+        if self.len == self.kept_from {
+            return None;
+        }
+        self.len -= 1;
+        Some(self.pids[self.len % PATH_LEN_MAX])
     }
 
     fn clear(&mut self) {
         self.len = 0;
+        self.kept_from = 0;
     }
 }
 
@@ -251,9 +294,23 @@ impl BwTree {
         path: &mut Path,
         guard: &'g Guard,
     ) -> Option<(Pid, Shared<'g, Node>, &'g Node)> {
+        self.descend_inner(target, level, true, path, guard)
+    }
+
+    /// [`Self::descend`]; with `route_last` false it returns the first page it reaches at
+    /// `level` without routing it (no B-link move, no merge help there: the caller does both).
+    fn descend_inner<'g>(
+        &self,
+        target: Target<'_>,
+        level: u32,
+        route_last: bool,
+        path: &mut Path,
+        guard: &'g Guard,
+    ) -> Option<(Pid, Shared<'g, Node>, &'g Node)> {
         'restart: loop {
             path.clear();
-            let mut pid = self.root_pid(guard);
+            let root_word = self.root_word();
+            let mut pid = root_word_pid(root_word);
             let mut at_root = true;
             loop {
                 let Some((state, node)) = read_node(&self.table, pid, guard) else {
@@ -262,24 +319,28 @@ impl BwTree {
                     continue 'restart;
                 };
                 if at_root && node.level < level {
-                    // Only a root whose split is incomplete can be below a level in use.
+                    // Only a root whose split is incomplete can be below a level in use:
+                    // make the new root over it (§IV-A, §IV-C) and start over. Grown here,
+                    // not through `complete_split`, whose parent search would descend again.
                     let (high, side_link) = node.bounds();
                     match high {
                         Some(high) if !matches!(node.kind, Kind::RemoveNode) => {
-                            self.complete_split(
-                                Path::new(),
-                                pid,
-                                node.level,
-                                high,
-                                side_link,
-                                guard,
-                            );
+                            if self.grow_root(root_word, pid, node.level, high, side_link, guard) {
+                                self.stats.smo_helps.incr();
+                            } else if self.root_word() == root_word {
+                                // The split's right page is frozen or gone, and the root did
+                                // not change: no level above exists to find.
+                                return None;
+                            }
                             continue 'restart;
                         }
                         _ => return None,
                     }
                 }
                 at_root = false;
+                if !route_last && node.level == level {
+                    return Some((pid, state, node));
+                }
                 match route(node, target) {
                     Route::Right {
                         separator,
@@ -325,28 +386,82 @@ impl BwTree {
             .expect("the tree always has a leaf level")
     }
 
+    /// Descends to the leaf that holds `key` and looks the key up there (§III-A), routing
+    /// the leaf and searching it in one walk of its chain: B-link moves right complete the
+    /// split first (§IV-C), a frozen leaf has its merge completed and the descent restarts.
+    /// Returns the leaf, the state the lookup read and what it found (never `Right` or
+    /// `Removed`).
+    pub(crate) fn find_in_leaf<'g>(
+        &self,
+        key: &[u8],
+        path: &mut Path,
+        guard: &'g Guard,
+    ) -> (Pid, Shared<'g, Node>, &'g Node, Lookup<'g>) {
+        'restart: loop {
+            let (mut pid, mut state, mut node) = self.descend_unrouted_leaf(key, path, guard);
+            loop {
+                match lookup(node, key) {
+                    Lookup::Right {
+                        separator,
+                        side_link,
+                    } => {
+                        if self.complete_split(*path, pid, 0, separator, side_link, guard) {
+                            self.stats.smo_helps.incr();
+                        }
+                        pid = side_link;
+                        let Some((s, n)) = read_node(&self.table, pid, guard) else {
+                            self.stats.restarts.incr();
+                            continue 'restart;
+                        };
+                        (state, node) = (s, n);
+                    }
+                    Lookup::Removed => {
+                        if self.complete_merge(pid, guard) {
+                            self.stats.smo_helps.incr();
+                        }
+                        self.stats.restarts.incr();
+                        continue 'restart;
+                    }
+                    found => return (pid, state, node, found),
+                }
+            }
+        }
+    }
+
+    /// The first leaf page a descent for `key` reaches, not yet routed (the caller's
+    /// [`lookup`] routes it).
+    #[inline]
+    fn descend_unrouted_leaf<'g>(
+        &self,
+        key: &[u8],
+        path: &mut Path,
+        guard: &'g Guard,
+    ) -> (Pid, Shared<'g, Node>, &'g Node) {
+        self.descend_inner(Target::At(key), 0, false, path, guard)
+            .expect("the tree always has a leaf level")
+    }
+
     /// Point read (§III-A): the value of `key` into `out`.
     pub(crate) fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> bool {
         let guard = &crossbeam_epoch::pin();
         let mut path = Path::new();
-        loop {
-            let (pid, state, node) = self.descend_to_leaf(Target::At(key), &mut path, guard);
-            let found = match lookup(node, key) {
-                Lookup::Found(value) => {
+        let (pid, state, node, found) = self.find_in_leaf(key, &mut path, guard);
+        let found = match found {
+            Lookup::Found(value) => {
+                // A reused buffer usually has the right length already: no fill needed.
+                if out.len() != value.len() {
                     out.clear();
                     out.resize(value.len(), 0);
-                    copy_bytes(out, value);
-                    true
                 }
-                Lookup::Absent => false,
-                // `route` said Here on this very state, so this arm is defensive only.
-                Lookup::Elsewhere => {
-                    self.stats.restarts.incr();
-                    continue;
-                }
-            };
+                copy_bytes(out, value);
+                true
+            }
+            _ => false,
+        };
+        // Checked here first: the call is rare, the check is on every get.
+        if node.delta_count > self.config.consolidate_threshold {
             self.consolidate_if_long(pid, state, node, guard);
-            return found;
         }
+        found
     }
 }

@@ -14,7 +14,7 @@
 use crossbeam_epoch::Owned;
 
 use crate::delta::{node_ref, Kind, Node, Record};
-use crate::get::{lookup, Lookup, Path, Target};
+use crate::get::{lookup, Lookup, Path};
 use crate::BwTree;
 
 /// The four writes of the Index trait.
@@ -37,13 +37,12 @@ impl BwTree {
         // The delta's payload is built once and kept across retries.
         let mut payload: Option<Kind> = None;
         'descend: loop {
-            let (pid, mut state, mut node) =
-                self.descend_to_leaf(Target::At(key), &mut path, guard);
+            let (pid, mut state, mut node, mut found) = self.find_in_leaf(key, &mut path, guard);
             loop {
-                let present = match lookup(node, key) {
+                let present = match found {
                     Lookup::Found(_) => true,
                     Lookup::Absent => false,
-                    Lookup::Elsewhere => {
+                    Lookup::Right { .. } | Lookup::Removed => {
                         // A split or merge moved the key since we read the page: start over
                         // from the root, which completes the SMO on the way (§IV-C).
                         self.stats.restarts.incr();
@@ -76,19 +75,20 @@ impl BwTree {
                         self.after_write(pid, installed, new_node, path, guard);
                         return true;
                     }
-                    Err((delta, found)) => {
+                    Err((delta, found_state)) => {
                         // Lost the race to another delta or SMO on this page; the page is
                         // unchanged by us, so looking again in the state found is safe.
                         self.stats.failed_updates.incr();
                         self.stats.cas_failures.incr();
                         payload = Some(delta.into_box().kind);
-                        if found.is_null() {
+                        if found_state.is_null() {
                             // The page was merged away and freed: start over from the root.
                             self.stats.restarts.incr();
                             continue 'descend;
                         }
-                        state = found;
-                        node = node_ref(found);
+                        state = found_state;
+                        node = node_ref(found_state);
+                        found = lookup(node, key);
                     }
                 }
             }

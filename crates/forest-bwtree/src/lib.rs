@@ -37,11 +37,10 @@ mod split;
 use std::ops::Bound;
 
 use crossbeam_epoch::{Guard, Owned};
+use forest_core::limits::KEY_BYTES_MAX;
 use forest_core::stats::names;
 use forest_core::sync::atomic::{AtomicU64, Ordering};
-use forest_core::{
-    check_entry, check_key, Counter, Error, Index, IndexStats, Order, Result, Visitor,
-};
+use forest_core::{check_entry, Counter, Error, Index, IndexStats, Order, Result, Visitor};
 use forest_llama::{MappingTable, Pid};
 
 use crate::delta::{read_node, BasePage, Node, NO_PID};
@@ -146,10 +145,27 @@ pub mod counter_names {
     ];
 }
 
+/// Bits of the root word that hold the root PID; the bits above count root changes.
+///
+/// The root PID alone would let a CAS succeed after the root went from X to a new root and
+/// back to X (a collapse), so a thread that read X's split before could grow a second root
+/// over a page merged away meanwhile (split.rs `grow_root`). With the count, any root change
+/// since the thread's read fails its CAS.
+const ROOT_PID_BITS: u32 = 32;
+// Every PID fits below the version bits.
+const _: () = assert!((forest_llama::PID_COUNT_MAX as u64) < 1 << ROOT_PID_BITS);
+
+/// The root PID in a root word.
+#[inline]
+fn root_word_pid(word: u64) -> Pid {
+    word & ((1 << ROOT_PID_BITS) - 1)
+}
+
 /// The Bw-tree index.
 pub struct BwTree {
     table: MappingTable<Node>,
-    /// The root page's PID; replaced by a CAS when the root splits.
+    /// The root word: the root page's PID in the low [`ROOT_PID_BITS`] bits, the number of
+    /// root changes above; replaced by a CAS when the root splits or collapses.
     root: AtomicU64,
     config: BwTreeConfig,
     stats: Stats,
@@ -213,14 +229,28 @@ impl BwTree {
 
     #[inline]
     fn root_pid(&self, _guard: &Guard) -> Pid {
-        // Acquire: the new root's state was installed before the root PID was published.
+        root_word_pid(self.root_word())
+    }
+
+    /// The root word: the root PID and the count of root changes (see [`ROOT_PID_BITS`]).
+    #[inline]
+    fn root_word(&self) -> u64 {
+        // Acquire: the new root's state was installed before the root word was published.
         self.root.load(Ordering::Acquire)
     }
 
-    /// Swaps the root PID from `old` to `new`; false if another thread changed it first.
-    fn set_root(&self, old: Pid, new: Pid) -> bool {
+    /// Swaps the root from the root word `expected` (as read by [`Self::root_word`]) to
+    /// `new`; false if the root changed since that read, even if it came back to the same PID.
+    fn set_root(&self, expected: u64, new: Pid) -> bool {
+        debug_assert!(new < 1 << ROOT_PID_BITS);
+        let version = (expected >> ROOT_PID_BITS).wrapping_add(1);
         self.root
-            .compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(
+                expected,
+                (version << ROOT_PID_BITS) | new,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
             .is_ok()
     }
 }
@@ -231,8 +261,8 @@ impl Index for BwTree {
     }
 
     fn get(&self, key: &[u8], out: &mut Vec<u8>) -> bool {
-        if check_key(key).is_err() {
-            return false; // no such key can have been written
+        if key.len() > KEY_BYTES_MAX {
+            return false; // no such key can have been written (`check_key` would refuse it)
         }
         self.get_into(key, out)
     }
@@ -254,8 +284,8 @@ impl Index for BwTree {
     }
 
     fn remove(&self, key: &[u8]) -> bool {
-        if check_key(key).is_err() {
-            return false;
+        if key.len() > KEY_BYTES_MAX {
+            return false; // as in `get`
         }
         self.write(key, Write::Remove)
     }

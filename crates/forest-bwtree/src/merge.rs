@@ -36,7 +36,7 @@ use crate::consolidate::view;
 use crate::delta::{decode_pid, node_ref, read_node, Kind, Node, NodeMerge, NO_PID};
 use crate::get::{route, Path, Route, Target};
 use crate::smo::pause_point;
-use crate::BwTree;
+use crate::{root_word_pid, BwTree};
 
 impl BwTree {
     /// Starts merging page `pid` at `state` (below the merge threshold) into its left sibling;
@@ -287,7 +287,8 @@ impl BwTree {
         frozen: &Node,
         guard: &Guard,
     ) -> bool {
-        if self.root_pid(guard) != r {
+        let root_word = self.root_word();
+        if root_word_pid(root_word) != r {
             return false; // another thread swapped the root (and frees `r`)
         }
         let entries = view(frozen);
@@ -296,7 +297,7 @@ impl BwTree {
             return false;
         };
         self.stats.cas_attempts.incr();
-        if !self.set_root(r, decode_pid(child)) {
+        if !self.set_root(root_word, decode_pid(child)) {
             self.stats.cas_failures.incr();
             return false;
         }

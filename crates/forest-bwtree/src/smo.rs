@@ -1,8 +1,9 @@
 //! Serializing structure modifications (Bw-tree §IV-C) — test-only pause points.
 //!
 //! The help-along rule itself lives where a thread meets an incomplete SMO: `get.rs`'s
-//! descent completes a split before following its side link and a merge before going on from
-//! a frozen page (then starts over from the root); `split.rs` completes a page's pending
+//! descent (and `find_in_leaf`, its leaf end for gets and writes) completes a split before
+//! following its side link and a merge before going on from a frozen page (then starts over
+//! from the root), and grows the root when the root's own split is pending; `split.rs` completes a page's pending
 //! split before splitting it again or posting to a frozen parent; `merge.rs` completes a
 //! pending split before removing a page and a frozen neighbour's merge before its own. This module holds the pause points: named places between the atomic steps
 //! of an SMO where, with the `pause-points` feature, a test's hook can stop the thread (e.g.

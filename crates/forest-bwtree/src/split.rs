@@ -28,7 +28,7 @@ use crate::consolidate::view;
 use crate::delta::{node_ref, read_node, BasePage, Kind, Node, Record};
 use crate::get::{route, Path, Route, Target};
 use crate::smo::pause_point;
-use crate::BwTree;
+use crate::{root_word_pid, BwTree};
 
 impl BwTree {
     /// Splits the page `pid` at `state` (which has grown past the page size) and completes the
@@ -127,6 +127,11 @@ impl BwTree {
                 continue;
             };
             debug_assert_eq!(node.level, level + 1, "a parent is one level up");
+            debug_assert!(
+                node.base_page().low() <= separator,
+                "parent {parent} (low {:?}) of page {pid} is right of its split at {separator:?}",
+                node.base_page().low()
+            );
             match route(node, Target::At(separator)) {
                 Route::Right {
                     separator: parent_separator,
@@ -208,7 +213,10 @@ impl BwTree {
         path: &mut Path,
         guard: &Guard,
     ) -> FoundParent {
-        if self.root_pid(guard) == pid && self.grow_root(pid, level, separator, side_link, guard) {
+        let root_word = self.root_word();
+        if root_word_pid(root_word) == pid
+            && self.grow_root(root_word, pid, level, separator, side_link, guard)
+        {
             return FoundParent::RootGrown;
         }
         match self.descend(Target::At(separator), level + 1, path, guard) {
@@ -217,16 +225,29 @@ impl BwTree {
         }
     }
 
-    /// Makes a new root over the old root `pid` and its new right sibling; false when another
-    /// thread changed the root first.
-    fn grow_root(
+    /// Makes a new root over the old root `pid` and its new right sibling `side_link`; false
+    /// when the root changed since `root_word` was read, or the split no longer stands.
+    ///
+    /// Precondition: `root_word` was read (before this call) with `pid` as the root.
+    /// The split was read from some earlier state of `pid`; since then the root may have grown
+    /// over it and collapsed back (its right page merged away meanwhile). So the split is
+    /// checked after the root word was read: the right page is still a live, unfrozen page
+    /// (within this guard its PID cannot have been reused), and the CAS on the versioned root
+    /// word fails if the root changed at all after that read. A right page that is live and
+    /// unfrozen was never merged, so no root over it ever collapsed: it has no parent yet.
+    pub(crate) fn grow_root(
         &self,
+        root_word: u64,
         pid: Pid,
         level: u32,
         separator: &[u8],
         side_link: Pid,
         guard: &Guard,
     ) -> bool {
+        match read_node(&self.table, side_link, guard) {
+            Some((_, right)) if !matches!(right.kind, Kind::RemoveNode) => {}
+            _ => return false, // merged away: the split was completed and undone
+        }
         let left = pid.to_le_bytes();
         let right = side_link.to_le_bytes();
         let entries = [(&[][..], &left[..]), (separator, &right[..])];
@@ -235,7 +256,7 @@ impl BwTree {
         self.table
             .install_new(root, Owned::new(Node::base(level + 1, page)), guard);
         self.stats.cas_attempts.incr();
-        if self.set_root(pid, root) {
+        if self.set_root(root_word, root) {
             return true;
         }
         self.stats.cas_failures.incr();

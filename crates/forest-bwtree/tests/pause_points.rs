@@ -214,6 +214,77 @@ fn paused_merge_is_completed_by_others(point: &'static str) {
     check_exactly(&tree, (last_removed + 2..400).step_by(2));
 }
 
+/// Runs `check` on another thread and fails if it has not finished within [`HANG_SECONDS`]
+/// (a livelocked descent spins forever; the test must fail, not hang).
+fn within_time_bound(what: &str, check: impl FnOnce() + Send + 'static) {
+    let (done, finished) = std::sync::mpsc::channel();
+    let checker = std::thread::spawn(move || {
+        check();
+        done.send(()).unwrap();
+    });
+    match finished.recv_timeout(std::time::Duration::from_secs(HANG_SECONDS)) {
+        // Disconnected: the checker panicked; joining re-raises its panic.
+        Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => checker.join().unwrap(),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            // Straight to stderr: the harness's capture would be lost with the process.
+            let message = format!("{what}: no answer in {HANG_SECONDS} s: livelocked\n");
+            std::io::Write::write_all(&mut std::io::stderr(), message.as_bytes()).unwrap();
+            std::process::exit(1); // the spinning thread cannot be stopped
+        }
+    }
+}
+
+/// Seconds a check on a tiny tree may take before it counts as hung.
+const HANG_SECONDS: u64 = 20;
+
+/// Scenario 6 (regression, the livelock seen once in stress runs): the root leaf X splits
+/// into X and Q and its splitter stops before making the new root. Other threads make the
+/// root N over X and Q, drain Q until it merges back into X, and collapse N, so the root is
+/// X again. The released splitter then finds "its" split's page still the root: growing a
+/// root over X and the freed Q would send every descent for Q's keys to a freed PID, which
+/// restarts from the root forever. The root word carries a version, and a root is only
+/// grown over a split that still stands (Q alive, not frozen).
+fn root_split_completed_after_the_root_came_back() {
+    let tree = Arc::new(small_tree());
+    for i in 0..4 {
+        tree.insert(&key(i), b"v").unwrap();
+    }
+    let (paused, release) = arm(LEAF);
+    let pauser = {
+        let tree = Arc::clone(&tree);
+        std::thread::Builder::new()
+            .name(PAUSER.into())
+            .spawn(move || tree.insert(&key(4), b"v").unwrap())
+            .unwrap()
+    };
+    paused.wait();
+    // The split moved keys 2.. to Q. A writer there makes the root N over X and Q.
+    assert!(tree.insert(&key(9), b"v").unwrap());
+    assert_eq!(tree.stats().height, 2, "the writer made the new root");
+    // Drain Q below the merge threshold: it merges into X and the one-child root collapses.
+    for i in [9, 4, 3] {
+        assert!(tree.remove(&key(i)));
+    }
+    let stats = tree.stats();
+    assert_eq!(stats.height, 1, "the root collapsed back to X: {stats:?}");
+    assert_eq!(stats.counter(names::MERGES), Some(1));
+    release.wait();
+    assert!(pauser.join().unwrap());
+    set_pause_hook(None);
+    within_time_bound("reads after a stale root split", move || {
+        assert_eq!(
+            tree.stats().height,
+            1,
+            "no root was grown over a freed page"
+        );
+        check_exactly(&tree, 0..3);
+        for i in 3..40 {
+            tree.insert(&key(i), b"v").unwrap();
+        }
+        check_exactly(&tree, 0..40);
+    });
+}
+
 // Goal: every help-along path of §IV-C is reached and leaves no key lost or duplicated.
 // Method: the two scenarios above, one after the other (the pause hook is process-wide).
 #[test]
@@ -223,4 +294,5 @@ fn incomplete_splits_are_completed_by_other_threads() {
     paused_split_is_completed_by_others(INDEX);
     paused_merge_is_completed_by_others("merge:remove-node-installed");
     paused_merge_is_completed_by_others("merge:index-term-delete-installed");
+    root_split_completed_after_the_root_came_back();
 }
