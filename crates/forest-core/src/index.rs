@@ -76,8 +76,9 @@ pub trait Index: Send + Sync {
 /// count: u32 | len[0]: u32 | ... | len[count-1]: u32 | column 0 bytes | ... | column count-1 bytes
 /// ```
 ///
-/// A value that does not decode as a row (one written through the plain API) reads as a row
-/// of one column, column 0, holding the whole value. Columns past a row's end read as empty;
+/// A value written through the plain API reads as a row of one column, column 0, holding the
+/// whole value, whatever its bytes: an implementation keeps whether a value is a row out of
+/// band (Masstree: a kind byte in its value block), never guessing from the bytes. Columns past a row's end read as empty;
 /// a put to such a column extends the row with empty columns up to it.
 pub trait ColumnIndex: Index {
     /// Reads the listed columns of `key`'s row into `out` (one vector per requested column,

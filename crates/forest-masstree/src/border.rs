@@ -1,5 +1,6 @@
-//! Border nodes (§4.2, Fig. 2): 15 slots of key slice, `keylen`, key suffix ("stored beside"
-//! the node, one epoch-managed block per slot) and link-or-value, ordered by the permutation.
+//! Border nodes (§4.2, Fig. 2): 15 slots of key slice, `keylen` and link-or-value, ordered by
+//! the permutation. A key's suffix is stored beside the node, in the slot's value block
+//! ([`crate::block`]: one epoch-managed block per slot holding suffix and value).
 //!
 //! Invariants:
 //! - A slot's fields change only under the node's lock. A slot listed in the permutation is
@@ -7,8 +8,12 @@
 //!   that load the permutation (acquire) see whole keys (§4.6.2).
 //! - All keys with the same slice live in one border node; `lowkey` (the smallest slice the
 //!   node is responsible for, 0 for a layer's leftmost node) never changes (§4.6.4).
-//! - A value or suffix block is owned by exactly one slot; moving a slot moves the pointer
-//!   (swap to null at the source), and replaced blocks are freed through the epoch.
+//! - A block is owned by exactly one slot; moving a slot moves the pointer (null at the
+//!   source), and replaced blocks are freed through the epoch.
+//! - A listed slot with `keylen == KEYLEN_SUFFIX` has a block whose suffix is the key's bytes
+//!   past the slice; other slots' blocks have an empty suffix. A null block in a listed slot
+//!   is a slot in transition (a remove or a new layer): readers treat it as unstable or
+//!   absent and their validation decides.
 //! - `has_removed` is set once a slot was freed by a remove; inserts into such a node mark it
 //!   inserting, so a reader holding a stale slot index retries (§4.6.5).
 //! - `prev` is protected by the previous node's lock, `next` by this node's lock.
@@ -17,11 +22,12 @@ use crossbeam_epoch::{Atomic, Guard, Shared};
 use forest_core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
 use crate::block;
+use crate::config::NodeSearch;
 use crate::key::{class_of_keylen, slice_of, KEYLEN_LAYER, KEYLEN_SUFFIX, SLICE_BYTES};
 use crate::node::NodeBase;
 use crate::permuter::{Permuter, WIDTH};
 
-/// A heap block holding a value or a key suffix.
+/// A heap block holding a key suffix and a value.
 pub type Bytes = crate::block::Block;
 
 /// A border node.
@@ -35,7 +41,6 @@ pub struct Border {
     pub keyslice: [AtomicU64; WIDTH],
     pub keylen: [AtomicU8; WIDTH],
     pub value: [Atomic<Bytes>; WIDTH],
-    pub suffix: [Atomic<Bytes>; WIDTH],
     pub layer: [AtomicPtr<NodeBase>; WIDTH],
     pub next: AtomicPtr<Border>,
     pub prev: AtomicPtr<Border>,
@@ -72,7 +77,6 @@ impl Border {
             keyslice: std::array::from_fn(|_| AtomicU64::new(0)),
             keylen: std::array::from_fn(|_| AtomicU8::new(0)),
             value: std::array::from_fn(|_| Atomic::null()),
-            suffix: std::array::from_fn(|_| Atomic::null()),
             layer: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
             next: AtomicPtr::new(std::ptr::null_mut()),
             prev: AtomicPtr::new(std::ptr::null_mut()),
@@ -84,37 +88,90 @@ impl Border {
         Permuter::from_value(self.permutation.load(Ordering::Acquire))
     }
 
-    /// Reader-side search (Fig. 7's "extract link_or_value"); the caller validates the
-    /// version afterwards. `rest` is the key from this layer's slice on.
-    pub fn lookup<'g>(&self, slice: u64, class: u8, rest: &[u8], guard: &'g Guard) -> Lookup<'g> {
-        let perm = self.permutation();
-        for i in 0..perm.size() {
+    /// The position of the first key at or after `(slice, class)` in key order, and, when the
+    /// key there has exactly that slice and class, the `keylen` read to decide it (read once,
+    /// so a reader's later use agrees with the class it matched). Under the lock the answer is
+    /// exact; a reader may get a wrong one from a changing node and then fails its validation.
+    #[inline]
+    fn position(
+        &self,
+        perm: Permuter,
+        slice: u64,
+        class: u8,
+        search: NodeSearch,
+    ) -> (usize, Option<u8>) {
+        let key_at = |i: usize| {
             let s = perm.get(i);
-            if self.keyslice[s].load(Ordering::Acquire) != slice {
-                continue;
-            }
             let kl = self.keylen[s].load(Ordering::Acquire);
-            if class_of_keylen(kl) != class {
-                continue;
-            }
-            return match kl {
-                0..=8 => Lookup::Value(self.value[s].load(Ordering::Acquire, guard)),
-                KEYLEN_SUFFIX => {
-                    let suf = self.suffix[s].load(Ordering::Acquire, guard);
-                    // SAFETY: suffix blocks are freed only through the epoch `guard` pins.
-                    match unsafe { suf.as_ref() } {
-                        Some(b) if block::bytes(b) == &rest[SLICE_BYTES..] => {
-                            Lookup::Value(self.value[s].load(Ordering::Acquire, guard))
-                        }
-                        Some(_) => Lookup::NotFound,
-                        None => Lookup::Unstable,
+            (
+                (
+                    self.keyslice[s].load(Ordering::Acquire),
+                    class_of_keylen(kl),
+                ),
+                kl,
+            )
+        };
+        let target = (slice, class);
+        let size = perm.size();
+        match search {
+            NodeSearch::Linear => {
+                for i in 0..size {
+                    let (k, kl) = key_at(i);
+                    if k >= target {
+                        return (i, (k == target).then_some(kl));
                     }
                 }
-                KEYLEN_LAYER => Lookup::Layer(self.layer[s].load(Ordering::Acquire)),
-                _ => Lookup::Unstable,
-            };
+                (size, None)
+            }
+            NodeSearch::Binary => {
+                let (mut lo, mut hi) = (0, size);
+                while lo < hi {
+                    let mid = (lo + hi) / 2;
+                    if key_at(mid).0 < target {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                if lo == size {
+                    return (size, None);
+                }
+                let (k, kl) = key_at(lo);
+                (lo, (k == target).then_some(kl))
+            }
         }
-        Lookup::NotFound
+    }
+
+    /// Reader-side search (Fig. 7's "extract link_or_value"); the caller validates the
+    /// version afterwards. `rest` is the key from this layer's slice on.
+    #[inline]
+    pub fn lookup<'g>(
+        &self,
+        slice: u64,
+        class: u8,
+        rest: &[u8],
+        search: NodeSearch,
+        guard: &'g Guard,
+    ) -> Lookup<'g> {
+        let perm = self.permutation();
+        let (i, Some(kl)) = self.position(perm, slice, class, search) else {
+            return Lookup::NotFound;
+        };
+        let s = perm.get(i);
+        match kl {
+            0..=8 => Lookup::Value(self.value[s].load(Ordering::Acquire, guard)),
+            KEYLEN_SUFFIX => {
+                let p = self.value[s].load(Ordering::Acquire, guard);
+                // SAFETY: blocks are freed only through the epoch `guard` pins.
+                match unsafe { p.as_ref() } {
+                    Some(b) if block::suffix(b) == suffix_of(rest) => Lookup::Value(p),
+                    Some(_) => Lookup::NotFound,
+                    None => Lookup::Unstable,
+                }
+            }
+            KEYLEN_LAYER => Lookup::Layer(self.layer[s].load(Ordering::Acquire)),
+            _ => Lookup::Unstable,
+        }
     }
 
     /// Reader-side: the layer link for `slice`, if the node holds one (the caller validates).
@@ -128,58 +185,57 @@ impl Border {
     }
 
     /// Writer-side search; the node is locked.
-    pub fn find_locked(&self, slice: u64, class: u8, rest: &[u8], guard: &Guard) -> Found {
+    pub fn find_locked(
+        &self,
+        slice: u64,
+        class: u8,
+        rest: &[u8],
+        search: NodeSearch,
+        guard: &Guard,
+    ) -> Found {
         debug_assert!(self.base.version.raw() & crate::nodeversion::LOCKED != 0);
         let perm = self.permutation();
-        for i in 0..perm.size() {
-            let s = perm.get(i);
-            let ks = self.keyslice[s].load(Ordering::Relaxed);
-            let kl = self.keylen[s].load(Ordering::Relaxed);
-            let c = class_of_keylen(kl);
-            if (ks, c) < (slice, class) {
-                continue;
-            }
-            if (ks, c) > (slice, class) {
-                return Found::Absent(i);
-            }
-            return match kl {
-                KEYLEN_LAYER => Found::Layer(s),
-                KEYLEN_SUFFIX => {
-                    let suf = self.suffix[s].load(Ordering::Relaxed, guard);
-                    // SAFETY: the slot's suffix is live while the lock is held.
-                    let same = unsafe { suf.as_ref() }
-                        .is_some_and(|b| block::bytes(b) == &rest[SLICE_BYTES..]);
-                    if same {
-                        Found::Exact(i, s)
-                    } else {
-                        Found::Conflict(s)
-                    }
+        let (i, kl) = self.position(perm, slice, class, search);
+        let Some(kl) = kl else {
+            return Found::Absent(i);
+        };
+        let s = perm.get(i);
+        match kl {
+            KEYLEN_LAYER => Found::Layer(s),
+            KEYLEN_SUFFIX => {
+                let p = self.value[s].load(Ordering::Relaxed, guard);
+                // SAFETY: the slot's block is live while the lock is held.
+                let same =
+                    unsafe { p.as_ref() }.is_some_and(|b| block::suffix(b) == suffix_of(rest));
+                if same {
+                    Found::Exact(i, s)
+                } else {
+                    Found::Conflict(s)
                 }
-                _ => Found::Exact(i, s),
-            };
+            }
+            _ => Found::Exact(i, s),
         }
-        Found::Absent(perm.size())
     }
 
     /// Writes a key and value into free slot `s`; the node is locked and `s` is not listed.
-    pub fn write_slot(&self, s: usize, rest: &[u8], value: &[u8], guard: &Guard) {
+    pub fn write_slot(&self, s: usize, rest: &[u8], value: block::Value<'_>, guard: &Guard) {
         self.keyslice[s].store(slice_of(rest), Ordering::Relaxed);
-        let (kl, suf) = if rest.len() <= SLICE_BYTES {
-            (rest.len() as u8, Shared::null())
+        let kl = if rest.len() <= SLICE_BYTES {
+            rest.len() as u8
         } else {
-            let b = block::new(&rest[SLICE_BYTES..]);
-            (KEYLEN_SUFFIX, b.into_shared(guard))
+            KEYLEN_SUFFIX
         };
         self.keylen[s].store(kl, Ordering::Relaxed);
-        let old = self.suffix[s].swap(suf, Ordering::AcqRel, guard);
-        retire(old, guard);
-        let old = self.value[s].swap(block::new(value), Ordering::AcqRel, guard);
+        // Load and store, not swap: slot writers are serialized by the node lock, so no
+        // interlocked instruction is needed; the release store publishes the block's bytes.
+        let old = self.value[s].load(Ordering::Relaxed, guard);
+        self.value[s].store(block::new_value(suffix_of(rest), value), Ordering::Release);
         retire(old, guard);
         self.layer[s].store(std::ptr::null_mut(), Ordering::Relaxed);
     }
 
     /// Inserts a key at position `pos` of a locked node with a free slot (§4.6.2).
-    pub fn insert_at(&self, pos: usize, rest: &[u8], value: &[u8], guard: &Guard) {
+    pub fn insert_at(&self, pos: usize, rest: &[u8], value: block::Value<'_>, guard: &Guard) {
         let perm = self.permutation();
         let (perm, s) = perm.insert_from_back(pos);
         if self.has_removed.load(Ordering::Relaxed) {
@@ -200,15 +256,21 @@ impl Border {
             self.keylen[from_s].load(Ordering::Relaxed),
             Ordering::Relaxed,
         );
-        let suf = self.suffix[from_s].swap(Shared::null(), Ordering::AcqRel, guard);
-        to.suffix[to_s].store(suf, Ordering::Relaxed);
-        let val = self.value[from_s].swap(Shared::null(), Ordering::AcqRel, guard);
+        // Plain loads and stores: both nodes are ours (locked, or not yet visible).
+        let val = self.value[from_s].load(Ordering::Relaxed, guard);
+        self.value[from_s].store(Shared::null(), Ordering::Relaxed);
         to.value[to_s].store(val, Ordering::Relaxed);
         to.layer[to_s].store(
             self.layer[from_s].load(Ordering::Relaxed),
             Ordering::Relaxed,
         );
     }
+}
+
+/// The suffix a block stores for the remaining key `rest`: its bytes past the slice.
+#[inline]
+pub fn suffix_of(rest: &[u8]) -> &[u8] {
+    rest.get(SLICE_BYTES..).unwrap_or_default()
 }
 
 /// Frees a replaced block once no pinned reader can hold it.
@@ -226,12 +288,10 @@ impl Drop for Border {
         // slots; each block is owned by one slot only (module invariants).
         let guard = unsafe { crossbeam_epoch::unprotected() };
         for s in 0..WIDTH {
-            for a in [&self.value[s], &self.suffix[s]] {
-                let p = a.swap(Shared::null(), Ordering::Relaxed, guard);
-                if !p.is_null() {
-                    // SAFETY: as above: the block is unreachable from any other slot.
-                    drop(unsafe { p.into_owned() });
-                }
+            let p = self.value[s].swap(Shared::null(), Ordering::Relaxed, guard);
+            if !p.is_null() {
+                // SAFETY: as above: the block is unreachable from any other slot.
+                drop(unsafe { p.into_owned() });
             }
         }
     }

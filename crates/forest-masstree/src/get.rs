@@ -7,6 +7,7 @@
 use crossbeam_epoch as epoch;
 use forest_core::sync::atomic::Ordering;
 
+use crate::block::Value;
 use crate::border::Lookup;
 use crate::key::{class_of, slice_of, SLICE_BYTES};
 use crate::nodeversion::DELETED;
@@ -16,14 +17,14 @@ use crate::Masstree;
 pub fn get(tree: &Masstree, key: &[u8], out: &mut Vec<u8>) -> bool {
     get_with(tree, key, |v| {
         out.clear();
-        out.extend_from_slice(v);
+        out.extend_from_slice(v.bytes);
     })
 }
 
 /// Looks `key` up and calls `read` on the value block found; returns whether it was found.
 /// `read` may run more than once (a validation failed after it), the last call being the
 /// answer; a value block never changes once published, so each call sees one whole value.
-pub fn get_with(tree: &Masstree, key: &[u8], mut read: impl FnMut(&[u8])) -> bool {
+pub fn get_with(tree: &Masstree, key: &[u8], mut read: impl FnMut(Value<'_>)) -> bool {
     let guard = epoch::pin();
     'top: loop {
         let mut root = tree.root.load(Ordering::Acquire);
@@ -39,12 +40,12 @@ pub fn get_with(tree: &Masstree, key: &[u8], mut read: impl FnMut(&[u8])) -> boo
                     tree.counters.restarts.incr();
                     continue 'top;
                 }
-                let found = n.lookup(slice, class, rest, &guard);
+                let found = n.lookup(slice, class, rest, tree.config.search, &guard);
                 let mut hit = false;
                 if let Lookup::Value(p) = found {
                     // SAFETY: values are freed only through the epoch `guard` pins.
                     if let Some(b) = unsafe { p.as_ref() } {
-                        read(crate::block::bytes(b));
+                        read(crate::block::value(b));
                         hit = true;
                     }
                 }

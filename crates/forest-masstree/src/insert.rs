@@ -8,6 +8,7 @@ use crossbeam_epoch as epoch;
 use forest_core::sync::atomic::Ordering;
 use forest_core::Result;
 
+use crate::block::{Value, ValueKind};
 use crate::border::{retire, Found};
 use crate::key::{class_of, slice_of, SLICE_BYTES};
 use crate::permuter::WIDTH;
@@ -26,16 +27,25 @@ pub enum PutMode {
 
 /// Stores `value` under `key` as `mode` says. Returns whether it wrote.
 pub fn put(tree: &Masstree, key: &[u8], value: &[u8], mode: PutMode) -> bool {
-    put_with(tree, key, mode, |_| Ok(Cow::Borrowed(value))).unwrap_or(false)
+    put_with(tree, key, mode, ValueKind::Plain, |_| {
+        Ok(Cow::Borrowed(value))
+    })
+    .unwrap_or(false)
 }
 
-/// Stores under `key`, as `mode` says, the value `make` builds from the current one (`None`
-/// when absent), called once with the key's border node locked, so the new value replaces
-/// exactly the old one it was built from (§4.7's copy-on-write rows). An error from `make`
-/// changes nothing. Returns whether it wrote.
-pub fn put_with<'v, F>(tree: &Masstree, key: &[u8], mode: PutMode, mut make: F) -> Result<bool>
+/// Stores under `key`, as `mode` says, a value of `kind` whose bytes `make` builds from the
+/// current value (`None` when absent), called once with the key's border node locked, so the
+/// new value replaces exactly the old one it was built from (§4.7's copy-on-write rows). An
+/// error from `make` changes nothing. Returns whether it wrote.
+pub fn put_with<'v, F>(
+    tree: &Masstree,
+    key: &[u8],
+    mode: PutMode,
+    kind: ValueKind,
+    mut make: F,
+) -> Result<bool>
 where
-    F: FnMut(Option<&[u8]>) -> Result<Cow<'v, [u8]>>,
+    F: FnMut(Option<Value<'_>>) -> Result<Cow<'v, [u8]>>,
 {
     let guard = epoch::pin();
     let mut root = tree.root.load(Ordering::Acquire);
@@ -49,7 +59,7 @@ where
             rest = key;
             continue;
         };
-        match n.find_locked(slice, class, rest, &guard) {
+        match n.find_locked(slice, class, rest, tree.config.search, &guard) {
             Found::Exact(_, s) => {
                 if mode == PutMode::Insert {
                     n.base.version.unlock();
@@ -57,15 +67,23 @@ where
                 }
                 let cur = n.value[s].load(Ordering::Relaxed, &guard);
                 // SAFETY: the slot's value is live while the node is locked and `guard` pinned.
-                let value = match make(unsafe { cur.as_ref() }.map(crate::block::bytes)) {
+                let value = match make(unsafe { cur.as_ref() }.map(crate::block::value)) {
                     Ok(v) => v,
                     Err(e) => {
                         n.base.version.unlock();
                         return Err(e);
                     }
                 };
-                let block = crate::block::new(&value);
-                let old = n.value[s].swap(block, Ordering::AcqRel, &guard);
+                let block = crate::block::new_value(
+                    crate::border::suffix_of(rest),
+                    Value {
+                        kind,
+                        bytes: &value,
+                    },
+                );
+                // Writers of the slot are serialized by the node lock: no interlocked swap.
+                let old = n.value[s].load(Ordering::Relaxed, &guard);
+                n.value[s].store(block, Ordering::Release);
                 retire(old, &guard);
                 n.base.version.unlock();
                 return Ok(true);
@@ -96,11 +114,15 @@ where
                         return Err(e);
                     }
                 };
+                let value = Value {
+                    kind,
+                    bytes: &value,
+                };
                 if n.permutation().size() < WIDTH {
-                    n.insert_at(pos, rest, &value, &guard);
+                    n.insert_at(pos, rest, value, &guard);
                     n.base.version.unlock();
                 } else {
-                    crate::split::split_insert(tree, n, pos, rest, &value, &guard);
+                    crate::split::split_insert(tree, n, pos, rest, value, &guard);
                 }
                 return Ok(true);
             }

@@ -13,6 +13,7 @@
 
 use forest_core::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
+use crate::config::NodeSearch;
 use crate::node::{base, NodeBase};
 
 /// Children of an interior node (the paper's fanout 16).
@@ -47,12 +48,30 @@ impl Interior {
     }
 
     /// The child responsible for `slice` (may be null under a torn read).
-    pub fn child_for(&self, slice: u64) -> *mut NodeBase {
+    #[inline]
+    pub fn child_for(&self, slice: u64, search: NodeSearch) -> *mut NodeBase {
         let n = self.nkeys();
-        let mut i = 0;
-        while i < n && self.keyslice[i].load(Ordering::Acquire) <= slice {
-            i += 1;
-        }
+        let i = match search {
+            NodeSearch::Linear => {
+                let mut i = 0;
+                while i < n && self.keyslice[i].load(Ordering::Acquire) <= slice {
+                    i += 1;
+                }
+                i
+            }
+            NodeSearch::Binary => {
+                let (mut lo, mut hi) = (0, n);
+                while lo < hi {
+                    let mid = (lo + hi) / 2;
+                    if self.keyslice[mid].load(Ordering::Acquire) <= slice {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                lo
+            }
+        };
         self.child[i].load(Ordering::Acquire)
     }
 

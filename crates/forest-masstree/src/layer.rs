@@ -75,8 +75,10 @@ pub fn find_border(tree: &Masstree, root: *mut NodeBase, slice: u64) -> (&Border
                 tree.counters.restarts.incr();
                 continue 'retry;
             }
-            let child = inner.child_for(slice);
-            crate::prefetch::node(child);
+            let child = inner.child_for(slice, tree.config.search);
+            if tree.config.prefetch {
+                crate::prefetch::node(child);
+            }
             if !child.is_null() {
                 // SAFETY: a child pointer read from a live node under the pin is a live node.
                 let cv = unsafe { base(child) }.version.stable();
@@ -104,8 +106,14 @@ pub fn find_border(tree: &Masstree, root: *mut NodeBase, slice: u64) -> (&Border
 /// splits that happened since the search (lowkeys never change, §4.6.4). `None` when it met a
 /// deleted node: the caller starts over from the tree's root (the layer may be gone).
 pub fn locate_locked(tree: &Masstree, root: *mut NodeBase, slice: u64) -> Option<&Border> {
-    let (mut n, _) = find_border(tree, root, slice);
-    n.base.version.lock();
+    let (mut n, v) = find_border(tree, root, slice);
+    let locked = n.base.version.lock();
+    if locked & DELETED == 0 && (locked ^ v) & VSPLIT_MASK == 0 {
+        // No split since the descent's snapshot, when `n` was responsible for `slice`: only a
+        // split moves keys out of a node (a removal only widens its left neighbour's range),
+        // so it still is, and the walk right (a miss on `next`'s lowkey) is not needed.
+        return Some(n);
+    }
     loop {
         if n.base.version.raw() & DELETED != 0 {
             n.base.version.unlock();
@@ -228,31 +236,33 @@ pub fn collapse_root(tree: &Masstree, hint: *mut NodeBase, guard: &Guard) {
 pub fn make_new_layer(tree: &Masstree, n: &Border, s: usize, guard: &Guard) -> *mut NodeBase {
     debug_assert_eq!(n.keylen[s].load(Ordering::Relaxed), KEYLEN_SUFFIX);
     tree.counters.layers.incr();
-    let suf = n.suffix[s].load(Ordering::Relaxed, guard);
-    // SAFETY: the slot's suffix is live while `n` is locked.
-    let old_rest: &[u8] = unsafe { suf.as_ref() }
-        .map(crate::block::bytes)
-        .expect("a KEYLEN_SUFFIX slot has a suffix");
+    let old = n.value[s].load(Ordering::Relaxed, guard);
+    // SAFETY: the slot's block is live while `n` is locked and `guard` pinned.
+    let (old_rest, value) = unsafe { old.as_ref() }
+        .map(crate::block::entry)
+        .expect("a listed KEYLEN_SUFFIX slot has its block");
     let twig = Border::new(ISBORDER | ISROOT, 0);
     twig.keyslice[0].store(slice_of(old_rest), Ordering::Relaxed);
-    if old_rest.len() <= SLICE_BYTES {
-        twig.keylen[0].store(old_rest.len() as u8, Ordering::Relaxed);
+    let kl = if old_rest.len() <= SLICE_BYTES {
+        old_rest.len() as u8
     } else {
-        twig.keylen[0].store(KEYLEN_SUFFIX, Ordering::Relaxed);
-        let tail = crate::block::new(&old_rest[SLICE_BYTES..]);
-        twig.suffix[0].store(tail, Ordering::Relaxed);
-    }
+        KEYLEN_SUFFIX
+    };
+    twig.keylen[0].store(kl, Ordering::Relaxed);
+    // The twig's block holds the shorter suffix: a new block, the old one retired below.
+    let moved = crate::block::new_value(crate::border::suffix_of(old_rest), value);
+    twig.value[0].store(moved, Ordering::Relaxed);
     twig.permutation
         .store(Permuter::from_sorted(&[0]).value(), Ordering::Relaxed);
     n.base.version.mark_insert();
-    let val = n.value[s].swap(Shared::null(), Ordering::AcqRel, guard);
-    twig.value[0].store(val, Ordering::Relaxed);
+    // A reader now sees the long key without its block (unstable) or, after validation
+    // fails on the inserting mark, the new layer.
+    n.value[s].store(Shared::null(), Ordering::Release);
     let twig = tree.nodes.alloc_border(twig);
     n.keylen[s].store(KEYLEN_UNSTABLE, Ordering::Release);
     crate::pause::pause_point("layer:unstable");
     n.layer[s].store(twig.cast(), Ordering::Release);
     n.keylen[s].store(KEYLEN_LAYER, Ordering::Release);
-    let old = n.suffix[s].swap(Shared::null(), Ordering::AcqRel, guard);
     crate::border::retire(old, guard);
     twig.cast()
 }

@@ -16,7 +16,9 @@
 //! | §4.7 values, columns | [`columns`], `insert::put_with` |
 //! | range queries | [`scan`] |
 //! | node lifetime, reclamation | [`node`] |
-//! | value and suffix blocks | [`block`] |
+//! | value and suffix blocks, the row flag | [`block`] |
+//! | §6.2 factor-analysis knobs, §4.8 search | [`config`] |
+//! | §4.2 prefetch | [`prefetch`] |
 //! | test-only pause points | [`pause`] |
 //!
 //! Choices the paper leaves open, and what is not done yet:
@@ -24,13 +26,18 @@
 //!   as §4.6.5 describes ([`remove`]), and every node, value and suffix goes back through
 //!   crossbeam-epoch once unlinked ([`node`]). Sparse interior nodes are not merged.
 //! - Values with columns (§4.7) are rows in forest-core's row encoding, replaced whole by
-//!   copy-on-write ([`columns`]).
+//!   copy-on-write ([`columns`]); whether a value is a row is a kind byte in its block, so a
+//!   plain value never reads as a row however its bytes look.
 //! - Values and suffixes are single blocks (length header + bytes, [`block`]), one pointer
-//!   from the slot. No prefetch yet and linear in-node search (§4.8).
+//!   from the slot.
+//! - Prefetch of each child before searching it and linear in-node search are the defaults;
+//!   [`Masstree::with_config`] turns prefetch off or search binary for §6.2's factor
+//!   analysis ([`config`] says which other factors cannot be switched).
 
 pub mod block;
 pub mod border;
 pub mod columns;
+pub mod config;
 pub mod get;
 pub mod insert;
 pub mod interior;
@@ -53,6 +60,7 @@ use forest_core::sync::atomic::{AtomicPtr, Ordering};
 use forest_core::{check_entry, Counter, Index, IndexStats, Order, Result, Visitor, KEY_BYTES_MAX};
 
 use crate::border::Border;
+pub use crate::config::{MasstreeConfig, NodeSearch};
 use crate::insert::PutMode;
 use crate::key::{KEYLEN_LAYER, SLICE_BYTES};
 use crate::node::{free_tree, node, NodeBase, NodeRef, NodeRegistry};
@@ -84,6 +92,8 @@ pub struct Masstree {
     pub(crate) root: AtomicPtr<NodeBase>,
     pub(crate) nodes: NodeRegistry,
     pub(crate) counters: Counters,
+    /// The factor-analysis knobs (fixed for the tree's life).
+    pub(crate) config: MasstreeConfig,
 }
 
 impl Default for Masstree {
@@ -93,14 +103,20 @@ impl Default for Masstree {
 }
 
 impl Masstree {
-    /// An empty tree: one border node, root of layer 0.
+    /// An empty tree with the default configuration: one border node, root of layer 0.
     pub fn new() -> Self {
+        Self::with_config(MasstreeConfig::default())
+    }
+
+    /// An empty tree with the given knobs (§6.2 factor analysis, [`config`]).
+    pub fn with_config(config: MasstreeConfig) -> Self {
         let nodes = NodeRegistry::new();
         let root = nodes.alloc_border(Border::new(ISBORDER | ISROOT, 0));
         Self {
             root: AtomicPtr::new(root.cast()),
             nodes,
             counters: Counters::default(),
+            config,
         }
     }
 
@@ -150,9 +166,6 @@ fn walk_layer(root: *mut NodeBase, guard: &epoch::Guard, w: &mut Walk) -> u32 {
                 if let Some(v) = b.value[s].load(Ordering::Acquire, guard).as_ref() {
                     w.keys += 1;
                     w.bytes += v.len() as u64;
-                }
-                if let Some(x) = b.suffix[s].load(Ordering::Acquire, guard).as_ref() {
-                    w.bytes += x.len() as u64;
                 }
             }
             let next = b.next.load(Ordering::Acquire);
@@ -212,7 +225,7 @@ impl Index for Masstree {
         let (borders, interiors) = self.nodes.counts();
         let node_bytes = borders * std::mem::size_of::<Border>() as u64
             + interiors * std::mem::size_of::<interior::Interior>() as u64;
-        // Each value and suffix block: its bytes plus its length header.
+        // Each block (suffix and value): its bytes plus crossbeam's length header.
         let block_overhead = std::mem::size_of::<usize>() as u64;
         IndexStats {
             key_count: w.keys,

@@ -56,7 +56,7 @@ pub fn remove(tree: &Masstree, key: &[u8]) -> bool {
                 // A removed node or layer: nothing was changed yet; start over.
                 continue 'top;
             };
-            match n.find_locked(slice, class_of(rest), rest, &guard) {
+            match n.find_locked(slice, class_of(rest), rest, tree.config.search, &guard) {
                 Found::Exact(pos, s) => {
                     n.has_removed.store(true, Ordering::Relaxed);
                     let perm = n.permutation().remove(pos);

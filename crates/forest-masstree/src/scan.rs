@@ -102,23 +102,23 @@ fn copy_node(n: &Border, prefix: &[u8], out: &mut Vec<Entry>, guard: &epoch::Gua
         }
         let mut key = Vec::with_capacity(prefix.len() + SLICE_BYTES);
         key.extend_from_slice(prefix);
+        let p = n.value[s].load(Ordering::Acquire, guard);
+        // SAFETY: blocks are freed only through the epoch `guard` pins.
+        let block = unsafe { p.as_ref() };
         if kl == KEYLEN_SUFFIX {
             push_slice(&mut key, slice, SLICE_BYTES);
-            // SAFETY: suffixes are freed only through the epoch `guard` pins.
-            let b = unsafe { n.suffix[s].load(Ordering::Acquire, guard).as_ref() }?;
-            key.extend_from_slice(crate::block::bytes(b));
+            // A long key without its block is in transition: the caller retries.
+            key.extend_from_slice(crate::block::suffix(block?));
         } else if kl as usize <= SLICE_BYTES {
             push_slice(&mut key, slice, kl as usize);
         } else {
             // A layer being installed: the writer marked the node, wait for it.
             return None;
         }
-        let p = n.value[s].load(Ordering::Acquire, guard);
-        // SAFETY: values are freed only through the epoch `guard` pins.
-        if let Some(b) = unsafe { p.as_ref() } {
+        if let Some(b) = block {
             out.push(Entry::Record {
                 key,
-                value: crate::block::bytes(b).to_vec(),
+                value: crate::block::value(b).bytes.to_vec(),
             });
         }
     }

@@ -31,7 +31,7 @@ pub fn split_insert(
     n: &Border,
     pos: usize,
     rest: &[u8],
-    value: &[u8],
+    value: crate::block::Value<'_>,
     guard: &Guard,
 ) {
     debug_assert_eq!(n.permutation().size(), WIDTH);
@@ -76,9 +76,9 @@ pub fn split_insert(
             moved_count += 1;
         }
     }
-    let right_slots: Vec<usize> = (0..total - m).collect();
+    let right_slots: [usize; WIDTH] = std::array::from_fn(|i| i);
     right.permutation.store(
-        Permuter::from_sorted(&right_slots).value(),
+        Permuter::from_sorted(&right_slots[..total - m]).value(),
         Ordering::Relaxed,
     );
     // The left keeps items 0..m; the new key, if it lands here, takes a slot just emptied.

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 
-use forest_core::index::{row_columns, ColumnIndex};
+use forest_core::index::{row_columns, row_decode, row_encode, ColumnIndex};
 use forest_core::{Error, Index, Order, VALUE_BYTES_MAX};
 use forest_masstree::Masstree;
 
@@ -48,6 +48,54 @@ fn column_puts_change_only_their_columns() {
     assert!(t.get_columns(b"k", &[0, 1, 2, 3], &mut out));
     assert_eq!(out[2], b"TWO");
     assert!(out[3].is_empty());
+}
+
+#[test]
+fn rows_and_plain_values_never_pass_for_each_other() {
+    // Goal: whether a value is a row is stored beside it, not guessed from its bytes. Method:
+    // a plain value whose bytes are a valid row encoding reads as column 0 whole; a row reads
+    // through get and scan as exactly its row_encode encoding; a put of columns over that
+    // plain value keeps it whole as column 0; a plain upsert over a row makes it plain again.
+    let t = Masstree::new();
+    let mut looks_like_row = Vec::new();
+    row_encode(&[b"a", b"bc"], &mut looks_like_row).expect("small");
+    assert!(row_decode(&looks_like_row).is_some());
+    t.upsert(b"plain", &looks_like_row).expect("small");
+    let mut out = Vec::new();
+    assert!(t.get_columns(b"plain", &[0, 1], &mut out));
+    assert_eq!(out, vec![looks_like_row.clone(), vec![]]);
+    let mut whole = Vec::new();
+    assert!(t.get(b"plain", &mut whole));
+    assert_eq!(whole, looks_like_row);
+
+    t.put_columns(b"row", &[(0, b"x"), (1, b"")])
+        .expect("small");
+    let mut expected = Vec::new();
+    row_encode(&[b"x", b""], &mut expected).expect("small");
+    assert!(t.get(b"row", &mut whole));
+    assert_eq!(whole, expected);
+    let mut scanned = Vec::new();
+    t.scan(
+        Bound::Included(&b"row"[..]),
+        Bound::Included(&b"row"[..]),
+        Order::Ascending,
+        &mut |_, v| {
+            scanned.push(v.to_vec());
+            ControlFlow::Continue(())
+        },
+    );
+    assert_eq!(scanned, vec![expected]);
+    assert!(t.get_columns(b"row", &[0, 1, 2], &mut out));
+    assert_eq!(out, vec![b"x".to_vec(), vec![], vec![]]);
+
+    t.put_columns(b"plain", &[(2, b"z")]).expect("small");
+    assert!(t.get_columns(b"plain", &[0, 1, 2], &mut out));
+    assert_eq!(out, vec![looks_like_row.clone(), vec![], b"z".to_vec()]);
+
+    // A row's encoding written back through the plain API is a plain value again.
+    t.upsert(b"row", &whole).expect("small");
+    assert!(t.get_columns(b"row", &[0, 1], &mut out));
+    assert_eq!(out, vec![whole.clone(), vec![]]);
 }
 
 const COLUMNS: usize = 4;
