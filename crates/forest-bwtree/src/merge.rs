@@ -20,7 +20,9 @@
 //! tree stays a valid B-link tree: L's side link still leads to R, whose frozen state marks the
 //! merge as incomplete, and any thread that gets there completes it. If the parent split at
 //! R's low key after step 1 (R is now a first child), the remove is withdrawn instead: the
-//! frozen state is put back with a CAS and the remove node delta retired.
+//! frozen state is put back with a CAS and the remove node delta retired. So a helper checks,
+//! before step 3, that R is still frozen by the remove node delta it read: one that slept
+//! through a withdrawal must not merge the old frozen state it holds.
 //!
 //! Other choices: R must be reached by its parent (its index term posted) and must not be its
 //! parent's first child. A small first child (or leftmost page of a level) cannot merge left;
@@ -150,6 +152,7 @@ impl BwTree {
             if self.table.read(r, guard) != r_state {
                 return false; // withdrawn or completed by another thread meanwhile
             }
+            pause_point("merge:helper-checked-frozen");
             let mut path = Path::new();
             let Some((parent, p_state, p_node)) =
                 self.descend(Target::At(low), level + 1, &mut path, guard)
@@ -194,6 +197,18 @@ impl BwTree {
                     self.stats.restarts.incr();
                 }
             }
+        }
+        // The delete seen (or posted) above belongs to this removal only if R stayed frozen
+        // by `r_state` until now: R's word never returns to a retired state, and after this
+        // removal's delete no parent routes to R again (a frozen page's term is not re-posted),
+        // so no withdrawal can follow. Otherwise this thread is a stale helper: R was
+        // withdrawn (and maybe changed and removed again) while it searched, and merging its
+        // old `frozen` state into the left page would bring back an old copy of R (keys,
+        // bounds and, for an index page, child links). A delete it posted on a withdrawn R is
+        // healed like an unposted split: the left page's side link leads to R, and the next
+        // thread that follows it re-posts R's index term.
+        if self.table.read(r, guard) != r_state {
+            return false;
         }
         // Step 3: the node merge delta on the page left of R.
         loop {
@@ -386,5 +401,134 @@ mod tests {
         assert_eq!(keys, want);
         let mut out = Vec::new();
         assert!(want.iter().all(|k| tree.get(k, &mut out)));
+    }
+
+    // Goal (regression): a stale helper of a merge that was withdrawn must not merge the page's
+    // old frozen state into its left sibling once the page has changed and been removed again.
+    // Method: freeze R by hand; a helper completing that merge is paused right after its
+    // frozen check; the merge is withdrawn (root split at R's low key by hand), R's low key is
+    // removed, the split-off root page is merged back so R is a middle child again, R is frozen
+    // again and a second helper is paused after posting its index term delete; the stale
+    // helper goes first. The removed key must stay removed and every other key stay once.
+    #[cfg(feature = "pause-points")]
+    #[test]
+    fn stale_helper_of_a_withdrawn_merge_does_not_merge_an_old_copy() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{Arc, Barrier};
+
+        let tree = BwTree::with_config(BwTreeConfig {
+            max_records_per_page: 16,
+            consolidate_threshold: 8,
+            merge_threshold: 0, // no merges but the ones made by hand
+        })
+        .expect("valid config");
+        for i in 0..40u32 {
+            tree.insert(&i.to_be_bytes(), b"v").expect("insert");
+        }
+        let guard = &crossbeam_epoch::pin();
+        let root = tree.root_pid(guard);
+        let (root_state, root_node) = read_node(&tree.table, root, guard).expect("root");
+        assert_eq!(root_node.level, 1, "a two-level tree");
+        let entries = view(root_node);
+        assert!(entries.records.len() >= 3, "the root has several children");
+        let (r_low, r_pid) = (entries.records[1].0, decode_pid(entries.records[1].1));
+        let freeze = |pid: Pid| {
+            let (state, node) = read_node(&tree.table, pid, guard).expect("a live page");
+            let remove = Owned::new(Node::delta(node, 0, Kind::RemoveNode));
+            assert!(tree.table.update_d(pid, state, remove, guard).is_ok());
+        };
+        // Two pauses: the stale helper after its frozen check, the second helper after its
+        // index term delete.
+        let barriers: [Arc<Barrier>; 4] = std::array::from_fn(|_| Arc::new(Barrier::new(2)));
+        let armed = [
+            Arc::new(AtomicBool::new(true)),
+            Arc::new(AtomicBool::new(true)),
+        ];
+        {
+            let (b, armed) = (barriers.clone(), armed.clone());
+            crate::smo::set_pause_hook(Some(Arc::new(move |point| {
+                let which = match (std::thread::current().name(), point) {
+                    (Some("stale"), "merge:helper-checked-frozen") => 0,
+                    (Some("second"), "merge:index-term-delete-installed") => 1,
+                    _ => return,
+                };
+                if armed[which].swap(false, Ordering::SeqCst) {
+                    b[2 * which].wait();
+                    b[2 * which + 1].wait();
+                }
+            })));
+        }
+        std::thread::scope(|scope| {
+            freeze(r_pid);
+            let stale = std::thread::Builder::new()
+                .name("stale".into())
+                .spawn_scoped(scope, || {
+                    tree.complete_merge(r_pid, &crossbeam_epoch::pin())
+                })
+                .expect("spawn");
+            barriers[0].wait(); // the stale helper is paused with R's first remove delta
+                                // The merge is withdrawn: the root splits at R's low key, R becomes a first child.
+            let right = BasePage::build(
+                r_low,
+                None,
+                crate::delta::NO_PID,
+                entries.records[1..].iter().copied(),
+            );
+            let q = tree.table.allocate();
+            tree.table
+                .install_new(q, Owned::new(Node::base(1, right)), guard);
+            let split = Kind::Split {
+                separator: r_low.into(),
+                side_link: q,
+            };
+            let delta = Owned::new(Node::delta(root_node, 1, split));
+            assert!(tree.table.update_d(root, root_state, delta, guard).is_ok());
+            assert!(tree.complete_split(Path::new(), root, 1, r_low, q, guard));
+            assert!(!tree.complete_merge(r_pid, guard), "withdrawn");
+            // R changes, then becomes a middle child again (Q merged back) and is removed again.
+            assert!(tree.remove(r_low));
+            freeze(q);
+            assert!(
+                tree.complete_merge(q, guard),
+                "Q merged back into the old root"
+            );
+            freeze(r_pid);
+            let second = std::thread::Builder::new()
+                .name("second".into())
+                .spawn_scoped(scope, || {
+                    tree.complete_merge(r_pid, &crossbeam_epoch::pin())
+                })
+                .expect("spawn");
+            barriers[2].wait(); // the second helper posted R's index term delete
+            barriers[1].wait(); // release the stale helper first
+            let stale_merged = stale.join().expect("stale helper");
+            barriers[3].wait();
+            let second_merged = second.join().expect("second helper");
+            assert!(
+                !stale_merged,
+                "a stale helper must not complete a merge it did not see through"
+            );
+            assert!(second_merged, "the second merge completes");
+        });
+        crate::smo::set_pause_hook(None);
+        let mut out = Vec::new();
+        assert!(!tree.get(r_low, &mut out), "the removed key stays removed");
+        let mut keys = Vec::new();
+        tree.scan(
+            Bound::Unbounded,
+            Bound::Unbounded,
+            Order::Ascending,
+            &mut |k, _| {
+                keys.push(k.to_vec());
+                ControlFlow::Continue(())
+            },
+        );
+        let want: Vec<Vec<u8>> = (0..40u32)
+            .map(|i| i.to_be_bytes().to_vec())
+            .filter(|k| k[..] != *r_low)
+            .collect();
+        assert_eq!(keys, want);
+        assert!(want.iter().all(|k| tree.get(k, &mut out)));
+        assert_eq!(tree.stats().key_count, 39);
     }
 }

@@ -14,6 +14,9 @@
 //! - `split:leaf-half-split-installed`, `split:index-half-split-installed`: split delta, before
 //!   the index term or new root;
 //! - `merge:remove-node-installed`: remove node delta, before the index term delete;
+//! - `merge:helper-checked-frozen`: a thread completing a merge has checked that the page is
+//!   still frozen by the remove node delta it read, before it searches the parent (not after
+//!   a CAS: it lets a test make that thread a stale helper);
 //! - `merge:index-term-delete-installed`: index term delete, before the node merge delta;
 //! - `merge:node-merge-installed`: node merge delta, before the PID is freed;
 //! - `merge:root-remove-installed`: a one-child root frozen, before the root PID swap.
