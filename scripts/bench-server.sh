@@ -39,7 +39,7 @@ done
 root=$(cd "$(dirname "$0")/.." && pwd)
 echo "bench-server: building forest (release)" >&2
 cargo build --release --quiet -p forest --manifest-path "$root/Cargo.toml"
-forest="$root/target/release/forest"
+forest="${CARGO_TARGET_DIR:-$root/target}/release/forest"
 
 work=$(mktemp -d -t forest-bench-server.XXXXXX)
 results="$work/results"

@@ -64,8 +64,9 @@ pub fn new_engine(name: &str) -> Result<Box<dyn Index>> {
     }
 }
 
-/// The engine of a new store when none is named.
-pub const ENGINE_DEFAULT: &str = "lockbtree";
+/// The engine of a new store when none is named: the fastest on YCSB-B and YCSB-C
+/// (docs/BENCHMARKS.md "The default engine").
+pub const ENGINE_DEFAULT: &str = "masstree";
 
 /// How to open a store.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -17,7 +17,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "./forest-data", value_name = "DIR")]
     pub dir: PathBuf,
     /// The in-memory index: lockbtree, bwtree or masstree [default: the one the directory
-    /// records, lockbtree for a new store].
+    /// records, masstree for a new store].
     #[arg(long, value_name = "ENGINE")]
     pub engine: Option<String>,
     /// When a write's reply is sent: sync (fsync per write), group (after its group

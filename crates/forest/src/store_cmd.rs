@@ -4,7 +4,7 @@
 //! Keys and values are UTF-8 text on the command line and are written raw to stdout; with
 //! `--hex` both are hexadecimal in and out, for binary data. The store records its engine in
 //! its `META` file; `--engine` is needed only to create a store with another engine than the
-//! default (`lockbtree`) or to switch an existing one (the logs and checkpoints are
+//! default (`masstree`) or to switch an existing one (the logs and checkpoints are
 //! engine-neutral, so any engine opens any store, and the new choice is recorded).
 //!
 //! Choices: commands that only read (`get`, `scan`, `check`, `checkpoint`, `del`) refuse a

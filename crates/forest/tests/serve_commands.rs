@@ -1023,8 +1023,8 @@ fn default_data_directory() {
         "group is the default"
     );
     assert!(
-        server.start_line.contains(", engine lockbtree, "),
-        "lockbtree is the default"
+        server.start_line.contains(", engine masstree, "),
+        "masstree is the default"
     );
     let mut c = server.client();
     assert_eq!(query(&mut c, &[b"SET", b"k", b"v"]), ok());
