@@ -49,7 +49,8 @@ mod tests {
         let keyspace = info(&mut h, &["KEYSPACE"]);
         assert_eq!(keyspace, "# Keyspace\r\ndb0:keys=1,expires=0,avg_ttl=0\r\n");
         let forest = info(&mut h, &["forest"]);
-        assert!(forest.contains("engine:lockbtree\r\n"), "{forest}");
+        let engine = format!("engine:{}\r\n", forest_store::ENGINE_DEFAULT);
+        assert!(forest.contains(&engine), "{forest}");
         assert_eq!(info(&mut h, &["nosuchsection"]), "");
     }
 }
