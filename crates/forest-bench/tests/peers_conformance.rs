@@ -12,12 +12,14 @@ forest_core::conformance_tests!(hashmap, || HashMapPeer::<Box<[u8]>>::new());
 
 /// `masstree-rs`: every kit check but `edge_size_limits`, since the crate stores keys of at
 /// most 256 bytes (its documented limit) and the kit round-trips 16 KiB keys; the adapter's
-/// own limit test replaces it.
+/// own limit test replaces it. The random model checks are left out too: masstree 0.9.5 loses
+/// keys on some sequences of short binary keys (`known_defect_loses_a_key` replays one), so
+/// they fail on random seeds; the peer is a benchmark reference, not part of forest.
 mod masstree_rs {
     use std::sync::Arc;
 
     use forest_bench::peers::MasstreeRs;
-    use forest_core::conformance::{edge, model, order, scan, share, stress, Sizes};
+    use forest_core::conformance::{edge, order, scan, share, stress, Sizes};
     use forest_core::{Error, Index};
 
     fn shared() -> impl Fn() -> Arc<dyn Index> {
@@ -36,8 +38,6 @@ mod masstree_rs {
     }
 
     checks!(
-        model::model_small_keys,
-        model::model_many_keys,
         edge::edge_binary_keys,
         edge::edge_get_replaces_out,
         order::order_ascending,
@@ -51,6 +51,44 @@ mod masstree_rs {
         stress::stress_hot_keys,
         stress::stress_scan_during_writes,
     );
+
+    #[test]
+    fn known_defect_loses_a_key() {
+        // Goal: keep the reason the model checks are off visible, and notice when a new
+        // masstree release fixes it. Method: replay the minimal sequence the kit found
+        // (seed 9374882336951736313) and check what masstree 0.9.5 answers for b"\x01".
+        let keys: [&[u8]; 16] = [
+            b"b\x00",
+            b"aa",
+            b"\x01b",
+            b"ab",
+            b"\x01\x00",
+            b"a",
+            b"b",
+            b"b\x01",
+            b"\x01\x01",
+            b"a\x00",
+            b"\x01",
+            b"\x01\x00\x00",
+            b"\xff",
+            b"\x01a",
+            b"ba",
+            b"",
+        ];
+        let index = MasstreeRs::new();
+        for (i, k) in keys.iter().enumerate() {
+            if matches!(i, 1 | 2 | 8 | 11 | 12 | 14) {
+                index.upsert(k, b"").expect("upsert");
+            } else {
+                assert!(index.insert(k, b"").expect("insert"), "insert {k:?}");
+            }
+        }
+        let mut out = Vec::new();
+        assert!(
+            !index.get(b"\x01", &mut out),
+            "masstree-rs now keeps b\"\\x01\": put the model checks back"
+        );
+    }
 
     #[test]
     fn key_limit_is_an_error_not_a_panic() {
