@@ -12,14 +12,16 @@ forest_core::conformance_tests!(hashmap, || HashMapPeer::<Box<[u8]>>::new());
 
 /// `masstree-rs`: every kit check but `edge_size_limits`, since the crate stores keys of at
 /// most 256 bytes (its documented limit) and the kit round-trips 16 KiB keys; the adapter's
-/// own limit test replaces it. The random model checks are left out too: masstree 0.9.5 loses
-/// keys on some sequences of short binary keys (`known_defect_loses_a_key` replays one), so
-/// they fail on random seeds; the peer is a benchmark reference, not part of forest.
+/// own limit test replaces it. The random model and stress checks are left out too:
+/// masstree 0.9.5 loses keys on some sequences of short binary keys
+/// (`known_defect_loses_a_key` replays one) and under concurrent disjoint writes (a remove of
+/// a present key returned false, seed 17365114009145080678), so they fail on random seeds.
+/// The peer is a benchmark reference, not part of forest; docs/BENCHMARKS.md notes it.
 mod masstree_rs {
     use std::sync::Arc;
 
     use forest_bench::peers::MasstreeRs;
-    use forest_core::conformance::{edge, order, scan, share, stress, Sizes};
+    use forest_core::conformance::{edge, order, scan, share, Sizes};
     use forest_core::{Error, Index};
 
     fn shared() -> impl Fn() -> Arc<dyn Index> {
@@ -47,9 +49,6 @@ mod masstree_rs {
         scan::scan_crossing_and_equal_bounds,
         scan::scan_early_stop,
         scan::scan_visitor_reenters,
-        stress::stress_disjoint_keys,
-        stress::stress_hot_keys,
-        stress::stress_scan_during_writes,
     );
 
     #[test]
