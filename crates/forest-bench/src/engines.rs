@@ -118,7 +118,11 @@ pub const ENGINES: &[EngineEntry] = &[
     EngineEntry {
         name: "masstree",
         about: "Masstree: a trie of B+trees over 8-byte key slices, optimistic readers, per-node locks",
-        params: "prefetch=on|off (child prefetch, §6.2), search=linear|binary (in-node search, §4.8)",
+        params: "prefetch=on|off (child prefetch, §6.2), search=linear|binary (in-node search, \
+                 §4.8), permuter=on|off (border-node permutation, §4.6.2; off: sorted slots \
+                 shifted in place), suffix=block|separate|layers (key suffix in the value block, \
+                 in a block of its own, or none: long keys always in layers, §4.2), \
+                 fanout=15|10x8|15x32 (border slots x interior fanout, §4.2)",
         build: build_masstree,
     },
 ];
@@ -145,10 +149,25 @@ fn build_bwtree(spec: &Spec) -> anyhow::Result<Arc<dyn Index>> {
 }
 
 fn build_masstree(spec: &Spec) -> anyhow::Result<Arc<dyn Index>> {
-    use forest_masstree::{Masstree, MasstreeConfig, NodeSearch};
+    use forest_masstree::{
+        Masstree, Masstree10x8, Masstree15x32, MasstreeConfig, NodeSearch, SuffixStorage,
+    };
     let mut config = MasstreeConfig::default();
+    // Border slots x interior fanout (§4.2): a type each, so a node's size really changes.
+    let mut fanout = "15x16";
     for (k, v) in &spec.params {
         match k.as_str() {
+            "fanout" => {
+                fanout = match v.as_str() {
+                    "15" | "15x16" => "15x16",
+                    "10x8" => "10x8",
+                    "15x32" => "15x32",
+                    _ => bail!(
+                        "masstree: fanout={v:?}; known: 15 (15x16), 10x8, 15x32 (border slots x \
+                         interior fanout; border nodes need at least 10 slots, §4.2)"
+                    ),
+                };
+            }
             "prefetch" => {
                 config.prefetch = match v.as_str() {
                     "on" => true,
@@ -163,10 +182,32 @@ fn build_masstree(spec: &Spec) -> anyhow::Result<Arc<dyn Index>> {
                     _ => bail!("masstree: search={v:?}; known: linear, binary"),
                 };
             }
-            _ => bail!("masstree: unknown parameter {k:?}; known: prefetch, search"),
+            "permuter" => {
+                config.permuter = match v.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    _ => bail!("masstree: permuter={v:?}; known: on, off"),
+                };
+            }
+            "suffix" => {
+                config.suffix = match v.as_str() {
+                    "block" => SuffixStorage::Block,
+                    "separate" => SuffixStorage::Separate,
+                    "layers" => SuffixStorage::Layers,
+                    _ => bail!("masstree: suffix={v:?}; known: block, separate, layers"),
+                };
+            }
+            _ => bail!(
+                "masstree: unknown parameter {k:?}; known: prefetch, search, permuter, suffix, \
+                 fanout"
+            ),
         }
     }
-    Ok(Arc::new(Masstree::with_config(config)))
+    Ok(match fanout {
+        "10x8" => Arc::new(Masstree10x8::with_widths(config)),
+        "15x32" => Arc::new(Masstree15x32::with_widths(config)),
+        _ => Arc::new(Masstree::with_config(config)),
+    })
 }
 
 fn build_lockbtree(spec: &Spec) -> anyhow::Result<Arc<dyn Index>> {
@@ -279,11 +320,22 @@ mod tests {
             "masstree:prefetch=off",
             "masstree:search=binary",
             "masstree:prefetch=on,search=linear",
+            "masstree:permuter=off",
+            "masstree:permuter=on,suffix=block",
+            "masstree:suffix=separate",
+            "masstree:suffix=layers,permuter=off",
+            "masstree:fanout=15",
+            "masstree:fanout=10x8",
+            "masstree:fanout=15x32,suffix=separate",
         ] {
             let index = build(&Spec::parse(spec).expect("valid"), KeyShape::U64).expect(spec);
             index.upsert(b"k", b"v").expect("upsert");
             let mut out = Vec::new();
             assert!(index.get(b"k", &mut out), "{spec}");
+            // A 20-byte key needs a layer only when suffixes are not stored.
+            index.upsert(b"0123456789abcdefghij", b"v").expect("upsert");
+            let layers = index.stats().counter("layers").expect("kept");
+            assert_eq!(layers > 0, spec.contains("suffix=layers"), "{spec}");
         }
         let bad = |spec: &str| {
             let err = build(&Spec::parse(spec).expect("valid"), KeyShape::U64)
@@ -293,6 +345,9 @@ mod tests {
         };
         assert!(bad("masstree:prefetch=maybe").contains("on, off"));
         assert!(bad("masstree:search=fast").contains("linear, binary"));
-        assert!(bad("masstree:fanout=8").contains("prefetch, search"));
+        assert!(bad("masstree:permuter=maybe").contains("on, off"));
+        assert!(bad("masstree:suffix=inline").contains("block, separate, layers"));
+        assert!(bad("masstree:nodes=8").contains("prefetch, search, permuter, suffix, fanout"));
+        assert!(bad("masstree:fanout=7").contains("15 (15x16), 10x8, 15x32"));
     }
 }

@@ -12,15 +12,26 @@
 //! instead of two of each. (The paper keeps suffixes in a per-node bag; a slot here owns its
 //! block.) Layer twigs (§4.6.3) get a new block with the shorter suffix.
 //!
+//! With [`SuffixStorage::Separate`] (§6.2's factor analysis, the paper's "keysuffixes ...
+//! in separate memory blocks") a non-empty suffix lives in a heap block of its own: the kind
+//! byte carries [`SEPARATE`], and the suffix bytes are replaced by the address of a
+//! `Box<[u8]>` of `suffix_len` bytes: `kind | SEPARATE: u8 | suffix_len: u16 LE | address:
+//! usize LE | value`. Comparing a suffix then costs one more dependent load.
+//!
 //! Invariants:
 //! - Every block is made by [`new_value`], which initializes all its bytes before the block is
 //!   shared; blocks are never written afterwards (replaced whole, freed through the epoch).
 //! - So every block is at least [`HEADER_BYTES`] long, starts with a [`ValueKind`] byte, and
 //!   its suffix length fits in it.
+//! - A separate suffix block is owned by exactly one value block, made with it and freed with
+//!   it: every value block is freed through [`free`] (directly or by [`retire`]), never by
+//!   dropping its `Owned`, so the suffix lives exactly as long as the value block naming it.
 
 use std::mem::MaybeUninit;
 
-use crossbeam_epoch::Owned;
+use crossbeam_epoch::{Guard, Owned, Shared};
+
+pub use crate::config::SuffixStorage;
 
 /// A value or suffix block.
 pub type Block = [MaybeUninit<u8>];
@@ -38,6 +49,12 @@ pub enum ValueKind {
 /// Bytes of the kind byte and the suffix length at the start of a block.
 pub const HEADER_BYTES: usize = 3;
 
+/// Flag in the kind byte: the suffix is in a separate block whose address follows the header.
+pub const SEPARATE: u8 = 0x80;
+
+/// Bytes of a separate suffix block's address.
+const ADDRESS_BYTES: usize = std::mem::size_of::<usize>();
+
 // Suffixes are the key past its first slice: at most KEY_BYTES_MAX - 8 bytes, a u16.
 const _: () = assert!(forest_core::KEY_BYTES_MAX - 8 <= u16::MAX as usize);
 
@@ -50,6 +67,7 @@ pub struct Value<'a> {
 
 impl<'a> Value<'a> {
     /// A plain value.
+    #[inline]
     pub fn plain(bytes: &'a [u8]) -> Self {
         Self {
             kind: ValueKind::Plain,
@@ -58,18 +76,68 @@ impl<'a> Value<'a> {
     }
 }
 
-/// A new block for a key with `suffix` (empty for a key that ends in its slice) and `value`.
-/// `suffix` is at most `KEY_BYTES_MAX - 8` bytes (keys are checked before they get here).
-pub fn new_value(suffix: &[u8], value: Value<'_>) -> Owned<Block> {
+/// A new block for a key with `suffix` (empty for a key that ends in its slice) and `value`,
+/// the suffix stored as `storage` says ([`SuffixStorage::Layers`] stores none: its suffixes
+/// are always empty). `suffix` is at most `KEY_BYTES_MAX - 8` bytes (keys are checked before
+/// they get here).
+pub fn new_value(suffix: &[u8], value: Value<'_>, storage: SuffixStorage) -> Owned<Block> {
     debug_assert!(suffix.len() <= u16::MAX as usize);
-    let mut o = Owned::<Block>::init(HEADER_BYTES + suffix.len() + value.bytes.len());
     let suffix_len = (suffix.len() as u16).to_le_bytes();
+    if storage == SuffixStorage::Separate && !suffix.is_empty() {
+        let address = Box::into_raw(Box::<[u8]>::from(suffix)).cast::<u8>() as usize;
+        let mut o = Owned::<Block>::init(HEADER_BYTES + ADDRESS_BYTES + value.bytes.len());
+        let header = [value.kind as u8 | SEPARATE, suffix_len[0], suffix_len[1]];
+        let address = address.to_le_bytes();
+        let bytes = header.iter().chain(&address).chain(value.bytes);
+        for (d, s) in o.iter_mut().zip(bytes) {
+            d.write(*s);
+        }
+        return o;
+    }
+    let mut o = Owned::<Block>::init(HEADER_BYTES + suffix.len() + value.bytes.len());
     let header = [value.kind as u8, suffix_len[0], suffix_len[1]];
     let bytes = header.iter().chain(suffix).chain(value.bytes);
     for (d, s) in o.iter_mut().zip(bytes) {
         d.write(*s);
     }
     o
+}
+
+/// The separate suffix block of `b`, if it has one: its address and length.
+#[inline]
+fn separate(b: &[u8]) -> Option<(*mut u8, usize)> {
+    match b {
+        [k, l0, l1, rest @ ..] if k & SEPARATE != 0 => {
+            let mut a = [0u8; ADDRESS_BYTES];
+            a.copy_from_slice(rest.get(..ADDRESS_BYTES)?);
+            Some((
+                usize::from_le_bytes(a) as *mut u8,
+                u16::from_le_bytes([*l0, *l1]) as usize,
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// Frees a value block that no thread can reach any more, and its separate suffix block.
+pub fn free(o: Owned<Block>) {
+    if let Some((address, len)) = separate(bytes(&o)) {
+        let raw = std::ptr::slice_from_raw_parts_mut(address, len);
+        // SAFETY: `address` and `len` describe the `Box<[u8]>` that `new_value` leaked for this
+        // block alone (module invariants); the block is being freed, so this is the last use.
+        drop(unsafe { Box::from_raw(raw) });
+    }
+    drop(o);
+}
+
+/// Frees a replaced block once no pinned reader can hold it.
+#[inline]
+pub fn retire(old: Shared<'_, Block>, guard: &Guard) {
+    if !old.is_null() {
+        // SAFETY: `old` was taken out of its slot, so no new reader can load it; readers that
+        // did are pinned, and the epoch runs this after they unpin, once (one slot owned it).
+        unsafe { guard.defer_unchecked(move || free(old.into_owned())) };
+    }
 }
 
 /// The bytes of a block.
@@ -90,14 +158,47 @@ pub fn entry(b: &Block) -> (&[u8], Value<'_>) {
         [k, l0, l1] => (*k, u16::from_le_bytes([*l0, *l1]) as usize),
         _ => (0, 0),
     };
-    let kind = if kind == ValueKind::Row as u8 {
+    if kind & SEPARATE != 0 {
+        let (suffix, value) = match separate(all) {
+            // SAFETY: the separate block lives as long as `b` (module invariants) and was
+            // initialized from the suffix before `b` was shared.
+            Some((address, len)) => (unsafe { std::slice::from_raw_parts(address, len) }, {
+                rest.get(ADDRESS_BYTES..).unwrap_or_default()
+            }),
+            None => (&[][..], &[][..]),
+        };
+        return (
+            suffix,
+            Value {
+                kind: kind_of(kind & !SEPARATE),
+                bytes: value,
+            },
+        );
+    }
+    let (suffix, value) = rest.split_at(suffix_len.min(rest.len()));
+    (
+        suffix,
+        Value {
+            kind: kind_of(kind),
+            bytes: value,
+        },
+    )
+}
+
+/// The kind named by a kind byte (without [`SEPARATE`]).
+#[inline]
+fn kind_of(kind: u8) -> ValueKind {
+    if kind == ValueKind::Row as u8 {
         ValueKind::Row
     } else {
         debug_assert_eq!(kind, ValueKind::Plain as u8);
         ValueKind::Plain
-    };
-    let (suffix, value) = rest.split_at(suffix_len.min(rest.len()));
-    (suffix, Value { kind, bytes: value })
+    }
+}
+
+/// Heap bytes of a block, its separate suffix block included (for `stats`).
+pub fn heap_bytes(b: &Block) -> usize {
+    b.len() + separate(bytes(b)).map_or(0, |(_, len)| len)
 }
 
 /// The value held by a block.
@@ -119,7 +220,8 @@ mod tests {
     #[test]
     fn blocks_keep_kind_suffix_and_value_apart() {
         // Goal: kind, suffix and value round-trip separately. Method: build blocks of both
-        // kinds with and without suffixes, empty values included, and read them back.
+        // kinds with and without suffixes, empty values included, with the suffix inline and
+        // separate, read them back and free them (Miri or a leak checker sees the suffix).
         let long = vec![b's'; forest_core::KEY_BYTES_MAX - 8];
         for (sfx, kind, bytes) in [
             (&b""[..], ValueKind::Plain, &b"abc"[..]),
@@ -127,10 +229,15 @@ mod tests {
             (b"xyz", ValueKind::Plain, b""),
             (&long[..], ValueKind::Plain, b"v"),
         ] {
-            let o = new_value(sfx, Value { kind, bytes });
-            assert_eq!(entry(&o), (sfx, Value { kind, bytes }));
-            assert_eq!(suffix(&o), sfx);
-            assert_eq!(value(&o), Value { kind, bytes });
+            for storage in [SuffixStorage::Block, SuffixStorage::Separate] {
+                let o = new_value(sfx, Value { kind, bytes }, storage);
+                assert_eq!(entry(&o), (sfx, Value { kind, bytes }));
+                assert_eq!(suffix(&o), sfx);
+                assert_eq!(value(&o), Value { kind, bytes });
+                let separate = storage == SuffixStorage::Separate && !sfx.is_empty();
+                assert_eq!(heap_bytes(&o) > o.len(), separate);
+                free(o);
+            }
         }
     }
 }

@@ -1,4 +1,5 @@
-//! Border nodes (§4.2, Fig. 2): 15 slots of key slice, `keylen` and link-or-value, ordered by
+//! Border nodes (§4.2, Fig. 2): `W` slots (the paper's 15; [`crate::permuter::WIDTH_MIN`]
+//! to [`crate::permuter::WIDTH_MAX`]) of key slice, `keylen` and link-or-value, ordered by
 //! the permutation. A key's suffix is stored beside the node, in the slot's value block
 //! ([`crate::block`]: one epoch-managed block per slot holding suffix and value).
 //!
@@ -17,15 +18,22 @@
 //! - `has_removed` is set once a slot was freed by a remove; inserts into such a node mark it
 //!   inserting, so a reader holding a stale slot index retries (§4.6.5).
 //! - `prev` is protected by the previous node's lock, `next` by this node's lock.
+//! - Without the permuter (`MasstreeConfig::permuter == false`, §6.2's "B-tree" before
+//!   "+Permuter") the permutation is always the identity over `size` slots: the key at
+//!   position `i` is in slot `i`, and slots `size..` are free with null blocks. An insert or a
+//!   remove then shifts slots in place with the node marked inserting, so a reader that
+//!   overlaps it fails validation (`vinsert` changes) and retries; a shift moves each block
+//!   pointer (the source slot is overwritten or nulled), so a block stays owned by one slot.
 
 use crossbeam_epoch::{Atomic, Guard, Shared};
 use forest_core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
-use crate::block;
-use crate::config::NodeSearch;
+pub use crate::block::retire;
+use crate::block::{self, SuffixStorage};
+use crate::config::{MasstreeConfig, NodeSearch};
 use crate::key::{class_of_keylen, slice_of, KEYLEN_LAYER, KEYLEN_SUFFIX, SLICE_BYTES};
 use crate::node::NodeBase;
-use crate::permuter::{Permuter, WIDTH};
+use crate::permuter::Permuter;
 
 /// A heap block holding a key suffix and a value.
 pub type Bytes = crate::block::Block;
@@ -33,17 +41,40 @@ pub type Bytes = crate::block::Block;
 /// A border node.
 #[derive(Debug)]
 #[repr(C, align(64))]
-pub struct Border {
+pub struct Border<const W: usize> {
     pub base: NodeBase,
     pub permutation: AtomicU64,
     pub has_removed: AtomicBool,
     pub lowkey: u64,
-    pub keyslice: [AtomicU64; WIDTH],
-    pub keylen: [AtomicU8; WIDTH],
-    pub value: [Atomic<Bytes>; WIDTH],
-    pub layer: [AtomicPtr<NodeBase>; WIDTH],
-    pub next: AtomicPtr<Border>,
-    pub prev: AtomicPtr<Border>,
+    pub keyslice: [AtomicU64; W],
+    pub keylen: [AtomicU8; W],
+    pub value: [Atomic<Bytes>; W],
+    pub layer: [AtomicPtr<NodeBase>; W],
+    pub next: AtomicPtr<Border<W>>,
+    pub prev: AtomicPtr<Border<W>>,
+}
+
+/// What a new slot holds: a key and its value, or (§4.6.3, and always for long keys without
+/// suffix storage) a link to a deeper layer.
+#[derive(Clone, Copy)]
+pub enum NewSlot<'a> {
+    /// A key, from this layer's slice on, and its value.
+    Key {
+        rest: &'a [u8],
+        value: block::Value<'a>,
+    },
+    /// A layer link for `slice` to the layer whose first border node is `link`.
+    Layer { slice: u64, link: *mut NodeBase },
+}
+
+impl NewSlot<'_> {
+    /// The slice the slot is sorted by.
+    pub fn slice(&self) -> u64 {
+        match self {
+            NewSlot::Key { rest, .. } => slice_of(rest),
+            NewSlot::Layer { slice, .. } => *slice,
+        }
+    }
 }
 
 /// What a reader found for a key in one border node.
@@ -66,12 +97,12 @@ pub enum Found {
     Absent(usize),
 }
 
-impl Border {
+impl<const W: usize> Border<W> {
     /// An empty border node with the given version bits and lowkey.
     pub fn new(version_bits: u64, lowkey: u64) -> Self {
         Self {
             base: NodeBase::new(version_bits),
-            permutation: AtomicU64::new(Permuter::empty().value()),
+            permutation: AtomicU64::new(Permuter::<W>::empty().value()),
             has_removed: AtomicBool::new(false),
             lowkey,
             keyslice: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -84,7 +115,7 @@ impl Border {
     }
 
     /// The current permutation.
-    pub fn permutation(&self) -> Permuter {
+    pub fn permutation(&self) -> Permuter<W> {
         Permuter::from_value(self.permutation.load(Ordering::Acquire))
     }
 
@@ -95,7 +126,7 @@ impl Border {
     #[inline]
     fn position(
         &self,
-        perm: Permuter,
+        perm: Permuter<W>,
         slice: u64,
         class: u8,
         search: NodeSearch,
@@ -217,37 +248,115 @@ impl Border {
         }
     }
 
-    /// Writes a key and value into free slot `s`; the node is locked and `s` is not listed.
-    pub fn write_slot(&self, s: usize, rest: &[u8], value: block::Value<'_>, guard: &Guard) {
-        self.keyslice[s].store(slice_of(rest), Ordering::Relaxed);
-        let kl = if rest.len() <= SLICE_BYTES {
-            rest.len() as u8
-        } else {
-            KEYLEN_SUFFIX
-        };
-        self.keylen[s].store(kl, Ordering::Relaxed);
+    /// Writes a new slot's contents into free slot `s`; the node is locked and `s` is not
+    /// listed (or the node is marked dirty).
+    pub fn write_slot(&self, s: usize, new: NewSlot<'_>, storage: SuffixStorage, guard: &Guard) {
+        self.keyslice[s].store(new.slice(), Ordering::Relaxed);
         // Load and store, not swap: slot writers are serialized by the node lock, so no
         // interlocked instruction is needed; the release store publishes the block's bytes.
         let old = self.value[s].load(Ordering::Relaxed, guard);
-        self.value[s].store(block::new_value(suffix_of(rest), value), Ordering::Release);
+        match new {
+            NewSlot::Key { rest, value } => {
+                let kl = if rest.len() <= SLICE_BYTES {
+                    rest.len() as u8
+                } else {
+                    debug_assert_ne!(storage, SuffixStorage::Layers);
+                    KEYLEN_SUFFIX
+                };
+                self.keylen[s].store(kl, Ordering::Relaxed);
+                let b = block::new_value(suffix_of(rest), value, storage);
+                self.value[s].store(b, Ordering::Release);
+                self.layer[s].store(std::ptr::null_mut(), Ordering::Relaxed);
+            }
+            NewSlot::Layer { link, .. } => {
+                self.keylen[s].store(KEYLEN_LAYER, Ordering::Relaxed);
+                self.value[s].store(Shared::null(), Ordering::Relaxed);
+                self.layer[s].store(link, Ordering::Release);
+            }
+        }
         retire(old, guard);
-        self.layer[s].store(std::ptr::null_mut(), Ordering::Relaxed);
     }
 
-    /// Inserts a key at position `pos` of a locked node with a free slot (§4.6.2).
-    pub fn insert_at(&self, pos: usize, rest: &[u8], value: block::Value<'_>, guard: &Guard) {
+    /// Inserts `new` at position `pos` of a locked node with a free slot (§4.6.2): with the
+    /// permuter into the free slot at the back, published by one permutation store; without
+    /// it (module invariants) into slot `pos`, after shifting the slots from `pos` on.
+    pub fn insert_at(&self, pos: usize, new: NewSlot<'_>, config: &MasstreeConfig, guard: &Guard) {
         let perm = self.permutation();
-        let (perm, s) = perm.insert_from_back(pos);
-        if self.has_removed.load(Ordering::Relaxed) {
-            // The slot may have held a key a reader still looks at (§4.6.5).
+        let (perm, s) = if config.permuter {
+            if self.has_removed.load(Ordering::Relaxed) {
+                // The slot may have held a key a reader still looks at (§4.6.5).
+                self.base.version.mark_insert();
+            }
+            perm.insert_from_back(pos)
+        } else {
+            let n = perm.size();
             self.base.version.mark_insert();
-        }
-        self.write_slot(s, rest, value, guard);
+            self.shift_right(pos, n, guard);
+            crate::pause::pause_point("border:shifted");
+            (Permuter::<W>::identity(n + 1), pos)
+        };
+        self.write_slot(s, new, config.suffix, guard);
         self.permutation.store(perm.value(), Ordering::Release);
     }
 
+    /// Removes the key or layer link at position `pos` of this locked node and retires its
+    /// block: with the permuter by one permutation store (the slot is reused late, readers
+    /// that hold it are caught by `has_removed`), without it by shifting the later slots left
+    /// with the node marked inserting.
+    pub fn remove_at(&self, pos: usize, permuter: bool, guard: &Guard) {
+        let perm = self.permutation();
+        let s = perm.get(pos);
+        if permuter {
+            self.has_removed.store(true, Ordering::Relaxed);
+            self.permutation
+                .store(perm.remove(pos).value(), Ordering::Release);
+            let old = self.value[s].swap(Shared::null(), Ordering::AcqRel, guard);
+            retire(old, guard);
+            return;
+        }
+        let n = perm.size();
+        debug_assert_eq!(s, pos, "a sorted node's permutation is the identity");
+        self.base.version.mark_insert();
+        let old = self.value[pos].load(Ordering::Relaxed, guard);
+        for i in pos..n - 1 {
+            self.copy_slot(i + 1, i, guard);
+        }
+        self.value[n - 1].store(Shared::null(), Ordering::Release);
+        self.layer[n - 1].store(std::ptr::null_mut(), Ordering::Release);
+        self.permutation
+            .store(Permuter::<W>::identity(n - 1).value(), Ordering::Release);
+        retire(old, guard);
+    }
+
+    /// Shifts slots `pos..n` of this locked, dirty node one place right and leaves slot `pos`
+    /// without a block (its block moved on). Precondition: slot `n` is free.
+    pub fn shift_right(&self, pos: usize, n: usize, guard: &Guard) {
+        debug_assert!(self.value[n].load(Ordering::Relaxed, guard).is_null());
+        for i in (pos..n).rev() {
+            self.copy_slot(i, i + 1, guard);
+        }
+        if pos < n {
+            self.value[pos].store(Shared::null(), Ordering::Release);
+        }
+    }
+
+    /// Copies slot `from` to slot `to` of this locked, dirty node. The block pointer is
+    /// copied, so the caller overwrites or nulls `from` before unlocking (one owner per
+    /// block). Release stores: a reader that loads the moved pointer also sees the block's
+    /// bytes, published when the block was first stored.
+    fn copy_slot(&self, from: usize, to: usize, guard: &Guard) {
+        self.keyslice[to].store(
+            self.keyslice[from].load(Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
+        self.keylen[to].store(self.keylen[from].load(Ordering::Relaxed), Ordering::Relaxed);
+        let val = self.value[from].load(Ordering::Relaxed, guard);
+        self.value[to].store(val, Ordering::Release);
+        self.layer[to].store(self.layer[from].load(Ordering::Relaxed), Ordering::Release);
+    }
+
     /// Moves slot `from_s` of this locked node to slot `to_s` of `to` (not yet visible).
-    pub fn move_slot(&self, from_s: usize, to: &Border, to_s: usize, guard: &Guard) {
+    pub fn move_slot(&self, from_s: usize, to: &Border<W>, to_s: usize, guard: &Guard) {
         to.keyslice[to_s].store(
             self.keyslice[from_s].load(Ordering::Relaxed),
             Ordering::Relaxed,
@@ -273,25 +382,16 @@ pub fn suffix_of(rest: &[u8]) -> &[u8] {
     rest.get(SLICE_BYTES..).unwrap_or_default()
 }
 
-/// Frees a replaced block once no pinned reader can hold it.
-pub fn retire(old: Shared<'_, Bytes>, guard: &Guard) {
-    if !old.is_null() {
-        // SAFETY: `old` was swapped out of its slot, so no new reader can load it; readers
-        // that did are pinned, and the epoch frees it after they unpin.
-        unsafe { guard.defer_destroy(old) };
-    }
-}
-
-impl Drop for Border {
+impl<const W: usize> Drop for Border<W> {
     fn drop(&mut self) {
         // SAFETY: dropping needs exclusive access to the node, so no thread can read these
         // slots; each block is owned by one slot only (module invariants).
         let guard = unsafe { crossbeam_epoch::unprotected() };
-        for s in 0..WIDTH {
+        for s in 0..W {
             let p = self.value[s].swap(Shared::null(), Ordering::Relaxed, guard);
             if !p.is_null() {
                 // SAFETY: as above: the block is unreachable from any other slot.
-                drop(unsafe { p.into_owned() });
+                block::free(unsafe { p.into_owned() });
             }
         }
     }

@@ -59,7 +59,7 @@ fn apply(old: Option<Value<'_>>, changes: &[(usize, &[u8])], out: &mut Vec<u8>) 
     row_encode(&cols, out)
 }
 
-impl ColumnIndex for Masstree {
+impl<const W: usize, const F: usize> ColumnIndex for Masstree<W, F> {
     fn get_columns(&self, key: &[u8], columns: &[usize], out: &mut Vec<Vec<u8>>) -> bool {
         if key.len() > KEY_BYTES_MAX {
             return false;

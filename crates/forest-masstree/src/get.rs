@@ -14,7 +14,11 @@ use crate::nodeversion::DELETED;
 use crate::Masstree;
 
 /// Looks `key` up; on a hit, `out` holds the value.
-pub fn get(tree: &Masstree, key: &[u8], out: &mut Vec<u8>) -> bool {
+pub fn get<const W: usize, const F: usize>(
+    tree: &Masstree<W, F>,
+    key: &[u8],
+    out: &mut Vec<u8>,
+) -> bool {
     get_with(tree, key, |v| {
         out.clear();
         out.extend_from_slice(v.bytes);
@@ -24,7 +28,11 @@ pub fn get(tree: &Masstree, key: &[u8], out: &mut Vec<u8>) -> bool {
 /// Looks `key` up and calls `read` on the value block found; returns whether it was found.
 /// `read` may run more than once (a validation failed after it), the last call being the
 /// answer; a value block never changes once published, so each call sees one whole value.
-pub fn get_with(tree: &Masstree, key: &[u8], mut read: impl FnMut(Value<'_>)) -> bool {
+pub fn get_with<const W: usize, const F: usize>(
+    tree: &Masstree<W, F>,
+    key: &[u8],
+    mut read: impl FnMut(Value<'_>),
+) -> bool {
     let guard = epoch::pin();
     'top: loop {
         let mut root = tree.root.load(Ordering::Acquire);

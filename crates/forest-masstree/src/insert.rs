@@ -1,6 +1,9 @@
 //! Puts (§4.6.1–4.6.3): updates swap the value pointer in place (readers see the old or the
-//! new block), inserts publish a new key with one permutation store, and a long key whose
-//! slice collides with another long key moves both into a new layer.
+//! new block), inserts publish a new key with one permutation store (or, without the
+//! permuter, shift the node's slots with it marked inserting), and a long key whose slice
+//! collides with another long key moves both into a new layer. Without suffix storage
+//! ([`crate::config::SuffixStorage::Layers`]) every key longer than its slice goes into a
+//! layer at once.
 
 use std::borrow::Cow;
 
@@ -8,10 +11,9 @@ use crossbeam_epoch as epoch;
 use forest_core::sync::atomic::Ordering;
 use forest_core::Result;
 
-use crate::block::{Value, ValueKind};
-use crate::border::{retire, Found};
+use crate::block::{SuffixStorage, Value, ValueKind};
+use crate::border::{retire, Found, NewSlot};
 use crate::key::{class_of, slice_of, SLICE_BYTES};
-use crate::permuter::WIDTH;
 use crate::Masstree;
 
 /// What a put does when the key is present or absent.
@@ -26,7 +28,12 @@ pub enum PutMode {
 }
 
 /// Stores `value` under `key` as `mode` says. Returns whether it wrote.
-pub fn put(tree: &Masstree, key: &[u8], value: &[u8], mode: PutMode) -> bool {
+pub fn put<const W: usize, const F: usize>(
+    tree: &Masstree<W, F>,
+    key: &[u8],
+    value: &[u8],
+    mode: PutMode,
+) -> bool {
     put_with(tree, key, mode, ValueKind::Plain, |_| {
         Ok(Cow::Borrowed(value))
     })
@@ -37,15 +44,15 @@ pub fn put(tree: &Masstree, key: &[u8], value: &[u8], mode: PutMode) -> bool {
 /// current value (`None` when absent), called once with the key's border node locked, so the
 /// new value replaces exactly the old one it was built from (§4.7's copy-on-write rows). An
 /// error from `make` changes nothing. Returns whether it wrote.
-pub fn put_with<'v, F>(
-    tree: &Masstree,
+pub fn put_with<'v, const W: usize, const F: usize, M>(
+    tree: &Masstree<W, F>,
     key: &[u8],
     mode: PutMode,
     kind: ValueKind,
-    mut make: F,
+    mut make: M,
 ) -> Result<bool>
 where
-    F: FnMut(Option<Value<'_>>) -> Result<Cow<'v, [u8]>>,
+    M: FnMut(Option<Value<'_>>) -> Result<Cow<'v, [u8]>>,
 {
     let guard = epoch::pin();
     let mut root = tree.root.load(Ordering::Acquire);
@@ -80,6 +87,7 @@ where
                         kind,
                         bytes: &value,
                     },
+                    tree.config.suffix,
                 );
                 // Writers of the slot are serialized by the node lock: no interlocked swap.
                 let old = n.value[s].load(Ordering::Relaxed, &guard);
@@ -118,11 +126,22 @@ where
                     kind,
                     bytes: &value,
                 };
-                if n.permutation().size() < WIDTH {
-                    n.insert_at(pos, rest, value, &guard);
+                let new = if tree.config.suffix == SuffixStorage::Layers && rest.len() > SLICE_BYTES
+                {
+                    // No suffix storage: the key's bytes past this slice go into a new layer
+                    // (a chain of one-key layers), linked from here in one step.
+                    NewSlot::Layer {
+                        slice,
+                        link: crate::layer::new_layer_chain(tree, &rest[SLICE_BYTES..], value),
+                    }
+                } else {
+                    NewSlot::Key { rest, value }
+                };
+                if n.permutation().size() < W {
+                    n.insert_at(pos, new, &tree.config, &guard);
                     n.base.version.unlock();
                 } else {
-                    crate::split::split_insert(tree, n, pos, rest, value, &guard);
+                    crate::split::split_insert(tree, n, pos, new, &guard);
                 }
                 return Ok(true);
             }

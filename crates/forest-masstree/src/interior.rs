@@ -1,4 +1,5 @@
-//! Interior nodes (§4.2, Fig. 2): 15 key slices and 16 children.
+//! Interior nodes (§4.2, Fig. 2): `F - 1` key slices and `F` children; the paper's fanout `F`
+//! is 16.
 //!
 //! Invariants:
 //! - `child[i]` holds the keys whose slice lies in `[keyslice[i-1], keyslice[i])`; all keys
@@ -16,24 +17,31 @@ use forest_core::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use crate::config::NodeSearch;
 use crate::node::{base, NodeBase};
 
-/// Children of an interior node (the paper's fanout 16).
-pub const FANOUT: usize = 16;
-/// Keys of an interior node.
-pub const KEYS_MAX: usize = FANOUT - 1;
+/// The most children an interior node may have (bounds a split's scratch arrays).
+pub const FANOUT_MAX: usize = 32;
+/// The fewest children an interior node may have (a split leaves both halves a key).
+pub const FANOUT_MIN: usize = 4;
 
-/// An interior node.
+/// An interior node of fanout `F`.
 #[derive(Debug)]
 #[repr(C, align(64))]
-pub struct Interior {
+pub struct Interior<const F: usize> {
     pub base: NodeBase,
     pub nkeys: AtomicU8,
-    pub keyslice: [AtomicU64; KEYS_MAX],
-    pub child: [AtomicPtr<NodeBase>; FANOUT],
+    /// Separators `0..F - 1`; the last entry is never used (a stable array length cannot be
+    /// `F - 1` for a generic `F`).
+    pub keyslice: [AtomicU64; F],
+    pub child: [AtomicPtr<NodeBase>; F],
 }
 
-impl Interior {
+impl<const F: usize> Interior<F> {
+    /// Keys of a full node.
+    pub const KEYS_MAX: usize = F - 1;
+    const FANOUT_OK: () = assert!(F >= FANOUT_MIN && F <= FANOUT_MAX);
+
     /// An empty interior node with the given version bits.
     pub fn new(version_bits: u64) -> Self {
+        let () = Self::FANOUT_OK;
         Self {
             base: NodeBase::new(version_bits),
             nkeys: AtomicU8::new(0),
@@ -44,7 +52,7 @@ impl Interior {
 
     /// Keys in use (clamped, for readers that may see a torn value).
     pub fn nkeys(&self) -> usize {
-        (self.nkeys.load(Ordering::Acquire) as usize).min(KEYS_MAX)
+        (self.nkeys.load(Ordering::Acquire) as usize).min(Self::KEYS_MAX)
     }
 
     /// The child responsible for `slice` (may be null under a torn read).
@@ -111,7 +119,7 @@ impl Interior {
     /// inserting, and not full.
     pub fn insert_after(&self, left: *mut NodeBase, sep: u64, right: *mut NodeBase) {
         let n = self.nkeys();
-        debug_assert!(n < KEYS_MAX);
+        debug_assert!(n < Self::KEYS_MAX);
         let j = self.position_of(left);
         for i in (j..n).rev() {
             let k = self.keyslice[i].load(Ordering::Relaxed);
@@ -129,18 +137,18 @@ impl Interior {
     /// `right` wherever it lands. Returns the separator to insert above.
     pub fn split_into(
         &self,
-        self_ptr: *mut Interior,
-        p2: &Interior,
-        p2_ptr: *mut Interior,
+        self_ptr: *mut Interior<F>,
+        p2: &Interior<F>,
+        p2_ptr: *mut Interior<F>,
         left: *mut NodeBase,
         sep: u64,
         right: *mut NodeBase,
     ) -> u64 {
         let n = self.nkeys();
-        debug_assert_eq!(n, KEYS_MAX);
+        debug_assert_eq!(n, Self::KEYS_MAX);
         let j = self.position_of(left);
-        let mut keys = [0u64; KEYS_MAX + 1];
-        let mut kids = [std::ptr::null_mut::<NodeBase>(); FANOUT + 1];
+        let mut keys = [0u64; FANOUT_MAX];
+        let mut kids = [std::ptr::null_mut::<NodeBase>(); FANOUT_MAX + 1];
         let mut k = 0;
         for i in 0..n {
             if i == j {
@@ -162,19 +170,22 @@ impl Interior {
                 c += 1;
             }
         }
-        // Left keeps keys 0..8 and children 0..9; key 8 goes up; the right gets the rest.
-        let left_keys = KEYS_MAX.div_ceil(2);
+        // F keys and F + 1 children: the left keeps keys 0..l and children 0..=l, key l goes
+        // up, the right gets the rest (l = 8 at the paper's fanout 16).
+        let left_keys = Self::KEYS_MAX.div_ceil(2);
         let up = keys[left_keys];
-        for (i, &key) in keys[left_keys + 1..].iter().enumerate() {
+        for (i, &key) in keys[left_keys + 1..F].iter().enumerate() {
             p2.keyslice[i].store(key, Ordering::Relaxed);
         }
-        for (i, &kid) in kids[left_keys + 1..].iter().enumerate() {
+        for (i, &kid) in kids[left_keys + 1..=F].iter().enumerate() {
             p2.child[i].store(kid, Ordering::Relaxed);
             // SAFETY: children of a tree node are live nodes (crate::node invariants).
-            unsafe { base(kid) }.parent.store(p2_ptr, Ordering::Release);
+            unsafe { base(kid) }
+                .parent
+                .store(p2_ptr.cast(), Ordering::Release);
         }
         p2.nkeys
-            .store((KEYS_MAX - left_keys) as u8, Ordering::Relaxed);
+            .store((Self::KEYS_MAX - left_keys) as u8, Ordering::Relaxed);
         for (i, &key) in keys[..left_keys].iter().enumerate() {
             self.keyslice[i].store(key, Ordering::Relaxed);
         }
@@ -184,7 +195,7 @@ impl Interior {
                 // SAFETY: as above.
                 unsafe { base(kid) }
                     .parent
-                    .store(self_ptr, Ordering::Release);
+                    .store(self_ptr.cast(), Ordering::Release);
             }
         }
         self.nkeys.store(left_keys as u8, Ordering::Release);

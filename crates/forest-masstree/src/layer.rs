@@ -29,6 +29,7 @@ use crate::Masstree;
 
 /// Climbs from a possibly stale root to its layer's current root (Fig. 6's first lines);
 /// returns it with a stable version.
+#[inline]
 fn climb(mut n: *mut NodeBase) -> (*mut NodeBase, u64) {
     loop {
         // SAFETY: `n` was read from the tree under the caller's pin (crate::node invariants).
@@ -52,12 +53,16 @@ fn climb(mut n: *mut NodeBase) -> (*mut NodeBase, u64) {
 /// Postcondition: `slice >= lowkey` of the node returned. A descent can reach a node whose
 /// lowkey is above the slice only while a removal (§4.6.5) has shifted an interior node's
 /// first child out and not yet redirected the separator above it; it then starts over.
-pub fn find_border(tree: &Masstree, root: *mut NodeBase, slice: u64) -> (&Border, u64) {
+pub fn find_border<const W: usize, const F: usize>(
+    tree: &Masstree<W, F>,
+    root: *mut NodeBase,
+    slice: u64,
+) -> (&Border<W>, u64) {
     'retry: loop {
         let (mut n, mut v) = climb(root);
         loop {
             // SAFETY: `n` is a live node of this tree, read under the caller's pin.
-            let inner = match unsafe { node(n) } {
+            let inner = match unsafe { node::<W, F>(n) } {
                 NodeRef::Border(b) => {
                     // A deleted border node goes back to the caller, who starts over from
                     // the top: it may be a removed layer's root.
@@ -77,7 +82,7 @@ pub fn find_border(tree: &Masstree, root: *mut NodeBase, slice: u64) -> (&Border
             }
             let child = inner.child_for(slice, tree.config.search);
             if tree.config.prefetch {
-                crate::prefetch::node(child);
+                crate::prefetch::node(child, Masstree::<W, F>::PREFETCH_LINES);
             }
             if !child.is_null() {
                 // SAFETY: a child pointer read from a live node under the pin is a live node.
@@ -105,7 +110,11 @@ pub fn find_border(tree: &Masstree, root: *mut NodeBase, slice: u64) -> (&Border
 /// The border node responsible for `slice`, locked (§4.5). After locking, walks right past
 /// splits that happened since the search (lowkeys never change, §4.6.4). `None` when it met a
 /// deleted node: the caller starts over from the tree's root (the layer may be gone).
-pub fn locate_locked(tree: &Masstree, root: *mut NodeBase, slice: u64) -> Option<&Border> {
+pub fn locate_locked<const W: usize, const F: usize>(
+    tree: &Masstree<W, F>,
+    root: *mut NodeBase,
+    slice: u64,
+) -> Option<&Border<W>> {
     let (mut n, v) = find_border(tree, root, slice);
     let locked = n.base.version.lock();
     if locked & DELETED == 0 && (locked ^ v) & VSPLIT_MASK == 0 {
@@ -137,7 +146,11 @@ pub fn locate_locked(tree: &Masstree, root: *mut NodeBase, slice: u64) -> Option
 
 /// The root link of the layer holding keys that start with `prefix` (a multiple of 8 bytes),
 /// or `None` if no such layer exists now. Optimistic, like a get.
-pub fn layer_root(tree: &Masstree, prefix: &[u8], guard: &Guard) -> Option<*mut NodeBase> {
+pub fn layer_root<const W: usize, const F: usize>(
+    tree: &Masstree<W, F>,
+    prefix: &[u8],
+    guard: &Guard,
+) -> Option<*mut NodeBase> {
     debug_assert_eq!(prefix.len() % SLICE_BYTES, 0);
     'top: loop {
         let mut root = tree.root.load(Ordering::Acquire);
@@ -165,7 +178,7 @@ pub fn layer_root(tree: &Masstree, prefix: &[u8], guard: &Guard) -> Option<*mut 
 
 /// After a failed validation of `n` (Fig. 7): a fresh stable version, walking right along
 /// `next` while `slice` belongs to a sibling that a split created.
-pub fn walk_right(mut n: &Border, slice: u64) -> (&Border, u64) {
+pub fn walk_right<const W: usize>(mut n: &Border<W>, slice: u64) -> (&Border<W>, u64) {
     let mut v = n.base.version.stable();
     let mut next = n.next.load(Ordering::Acquire);
     while v & DELETED == 0 && !next.is_null() {
@@ -184,11 +197,15 @@ pub fn walk_right(mut n: &Border, slice: u64) -> (&Border, u64) {
 /// Collapses the layer's root while it is an interior node with one child (§4.6.5: removes
 /// leave "trivial chains"); `hint` is any node on the layer's leftmost path (its link).
 /// Locks child, then parent, as splits do.
-pub fn collapse_root(tree: &Masstree, hint: *mut NodeBase, guard: &Guard) {
+pub fn collapse_root<const W: usize, const F: usize>(
+    tree: &Masstree<W, F>,
+    hint: *mut NodeBase,
+    guard: &Guard,
+) {
     loop {
         let (r, _) = climb(hint);
         // SAFETY: `r` is live under `guard`.
-        let ri = match unsafe { node(r) } {
+        let ri = match unsafe { node::<W, F>(r) } {
             NodeRef::Interior(i) if i.nkeys() == 0 => i,
             _ => return,
         };
@@ -199,7 +216,7 @@ pub fn collapse_root(tree: &Masstree, hint: *mut NodeBase, guard: &Guard) {
         // SAFETY: a child read under the pin is live.
         let cb = unsafe { base(c) };
         cb.version.lock();
-        let p = crate::split::locked_parent(cb);
+        let p = crate::split::locked_parent::<F>(cb);
         let ok = p.cast() == r
             && ri.base.version.raw() & (ISROOT | DELETED) == ISROOT
             && ri.nkeys() == 0
@@ -227,13 +244,18 @@ pub fn collapse_root(tree: &Masstree, hint: *mut NodeBase, guard: &Guard) {
         tree.counters.collapses.incr();
         // SAFETY: `r` is off every path: no child's parent, not the tree's root, never a
         // layer link (links name a layer's first border node); marked non-root and deleted.
-        unsafe { tree.nodes.retire(r, guard) };
+        unsafe { tree.nodes.retire::<W, F>(r, guard) };
     }
 }
 
 /// Replaces the long key in slot `s` of the locked node `n` by a new layer holding it
 /// (§4.6.3) and returns the new layer's root. The caller continues its insert there.
-pub fn make_new_layer(tree: &Masstree, n: &Border, s: usize, guard: &Guard) -> *mut NodeBase {
+pub fn make_new_layer<const W: usize, const F: usize>(
+    tree: &Masstree<W, F>,
+    n: &Border<W>,
+    s: usize,
+    guard: &Guard,
+) -> *mut NodeBase {
     debug_assert_eq!(n.keylen[s].load(Ordering::Relaxed), KEYLEN_SUFFIX);
     tree.counters.layers.incr();
     let old = n.value[s].load(Ordering::Relaxed, guard);
@@ -241,7 +263,7 @@ pub fn make_new_layer(tree: &Masstree, n: &Border, s: usize, guard: &Guard) -> *
     let (old_rest, value) = unsafe { old.as_ref() }
         .map(crate::block::entry)
         .expect("a listed KEYLEN_SUFFIX slot has its block");
-    let twig = Border::new(ISBORDER | ISROOT, 0);
+    let twig = Border::<W>::new(ISBORDER | ISROOT, 0);
     twig.keyslice[0].store(slice_of(old_rest), Ordering::Relaxed);
     let kl = if old_rest.len() <= SLICE_BYTES {
         old_rest.len() as u8
@@ -250,10 +272,14 @@ pub fn make_new_layer(tree: &Masstree, n: &Border, s: usize, guard: &Guard) -> *
     };
     twig.keylen[0].store(kl, Ordering::Relaxed);
     // The twig's block holds the shorter suffix: a new block, the old one retired below.
-    let moved = crate::block::new_value(crate::border::suffix_of(old_rest), value);
+    let moved = crate::block::new_value(
+        crate::border::suffix_of(old_rest),
+        value,
+        tree.config.suffix,
+    );
     twig.value[0].store(moved, Ordering::Relaxed);
     twig.permutation
-        .store(Permuter::from_sorted(&[0]).value(), Ordering::Relaxed);
+        .store(Permuter::<W>::from_sorted(&[0]).value(), Ordering::Relaxed);
     n.base.version.mark_insert();
     // A reader now sees the long key without its block (unstable) or, after validation
     // fails on the inserting mark, the new layer.
@@ -265,4 +291,39 @@ pub fn make_new_layer(tree: &Masstree, n: &Border, s: usize, guard: &Guard) -> *
     n.keylen[s].store(KEYLEN_LAYER, Ordering::Release);
     crate::border::retire(old, guard);
     twig.cast()
+}
+
+/// A new layer for the key bytes `rest` (past the slice of the slot that will link to it) and
+/// `value`, for a tree without suffix storage ([`crate::config::SuffixStorage::Layers`]): a
+/// chain of one-slot layers, one per further slice, whose last holds the key's final 0..=8
+/// bytes and the value. Returns the first layer's border node; nothing is visible to others
+/// until the caller links it (one slot insert, §4.6.2).
+pub fn new_layer_chain<const W: usize, const F: usize>(
+    tree: &Masstree<W, F>,
+    rest: &[u8],
+    value: crate::block::Value<'_>,
+) -> *mut NodeBase {
+    let slices = rest.len().saturating_sub(1) / SLICE_BYTES;
+    let tail = &rest[slices * SLICE_BYTES..];
+    debug_assert!(tail.len() <= SLICE_BYTES);
+    let leaf = Border::<W>::new(ISBORDER | ISROOT, 0);
+    leaf.keyslice[0].store(slice_of(tail), Ordering::Relaxed);
+    leaf.keylen[0].store(tail.len() as u8, Ordering::Relaxed);
+    let block = crate::block::new_value(&[], value, tree.config.suffix);
+    leaf.value[0].store(block, Ordering::Relaxed);
+    leaf.permutation
+        .store(Permuter::<W>::identity(1).value(), Ordering::Relaxed);
+    let mut link: *mut NodeBase = tree.nodes.alloc_border(leaf).cast();
+    tree.counters.layers.incr();
+    for chunk in rest[..slices * SLICE_BYTES].rchunks(SLICE_BYTES) {
+        let twig = Border::<W>::new(ISBORDER | ISROOT, 0);
+        twig.keyslice[0].store(slice_of(chunk), Ordering::Relaxed);
+        twig.keylen[0].store(KEYLEN_LAYER, Ordering::Relaxed);
+        twig.layer[0].store(link, Ordering::Relaxed);
+        twig.permutation
+            .store(Permuter::<W>::identity(1).value(), Ordering::Relaxed);
+        link = tree.nodes.alloc_border(twig).cast();
+        tree.counters.layers.incr();
+    }
+    link
 }

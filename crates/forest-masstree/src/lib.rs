@@ -12,10 +12,10 @@
 //! | §4.6.4 get (Fig. 6, 7) | [`get`], `layer::find_border` |
 //! | §4.6.1–4.6.3 put | [`insert`] |
 //! | §4.3, §4.6.4 splits (Fig. 5) | [`split`] |
-//! | §4.6.5 removes | [`remove`], `layer::collapse_root`, [`node`] (reclamation) |
+//! | §4.6.5 removes | [`remove`], `layer::collapse_root`, [`node`](mod@node) (reclamation) |
 //! | §4.7 values, columns | [`columns`], `insert::put_with` |
 //! | range queries | [`scan`] |
-//! | node lifetime, reclamation | [`node`] |
+//! | node lifetime, reclamation | [`node`](mod@node) |
 //! | value and suffix blocks, the row flag | [`block`] |
 //! | §6.2 factor-analysis knobs, §4.8 search | [`config`] |
 //! | §4.2 prefetch | [`prefetch`] |
@@ -24,15 +24,17 @@
 //! Choices the paper leaves open, and what is not done yet:
 //! - Empty border nodes, emptied interior nodes, one-child roots and empty layers are removed
 //!   as §4.6.5 describes ([`remove`]), and every node, value and suffix goes back through
-//!   crossbeam-epoch once unlinked ([`node`]). Sparse interior nodes are not merged.
+//!   crossbeam-epoch once unlinked ([`node`](mod@node)). Sparse interior nodes are not merged.
 //! - Values with columns (§4.7) are rows in forest-core's row encoding, replaced whole by
 //!   copy-on-write ([`columns`]); whether a value is a row is a kind byte in its block, so a
 //!   plain value never reads as a row however its bytes look.
-//! - Values and suffixes are single blocks (length header + bytes, [`block`]), one pointer
+//! - A key's suffix and its value are one block (header + bytes, [`block`]), one pointer
 //!   from the slot.
-//! - Prefetch of each child before searching it and linear in-node search are the defaults;
-//!   [`Masstree::with_config`] turns prefetch off or search binary for §6.2's factor
-//!   analysis ([`config`] says which other factors cannot be switched).
+//! - The paper's design is the default: prefetch, linear in-node search, the permuter,
+//!   suffixes stored, border nodes of 15 slots and interior nodes of fanout 16. For §6.2's
+//!   factor analysis [`Masstree::with_config`] switches prefetch, search, the permuter and
+//!   suffix storage at run time, and [`Masstree10x8`] / [`Masstree15x32`] are the other node
+//!   shapes ([`config`]).
 
 pub mod block;
 pub mod border;
@@ -60,7 +62,7 @@ use forest_core::sync::atomic::{AtomicPtr, Ordering};
 use forest_core::{check_entry, Counter, Index, IndexStats, Order, Result, Visitor, KEY_BYTES_MAX};
 
 use crate::border::Border;
-pub use crate::config::{MasstreeConfig, NodeSearch};
+pub use crate::config::{MasstreeConfig, NodeSearch, SuffixStorage};
 use crate::insert::PutMode;
 use crate::key::{KEYLEN_LAYER, SLICE_BYTES};
 use crate::node::{free_tree, node, NodeBase, NodeRef, NodeRegistry};
@@ -85,9 +87,11 @@ pub struct Counters {
     pub collapses: Counter,
 }
 
-/// A Masstree: concurrent ordered map from byte keys to byte values.
+/// A Masstree: concurrent ordered map from byte keys to byte values, with border nodes of
+/// `W` slots and interior nodes of fanout `F` (the paper's 15 and 16, §4.2; [`Masstree10x8`]
+/// and [`Masstree15x32`] are the other shapes built for §6.2's factor analysis).
 #[derive(Debug)]
-pub struct Masstree {
+pub struct Masstree<const W: usize = 15, const F: usize = 16> {
     /// The root of layer 0 (replaced when it splits).
     pub(crate) root: AtomicPtr<NodeBase>,
     pub(crate) nodes: NodeRegistry,
@@ -96,6 +100,14 @@ pub struct Masstree {
     pub(crate) config: MasstreeConfig,
 }
 
+/// Border nodes of 10 slots (the fewest that hold every key of one slice, §4.2) and interior
+/// nodes of fanout 8: smaller nodes, a deeper tree.
+pub type Masstree10x8 = Masstree<10, 8>;
+
+/// The paper's border nodes and interior nodes of fanout 32: a shallower tree whose interior
+/// nodes span nine cache lines.
+pub type Masstree15x32 = Masstree<15, 32>;
+
 impl Default for Masstree {
     fn default() -> Self {
         Self::new()
@@ -103,15 +115,32 @@ impl Default for Masstree {
 }
 
 impl Masstree {
-    /// An empty tree with the default configuration: one border node, root of layer 0.
+    /// An empty tree of the paper's shape with the default configuration: one border node,
+    /// root of layer 0.
     pub fn new() -> Self {
         Self::with_config(MasstreeConfig::default())
     }
 
-    /// An empty tree with the given knobs (§6.2 factor analysis, [`config`]).
+    /// An empty tree of the paper's shape with the given knobs (§6.2 factor analysis,
+    /// [`config`]).
     pub fn with_config(config: MasstreeConfig) -> Self {
+        Self::with_widths(config)
+    }
+}
+
+impl<const W: usize, const F: usize> Masstree<W, F> {
+    /// Cache lines prefetched per node (§4.2: all of a node's lines in parallel): the larger
+    /// of an interior node and a border node up to the end of its value pointers (its layer
+    /// links and sibling links are read on rarer paths).
+    pub const PREFETCH_LINES: usize = prefetch::lines(
+        std::mem::size_of::<interior::Interior<F>>(),
+        std::mem::offset_of!(Border<W>, layer),
+    );
+
+    /// An empty tree of this shape with the given knobs: one border node, root of layer 0.
+    pub fn with_widths(config: MasstreeConfig) -> Self {
         let nodes = NodeRegistry::new();
-        let root = nodes.alloc_border(Border::new(ISBORDER | ISROOT, 0));
+        let root = nodes.alloc_border(Border::<W>::new(ISBORDER | ISROOT, 0));
         Self {
             root: AtomicPtr::new(root.cast()),
             nodes,
@@ -135,7 +164,11 @@ struct Walk {
 
 /// Walks the layer reached from `root`: all its border nodes left to right, and the layers
 /// they link to. Not a snapshot: concurrent writes may or may not be counted.
-fn walk_layer(root: *mut NodeBase, guard: &epoch::Guard, w: &mut Walk) -> u32 {
+fn walk_layer<const W: usize, const F: usize>(
+    root: *mut NodeBase,
+    guard: &epoch::Guard,
+    w: &mut Walk,
+) -> u32 {
     let mut n = root;
     let mut height = 1;
     // SAFETY: every pointer dereferenced below was read from the tree under `guard`, so it is
@@ -147,7 +180,7 @@ fn walk_layer(root: *mut NodeBase, guard: &epoch::Guard, w: &mut Walk) -> u32 {
             n = (*n).parent.load(Ordering::Acquire).cast();
         }
         let mut b = loop {
-            match node(n) {
+            match node::<W, F>(n) {
                 NodeRef::Border(b) => break b,
                 NodeRef::Interior(i) => {
                     height += 1;
@@ -160,12 +193,12 @@ fn walk_layer(root: *mut NodeBase, guard: &epoch::Guard, w: &mut Walk) -> u32 {
             for i in 0..perm.size() {
                 let s = perm.get(i);
                 if b.keylen[s].load(Ordering::Acquire) == KEYLEN_LAYER {
-                    walk_layer(b.layer[s].load(Ordering::Acquire), guard, w);
+                    walk_layer::<W, F>(b.layer[s].load(Ordering::Acquire), guard, w);
                     continue;
                 }
                 if let Some(v) = b.value[s].load(Ordering::Acquire, guard).as_ref() {
                     w.keys += 1;
-                    w.bytes += v.len() as u64;
+                    w.bytes += block::heap_bytes(v) as u64;
                 }
             }
             let next = b.next.load(Ordering::Acquire);
@@ -177,7 +210,7 @@ fn walk_layer(root: *mut NodeBase, guard: &epoch::Guard, w: &mut Walk) -> u32 {
     }
 }
 
-impl Index for Masstree {
+impl<const W: usize, const F: usize> Index for Masstree<W, F> {
     fn name(&self) -> &'static str {
         "masstree"
     }
@@ -221,10 +254,10 @@ impl Index for Masstree {
     fn stats(&self) -> IndexStats {
         let guard = epoch::pin();
         let mut w = Walk::default();
-        let height = walk_layer(self.root.load(Ordering::Acquire), &guard, &mut w);
+        let height = walk_layer::<W, F>(self.root.load(Ordering::Acquire), &guard, &mut w);
         let (borders, interiors) = self.nodes.counts();
-        let node_bytes = borders * std::mem::size_of::<Border>() as u64
-            + interiors * std::mem::size_of::<interior::Interior>() as u64;
+        let node_bytes = borders * std::mem::size_of::<Border<W>>() as u64
+            + interiors * std::mem::size_of::<interior::Interior<F>>() as u64;
         // Each block (suffix and value): its bytes plus crossbeam's length header.
         let block_overhead = std::mem::size_of::<usize>() as u64;
         IndexStats {
@@ -246,13 +279,34 @@ impl Index for Masstree {
     }
 }
 
-impl Drop for Masstree {
+impl<const W: usize, const F: usize> Drop for Masstree<W, F> {
     fn drop(&mut self) {
         let root = self.root.load(Ordering::Acquire);
         // SAFETY: `&mut self`: no other thread can reach the tree; every node reachable from
         // the root is live (retired ones are unreachable and owned by the epoch).
-        unsafe { free_tree(root) };
+        unsafe { free_tree::<W, F>(root) };
     }
 }
 
 const _: () = assert!(SLICE_BYTES == 8);
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_sizes_and_prefetch_lines_per_shape() {
+        // Goal: the three shapes really differ in node size (the point of §4.2's fanout
+        // choice), and the paper's shape prefetches the 5 lines it always did. Method: compare
+        // size_of and PREFETCH_LINES with their expected cache-line counts.
+        let lines = |bytes: usize| bytes / 64;
+        assert_eq!(lines(std::mem::size_of::<Border<15>>()), 7);
+        assert_eq!(lines(std::mem::size_of::<interior::Interior<16>>()), 5);
+        assert_eq!(Masstree::<15, 16>::PREFETCH_LINES, 5);
+        assert_eq!(lines(std::mem::size_of::<Border<10>>()), 5);
+        assert_eq!(lines(std::mem::size_of::<interior::Interior<8>>()), 3);
+        assert_eq!(Masstree10x8::PREFETCH_LINES, 4);
+        assert_eq!(lines(std::mem::size_of::<interior::Interior<32>>()), 9);
+        assert_eq!(Masstree15x32::PREFETCH_LINES, 9);
+    }
+}

@@ -32,7 +32,7 @@ pub struct NodeBase {
     pub version: NodeVersion,
     /// The parent interior node; null at a layer's root. Protected by the parent's lock.
     /// A collapsed (deleted) root points at the node that replaced it.
-    pub parent: AtomicPtr<Interior>,
+    pub parent: AtomicPtr<NodeBase>,
 }
 
 impl NodeBase {
@@ -44,6 +44,7 @@ impl NodeBase {
     }
 
     /// Whether this is a border node (immutable).
+    #[inline]
     pub fn is_border(&self) -> bool {
         self.version.raw() & ISBORDER != 0
     }
@@ -58,23 +59,23 @@ impl Drop for NodeBase {
 }
 
 /// A node seen through its kind.
-pub enum NodeRef<'t> {
-    Border(&'t Border),
-    Interior(&'t Interior),
+pub enum NodeRef<'t, const W: usize, const F: usize> {
+    Border(&'t Border<W>),
+    Interior(&'t Interior<F>),
 }
 
 /// The node behind `p`.
 ///
 /// # Safety
 /// `p` is non-null and was read from a tree that is still borrowed (module invariants).
-pub unsafe fn node<'t>(p: *mut NodeBase) -> NodeRef<'t> {
+pub unsafe fn node<'t, const W: usize, const F: usize>(p: *mut NodeBase) -> NodeRef<'t, W, F> {
     // SAFETY: the caller's duty: `p` points to a live node; the repr(C) prefix and the
     // immutable ISBORDER bit make the cast to the right kind sound.
     unsafe {
         if (*p).is_border() {
-            NodeRef::Border(&*(p as *const Border))
+            NodeRef::Border(&*(p as *const Border<W>))
         } else {
-            NodeRef::Interior(&*(p as *const Interior))
+            NodeRef::Interior(&*(p as *const Interior<F>))
         }
     }
 }
@@ -92,7 +93,7 @@ pub unsafe fn base<'t>(p: *mut NodeBase) -> &'t NodeBase {
 ///
 /// # Safety
 /// As [`node`], and `p` is a border node (a `next`/`prev` link, or checked `ISBORDER`).
-pub unsafe fn border<'t>(p: *mut Border) -> &'t Border {
+pub unsafe fn border<'t, const W: usize>(p: *mut Border<W>) -> &'t Border<W> {
     // SAFETY: the caller's duty: `p` points to a live border node.
     unsafe { &*p }
 }
@@ -101,7 +102,7 @@ pub unsafe fn border<'t>(p: *mut Border) -> &'t Border {
 ///
 /// # Safety
 /// As [`node`], and `p` is an interior node (a `parent` link).
-pub unsafe fn interior<'t>(p: *mut Interior) -> &'t Interior {
+pub unsafe fn interior<'t, const F: usize>(p: *mut Interior<F>) -> &'t Interior<F> {
     // SAFETY: the caller's duty: `p` points to a live interior node.
     unsafe { &*p }
 }
@@ -125,9 +126,9 @@ impl Retired {
     ///
     /// # Safety
     /// `self.0` came from `alloc_*` and no thread can reach it any more.
-    unsafe fn free(self) {
+    unsafe fn free<const W: usize, const F: usize>(self) {
         // SAFETY: the caller's duty; ISBORDER tells the allocation's type.
-        unsafe { free_node(self.0) }
+        unsafe { free_node::<W, F>(self.0) }
     }
 }
 
@@ -135,13 +136,13 @@ impl Retired {
 ///
 /// # Safety
 /// `p` came from `alloc_*`, is freed once, and no thread can reach it any more.
-unsafe fn free_node(p: *mut NodeBase) {
+unsafe fn free_node<const W: usize, const F: usize>(p: *mut NodeBase) {
     // SAFETY: the caller's duty; Box::from_raw undoes alloc_*'s Box::into_raw of that kind.
     unsafe {
         if (*p).is_border() {
-            drop(Box::from_raw(p.cast::<Border>()));
+            drop(Box::from_raw(p.cast::<Border<W>>()));
         } else {
-            drop(Box::from_raw(p.cast::<Interior>()));
+            drop(Box::from_raw(p.cast::<Interior<F>>()));
         }
     }
 }
@@ -153,13 +154,13 @@ impl NodeRegistry {
     }
 
     /// Allocates a border node.
-    pub fn alloc_border(&self, b: Border) -> *mut Border {
+    pub fn alloc_border<const W: usize>(&self, b: Border<W>) -> *mut Border<W> {
         self.border_count.fetch_add(1, Ordering::Relaxed);
         Box::into_raw(Box::new(b))
     }
 
     /// Allocates an interior node.
-    pub fn alloc_interior(&self, n: Interior) -> *mut Interior {
+    pub fn alloc_interior<const F: usize>(&self, n: Interior<F>) -> *mut Interior<F> {
         self.interior_count.fetch_add(1, Ordering::Relaxed);
         Box::into_raw(Box::new(n))
     }
@@ -177,7 +178,7 @@ impl NodeRegistry {
     /// # Safety
     /// `p` came from this tree's `alloc_*`, is retired once, and is no longer reachable from
     /// the tree (module invariants), so only threads pinned before this call can hold it.
-    pub unsafe fn retire(&self, p: *mut NodeBase, guard: &Guard) {
+    pub unsafe fn retire<const W: usize, const F: usize>(&self, p: *mut NodeBase, guard: &Guard) {
         // SAFETY: `p` is live until the deferred call (caller's duty).
         let counter = if unsafe { base(p) }.is_border() {
             &self.border_count
@@ -188,7 +189,7 @@ impl NodeRegistry {
         let r = Retired(p);
         // SAFETY: the closure owns the unreachable node and runs after every guard that could
         // have loaded it is gone (crossbeam-epoch's guarantee).
-        unsafe { guard.defer_unchecked(move || r.free()) };
+        unsafe { guard.defer_unchecked(move || r.free::<W, F>()) };
     }
 }
 
@@ -197,13 +198,13 @@ impl NodeRegistry {
 ///
 /// # Safety
 /// No other thread can reach the tree; `root` and everything reachable from it are live.
-pub unsafe fn free_tree(root: *mut NodeBase) {
+pub unsafe fn free_tree<const W: usize, const F: usize>(root: *mut NodeBase) {
     let mut stack = vec![root];
     while let Some(p) = stack.pop() {
         // SAFETY: every pointer pushed is a live node reachable only from the tree (caller's
         // duty); each is reached once (a tree), pushed before its owner is freed.
         unsafe {
-            match node(p) {
+            match node::<W, F>(p) {
                 NodeRef::Interior(i) => {
                     for c in &i.child[..=i.nkeys()] {
                         stack.push(c.load(Ordering::Relaxed));
@@ -224,7 +225,7 @@ pub unsafe fn free_tree(root: *mut NodeBase) {
                     }
                 }
             }
-            free_node(p);
+            free_node::<W, F>(p);
         }
     }
 }

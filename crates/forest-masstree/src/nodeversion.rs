@@ -64,11 +64,13 @@ impl NodeVersion {
     }
 
     /// The current word, unordered; for writers that hold the lock and for immutable bits.
+    #[inline]
     pub fn raw(&self) -> u64 {
         self.word.load(Ordering::Relaxed)
     }
 
     /// `stableversion` (Fig. 4): waits until no writer has the node dirty and returns the word.
+    #[inline]
     pub fn stable(&self) -> u64 {
         loop {
             let v = self.word.load(Ordering::Acquire);
@@ -82,12 +84,14 @@ impl NodeVersion {
 
     /// Whether the node changed since the snapshot `old` in anything but the lock bit
     /// (`n.version ⊕ v > locked`, Fig. 6 and 7). Orders the reader's earlier loads first.
+    #[inline]
     pub fn has_changed(&self, old: u64) -> bool {
         fence(Ordering::Acquire);
         (self.word.load(Ordering::Relaxed) ^ old) > LOCKED
     }
 
     /// Takes the node's lock (a spinlock, §4.5). Returns the locked word.
+    #[inline]
     pub fn lock(&self) -> u64 {
         loop {
             let v = self.word.load(Ordering::Relaxed);
@@ -104,6 +108,7 @@ impl NodeVersion {
         }
     }
 
+    #[inline]
     fn mark(&self, bit: u64) {
         let v = self.word.load(Ordering::Relaxed);
         debug_assert!(v & LOCKED != 0, "marking an unlocked node");
@@ -112,16 +117,19 @@ impl NodeVersion {
     }
 
     /// Marks the locked node as inserting: readers that overlap retry, and unlock bumps `vinsert`.
+    #[inline]
     pub fn mark_insert(&self) {
         self.mark(INSERTING);
     }
 
     /// Marks the locked node as splitting: unlock bumps `vsplit`.
+    #[inline]
     pub fn mark_split(&self) {
         self.mark(SPLITTING);
     }
 
     /// Clears `ISROOT` of the locked, splitting node (it got a parent).
+    #[inline]
     pub fn clear_root(&self) {
         let v = self.word.load(Ordering::Relaxed);
         debug_assert!(v & LOCKED != 0, "clear_root on an unlocked node");
@@ -130,6 +138,7 @@ impl NodeVersion {
     }
 
     /// Marks the locked, dirty node deleted (§4.6.5): readers that reach it retry.
+    #[inline]
     pub fn mark_deleted(&self) {
         let v = self.word.load(Ordering::Relaxed);
         debug_assert!(v & LOCKED != 0, "mark_deleted on an unlocked node");
@@ -140,6 +149,7 @@ impl NodeVersion {
 
     /// Sets `ISROOT` on the locked node: it becomes its layer's root when the root above it
     /// collapses (§4.6.5). Readers that overlap see the word change and retry locally.
+    #[inline]
     pub fn mark_root(&self) {
         let v = self.word.load(Ordering::Relaxed);
         debug_assert!(v & LOCKED != 0, "mark_root on an unlocked node");
@@ -153,6 +163,7 @@ impl NodeVersion {
     }
 
     /// Releases the lock, bumping `vinsert` / `vsplit` for each dirty bit set.
+    #[inline]
     pub fn unlock(&self) {
         let v = self.word.load(Ordering::Relaxed);
         debug_assert!(v & LOCKED != 0, "unlocking an unlocked node");

@@ -13,6 +13,9 @@
 //!   `keylen` is unstable; the layer link is not yet stored.
 //! - `remove:leaf-marked` (§4.6.5): an empty border node is locked, marked deleted, not yet
 //!   unlinked.
+//! - `border:shifted` (§6.2's "B-tree" without "+Permuter"): a sorted border node is locked
+//!   and marked inserting, its slots from the insert position on shifted right (that slot
+//!   has no block); the new key and the permutation are not yet written.
 
 /// A hook called at every pause point with its name.
 #[cfg(feature = "pause-points")]

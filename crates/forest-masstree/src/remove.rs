@@ -3,6 +3,8 @@
 //! A key leaves its border node's permutation in one store and its value block goes back
 //! through the epoch; the node's `has_removed` flag makes later inserts that reuse a slot bump
 //! `vinsert`, so a reader holding the old slot retries (the paper's get/remove/put example).
+//! Without the permuter the later slots shift left instead, the node marked inserting
+//! ([`Border::remove_at`]).
 //!
 //! A border node that becomes empty is removed unless it is its layer's first node, which
 //! "is not deleted until the B+-tree itself is completely empty" (§4.6.4):
@@ -31,10 +33,10 @@
 //! emptied ones go), and non-root one-child chains stay until their subtree empties; an
 //! empty layer is removed by the remove that empties it rather than by a background task.
 
-use crossbeam_epoch::{self as epoch, Guard, Shared};
+use crossbeam_epoch::{self as epoch, Guard};
 use forest_core::sync::atomic::Ordering;
 
-use crate::border::{retire, Border, Found};
+use crate::border::{Border, Found};
 use crate::interior::Interior;
 use crate::key::{class_of, slice_of, KEYLEN_LAYER, SLICE_BYTES};
 use crate::layer::{collapse_root, layer_root, locate_locked};
@@ -44,7 +46,7 @@ use crate::split::locked_parent;
 use crate::Masstree;
 
 /// Removes `key`; returns whether it was present.
-pub fn remove(tree: &Masstree, key: &[u8]) -> bool {
+pub fn remove<const W: usize, const F: usize>(tree: &Masstree<W, F>, key: &[u8]) -> bool {
     let guard = epoch::pin();
     'top: loop {
         let mut root = tree.root.load(Ordering::Acquire);
@@ -57,12 +59,8 @@ pub fn remove(tree: &Masstree, key: &[u8]) -> bool {
                 continue 'top;
             };
             match n.find_locked(slice, class_of(rest), rest, tree.config.search, &guard) {
-                Found::Exact(pos, s) => {
-                    n.has_removed.store(true, Ordering::Relaxed);
-                    let perm = n.permutation().remove(pos);
-                    n.permutation.store(perm.value(), Ordering::Release);
-                    let old = n.value[s].swap(Shared::null(), Ordering::AcqRel, &guard);
-                    retire(old, &guard);
+                Found::Exact(pos, _) => {
+                    n.remove_at(pos, tree.config.permuter, &guard);
                     finish_remove(tree, n, root, key, depth, &guard);
                     return true;
                 }
@@ -83,9 +81,9 @@ pub fn remove(tree: &Masstree, key: &[u8]) -> bool {
 /// `n` (locked, in the layer at `depth` whose link is `root`) just lost an entry. Unlocks it,
 /// and removes it if empty, then collapses the layer's root and removes the layer if empty,
 /// repeating in the parent layer.
-fn finish_remove<'t>(
-    tree: &'t Masstree,
-    mut n: &'t Border,
+fn finish_remove<'t, const W: usize, const F: usize>(
+    tree: &'t Masstree<W, F>,
+    mut n: &'t Border<W>,
     mut root: *mut NodeBase,
     key: &[u8],
     mut depth: usize,
@@ -118,10 +116,14 @@ fn finish_remove<'t>(
 
 /// Unlinks the empty, locked, non-first border node `n` and retires it (steps 1–3 above).
 /// Unlocks `n`.
-fn remove_leaf(tree: &Masstree, n: &Border, guard: &Guard) {
+fn remove_leaf<const W: usize, const F: usize>(
+    tree: &Masstree<W, F>,
+    n: &Border<W>,
+    guard: &Guard,
+) {
     debug_assert_eq!(n.permutation().size(), 0);
     debug_assert_eq!(n.base.version.raw() & (DELETED | ISROOT), 0);
-    let n_ptr = n as *const Border as *mut Border;
+    let n_ptr = n as *const Border<W> as *mut Border<W>;
     let p = loop {
         let p = n.prev.load(Ordering::Acquire);
         // SAFETY: `prev` links point to border nodes live under `guard`.
@@ -144,7 +146,7 @@ fn remove_leaf(tree: &Masstree, n: &Border, guard: &Guard) {
         // SAFETY: `next` is live; its `prev` is protected by `n`'s lock, which we hold.
         unsafe { border(next) }
             .prev
-            .store(p as *const Border as *mut Border, Ordering::Release);
+            .store(p as *const Border<W> as *mut Border<W>, Ordering::Release);
     }
     p.base.version.unlock();
     remove_child(tree, n_ptr.cast(), n.lowkey, guard);
@@ -152,14 +154,19 @@ fn remove_leaf(tree: &Masstree, n: &Border, guard: &Guard) {
     tree.counters.node_removals.incr();
     // SAFETY: `n` is unlinked from the border list and its parent, marked deleted, and never
     // a layer link (it had a prev); only readers pinned now can still hold it.
-    unsafe { tree.nodes.retire(n_ptr.cast(), guard) };
+    unsafe { tree.nodes.retire::<W, F>(n_ptr.cast(), guard) };
 }
 
 /// Removes child `c` (locked, marked deleted, whose subtree's lowest key is `lowkey`) from
 /// its parent, removing the parent too when it was its only child.
-fn remove_child(tree: &Masstree, c: *mut NodeBase, lowkey: u64, guard: &Guard) {
+fn remove_child<const W: usize, const F: usize>(
+    tree: &Masstree<W, F>,
+    c: *mut NodeBase,
+    lowkey: u64,
+    guard: &Guard,
+) {
     // SAFETY: `c` is live and locked by us.
-    let pp = locked_parent(unsafe { base(c) });
+    let pp = locked_parent::<F>(unsafe { base(c) });
     assert!(!pp.is_null(), "a removed node is never a layer's root");
     // SAFETY: `pp` is live and locked by us.
     let pi = unsafe { interior(pp) };
@@ -172,7 +179,7 @@ fn remove_child(tree: &Masstree, c: *mut NodeBase, lowkey: u64, guard: &Guard) {
         tree.counters.node_removals.incr();
         // SAFETY: `pp` is removed from its parent, marked deleted, and its only child is
         // retired too; only readers pinned now can hold it.
-        unsafe { tree.nodes.retire(pp.cast(), guard) };
+        unsafe { tree.nodes.retire::<W, F>(pp.cast(), guard) };
         return;
     }
     pi.base.version.mark_insert();
@@ -185,11 +192,11 @@ fn remove_child(tree: &Masstree, c: *mut NodeBase, lowkey: u64, guard: &Guard) {
 /// After the locked node `start` lost its first child, raises the ancestor separator equal to
 /// `old` (the removed child's lowkey) to `new`, so those keys route to the left neighbour.
 /// Locks ancestors upward hand over hand; leaves `start` locked.
-fn redirect(start: *mut Interior, old: u64, new: u64) {
+fn redirect<const F: usize>(start: *mut Interior<F>, old: u64, new: u64) {
     let mut cur = start;
     loop {
         // SAFETY: `cur` is live and locked by us.
-        let a = locked_parent(&unsafe { interior(cur) }.base);
+        let a = locked_parent::<F>(&unsafe { interior(cur) }.base);
         if cur != start {
             // SAFETY: as above; nothing in `cur` changed.
             unsafe { interior(cur) }.base.version.unlock();
@@ -215,18 +222,18 @@ fn redirect(start: *mut Interior, old: u64, new: u64) {
 /// Removes the empty layer linked as `link` at `depth` from its parent layer's slot, if it is
 /// still empty (its first node is its root, holds nothing, has no sibling). Returns the
 /// parent-layer node, locked, with the slot gone, and that layer's link.
-fn remove_layer<'t>(
-    tree: &'t Masstree,
+fn remove_layer<'t, const W: usize, const F: usize>(
+    tree: &'t Masstree<W, F>,
     key: &[u8],
     depth: usize,
     link: *mut NodeBase,
     guard: &Guard,
-) -> Option<(&'t Border, *mut NodeBase)> {
+) -> Option<(&'t Border<W>, *mut NodeBase)> {
     let prefix = &key[..(depth - 1) * SLICE_BYTES];
     let rest = &key[(depth - 1) * SLICE_BYTES..];
     let slice = slice_of(rest);
     // SAFETY: `link` is live under `guard` (read from the tree while pinned).
-    let t = unsafe { border(link.cast()) };
+    let t = unsafe { border::<W>(link.cast()) };
     if t.permutation().size() != 0 || !t.next.load(Ordering::Acquire).is_null() {
         return None;
     }
@@ -261,12 +268,10 @@ fn remove_layer<'t>(
     t.base.version.mark_deleted();
     t.base.version.unlock();
     m.base.version.mark_insert();
-    m.has_removed.store(true, Ordering::Relaxed);
-    m.permutation
-        .store(perm.remove(pos).value(), Ordering::Release);
+    m.remove_at(pos, tree.config.permuter, guard);
     tree.counters.layer_removals.incr();
     // SAFETY: the layer's only node is out of the parent slot's permutation and marked
     // deleted; a reader that loaded the link before is pinned now and will retry.
-    unsafe { tree.nodes.retire(link, guard) };
+    unsafe { tree.nodes.retire::<W, F>(link, guard) };
     Some((m, parent_root))
 }

@@ -56,7 +56,12 @@ struct Snapshot {
 /// Under a fresh pin: descends from the tree's root to the layer of `prefix` and its border
 /// node for `slice`, and copies that node's live records (full keys) into `out`, in key order.
 /// `None` when the layer no longer exists (all its keys were removed).
-fn snapshot(tree: &Masstree, prefix: &[u8], slice: u64, out: &mut Vec<Entry>) -> Option<Snapshot> {
+fn snapshot<const W: usize, const F: usize>(
+    tree: &Masstree<W, F>,
+    prefix: &[u8],
+    slice: u64,
+    out: &mut Vec<Entry>,
+) -> Option<Snapshot> {
     let guard = epoch::pin();
     'top: loop {
         let root = crate::layer::layer_root(tree, prefix, &guard)?;
@@ -90,7 +95,12 @@ fn snapshot(tree: &Masstree, prefix: &[u8], slice: u64, out: &mut Vec<Entry>) ->
 }
 
 /// Copies `n`'s live records into `out`; `None` when a slot is mid-change (retry).
-fn copy_node(n: &Border, prefix: &[u8], out: &mut Vec<Entry>, guard: &epoch::Guard) -> Option<()> {
+fn copy_node<const W: usize>(
+    n: &Border<W>,
+    prefix: &[u8],
+    out: &mut Vec<Entry>,
+    guard: &epoch::Guard,
+) -> Option<()> {
     let perm = n.permutation();
     for i in 0..perm.size() {
         let s = perm.get(i);
@@ -135,14 +145,14 @@ fn bound_slice(prefix: &[u8], k: &[u8]) -> Result<u64, bool> {
     }
 }
 
-struct Scan<'a, 'v> {
-    tree: &'a Masstree,
+struct Scan<'a, 'v, const W: usize, const F: usize> {
+    tree: &'a Masstree<W, F>,
     lower: Bound<&'a [u8]>,
     upper: Bound<&'a [u8]>,
     visit: &'a mut Visitor<'v>,
 }
 
-impl Scan<'_, '_> {
+impl<const W: usize, const F: usize> Scan<'_, '_, W, F> {
     fn emit(&mut self, key: &[u8], value: &[u8], order: Order) -> ControlFlow<()> {
         match order {
             Order::Ascending if past_upper(key, self.upper) => ControlFlow::Break(()),
@@ -228,8 +238,8 @@ impl Scan<'_, '_> {
 }
 
 /// `Index::scan` for Masstree.
-pub fn scan(
-    tree: &Masstree,
+pub fn scan<const W: usize, const F: usize>(
+    tree: &Masstree<W, F>,
     lower: Bound<&[u8]>,
     upper: Bound<&[u8]>,
     order: Order,

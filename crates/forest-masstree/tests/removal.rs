@@ -9,7 +9,7 @@ use std::thread;
 
 use forest_core::stats::names;
 use forest_core::{Index, IndexStats, Order};
-use forest_masstree::Masstree;
+use forest_masstree::{Masstree, Masstree10x8, Masstree15x32, MasstreeConfig, SuffixStorage};
 
 /// Keys per shape: the full million in optimized builds, fewer in debug builds.
 const KEYS: u64 = if cfg!(forest_optimized) {
@@ -70,10 +70,52 @@ fn removing_every_key_shrinks_memory_and_height_back() {
     // Goal: after inserting then removing KEYS keys of each shape, in ascending, descending
     // and random order, the tree is one empty border node again. Method: compare stats() at
     // the peak with stats() after the removals (bytes < 1 % of the peak, height 1).
+    shrinks_back(Masstree::new, &["ascending", "descending", "random"], KEYS);
+}
+
+#[test]
+fn factor_analysis_variants_shrink_back_too() {
+    // Goal: the §6.2 variants (sorted border nodes, separate suffixes, layers instead of
+    // suffixes, the other node widths) also remove empty nodes and layers. Method: the test
+    // above, in random order, with a tenth of the keys.
+    let config = |f: fn(&mut MasstreeConfig)| {
+        move || {
+            let mut c = MasstreeConfig::default();
+            f(&mut c);
+            Masstree::with_config(c)
+        }
+    };
+    let random = &["random"];
+    shrinks_back(config(|c| c.permuter = false), random, KEYS / 10);
+    shrinks_back(
+        config(|c| c.suffix = SuffixStorage::Separate),
+        random,
+        KEYS / 10,
+    );
+    shrinks_back(
+        config(|c| c.suffix = SuffixStorage::Layers),
+        random,
+        KEYS / 10,
+    );
+    let widths = |c| move || Masstree10x8::with_widths(c);
+    shrinks_back(widths(MasstreeConfig::default()), random, KEYS / 10);
+    let sorted_layers = MasstreeConfig {
+        permuter: false,
+        suffix: SuffixStorage::Layers,
+        ..MasstreeConfig::default()
+    };
+    shrinks_back(widths(sorted_layers), random, KEYS / 10);
+    let wide = || Masstree15x32::with_widths(MasstreeConfig::default());
+    shrinks_back(wide, random, KEYS / 10);
+}
+
+/// Inserts `keys` keys of each shape into a tree from `make`, removes them in each of
+/// `orders`, and checks the tree shrank back to one empty border node.
+fn shrinks_back<T: Index>(make: impl Fn() -> T, orders: &[&str], keys: u64) {
     for (shape, key) in shapes() {
-        for order in ["ascending", "descending", "random"] {
-            let t = Masstree::new();
-            let mut idx: Vec<u64> = (0..KEYS).collect();
+        for &order in orders {
+            let t = make();
+            let mut idx: Vec<u64> = (0..keys).collect();
             let mut x = 0x2545_f491_4f6c_dd1d;
             for i in (1..idx.len()).rev() {
                 idx.swap(i, (xorshift(&mut x) % (i as u64 + 1)) as usize);
@@ -82,7 +124,7 @@ fn removing_every_key_shrinks_memory_and_height_back() {
                 assert!(t.insert(&key(i), &i.to_le_bytes()).expect("within limits"));
             }
             let peak = t.stats();
-            assert_eq!(peak.key_count, KEYS, "{shape}");
+            assert_eq!(peak.key_count, keys, "{shape}");
             // stats() reports layer 0's height; the prefix shapes keep layer 0 one node high.
             assert!(
                 peak.height > 1 || !matches!(shape, "u64" | "decimal"),
@@ -143,8 +185,12 @@ fn value_of(k: &[u8]) -> Vec<u8> {
 /// Runs `writers` threads of churn (insert a whole group of keys, then remove it, so that
 /// the border nodes holding the group empty out and are removed) against readers that get
 /// and scan the stable keys between the groups.
-fn race(stable: Vec<Vec<u8>>, groups: Vec<Vec<Vec<u8>>>, rounds: u32) -> Arc<Masstree> {
-    let t = Arc::new(Masstree::new());
+fn race<T: Index + 'static>(
+    t: Arc<T>,
+    stable: Vec<Vec<u8>>,
+    groups: Vec<Vec<Vec<u8>>>,
+    rounds: u32,
+) -> Arc<T> {
     for k in &stable {
         t.insert(k, &value_of(k)).expect("within limits");
     }
@@ -237,7 +283,7 @@ fn removed_border_nodes_racing_gets_and_scans_of_neighbours() {
                 .collect()
         })
         .collect();
-    let t = race(stable.clone(), groups, ROUNDS);
+    let t = race(Arc::new(Masstree::new()), stable.clone(), groups, ROUNDS);
     let s = t.stats();
     assert!(
         s.counter(names::MERGES).expect("kept") > 0,
@@ -251,6 +297,11 @@ fn removed_layers_racing_gets_and_scans() {
     // Goal: layers created and removed over and over, beside stable keys that share their
     // first slices, never hide a stable key. Method: stable keys with a 16-byte prefix and
     // churn groups each under its own 24-byte prefix (a layer per group), inserted and removed.
+    layers_race(Arc::new(Masstree::new()), ROUNDS / 2);
+}
+
+/// The race of `removed_layers_racing_gets_and_scans` on the tree `t`.
+fn layers_race<T: Index + 'static>(t: Arc<T>, rounds: u32) {
     let stable: Vec<Vec<u8>> = (0..64u32)
         .map(|i| format!("prefix-A-16bytes{i:04}/stable").into_bytes())
         .collect();
@@ -263,7 +314,7 @@ fn removed_layers_racing_gets_and_scans() {
         .collect();
     let mut sorted = stable;
     sorted.sort();
-    let t = race(sorted.clone(), groups, ROUNDS / 2);
+    let t = race(t, sorted.clone(), groups, rounds);
     let s = t.stats();
     assert!(
         s.counter("layer_removals").expect("kept") > 0,
@@ -277,15 +328,50 @@ fn owned_keys_under_churn_match_a_model() {
     // Goal: removals that empty nodes and layers, racing other threads' inserts and removals
     // nearby, never lose or resurrect a key. Method: each thread owns the keys carrying its
     // id (interleaved with the others' in key order, under prefixes that share 0–3 slices so
-    // layers come and go), runs random insert / remove / get (in filling and draining phases) against its own
-    // BTreeSet model,
-    // and checks every answer, then the final contents.
-    const THREADS: u64 = 4;
-    const OPS: u64 = if cfg!(forest_optimized) {
+    // layers come and go), runs random insert / remove / get (in filling and draining phases)
+    // against its own BTreeSet model, and checks every answer, then the final contents.
+    let ops = if cfg!(forest_optimized) {
         400_000
     } else {
         40_000
     };
+    let s = owned_keys_under_churn(Arc::new(Masstree::new()), ops).stats();
+    assert!(s.counter(names::MERGES).expect("kept") > 0);
+}
+
+#[test]
+fn factor_analysis_variants_under_racing_removals() {
+    // Goal: the variants whose writers differ most (sorted border nodes that shift, layers
+    // for every long key, small nodes) keep readers and owners right while nodes and layers
+    // are removed. Method: the layer race and the owned-keys model above, shorter.
+    let sorted = MasstreeConfig {
+        permuter: false,
+        ..MasstreeConfig::default()
+    };
+    let layers = MasstreeConfig {
+        suffix: SuffixStorage::Layers,
+        ..MasstreeConfig::default()
+    };
+    let ops = if cfg!(forest_optimized) {
+        100_000
+    } else {
+        20_000
+    };
+    layers_race(Arc::new(Masstree::with_config(sorted)), ROUNDS / 8);
+    owned_keys_under_churn(Arc::new(Masstree::with_config(sorted)), ops);
+    layers_race(Arc::new(Masstree::with_config(layers)), ROUNDS / 8);
+    owned_keys_under_churn(Arc::new(Masstree::with_config(layers)), ops);
+    let small = Masstree10x8::with_widths(MasstreeConfig {
+        permuter: false,
+        ..layers
+    });
+    owned_keys_under_churn(Arc::new(small), ops);
+}
+
+/// The owned-keys model test on `tree`, `ops` operations per thread.
+/// Returns the tree; layers were removed (nodes too, for most shapes: the caller checks).
+fn owned_keys_under_churn<T: Index + 'static>(tree: Arc<T>, ops: u64) -> Arc<T> {
+    const THREADS: u64 = 4;
     let key = |t: u64, i: u64| -> Vec<u8> {
         let mut k = b"shared-prefix-of-24-byte".to_vec();
         k.truncate(8 * (i % 4) as usize);
@@ -293,7 +379,6 @@ fn owned_keys_under_churn_match_a_model() {
         k.push(t as u8);
         k
     };
-    let tree = Arc::new(Masstree::new());
     let handles: Vec<_> = (0..THREADS)
         .map(|t| {
             let tree = Arc::clone(&tree);
@@ -301,7 +386,7 @@ fn owned_keys_under_churn_match_a_model() {
                 let mut model = std::collections::BTreeSet::new();
                 let mut x = 0x9e37_79b9_7f4a_7c15 ^ (t + 1);
                 let mut buf = Vec::new();
-                for op in 0..OPS {
+                for op in 0..ops {
                     let r = xorshift(&mut x);
                     let i = r % 2_000;
                     let k = key(t, i);
@@ -350,5 +435,5 @@ fn owned_keys_under_churn_match_a_model() {
     assert_eq!(got, want);
     let s = tree.stats();
     assert!(s.counter("layer_removals").expect("kept") > 0);
-    assert!(s.counter(names::MERGES).expect("kept") > 0);
+    tree
 }
