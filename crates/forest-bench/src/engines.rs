@@ -141,8 +141,11 @@ fn build_bwtree(spec: &Spec) -> anyhow::Result<Arc<dyn Index>> {
         match k.as_str() {
             "page" => config.max_records_per_page = number("bwtree", k, v)?,
             "consolidate" => config.consolidate_threshold = number("bwtree", k, v)?,
+            "read_consolidate" => config.read_consolidate_threshold = number("bwtree", k, v)?,
             "merge" => config.merge_threshold = number("bwtree", k, v)?,
-            _ => bail!("bwtree: unknown parameter {k:?}; known: page, consolidate, merge"),
+            _ => bail!(
+                "bwtree: unknown parameter {k:?}; known: page, consolidate, read_consolidate, merge"
+            ),
         }
     }
     Ok(Arc::new(BwTree::with_config(config)?))

@@ -10,8 +10,8 @@
 //! Arguments: key count (default 200 000), operation count (default 1 000 000), and the mix:
 //! `get` (read-only, as `bwtree-readonly`) or `synthetic` (5 reads : 1 write, the writes half
 //! updates and half inserts of new keys, as `bwtree-synthetic`), then optionally the page
-//! size and the consolidation threshold (defaults: the engine's). Subtract a run with 0
-//! operations to get the cost of the operations alone.
+//! size, the consolidation threshold and the readers' one (defaults: the engine's). Subtract
+//! a run with 0 operations to get the cost of the operations alone.
 #![allow(clippy::unwrap_used)] // an example: a bad argument may panic
 
 use forest_bwtree::{BwTree, BwTreeConfig};
@@ -41,6 +41,9 @@ fn main() {
     }
     if let Some(threshold) = args.get(5) {
         config.consolidate_threshold = threshold.parse().unwrap();
+    }
+    if let Some(threshold) = args.get(6) {
+        config.read_consolidate_threshold = threshold.parse().unwrap();
     }
     let tree = BwTree::with_config(config).unwrap();
     for i in 0..keys {

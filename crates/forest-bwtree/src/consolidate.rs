@@ -140,8 +140,15 @@ fn record_edits(node: &Node) -> Option<(&BasePage, Vec<Edit<'_>>)> {
     Some((base, edits))
 }
 
+/// The largest base page (bytes) a reader consolidates at the readers' threshold. Measured
+/// between two points: pages of the paper's 16-byte records (2-3 KiB) gain from it on reads
+/// and on the 5:1 synthetic mix, pages of Xbox-like records (about 110 KiB) lost 10-20 %
+/// (docs/BENCHMARKS.md, bwtree section).
+const READ_CONSOLIDATE_PAGE_BYTES_MAX: usize = 8 << 10;
+
 impl BwTree {
-    /// Replaces `state` of `pid` by a consolidated base page when its chain is long (§III-B).
+    /// Replaces `state` of `pid` by a consolidated base page when its chain is longer than
+    /// the writers' threshold (§III-B).
     pub(crate) fn consolidate_if_long<'g>(
         &self,
         pid: Pid,
@@ -149,10 +156,44 @@ impl BwTree {
         node: &'g Node,
         guard: &'g Guard,
     ) {
+        self.consolidate_if_longer(pid, state, node, self.config.consolidate_threshold, guard);
+    }
+
+    /// After a read of `state` (a get, or a scan's page copy): consolidates the page when its
+    /// chain is longer than the readers' threshold and its base page is small enough that the
+    /// copy costs less than the delta walks it saves the next reads
+    /// ([`READ_CONSOLIDATE_PAGE_BYTES_MAX`]); larger pages keep the writers' threshold.
+    pub(crate) fn consolidate_after_read<'g>(
+        &self,
+        pid: Pid,
+        state: Shared<'g, Node>,
+        node: &'g Node,
+        guard: &'g Guard,
+    ) {
+        let read_threshold = self.config.read_consolidate_threshold;
+        if node.delta_count <= read_threshold {
+            return;
+        }
+        let threshold = if node.base_page().heap_bytes() <= READ_CONSOLIDATE_PAGE_BYTES_MAX {
+            read_threshold
+        } else {
+            self.config.consolidate_threshold
+        };
+        self.consolidate_if_longer(pid, state, node, threshold, guard);
+    }
+
+    /// Replaces `state` of `pid` by a consolidated base page when its chain is longer than
+    /// `threshold` (the writers' or the readers', see [`crate::BwTreeConfig`]).
+    pub(crate) fn consolidate_if_longer<'g>(
+        &self,
+        pid: Pid,
+        state: Shared<'g, Node>,
+        node: &'g Node,
+        threshold: u32,
+        guard: &'g Guard,
+    ) {
         // A frozen page (remove node delta on top) is never replaced: it is being merged.
-        if node.delta_count <= self.config.consolidate_threshold
-            || matches!(node.kind, Kind::RemoveNode)
-        {
+        if node.delta_count <= threshold || matches!(node.kind, Kind::RemoveNode) {
             return;
         }
         let page = match record_edits(node) {

@@ -249,6 +249,9 @@ const HEADER_WORDS: usize = 2;
 const NO_HIGH: u64 = u32::MAX as u64;
 /// The cache line size the prefix prefetch steps by (x86-64).
 const CACHE_LINE_BYTES: usize = 64;
+/// The most record bytes [`BasePage::prefetch`] fetches with the prefixes: a full page of
+/// the paper's 16-byte records (128 x 16), about 32 lines more than the prefixes' 16.
+const RECORD_PREFETCH_BYTES_MAX: usize = 2048;
 /// Slot bits holding the key length; the rest hold the record's offset in the arena.
 const SLOT_KEY_LEN_BITS: u32 = 16;
 
@@ -308,6 +311,12 @@ pub(crate) struct BasePage {
     shape: u32,
 }
 
+impl Drop for BasePage {
+    fn drop(&mut self) {
+        crate::page_buffers::give(std::mem::take(&mut self.words));
+    }
+}
+
 impl BasePage {
     /// Builds a base page from records sorted by key, without duplicates.
     pub(crate) fn build<'a>(
@@ -335,7 +344,7 @@ impl BasePage {
         });
         let slot_count = if shape == NOT_UNIFORM { len + 1 } else { 0 };
         let arena_word = HEADER_WORDS + len + slot_count;
-        let mut words = vec![0u64; arena_word + total.div_ceil(8)];
+        let mut words = crate::page_buffers::take(arena_word + total.div_ceil(8));
         words[0] = side_link;
         words[1] = low.len() as u64 | (high.map_or(NO_HIGH, |h| h.len() as u64) << 32);
         let (head, arena_words) = words.split_at_mut(arena_word);
@@ -361,7 +370,7 @@ impl BasePage {
             head[HEADER_WORDS + 2 * len] = (total as u64) << SLOT_KEY_LEN_BITS;
         }
         let page = Self {
-            words: words.into_boxed_slice(),
+            words,
             high_prefix: high.map_or(u64::MAX, key_prefix),
             len: u32::try_from(len).expect("page record count fits u32"),
             shape,
@@ -536,16 +545,28 @@ impl BasePage {
 
     /// Asks the CPU to fetch the header and the whole prefix array at once: a binary search
     /// over a page not in cache then waits for about one memory access instead of one per
-    /// probe (the branch-free search below cannot run ahead of its loads). Leaves only: the
-    /// few index pages stay cached, and there the prefetches cost more than they save.
+    /// probe (the branch-free search below cannot run ahead of its loads). A page of uniform
+    /// records taking at most [`RECORD_PREFETCH_BYTES_MAX`] (as the paper's 8-byte ones) has
+    /// its records fetched too, so that the record a hit reads is not one more dependent miss
+    /// after the search. Leaves only: the few index pages stay cached, and there the
+    /// prefetches cost more than they save.
     #[inline]
-    pub(crate) fn prefetch_prefixes(&self) {
+    pub(crate) fn prefetch(&self) {
         #[cfg(target_arch = "x86_64")]
         {
             let start = self.words.as_ptr().cast::<i8>();
-            let bytes = (HEADER_WORDS + self.len()) * 8;
+            let mut end = (HEADER_WORDS + self.len()) * 8;
+            if self.shape != NOT_UNIFORM {
+                let stride = (self.shape >> 16) as usize + (self.shape & 0xFFFF) as usize;
+                let records = self.len() * stride;
+                if records <= RECORD_PREFETCH_BYTES_MAX {
+                    // The low and high keys come first in the arena: allow a line for them
+                    // (a hint: a longer pair only leaves the last line unfetched).
+                    end = (end + records + CACHE_LINE_BYTES).min(self.words.len() * 8);
+                }
+            }
             let mut offset = 0;
-            while offset < bytes {
+            while offset < end {
                 // SAFETY: a prefetch is a hint that never faults; the address is in bounds.
                 unsafe {
                     std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
@@ -605,7 +626,7 @@ impl BasePage {
         }
     }
 
-    fn heap_bytes(&self) -> usize {
+    pub(crate) fn heap_bytes(&self) -> usize {
         self.words.len() * 8
     }
 
@@ -650,7 +671,8 @@ impl BasePage {
                 high_len as usize
             };
         let arena_word = HEADER_WORDS + len;
-        let mut words = vec![0u64; arena_word + (bounds_len + len * stride).div_ceil(8)];
+        let mut words =
+            crate::page_buffers::take(arena_word + (bounds_len + len * stride).div_ceil(8));
         words[..HEADER_WORDS].copy_from_slice(&self.words[..HEADER_WORDS]);
         let old_arena = self.arena();
         let (head, arena_words) = words.split_at_mut(arena_word);
@@ -695,7 +717,7 @@ impl BasePage {
         copy_run(prefixes, records, &mut from, &mut to, self.len());
         debug_assert_eq!(to, len, "every record written once");
         let page = Self {
-            words: words.into_boxed_slice(),
+            words,
             high_prefix: self.high_prefix,
             len: u32::try_from(len).expect("page record count fits u32"),
             shape: self.shape,

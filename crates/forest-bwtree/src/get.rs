@@ -206,7 +206,7 @@ pub(crate) fn lookup<'g>(node: &'g Node, key: &[u8]) -> Lookup<'g> {
                 }
             }
             Kind::Base(page) => {
-                page.prefetch_prefixes();
+                page.prefetch();
                 if page.at_or_above_high(key) {
                     return Lookup::Right {
                         separator: page.high().expect("a page beyond its high key has one"),
@@ -459,8 +459,8 @@ impl BwTree {
             _ => false,
         };
         // Checked here first: the call is rare, the check is on every get.
-        if node.delta_count > self.config.consolidate_threshold {
-            self.consolidate_if_long(pid, state, node, guard);
+        if node.delta_count > self.config.read_consolidate_threshold {
+            self.consolidate_after_read(pid, state, node, guard);
         }
         found
     }

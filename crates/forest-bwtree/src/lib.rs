@@ -10,6 +10,7 @@
 //! | `scan.rs` | §III-C range scans with a record vector, both orders |
 //! | `split.rs` | §IV-A half split, index-term delta, root split |
 //! | `merge.rs` | §IV-B remove node, index term delete and node merge deltas, root collapse |
+//! | `page_buffers.rs` | §III-B/§III-D: freed base pages' buffers reused by the next consolidations |
 //! | `smo.rs` | §IV-C help-along (in get/split/merge) and test-only pause points (feature `pause-points`) |
 //! | forest-llama | §II-B mapping table, §III-D epochs for states and PIDs |
 //!
@@ -30,6 +31,7 @@ mod delta;
 mod get;
 mod insert;
 mod merge;
+mod page_buffers;
 mod scan;
 pub mod smo;
 mod split;
@@ -55,6 +57,12 @@ pub const MAX_RECORDS_PER_PAGE_DEFAULT: usize = 128;
 /// 1 M 8-byte keys 4 measured faster than 8 on both the read-only and the 5:1 synthetic
 /// workloads (`forest bench --engines bwtree:consolidate=4,bwtree:consolidate=8`).
 pub const CONSOLIDATE_THRESHOLD_DEFAULT: u32 = 4;
+/// Default delta-chain length above which a read (get or scan) consolidates the leaf it read.
+/// Lower than the writers' threshold: a page read several times before its next write repays
+/// a consolidation on every one of those reads, while a writer's consolidation is undone by
+/// the next writes to the page. Chosen by measurement (docs/BENCHMARKS.md, bwtree section:
+/// `forest bench --engines bwtree:read_consolidate=1,bwtree:read_consolidate=2,...`).
+pub const READ_CONSOLIDATE_THRESHOLD_DEFAULT: u32 = 1;
 /// Default record count below which a page merges: a quarter page, so that a merged page
 /// (at most a full page plus a quarter) seldom splits right away.
 pub const MERGE_THRESHOLD_DEFAULT: usize = MAX_RECORDS_PER_PAGE_DEFAULT / 4;
@@ -73,6 +81,9 @@ pub struct BwTreeConfig {
     pub max_records_per_page: usize,
     /// A page whose delta chain is longer than this is consolidated (§III-B, Fig. 5).
     pub consolidate_threshold: u32,
+    /// A leaf whose delta chain a read walked is consolidated by the reader when the chain is
+    /// longer than this (§III-B: by the thread that noticed it, after its own operation).
+    pub read_consolidate_threshold: u32,
     /// A page whose record count falls below this is merged into its left sibling (§IV-B);
     /// 0 turns merges off. At most half the page size, so a merged page rarely splits again.
     pub merge_threshold: usize,
@@ -83,6 +94,7 @@ impl Default for BwTreeConfig {
         Self {
             max_records_per_page: MAX_RECORDS_PER_PAGE_DEFAULT,
             consolidate_threshold: CONSOLIDATE_THRESHOLD_DEFAULT,
+            read_consolidate_threshold: READ_CONSOLIDATE_THRESHOLD_DEFAULT,
             merge_threshold: MERGE_THRESHOLD_DEFAULT,
         }
     }
@@ -197,6 +209,12 @@ impl BwTree {
             return Err(Error::Config(format!(
                 "consolidate_threshold is {}, must be within 1..={CONSOLIDATE_THRESHOLD_MAX}",
                 config.consolidate_threshold
+            )));
+        }
+        if config.read_consolidate_threshold > CONSOLIDATE_THRESHOLD_MAX {
+            return Err(Error::Config(format!(
+                "read_consolidate_threshold is {}, must be within 0..={CONSOLIDATE_THRESHOLD_MAX}",
+                config.read_consolidate_threshold
             )));
         }
         if config.merge_threshold > config.max_records_per_page / 2 {

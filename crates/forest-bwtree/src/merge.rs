@@ -347,6 +347,7 @@ mod tests {
             max_records_per_page: 16,
             consolidate_threshold: 8,
             merge_threshold: 0, // no merges but the one made by hand
+            read_consolidate_threshold: 8,
         })
         .expect("valid config");
         for i in 0..40u32 {
@@ -420,6 +421,7 @@ mod tests {
             max_records_per_page: 16,
             consolidate_threshold: 8,
             merge_threshold: 0, // no merges but the ones made by hand
+            read_consolidate_threshold: 8,
         })
         .expect("valid config");
         for i in 0..40u32 {

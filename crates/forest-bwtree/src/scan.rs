@@ -137,7 +137,7 @@ impl BwTree {
             low: v.low.into(),
             high: v.high.map(Into::into),
         };
-        self.consolidate_if_long(pid, state, node, guard);
+        self.consolidate_after_read(pid, state, node, guard);
         batch
     }
 

@@ -9,6 +9,7 @@ fn small_pages() -> BwTree {
         max_records_per_page: 4,
         consolidate_threshold: 2,
         merge_threshold: 2,
+        read_consolidate_threshold: 2,
     })
     .expect("valid config")
 }

@@ -18,6 +18,7 @@ fn small_tree() -> BwTree {
         max_records_per_page: 4,
         consolidate_threshold: 2,
         merge_threshold: 2,
+        read_consolidate_threshold: 2,
     })
     .expect("valid config")
 }
@@ -44,11 +45,13 @@ fn key(i: u32) -> Vec<u8> {
 // bounds. Method: 20k random operations on 300 keys with 4-record pages, checking each result.
 #[test]
 fn random_operations_match_a_btreemap() {
-    for config in [(4, 1, 2), (4, 2, 0), (7, 8, 3), (64, 8, 16)] {
+    // (page size, writers' consolidation threshold, merge threshold, readers' threshold)
+    for config in [(4, 1, 2, 1), (4, 2, 0, 0), (7, 8, 3, 1), (64, 8, 16, 8)] {
         let tree = BwTree::with_config(BwTreeConfig {
             max_records_per_page: config.0,
             consolidate_threshold: config.1,
             merge_threshold: config.2,
+            read_consolidate_threshold: config.3,
         })
         .expect("valid config");
         let mut model = BTreeMap::<Vec<u8>, Vec<u8>>::new();
@@ -216,18 +219,21 @@ fn invalid_input_is_an_error() {
         max_records_per_page: 3,
         consolidate_threshold: 8,
         merge_threshold: 0,
+        read_consolidate_threshold: 8,
     })
     .is_err());
     assert!(BwTree::with_config(BwTreeConfig {
         max_records_per_page: 8,
         consolidate_threshold: 0,
         merge_threshold: 0,
+        read_consolidate_threshold: 0,
     })
     .is_err());
     assert!(BwTree::with_config(BwTreeConfig {
         max_records_per_page: 8,
         consolidate_threshold: 8,
         merge_threshold: 5,
+        read_consolidate_threshold: 8,
     })
     .is_err());
     let tree = BwTree::new();
@@ -279,4 +285,58 @@ fn mass_deletes_shrink_the_tree() {
         tree.upsert(&i.to_be_bytes(), b"w").unwrap();
     }
     assert_eq!(tree.stats().key_count, 5000);
+}
+
+// Goal: reads consolidate small pages at the readers' threshold and leave large pages to the
+// writers' one (consolidate.rs: READ_CONSOLIDATE_PAGE_BYTES_MAX). Method: count consolidations
+// around gets on a page of short records, then on a page of 1 KiB records (over 8 KiB).
+#[test]
+fn reads_consolidate_small_pages_only() {
+    let config = BwTreeConfig {
+        max_records_per_page: 64,
+        consolidate_threshold: 8,
+        read_consolidate_threshold: 1,
+        merge_threshold: 0,
+    };
+    let consolidations = |tree: &BwTree| tree.stats().counter(names::CONSOLIDATIONS).unwrap();
+    let mut out = Vec::new();
+
+    let small = BwTree::with_config(config.clone()).unwrap();
+    for i in 0..4u8 {
+        small.insert(&[i], b"v").unwrap();
+    }
+    assert_eq!(
+        consolidations(&small),
+        0,
+        "a chain of 4 is within the writers' 8"
+    );
+    assert!(small.get(&[0], &mut out));
+    assert_eq!(
+        consolidations(&small),
+        1,
+        "the read consolidated the chain of 4 > 1"
+    );
+    assert!(small.get(&[1], &mut out));
+    assert_eq!(consolidations(&small), 1, "nothing left to consolidate");
+
+    let large = BwTree::with_config(config).unwrap();
+    let value = vec![7u8; 1024];
+    for i in 0..9u8 {
+        large.insert(&[i], &value).unwrap();
+    }
+    assert_eq!(
+        consolidations(&large),
+        1,
+        "the 9th delta made the writer consolidate"
+    );
+    for i in 9..12u8 {
+        large.insert(&[i], &value).unwrap();
+    }
+    assert!(large.get(&[10], &mut out));
+    assert_eq!(out, value);
+    assert_eq!(
+        consolidations(&large),
+        1,
+        "a 9 KiB page keeps its chain of 3 after a read (writers' threshold 8)"
+    );
 }

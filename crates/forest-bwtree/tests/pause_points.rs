@@ -26,6 +26,7 @@ fn small_tree() -> BwTree {
         max_records_per_page: 4,
         consolidate_threshold: 2,
         merge_threshold: 2,
+        read_consolidate_threshold: 2,
     })
     .expect("valid config")
 }

@@ -71,6 +71,7 @@ fn fill_and_drain_rounds_race_splits_and_merges() {
         max_records_per_page: 4,
         consolidate_threshold: 2,
         merge_threshold: 2,
+        read_consolidate_threshold: 2,
     });
 }
 
@@ -82,6 +83,7 @@ fn fill_and_drain_with_eager_merges_and_consolidation() {
         max_records_per_page: 8,
         consolidate_threshold: 1,
         merge_threshold: 4,
+        read_consolidate_threshold: 1,
     });
 }
 
