@@ -120,24 +120,62 @@ pub(crate) fn view(node: &Node) -> View<'_> {
     }
 }
 
-/// The record deltas of a chain that holds nothing else (the common leaf case), sorted by
-/// key with the newest per key kept, and its base page; `None` for any other chain.
-fn record_edits(node: &Node) -> Option<(&BasePage, Vec<Edit<'_>>)> {
-    let mut edits: Vec<Edit<'_>> = Vec::with_capacity(node.delta_count as usize);
+/// The record deltas of a chain of at most [`EDITS_MAX`] that holds nothing else (the common
+/// leaf case), sorted by key with the newest per key kept, and its base page; `None` for any
+/// other chain. Gathered on the stack: a consolidation follows most writes on small pages
+/// (readers' threshold), so it allocates nothing but the new page.
+fn record_edits(node: &Node) -> Option<(&BasePage, Edits<'_>)> {
+    if node.delta_count as usize > EDITS_MAX {
+        return None;
+    }
+    let mut edits = Edits {
+        items: [(&[], None); EDITS_MAX],
+        len: 0,
+    };
     let mut current = node;
     let base = loop {
-        match &current.kind {
+        let edit = match &current.kind {
             Kind::Base(page) => break page,
-            Kind::Insert(r) | Kind::Modify(r) => edits.push((r.key(), Some(r.value()))),
-            Kind::Delete(key) => edits.push((key, None)),
+            Kind::Insert(r) | Kind::Modify(r) => (r.key(), Some(r.value())),
+            Kind::Delete(key) => (&key[..], None),
             _ => return None,
-        }
+        };
+        // delta_count bounds the chain's length, checked above.
+        edits.items[edits.len] = edit;
+        edits.len += 1;
         current = current.next()?;
     };
-    // Stable sort keeps the newest delta first among equal keys; dedup keeps that one.
-    edits.sort_by(|a, b| key_cmp(a.0, b.0));
-    edits.dedup_by(|later, earlier| key_eq(later.0, earlier.0));
+    let items = &mut edits.items[..edits.len];
+    // Stable sort (insertion sort at this length: no allocation) keeps the newest delta first
+    // among equal keys; the dedup below keeps that one.
+    items.sort_by(|a, b| key_cmp(a.0, b.0));
+    let mut kept = 0;
+    for i in 0..items.len() {
+        if kept == 0 || !key_eq(items[kept - 1].0, items[i].0) {
+            items[kept] = items[i];
+            kept += 1;
+        }
+    }
+    edits.len = kept;
     Some((base, edits))
+}
+
+/// The longest chain of record deltas consolidated through [`record_edits`]; longer ones (rare:
+/// above the writers' threshold) fold a full view.
+pub(crate) const EDITS_MAX: usize = 16;
+
+/// Record edits gathered from a chain, newest per key, sorted by key.
+struct Edits<'a> {
+    items: [Edit<'a>; EDITS_MAX],
+    len: usize,
+}
+
+impl<'a> std::ops::Deref for Edits<'a> {
+    type Target = [Edit<'a>];
+
+    fn deref(&self) -> &[Edit<'a>] {
+        &self.items[..self.len]
+    }
 }
 
 /// The largest base page (bytes) a reader consolidates at the readers' threshold. Measured

@@ -633,10 +633,10 @@ impl BasePage {
     /// This page with `edits` applied (sorted by key, one per key; `None` deletes the key),
     /// built by copying the unchanged runs of prefixes and records wholesale: consolidation's
     /// fast path (§III-B) for a leaf whose chain holds only record deltas. `None` when the
-    /// page and the edits do not share one record shape (the caller folds a full view), or
-    /// when the result is empty.
+    /// page and the edits do not share one record shape (the caller folds a full view), when
+    /// there are more than [`crate::consolidate::EDITS_MAX`] edits, or when the result is empty.
     pub(crate) fn with_edits(&self, edits: &[Edit<'_>]) -> Option<BasePage> {
-        if self.shape == NOT_UNIFORM {
+        if self.shape == NOT_UNIFORM || edits.len() > crate::consolidate::EDITS_MAX {
             return None;
         }
         let (key_len, value_len) = ((self.shape >> 16) as usize, (self.shape & 0xFFFF) as usize);
@@ -650,15 +650,15 @@ impl BasePage {
         }
         // Where each edit lands in this page, and the record count after them.
         let mut len = self.len();
-        let mut places = Vec::with_capacity(edits.len());
-        for &(key, value) in edits {
+        let mut places = [Ok(0); crate::consolidate::EDITS_MAX];
+        for (&(key, value), slot) in edits.iter().zip(&mut places) {
             let place = self.search(key);
             match (place, value) {
                 (Ok(_), None) => len -= 1,
                 (Err(_), Some(_)) => len += 1,
                 _ => {}
             }
-            places.push(place);
+            *slot = place;
         }
         if len == 0 {
             return None;
@@ -697,7 +697,7 @@ impl BasePage {
         };
         // `from`: next old record to copy; `to`: next new record to write.
         let (mut from, mut to) = (0, 0);
-        for (&(key, value), place) in edits.iter().zip(places) {
+        for (&(key, value), &place) in edits.iter().zip(&places) {
             let (index, present) = match place {
                 Ok(index) => (index, true),
                 Err(index) => (index, false),
