@@ -12,7 +12,7 @@
 //! takes a fast path that copies the base page's unchanged runs wholesale
 //! ([`BasePage::with_edits`]) instead of folding a view record by record.
 
-use crossbeam_epoch::{Guard, Owned, Shared};
+use crossbeam_epoch::{Guard, Shared};
 use forest_llama::Pid;
 
 use crate::delta::{key_cmp, key_eq, key_prefix, BasePage, Edit, Kind, Node};
@@ -197,7 +197,8 @@ impl BwTree {
         self.consolidate_if_longer(pid, state, node, self.config.consolidate_threshold, guard);
     }
 
-    /// After a read of `state` (a get, or a scan's page copy): consolidates the page when its
+    /// After a read of `state` (a get, a scan's page copy, a descent through an index page):
+    /// consolidates the page when its
     /// chain is longer than the readers' threshold and its base page is small enough that the
     /// copy costs less than the delta walks it saves the next reads
     /// ([`READ_CONSOLIDATE_PAGE_BYTES_MAX`]); larger pages keep the writers' threshold.
@@ -243,7 +244,7 @@ impl BwTree {
             BasePage::build(v.low, v.high, v.side_link, v.records.iter().copied())
         });
         debug_assert_eq!(page.len(), node.record_count as usize);
-        let base = Owned::new(Node::base(node.level, page));
+        let base = Node::base(node.level, page).into_owned();
         self.stats.consolidate_attempts.incr();
         self.stats.cas_attempts.incr();
         match self.table.update_r(pid, state, base, guard) {

@@ -360,8 +360,10 @@ impl BwTree {
                         continue 'restart;
                     }
                     Route::Child(child) if node.level > level => {
-                        if node.delta_count > self.config.consolidate_threshold {
-                            self.consolidate_if_long(pid, state, node, guard);
+                        // Index pages are read by every descent and written only by SMOs:
+                        // the readers' threshold (index-term deltas cost two misses each).
+                        if node.delta_count > self.config.read_consolidate_threshold {
+                            self.consolidate_after_read(pid, state, node, guard);
                         }
                         path.push(pid);
                         pid = child;

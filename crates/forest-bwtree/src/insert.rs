@@ -11,8 +11,6 @@
 //! (§IV-A), merges it if it has shrunk below the merge threshold (§IV-B), or consolidates it
 //! if the chain is long (§III-B).
 
-use crossbeam_epoch::Owned;
-
 use crate::delta::{node_ref, Kind, Node, Record};
 use crate::get::{lookup, Lookup, Path};
 use crate::BwTree;
@@ -66,7 +64,7 @@ impl BwTree {
                     ),
                     (Write::Remove, true) => (Kind::Delete(key.into()), node.record_count - 1),
                 };
-                let delta = Owned::new(Node::delta(node, record_count, kind));
+                let delta = Node::delta(node, record_count, kind).into_owned();
                 self.stats.update_attempts.incr();
                 self.stats.cas_attempts.incr();
                 match self.table.update_d(pid, state, delta, guard) {
