@@ -198,31 +198,32 @@ impl BwTree {
     }
 
     /// After a read of `state` (a get, a scan's page copy, a descent through an index page):
-    /// consolidates the page when its
-    /// chain is longer than the readers' threshold and its base page is small enough that the
-    /// copy costs less than the delta walks it saves the next reads
-    /// ([`READ_CONSOLIDATE_PAGE_BYTES_MAX`]); larger pages keep the writers' threshold.
+    /// consolidates the page when its chain is longer than the readers' threshold and its base
+    /// page is small enough that the copy costs less than the delta walks it saves the next
+    /// reads ([`READ_CONSOLIDATE_PAGE_BYTES_MAX`]); larger pages keep the writers' threshold.
+    /// Returns the installed state, if it consolidated.
     pub(crate) fn consolidate_after_read<'g>(
         &self,
         pid: Pid,
         state: Shared<'g, Node>,
         node: &'g Node,
         guard: &'g Guard,
-    ) {
+    ) -> Option<Shared<'g, Node>> {
         let read_threshold = self.config.read_consolidate_threshold;
         if node.delta_count <= read_threshold {
-            return;
+            return None;
         }
         let threshold = if node.base_page().heap_bytes() <= READ_CONSOLIDATE_PAGE_BYTES_MAX {
             read_threshold
         } else {
             self.config.consolidate_threshold
         };
-        self.consolidate_if_longer(pid, state, node, threshold, guard);
+        self.consolidate_if_longer(pid, state, node, threshold, guard)
     }
 
     /// Replaces `state` of `pid` by a consolidated base page when its chain is longer than
-    /// `threshold` (the writers' or the readers', see [`crate::BwTreeConfig`]).
+    /// `threshold` (the writers' or the readers', see [`crate::BwTreeConfig`]). Returns the
+    /// installed state, if it consolidated.
     pub(crate) fn consolidate_if_longer<'g>(
         &self,
         pid: Pid,
@@ -230,10 +231,10 @@ impl BwTree {
         node: &'g Node,
         threshold: u32,
         guard: &'g Guard,
-    ) {
+    ) -> Option<Shared<'g, Node>> {
         // A frozen page (remove node delta on top) is never replaced: it is being merged.
         if node.delta_count <= threshold || matches!(node.kind, Kind::RemoveNode) {
-            return;
+            return None;
         }
         let page = match record_edits(node) {
             Some((base, edits)) => base.with_edits(&edits),
@@ -248,12 +249,16 @@ impl BwTree {
         self.stats.consolidate_attempts.incr();
         self.stats.cas_attempts.incr();
         match self.table.update_r(pid, state, base, guard) {
-            Ok(_) => self.stats.consolidations.incr(),
+            Ok(installed) => {
+                self.stats.consolidations.incr();
+                Some(installed)
+            }
             Err((abandoned, _)) => {
                 // §III-B: "the thread abandons the operation by deallocating the new page".
                 drop(abandoned);
                 self.stats.failed_consolidates.incr();
                 self.stats.cas_failures.incr();
+                None
             }
         }
     }

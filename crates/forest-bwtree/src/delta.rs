@@ -28,8 +28,9 @@
 //!   delta owns through `right`; a withdrawn remove (see merge.rs) gives it back to its page.
 //!   So a frozen state is freed exactly once: with the left sibling's chain.
 //! - A freed node's allocation may be reused for a new node by the thread that freed it
-//!   ([`Node::into_owned`]): only after its contents were dropped, and only as a fresh node, so
-//!   reuse is the allocator's business, invisible to readers (the node was unreachable).
+//!   ([`Node::into_owned`]): only after its contents were dropped, and only as a fresh node.
+//!   Pinned readers never see it (the node was unreachable before the epoch drained); code
+//!   that compares addresses without a pin (scans) also compares the node's `stamp`.
 //! - Every node of a state read under a guard stays allocated until that guard unpins, because
 //!   a chain is only reclaimed after it was swapped out of the table and the epoch drained.
 //! - A base page's prefix array holds [`key_prefix`] of each key, in key order; its slots
@@ -54,7 +55,34 @@ pub(crate) struct Node {
     pub(crate) record_count: u32,
     /// 0 for leaves, parents one more than their children.
     pub(crate) level: u32,
+    /// Tells this node from an earlier one at the same address ([`next_stamp`]): a scan that
+    /// compares a page's state after unpinning must not take a recycled allocation for the
+    /// state it copied.
+    pub(crate) stamp: u32,
     pub(crate) kind: Kind,
+}
+
+/// Stamps for new nodes: the thread's number in the top 8 bits, a per-thread count below, so
+/// two nodes at one address share a stamp only if one thread made 2^24 nodes in between and
+/// the allocation came back to the same page (and no shared counter is written per node).
+fn next_stamp() -> u32 {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT_THREAD: AtomicU32 = AtomicU32::new(0);
+    thread_local! {
+        static STAMP: Cell<Option<u32>> = const { Cell::new(None) };
+    }
+    STAMP
+        .try_with(|stamp| {
+            let current = stamp
+                .get()
+                .unwrap_or_else(|| NEXT_THREAD.fetch_add(1, Ordering::Relaxed) << 24);
+            let next = (current & 0xFF00_0000) | (current.wrapping_add(1) & 0x00FF_FFFF);
+            stamp.set(Some(next));
+            current
+        })
+        // During thread exit: any stamp; a scan then merely rebuilds its copy more often.
+        .unwrap_or(0)
 }
 
 // SAFETY: a published node is immutable, and the raw `next` pointer is only dereferenced under
@@ -748,6 +776,7 @@ impl Node {
             delta_count: 0,
             record_count: u32::try_from(page.len()).expect("page record count fits u32"),
             level,
+            stamp: next_stamp(),
             kind: Kind::Base(page),
         }
     }
@@ -764,6 +793,7 @@ impl Node {
             delta_count: next.delta_count + 1 + merged,
             record_count,
             level: next.level,
+            stamp: next_stamp(),
             kind,
         }
     }

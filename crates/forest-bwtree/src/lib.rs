@@ -81,8 +81,10 @@ pub struct BwTreeConfig {
     pub max_records_per_page: usize,
     /// A page whose delta chain is longer than this is consolidated (§III-B, Fig. 5).
     pub consolidate_threshold: u32,
-    /// A leaf whose delta chain a read walked is consolidated by the reader when the chain is
-    /// longer than this (§III-B: by the thread that noticed it, after its own operation).
+    /// A page of at most 8 KiB whose delta chain a read walked (a get's or scan's leaf, an
+    /// index page on any descent) is consolidated by the reader when the chain is longer than
+    /// this (§III-B: by the thread that noticed it, after its own operation); larger pages use
+    /// `consolidate_threshold`.
     pub read_consolidate_threshold: u32,
     /// A page whose record count falls below this is merged into its left sibling (§IV-B);
     /// 0 turns merges off. At most half the page size, so a merged page rarely splits again.

@@ -8,10 +8,10 @@
 //! the unreturned part is seen. Each next-record is atomic; the scan as a whole is not.
 //!
 //! Choices the paper leaves open:
-//! - "Has the unreturned subrange changed" is checked as "has the page's state word changed",
-//!   which is cheaper than inspecting the new deltas and errs on the side of rebuilding. The
-//!   word is compared without a pin, so in theory a recycled address could hide a change: the
-//!   records handed out are then those of the snapshot, each still atomic.
+//! - "Has the unreturned subrange changed" is checked as "has the page's state changed" (its
+//!   address, and the node's stamp, since freed nodes are recycled: an address alone could
+//!   come back at the same page), which is cheaper than inspecting the new deltas and errs on
+//!   the side of rebuilding.
 //! - Descending scans find the page holding the greatest keys below the cursor with the same
 //!   descent, comparing strictly ([`Target::Below`]).
 
@@ -31,7 +31,9 @@ type OwnedRecord = (Box<[u8]>, Box<[u8]>);
 struct Batch {
     records: Vec<OwnedRecord>,
     pid: forest_llama::Pid,
+    /// The page's state the records came from: its address and stamp (see `Node::stamp`).
     state_word: usize,
+    stamp: u32,
     /// The page's low key (descending scans continue below it).
     low: Box<[u8]>,
     /// The page's high key (ascending scans continue from it); `None`: rightmost page.
@@ -130,15 +132,39 @@ impl BwTree {
             .filter(|(k, _)| keep(k))
             .map(|&(k, val)| (Box::from(k), Box::from(val)))
             .collect();
-        let batch = Batch {
+        let (low, high) = (v.low.into(), v.high.map(Into::into));
+        // A consolidation of the state just copied holds the same records: the batch follows
+        // it, so the first next-record does not take it for a change.
+        let state = self
+            .consolidate_after_read(pid, state, node, guard)
+            .unwrap_or(state);
+        Batch {
             records,
             pid,
             state_word: state.as_raw() as usize,
-            low: v.low.into(),
-            high: v.high.map(Into::into),
-        };
-        self.consolidate_after_read(pid, state, node, guard);
-        batch
+            stamp: crate::delta::node_ref(state).stamp,
+            low,
+            high,
+        }
+    }
+
+    /// Whether `batch`'s page has another state than the one its records came from: another
+    /// address, or a recycled allocation at the same address (another stamp).
+    fn page_changed(&self, batch: &Batch) -> bool {
+        let guard = &crossbeam_epoch::pin();
+        // The raw word first: the PID may have been freed (merged away) and reused as a free
+        // list link since the copy, which is no state to read. Equal to the copied state's
+        // address after the pin, it is a live state, and a PID freed later is free-listed only
+        // after this pin's epoch, so the read below sees a state or nothing.
+        if self.table.read_word(batch.pid) != batch.state_word {
+            return true;
+        }
+        match crate::delta::read_node(&self.table, batch.pid, guard) {
+            Some((state, node)) => {
+                state.as_raw() as usize != batch.state_word || node.stamp != batch.stamp
+            }
+            None => true,
+        }
     }
 
     /// Hands out `records` (in scan order) until the end, a stop, or a change to the page.
@@ -151,7 +177,7 @@ impl BwTree {
         let mut last: Option<Box<[u8]>> = None;
         for (key, value) in records {
             // §III-C: before each next-record, check the page for updates since the copy.
-            if last.is_some() && self.table.read_word(batch.pid) != batch.state_word {
+            if last.is_some() && self.page_changed(batch) {
                 return HandOut::Changed(last);
             }
             if visit(key, value) == ControlFlow::Break(()) {

@@ -171,9 +171,9 @@ fn walk_layer<const W: usize, const F: usize>(
 ) -> u32 {
     let mut n = root;
     let mut height = 1;
-    // SAFETY: every pointer dereferenced below was read from the tree under `guard`, so it is
-    // a live node (crate::node invariants); values and suffixes are freed only through the
-    // pinned epoch.
+    // SAFETY: every pointer dereferenced below was read from the tree under `guard` and checked
+    // non-null, so it is a live node (crate::node invariants; unlinked nodes are retired
+    // through the pinned epoch); values and suffixes are freed only through that epoch.
     unsafe {
         while (*n).version.stable() & ISROOT == 0 && !(*n).parent.load(Ordering::Acquire).is_null()
         {
@@ -185,6 +185,10 @@ fn walk_layer<const W: usize, const F: usize>(
                 NodeRef::Interior(i) => {
                     height += 1;
                     n = i.child[0].load(Ordering::Acquire);
+                    if n.is_null() {
+                        // Emptied by a concurrent remove: nothing below to count.
+                        return height;
+                    }
                 }
             }
         };
@@ -193,7 +197,12 @@ fn walk_layer<const W: usize, const F: usize>(
             for i in 0..perm.size() {
                 let s = perm.get(i);
                 if b.keylen[s].load(Ordering::Acquire) == KEYLEN_LAYER {
-                    walk_layer::<W, F>(b.layer[s].load(Ordering::Acquire), guard, w);
+                    // Unvalidated: a slot being rewritten (sorted nodes shift slots in place)
+                    // may pair the layer mark with a null link; such a slot is skipped.
+                    let link = b.layer[s].load(Ordering::Acquire);
+                    if !link.is_null() {
+                        walk_layer::<W, F>(link, guard, w);
+                    }
                     continue;
                 }
                 if let Some(v) = b.value[s].load(Ordering::Acquire, guard).as_ref() {

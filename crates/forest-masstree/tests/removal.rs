@@ -437,3 +437,54 @@ fn owned_keys_under_churn<T: Index + 'static>(tree: Arc<T>, ops: u64) -> Arc<T> 
     assert!(s.counter("layer_removals").expect("kept") > 0);
     tree
 }
+
+#[test]
+fn stats_walk_while_sorted_layered_nodes_shift_and_shrink() {
+    // Goal: stats() (an unvalidated walk, "not a snapshot") never follows a slot being
+    // rewritten, where sorted border nodes pair a layer mark with a null link for a moment.
+    // Method: writers insert and remove long keys (one layer each, slots shifting) in a small
+    // key space while another thread walks the tree with stats() until they finish.
+    let tree = Arc::new(Masstree::with_config(MasstreeConfig {
+        permuter: false,
+        suffix: SuffixStorage::Layers,
+        ..MasstreeConfig::default()
+    }));
+    let done = Arc::new(AtomicBool::new(false));
+    let ops: u64 = if cfg!(forest_optimized) {
+        200_000
+    } else {
+        20_000
+    };
+    let writers: Vec<_> = (0..2u64)
+        .map(|t| {
+            let tree = Arc::clone(&tree);
+            thread::spawn(move || {
+                let mut x = 0x9E37_79B9 + t;
+                for _ in 0..ops {
+                    let k = format!("key-{:03}-long-suffix", xorshift(&mut x) % 64);
+                    if xorshift(&mut x).is_multiple_of(2) {
+                        tree.upsert(k.as_bytes(), b"v").expect("upsert");
+                    } else {
+                        tree.remove(k.as_bytes());
+                    }
+                }
+            })
+        })
+        .collect();
+    let walker = {
+        let (tree, done) = (Arc::clone(&tree), Arc::clone(&done));
+        thread::spawn(move || {
+            let mut walks = 0u64;
+            while !done.load(Ordering::Acquire) {
+                assert!(tree.stats().key_count <= 64, "at most the key space");
+                walks += 1;
+            }
+            walks
+        })
+    };
+    for w in writers {
+        w.join().expect("writer");
+    }
+    done.store(true, Ordering::Release);
+    assert!(walker.join().expect("walker") > 0);
+}
