@@ -151,6 +151,15 @@ fn build_bwtree(spec: &Spec) -> anyhow::Result<Arc<dyn Index>> {
     Ok(Arc::new(BwTree::with_config(config)?))
 }
 
+/// A switch parameter: `on` or `off`, else an error naming both.
+fn on_off(engine: &str, key: &str, value: &str) -> anyhow::Result<bool> {
+    match value {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => bail!("{engine}: {key}={value:?}; known: on, off"),
+    }
+}
+
 fn build_masstree(spec: &Spec) -> anyhow::Result<Arc<dyn Index>> {
     use forest_masstree::{
         Masstree, Masstree10x8, Masstree15x32, MasstreeConfig, NodeSearch, SuffixStorage,
@@ -171,13 +180,7 @@ fn build_masstree(spec: &Spec) -> anyhow::Result<Arc<dyn Index>> {
                     ),
                 };
             }
-            "prefetch" => {
-                config.prefetch = match v.as_str() {
-                    "on" => true,
-                    "off" => false,
-                    _ => bail!("masstree: prefetch={v:?}; known: on, off"),
-                };
-            }
+            "prefetch" => config.prefetch = on_off("masstree", k, v)?,
             "search" => {
                 config.search = match v.as_str() {
                     "linear" => NodeSearch::Linear,
@@ -185,13 +188,7 @@ fn build_masstree(spec: &Spec) -> anyhow::Result<Arc<dyn Index>> {
                     _ => bail!("masstree: search={v:?}; known: linear, binary"),
                 };
             }
-            "permuter" => {
-                config.permuter = match v.as_str() {
-                    "on" => true,
-                    "off" => false,
-                    _ => bail!("masstree: permuter={v:?}; known: on, off"),
-                };
-            }
+            "permuter" => config.permuter = on_off("masstree", k, v)?,
             "suffix" => {
                 config.suffix = match v.as_str() {
                     "block" => SuffixStorage::Block,

@@ -337,22 +337,29 @@ mod tests {
     use forest_core::{Index, Order};
     use std::ops::{Bound, ControlFlow};
 
-    // Goal: the withdrawal path of a merge (the parent split at the frozen page's low key after
-    // its remove node delta, making it a first child) restores the page and loses nothing.
-    // Method: freeze a middle child of the root by hand, split the root at exactly that
-    // child's low key by hand (as a racing split would), then complete the merge.
-    #[test]
-    fn merge_is_withdrawn_when_the_page_becomes_a_first_child() {
+    /// Keys 0..40 in pages of 16 under one root, merging only by hand (merge threshold 0) and
+    /// consolidating late, so the tests freeze and split pages themselves.
+    fn two_level_tree_of_40_keys() -> BwTree {
         let tree = BwTree::with_config(BwTreeConfig {
             max_records_per_page: 16,
             consolidate_threshold: 8,
-            merge_threshold: 0, // no merges but the one made by hand
+            merge_threshold: 0,
             read_consolidate_threshold: 8,
         })
         .expect("valid config");
         for i in 0..40u32 {
             tree.insert(&i.to_be_bytes(), b"v").expect("insert");
         }
+        tree
+    }
+
+    // Goal: the withdrawal path of a merge (the parent split at the frozen page's low key after
+    // its remove node delta, making it a first child) restores the page and loses nothing.
+    // Method: freeze a middle child of the root by hand, split the root at exactly that
+    // child's low key by hand (as a racing split would), then complete the merge.
+    #[test]
+    fn merge_is_withdrawn_when_the_page_becomes_a_first_child() {
+        let tree = two_level_tree_of_40_keys();
         let guard = &crossbeam_epoch::pin();
         let root = tree.root_pid(guard);
         let (root_state, root_node) = read_node(&tree.table, root, guard).expect("root");
@@ -417,16 +424,7 @@ mod tests {
         use std::sync::atomic::{AtomicBool, Ordering};
         use std::sync::{Arc, Barrier};
 
-        let tree = BwTree::with_config(BwTreeConfig {
-            max_records_per_page: 16,
-            consolidate_threshold: 8,
-            merge_threshold: 0, // no merges but the ones made by hand
-            read_consolidate_threshold: 8,
-        })
-        .expect("valid config");
-        for i in 0..40u32 {
-            tree.insert(&i.to_be_bytes(), b"v").expect("insert");
-        }
+        let tree = two_level_tree_of_40_keys();
         let guard = &crossbeam_epoch::pin();
         let root = tree.root_pid(guard);
         let (root_state, root_node) = read_node(&tree.table, root, guard).expect("root");

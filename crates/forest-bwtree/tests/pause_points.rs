@@ -61,6 +61,16 @@ fn arm_with_flag(point: &'static str) -> (Arc<Barrier>, Arc<Barrier>, Arc<Atomic
     (paused, release, flag)
 }
 
+/// Spawns `work` on a thread named [`PAUSER`], the one the armed hook stops.
+fn spawn_pauser<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    std::thread::Builder::new()
+        .name(PAUSER.into())
+        .spawn(work)
+        .unwrap()
+}
+
 fn check_exactly(tree: &BwTree, keys: impl Iterator<Item = u32>) {
     let want: Vec<Vec<u8>> = keys.map(|i| key(i).to_vec()).collect();
     let mut got = Vec::new();
@@ -100,10 +110,7 @@ fn paused_root_split_is_completed_by_a_writer() {
     let (paused, release) = arm(LEAF);
     let pauser = {
         let tree = Arc::clone(&tree);
-        std::thread::Builder::new()
-            .name(PAUSER.into())
-            .spawn(move || tree.insert(&key(4), b"v").unwrap())
-            .unwrap()
+        spawn_pauser(move || tree.insert(&key(4), b"v").unwrap())
     };
     paused.wait();
     assert_eq!(tree.stats().height, 1, "the split is only half done");
@@ -135,15 +142,12 @@ fn paused_split_is_completed_by_others(point: &'static str) {
     let (paused, release) = arm(point);
     let pauser = {
         let tree = Arc::clone(&tree);
-        std::thread::Builder::new()
-            .name(PAUSER.into())
-            .spawn(move || {
-                // Odd keys fill pages until one splits, where the hook stops this thread.
-                for i in (1..400).step_by(2) {
-                    tree.insert(&key(i), b"v").unwrap();
-                }
-            })
-            .unwrap()
+        spawn_pauser(move || {
+            // Odd keys fill pages until one splits, where the hook stops this thread.
+            for i in (1..400).step_by(2) {
+                tree.insert(&key(i), b"v").unwrap();
+            }
+        })
     };
     paused.wait();
     let helps_before = tree.stats().counter(counter_names::SMO_HELPS).unwrap();
@@ -178,19 +182,16 @@ fn paused_merge_is_completed_by_others(point: &'static str) {
     let (paused, release, armed) = arm_with_flag(point);
     let pauser = {
         let tree = Arc::clone(&tree);
-        std::thread::Builder::new()
-            .name(PAUSER.into())
-            .spawn(move || {
-                // Removes keys in order until one removal merges pages and pauses there.
-                for i in (0..400).step_by(2) {
-                    assert!(tree.remove(&key(i)));
-                    if !armed.load(Ordering::SeqCst) {
-                        return i;
-                    }
+        spawn_pauser(move || {
+            // Removes keys in order until one removal merges pages and pauses there.
+            for i in (0..400).step_by(2) {
+                assert!(tree.remove(&key(i)));
+                if !armed.load(Ordering::SeqCst) {
+                    return i;
                 }
-                panic!("no merge happened");
-            })
-            .unwrap()
+            }
+            panic!("no merge happened");
+        })
     };
     paused.wait();
     let before = tree.stats();
@@ -253,10 +254,7 @@ fn root_split_completed_after_the_root_came_back() {
     let (paused, release) = arm(LEAF);
     let pauser = {
         let tree = Arc::clone(&tree);
-        std::thread::Builder::new()
-            .name(PAUSER.into())
-            .spawn(move || tree.insert(&key(4), b"v").unwrap())
-            .unwrap()
+        spawn_pauser(move || tree.insert(&key(4), b"v").unwrap())
     };
     paused.wait();
     // The split moved keys 2.. to Q. A writer there makes the root N over X and Q.
