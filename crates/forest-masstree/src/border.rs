@@ -189,6 +189,7 @@ impl<const W: usize> Border<W> {
             return Lookup::NotFound;
         };
         let s = perm.get(i);
+        crate::pause::pause_point("get:slot-matched");
         match kl {
             0..=8 => Lookup::Value(self.value[s].load(Ordering::Acquire, guard)),
             KEYLEN_SUFFIX => {

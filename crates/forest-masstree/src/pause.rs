@@ -16,6 +16,8 @@
 //! - `border:shifted` (§6.2's "B-tree" without "+Permuter"): a sorted border node is locked
 //!   and marked inserting, its slots from the insert position on shifted right (that slot
 //!   has no block); the new key and the permutation are not yet written.
+//! - `get:slot-matched` (§4.6.4, Fig. 7): a reader's `lookup` matched the key to a slot and
+//!   has not yet loaded the slot's value; it holds its version snapshot.
 
 /// A hook called at every pause point with its name.
 #[cfg(feature = "pause-points")]

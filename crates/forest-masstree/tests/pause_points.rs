@@ -1,7 +1,8 @@
 //! Readers caught mid-change: a writer is stopped at a pause point between the steps of a
 //! border split (§4.6.4), a layer creation (§4.6.3), a node removal (§4.6.5) and an in-place
 //! shift of a sorted border node (no permuter, §6.2), and gets and scans started meanwhile
-//! must return the right values, never "absent" for a present key.
+//! must return the right values, never "absent" for a present key. A reader is stopped too,
+//! between matching its key's slot and loading the slot's value, while writers churn the node.
 //!
 //! Run with `cargo test -p forest-masstree --features pause-points --test pause_points`. The
 //! hook is process-wide, so the tests take turns through one lock.
@@ -10,7 +11,7 @@
 use std::ops::{Bound, ControlFlow};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
-use std::thread;
+use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use forest_core::{Index, Order};
@@ -45,6 +46,14 @@ fn arm(point: &'static str) -> (Arc<Barrier>, Arc<Barrier>, Arc<AtomicUsize>) {
     (paused, release, reached)
 }
 
+/// Runs `f` in a thread named [`PAUSER`], the one the armed hook stops.
+fn spawn_pauser<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> JoinHandle<R> {
+    thread::Builder::new()
+        .name(PAUSER.into())
+        .spawn(f)
+        .expect("spawn")
+}
+
 fn key(i: u64) -> Vec<u8> {
     i.to_be_bytes().to_vec()
 }
@@ -64,10 +73,7 @@ fn caught_at(
     let (paused, release, reached) = arm(point);
     let writer = {
         let t = Arc::clone(&t);
-        thread::Builder::new()
-            .name(PAUSER.into())
-            .spawn(move || write(&t))
-            .expect("spawn")
+        spawn_pauser(move || write(&t))
     };
     paused.wait();
     let present = present();
@@ -248,4 +254,54 @@ fn sorted_insert_paused_mid_shift() {
     assert!(t.get(&key(5), &mut buf));
     assert_eq!(buf, key(5));
     assert_eq!(t.stats().key_count, 11);
+}
+
+#[test]
+fn get_paused_at_matched_slot_while_the_slot_is_reused_65536_times() {
+    // Goal: a get stalled between matching its key's slot and loading the slot's value never
+    // returns the value another key put in that slot meanwhile, however many inserts passed:
+    // each reuse of a removed slot bumps `vinsert` (§4.6.5), and a counter that wraps back to
+    // the reader's snapshot would pass its validation (§4.4, footnote 3). Method: 14 keys and
+    // A fill the root border node, so a freed slot is its only free one and every insert
+    // reuses it. The pauser gets A and stops at the matched slot; meanwhile A is removed and
+    // B inserted, then B removed and reinserted, 2^16 inserts in all (a 16-bit count's
+    // period), leaving B in A's slot.
+    const INSERTS: u32 = 1 << 16;
+    let _turn = TURN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let t = Arc::new(Masstree::new());
+    for i in 0..14 {
+        assert!(t.insert(&key(i * 10), b"filler").expect("within limits"));
+    }
+    let (a, b) = (key(1_000), key(2_000));
+    assert!(t.insert(&a, b"value of A").expect("within limits"));
+    let (paused, release, reached) = arm("get:slot-matched");
+    let reader = {
+        let (t, a) = (Arc::clone(&t), a.clone());
+        spawn_pauser(move || {
+            let mut buf = Vec::new();
+            t.get(&a, &mut buf).then_some(buf)
+        })
+    };
+    paused.wait();
+    assert!(t.remove(&a));
+    assert!(t.insert(&b, b"value of B").expect("within limits"));
+    for _ in 1..INSERTS {
+        assert!(t.remove(&b));
+        assert!(t.insert(&b, b"value of B").expect("within limits"));
+    }
+    release.wait();
+    let got = reader.join().expect("reader");
+    set_pause_hook(None);
+    assert!(
+        reached.load(Ordering::SeqCst) >= 1,
+        "get:slot-matched not reached"
+    );
+    assert!(
+        matches!(got.as_deref(), None | Some(b"value of A")),
+        "get(A) returned {:?}",
+        got.map(|v| String::from_utf8_lossy(&v).into_owned())
+    );
+    assert_eq!(t.stats().key_count, 15);
 }
