@@ -20,7 +20,8 @@
 //!
 //! Invariants:
 //! - Every block is made by [`new_value`], which initializes all its bytes before the block is
-//!   shared; blocks are never written afterwards (replaced whole, freed through the epoch).
+//!   shared; blocks are never written afterwards (replaced whole, freed through the epoch;
+//!   the memory-tool build poisons them in [`free`], when no thread can reach them).
 //! - So every block is at least [`HEADER_BYTES`] long, starts with a [`ValueKind`] byte, and
 //!   its suffix length fits in it.
 //! - A separate suffix block is owned by exactly one value block, made with it and freed with
@@ -30,6 +31,8 @@
 use std::mem::MaybeUninit;
 
 use crossbeam_epoch::{Guard, Owned, Shared};
+
+use crate::memcheck::{POISONS, POISON_BYTE};
 
 pub use crate::config::SuffixStorage;
 
@@ -119,13 +122,21 @@ fn separate(b: &[u8]) -> Option<(*mut u8, usize)> {
     }
 }
 
-/// Frees a value block that no thread can reach any more, and its separate suffix block.
-pub fn free(o: Owned<Block>) {
+/// Frees a value block that no thread can reach any more, and its separate suffix block
+/// (both poisoned first in the memory-tool build, [`crate::memcheck`]).
+pub fn free(mut o: Owned<Block>) {
     if let Some((address, len)) = separate(bytes(&o)) {
         let raw = std::ptr::slice_from_raw_parts_mut(address, len);
         // SAFETY: `address` and `len` describe the `Box<[u8]>` that `new_value` leaked for this
         // block alone (module invariants); the block is being freed, so this is the last use.
-        drop(unsafe { Box::from_raw(raw) });
+        let mut suffix = unsafe { Box::from_raw(raw) };
+        if POISONS {
+            suffix.fill(POISON_BYTE);
+        }
+        drop(suffix);
+    }
+    if POISONS {
+        o.fill(MaybeUninit::new(POISON_BYTE));
     }
     drop(o);
 }

@@ -20,6 +20,7 @@
 //! | §6.2 factor-analysis knobs, §4.8 search | [`config`] |
 //! | §4.2 prefetch | [`prefetch`] |
 //! | test-only pause points | [`pause`] |
+//! | poisoning freed memory for memory tools | [`memcheck`] |
 //!
 //! Choices the paper leaves open, and what is not done yet:
 //! - Empty border nodes, emptied interior nodes, one-child roots and empty layers are removed
@@ -45,6 +46,7 @@ pub mod insert;
 pub mod interior;
 pub mod key;
 pub mod layer;
+pub mod memcheck;
 pub mod node;
 pub mod nodeversion;
 pub mod pause;

@@ -15,13 +15,15 @@
 //! - `#[repr(C)]` border and interior nodes start with a [`NodeBase`]; its `ISBORDER` bit,
 //!   fixed at creation, says which one a `NodeBase` pointer is.
 //! - Debug builds poison a node's version word as it is freed, so a reader that reaches a freed
-//!   node (a use-after-free) trips an assertion in `stable`/`lock` with good probability.
+//!   node (a use-after-free) trips an assertion in `stable`/`lock` with good probability; the
+//!   memory-tool build poisons the whole node ([`crate::memcheck`]).
 
 use crossbeam_epoch::Guard;
 use forest_core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use crate::border::Border;
 use crate::interior::Interior;
+use crate::memcheck::free_box;
 use crate::nodeversion::{NodeVersion, ISBORDER};
 
 /// The first field of every node.
@@ -137,12 +139,12 @@ impl Retired {
 /// # Safety
 /// `p` came from `alloc_*`, is freed once, and no thread can reach it any more.
 unsafe fn free_node<const W: usize, const F: usize>(p: *mut NodeBase) {
-    // SAFETY: the caller's duty; Box::from_raw undoes alloc_*'s Box::into_raw of that kind.
+    // SAFETY: the caller's duty; free_box undoes alloc_*'s Box::into_raw of that kind.
     unsafe {
         if (*p).is_border() {
-            drop(Box::from_raw(p.cast::<Border<W>>()));
+            free_box(p.cast::<Border<W>>());
         } else {
-            drop(Box::from_raw(p.cast::<Interior<F>>()));
+            free_box(p.cast::<Interior<F>>());
         }
     }
 }
