@@ -68,7 +68,7 @@ pub(crate) fn view(node: &Node) -> View<'_> {
                 }
                 None
             }
-            Kind::RemoveNode => None,
+            Kind::RemoveNode { .. } => None,
         };
         if let Some((key, value)) = entry {
             if below(key, limit) {
@@ -233,7 +233,7 @@ impl BwTree {
         guard: &'g Guard,
     ) -> Option<Shared<'g, Node>> {
         // A frozen page (remove node delta on top) is never replaced: it is being merged.
-        if node.delta_count <= threshold || matches!(node.kind, Kind::RemoveNode) {
+        if node.delta_count <= threshold || matches!(node.kind, Kind::RemoveNode { .. }) {
             return None;
         }
         let page = match record_edits(node) {

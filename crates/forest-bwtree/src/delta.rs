@@ -14,7 +14,7 @@
 //! | `Delete` | leaf | the key is no longer on the page (§III-A) |
 //! | `Split` | any | keys >= separator moved to the side link's page (§IV-A "Child Split") |
 //! | `IndexTerm` | index | keys in [separator, high) go to child (§IV-A "Parent Update") |
-//! | `RemoveNode` | any | the page is being merged into its left sibling (§IV-B "Marking for Delete") |
+//! | `RemoveNode` | any | the page is being merged into its left sibling (§IV-B "Marking for Delete"); once `committed`, the merge can no longer be withdrawn (merge.rs) |
 //! | `NodeMerge` | any | the right sibling's state is part of this page from separator up (§IV-B "Merging Children") |
 //! | `IndexTermDelete` | index | separator is no longer a boundary: its keys belong to the child left of it (§IV-B "Parent Update") |
 //!
@@ -26,7 +26,10 @@
 //! - Two exceptions make a page state a tree (§IV-B): a `RemoveNode` delta does not own its
 //!   `next` (the removed page's frozen state), which the left sibling's installed `NodeMerge`
 //!   delta owns through `right`; a withdrawn remove (see merge.rs) gives it back to its page.
-//!   So a frozen state is freed exactly once: with the left sibling's chain.
+//!   A merge is withdrawn (CAS from the uncommitted remove node delta back to the frozen
+//!   state) or committed (CAS from it to a committed one, before the node merge delta), and
+//!   one CAS on the same word decides which. So a frozen state is freed exactly once: with the
+//!   left sibling's chain, or with its page after a withdrawal.
 //! - A freed node's allocation may be reused for a new node by the thread that freed it
 //!   ([`Node::into_owned`]): only after its contents were dropped, and only as a fresh node.
 //!   Pinned readers never see it (the node was unreachable before the epoch drained); code
@@ -114,7 +117,11 @@ pub(crate) enum Kind {
         term: Box<Record>,
         high: Option<Box<[u8]>>,
     },
-    RemoveNode,
+    /// The page is frozen (§IV-B "Marking for Delete"). `committed`: the merge passed its
+    /// parent update and can no longer be withdrawn (merge.rs); the frozen state is the same.
+    RemoveNode {
+        committed: bool,
+    },
     NodeMerge(Box<NodeMerge>),
     IndexTermDelete {
         separator: Box<[u8]>,
@@ -847,7 +854,7 @@ impl Node {
                         + term.bytes.heap_bytes()
                         + high.as_ref().map_or(0, |h| h.len())
                 }
-                Kind::RemoveNode => 0,
+                Kind::RemoveNode { .. } => 0,
                 Kind::NodeMerge(merge) => {
                     std::mem::size_of::<NodeMerge>()
                         + merge.separator.len()
@@ -864,7 +871,7 @@ impl Node {
         let mut node = Some(self);
         while let Some(n) = node {
             total += n.own_bytes();
-            if matches!(n.kind, Kind::RemoveNode) {
+            if matches!(n.kind, Kind::RemoveNode { .. }) {
                 break; // the frozen state below belongs to the left sibling's merge delta
             }
             node = n.next();
@@ -937,7 +944,7 @@ unsafe fn free_chain(mut ptr: *mut Node) {
         let node = unsafe { crossbeam_epoch::Owned::from_raw(ptr) }.into_box();
         ptr = match &node.kind {
             // A remove node delta does not own the frozen state below it.
-            Kind::RemoveNode => std::ptr::null_mut(),
+            Kind::RemoveNode { .. } => std::ptr::null_mut(),
             Kind::NodeMerge(merge) => {
                 // SAFETY: an installed merge delta owns the right page's frozen state, which
                 // is unreachable with it and freed only here.

@@ -60,7 +60,7 @@ pub(crate) enum Route<'g> {
 
 /// Routes `target` at the page whose state is `node`.
 pub(crate) fn route<'g>(node: &'g Node, target: Target<'_>) -> Route<'g> {
-    if matches!(node.kind, Kind::RemoveNode) {
+    if matches!(node.kind, Kind::RemoveNode { .. }) {
         return Route::Removed;
     }
     let mut current = node;
@@ -133,7 +133,7 @@ pub(crate) fn route<'g>(node: &'g Node, target: Target<'_>) -> Route<'g> {
                 );
                 return Route::Child(decode_pid(page.value(count.saturating_sub(1))));
             }
-            Kind::Insert(_) | Kind::Modify(_) | Kind::Delete(_) | Kind::RemoveNode => {}
+            Kind::Insert(_) | Kind::Modify(_) | Kind::Delete(_) | Kind::RemoveNode { .. } => {}
         }
         current = current.next().expect("a chain ends in a base page");
     }
@@ -190,7 +190,7 @@ pub(crate) fn lookup<'g>(node: &'g Node, key: &[u8]) -> Lookup<'g> {
                     side_link: *side_link,
                 }
             }
-            Kind::RemoveNode => return Lookup::Removed,
+            Kind::RemoveNode { .. } => return Lookup::Removed,
             Kind::NodeMerge(merge) => {
                 if let Some(high) = merge.high.as_deref() {
                     if key_cmp(key, high).is_ge() {
@@ -324,7 +324,7 @@ impl BwTree {
                     // not through `complete_split`, whose parent search would descend again.
                     let (high, side_link) = node.bounds();
                     match high {
-                        Some(high) if !matches!(node.kind, Kind::RemoveNode) => {
+                        Some(high) if !matches!(node.kind, Kind::RemoveNode { .. }) => {
                             if self.grow_root(root_word, pid, node.level, high, side_link, guard) {
                                 self.stats.smo_helps.incr();
                             } else if self.root_word() == root_word {

@@ -8,6 +8,7 @@
 //!    its keys go to the child left of it. (The paper's delta also carries L's new range for
 //!    a fast path; here an index page with such a delta is routed through its merged view,
 //!    since the child left of a deleted separator may have absorbed more than R by then.)
+//!    Then the commit (CAS on R's word): the remove node delta is replaced by a committed one.
 //! 3. Node merge delta on L (CAS): it points to R's frozen state, which becomes part of L's
 //!    state (a tree, no longer a chain), and gives L R's high key and side link.
 //! 4. R's PID is freed; the table recycles it after the epoch drains (§III-D).
@@ -20,9 +21,20 @@
 //! tree stays a valid B-link tree: L's side link still leads to R, whose frozen state marks the
 //! merge as incomplete, and any thread that gets there completes it. If the parent split at
 //! R's low key after step 1 (R is now a first child), the remove is withdrawn instead: the
-//! frozen state is put back with a CAS and the remove node delta retired. So a helper checks,
-//! before step 3, that R is still frozen by the remove node delta it read: one that slept
-//! through a withdrawal must not merge the old frozen state it holds.
+//! frozen state is put back with a CAS and the remove node delta retired.
+//!
+//! The commit rule (§IV-C treats an SMO as a system transaction that a thread meeting it must
+//! "complete and commit"): whether a merge is withdrawn or completed is decided by one CAS on
+//! R's word, from the uncommitted remove node delta. A withdrawal swaps it back to the frozen
+//! state; a commit (end of step 2, after the parent update, before step 3) swaps it to a committed
+//! remove node delta over the same frozen state. Only one of the two can succeed, so the
+//! frozen state gets one owner: R again, or L's node merge delta. A committed R is never
+//! withdrawn; helpers that meet it go straight to step 3, which needs no parent. A helper
+//! commits only from the remove node delta it read before its parent update, so one that slept
+//! through a withdrawal (and maybe a new removal) fails its CAS and does not merge the old
+//! frozen state it holds. (Without this, a helper that found R a first child could withdraw
+//! R after another helper, which found R a middle child again, had passed its check and
+//! installed the node merge delta: both then owned the frozen state.)
 //!
 //! Other choices: R must be reached by its parent (its index term posted) and must not be its
 //! parent's first child. A small first child (or leftmost page of a level) cannot merge left;
@@ -62,7 +74,7 @@ impl BwTree {
         absorb_right: bool,
         guard: &'g Guard,
     ) {
-        if matches!(node.kind, Kind::RemoveNode) {
+        if matches!(node.kind, Kind::RemoveNode { .. }) {
             return;
         }
         let low: &[u8] = node.base_page().low();
@@ -98,7 +110,7 @@ impl BwTree {
             }
             return;
         }
-        let delta = Owned::new(Node::delta(node, 0, Kind::RemoveNode));
+        let delta = Owned::new(Node::delta(node, 0, Kind::RemoveNode { committed: false }));
         self.stats.merge_attempts.incr();
         self.stats.cas_attempts.incr();
         match self.table.update_d(pid, state, delta, guard) {
@@ -135,9 +147,9 @@ impl BwTree {
         let Some((r_state, r_node)) = read_node(&self.table, r, guard) else {
             return false; // freed: the merge is complete
         };
-        if !matches!(r_node.kind, Kind::RemoveNode) {
+        let Kind::RemoveNode { committed } = r_node.kind else {
             return false; // withdrawn
-        }
+        };
         let frozen = r_node
             .next()
             .expect("a remove node delta has the frozen state below it");
@@ -147,68 +159,24 @@ impl BwTree {
         if low.is_empty() {
             return self.complete_root_collapse(r, r_state, frozen, guard);
         }
-        // Step 2: the index term delete on the parent.
-        loop {
-            if self.table.read(r, guard) != r_state {
-                return false; // withdrawn or completed by another thread meanwhile
-            }
-            pause_point("merge:helper-checked-frozen");
-            let mut path = Path::new();
-            let Some((parent, p_state, p_node)) =
-                self.descend(Target::At(low), level + 1, &mut path, guard)
-            else {
+        if !committed {
+            if !self.delete_index_term(r, r_state, frozen, guard) {
                 return false;
-            };
-            match route(p_node, Target::At(low)) {
-                Route::Child(child) if child == r => {
-                    if p_node.base_page().low() == low {
-                        // The parent split at R's low key after the remove: withdraw it.
-                        if self.table.restore(
-                            r,
-                            r_state,
-                            Shared::from(frozen as *const Node),
-                            guard,
-                        ) {
-                            self.table.retire(r_state, guard);
-                            self.stats.withdrawn_merges.incr();
-                        }
-                        return false;
-                    }
-                    let kind = Kind::IndexTermDelete {
-                        separator: low.into(),
-                    };
-                    let delta = Owned::new(Node::delta(p_node, p_node.record_count - 1, kind));
-                    self.stats.cas_attempts.incr();
-                    match self.table.update_d(parent, p_state, delta, guard) {
-                        Ok(_) => {
-                            pause_point("merge:index-term-delete-installed");
-                            break;
-                        }
-                        Err((abandoned, _)) => {
-                            // The parent changed; route again in its new state.
-                            drop(abandoned);
-                            self.stats.cas_failures.incr();
-                        }
-                    }
-                }
-                Route::Child(_) => break, // another thread posted the delete
-                // `descend` stopped at this state because it routes `low` to a child.
-                Route::Right { .. } | Route::Removed | Route::Here => {
-                    self.stats.restarts.incr();
-                }
             }
-        }
-        // The delete seen (or posted) above belongs to this removal only if R stayed frozen
-        // by `r_state` until now: R's word never returns to a retired state, and after this
-        // removal's delete no parent routes to R again (a frozen page's term is not re-posted),
-        // so no withdrawal can follow. Otherwise this thread is a stale helper: R was
-        // withdrawn (and maybe changed and removed again) while it searched, and merging its
-        // old `frozen` state into the left page would bring back an old copy of R (keys,
-        // bounds and, for an index page, child links). A delete it posted on a withdrawn R is
-        // healed like an unposted split: the left page's side link leads to R, and the next
-        // thread that follows it re-posts R's index term.
-        if self.table.read(r, guard) != r_state {
-            return false;
+            // The commit that ends step 2 (module doc): fails if R was withdrawn since `r_state` was
+            // read (a retired state never comes back while we are pinned), so a stale helper,
+            // whose delete may belong to an earlier removal, never merges an old copy of R; a
+            // delete it posted on a withdrawn R is healed like an unposted split (the left
+            // page's side link leads to R, and the next thread that follows it re-posts R's
+            // index term).
+            let commit = Owned::new(Node::delta(frozen, 0, Kind::RemoveNode { committed: true }));
+            self.stats.cas_attempts.incr();
+            if let Err((abandoned, _)) = self.table.update_r(r, r_state, commit, guard) {
+                drop(abandoned);
+                self.stats.cas_failures.incr();
+                return false; // withdrawn, or committed by another helper that goes on
+            }
+            pause_point("merge:committed");
         }
         // Step 3: the node merge delta on the page left of R.
         loop {
@@ -250,6 +218,72 @@ impl BwTree {
         }
     }
 
+    /// Step 2 of the merge of `r`, frozen by `r_state` above `frozen`: posts the index term
+    /// delete on the parent, or sees it posted. False if R was withdrawn (by this thread, if
+    /// R became a first child) or changed meanwhile, or has no parent level.
+    fn delete_index_term(
+        &self,
+        r: Pid,
+        r_state: Shared<'_, Node>,
+        frozen: &Node,
+        guard: &Guard,
+    ) -> bool {
+        let level = frozen.level;
+        let low: &[u8] = frozen.base_page().low();
+        loop {
+            if self.table.read(r, guard) != r_state {
+                return false; // withdrawn or committed by another thread meanwhile
+            }
+            pause_point("merge:helper-checked-frozen");
+            let mut path = Path::new();
+            let Some((parent, p_state, p_node)) =
+                self.descend(Target::At(low), level + 1, &mut path, guard)
+            else {
+                return false;
+            };
+            match route(p_node, Target::At(low)) {
+                Route::Child(child) if child == r => {
+                    if p_node.base_page().low() == low {
+                        // The parent split at R's low key after the remove: withdraw it, by a
+                        // CAS from the uncommitted remove node delta (fails once committed).
+                        pause_point("merge:withdrawal-decided");
+                        if self.table.restore(
+                            r,
+                            r_state,
+                            Shared::from(frozen as *const Node),
+                            guard,
+                        ) {
+                            self.table.retire(r_state, guard);
+                            self.stats.withdrawn_merges.incr();
+                        }
+                        return false;
+                    }
+                    let kind = Kind::IndexTermDelete {
+                        separator: low.into(),
+                    };
+                    let delta = Owned::new(Node::delta(p_node, p_node.record_count - 1, kind));
+                    self.stats.cas_attempts.incr();
+                    match self.table.update_d(parent, p_state, delta, guard) {
+                        Ok(_) => {
+                            pause_point("merge:index-term-delete-installed");
+                            return true;
+                        }
+                        Err((abandoned, _)) => {
+                            // The parent changed; route again in its new state.
+                            drop(abandoned);
+                            self.stats.cas_failures.incr();
+                        }
+                    }
+                }
+                Route::Child(_) => return true, // another thread posted the delete
+                // `descend` stopped at this state because it routes `low` to a child.
+                Route::Right { .. } | Route::Removed | Route::Here => {
+                    self.stats.restarts.incr();
+                }
+            }
+        }
+    }
+
     /// The parent at `level` that lost the separator `low` may now merge, or collapse if root.
     fn after_index_delete(&self, low: &[u8], level: u32, guard: &Guard) {
         let mut path = Path::new();
@@ -280,7 +314,7 @@ impl BwTree {
         {
             return;
         }
-        let delta = Owned::new(Node::delta(node, 0, Kind::RemoveNode));
+        let delta = Owned::new(Node::delta(node, 0, Kind::RemoveNode { committed: false }));
         self.stats.cas_attempts.incr();
         match self.table.update_d(pid, state, delta, guard) {
             Ok(installed) => {
@@ -353,48 +387,54 @@ mod tests {
         tree
     }
 
-    // Goal: the withdrawal path of a merge (the parent split at the frozen page's low key after
-    // its remove node delta, making it a first child) restores the page and loses nothing.
-    // Method: freeze a middle child of the root by hand, split the root at exactly that
-    // child's low key by hand (as a racing split would), then complete the merge.
-    #[test]
-    fn merge_is_withdrawn_when_the_page_becomes_a_first_child() {
-        let tree = two_level_tree_of_40_keys();
-        let guard = &crossbeam_epoch::pin();
-        let root = tree.root_pid(guard);
-        let (root_state, root_node) = read_node(&tree.table, root, guard).expect("root");
+    /// The second child of the (level 1) root: its low key and PID.
+    fn second_child<'g>(tree: &BwTree, guard: &'g Guard) -> (&'g [u8], Pid) {
+        let (_, root_node) = read_node(&tree.table, tree.root_pid(guard), guard).expect("root");
         assert_eq!(root_node.level, 1, "a two-level tree");
         let entries = view(root_node);
         assert!(entries.records.len() >= 3, "the root has several children");
-        let (r_low, r_pid) = (entries.records[1].0, decode_pid(entries.records[1].1));
-        // Step 1 by hand: freeze R.
-        let (r_state, r_node) = read_node(&tree.table, r_pid, guard).expect("child");
-        let remove = Owned::new(Node::delta(r_node, 0, Kind::RemoveNode));
-        assert!(tree.table.update_d(r_pid, r_state, remove, guard).is_ok());
-        // A racing split of the root at R's low key.
-        let right = BasePage::build(
-            r_low,
-            None,
-            crate::delta::NO_PID,
-            entries.records[1..].iter().copied(),
-        );
+        (entries.records[1].0, decode_pid(entries.records[1].1))
+    }
+
+    /// Step 1 of a merge by hand: a remove node delta on `pid`.
+    fn freeze(tree: &BwTree, pid: Pid, guard: &Guard) {
+        let (state, node) = read_node(&tree.table, pid, guard).expect("a live page");
+        let remove = Owned::new(Node::delta(node, 0, Kind::RemoveNode { committed: false }));
+        assert!(tree.table.update_d(pid, state, remove, guard).is_ok());
+    }
+
+    /// Splits the (level 1) root at the separator `at` by hand, as a racing split would, and
+    /// completes the split (a new root grows over both halves); returns the right half.
+    fn split_root_by_hand(tree: &BwTree, at: &[u8], guard: &Guard) -> Pid {
+        let root = tree.root_pid(guard);
+        let (root_state, root_node) = read_node(&tree.table, root, guard).expect("root");
+        let entries = view(root_node);
+        let left = entries
+            .records
+            .iter()
+            .position(|&(separator, _)| separator == at)
+            .expect("`at` is a separator of the root");
+        let right = BasePage::build(at, None, NO_PID, entries.records[left..].iter().copied());
         let q = tree.table.allocate();
         tree.table
             .install_new(q, Owned::new(Node::base(1, right)), guard);
         let split = Kind::Split {
-            separator: r_low.into(),
+            separator: at.into(),
             side_link: q,
         };
-        let delta = Owned::new(Node::delta(root_node, 1, split));
+        let left = u32::try_from(left).expect("small");
+        let delta = Owned::new(Node::delta(root_node, left, split));
         assert!(tree.table.update_d(root, root_state, delta, guard).is_ok());
-        assert!(tree.complete_split(Path::new(), root, 1, r_low, q, guard));
-        // Completing the merge finds R a first child and withdraws it.
-        assert!(!tree.complete_merge(r_pid, guard));
-        let (_, restored) = read_node(&tree.table, r_pid, guard).expect("R is still a page");
-        assert!(!matches!(restored.kind, Kind::RemoveNode));
-        let stats = tree.stats();
-        assert_eq!(stats.counter(counter_names::WITHDRAWN_MERGES), Some(1));
-        assert_eq!(stats.key_count, 40);
+        assert!(tree.complete_split(Path::new(), root, 1, at, q, guard));
+        q
+    }
+
+    /// Checks that the tree holds exactly the keys `0..40` but `missing`, by scan and get.
+    fn check_keys(tree: &BwTree, missing: Option<&[u8]>) {
+        let want: Vec<Vec<u8>> = (0..40u32)
+            .map(|i| i.to_be_bytes().to_vec())
+            .filter(|k| Some(&k[..]) != missing)
+            .collect();
         let mut keys = Vec::new();
         tree.scan(
             Bound::Unbounded,
@@ -405,10 +445,91 @@ mod tests {
                 ControlFlow::Continue(())
             },
         );
-        let want: Vec<Vec<u8>> = (0..40u32).map(|i| i.to_be_bytes().to_vec()).collect();
         assert_eq!(keys, want);
         let mut out = Vec::new();
         assert!(want.iter().all(|k| tree.get(k, &mut out)));
+        if let Some(missing) = missing {
+            assert!(
+                !tree.get(missing, &mut out),
+                "the removed key stays removed"
+            );
+        }
+        assert_eq!(tree.stats().key_count, want.len() as u64);
+    }
+
+    /// Serializes the tests that set the process-wide pause hook.
+    #[cfg(feature = "pause-points")]
+    fn hook_lock() -> std::sync::MutexGuard<'static, ()> {
+        static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        LOCK.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Sets a pause hook that stops, once each, the thread named `stops[i].0` at the pause
+    /// point `stops[i].1`; returns per stop the barrier passed once the thread is paused there
+    /// and the barrier that releases it.
+    #[cfg(feature = "pause-points")]
+    fn pause_threads_at(
+        stops: &'static [(&'static str, &'static str)],
+    ) -> Vec<[std::sync::Arc<std::sync::Barrier>; 2]> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{Arc, Barrier};
+        let barriers: Vec<[Arc<Barrier>; 2]> = stops
+            .iter()
+            .map(|_| std::array::from_fn(|_| Arc::new(Barrier::new(2))))
+            .collect();
+        let armed: Vec<AtomicBool> = stops.iter().map(|_| AtomicBool::new(true)).collect();
+        let hook_barriers = barriers.clone();
+        crate::smo::set_pause_hook(Some(Arc::new(move |point| {
+            let thread = std::thread::current();
+            let Some(i) = stops
+                .iter()
+                .position(|&stop| (thread.name(), point) == (Some(stop.0), stop.1))
+            else {
+                return;
+            };
+            if armed[i].swap(false, Ordering::SeqCst) {
+                hook_barriers[i][0].wait();
+                hook_barriers[i][1].wait();
+            }
+        })));
+        barriers
+    }
+
+    /// Runs `complete_merge(r)` on a thread named `name` within `scope`.
+    #[cfg(feature = "pause-points")]
+    fn complete_merge_on<'scope>(
+        scope: &'scope std::thread::Scope<'scope, '_>,
+        name: &str,
+        tree: &'scope BwTree,
+        r: Pid,
+    ) -> std::thread::ScopedJoinHandle<'scope, bool> {
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn_scoped(scope, move || {
+                tree.complete_merge(r, &crossbeam_epoch::pin())
+            })
+            .expect("spawn")
+    }
+
+    // Goal: the withdrawal path of a merge (the parent split at the frozen page's low key after
+    // its remove node delta, making it a first child) restores the page and loses nothing.
+    // Method: freeze a middle child of the root by hand, split the root at exactly that
+    // child's low key by hand (as a racing split would), then complete the merge.
+    #[test]
+    fn merge_is_withdrawn_when_the_page_becomes_a_first_child() {
+        let tree = two_level_tree_of_40_keys();
+        let guard = &crossbeam_epoch::pin();
+        let (r_low, r_pid) = second_child(&tree, guard);
+        freeze(&tree, r_pid, guard);
+        split_root_by_hand(&tree, r_low, guard);
+        // Completing the merge finds R a first child and withdraws it.
+        assert!(!tree.complete_merge(r_pid, guard));
+        let (_, restored) = read_node(&tree.table, r_pid, guard).expect("R is still a page");
+        assert!(!matches!(restored.kind, Kind::RemoveNode { .. }));
+        let stats = tree.stats();
+        assert_eq!(stats.counter(counter_names::WITHDRAWN_MERGES), Some(1));
+        check_keys(&tree, None);
     }
 
     // Goal (regression): a stale helper of a merge that was withdrawn must not merge the page's
@@ -421,88 +542,33 @@ mod tests {
     #[cfg(feature = "pause-points")]
     #[test]
     fn stale_helper_of_a_withdrawn_merge_does_not_merge_an_old_copy() {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        use std::sync::{Arc, Barrier};
-
+        let _serial = hook_lock();
         let tree = two_level_tree_of_40_keys();
         let guard = &crossbeam_epoch::pin();
-        let root = tree.root_pid(guard);
-        let (root_state, root_node) = read_node(&tree.table, root, guard).expect("root");
-        assert_eq!(root_node.level, 1, "a two-level tree");
-        let entries = view(root_node);
-        assert!(entries.records.len() >= 3, "the root has several children");
-        let (r_low, r_pid) = (entries.records[1].0, decode_pid(entries.records[1].1));
-        let freeze = |pid: Pid| {
-            let (state, node) = read_node(&tree.table, pid, guard).expect("a live page");
-            let remove = Owned::new(Node::delta(node, 0, Kind::RemoveNode));
-            assert!(tree.table.update_d(pid, state, remove, guard).is_ok());
-        };
-        // Two pauses: the stale helper after its frozen check, the second helper after its
-        // index term delete.
-        let barriers: [Arc<Barrier>; 4] = std::array::from_fn(|_| Arc::new(Barrier::new(2)));
-        let armed = [
-            Arc::new(AtomicBool::new(true)),
-            Arc::new(AtomicBool::new(true)),
-        ];
-        {
-            let (b, armed) = (barriers.clone(), armed.clone());
-            crate::smo::set_pause_hook(Some(Arc::new(move |point| {
-                let which = match (std::thread::current().name(), point) {
-                    (Some("stale"), "merge:helper-checked-frozen") => 0,
-                    (Some("second"), "merge:index-term-delete-installed") => 1,
-                    _ => return,
-                };
-                if armed[which].swap(false, Ordering::SeqCst) {
-                    b[2 * which].wait();
-                    b[2 * which + 1].wait();
-                }
-            })));
-        }
+        let (r_low, r_pid) = second_child(&tree, guard);
+        let stops = pause_threads_at(&[
+            ("stale", "merge:helper-checked-frozen"),
+            ("second", "merge:index-term-delete-installed"),
+        ]);
         std::thread::scope(|scope| {
-            freeze(r_pid);
-            let stale = std::thread::Builder::new()
-                .name("stale".into())
-                .spawn_scoped(scope, || {
-                    tree.complete_merge(r_pid, &crossbeam_epoch::pin())
-                })
-                .expect("spawn");
-            barriers[0].wait(); // the stale helper is paused with R's first remove delta
-                                // The merge is withdrawn: the root splits at R's low key, R becomes a first child.
-            let right = BasePage::build(
-                r_low,
-                None,
-                crate::delta::NO_PID,
-                entries.records[1..].iter().copied(),
-            );
-            let q = tree.table.allocate();
-            tree.table
-                .install_new(q, Owned::new(Node::base(1, right)), guard);
-            let split = Kind::Split {
-                separator: r_low.into(),
-                side_link: q,
-            };
-            let delta = Owned::new(Node::delta(root_node, 1, split));
-            assert!(tree.table.update_d(root, root_state, delta, guard).is_ok());
-            assert!(tree.complete_split(Path::new(), root, 1, r_low, q, guard));
+            freeze(&tree, r_pid, guard);
+            let stale = complete_merge_on(scope, "stale", &tree, r_pid);
+            stops[0][0].wait(); // the stale helper is paused with R's first remove delta
+            let q = split_root_by_hand(&tree, r_low, guard);
             assert!(!tree.complete_merge(r_pid, guard), "withdrawn");
             // R changes, then becomes a middle child again (Q merged back) and is removed again.
             assert!(tree.remove(r_low));
-            freeze(q);
+            freeze(&tree, q, guard);
             assert!(
                 tree.complete_merge(q, guard),
                 "Q merged back into the old root"
             );
-            freeze(r_pid);
-            let second = std::thread::Builder::new()
-                .name("second".into())
-                .spawn_scoped(scope, || {
-                    tree.complete_merge(r_pid, &crossbeam_epoch::pin())
-                })
-                .expect("spawn");
-            barriers[2].wait(); // the second helper posted R's index term delete
-            barriers[1].wait(); // release the stale helper first
+            freeze(&tree, r_pid, guard);
+            let second = complete_merge_on(scope, "second", &tree, r_pid);
+            stops[1][0].wait(); // the second helper posted R's index term delete
+            stops[0][1].wait(); // release the stale helper first
             let stale_merged = stale.join().expect("stale helper");
-            barriers[3].wait();
+            stops[1][1].wait();
             let second_merged = second.join().expect("second helper");
             assert!(
                 !stale_merged,
@@ -511,24 +577,56 @@ mod tests {
             assert!(second_merged, "the second merge completes");
         });
         crate::smo::set_pause_hook(None);
-        let mut out = Vec::new();
-        assert!(!tree.get(r_low, &mut out), "the removed key stays removed");
-        let mut keys = Vec::new();
-        tree.scan(
-            Bound::Unbounded,
-            Bound::Unbounded,
-            Order::Ascending,
-            &mut |k, _| {
-                keys.push(k.to_vec());
-                ControlFlow::Continue(())
-            },
-        );
-        let want: Vec<Vec<u8>> = (0..40u32)
-            .map(|i| i.to_be_bytes().to_vec())
-            .filter(|k| k[..] != *r_low)
-            .collect();
-        assert_eq!(keys, want);
-        assert!(want.iter().all(|k| tree.get(k, &mut out)));
-        assert_eq!(tree.stats().key_count, 39);
+        check_keys(&tree, Some(r_low));
+    }
+
+    // Goal (regression, issue 12 item 5): a merge is withdrawn or completed, never both. A
+    // helper that found R a first child used to restore R's frozen state after another helper
+    // (that found R a middle child again) had passed its re-check and installed the node merge
+    // delta: the frozen state then had two owners (double free, lost writes).
+    // Method: R frozen; the root split at R's low key by hand makes R a first child; a helper
+    // decides to withdraw and is paused before its CAS; Q is merged back, so R is a middle
+    // child again; a second helper completes the merge and is paused right after its node
+    // merge delta; then the first helper goes on, then the second.
+    #[cfg(feature = "pause-points")]
+    #[test]
+    fn a_merge_is_never_both_withdrawn_and_completed() {
+        let _serial = hook_lock();
+        let tree = two_level_tree_of_40_keys();
+        let guard = &crossbeam_epoch::pin();
+        let (r_low, r_pid) = second_child(&tree, guard);
+        let stops = pause_threads_at(&[
+            ("withdrawer", "merge:withdrawal-decided"),
+            ("merger", "merge:node-merge-installed"),
+        ]);
+        let (withdrawer_merged, merger_merged) = std::thread::scope(|scope| {
+            freeze(&tree, r_pid, guard);
+            let q = split_root_by_hand(&tree, r_low, guard);
+            let withdrawer = complete_merge_on(scope, "withdrawer", &tree, r_pid);
+            stops[0][0].wait(); // it found R a first child, about to withdraw
+            freeze(&tree, q, guard);
+            assert!(
+                tree.complete_merge(q, guard),
+                "Q merged back into the old root"
+            );
+            let merger = complete_merge_on(scope, "merger", &tree, r_pid);
+            stops[1][0].wait(); // R's keys are in its left sibling now
+            stops[0][1].wait();
+            let withdrawer_merged = withdrawer.join().expect("withdrawer");
+            stops[1][1].wait();
+            (withdrawer_merged, merger.join().expect("merger"))
+        });
+        crate::smo::set_pause_hook(None);
+        let withdrawn = tree.stats().counter(counter_names::WITHDRAWN_MERGES);
+        if withdrawn != Some(0) && merger_merged {
+            // R's frozen state has two owners: forget the tree so that this failure is
+            // reported instead of a double free.
+            std::mem::forget(tree);
+            panic!("the merge was both withdrawn and completed (withdrawn: {withdrawn:?})");
+        }
+        assert!(!withdrawer_merged);
+        assert!(merger_merged, "the merge completes");
+        assert!(read_node(&tree.table, r_pid, guard).is_none(), "R is freed");
+        check_keys(&tree, None);
     }
 }

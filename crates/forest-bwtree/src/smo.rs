@@ -17,7 +17,11 @@
 //! - `merge:helper-checked-frozen`: a thread completing a merge has checked that the page is
 //!   still frozen by the remove node delta it read, before it searches the parent (not after
 //!   a CAS: it lets a test make that thread a stale helper);
-//! - `merge:index-term-delete-installed`: index term delete, before the node merge delta;
+//! - `merge:withdrawal-decided`: a thread completing a merge found the page a first child,
+//!   before its CAS that withdraws the merge (not after a CAS either);
+//! - `merge:index-term-delete-installed`: index term delete, before the commit;
+//! - `merge:committed`: the commit (remove node delta made committed), before the node merge
+//!   delta;
 //! - `merge:node-merge-installed`: node merge delta, before the PID is freed;
 //! - `merge:root-remove-installed`: a one-child root frozen, before the root PID swap.
 

@@ -165,7 +165,7 @@ impl BwTree {
                 Route::Child(_) => {
                     // Not posted, or posted and since merged away: tell them apart by Q.
                     let high = match read_node(&self.table, side_link, guard) {
-                        Some((_, right)) if !matches!(right.kind, Kind::RemoveNode) => {
+                        Some((_, right)) if !matches!(right.kind, Kind::RemoveNode { .. }) => {
                             right.bounds().0
                         }
                         _ => return false,
@@ -245,7 +245,7 @@ impl BwTree {
         guard: &Guard,
     ) -> bool {
         match read_node(&self.table, side_link, guard) {
-            Some((_, right)) if !matches!(right.kind, Kind::RemoveNode) => {}
+            Some((_, right)) if !matches!(right.kind, Kind::RemoveNode { .. }) => {}
             _ => return false, // merged away: the split was completed and undone
         }
         let left = pid.to_le_bytes();

@@ -207,6 +207,11 @@ impl<T: PageState> MappingTable<T> {
     /// Reinstalls `restore`, a state already owned by the page (e.g. the state below a delta
     /// being withdrawn), by a CAS from `expected`. Nothing is retired: the caller retires
     /// `expected`'s own memory with [`Self::retire`] if the CAS succeeds.
+    ///
+    /// Precondition: no one else took ownership of `restore` while `expected` was installed.
+    /// The access method makes that one CAS on this word: e.g. forest-bwtree commits a merge
+    /// by replacing `expected` before handing `restore` to another page, so a restore that
+    /// follows fails.
     pub fn restore<'g>(
         &self,
         pid: Pid,
