@@ -2,19 +2,25 @@
 //! (STYLE.md §1 "all I/O through one trait"; issue 5 "I/O errors" and "Power loss").
 //!
 //! A store lives in one flat directory. [`Dir`] creates, opens, lists, renames and removes
-//! the files in it and syncs the directory itself; [`File`] reads, appends, writes at an
+//! the files in it, syncs the directory itself and syncs its parent (where the directory's
+//! own name lives); [`File`] reads, appends, writes at an
 //! offset, truncates and syncs one file's data. Two implementations (and [`MemFile`], a
 //! read-only file over bytes in memory for the decoders' tests and fuzz targets):
 //! - [`OsDir`]: `std::fs`, with real `fdatasync` for files and a real `fsync` of the directory
-//!   (Linux needs it for a created or renamed name to survive a power loss).
-//! - [`SimDir`]: an in-memory disk for tests that keeps live and durable bytes per file and a
-//!   live and durable name table, drops what was not synced at [`SimDir::crash`] (keeping a
-//!   random prefix, perhaps with a torn last page), and fails the Nth write or sync on
-//!   request ([`FaultPlan`]).
+//!   (Linux needs it for a created or renamed name to survive a power loss); opening creates
+//!   missing directories and fsyncs the parent of each.
+//! - [`SimDir`]: an in-memory disk for tests that keeps live and durable bytes per file, a
+//!   live and durable name table and whether the directory's own entry is durable, drops
+//!   what was not synced at [`SimDir::crash`] (keeping a random prefix, perhaps with a torn
+//!   last page) or [`SimDir::crash_scatter`] (keeping any subset of the unsynced pages), and
+//!   fails the Nth write or sync on request ([`FaultPlan`]).
 //!
 //! Invariants every implementation keeps:
 //! - Bytes are durable only after [`File::sync`] returns `Ok` on that file; a name (create,
-//!   rename, remove) is durable only after [`Dir::sync_dir`] returns `Ok`.
+//!   rename, remove) is durable only after [`Dir::sync_dir`] returns `Ok`; a directory just
+//!   created, with everything in it, is durable only after [`Dir::sync_parent`] returns `Ok`.
+//! - Unsynced pages reach the disk in any order, not as a prefix: after a power loss a file
+//!   may hold a later unsynced page and not an earlier one, with zeros in the hole.
 //! - [`Dir::rename`] is atomic: after any crash the target names either the old file or the
 //!   new one, never a mix.
 //! - After [`File::sync`] fails, the file's unsynced bytes are in an unknown state (Linux
@@ -92,6 +98,11 @@ pub trait Dir: Send + Sync {
     fn remove(&self, name: &str) -> Result<()>;
     /// Makes the directory's names durable (creates, renames, removes so far).
     fn sync_dir(&self) -> Result<()>;
+    /// Makes the directory's own entry in its parent durable (an fsync of the parent): until
+    /// then a power loss may remove a just-created directory with all its files. Call it at
+    /// every open, before trusting anything written: it costs one fsync, is harmless for an
+    /// old directory, and covers one created by an opener that died before syncing it.
+    fn sync_parent(&self) -> Result<()>;
     /// Takes the directory's exclusive lock (one open store per directory); fails at once,
     /// naming the directory, if another opener holds it. Dropping the [`DirLock`] releases it.
     fn lock(&self) -> Result<DirLock>;

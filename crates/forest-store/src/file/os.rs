@@ -5,10 +5,16 @@
 //! handle is the only writer of its file, as the store's per-shard logs are. `sync` is
 //! `fdatasync` (`sync_data`): the store never relies on timestamps, and a grown length is
 //! metadata that `fdatasync` does flush.
+//!
+//! A directory's name lives in its parent, so [`OsDir::open`] fsyncs the parent of every
+//! directory it creates (outermost first) before returning: without that a power loss may
+//! remove the new store directory with everything synced inside it. Ancestors that an earlier
+//! opener created and died before syncing are beyond it; [`Dir::sync_parent`] covers the
+//! store directory itself.
 
 use std::fs;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use forest_core::Result;
 
@@ -21,12 +27,65 @@ pub struct OsDir {
 }
 
 impl OsDir {
-    /// Opens the directory `path`, creating it (and its parents) if missing.
+    /// Opens the directory `path`, creating it (and its parents) if missing and making each
+    /// created name durable by an fsync of its parent.
     pub fn open(path: impl Into<PathBuf>) -> Result<Self> {
         let path = path.into();
-        fs::create_dir_all(&path).map_err(|e| io_error(&path, "create directory", e))?;
+        for created in create_missing(&path)? {
+            if let Some(parent) = parent_of(&created)? {
+                sync_dir_at(&parent)?;
+            }
+        }
         Ok(Self { path })
     }
+}
+
+/// Creates `path` and its missing ancestors, as `fs::create_dir_all` does; returns the ones
+/// this call created, outermost first.
+fn create_missing(path: &Path) -> Result<Vec<PathBuf>> {
+    let mut created = Vec::new();
+    create_tree(path, &mut created)?;
+    Ok(created)
+}
+
+fn create_tree(path: &Path, created: &mut Vec<PathBuf>) -> Result<()> {
+    if path.as_os_str().is_empty() || path.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = path.parent() {
+        create_tree(parent, created)?;
+    }
+    match fs::create_dir(path) {
+        Ok(()) => {
+            created.push(path.to_path_buf());
+            Ok(())
+        }
+        // Another opener created it meanwhile; its parent sync is that opener's.
+        Err(_) if path.is_dir() => Ok(()),
+        Err(e) => Err(io_error(path, "create directory", e)),
+    }
+}
+
+/// The directory that holds `path`'s own entry, or `None` for the root, which has none.
+fn parent_of(path: &Path) -> Result<Option<PathBuf>> {
+    match path.components().next_back() {
+        Some(Component::Normal(_)) => Ok(Some(match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+            _ => PathBuf::from("."),
+        })),
+        // `.`, `..` or `/`: the lexical parent is not where the entry lives.
+        _ => {
+            let real = fs::canonicalize(path).map_err(|e| io_error(path, "resolve", e))?;
+            Ok(real.parent().map(Path::to_path_buf))
+        }
+    }
+}
+
+/// Fsyncs the directory `path`, which Linux needs to make its entries durable.
+fn sync_dir_at(path: &Path) -> Result<()> {
+    let dir = fs::File::open(path).map_err(|e| io_error(path, "open", e))?;
+    dir.sync_all()
+        .map_err(|e| io_error(path, "fsync directory", e))
 }
 
 /// One file of an [`OsDir`].
@@ -168,10 +227,14 @@ impl Dir for OsDir {
     }
 
     fn sync_dir(&self) -> Result<()> {
-        // Linux makes a directory's entries durable only through an fsync of the directory.
-        let dir = fs::File::open(&self.path).map_err(|e| io_error(&self.path, "open", e))?;
-        dir.sync_all()
-            .map_err(|e| io_error(&self.path, "fsync directory", e))
+        sync_dir_at(&self.path)
+    }
+
+    fn sync_parent(&self) -> Result<()> {
+        match parent_of(&self.path)? {
+            Some(parent) => sync_dir_at(&parent),
+            None => Ok(()),
+        }
     }
 }
 
@@ -222,5 +285,60 @@ mod tests {
         assert!(text.contains("open"), "{text}");
         let text = dir.create("../escape").err().unwrap().to_string();
         assert!(text.contains("plain file name"), "{text}");
+    }
+
+    #[test]
+    fn open_creates_missing_ancestors_outermost_first() {
+        // Goal: open creates every missing directory and reports each, outermost first, so
+        // each parent is fsynced before its child's. Method: create a three-deep path with
+        // the helper open uses, call it again, then open a fresh path and sync its parent.
+        let tmp = tempfile::tempdir().unwrap();
+        let a = tmp.path().join("a");
+        let c = a.join("b").join("c");
+        assert_eq!(
+            create_missing(&c).unwrap(),
+            vec![a.clone(), a.join("b"), c.clone()]
+        );
+        assert!(c.is_dir());
+        assert_eq!(create_missing(&c).unwrap(), Vec::<PathBuf>::new());
+        let dir = OsDir::open(tmp.path().join("x").join("store")).unwrap();
+        assert!(dir.path().is_dir());
+        dir.sync_parent().unwrap();
+    }
+
+    #[test]
+    fn parent_of_finds_the_directory_holding_the_entry() {
+        // Goal: the parent fsynced is where the name lives, also for `.`/`..` paths. Method:
+        // lexical and resolved cases.
+        assert_eq!(parent_of(Path::new("a/b")).unwrap(), Some("a".into()));
+        assert_eq!(parent_of(Path::new("b")).unwrap(), Some(".".into()));
+        assert_eq!(parent_of(Path::new("b/.")).unwrap(), Some(".".into()));
+        assert_eq!(parent_of(Path::new("/")).unwrap(), None);
+        let tmp = tempfile::tempdir().unwrap();
+        fs::create_dir(tmp.path().join("sub")).unwrap();
+        let real = fs::canonicalize(tmp.path()).unwrap();
+        assert_eq!(
+            parent_of(&tmp.path().join("sub").join("..")).unwrap(),
+            real.parent().map(Path::to_path_buf)
+        );
+    }
+
+    #[test]
+    fn open_and_sync_parent_errors_name_the_path() {
+        // Goal: a failed create or parent sync says which directory and which operation.
+        // Method: open below a regular file; sync the parent of a store whose parent was
+        // removed.
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("plain");
+        fs::write(&file, b"x").unwrap();
+        let text = OsDir::open(file.join("store")).err().unwrap().to_string();
+        assert!(text.contains("create directory"), "{text}");
+        assert!(text.contains(&file.display().to_string()), "{text}");
+        let gone = tmp.path().join("gone");
+        let dir = OsDir::open(gone.join("store")).unwrap();
+        fs::remove_dir_all(&gone).unwrap();
+        let text = dir.sync_parent().err().unwrap().to_string();
+        assert!(text.starts_with("open "), "{text}");
+        assert!(text.contains(&gone.display().to_string()), "{text}");
     }
 }
