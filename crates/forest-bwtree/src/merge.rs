@@ -39,9 +39,10 @@
 //! Other choices: R must be reached by its parent (its index term posted) and must not be its
 //! parent's first child. A small first child (or leftmost page of a level) cannot merge left;
 //! it absorbs its right sibling instead when the two fit in one page, so that deletes shrink
-//! the tree everywhere. A root index page left
-//! with one child and no pending split is collapsed: a remove node delta freezes it, the root
-//! PID is swapped to the child by a CAS, and the old root is freed.
+//! the tree everywhere. A root index page left with one child and no pending split is
+//! collapsed once that child has no side link (no pending split or merge to its right, whose
+//! helpers would need the root's level): a remove node delta freezes it, the root PID is
+//! swapped to the child by a CAS, and the old root is freed.
 
 use crossbeam_epoch::{Guard, Owned, Shared};
 use forest_llama::Pid;
@@ -298,8 +299,18 @@ impl BwTree {
         }
     }
 
-    /// Freezes the root if it is an index page with one child and no pending split, then
-    /// collapses it.
+    /// Freezes the root if it is an index page with one child and no pending split, and the
+    /// child has no side link, then collapses it.
+    ///
+    /// A sole child with a side link has a pending SMO to its right: its own split (not yet
+    /// posted) or the merge of its right sibling R, whose separator is deleted but whose node
+    /// merge delta is not yet installed. Collapsing then would leave an uncommitted R without
+    /// a parent level, so no helper could finish its parent update and, R being frozen,
+    /// `grow_root` refuses to put a level back: descents to R's keys would restart until the
+    /// thread that posted the delete went on. The child is read after `state` was, and the
+    /// freeze is a CAS from `state`, so no delete or index term was posted in between; the
+    /// merge or split completes first, and its thread offers the collapse again
+    /// (`after_index_delete`).
     fn collapse_root<'g>(
         &self,
         pid: Pid,
@@ -313,6 +324,13 @@ impl BwTree {
             || self.root_pid(guard) != pid
         {
             return;
+        }
+        let Some(&(_, child)) = view(node).records.first() else {
+            return;
+        };
+        match read_node(&self.table, decode_pid(child), guard) {
+            Some((_, child)) if child.bounds().1 == NO_PID => {}
+            _ => return,
         }
         let delta = Owned::new(Node::delta(node, 0, Kind::RemoveNode { committed: false }));
         self.stats.cas_attempts.incr();
@@ -374,6 +392,11 @@ mod tests {
     /// Keys 0..40 in pages of 16 under one root, merging only by hand (merge threshold 0) and
     /// consolidating late, so the tests freeze and split pages themselves.
     fn two_level_tree_of_40_keys() -> BwTree {
+        two_level_tree(40)
+    }
+
+    /// Keys `0..count` in pages of 16 as above.
+    fn two_level_tree(count: u32) -> BwTree {
         let tree = BwTree::with_config(BwTreeConfig {
             max_records_per_page: 16,
             consolidate_threshold: 8,
@@ -381,7 +404,7 @@ mod tests {
             read_consolidate_threshold: 8,
         })
         .expect("valid config");
-        for i in 0..40u32 {
+        for i in 0..count {
             tree.insert(&i.to_be_bytes(), b"v").expect("insert");
         }
         tree
@@ -392,7 +415,7 @@ mod tests {
         let (_, root_node) = read_node(&tree.table, tree.root_pid(guard), guard).expect("root");
         assert_eq!(root_node.level, 1, "a two-level tree");
         let entries = view(root_node);
-        assert!(entries.records.len() >= 3, "the root has several children");
+        assert!(entries.records.len() >= 2, "the root has a second child");
         (entries.records[1].0, decode_pid(entries.records[1].1))
     }
 
@@ -628,5 +651,69 @@ mod tests {
         assert!(merger_merged, "the merge completes");
         assert!(read_node(&tree.table, r_pid, guard).is_none(), "R is freed");
         check_keys(&tree, None);
+    }
+
+    // Goal (regression, issue 12 item 6): a root is not collapsed while its sole child's right
+    // sibling is half merged (its separator deleted, the node merge delta not yet installed).
+    // Collapsing then left the frozen page without a parent level: no helper could post or
+    // see its parent update, and `grow_root` refuses a frozen right page, so every descent to
+    // its keys restarted until the paused merger went on.
+    // Method: a root over two leaves A and B; B frozen, its merger paused right after the
+    // index term delete; the root, left with one child, is offered a collapse (as a late
+    // `after_index_delete` would); then a reader of every key must finish while the merger
+    // stays paused (time bound as a hang detector).
+    #[cfg(feature = "pause-points")]
+    #[test]
+    fn no_root_collapse_over_a_half_merged_child() {
+        const HANG_SECONDS: u64 = 30;
+        let _serial = hook_lock();
+        let tree = two_level_tree(20);
+        for i in 10..20u32 {
+            // B keeps two keys, so A does not split again once it absorbed B.
+            assert!(tree.remove(&i.to_be_bytes()));
+        }
+        let guard = &crossbeam_epoch::pin();
+        let root = tree.root_pid(guard);
+        let (_, root_node) = read_node(&tree.table, root, guard).expect("root");
+        assert_eq!(view(root_node).records.len(), 2, "a root over two leaves");
+        let (_, b_pid) = second_child(&tree, guard);
+        let stops = pause_threads_at(&[("merger", "merge:index-term-delete-installed")]);
+        let (reader_finished, merger_merged) = std::thread::scope(|scope| {
+            freeze(&tree, b_pid, guard);
+            let merger = complete_merge_on(scope, "merger", &tree, b_pid);
+            stops[0][0].wait(); // B's separator is deleted, its keys not yet in A
+            let (root_state, root_node) = read_node(&tree.table, root, guard).expect("root");
+            assert_eq!(root_node.record_count, 1, "the root has one child left");
+            tree.merge(root, root_state, root_node, guard);
+            let (done, finished) = std::sync::mpsc::channel();
+            let tree = &tree;
+            let reader = scope.spawn(move || {
+                let mut out = Vec::new();
+                for i in 0..10u32 {
+                    assert!(tree.get(&i.to_be_bytes(), &mut out), "key {i}");
+                }
+                done.send(()).expect("the test waits");
+            });
+            let wait = std::time::Duration::from_secs(HANG_SECONDS);
+            let reader_finished = finished.recv_timeout(wait).is_ok();
+            stops[0][1].wait(); // release the merger (lets a livelocked reader finish too)
+            reader.join().expect("reader");
+            (reader_finished, merger.join().expect("merger"))
+        });
+        crate::smo::set_pause_hook(None);
+        assert!(
+            reader_finished,
+            "readers livelocked for {HANG_SECONDS} s while the merger was paused"
+        );
+        assert!(!merger_merged, "the reader completed the merge");
+        let stats = tree.stats();
+        assert_eq!(stats.counter(counter_names::ROOT_COLLAPSES), Some(1));
+        assert_eq!(
+            stats.height, 1,
+            "the root collapsed once the merge was done"
+        );
+        let mut out = Vec::new();
+        assert!((0..10u32).all(|i| tree.get(&i.to_be_bytes(), &mut out)));
+        assert_eq!(stats.key_count, 10);
     }
 }
