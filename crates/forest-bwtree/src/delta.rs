@@ -29,7 +29,8 @@
 //!   A merge is withdrawn (CAS from the uncommitted remove node delta back to the frozen
 //!   state) or committed (CAS from it to a committed one, before the node merge delta), and
 //!   one CAS on the same word decides which. So a frozen state is freed exactly once: with the
-//!   left sibling's chain, or with its page after a withdrawal.
+//!   left sibling's chain, with its page after a withdrawal, or, when the tree drops before
+//!   the merge completed, with its page then (`BwTree::give_back_frozen_states`).
 //! - A freed node's allocation may be reused for a new node by the thread that freed it
 //!   ([`Node::into_owned`]): only after its contents were dropped, and only as a fresh node.
 //!   Pinned readers never see it (the node was unreachable before the epoch drained); code

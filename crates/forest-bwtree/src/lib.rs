@@ -185,6 +185,13 @@ pub struct BwTree {
     stats: Stats,
 }
 
+impl Drop for BwTree {
+    fn drop(&mut self) {
+        // A merge begun and not completed: its frozen state goes back to its page (merge.rs).
+        self.give_back_frozen_states();
+    }
+}
+
 impl Default for BwTree {
     fn default() -> Self {
         Self::new()

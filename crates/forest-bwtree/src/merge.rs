@@ -36,6 +36,9 @@
 //! R after another helper, which found R a middle child again, had passed its check and
 //! installed the node merge delta: both then owned the frozen state.)
 //!
+//! A tree dropped while a merge is begun and not completed (a thread panicked in between) gives
+//! each frozen state no node merge delta owns back to its page, which frees it with the table.
+//!
 //! Other choices: R must be reached by its parent (its index term posted) and must not be its
 //! parent's first child. A small first child (or leftmost page of a level) cannot merge left;
 //! it absorbs its right sibling instead when the two fit in one page, so that deletes shrink
@@ -378,6 +381,53 @@ impl BwTree {
         self.table
             .retire(Shared::from(frozen as *const Node), guard);
         true
+    }
+}
+
+impl BwTree {
+    /// Gives every frozen state that no node merge delta owns back to its page, so that the
+    /// table frees it with the page when it drops. For the tree's `Drop`: no operation runs
+    /// then, so a page still frozen has no node merge delta over its frozen state (the thread
+    /// that installs one frees the page in the same call); the search for an owning node merge
+    /// delta covers a thread that panicked in between.
+    pub(crate) fn give_back_frozen_states(&mut self) {
+        let guard = &crossbeam_epoch::pin();
+        let mut frozen_pages = Vec::new();
+        self.table.for_each_state(guard, |pid, state| {
+            if matches!(node_ref(state).kind, Kind::RemoveNode { .. }) {
+                frozen_pages.push((pid, state));
+            }
+        });
+        if frozen_pages.is_empty() {
+            return;
+        }
+        let mut owned = std::collections::HashSet::new();
+        self.table.for_each_state(guard, |_, state| {
+            collect_merged_states(node_ref(state), &mut owned);
+        });
+        for (pid, state) in frozen_pages {
+            let frozen = node_ref(state)
+                .next()
+                .expect("a remove node delta has the frozen state below it");
+            let frozen: *const Node = frozen;
+            if !owned.contains(&frozen) && self.table.restore(pid, state, frozen.into(), guard) {
+                self.table.retire(state, guard);
+            }
+        }
+    }
+}
+
+/// Adds to `owned` every state a node merge delta in `node`'s chain (and the chains it
+/// reaches) points to.
+fn collect_merged_states(node: &Node, owned: &mut std::collections::HashSet<*const Node>) {
+    let mut current = Some(node);
+    while let Some(n) = current {
+        if let Kind::NodeMerge(merge) = &n.kind {
+            if owned.insert(merge.right()) {
+                collect_merged_states(merge.right(), owned);
+            }
+        }
+        current = n.next();
     }
 }
 
