@@ -18,6 +18,10 @@
 //!   has no block); the new key and the permutation are not yet written.
 //! - `get:slot-matched` (§4.6.4, Fig. 7): a reader's `lookup` matched the key to a slot and
 //!   has not yet loaded the slot's value; it holds its version snapshot.
+//! - `scan:before-copy`: a scan holds a border node and its version snapshot and is about to
+//!   copy the node's records.
+//! - `scan:copy-failed`: that copy met a slot mid-change (a layer being installed, a block
+//!   being moved) and the scan is about to try the node again.
 
 /// A hook called at every pause point with its name.
 #[cfg(feature = "pause-points")]

@@ -73,9 +73,13 @@ fn snapshot<const W: usize, const F: usize>(
                 tree.counters.restarts.incr();
                 continue 'top;
             }
+            crate::pause::pause_point("scan:before-copy");
             if copy_node(n, prefix, out, &guard).is_none() {
+                crate::pause::pause_point("scan:copy-failed");
                 tree.counters.retries.incr();
-                v = n.base.version.stable();
+                // As after a failed validation: the node may have split since `v`, its keys
+                // from `slice` on moved right.
+                (n, v) = crate::layer::walk_right(n, slice);
                 continue 'node;
             }
             let next = n.next.load(Ordering::Acquire);

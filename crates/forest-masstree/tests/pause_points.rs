@@ -14,6 +14,7 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
+use forest_core::stats::names;
 use forest_core::{Index, Order};
 use forest_masstree::pause::set_pause_hook;
 use forest_masstree::{Masstree, MasstreeConfig};
@@ -52,6 +53,53 @@ fn spawn_pauser<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> Jo
         .name(PAUSER.into())
         .spawn(f)
         .expect("spawn")
+}
+
+/// One stop of one named thread at one pause point, the first time it gets there.
+struct Gate {
+    point: &'static str,
+    thread: &'static str,
+    armed: AtomicBool,
+    paused: Barrier,
+    release: Barrier,
+}
+
+impl Gate {
+    /// Returns once the thread is stopped here.
+    fn wait_paused(&self) {
+        self.paused.wait();
+    }
+
+    /// Lets the stopped thread go on.
+    fn release(&self) {
+        self.release.wait();
+    }
+}
+
+/// Arms a hook with one gate per `(point, thread)`, returned in that order.
+fn arm_gates<const N: usize>(stops: [(&'static str, &'static str); N]) -> [Arc<Gate>; N] {
+    let gates = stops.map(|(point, thread)| {
+        Arc::new(Gate {
+            point,
+            thread,
+            armed: AtomicBool::new(true),
+            paused: Barrier::new(2),
+            release: Barrier::new(2),
+        })
+    });
+    let hooked = gates.clone();
+    set_pause_hook(Some(Arc::new(move |name| {
+        for g in &hooked {
+            if g.point == name
+                && thread::current().name() == Some(g.thread)
+                && g.armed.swap(false, Ordering::SeqCst)
+            {
+                g.paused.wait();
+                g.release.wait();
+            }
+        }
+    })));
+    gates
 }
 
 fn key(i: u64) -> Vec<u8> {
@@ -304,4 +352,81 @@ fn get_paused_at_matched_slot_while_the_slot_is_reused_65536_times() {
         got.map(|v| String::from_utf8_lossy(&v).into_owned())
     );
     assert_eq!(t.stats().key_count, 15);
+}
+
+#[test]
+fn descending_scan_retrying_a_failed_copy_after_a_split() {
+    // Goal: a scan whose copy of a border node failed (a slot mid-change) and that retries
+    // after the node split finds the keys that moved to the new sibling. Method: 13 keys and a
+    // long key A fill 14 slots of the root border node. A descending scan stops holding the
+    // node's version; a writer inserting a key with A's slice stops with A's slot unstable
+    // (a new layer, §4.6.3); the scan's copy fails there and stops; the writer finishes, two
+    // more keys split the node, and the scan goes on. Every key present throughout must come
+    // back, in order.
+    let _turn = TURN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let t = Arc::new(Masstree::new());
+    let mut long_a = key(55);
+    long_a.extend_from_slice(b"-first");
+    let mut present: Vec<Vec<u8>> = (0..13).map(|i| key(i * 10)).collect();
+    present.push(long_a);
+    for k in &present {
+        assert!(t.insert(k, k).expect("within limits"));
+    }
+    let [before_copy, copy_failed, unstable] = arm_gates([
+        ("scan:before-copy", "scanner"),
+        ("scan:copy-failed", "scanner"),
+        ("layer:unstable", "writer"),
+    ]);
+    let scanner = {
+        let t = Arc::clone(&t);
+        thread::Builder::new()
+            .name("scanner".into())
+            .spawn(move || {
+                let mut got = Vec::new();
+                let order = Order::Descending;
+                t.scan(Bound::Unbounded, Bound::Unbounded, order, &mut |k, _| {
+                    got.push(k.to_vec());
+                    ControlFlow::Continue(())
+                });
+                got
+            })
+            .expect("spawn")
+    };
+    before_copy.wait_paused();
+    let writer = {
+        let t = Arc::clone(&t);
+        thread::Builder::new()
+            .name("writer".into())
+            .spawn(move || {
+                let mut long_b = key(55);
+                long_b.extend_from_slice(b"-second");
+                assert!(t.insert(&long_b, &long_b).expect("within limits"));
+            })
+            .expect("spawn")
+    };
+    unstable.wait_paused();
+    before_copy.release();
+    copy_failed.wait_paused();
+    unstable.release();
+    writer.join().expect("writer");
+    // Inserted in the middle, so half the node's keys move to the new sibling.
+    for k in [key(65), key(75)] {
+        assert!(t.insert(&k, &k).expect("within limits"));
+    }
+    assert_eq!(
+        t.stats().counter(names::SPLITS),
+        Some(1),
+        "the node did not split"
+    );
+    copy_failed.release();
+    let got = scanner.join().expect("scanner");
+    set_pause_hook(None);
+    assert!(
+        got.windows(2).all(|w| w[0] > w[1]),
+        "not strictly descending"
+    );
+    let missing: Vec<_> = present.iter().filter(|k| !got.contains(k)).collect();
+    assert!(missing.is_empty(), "the scan missed {missing:?}");
 }
