@@ -32,7 +32,8 @@
 //!   left sibling's chain, with its page after a withdrawal, or, when the tree drops before
 //!   the merge completed, with its page then (`BwTree::give_back_frozen_states`).
 //! - A freed node's allocation may be reused for a new node by the thread that freed it
-//!   ([`Node::into_owned`]): only after its contents were dropped, and only as a fresh node.
+//!   ([`Node::into_owned`]): only after its contents were dropped, and only as a fresh node
+//!   (never in the memory-tool build, `memcheck.rs`: there it is poisoned and freed).
 //!   Pinned readers never see it (the node was unreachable before the epoch drained); code
 //!   that compares addresses without a pin (scans) also compares the node's `stamp`.
 //! - Every node of a state read under a guard stays allocated until that guard unpins, because
@@ -902,8 +903,12 @@ thread_local! {
 }
 
 impl Node {
-    /// This node in a heap allocation ready to install, reusing one this thread freed.
+    /// This node in a heap allocation ready to install, reusing one this thread freed (none
+    /// in the memory-tool build).
     pub(crate) fn into_owned(self) -> crossbeam_epoch::Owned<Node> {
+        if !crate::memcheck::RECYCLES {
+            return crossbeam_epoch::Owned::new(self);
+        }
         let spare = SPARE_NODES
             .try_with(|spare| spare.borrow_mut().pop())
             .ok()
@@ -916,15 +921,30 @@ impl Node {
 }
 
 /// Drops `node`'s contents and keeps its allocation for [`Node::into_owned`] while this thread
-/// has room (else frees it).
+/// has room (else frees it; in the memory-tool build always, poisoned first: `memcheck.rs`).
 fn recycle(node: Box<Node>) {
     let raw = Box::into_raw(node);
     // SAFETY: `raw` came from a live, owned box; its contents are dropped exactly once here and
     // never read again.
     unsafe { std::ptr::drop_in_place(raw) };
+    if crate::memcheck::POISONS {
+        // SAFETY: the contents were dropped above, so the bytes are dead and ours to write.
+        unsafe {
+            std::ptr::write_bytes(
+                raw.cast::<u8>(),
+                crate::memcheck::POISON_BYTE,
+                std::mem::size_of::<Node>(),
+            )
+        };
+        // The stores must reach memory although a free follows.
+        std::hint::black_box(raw);
+    }
     // SAFETY: same allocation, same layout (MaybeUninit<Node> has Node's); its contents are now
     // uninitialized, which MaybeUninit allows, and dropping the box frees without a drop.
     let slot = unsafe { Box::from_raw(raw.cast::<std::mem::MaybeUninit<Node>>()) };
+    if !crate::memcheck::RECYCLES {
+        return; // freed here
+    }
     // During thread exit the thread-local may be gone: the slot is then simply freed.
     let _ = SPARE_NODES.try_with(|spare| {
         let mut spare = spare.borrow_mut();
@@ -989,6 +1009,7 @@ mod tests {
     // Goal: a freed chain's node allocations are reused by this thread's next nodes, whose
     // contents are the new ones, and the old contents were dropped (their heap bytes freed).
     // Method: build a base + delta chain, free it, then allocate and compare addresses.
+    #[cfg(not(forest_memcheck))]
     #[test]
     fn freed_nodes_are_reused_with_fresh_contents() {
         let page = BasePage::build(b"", None, NO_PID, [(&b"a"[..], &b"1"[..])].into_iter());
@@ -1010,6 +1031,20 @@ mod tests {
             "reused"
         );
         assert!(matches!(&again.kind, Kind::Base(p) if p.key(0) == b"c"));
+    }
+
+    // Goal: the memory-tool build keeps no freed node for reuse (each goes to the allocator,
+    // where a memory tool sees it). Method: free a chain and look at the thread's spares.
+    #[cfg(forest_memcheck)]
+    #[test]
+    fn memcheck_build_keeps_no_freed_node() {
+        let page = BasePage::build(b"", None, NO_PID, [(&b"a"[..], &b"1"[..])].into_iter());
+        let base = Node::base(0, page)
+            .into_owned()
+            .into_shared(unsafe_free_guard());
+        // SAFETY: (test) the node is unreachable by anyone else and freed once.
+        unsafe { free_chain(base.as_raw().cast_mut()) };
+        assert_eq!(SPARE_NODES.with(|spare| spare.borrow().len()), 0);
     }
 
     /// A guard for tests that own every node they touch (no concurrent reader exists).

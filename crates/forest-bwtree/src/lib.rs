@@ -12,6 +12,7 @@
 //! | `merge.rs` | §IV-B remove node, index term delete and node merge deltas, root collapse |
 //! | `page_buffers.rs` | §III-B/§III-D: freed base pages' buffers reused by the next consolidations |
 //! | `smo.rs` | §IV-C help-along (in get/split/merge) and test-only pause points (feature `pause-points`) |
+//! | [`memcheck`] | the memory-tool build (`--cfg forest_memcheck`): no recycling, freed memory poisoned |
 //! | forest-llama | §II-B mapping table, §III-D epochs for states and PIDs |
 //!
 //! Use: [`BwTree::new`] or [`BwTree::with_config`], then the [`forest_core::Index`] methods.
@@ -30,6 +31,7 @@ mod consolidate;
 mod delta;
 mod get;
 mod insert;
+pub mod memcheck;
 mod merge;
 mod page_buffers;
 mod scan;

@@ -13,7 +13,8 @@
 //! of about its size; each thread keeps at most [`SPARE_MAX`] of at most 8 KiB, the newest
 //! ones; larger and older ones go back to the allocator. The price is memory: a page holds up to two classes more than it needs
 //! (1 KiB), about 14 % more on 8-byte records. Reused words hold old bytes: a page writes
-//! every word it reads.
+//! every word it reads. The memory-tool build (`memcheck.rs`) keeps none: each buffer is
+//! poisoned and freed.
 
 use std::cell::RefCell;
 
@@ -36,6 +37,9 @@ thread_local! {
 /// class is spare; its contents are unspecified.
 pub(crate) fn take(words: usize) -> Box<[u64]> {
     let len = words.next_multiple_of(CLASS_WORDS).max(CLASS_WORDS);
+    if !crate::memcheck::RECYCLES {
+        return vec![0u64; len].into_boxed_slice();
+    }
     let spare = SPARE
         .try_with(|spare| {
             let mut spare = spare.borrow_mut();
@@ -48,8 +52,17 @@ pub(crate) fn take(words: usize) -> Box<[u64]> {
     spare.unwrap_or_else(|| vec![0u64; len].into_boxed_slice())
 }
 
-/// Gives a page's buffer back: kept for reuse while this thread has room, else freed.
-pub(crate) fn give(buffer: Box<[u64]>) {
+/// Gives a page's buffer back: kept for reuse while this thread has room, else freed (in the
+/// memory-tool build always, poisoned first: `memcheck.rs`).
+pub(crate) fn give(mut buffer: Box<[u64]>) {
+    if !crate::memcheck::RECYCLES {
+        if crate::memcheck::POISONS {
+            buffer.fill(u64::from_ne_bytes([crate::memcheck::POISON_BYTE; 8]));
+            // The stores must reach memory although a free follows.
+            std::hint::black_box(&mut buffer);
+        }
+        return;
+    }
     if buffer.is_empty()
         || buffer.len() > SPARE_WORDS_MAX
         || !buffer.len().is_multiple_of(CLASS_WORDS)
@@ -73,6 +86,7 @@ mod tests {
 
     // Goal: a given-back buffer is reused for a request of its class or one class smaller,
     // and not for smaller ones. Method: give one buffer, then take sizes around it.
+    #[cfg(not(forest_memcheck))]
     #[test]
     fn buffers_are_reused_within_their_class() {
         let first = take(3 * CLASS_WORDS - 5);
@@ -86,8 +100,18 @@ mod tests {
         assert_eq!(again.as_ptr(), address, "one class of slack: reused");
     }
 
+    // Goal: the memory-tool build keeps no given-back buffer (each goes to the allocator,
+    // where a memory tool sees it). Method: give one and look at the thread's spares.
+    #[cfg(forest_memcheck)]
+    #[test]
+    fn memcheck_build_keeps_no_buffer() {
+        give(take(CLASS_WORDS));
+        assert_eq!(SPARE.with(|s| s.borrow().len()), 0);
+    }
+
     // Goal: a thread keeps a bounded number of spares, the newest, and none too large.
     // Method: give a large one, then more than SPARE_MAX of one class, then check what is kept.
+    #[cfg(not(forest_memcheck))]
     #[test]
     fn spares_are_bounded() {
         give(vec![0u64; SPARE_WORDS_MAX + CLASS_WORDS].into_boxed_slice());
