@@ -7,7 +7,7 @@
 //! once the epoch allows, so under AddressSanitizer or Valgrind each free is visible. A cfg
 //! rather than a cargo feature, so that `--all-features` test runs stay as shipped.
 //!
-//! Invariant: [`free_box`] is given a pointer from `Box::into_raw` of the same type, once, when
+//! Invariant: `free_box` is given a pointer from `Box::into_raw` of the same type, once, when
 //! no other thread can reach it; it then owns the allocation.
 
 use std::mem::MaybeUninit;
