@@ -127,7 +127,23 @@ pub fn write(
     if dir.exists(&name)? {
         dir.remove(&name)?;
     }
-    let mut file = dir.create(&name)?;
+    let written = write_tmp(dir, &name, index, start_lsn, end_lsn);
+    if written.is_err() {
+        // A full disk must not stay full of a checkpoint nobody will publish (issue 12);
+        // the removal is best effort, the next open deletes what is left.
+        let _ = dir.remove(&name);
+    }
+    written
+}
+
+fn write_tmp(
+    dir: &dyn Dir,
+    name: &str,
+    index: &dyn Index,
+    start_lsn: u64,
+    end_lsn: impl FnOnce() -> u64,
+) -> Result<CheckpointInfo> {
+    let mut file = dir.create(name)?;
     let mut buf = Vec::with_capacity(CHECKPOINT_WRITE_BUFFER_BYTES + CHECKPOINT_HEADER_BYTES);
     encode_header(start_lsn, &mut buf);
     let mut entry_count = 0u64;

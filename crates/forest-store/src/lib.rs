@@ -17,7 +17,7 @@
 //!   [`replay`] applies what it decodes with several threads, partitioned by key.
 //! - [`meta`]: the `META` file that records the store's engine.
 //! - [`store`]: [`Store`], the API over all of it.
-//! - [`verify`]: [`verify::verify`], a read-only check of every file (`forest check`).
+//! - [`verify`](mod@verify): [`verify::verify`], a read-only check of every file (`forest check`).
 
 pub mod checkpoint;
 pub mod durability;
@@ -32,7 +32,7 @@ pub mod wal;
 
 pub use durability::Durability;
 pub use store::{
-    new_engine, resolve_engine, Batch, BatchOp, Rmw, Store, StoreOptions, StoreStats,
+    new_engine, resolve_engine, Batch, BatchOp, Rmw, Store, StoreOptions, StoreStats, WriteBatch,
     ENGINE_DEFAULT, ENGINE_NAMES,
 };
 pub use verify::{verify, VerifyReport};

@@ -16,9 +16,6 @@
 //! LSNs from the replay start ([`recovery_cutoff`]). A write is acknowledged only when every
 //! LSN up to its own is durable (see `wal::group_commit`), so the cutoff never drops it.
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
-
 use parking_lot::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -42,6 +39,12 @@ impl LsnAllocator {
         self.next.fetch_add(1, Ordering::SeqCst)
     }
 
+    /// Takes `count` consecutive LSNs and returns the first (an atomic batch's records).
+    /// Precondition as for [`Self::allocate`].
+    pub fn allocate_n(&self, count: u64) -> u64 {
+        self.next.fetch_add(count, Ordering::SeqCst)
+    }
+
     /// The LSN the next allocation returns.
     pub fn next(&self) -> u64 {
         self.next.load(Ordering::SeqCst)
@@ -58,31 +61,93 @@ pub const KEY_STRIPE_COUNT: usize = 1024;
 
 const _: () = assert!(KEY_STRIPE_COUNT.is_power_of_two());
 
-/// Per-key lock stripes: the lock that covers one key's outcome decision, LSN and apply.
+/// One key stripe.
+#[derive(Debug, Default)]
+pub struct Stripe {
+    /// Covers one key's outcome decision, LSN and apply (an atomic batch holds the stripes
+    /// of all its keys).
+    lock: Mutex<()>,
+    /// The highest LSN a write under this stripe took: a conditional write that changes
+    /// nothing saw the effect of writes up to it, and answers only once it is durable
+    /// (issue 12, defect 4).
+    last_lsn: AtomicU64,
+    /// Odd while an atomic batch applies keys of this stripe: a seqlock for readers, so that
+    /// no read sees part of a batch.
+    seq: AtomicU64,
+}
+
+impl Stripe {
+    /// Locks the stripe.
+    pub fn lock(&self) -> MutexGuard<'_, ()> {
+        self.lock.lock()
+    }
+
+    /// The highest LSN a write under this stripe took (0: none since open).
+    pub fn last_lsn(&self) -> u64 {
+        self.last_lsn.load(Ordering::SeqCst)
+    }
+
+    /// Records that a write under this stripe took `lsn`. Precondition: the stripe is
+    /// locked.
+    pub fn note_lsn(&self, lsn: u64) {
+        self.last_lsn.fetch_max(lsn, Ordering::SeqCst);
+    }
+
+    /// Marks the start (odd) or end (even) of a batch's apply. Precondition: locked.
+    pub fn bump(&self) {
+        self.seq.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A seqlock snapshot: `None` while a batch applies (wait with [`Self::lock`]).
+    pub fn read_begin(&self) -> Option<u64> {
+        let seq = self.seq.load(Ordering::SeqCst);
+        (seq & 1 == 0).then_some(seq)
+    }
+
+    /// Whether no batch applied since `seq` was read.
+    pub fn read_valid(&self, seq: u64) -> bool {
+        self.seq.load(Ordering::SeqCst) == seq
+    }
+
+    /// Waits until the batch applying now, if any, is done.
+    pub fn wait_for_batch(&self) {
+        drop(self.lock.lock());
+    }
+}
+
+/// Per-key lock stripes (see [`Stripe`]).
 #[derive(Debug)]
 pub struct KeyStripes {
-    stripes: Box<[Mutex<()>]>,
+    stripes: Box<[Stripe]>,
 }
 
 impl Default for KeyStripes {
     fn default() -> Self {
         Self {
-            stripes: (0..KEY_STRIPE_COUNT).map(|_| Mutex::new(())).collect(),
+            stripes: (0..KEY_STRIPE_COUNT).map(|_| Stripe::default()).collect(),
         }
     }
 }
 
 impl KeyStripes {
-    /// The stripe index of `key`.
+    /// The stripe index of `key` (crc32c: hardware-assisted, and readers hash every key).
     pub fn index_of(key: &[u8]) -> usize {
-        let mut hasher = DefaultHasher::new();
-        key.hash(&mut hasher);
-        (hasher.finish() as usize) & (KEY_STRIPE_COUNT - 1)
+        crc32c::crc32c(key) as usize & (KEY_STRIPE_COUNT - 1)
+    }
+
+    /// The stripe of `key`.
+    pub fn of(&self, key: &[u8]) -> &Stripe {
+        &self.stripes[Self::index_of(key)]
+    }
+
+    /// The stripe numbered `index`.
+    pub fn at(&self, index: usize) -> &Stripe {
+        &self.stripes[index]
     }
 
     /// Locks the stripe of `key`.
     pub fn lock(&self, key: &[u8]) -> MutexGuard<'_, ()> {
-        self.stripes[Self::index_of(key)].lock()
+        self.of(key).lock()
     }
 }
 

@@ -1,6 +1,7 @@
 //! Recovery: the newest complete checkpoint, then every log replayed from its start LSN up
 //! to the cutoff, merged by LSN (masstree.md §5 "recovery"; bw-tree.md §V-A: redo from the
-//! redo-scan-start-point; issue 5 "Checkpoints and recovery").
+//! redo-scan-start-point; issue 5 "Checkpoints and recovery"; issue 12: recovery refuses
+//! whenever it cannot prove that what it would drop was never acknowledged).
 //!
 //! Steps (docs/ARCHITECTURE.md "forest-store" has them in prose):
 //! 1. Delete unpublished `checkpoint-*.tmp` files.
@@ -9,30 +10,45 @@
 //!    file renamed to `<name>.corrupt` and the next older one tried. With none complete,
 //!    start from an empty index at LSN 1, which is only sound if no log was ever deleted:
 //!    refused when checkpoint files existed and the logs do not hold LSN 1.
-//! 3. Open every log as a [`LogStream`] (bounded memory per log); a torn tail is reported
-//!    (and cut in step 5); damage before the tail is an error naming the file and offset,
-//!    found when the stream reaches it.
-//! 4. Merge the records of all logs by LSN (a k-way merge; each log is ascending) and apply
-//!    those from the start LSN while they are gap-free: the cutoff is the last LSN of the
-//!    gap-free run (`lsn::recovery_cutoff`). Records past a gap were never acknowledged
-//!    (`wal::group_commit`) and are dropped; the streams still read them to the end, so
-//!    damage anywhere is found.
-//! 5. Cut every log to its records up to the cutoff (torn tails included) and fsync it, so
-//!    that the LSNs after the cutoff can be handed out again; remove logs left without a
-//!    header. Only then may the store write.
+//! 3. Open every log as a [`LogStream`] (bounded memory per log). A log's valid prefix ends
+//!    at a tail (torn by a crash, or damaged) or at structural damage.
+//! 4. Merge the data records of all logs by LSN (a k-way merge; each log is ascending) and
+//!    apply those from the start LSN while they are gap-free, stepping over void LSNs (cut
+//!    by an earlier recovery, `LogHeader::void_from`). The records of an atomic batch are
+//!    held back until its last record arrives: a batch cut by the cutoff is dropped whole.
+//!    The cutoff is the last LSN applied.
+//! 5. Weigh what was not applied. It is a *loss* — the open is refused with an error naming
+//!    the file and offset, unless [`RecoveryMode::AcceptLoss`] — when:
+//!    - the cutoff is below a watermark a mark proves (every LSN up to it was durable in
+//!      every log), or below the loaded checkpoint's end LSN (the logs were durable through
+//!      it before the checkpoint was published);
+//!    - a log set that may hold records at or above the start LSN misses a shard's log;
+//!    - a log of a set older than the newest set holding records has structural damage, or
+//!      holds anything past its header but no seal (a newer set gets records only after the
+//!      older one was synced and sealed, so its end was durable; a set that never took
+//!      records, from a checkpoint that failed, holds only headers).
+//!
+//!    Damage in a set that the checkpoint covers (every LSN of it below the start LSN, by its
+//!    seal or a later set's first LSN) is reported and ignored.
+//! 6. Repair: never reuse an LSN. The store continues after the highest LSN any log or
+//!    mark mentions, and LSNs from the cutoff to there are recorded as void in the new logs'
+//!    headers. Every log is cut after its last applied record (the cut always synced), and
+//!    sealed; logs left without a header are removed. Only then may the store write.
 //!
 //! [`RecoveryMode::ReadOnly`] (`Store::verify`, `forest check`) runs the same steps and
-//! reports the same findings but changes nothing: no delete, rename or cut.
+//! reports the same findings, refusals included, but changes nothing.
 //!
 //! Records and checkpoint entries are decoded in one thread and applied by several
 //! (`replay`: partitioned by key, so each key's records keep their LSN order).
 //!
-//! Invariants: the index handed back holds exactly checkpoint + records `start ..= cutoff`;
-//! two records with one LSN are corruption; nothing is written before every check passed.
-//! Memory: the index plus one read window per file open at a time (`file::ReadWindow`).
+//! Invariants: the index handed back holds exactly checkpoint + whole batches of records
+//! `start ..= cutoff`; two records with one LSN are corruption; nothing is written before
+//! every check passed. Memory: the index plus one read window per log, plus the records of
+//! one batch.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use forest_core::{Error, Index, Result};
@@ -40,14 +56,18 @@ use forest_core::{Error, Index, Result};
 use crate::checkpoint::{self, CheckpointStream};
 use crate::file::Dir;
 use crate::replay;
-use crate::wal::record::LOG_HEADER_BYTES;
-use crate::wal::{cut_torn_tail, parse_log_name, LogStream, Op};
+use crate::wal::record::{Evidence, LOG_HEADER_BYTES};
+use crate::wal::{cut_log, parse_log_name, seal_log, LogStream, Op};
 
 /// Whether recovery may repair the directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecoveryMode {
-    /// Delete `.tmp` checkpoints, rename damaged ones, cut logs (a store's open).
+    /// Delete `.tmp` checkpoints, rename damaged ones, cut and seal logs (a store's open);
+    /// refuse a proven loss.
     Repair,
+    /// As `Repair`, but a proven loss is accepted: it is listed in
+    /// [`RecoveryReport::losses`] and dropped (`forest check --repair`).
+    AcceptLoss,
     /// Change nothing; report what `Repair` would do (`Store::verify`).
     ReadOnly,
 }
@@ -57,19 +77,23 @@ pub enum RecoveryMode {
 pub struct RecoveryReport {
     /// The checkpoint loaded (its start LSN), if any.
     pub checkpoint_start_lsn: Option<u64>,
+    /// The loaded checkpoint's end LSN: the logs were durable through it.
+    pub checkpoint_end_lsn: Option<u64>,
     pub checkpoint_entry_count: u64,
     pub checkpoint_bytes: u64,
     /// Damaged checkpoints skipped, each with its error.
     pub corrupt_checkpoints: Vec<String>,
     /// Logs read.
     pub log_count: usize,
-    /// Torn tails (cut unless read-only): file name, offset, bytes.
+    /// Tails after a log's valid prefix (cut unless read-only): file name, offset, bytes.
     pub torn_tails: Vec<(String, u64, u64)>,
     /// Unpublished `checkpoint-*.tmp` files (deleted unless read-only).
     pub tmp_checkpoints: Vec<String>,
-    /// Log bytes after the cutoff (cut unless read-only): file name, valid length kept,
-    /// file length. Torn tails are among them.
+    /// Log bytes after the cutoff (cut unless read-only): file name, length kept, file
+    /// length. Torn tails are among them.
     pub log_cuts: Vec<(String, u64, u64)>,
+    /// Logs sealed by this recovery (unless read-only).
+    pub logs_sealed: Vec<String>,
     /// Bytes of the logs read.
     pub log_bytes: u64,
     /// Time spent loading the checkpoint (damaged ones tried included).
@@ -78,10 +102,21 @@ pub struct RecoveryReport {
     pub replay_elapsed: Duration,
     /// Records applied.
     pub records_replayed: u64,
-    /// Records after the first missing LSN, dropped.
+    /// Data records after the cutoff, dropped (a batch cut by the cutoff included).
     pub records_beyond_cutoff: u64,
-    /// The last LSN recovered; the store continues at `cutoff_lsn + 1`.
+    /// Atomic batches cut by the cutoff and dropped whole.
+    pub batches_dropped: u64,
+    /// The last LSN recovered.
     pub cutoff_lsn: u64,
+    /// The LSN the store continues at; `cutoff_lsn + 1 .. lsn_next` is void.
+    pub lsn_next: u64,
+    /// Proven losses: what was durable (and perhaps acknowledged) and is gone. A `Repair`
+    /// open refuses when there is any; `AcceptLoss` drops it and lists it here.
+    pub losses: Vec<String>,
+    /// Damage in logs the checkpoint covers, ignored.
+    pub covered_damage: Vec<String>,
+    /// The newest log set was sealed by a clean close: nothing was cut.
+    pub clean: bool,
     /// Keys in the index afterwards.
     pub keys_recovered: u64,
     pub elapsed: Duration,
@@ -91,10 +126,124 @@ pub struct RecoveryReport {
 pub struct Recovered {
     pub index: Box<dyn Index>,
     pub report: RecoveryReport,
-    /// The logs left in the directory (all records at most `cutoff_lsn`).
+    /// The logs left in the directory (all records at most `cutoff_lsn`, all sealed).
     pub log_names: Vec<String>,
     /// The next unused log set number.
     pub log_seq_next: u64,
+}
+
+/// One proven loss, located.
+#[derive(Clone, Debug)]
+struct Loss {
+    path: PathBuf,
+    offset: u64,
+    what: String,
+}
+
+impl Loss {
+    fn text(&self) -> String {
+        format!(
+            "{} at offset {}: {}",
+            self.path.display(),
+            self.offset,
+            self.what
+        )
+    }
+}
+
+/// One log and what reading it found.
+struct Log {
+    name: String,
+    seq: u64,
+    shard: u32,
+    stream: LogStream,
+    /// Structural damage that ended the valid prefix early: offset and what.
+    damage: Option<(u64, String)>,
+    /// The stream has no more data records for the merge.
+    done: bool,
+    /// Where to cut: the end of the last data record kept (applied, or below the start);
+    /// marks and seals after it are written anew or dropped.
+    kept_end: u64,
+    /// A data record of this log was not applied: later records are not kept either.
+    past_cutoff: bool,
+    evidence: Evidence,
+}
+
+impl Log {
+    /// Moves to the next data record at or above `start` that is not void, keeping the
+    /// records passed over; records structural damage as the end of the log.
+    fn next_data(&mut self, start: u64, voids: &Voids) -> Result<Option<u64>> {
+        if self.done {
+            return Ok(None);
+        }
+        loop {
+            match self.stream.advance() {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.done = true;
+                    return Ok(None);
+                }
+                Err(Error::Corrupt { offset, what, .. }) => {
+                    self.damage = Some((offset, what));
+                    self.done = true;
+                    return Ok(None);
+                }
+                Err(e) => return Err(e),
+            }
+            let op = self.stream.op().expect("advance returned true");
+            let lsn = self.stream.lsn().expect("advance returned true");
+            let end = self.stream.record_end().expect("advance returned true");
+            if !op.is_data() {
+                continue;
+            }
+            if lsn < start || voids.contains(lsn) {
+                if !self.past_cutoff {
+                    self.kept_end = end;
+                }
+                continue;
+            }
+            return Ok(Some(lsn));
+        }
+    }
+
+    /// The end of this log's valid prefix (structural damage included).
+    fn valid_end(&self) -> u64 {
+        match self.damage {
+            Some((offset, _)) => offset,
+            None => self.stream.valid_len().unwrap_or(0),
+        }
+    }
+
+    fn sealed(&self) -> Option<u64> {
+        self.stream.seal()
+    }
+}
+
+/// LSN ranges cut by earlier recoveries, never handed out (`[from, to)`, sorted).
+#[derive(Default)]
+struct Voids(Vec<(u64, u64)>);
+
+impl Voids {
+    fn contains(&self, lsn: u64) -> bool {
+        self.0.iter().any(|&(from, to)| (from..to).contains(&lsn))
+    }
+
+    /// The first LSN at or after `lsn` that is not void.
+    fn skip(&self, mut lsn: u64) -> u64 {
+        while let Some(&(_, to)) = self.0.iter().find(|&&(from, to)| (from..to).contains(&lsn)) {
+            lsn = to;
+        }
+        lsn
+    }
+}
+
+/// A data record held back until its batch is whole.
+struct Held {
+    log: usize,
+    op: Op,
+    key: Vec<u8>,
+    value: Vec<u8>,
+    end: u64,
 }
 
 /// Recovers the store in `dir` into a fresh index from `new_index` (see the module doc).
@@ -104,7 +253,7 @@ pub fn recover(
     mode: RecoveryMode,
 ) -> Result<Recovered> {
     let began = Instant::now();
-    let repair = mode == RecoveryMode::Repair;
+    let repair = mode != RecoveryMode::ReadOnly;
     let mut report = RecoveryReport::default();
     let names = dir.list()?;
     let mut dir_changed = false;
@@ -130,15 +279,18 @@ pub fn recover(
     starts.sort_unstable_by(|a, b| b.cmp(a));
     let mut index = None;
     let mut start_lsn = 1;
+    let mut checkpoint_path = None;
     let mut last_checkpoint_error = None;
     for start in starts {
         let name = checkpoint::checkpoint_name(start);
         match load_checkpoint(dir, &name, new_index) {
             Ok((info, fresh)) => {
                 report.checkpoint_start_lsn = Some(info.start_lsn);
+                report.checkpoint_end_lsn = Some(info.end_lsn);
                 report.checkpoint_entry_count = info.entry_count;
                 report.checkpoint_bytes = info.bytes;
                 start_lsn = info.start_lsn;
+                checkpoint_path = Some(dir.path().join(&name));
                 index = Some(fresh);
                 break;
             }
@@ -157,29 +309,60 @@ pub fn recover(
     let index = index.unwrap_or_else(new_index);
     report.checkpoint_elapsed = checkpoint_began.elapsed();
 
-    // 3. The logs, each positioned on its first record.
+    // 3. The logs, each positioned on its first data record at or above the start.
     let replay_began = Instant::now();
-    let log_names: Vec<String> = names
-        .iter()
-        .filter(|n| parse_log_name(n).is_some())
-        .cloned()
-        .collect();
-    let log_seq_next = log_names
-        .iter()
-        .filter_map(|n| parse_log_name(n))
-        .map(|(seq, _)| seq + 1)
-        .max()
-        .unwrap_or(0);
-    let mut streams = Vec::with_capacity(log_names.len());
-    for name in &log_names {
-        let mut stream = LogStream::open(dir, name)?;
-        stream.advance()?;
+    let mut logs = Vec::new();
+    let mut losses = Vec::new();
+    for name in &names {
+        let Some((seq, shard)) = parse_log_name(name) else {
+            continue;
+        };
+        let (stream, damage) = match LogStream::open(dir, name) {
+            Ok(stream) => (stream, None),
+            Err(Error::Corrupt { offset, what, .. }) => {
+                // A damaged header: the log counts as holding records it cannot show.
+                let file = dir.open(name)?;
+                let empty = Box::new(crate::file::MemFile::new(file.path(), Vec::new()));
+                (LogStream::from_file(empty)?, Some((offset, what)))
+            }
+            Err(e) => return Err(e),
+        };
         report.log_bytes += stream.file_len();
-        streams.push(stream);
+        logs.push(Log {
+            name: name.clone(),
+            seq,
+            shard,
+            done: damage.is_some(),
+            damage,
+            kept_end: if stream.header().is_some() {
+                LOG_HEADER_BYTES as u64
+            } else {
+                0
+            },
+            stream,
+            past_cutoff: false,
+            evidence: Evidence::default(),
+        });
     }
-    report.log_count = streams.len();
+    report.log_count = logs.len();
+    let log_seq_next = logs.iter().map(|l| l.seq + 1).max().unwrap_or(0);
+    let mut voids = Voids::default();
+    for log in &logs {
+        if let Some(h) = log.stream.header() {
+            if h.void_from < h.first_lsn {
+                voids.0.push((h.void_from, h.first_lsn));
+            }
+        }
+    }
+    voids.0.sort_unstable();
+    let mut heap = BinaryHeap::with_capacity(logs.len());
+    for (i, log) in logs.iter_mut().enumerate() {
+        if let Some(lsn) = log.next_data(start_lsn, &voids)? {
+            heap.push(Reverse((lsn, i)));
+        }
+    }
     if !from_checkpoint && checkpoint_files_seen {
-        let holds_first = streams.iter().any(|s| s.lsn() == Some(1));
+        let holds_first = heap.iter().any(|Reverse((lsn, _))| *lsn == 1);
         if !holds_first {
             return Err(last_checkpoint_error.unwrap_or_else(|| Error::Corrupt {
                 path: dir.path().to_path_buf(),
@@ -189,86 +372,348 @@ pub fn recover(
         }
     }
 
-    // 4. Merge by LSN and replay the gap-free run from the start LSN. `kept_end[f]`: the
-    // end of log f's last record at or below the cutoff (records below the start LSN are
-    // kept, the checkpoint covers them).
-    let mut kept_end = vec![LOG_HEADER_BYTES as u64; streams.len()];
-    let mut heap = BinaryHeap::with_capacity(streams.len());
-    for (file, stream) in streams.iter_mut().enumerate() {
-        while let Some(lsn) = stream.lsn() {
-            if lsn >= start_lsn {
-                heap.push(Reverse((lsn, file)));
-                break;
-            }
-            kept_end[file] = stream.record_end().expect("a current record");
-            stream.advance()?;
-        }
-    }
-    let mut expected = start_lsn;
+    // 4. Merge by LSN and replay the gap-free run of whole batches from the start LSN.
+    let mut expected = voids.skip(start_lsn);
     let mut gap = false;
+    let mut held: Vec<Held> = Vec::new();
     replay::apply_parallel(&*index, replay::worker_count(), |apply| {
-        while let Some(Reverse((lsn, file))) = heap.pop() {
-            let stream = &mut streams[file];
-            if lsn < expected {
+        while let Some(Reverse((lsn, i))) = heap.pop() {
+            let next_needed = expected + held.len() as u64;
+            if lsn < next_needed && !gap {
                 return Err(Error::Corrupt {
-                    path: stream.path().to_path_buf(),
-                    offset: 0,
+                    path: logs[i].stream.path().to_path_buf(),
+                    offset: logs[i].stream.record_start().unwrap_or(0),
                     what: format!("LSN {lsn} appears in two logs"),
                 });
             }
-            if gap || lsn > expected {
+            if !gap && lsn == next_needed {
+                let log = &mut logs[i];
+                let record = log.stream.record().expect("the heap holds current records");
+                let end = log.stream.record_end().expect("a current record");
+                if record.batch_more || !held.is_empty() {
+                    held.push(Held {
+                        log: i,
+                        op: record.op,
+                        key: record.key.to_vec(),
+                        value: record.value.to_vec(),
+                        end,
+                    });
+                    if !record.batch_more {
+                        for h in held.drain(..) {
+                            match h.op {
+                                Op::Put => apply.put(&h.key, &h.value)?,
+                                _ => apply.remove(&h.key)?,
+                            }
+                            logs[h.log].kept_end = h.end;
+                        }
+                        report.records_replayed += lsn + 1 - expected;
+                        expected = voids.skip(lsn + 1);
+                    }
+                } else {
+                    match record.op {
+                        Op::Put => apply.put(record.key, record.value)?,
+                        _ => apply.remove(record.key)?,
+                    }
+                    report.records_replayed += 1;
+                    log.kept_end = end;
+                    expected = voids.skip(lsn + 1);
+                }
+            } else {
                 gap = true;
                 report.records_beyond_cutoff += 1;
-            } else {
-                let record = stream.record().expect("the heap holds current records");
-                match record.op {
-                    Op::Put => apply.put(record.key, record.value)?,
-                    Op::Remove => apply.remove(record.key)?,
-                }
-                report.records_replayed += 1;
-                expected += 1;
-                kept_end[file] = stream.record_end().expect("a current record");
+                logs[i].past_cutoff = true;
             }
-            if stream.advance()? {
-                let next = stream.lsn().expect("advance returned true");
-                heap.push(Reverse((next, file)));
+            if let Some(next) = logs[i].next_data(start_lsn, &voids)? {
+                heap.push(Reverse((next, i)));
             }
         }
         Ok(())
     })?;
-    let cutoff = expected - 1;
-    report.cutoff_lsn = cutoff;
-    for (name, stream) in log_names.iter().zip(&streams) {
-        if let Some(torn) = stream.torn() {
-            report
-                .torn_tails
-                .push((name.clone(), torn.offset, torn.bytes));
+    if !held.is_empty() {
+        report.batches_dropped += 1;
+        report.records_beyond_cutoff += held.len() as u64;
+        for h in held.drain(..) {
+            logs[h.log].past_cutoff = true;
         }
     }
+    let cutoff = expected - 1;
+    report.cutoff_lsn = cutoff;
     report.replay_elapsed = replay_began.elapsed();
 
-    // 5. Cut every log to its records up to the cutoff.
+    // 5. Weigh what was not applied.
+    let mut proof: Option<(u64, Loss)> = None;
+    let mut prove = |lsn: u64, loss: Loss| {
+        if proof.as_ref().is_none_or(|(p, _)| lsn > *p) {
+            proof = Some((lsn, loss));
+        }
+    };
+    if let (Some(end), Some(path)) = (report.checkpoint_end_lsn, &checkpoint_path) {
+        prove(
+            end,
+            Loss {
+                path: path.clone(),
+                offset: 0,
+                what: format!("the logs were durable through LSN {end} when it was published"),
+            },
+        );
+    }
+    let mut lsn_seen = cutoff.max(report.checkpoint_end_lsn.unwrap_or(0));
+    for log in logs.iter_mut() {
+        if log.damage.is_none() {
+            log.evidence = log.stream.evidence()?;
+            if let Some(torn) = log.stream.torn() {
+                report
+                    .torn_tails
+                    .push((log.name.clone(), torn.offset, torn.bytes));
+            }
+        }
+        let path = dir.path().join(&log.name);
+        if let Some(mark) = log.stream.mark_max() {
+            prove(
+                mark,
+                Loss {
+                    path: path.clone(),
+                    offset: 0,
+                    what: format!("a mark in this log proves every LSN through {mark} durable"),
+                },
+            );
+        }
+        if let (Some(mark), Some(at)) = (log.evidence.mark_max, log.evidence.first_at) {
+            prove(
+                mark,
+                Loss {
+                    path: path.clone(),
+                    offset: at,
+                    what: format!(
+                        "a mark after this log's damaged tail proves every LSN through {mark} \
+                         durable"
+                    ),
+                },
+            );
+        }
+        for lsn in [
+            log.stream.lsn_max(),
+            log.evidence.lsn_max,
+            log.sealed().map(|r| r.saturating_sub(1)),
+            log.evidence.seal.map(|r| r.saturating_sub(1)),
+            log.stream.mark_max(),
+            log.evidence.mark_max,
+            // A log set made at LSN `first_lsn` saw every LSN below it allocated.
+            log.stream.header().map(|h| h.first_lsn.saturating_sub(1)),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            lsn_seen = lsn_seen.max(lsn);
+        }
+    }
+    if let Some((proven, at)) = &proof {
+        if cutoff < *proven {
+            let tails: Vec<String> = logs
+                .iter()
+                .filter(|l| l.valid_end() < l.stream.file_len() || l.damage.is_some())
+                .map(|l| {
+                    let why = match &l.damage {
+                        Some((_, what)) => what.as_str(),
+                        None => l.stream.tail_reason(),
+                    };
+                    format!("{} from offset {} ({why})", l.name, l.valid_end())
+                })
+                .collect();
+            let tails = if tails.is_empty() {
+                String::new()
+            } else {
+                format!("; damaged or cut: {}", tails.join(", "))
+            };
+            losses.push(Loss {
+                what: format!(
+                    "LSNs {}..={proven} are missing, but {}{tails}",
+                    cutoff + 1,
+                    at.what
+                ),
+                ..at.clone()
+            });
+        }
+    }
+
+    let mut sets: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+    for (i, log) in logs.iter().enumerate() {
+        sets.entry(log.seq).or_default().push(i);
+    }
+    // Data or marks (seals alone are written by recovery into logs that held nothing).
+    let holds_records = |l: &Log| {
+        l.stream.lsn_max().is_some()
+            || l.stream.mark_max().is_some()
+            || l.evidence.lsn_max.is_some()
+            || l.evidence.mark_max.is_some()
+            || l.damage.is_some()
+    };
+    let newest_with_records = logs
+        .iter()
+        .filter(|l| holds_records(l))
+        .map(|l| l.seq)
+        .max();
+    let mut covered = vec![false; logs.len()];
+    for (&seq, members) in &sets {
+        // Every LSN of the set is below its seal, and below the first LSN of any set made
+        // after its successor (made once this one was rotated out).
+        let bound = members
+            .iter()
+            .filter_map(|&i| logs[i].sealed().or(logs[i].evidence.seal))
+            .chain(
+                logs.iter()
+                    .filter(|l| l.seq >= seq + 2)
+                    .filter_map(|l| l.stream.header().map(|h| h.first_lsn)),
+            )
+            .min();
+        let is_covered = from_checkpoint && bound.is_some_and(|b| b <= start_lsn);
+        let set_holds = members.iter().any(|&i| holds_records(&logs[i]));
+        let older = newest_with_records.is_some_and(|n| seq < n);
+        for &i in members {
+            covered[i] = is_covered;
+        }
+        let mut set_losses = Vec::new();
+        let counts: Vec<u32> = members
+            .iter()
+            .filter_map(|&i| logs[i].stream.header().map(|h| h.shard_count))
+            .collect();
+        if let Some(&count) = counts.iter().max() {
+            for shard in 0..count {
+                if !members.iter().any(|&i| logs[i].shard == shard) && set_holds {
+                    set_losses.push(Loss {
+                        path: dir.path().join(crate::wal::log_name(seq, shard)),
+                        offset: 0,
+                        what: format!("this log of a set of {count} is missing"),
+                    });
+                }
+            }
+        }
+        for &i in members {
+            let log = &logs[i];
+            let path = dir.path().join(&log.name);
+            if let Some((offset, what)) = &log.damage {
+                set_losses.push(Loss {
+                    path,
+                    offset: *offset,
+                    what: what.clone(),
+                });
+            } else if log.stream.header().is_none() {
+                if set_holds {
+                    set_losses.push(Loss {
+                        path,
+                        offset: 0,
+                        what: "the log has no header, but its set holds records".to_string(),
+                    });
+                }
+            } else if older
+                && log.sealed().is_none()
+                && (holds_records(log) || log.stream.file_len() > LOG_HEADER_BYTES as u64)
+            {
+                set_losses.push(Loss {
+                    path,
+                    offset: log.valid_end(),
+                    what: "the log ends without its seal (damaged or cut), but a newer log \
+                           set holds records, so its end was durable"
+                        .to_string(),
+                });
+            }
+        }
+        if is_covered {
+            report
+                .covered_damage
+                .extend(set_losses.iter().map(Loss::text));
+        } else {
+            losses.extend(set_losses);
+        }
+    }
+    report.losses = losses.iter().map(Loss::text).collect();
+    if !losses.is_empty() && mode != RecoveryMode::AcceptLoss {
+        let first = &losses[0];
+        let more = if losses.len() > 1 {
+            format!(
+                " (and {} more: {})",
+                losses.len() - 1,
+                report.losses[1..].join("; ")
+            )
+        } else {
+            String::new()
+        };
+        return Err(Error::Corrupt {
+            path: first.path.clone(),
+            offset: first.offset,
+            what: format!(
+                "{}{more}; acknowledged writes may be lost, so the store is not opened \
+                 (`forest check --repair` drops them and lists what)",
+                first.what
+            ),
+        });
+    }
+    let lsn_next = lsn_seen.max(cutoff) + 1;
+    report.lsn_next = lsn_next;
+    report.clean = match logs.iter().map(|l| l.seq).max() {
+        Some(newest) => logs
+            .iter()
+            .filter(|l| l.seq == newest)
+            .all(|l| l.sealed().is_some() && l.stream.torn().is_none() && !l.past_cutoff),
+        None => true,
+    };
+
+    // 6. Cut every log after its last kept data record and seal it. A seal the last run
+    // wrote may be only in the page cache (its fsync failed, and the store was reopened
+    // without a power loss): those logs are sealed anew, so every seal recovery relies on
+    // is durable.
+    let run_start = logs
+        .iter()
+        .filter(|l| l.stream.header().is_some_and(|h| h.opened))
+        .map(|l| l.seq)
+        .max()
+        .unwrap_or(0);
     let mut kept_names = Vec::new();
-    for ((name, stream), len) in log_names.into_iter().zip(&streams).zip(kept_end) {
-        if stream.header().is_none() {
-            report.log_cuts.push((name.clone(), 0, stream.file_len()));
-            if repair {
-                dir.remove(&name)?;
+    for (i, log) in logs.iter().enumerate() {
+        let Some(header) = log.stream.header() else {
+            report
+                .log_cuts
+                .push((log.name.clone(), 0, log.stream.file_len()));
+            if repair && log.damage.is_none() {
+                dir.remove(&log.name)?;
                 dir_changed = true;
             }
+            if log.damage.is_some() {
+                kept_names.push(log.name.clone());
+            }
+            continue;
+        };
+        kept_names.push(log.name.clone());
+        // A covered log needs nothing, but a seal the last run wrote (coverage may rest on
+        // it) is made durable all the same.
+        if covered[i] && (log.seq < run_start || log.damage.is_some()) {
             continue;
         }
-        debug_assert!(
-            stream.valid_len().is_some_and(|valid| len <= valid),
-            "records lie within the valid prefix"
-        );
-        if len != stream.file_len() {
-            report.log_cuts.push((name.clone(), len, stream.file_len()));
-            if repair {
-                cut_torn_tail(dir, &name, len)?;
-            }
+        // Nothing after the kept data but marks and a seal: the log is whole.
+        let whole = log.sealed().is_some() && log.stream.torn().is_none() && !log.past_cutoff;
+        if whole && log.seq < run_start {
+            continue; // sealed by an earlier run, and made durable by the recovery after it
         }
-        kept_names.push(name);
+        let len = log.kept_end;
+        if !whole && len != log.stream.file_len() {
+            report
+                .log_cuts
+                .push((log.name.clone(), len, log.stream.file_len()));
+        }
+        if log.sealed().is_none() {
+            report.logs_sealed.push(log.name.clone());
+        }
+        if repair {
+            // Trailing marks and seals are cut and the seal written anew: what the last run
+            // wrote may be only in the page cache (a failed fsync marks pages clean).
+            cut_log(dir, &log.name, len)?;
+            seal_log(
+                dir,
+                &log.name,
+                header.nonce,
+                log.sealed().unwrap_or(lsn_next),
+            )?;
+        }
     }
     if dir_changed {
         dir.sync_dir()?;

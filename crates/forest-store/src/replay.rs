@@ -54,10 +54,7 @@ impl Apply<'_> {
         }
         let worker = crc32c::crc32c(key) as usize % self.senders.len();
         let batch = &mut self.batches[worker];
-        batch.push(match op {
-            Op::Put => 1,
-            Op::Remove => 2,
-        });
+        batch.push(if op == Op::Put { 1 } else { 2 });
         batch.extend_from_slice(&(key.len() as u32).to_le_bytes());
         batch.extend_from_slice(&(value.len() as u32).to_le_bytes());
         batch.extend_from_slice(key);
@@ -80,12 +77,11 @@ impl Apply<'_> {
 }
 
 fn apply_one(index: &dyn Index, op: Op, key: &[u8], value: &[u8]) -> Result<()> {
-    match op {
-        Op::Put => index.upsert(key, value),
-        Op::Remove => {
-            index.remove(key);
-            Ok(())
-        }
+    if op == Op::Put {
+        index.upsert(key, value)
+    } else {
+        index.remove(key);
+        Ok(())
     }
 }
 

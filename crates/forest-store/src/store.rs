@@ -3,9 +3,21 @@
 //!
 //! A write: lock the key's stripe, decide the outcome from the current value (insert only if
 //! absent, update only if present, remove only if present, read-modify-write), and if it
-//! changes anything, log it in the thread's shard (the LSN is taken, the index applied and
-//! the record encoded under the shard's lock, `wal::group_commit`), release the stripe, then
-//! wait for durability as the mode says. An operation that changes nothing takes no LSN.
+//! changes anything, log it in the thread's shard (the LSN is taken, the record encoded and
+//! the index applied under the shard's lock, `wal::group_commit`), release the stripe, then
+//! wait for durability as the mode says. An operation that changes nothing takes no LSN, but
+//! waits for the last LSN taken under its stripe: what it saw must be durable before it
+//! answers (issue 12, defect 4).
+//!
+//! Atomic batches ([`WriteBatch`], [`Store::write`], [`Batch::write`]; issue 12): the stripes
+//! of all the batch's keys are locked in ascending order (no deadlock with other batches;
+//! single writers hold one stripe), every op is decided against the current values and the
+//! batch's own earlier ops, and the records that change something are logged as one unit
+//! (consecutive LSNs in one shard log, `wal::group_commit::log_unit`): recovery applies it
+//! whole or not at all. Readers: each stripe is also a seqlock, odd while a batch applies
+//! its keys; [`Store::get`] and [`Store::get_many`] retry (waiting on the stripe's lock)
+//! until they read with no batch half applied, so no point read sees part of a batch. A scan
+//! is not atomic as a whole (like the engines' scans) and may see part of one.
 //!
 //! Invariants:
 //! - Per key, LSN order = apply order (the stripe covers both), so replay in LSN order
@@ -15,15 +27,19 @@
 //!   (they may show writes that were never acknowledged).
 //! - One open `Store` per directory ([`Dir::lock`]).
 //!
-//! Open: after recovery replayed any log record, a checkpoint is written before the store
-//! takes writes, so the recovered state is durable even if the logs it came from were only
-//! in the page cache (after a failed fsync), and new LSNs never depend on those logs.
+//! Open: after recovery replayed any log record of a store that did not close cleanly, a
+//! checkpoint is written before the store takes writes, so the recovered state is durable
+//! even if the logs it came from were only in the page cache (after a failed fsync). After a
+//! clean close ([`Store::close`] seals every log once it is synced) none is needed, so a
+//! full disk never keeps a clean store from opening.
 //!
-//! Choices: readers may see a write before it is durable (Masstree does too); a [`Batch`] is
-//! not atomic, only its durability wait is shared. Old logs are deleted once two newer
+//! Choices: readers may see a write before it is durable (Masstree does too); a [`Batch`] as
+//! a whole is not atomic (a Redis pipeline is not either), only its durability wait is
+//! shared; each [`WriteBatch`] within it is. Old logs are deleted once two newer
 //! checkpoints exist, so recovery can fall back from a damaged newest checkpoint to the one
 //! before it (the logs it needs are kept).
 
+use std::collections::BTreeMap;
 use std::ops::{Bound, ControlFlow};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -90,13 +106,89 @@ impl Default for StoreOptions {
     }
 }
 
-/// One operation of [`Store::write_batch`].
+/// One operation of a [`WriteBatch`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BatchOp {
+    /// Sets the key only if it is absent (given the batch's earlier ops).
     Insert(Vec<u8>, Vec<u8>),
+    /// Sets the key.
     Upsert(Vec<u8>, Vec<u8>),
+    /// Sets the key only if it is present.
     Update(Vec<u8>, Vec<u8>),
+    /// Removes the key.
     Remove(Vec<u8>),
+}
+
+impl BatchOp {
+    /// The key the op writes.
+    pub fn key(&self) -> &[u8] {
+        match self {
+            BatchOp::Insert(k, _)
+            | BatchOp::Upsert(k, _)
+            | BatchOp::Update(k, _)
+            | BatchOp::Remove(k) => k,
+        }
+    }
+}
+
+/// Writes applied all or nothing, after any crash and for every reader of single keys (as
+/// RocksDB's `WriteBatch` and redb's write transaction): [`Store::write`], or
+/// [`Batch::write`] inside a pipeline. Ops apply in order, each seeing the earlier ones.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WriteBatch {
+    ops: Vec<BatchOp>,
+}
+
+impl WriteBatch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets `key` to `value`.
+    pub fn put(&mut self, key: &[u8], value: &[u8]) -> &mut Self {
+        self.ops.push(BatchOp::Upsert(key.to_vec(), value.to_vec()));
+        self
+    }
+
+    /// Sets `key` to `value` only if absent.
+    pub fn insert(&mut self, key: &[u8], value: &[u8]) -> &mut Self {
+        self.ops.push(BatchOp::Insert(key.to_vec(), value.to_vec()));
+        self
+    }
+
+    /// Sets `key` to `value` only if present.
+    pub fn update(&mut self, key: &[u8], value: &[u8]) -> &mut Self {
+        self.ops.push(BatchOp::Update(key.to_vec(), value.to_vec()));
+        self
+    }
+
+    /// Removes `key`.
+    pub fn remove(&mut self, key: &[u8]) -> &mut Self {
+        self.ops.push(BatchOp::Remove(key.to_vec()));
+        self
+    }
+
+    /// Adds `op`.
+    pub fn push(&mut self, op: BatchOp) -> &mut Self {
+        self.ops.push(op);
+        self
+    }
+
+    /// The ops, in order.
+    pub fn ops(&self) -> &[BatchOp] {
+        &self.ops
+    }
+
+    /// The number of ops.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether the batch has no op.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
 }
 
 /// What a read-modify-write does with the key.
@@ -159,20 +251,36 @@ impl std::fmt::Debug for Store {
     }
 }
 
-fn create_logs(dir: &dyn Dir, seq: u64, shards: usize, first_lsn: u64) -> Result<Vec<LogWriter>> {
-    (0..shards)
-        .map(|shard| {
-            let shard_id = u32::try_from(shard).expect("shards are bounded by SHARD_COUNT_MAX");
-            LogWriter::create(
-                dir,
-                &log_name(seq, shard_id),
-                LogHeader {
-                    shard_id,
-                    first_lsn,
-                },
-            )
-        })
-        .collect()
+/// Creates the log set `seq` of `shards` logs whose LSNs start at `first_lsn`, with LSNs
+/// `void_from .. first_lsn` recorded as void (cut by recovery, never handed out); `opened`:
+/// made by a store's open.
+fn create_logs(
+    dir: &dyn Dir,
+    seq: u64,
+    shards: usize,
+    (first_lsn, void_from): (u64, u64),
+    opened: bool,
+) -> Result<Vec<LogWriter>> {
+    let count = u32::try_from(shards).expect("shards are bounded by SHARD_COUNT_MAX");
+    let mut writers = Vec::with_capacity(shards);
+    for shard_id in 0..count {
+        let header = LogHeader {
+            void_from,
+            opened,
+            ..LogHeader::new(shard_id, count, first_lsn)
+        };
+        match LogWriter::create(dir, &log_name(seq, shard_id), header) {
+            Ok(writer) => writers.push(writer),
+            Err(e) => {
+                // Best effort: a set that never takes records is harmless to recovery.
+                for shard in 0..=shard_id {
+                    let _ = dir.remove(&log_name(seq, shard));
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(writers)
 }
 
 /// The engine to open `dir` with: `named` if given, else the one its meta file records,
@@ -218,12 +326,19 @@ impl Store {
                 },
             )?;
         }
-        let lsns = Arc::new(LsnAllocator::new(recovered.report.cutoff_lsn + 1));
+        let report = &recovered.report;
+        let lsns = Arc::new(LsnAllocator::new(report.lsn_next));
         let seq = recovered.log_seq_next;
-        let writers = create_logs(&dir, seq, options.shards, lsns.next())?;
+        let writers = create_logs(
+            &dir,
+            seq,
+            options.shards,
+            (report.lsn_next, report.cutoff_lsn + 1),
+            true,
+        )?;
         let commit = GroupCommit::start(writers, Arc::clone(&lsns), options.durability)?;
         let lsn_end = lsns.next();
-        let replayed = recovered.report.records_replayed > 0;
+        let replayed = report.records_replayed > 0 && !report.clean;
         let store = Self {
             dir: Box::new(dir),
             index: recovered.index,
@@ -259,7 +374,7 @@ impl Store {
     }
 
     /// Checks every file of the store in `dir` without changing anything and reports what
-    /// an open would recover (see [`crate::verify`]); `engine` as in [`StoreOptions`]. Fails
+    /// an open would recover (see [`crate::verify`](mod@crate::verify)); `engine` as in [`StoreOptions`]. Fails
     /// at once if the directory's lock is held (a store or server has it open).
     pub fn verify(dir: impl Dir, engine: Option<&str>) -> Result<VerifyReport> {
         crate::verify::verify(&dir, engine)
@@ -286,9 +401,56 @@ impl Store {
         &self.recovery
     }
 
-    /// Copies the value of `key` into `out`; false if absent.
+    /// Copies the value of `key` into `out`; false if absent. Never sees part of an atomic
+    /// batch (the stripe's seqlock; see the module doc).
     pub fn get(&self, key: &[u8], out: &mut Vec<u8>) -> bool {
-        self.index.get(key, out)
+        let stripe = self.stripes.of(key);
+        loop {
+            let Some(seq) = stripe.read_begin() else {
+                stripe.wait_for_batch();
+                continue;
+            };
+            let found = self.index.get(key, out);
+            if stripe.read_valid(seq) {
+                return found;
+            }
+        }
+    }
+
+    /// Reads every key of `keys` at one moment with respect to atomic batches: no batch is
+    /// seen in part, across the keys too. `visit` gets each key's index and value (None:
+    /// absent), in order, once the read is known to be consistent.
+    pub fn get_many(&self, keys: &[&[u8]], visit: &mut dyn FnMut(usize, Option<&[u8]>)) {
+        let stripes: Vec<&crate::lsn::Stripe> = keys.iter().map(|k| self.stripes.of(k)).collect();
+        let mut values: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
+        let mut seqs = Vec::with_capacity(keys.len());
+        loop {
+            seqs.clear();
+            let mut busy = None;
+            for stripe in &stripes {
+                match stripe.read_begin() {
+                    Some(seq) => seqs.push(seq),
+                    None => {
+                        busy = Some(*stripe);
+                        break;
+                    }
+                }
+            }
+            if let Some(stripe) = busy {
+                stripe.wait_for_batch();
+                continue;
+            }
+            for (key, value) in keys.iter().zip(values.iter_mut()) {
+                let mut out = value.take().unwrap_or_default();
+                *value = self.index.get(key, &mut out).then_some(out);
+            }
+            if stripes.iter().zip(&seqs).all(|(s, &seq)| s.read_valid(seq)) {
+                break;
+            }
+        }
+        for (i, value) in values.iter().enumerate() {
+            visit(i, value.as_deref());
+        }
     }
 
     /// Visits the records in the bounds in `order` (not atomic as a whole, like the engines).
@@ -302,8 +464,10 @@ impl Store {
         self.index.scan(lower, upper, order, visit);
     }
 
-    /// Decides and logs one write of `key` in `shard`, under the key's stripe; returns the
-    /// LSN taken (None: nothing changed) and what `decide` saw.
+    /// Decides and logs one write of `key` in `shard`, under the key's stripe; returns
+    /// whether it changed anything, the LSN to wait for before answering (its own, or the
+    /// stripe's last when it changed nothing; None: nothing to wait for) and what `decide`
+    /// saw.
     fn write_one(
         &self,
         shard: usize,
@@ -311,9 +475,10 @@ impl Store {
         read_current: bool,
         deferred: bool,
         decide: impl FnOnce(Option<&[u8]>) -> Result<Rmw>,
-    ) -> Result<(Option<u64>, Option<Vec<u8>>)> {
+    ) -> Result<(bool, Option<u64>, Option<Vec<u8>>)> {
         self.commit.check_failed()?;
-        let _stripe = self.stripes.lock(key);
+        let stripe = self.stripes.of(key);
+        let _locked = stripe.lock();
         let mut current = Vec::new();
         let old = if read_current && self.index.get(key, &mut current) {
             Some(current)
@@ -350,7 +515,11 @@ impl Store {
                 })
             }
         };
-        Ok((lsn, old))
+        if let Some(lsn) = lsn {
+            stripe.note_lsn(lsn);
+        }
+        let wait_for = lsn.or(Some(stripe.last_lsn()).filter(|&l| l > 0));
+        Ok((lsn.is_some(), wait_for, old))
     }
 
     fn wait(&self, lsn: Option<u64>) -> Result<()> {
@@ -364,21 +533,21 @@ impl Store {
     pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<bool> {
         check_entry(key, value)?;
         let shard = self.commit.shard_of_thread();
-        let (lsn, _) = self.write_one(shard, key, true, false, |old| {
+        let (changed, lsn, _) = self.write_one(shard, key, true, false, |old| {
             Ok(match old {
                 Some(_) => Rmw::Keep,
                 None => Rmw::Put(value.to_vec()),
             })
         })?;
         self.wait(lsn)?;
-        Ok(lsn.is_some())
+        Ok(changed)
     }
 
     /// Sets `key` to `value`.
     pub fn upsert(&self, key: &[u8], value: &[u8]) -> Result<()> {
         check_entry(key, value)?;
         let shard = self.commit.shard_of_thread();
-        let (lsn, _) =
+        let (_, lsn, _) =
             self.write_one(shard, key, false, false, |_| Ok(Rmw::Put(value.to_vec())))?;
         self.wait(lsn)
     }
@@ -387,21 +556,21 @@ impl Store {
     pub fn update(&self, key: &[u8], value: &[u8]) -> Result<bool> {
         check_entry(key, value)?;
         let shard = self.commit.shard_of_thread();
-        let (lsn, _) = self.write_one(shard, key, true, false, |old| {
+        let (changed, lsn, _) = self.write_one(shard, key, true, false, |old| {
             Ok(match old {
                 Some(_) => Rmw::Put(value.to_vec()),
                 None => Rmw::Keep,
             })
         })?;
         self.wait(lsn)?;
-        Ok(lsn.is_some())
+        Ok(changed)
     }
 
     /// Removes `key`; true if it was present.
     pub fn remove(&self, key: &[u8]) -> Result<bool> {
         check_key(key)?;
         let shard = self.commit.shard_of_thread();
-        let (lsn, _) = self.write_one(shard, key, true, false, |old| {
+        let (changed, lsn, _) = self.write_one(shard, key, true, false, |old| {
             Ok(if old.is_some() {
                 Rmw::Remove
             } else {
@@ -409,7 +578,7 @@ impl Store {
             })
         })?;
         self.wait(lsn)?;
-        Ok(lsn.is_some())
+        Ok(changed)
     }
 
     /// Atomically (per key) reads `key`'s value, lets `f` decide what to do, applies and
@@ -421,7 +590,7 @@ impl Store {
     ) -> Result<Option<Vec<u8>>> {
         check_key(key)?;
         let shard = self.commit.shard_of_thread();
-        let (lsn, old) = self.write_one(shard, key, true, false, f)?;
+        let (_, lsn, old) = self.write_one(shard, key, true, false, f)?;
         self.wait(lsn)?;
         Ok(old)
     }
@@ -435,10 +604,31 @@ impl Store {
         }
     }
 
-    /// Applies `ops` in order (each atomic on its own, the batch not) with one durability
-    /// wait; returns for each op whether it changed the store. Limits are checked for all
-    /// ops before any is applied.
+    /// Applies `ops` in order as one atomic batch (see [`Self::write`]); returns for each
+    /// op whether it changed the store.
     pub fn write_batch(&self, ops: &[BatchOp]) -> Result<Vec<bool>> {
+        let shard = self.commit.shard_of_thread();
+        let (changed, lsn) = self.write_unit(shard, ops, false)?;
+        self.wait(lsn)?;
+        Ok(changed)
+    }
+
+    /// Applies `batch` atomically: after any crash either all of its writes are there or
+    /// none, and no [`Self::get`] or [`Self::get_many`] sees part of it (see the module
+    /// doc). Returns for each op whether it changed the store; an error (a key or value over
+    /// the limits, a failed store) changes nothing.
+    pub fn write(&self, batch: &WriteBatch) -> Result<Vec<bool>> {
+        self.write_batch(&batch.ops)
+    }
+
+    /// Decides and logs `ops` as one atomic unit in `shard` (see the module doc); returns
+    /// what each op changed and the LSN to wait for.
+    fn write_unit(
+        &self,
+        shard: usize,
+        ops: &[BatchOp],
+        deferred: bool,
+    ) -> Result<(Vec<bool>, Option<u64>)> {
         for op in ops {
             match op {
                 BatchOp::Insert(k, v) | BatchOp::Upsert(k, v) | BatchOp::Update(k, v) => {
@@ -447,21 +637,68 @@ impl Store {
                 BatchOp::Remove(k) => check_key(k)?,
             }
         }
-        let mut batch = self.batch();
+        self.commit.check_failed()?;
+        let mut stripes: Vec<usize> = ops
+            .iter()
+            .map(|op| KeyStripes::index_of(op.key()))
+            .collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        let _locked: Vec<_> = stripes.iter().map(|&i| self.stripes.at(i).lock()).collect();
+        // The batch's own effects so far, by key: Some(value) or None (removed).
+        let mut overlay: BTreeMap<&[u8], Option<&[u8]>> = BTreeMap::new();
+        let mut scratch = Vec::new();
         let mut changed = Vec::with_capacity(ops.len());
+        let mut records: Vec<(Op, &[u8], &[u8])> = Vec::new();
         for op in ops {
-            changed.push(match op {
-                BatchOp::Insert(k, v) => batch.insert(k, v)?,
-                BatchOp::Upsert(k, v) => {
-                    batch.upsert(k, v)?;
-                    true
-                }
-                BatchOp::Update(k, v) => batch.update(k, v)?,
-                BatchOp::Remove(k) => batch.remove(k)?,
-            });
+            let key = op.key();
+            let present = match overlay.get(key) {
+                Some(state) => state.is_some(),
+                None => self.index.get(key, &mut scratch),
+            };
+            let effect = match op {
+                BatchOp::Insert(_, v) => (!present).then_some(Some(&v[..])),
+                BatchOp::Upsert(_, v) => Some(Some(&v[..])),
+                BatchOp::Update(_, v) => present.then_some(Some(&v[..])),
+                BatchOp::Remove(_) => present.then_some(None),
+            };
+            changed.push(effect.is_some());
+            if let Some(state) = effect {
+                overlay.insert(key, state);
+                records.push(match state {
+                    Some(value) => (Op::Put, key, value),
+                    None => (Op::Remove, key, &[][..]),
+                });
+            }
         }
-        batch.wait()?;
-        Ok(changed)
+        let index = &*self.index;
+        let apply = || {
+            for &i in &stripes {
+                self.stripes.at(i).bump();
+            }
+            for &(op, key, value) in &records {
+                if op == Op::Put {
+                    index
+                        .upsert(key, value)
+                        .expect("limits were checked before logging");
+                } else {
+                    index.remove(key);
+                }
+            }
+            for &i in &stripes {
+                self.stripes.at(i).bump();
+            }
+        };
+        let lsn = self.commit.log_unit(shard, &records, apply, deferred)?;
+        let mut wait_for = lsn;
+        for &i in &stripes {
+            let stripe = self.stripes.at(i);
+            if let Some(lsn) = lsn {
+                stripe.note_lsn(lsn);
+            }
+            wait_for = wait_for.max(Some(stripe.last_lsn()).filter(|&l| l > 0));
+        }
+        Ok((changed, wait_for))
     }
 
     /// Makes every write so far durable (in any mode).
@@ -477,7 +714,14 @@ impl Store {
         self.commit.check_failed()?;
         let seq = state.log_seq_next;
         state.log_seq_next += 1;
-        let fresh = create_logs(&*self.dir, seq, self.commit.shard_count(), self.lsns.next())?;
+        let next = self.lsns.next();
+        let fresh = create_logs(
+            &*self.dir,
+            seq,
+            self.commit.shard_count(),
+            (next, next),
+            false,
+        )?;
         let (start_lsn, old_logs) = self.commit.rotate(fresh)?;
         for old in old_logs {
             let name = old
@@ -492,7 +736,11 @@ impl Store {
         let info = checkpoint::write(&*self.dir, &*self.index, start_lsn, || lsns.last())?;
         // Nothing newer than the logs may be published: make them durable through end_lsn.
         self.commit.sync()?;
-        checkpoint::publish(&*self.dir, start_lsn)?;
+        if let Err(e) = checkpoint::publish(&*self.dir, start_lsn) {
+            // The rename may or may not be durable: like a failed fsync, nothing is known.
+            self.commit.fail(&e);
+            return Err(e);
+        }
         self.checkpoint_count.fetch_add(1, Ordering::Relaxed);
         self.delete_obsolete(&mut state)?;
         Ok(info)
@@ -547,9 +795,10 @@ impl Store {
         }
     }
 
-    /// Makes everything durable, stops the flushers and releases the directory.
+    /// Makes everything durable, seals every log (so the next open knows the store closed
+    /// cleanly and needs no checkpoint), stops the flushers and releases the directory.
     pub fn close(mut self) -> Result<()> {
-        let result = self.commit.sync();
+        let result = self.commit.seal();
         self.commit.stop();
         result
     }
@@ -588,23 +837,31 @@ pub struct Batch<'a> {
 }
 
 impl Batch<'_> {
-    fn write(
+    fn write_key(
         &mut self,
         key: &[u8],
         read_current: bool,
         decide: impl FnOnce(Option<&[u8]>) -> Result<Rmw>,
     ) -> Result<(bool, Option<Vec<u8>>)> {
-        let (lsn, old) = self
-            .store
-            .write_one(self.shard, key, read_current, true, decide)?;
+        let (changed, lsn, old) =
+            self.store
+                .write_one(self.shard, key, read_current, true, decide)?;
         self.lsn_max = self.lsn_max.max(lsn);
-        Ok((lsn.is_some(), old))
+        Ok((changed, old))
+    }
+
+    /// Applies `batch` atomically within this pipeline batch (as [`Store::write`]; the
+    /// durability wait is this batch's).
+    pub fn write(&mut self, batch: &WriteBatch) -> Result<Vec<bool>> {
+        let (changed, lsn) = self.store.write_unit(self.shard, &batch.ops, true)?;
+        self.lsn_max = self.lsn_max.max(lsn);
+        Ok(changed)
     }
 
     /// Inserts `key` only if absent; true if inserted.
     pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
         check_entry(key, value)?;
-        let (changed, _) = self.write(key, true, |old| {
+        let (changed, _) = self.write_key(key, true, |old| {
             Ok(match old {
                 Some(_) => Rmw::Keep,
                 None => Rmw::Put(value.to_vec()),
@@ -616,14 +873,14 @@ impl Batch<'_> {
     /// Sets `key` to `value`.
     pub fn upsert(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         check_entry(key, value)?;
-        self.write(key, false, |_| Ok(Rmw::Put(value.to_vec())))?;
+        self.write_key(key, false, |_| Ok(Rmw::Put(value.to_vec())))?;
         Ok(())
     }
 
     /// Sets `key` to `value` only if present; true if updated.
     pub fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
         check_entry(key, value)?;
-        let (changed, _) = self.write(key, true, |old| {
+        let (changed, _) = self.write_key(key, true, |old| {
             Ok(match old {
                 Some(_) => Rmw::Put(value.to_vec()),
                 None => Rmw::Keep,
@@ -635,7 +892,7 @@ impl Batch<'_> {
     /// Removes `key`; true if it was present.
     pub fn remove(&mut self, key: &[u8]) -> Result<bool> {
         check_key(key)?;
-        let (changed, _) = self.write(key, true, |old| {
+        let (changed, _) = self.write_key(key, true, |old| {
             Ok(if old.is_some() {
                 Rmw::Remove
             } else {
@@ -653,7 +910,7 @@ impl Batch<'_> {
         f: impl FnOnce(Option<&[u8]>) -> Result<Rmw>,
     ) -> Result<Option<Vec<u8>>> {
         check_key(key)?;
-        let (_, old) = self.write(key, true, f)?;
+        let (_, old) = self.write_key(key, true, f)?;
         Ok(old)
     }
 
@@ -680,7 +937,7 @@ impl Drop for Store {
     fn drop(&mut self) {
         // Best effort for a store dropped without close (periodic mode's unforced writes);
         // an error here has no caller to go to, and recovery copes with any state.
-        let _ = self.commit.sync();
+        let _ = self.commit.seal();
         self.commit.stop();
     }
 }

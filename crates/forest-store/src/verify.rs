@@ -113,9 +113,11 @@ fn check_log(dir: &dyn Dir, name: &str) -> LogCheck {
     loop {
         match stream.advance() {
             Ok(true) => {
-                let lsn = stream.lsn();
-                check.lsn_first = check.lsn_first.or(lsn);
-                check.lsn_last = lsn;
+                if stream.op().is_some_and(|op| op.is_data()) {
+                    let lsn = stream.lsn();
+                    check.lsn_first = check.lsn_first.or(lsn);
+                    check.lsn_last = lsn;
+                }
             }
             Ok(false) => break,
             Err(e) => {

@@ -48,22 +48,18 @@ fn arb_records() -> impl Strategy<Value = Vec<Owned>> {
 /// The encoded log and the end offset of each record.
 fn encode_log(records: &[Owned]) -> (Vec<u8>, Vec<usize>) {
     let mut buf = Vec::new();
-    encode_header(
-        &LogHeader {
-            shard_id: 0,
-            first_lsn: 1,
-        },
-        &mut buf,
-    );
+    let header = LogHeader::new(0, 1, 1);
+    encode_header(&header, &mut buf);
     let mut ends = Vec::new();
     for (lsn, op, key, value) in records {
         let record = Record {
             lsn: *lsn,
             op: *op,
+            batch_more: false,
             key,
             value,
         };
-        encode_record(&record, &mut buf).expect("within limits");
+        encode_record(&record, header.nonce, &mut buf).expect("within limits");
         ends.push(buf.len());
     }
     (buf, ends)

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use forest_core::Error;
 use forest_store::file::{CrashMode, FaultPlan, SimDir};
+use forest_store::wal::{LogStream, Op};
 use forest_store::{BatchOp, Durability, Rmw, Store, StoreOptions, ENGINE_NAMES};
 
 fn options(engine: &str, durability: Durability, shards: usize) -> StoreOptions {
@@ -214,8 +215,21 @@ fn damaged_checkpoint_falls_back() {
     assert!(report.corrupt_checkpoints[0].contains(&newest));
 }
 
-// Goal: damage in the middle of a log is an error naming the file and offset; damage in its
-// last record is a torn tail, cut and reported. Method: flip bytes in a closed store's log.
+/// The file offsets of the records of `name` whose op is `op`, in order.
+fn record_offsets(dir: &SimDir, name: &str, op: Op) -> Vec<u64> {
+    let mut stream = LogStream::open(dir, name).expect("open log");
+    let mut out = Vec::new();
+    while stream.advance().expect("decode") {
+        if stream.op() == Some(op) {
+            out.push(stream.record_start().expect("current"));
+        }
+    }
+    out
+}
+
+// Goal: damage in a log before a mark that proves it durable is refused, naming the file
+// and offset; damage in the last bytes (the close's seal) is a torn tail, cut and reported.
+// Method: flip bytes in a cleanly closed store's log (issue 12, defect 2).
 #[test]
 fn log_damage_is_reported() {
     let setup = |seed| {
@@ -234,11 +248,13 @@ fn log_damage_is_reported() {
         (dir, log)
     };
     let (dir, log) = setup(7);
-    assert!(dir.damage(&log, |bytes| bytes[32 + 59 * 2 + 40] ^= 1));
+    let third = record_offsets(&dir, &log, Op::Put)[2];
+    assert!(dir.damage(&log, |bytes| bytes[third as usize + 40] ^= 1));
     let err = Store::open(dir, StoreOptions::default()).expect_err("corrupt");
     let text = err.to_string();
-    assert!(matches!(err, Error::Corrupt { offset: 150, .. }), "{text}");
+    assert!(matches!(err, Error::Corrupt { .. }), "{text}");
     assert!(text.contains(&log), "{text}");
+    assert!(text.contains(&format!("from offset {third}")), "{text}");
 
     let (dir, log) = setup(8);
     assert!(dir.damage(&log, |bytes| {
@@ -248,7 +264,7 @@ fn log_damage_is_reported() {
     let store = Store::open(dir, options("lockbtree", Durability::Sync, 1)).expect("torn tail");
     let report = store.recovery_report();
     assert_eq!(report.torn_tails.len(), 1, "{report:?}");
-    assert_eq!(store.to_vec().len(), 9);
+    assert_eq!(store.to_vec().len(), 10);
 }
 
 // Goal: an injected fsync failure fails the waiting write, acknowledges nothing more and

@@ -48,13 +48,11 @@ fn streamed(data: &[u8]) -> Outcome {
 fn damaged_log(data: &[u8]) -> Vec<u8> {
     let (recipe, damage) = data.split_at(data.len().saturating_sub(4));
     let mut log = Vec::new();
-    encode_header(
-        &LogHeader {
-            shard_id: 0,
-            first_lsn: 1,
-        },
-        &mut log,
-    );
+    let header = LogHeader {
+        nonce: 7,
+        ..LogHeader::new(0, 1, 1)
+    };
+    encode_header(&header, &mut log);
     let mut lsn = 0u64;
     for chunk in recipe.chunks(24) {
         let (head, rest) = chunk.split_at(1.min(chunk.len()));
@@ -64,10 +62,11 @@ fn damaged_log(data: &[u8]) -> Vec<u8> {
         let record = Record {
             lsn,
             op: if remove { Op::Remove } else { Op::Put },
+            batch_more: false,
             key: &rest[..split],
             value: if remove { &[] } else { &rest[split..] },
         };
-        encode_record(&record, &mut log).expect("small records fit the limits");
+        encode_record(&record, header.nonce, &mut log).expect("small records fit the limits");
     }
     if let [cut, flip_at, flip_hi, bit] = *damage {
         let len = log.len();

@@ -3,7 +3,9 @@
 //! §5: per-core log buffers, a logging thread per log; issue 5 "Logs").
 //!
 //! Protocol. A writer picks its shard by thread. Under the shard's `state` lock it takes an
-//! LSN, applies its operation to the index and encodes the record into the shard's buffer.
+//! LSN, encodes the record into the shard's buffer and then applies its operation to the
+//! index: the record is buffered before the index changes, so an engine that panics leaves
+//! no hole in the LSNs, and the panic fails the store (issue 12, defect 1).
 //! A *flush pass* of a shard holds the shard's `writer` lock, takes the buffer under the
 //! `state` lock while reading `G` = the last LSN allocated, writes and fsyncs the batch, and
 //! only then raises the shard's `durable_through` to `G`.
@@ -29,6 +31,16 @@
 //! taking its LSN until it has run the flush pass itself, so every write gets a dedicated
 //! fsync of its own record; then it waits for the other shards. `periodic`: the writer does not
 //! wait; flushers force at least every interval.
+//!
+//! Marks (issue 12, defect 2): a flush pass that writes records first writes a mark with the
+//! acknowledged LSN `D` of that moment: every LSN up to `D` is durable in every log, so
+//! recovery refuses a cutoff below it. Seals: a log rotated out ends with a seal whose
+//! bound is the rotation's LSN; at a clean close every log gets a mark and a seal, and
+//! recovery then knows nothing was cut.
+//!
+//! Atomic units (`log_unit`): the records of one atomic batch take consecutive LSNs in one
+//! shard's buffer, flagged `BATCH_MORE` but the last, so they reach the log together and
+//! recovery applies them whole or not at all.
 //!
 //! Batches (`log_deferred` + `wait_batch`): the records are only buffered, and the wait
 //! starts one flush for all of them (under `sync` the waiter runs the pass itself: one fsync
@@ -57,6 +69,8 @@ pub const SHARD_COUNT_MAX: usize = 64;
 #[derive(Debug, Default)]
 struct ShardState {
     buf: Vec<u8>,
+    /// The nonce of the shard's current log (records are encoded for it).
+    nonce: u32,
     /// LSNs of the first and last record in `buf` (0: empty).
     lsn_first: u64,
     lsn_last: u64,
@@ -145,7 +159,10 @@ impl GroupCommit {
         let shards: Box<[Shard]> = writers
             .into_iter()
             .map(|writer| Shard {
-                state: Mutex::new(ShardState::default()),
+                state: Mutex::new(ShardState {
+                    nonce: writer.header().nonce,
+                    ..ShardState::default()
+                }),
                 work: Condvar::new(),
                 writer: Mutex::new(writer),
                 durable_through: AtomicU64::new(durable),
@@ -170,7 +187,15 @@ impl GroupCommit {
             let inner = Arc::clone(&inner);
             let handle = std::thread::Builder::new()
                 .name(format!("forest-flusher-{index}"))
-                .spawn(move || inner.flusher(index))
+                .spawn(move || {
+                    // A flusher that panics must not leave writers waiting for ever.
+                    let run = std::panic::AssertUnwindSafe(|| inner.flusher(index));
+                    if std::panic::catch_unwind(run).is_err() {
+                        inner.fail(&internal_error(format!(
+                            "the flusher of shard log {index} panicked"
+                        )));
+                    }
+                })
                 .map_err(|e| Error::Io {
                     path: PathBuf::from("<thread>"),
                     op: "spawn flusher",
@@ -242,14 +267,16 @@ impl GroupCommit {
             return Err(inner.failure_error());
         }
         let lsn = inner.lsns.allocate();
-        apply();
+        let nonce = state.nonce;
         encode_record(
             &Record {
                 lsn,
                 op,
+                batch_more: false,
                 key,
                 value,
             },
+            nonce,
             &mut state.buf,
         )
         .expect("limits were checked before the LSN was taken");
@@ -257,6 +284,9 @@ impl GroupCommit {
             state.lsn_first = lsn;
         }
         state.lsn_last = lsn;
+        let guard = FailOnUnwind { inner, lsn };
+        apply();
+        guard.disarm();
         drop(state);
         if let Some(writer) = own_flush.as_mut() {
             inner.flush_locked(shard, writer)?;
@@ -266,6 +296,72 @@ impl GroupCommit {
             shard_ref.work.notify_one();
         }
         Ok(lsn)
+    }
+
+    /// Logs the records of one atomic batch in `shard` at consecutive LSNs, flagged as one
+    /// unit (see the module doc), then runs `apply` (the index operations), all under the
+    /// shard's lock. Precondition: the caller holds the stripes of every key. Returns the
+    /// unit's last LSN; `deferred` as for [`Self::log_deferred`]. An empty unit logs
+    /// nothing and returns `None`.
+    pub fn log_unit(
+        &self,
+        shard: usize,
+        records: &[(Op, &[u8], &[u8])],
+        apply: impl FnOnce(),
+        deferred: bool,
+    ) -> Result<Option<u64>> {
+        for &(op, key, value) in records {
+            check_entry(key, value)?;
+            assert!(op.is_data(), "a unit holds data records");
+            debug_assert!(op == Op::Put || value.is_empty(), "a remove logs no value");
+        }
+        let Some(count) = std::num::NonZeroU64::new(records.len() as u64) else {
+            return Ok(None);
+        };
+        let inner = &*self.inner;
+        let shard_ref = &inner.shards[shard];
+        let mut own_flush =
+            (inner.durability == Durability::Sync && !deferred).then(|| shard_ref.writer.lock());
+        let mut state = shard_ref.state.lock();
+        if inner.failed.load(Ordering::SeqCst) {
+            return Err(inner.failure_error());
+        }
+        let first = inner.lsns.allocate_n(count.get());
+        let last = first + count.get() - 1;
+        let nonce = state.nonce;
+        for (i, &(op, key, value)) in records.iter().enumerate() {
+            let record = Record {
+                lsn: first + i as u64,
+                op,
+                batch_more: i + 1 < records.len(),
+                key,
+                value,
+            };
+            encode_record(&record, nonce, &mut state.buf)
+                .expect("limits were checked before the LSNs were taken");
+        }
+        if state.lsn_first == 0 {
+            state.lsn_first = first;
+        }
+        state.lsn_last = last;
+        let guard = FailOnUnwind { inner, lsn: first };
+        apply();
+        guard.disarm();
+        drop(state);
+        if let Some(writer) = own_flush.as_mut() {
+            inner.flush_locked(shard, writer)?;
+            drop(own_flush);
+            inner.publish();
+        } else if inner.durability == Durability::Group && !deferred {
+            shard_ref.work.notify_one();
+        }
+        Ok(Some(last))
+    }
+
+    /// Fails the store with `error` (a checkpoint whose publication failed, for one): every
+    /// waiter not yet acknowledged gets it, and writes are refused until reopened.
+    pub fn fail(&self, error: &Error) {
+        self.inner.fail(error);
     }
 
     /// Waits until a batch logged by [`Self::log_deferred`] in `shard`, whose highest LSN
@@ -351,9 +447,14 @@ impl GroupCommit {
             let (first, last) = (state.lsn_first, state.lsn_last);
             state.lsn_first = 0;
             state.lsn_last = 0;
+            state.nonce = new_log.header().nonce;
             let mut old = std::mem::replace(&mut **writer, new_log);
-            // Cannot fail: the store is not failed and the LSNs follow the old log's.
-            if let Err(e) = old.append_encoded(first, last, &buf) {
+            // Cannot fail: the store is not failed and the LSNs follow the old log's. The
+            // seal tells recovery the log is whole: no LSN of it is at or above `start`.
+            let sealed = old
+                .append_encoded(first, last, &buf)
+                .and_then(|()| old.append_control(Op::Seal, start));
+            if let Err(e) = sealed {
                 inner.fail(&e);
                 return Err(e);
             }
@@ -371,6 +472,37 @@ impl GroupCommit {
         }
         drop(writers);
         Ok((start, old_logs))
+    }
+
+    /// A clean close: makes every write durable, then ends every log with a mark (everything
+    /// is durable) and a seal, synced, so that recovery knows nothing was cut. Call with no
+    /// writer left; [`Self::stop`] follows.
+    pub fn seal(&self) -> Result<()> {
+        self.sync()?;
+        let inner = &*self.inner;
+        let mut writers: Vec<_> = inner.shards.iter().map(|s| s.writer.lock()).collect();
+        let states: Vec<_> = inner.shards.iter().map(|s| s.state.lock()).collect();
+        if inner.failed.load(Ordering::SeqCst) {
+            return Err(inner.failure_error());
+        }
+        if states.iter().any(|s| !s.buf.is_empty()) {
+            return Err(internal_error(
+                "writes arrived while the store closed".to_string(),
+            ));
+        }
+        let bound = inner.lsns.next();
+        for writer in writers.iter_mut() {
+            let sealed = writer
+                .append_control(Op::Mark, bound - 1)
+                .and_then(|()| writer.append_control(Op::Seal, bound))
+                .and_then(|()| writer.sync().map(|_| ()));
+            if let Err(e) = sealed {
+                inner.fail(&e);
+                return Err(e);
+            }
+            inner.fsync_count.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// Stops the flushers (nothing more is forced; call [`Self::sync`] first to keep it).
@@ -394,6 +526,36 @@ impl GroupCommit {
             self.inner.failed.store(true, Ordering::SeqCst);
         }
         self.inner.acked.notify_all();
+    }
+}
+
+/// Fails the store if the thread unwinds through an engine's apply (issue 12, defect 1): the
+/// record is logged, the index may be half changed, so nothing more may be acknowledged.
+struct FailOnUnwind<'a> {
+    inner: &'a Inner,
+    lsn: u64,
+}
+
+impl FailOnUnwind<'_> {
+    fn disarm(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for FailOnUnwind<'_> {
+    fn drop(&mut self) {
+        self.inner.fail(&internal_error(format!(
+            "the engine panicked while applying LSN {}",
+            self.lsn
+        )));
+    }
+}
+
+fn internal_error(message: String) -> Error {
+    Error::Io {
+        path: PathBuf::from("<store>"),
+        op: "write",
+        source: std::io::Error::other(message),
     }
 }
 
@@ -460,8 +622,11 @@ impl Inner {
             taken
         };
         if !buf.is_empty() {
+            // The mark first: it claims only what was acknowledged before this pass.
+            let acked = self.ack.lock().durable;
             let result = writer
-                .append_encoded(first, last, &buf)
+                .append_mark_if_newer(acked)
+                .and_then(|()| writer.append_encoded(first, last, &buf))
                 .and_then(|()| writer.sync());
             if let Err(e) = result {
                 self.fail(&e);

@@ -34,6 +34,8 @@ pub fn parse_log_name(name: &str) -> Option<(u64, u32)> {
     Some((seq.parse().ok()?, shard.parse().ok()?))
 }
 
-pub use reader::{cut_torn_tail, LogFile, LogStream};
-pub use record::{decode_log, encode_header, encode_record, Decoded, LogHeader, Op, Record};
+pub use reader::{cut_log, seal_log, LogFile, LogStream};
+pub use record::{
+    decode_log, encode_header, encode_record, Decoded, Evidence, LogHeader, Op, Record,
+};
 pub use writer::LogWriter;

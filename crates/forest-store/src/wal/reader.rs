@@ -1,17 +1,28 @@
-//! Reading log files back (issue 5 "Checkpoints and recovery": a torn tail is cut and
-//! reported; a checksum failure before the tail is an error naming the file and offset).
+//! Reading log files back (issue 5 "Checkpoints and recovery"; issue 12: damage is weighed,
+//! never guessed away).
 //!
 //! - [`LogStream`]: decodes a log front to back through a bounded [`ReadWindow`] (about
-//!   two maximal records of memory, whatever the file's size); recovery and `verify` use it.
-//!   It applies exactly the rules of [`super::record::decode_log`] (tested against it), so
-//!   a log means the same whichever reader reads it.
+//!   two maximal records of memory, whatever the file's size); recovery and `verify` use it,
+//!   and [`super::record::decode_log`] runs it over bytes in memory, so a log means the same
+//!   whichever reader reads it.
 //! - [`LogFile`]: the whole file in memory, decoded by `decode_log` (tests and small tools).
 //!
-//! Why the verdicts match: [`check_record`] judges a record from its own bytes only (the
-//! `8 + length` bytes its length field claims, never more than [`RECORD_BYTES_MAX`]), so its
-//! verdict on a window holding those bytes (or reaching the end of the file) is its verdict
-//! on the whole file. The stream asks the window for a record's fixed header, then for the
-//! length it claims.
+//! The valid prefix ends at the first offset whose bytes are not a valid record. What lies
+//! after it is a *tail*: a crash cut it (a torn write, or later pages written back before
+//! earlier ones) or the medium damaged it. The stream cannot tell which; it reports the
+//! tail and, on request ([`LogStream::evidence`]), the valid records of this log that the
+//! tail still holds (the per-log nonce in every checksum makes them unmistakable). Recovery
+//! then refuses the tail if anything proves it held acknowledged data (a watermark mark at or
+//! beyond the LSNs lost, a newer log set, a checkpoint's end), and cuts it otherwise.
+//!
+//! Structural errors inside the valid prefix (a data LSN out of order, a batch interrupted
+//! by another record, a record after a seal, a damaged header before records) are
+//! [`Error::Corrupt`] naming the file and offset: no crash produces them.
+//!
+//! Why window and whole-file verdicts match: `check_record` judges a record from its own
+//! bytes only (the `8 + length` bytes its length field claims, never more than
+//! [`RECORD_BYTES_MAX`]), so its verdict on a window holding those bytes (or reaching the end
+//! of the file) is its verdict on the whole file.
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -19,8 +30,8 @@ use std::path::{Path, PathBuf};
 use forest_core::{Error, Result};
 
 use super::record::{
-    check_record, decode_header, decode_log, Check, Decoded, LogHeader, Op, Record, TornTail,
-    LOG_HEADER_BYTES, RECORD_BYTES_MAX, RECORD_FRAME_BYTES, RECORD_HEADER_BYTES,
+    check_record, decode_header, decode_log, Check, Decoded, Evidence, LogHeader, Op, Record,
+    TornTail, LOG_HEADER_BYTES, RECORD_BYTES_MAX, RECORD_FRAME_BYTES, RECORD_HEADER_BYTES,
 };
 use crate::file::{Dir, File, ReadWindow, READ_CHUNK_BYTES};
 
@@ -29,6 +40,7 @@ use crate::file::{Dir, File, ReadWindow, READ_CHUNK_BYTES};
 struct Current {
     lsn: u64,
     op: Op,
+    batch_more: bool,
     /// File offsets of the record's first byte and the byte after it.
     start: u64,
     end: u64,
@@ -45,13 +57,26 @@ pub struct LogStream {
     /// How far past an offset a record may reach ([`RECORD_BYTES_MAX`]; smaller in tests).
     lookahead: usize,
     header: Option<LogHeader>,
+    nonce: u32,
     current: Option<Current>,
     /// The file offset of the next record.
     next_at: u64,
-    /// The lowest LSN the next record may carry.
+    /// The lowest data LSN the next data record may carry.
     lsn_min: u64,
+    /// The previous data record was flagged `BATCH_MORE`: the next must be data at `lsn_min`.
+    in_batch: bool,
+    /// The seal read, if any: its bound and offset.
+    seal: Option<u64>,
+    seal_at: u64,
+    /// The highest watermark of the marks read.
+    mark_max: Option<u64>,
+    /// The highest data LSN read.
+    lsn_max: Option<u64>,
     /// Set once the valid prefix has ended: its length and the torn tail, if any.
     end: Option<(u64, Option<TornTail>)>,
+    evidence: Option<Evidence>,
+    /// Why the valid prefix ended before the end of the file.
+    tail_what: &'static str,
     record_count: u64,
 }
 
@@ -67,7 +92,7 @@ impl LogStream {
     }
 
     /// As [`Self::from_file`] with a smaller window: `lookahead` must be at least the longest
-    /// record in the file for the verdicts to match `decode_log` (tests of refills).
+    /// record in the file for the verdicts to match the whole file's (tests of refills).
     pub(crate) fn with_window(file: Box<dyn File>, lookahead: usize, chunk: usize) -> Result<Self> {
         let path = file.path().to_path_buf();
         let window = ReadWindow::new(file, chunk)?;
@@ -76,27 +101,31 @@ impl LogStream {
             path,
             lookahead,
             header: None,
+            nonce: 0,
             current: None,
             next_at: LOG_HEADER_BYTES as u64,
             lsn_min: 0,
+            in_batch: false,
+            seal: None,
+            seal_at: 0,
+            mark_max: None,
+            lsn_max: None,
             end: None,
+            evidence: None,
+            tail_what: "",
             record_count: 0,
         };
+        let len = stream.window.len();
         let bytes = stream.window.bytes_at(0, LOG_HEADER_BYTES)?;
-        match decode_header(&stream.path, bytes)? {
+        match decode_header(&stream.path, bytes, len)? {
             Some(header) => {
                 stream.lsn_min = header.first_lsn;
+                stream.nonce = header.nonce;
                 stream.header = Some(header);
             }
             None => {
-                if stream.valid_record_follows(0)? {
-                    return Err(Error::Corrupt {
-                        path: stream.path.clone(),
-                        offset: 0,
-                        what: "log header damaged but records follow".to_string(),
-                    });
-                }
                 stream.finish_at(0);
+                stream.evidence = Some(Evidence::default());
             }
         }
         Ok(stream)
@@ -117,13 +146,21 @@ impl LogStream {
         self.header
     }
 
-    /// Records read so far.
+    /// Records read so far (marks and seals included).
     pub fn record_count(&self) -> u64 {
         self.record_count
     }
 
-    /// Moves to the next record; false at the end of the valid prefix. Errors: damage with
-    /// a valid record after it, or an LSN out of order ([`Error::Corrupt`] with the offset),
+    fn corrupt(&self, offset: u64, what: String) -> Error {
+        Error::Corrupt {
+            path: self.path.clone(),
+            offset,
+            what,
+        }
+    }
+
+    /// Moves to the next record of the valid prefix (data, mark or seal); false at its end.
+    /// Errors: a structural error ([`Error::Corrupt`] with the offset; see the module doc),
     /// or a failed read.
     pub fn advance(&mut self) -> Result<bool> {
         self.current = None;
@@ -136,45 +173,73 @@ impl LogStream {
             return Ok(false);
         }
         let data = record_bytes(&mut self.window, at, self.lookahead)?;
-        let what = match check_record(data, 0) {
-            Check::Valid(record, next) => {
-                if record.lsn < self.lsn_min {
-                    return Err(Error::Corrupt {
-                        path: self.path.clone(),
-                        offset: at,
-                        what: format!(
-                            "record LSN {} out of order (expected at least {})",
-                            record.lsn, self.lsn_min
-                        ),
-                    });
-                }
-                let key_start = record.key.as_ptr() as usize - data.as_ptr() as usize;
-                let value_start = record.value.as_ptr() as usize - data.as_ptr() as usize;
-                self.current = Some(Current {
-                    lsn: record.lsn,
-                    op: record.op,
-                    start: at,
-                    end: at + next as u64,
-                    key: key_start..key_start + record.key.len(),
-                    value: value_start..value_start + record.value.len(),
-                });
-                self.lsn_min = record.lsn.saturating_add(1);
-                self.next_at = at + next as u64;
-                self.record_count += 1;
-                return Ok(true);
+        let (record, next) = match check_record(data, 0, self.nonce) {
+            Check::Valid(record, next) => (record, next),
+            Check::Incomplete => {
+                self.tail_what = "record extends beyond the end of the file";
+                self.finish_at(at);
+                return Ok(false);
             }
-            Check::Incomplete => "record extends beyond the end of the file",
-            Check::Bad(what) => what,
+            Check::Bad(what) => {
+                self.tail_what = what;
+                self.finish_at(at);
+                return Ok(false);
+            }
         };
-        if self.valid_record_follows(at)? {
-            return Err(Error::Corrupt {
-                path: self.path.clone(),
-                offset: at,
-                what: format!("{what}, and valid records follow"),
-            });
+        let key_start = record.key.as_ptr() as usize - data.as_ptr() as usize;
+        let value_start = record.value.as_ptr() as usize - data.as_ptr() as usize;
+        let current = Current {
+            lsn: record.lsn,
+            op: record.op,
+            batch_more: record.batch_more,
+            start: at,
+            end: at + next as u64,
+            key: key_start..key_start + record.key.len(),
+            value: value_start..value_start + record.value.len(),
+        };
+        if let Some(seal) = self.seal {
+            return Err(self.corrupt(at, format!("a record after the log's seal (bound {seal})")));
         }
-        self.finish_at(at);
-        Ok(false)
+        if self.in_batch && !(current.op.is_data() && current.lsn == self.lsn_min) {
+            return Err(self.corrupt(
+                at,
+                format!("batch interrupted: LSN {} expected next", self.lsn_min),
+            ));
+        }
+        match current.op {
+            Op::Put | Op::Remove => {
+                if current.lsn < self.lsn_min {
+                    return Err(self.corrupt(
+                        at,
+                        format!(
+                            "record LSN {} out of order (expected at least {})",
+                            current.lsn, self.lsn_min
+                        ),
+                    ));
+                }
+                self.lsn_min = current.lsn.saturating_add(1);
+                self.in_batch = current.batch_more;
+                self.lsn_max = Some(current.lsn);
+            }
+            Op::Mark => self.mark_max = self.mark_max.max(Some(current.lsn)),
+            Op::Seal => {
+                if current.lsn < self.lsn_min {
+                    return Err(self.corrupt(
+                        at,
+                        format!(
+                            "seal bound {} below the log's LSNs (next {})",
+                            current.lsn, self.lsn_min
+                        ),
+                    ));
+                }
+                self.seal = Some(current.lsn);
+                self.seal_at = current.start;
+            }
+        }
+        self.next_at = current.end;
+        self.current = Some(current);
+        self.record_count += 1;
+        Ok(true)
     }
 
     /// The record [`Self::advance`] moved to, if it returned true.
@@ -185,14 +250,31 @@ impl LogStream {
         Some(Record {
             lsn: current.lsn,
             op: current.op,
+            batch_more: current.batch_more,
             key: &data[current.key.clone()],
             value: &data[current.value.clone()],
         })
     }
 
-    /// The LSN of the current record.
+    /// The current record's file offset and its key and value ranges relative to it.
+    pub(crate) fn record_ranges(&self) -> Option<(u64, Range<usize>, Range<usize>)> {
+        let c = self.current.as_ref()?;
+        Some((c.start, c.key.clone(), c.value.clone()))
+    }
+
+    /// The LSN field of the current record.
     pub fn lsn(&self) -> Option<u64> {
         self.current.as_ref().map(|c| c.lsn)
+    }
+
+    /// The current record's kind.
+    pub fn op(&self) -> Option<Op> {
+        self.current.as_ref().map(|c| c.op)
+    }
+
+    /// The file offset of the current record.
+    pub fn record_start(&self) -> Option<u64> {
+        self.current.as_ref().map(|c| c.start)
     }
 
     /// The file offset just past the current record.
@@ -210,10 +292,65 @@ impl LogStream {
         self.end.and_then(|(_, torn)| torn)
     }
 
-    /// Reads the rest of the log (checking it); the number of records read in all.
+    /// Why the valid prefix ended before the end of the file ("" if it did not).
+    pub fn tail_reason(&self) -> &'static str {
+        self.tail_what
+    }
+
+    /// The seal read so far, if any (its bound).
+    pub fn seal(&self) -> Option<u64> {
+        self.seal
+    }
+
+    /// The offset of the seal read, if any.
+    pub fn seal_at(&self) -> Option<u64> {
+        self.seal.map(|_| self.seal_at)
+    }
+
+    /// The highest watermark of the marks read so far.
+    pub fn mark_max(&self) -> Option<u64> {
+        self.mark_max
+    }
+
+    /// The highest data LSN read so far.
+    pub fn lsn_max(&self) -> Option<u64> {
+        self.lsn_max
+    }
+
+    /// Whether the valid prefix ended inside a batch (its last data record flagged
+    /// `BATCH_MORE`).
+    pub fn ends_in_batch(&self) -> bool {
+        self.in_batch
+    }
+
+    /// Reads the rest of the valid prefix (checking it); the number of records read in all.
     pub fn drain(&mut self) -> Result<u64> {
         while self.advance()? {}
         Ok(self.record_count)
+    }
+
+    /// Once the valid prefix has ended: the valid records of this log that the tail still
+    /// holds (scanned once, front to back through the window; memory stays bounded).
+    pub fn evidence(&mut self) -> Result<Evidence> {
+        self.drain()?;
+        if let Some(evidence) = self.evidence {
+            return Ok(evidence);
+        }
+        let mut evidence = Evidence::default();
+        let len = self.window.len();
+        let mut at = self.valid_len().expect("drained") + 1;
+        while at < len {
+            let data = record_bytes(&mut self.window, at, self.lookahead)?;
+            match check_record(data, 0, self.nonce) {
+                Check::Valid(record, next) => {
+                    evidence.add(at, &record);
+                    at += next as u64;
+                }
+                Check::Incomplete | Check::Bad(_) => at += 1,
+            }
+        }
+        self.evidence = Some(evidence);
+        Ok(evidence)
     }
 
     fn finish_at(&mut self, at: u64) {
@@ -223,17 +360,9 @@ impl LogStream {
             bytes: len - at,
         });
         self.end = Some((at, torn));
-    }
-
-    /// Whether a valid record starts at any offset after `from`.
-    fn valid_record_follows(&mut self, from: u64) -> Result<bool> {
-        for at in from + 1..self.window.len() {
-            let data = record_bytes(&mut self.window, at, self.lookahead)?;
-            if matches!(check_record(data, 0), Check::Valid(..)) {
-                return Ok(true);
-            }
+        if torn.is_none() {
+            self.evidence = Some(Evidence::default());
         }
-        Ok(false)
     }
 }
 
@@ -290,15 +419,25 @@ impl LogFile {
     }
 }
 
-/// Cuts the log `name` of `dir` to its valid prefix of `valid_len` bytes and syncs it, so
-/// that appending can resume after a torn tail.
-pub fn cut_torn_tail(dir: &dyn Dir, name: &str, valid_len: u64) -> Result<()> {
+/// Cuts the log `name` of `dir` to `len` bytes and syncs it, always: a cut whose earlier
+/// sync failed or never ran looks done in the page cache, and a power loss would bring the
+/// cut records back (issue 12, defect 3).
+pub fn cut_log(dir: &dyn Dir, name: &str, len: u64) -> Result<()> {
     let mut file = dir.open(name)?;
-    if file.len()? != valid_len {
-        file.truncate(valid_len)?;
-        file.sync()?;
+    if file.len()? != len {
+        file.truncate(len)?;
     }
-    Ok(())
+    file.sync()
+}
+
+/// Ends the log `name` of `dir` (whose valid prefix is its whole length, `nonce` its
+/// header's) with a seal of bound `bound`, and syncs it.
+pub fn seal_log(dir: &dyn Dir, name: &str, nonce: u32, bound: u64) -> Result<()> {
+    let mut file = dir.open(name)?;
+    let mut buf = Vec::new();
+    super::record::encode_record(&Record::control(Op::Seal, bound), nonce, &mut buf)?;
+    file.append(&buf)?;
+    file.sync()
 }
 
 #[cfg(test)]
@@ -315,6 +454,7 @@ mod tests {
             Vec<(u64, Op, Vec<u8>, Vec<u8>)>,
             u64,
             Option<crate::wal::record::TornTail>,
+            crate::wal::Evidence,
         ),
         u64,
     >;
@@ -334,7 +474,7 @@ mod tests {
             .iter()
             .map(|r| (r.lsn, r.op, r.key.to_vec(), r.value.to_vec()))
             .collect();
-        Ok((d.header, records, d.valid_len, d.torn))
+        Ok((d.header, records, d.valid_len, d.torn, d.evidence))
     }
 
     /// What a [`LogStream`] with a small window makes of `data`.
@@ -346,23 +486,20 @@ mod tests {
             let r = stream.record().unwrap();
             records.push((r.lsn, r.op, r.key.to_vec(), r.value.to_vec()));
         }
+        let evidence = stream.evidence().map_err(error_offset)?;
         Ok((
             stream.header(),
             records,
             stream.valid_len().unwrap(),
             stream.torn(),
+            evidence,
         ))
     }
 
     fn random_log(rng: &mut StdRng) -> Vec<u8> {
         let mut buf = Vec::new();
-        crate::wal::encode_header(
-            &LogHeader {
-                shard_id: 0,
-                first_lsn: 1,
-            },
-            &mut buf,
-        );
+        let header = LogHeader::new(0, 1, 1);
+        crate::wal::encode_header(&header, &mut buf);
         let mut lsn = 0;
         for _ in 0..rng.random_range(0..30) {
             lsn += rng.random_range(1..3);
@@ -378,9 +515,11 @@ mod tests {
                 &Record {
                     lsn,
                     op,
+                    batch_more: false,
                     key: &key,
                     value: &value,
                 },
+                header.nonce,
                 &mut buf,
             )
             .unwrap();
@@ -431,10 +570,7 @@ mod tests {
     /// Writes `count` records with LSNs 1..=count, syncing after record `synced` (0: never),
     /// and returns the writer.
     fn write_log(dir: &SimDir, count: u64, synced: u64) -> LogWriter {
-        let header = LogHeader {
-            shard_id: 1,
-            first_lsn: 1,
-        };
+        let header = LogHeader::new(1, 2, 1);
         let mut writer = LogWriter::create(dir, "wal-1.log", header).unwrap();
         for lsn in 1..=count {
             let op = if lsn % 5 == 0 { Op::Remove } else { Op::Put };
@@ -498,7 +634,7 @@ mod tests {
             let valid_len = decoded.valid_len;
             let header = decoded.header.unwrap();
             drop(decoded);
-            cut_torn_tail(&dir, "wal-1.log", valid_len).unwrap();
+            cut_log(&dir, "wal-1.log", valid_len).unwrap();
             let file = dir.open("wal-1.log").unwrap();
             let mut writer =
                 LogWriter::resume(file, header, valid_len, (n > 0).then_some(n)).unwrap();
@@ -556,10 +692,7 @@ mod tests {
         // Method: write, sync, reopen and decode in a temporary directory.
         let tmp = tempfile::tempdir().unwrap();
         let dir = crate::file::OsDir::open(tmp.path()).unwrap();
-        let header = LogHeader {
-            shard_id: 9,
-            first_lsn: 100,
-        };
+        let header = LogHeader::new(9, 10, 100);
         let mut writer = LogWriter::create(&dir, "wal-9.log", header).unwrap();
         for lsn in 100..200 {
             writer
@@ -585,13 +718,7 @@ mod tests {
             let dir = SimDir::new(seed);
             let mut file = dir.create("wal-2.log").unwrap();
             let mut buf = Vec::new();
-            crate::wal::encode_header(
-                &LogHeader {
-                    shard_id: 2,
-                    first_lsn: 0,
-                },
-                &mut buf,
-            );
+            crate::wal::encode_header(&LogHeader::new(2, 3, 0), &mut buf);
             file.append(&buf).unwrap();
             dir.crash();
             if dir.exists("wal-2.log").unwrap() {

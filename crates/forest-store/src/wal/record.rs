@@ -1,59 +1,62 @@
-//! The log record format: a file header and checksummed records (issue 5 "Logs"; Masstree §5:
-//! each logged update carries its timestamp, the operation, key and value; here the
-//! timestamp is an LSN as in the Bw-tree's TC, bw-tree.md §V-A). Byte by byte in
-//! docs/FORMAT.md; all integers little-endian and fixed width.
+//! The log record format: a file header and checksummed records (issue 5 "Logs", issue 12
+//! "Correctness"; Masstree §5: each logged update carries its timestamp, the operation, key
+//! and value, and the logs carry the timestamps that bound recovery; here the timestamp is an
+//! LSN as in the Bw-tree's TC, bw-tree.md §V-A). Byte by byte in docs/FORMAT.md; all integers
+//! little-endian and fixed width.
 //!
 //! A log file is a [`LogHeader`] ([`LOG_HEADER_BYTES`]) followed by records:
 //!
 //! ```text
-//! header: magic[8] version:u32 shard_id:u32 first_lsn:u64 reserved:u32 crc32c:u32
-//! record: length:u32 crc32c:u32 | lsn:u64 op:u8 reserved[3] key_len:u32 value_len:u32 key value
-//!                                 \------------- length bytes, covered by crc32c ----------/
+//! header: magic[8] version:u32 shard_id:u32 shard_count:u32 nonce:u32 first_lsn:u64
+//!         void_from:u64 flags:u32 crc32c:u32
+//! record: length:u32 crc32c:u32 | lsn:u64 op:u8 flags:u8 reserved[2] key_len:u32 value_len:u32 key value
+//!                                 \--------- length bytes, covered by crc32c(nonce ‖ …) ---------/
 //! ```
 //!
-//! Invariants of a well-formed log (checked on every decode):
+//! Record kinds ([`Op`]): `Put` and `Remove` carry data and take an LSN each; a `Mark`
+//! carries in its LSN field a *watermark* `W`: when it was written, every LSN up to `W` was
+//! durable in every log (recovery refuses a cutoff below any mark it reads); a `Seal` ends a
+//! log: its LSN field `R` bounds the log's LSNs (all below `R`), and nothing follows it. The
+//! flag [`FLAG_BATCH_MORE`] on a data record says the record at the next LSN, in this same
+//! file, belongs to the same atomic batch: a batch is a run of consecutive LSNs whose last
+//! record has the flag clear, and recovery applies it whole or not at all.
+//!
+//! Invariants of a well-formed log (checked on every decode, [`super::LogStream`]):
 //! - `length == RECORD_BODY_FIXED_BYTES + key_len + value_len`, `key_len <= KEY_BYTES_MAX`,
-//!   `value_len <= VALUE_BYTES_MAX`, a remove has `value_len == 0`, reserved bytes are zero.
-//! - LSNs strictly increase along the file and the first is at least the header's
-//!   `first_lsn`.
+//!   `value_len <= VALUE_BYTES_MAX`, a remove has `value_len == 0`, marks and seals have no
+//!   key, value or flag, reserved bits are zero, the checksum matches.
+//! - Data LSNs strictly increase along the file, the first at least the header's
+//!   `first_lsn`; a record flagged `BATCH_MORE` is followed by the data record at the next
+//!   LSN; nothing valid follows a seal, and a seal's bound exceeds every data LSN before it.
 //! - A record logs what the operation did (put of a full value, or remove), so replaying it
 //!   twice gives the same state (issue 5: replay is idempotent).
 //!
-//! The torn-tail rule (issue 5 "Checkpoints and recovery"): decoding stops at the first
-//! offset whose bytes are not a valid record (or header). If no valid record starts anywhere
-//! after that offset, the rest is a torn tail — a write cut by a crash — that is reported
-//! in [`Decoded::torn`] and cut. If a valid record does follow, acknowledged data after the
-//! damage would be lost by cutting, so it is corruption: [`Error::Corrupt`] naming the file
-//! and the offset of the first bad byte run. The rule is applied the same way whether the bad
-//! record ends beyond the file or fails its checksum, since a damaged length can make a
-//! middle record look like it ends beyond the file.
-//!
 //! Choices the papers leave open:
-//! - The checksum covers everything after itself, length excepted; a damaged length is caught
-//!   by the structural check `length == 20 + key_len + value_len` (deterministically for any
-//!   single damaged length) or by the checksum over the wrong span.
-//! - A value that itself contains a whole encoded record, in a torn tail, makes the tail look
-//!   like corruption: decoding then refuses rather than cuts (the safe side, never wrong
-//!   data).
-//! - An empty file has no header and no torn tail (created, nothing written yet).
-
-use std::path::Path;
+//! - The checksum covers a random per-log nonce from the header, then everything after the
+//!   checksum field: a value that is itself an encoded record (of another log) can never
+//!   pass for a record of this one, so bytes after a hole can be read as evidence.
+//! - A damaged length is caught by the structural check `length == 20 + key_len +
+//!   value_len` or by the checksum over the wrong span.
+//! - The header is synced before any record is written (`writer.rs`), so a file longer than
+//!   the header whose header is damaged is corruption, never a torn creation.
 
 use forest_core::{check_entry, Error, Result, KEY_BYTES_MAX, VALUE_BYTES_MAX};
+use std::path::Path;
 
 /// The first eight bytes of every log file.
 pub const LOG_MAGIC: [u8; 8] = *b"FORESTWL";
 
 /// The log format version this code writes and reads; bump it on any change of layout.
-pub const LOG_FORMAT_VERSION: u32 = 1;
+pub const LOG_FORMAT_VERSION: u32 = 2;
 
 /// Bytes of the file header.
-pub const LOG_HEADER_BYTES: usize = 32;
+pub const LOG_HEADER_BYTES: usize = 48;
 
 /// Bytes of a record's length and checksum fields, which the checksum does not cover.
 pub const RECORD_FRAME_BYTES: usize = 8;
 
-/// Bytes of a record's fixed fields after the frame: lsn, op, reserved, key_len, value_len.
+/// Bytes of a record's fixed fields after the frame: lsn, op, flags, reserved, key_len,
+/// value_len.
 pub const RECORD_BODY_FIXED_BYTES: usize = 20;
 
 /// Bytes of a record before its key.
@@ -63,49 +66,131 @@ pub const RECORD_HEADER_BYTES: usize = RECORD_FRAME_BYTES + RECORD_BODY_FIXED_BY
 /// field can never make the reader look past one maximal record.
 pub const RECORD_BYTES_MAX: usize = RECORD_HEADER_BYTES + KEY_BYTES_MAX + VALUE_BYTES_MAX;
 
+/// Flag bit: the data record at the next LSN, in this file, belongs to the same batch.
+pub const FLAG_BATCH_MORE: u8 = 1;
+
 const _: () = assert!(RECORD_HEADER_BYTES == 28);
 const _: () = assert!(RECORD_BYTES_MAX <= u32::MAX as usize); // length fits its u32 field
 const _: () = assert!(LOG_HEADER_BYTES.is_multiple_of(8)); // records start 8-aligned in the file
 
 const OP_PUT: u8 = 1;
 const OP_REMOVE: u8 = 2;
+const OP_MARK: u8 = 3;
+const OP_SEAL: u8 = 4;
 
 /// What a log file's header says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LogHeader {
     /// The writer shard whose log this is (one log per shard, Masstree §5).
     pub shard_id: u32,
+    /// How many shard logs the set of this log has (`log-<seq>-000 ..`): recovery refuses
+    /// a set with one missing.
+    pub shard_count: u32,
+    /// Random per log; every record's checksum covers it.
+    pub nonce: u32,
     /// No record of this file has a smaller LSN.
     pub first_lsn: u64,
+    /// LSNs `void_from .. first_lsn` are void: recovery cut them when this log set was made
+    /// and they are never handed out again (equal to `first_lsn`: no void).
+    pub void_from: u64,
+    /// The set was made by a store's open ([`HEADER_FLAG_OPENED`]), not by a checkpoint's
+    /// rotation: the sets from the newest such one on were written by the last run.
+    pub opened: bool,
 }
 
-/// What a record did.
+/// Header flag: the log set was made by a store's open.
+pub const HEADER_FLAG_OPENED: u32 = 1;
+
+impl LogHeader {
+    /// The header of shard `shard_id` of `shard_count`, first LSN `first_lsn`, no void, a
+    /// fresh random nonce.
+    pub fn new(shard_id: u32, shard_count: u32, first_lsn: u64) -> Self {
+        Self {
+            shard_id,
+            shard_count,
+            nonce: rand::random(),
+            first_lsn,
+            void_from: first_lsn,
+            opened: false,
+        }
+    }
+}
+
+/// What a record is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
     /// The key now has this full value.
     Put,
     /// The key is gone (the value is empty).
     Remove,
+    /// A watermark: every LSN up to the record's `lsn` was durable in every log.
+    Mark,
+    /// The end of the log: every data LSN of the file is below the record's `lsn`.
+    Seal,
 }
 
-/// One logged operation, borrowing its key and value.
+impl Op {
+    /// Whether the record carries data (and an LSN of its own).
+    pub fn is_data(self) -> bool {
+        matches!(self, Op::Put | Op::Remove)
+    }
+}
+
+/// One record, borrowing its key and value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Record<'a> {
+    /// The data record's LSN; a mark's watermark; a seal's bound.
     pub lsn: u64,
     pub op: Op,
+    /// [`FLAG_BATCH_MORE`]: the next LSN continues this record's batch.
+    pub batch_more: bool,
     pub key: &'a [u8],
-    /// Empty for [`Op::Remove`].
+    /// Empty for everything but [`Op::Put`].
     pub value: &'a [u8],
 }
 
-impl Record<'_> {
+impl<'a> Record<'a> {
+    /// A put record, not part of a larger batch.
+    pub fn put(lsn: u64, key: &'a [u8], value: &'a [u8]) -> Self {
+        Self {
+            lsn,
+            op: Op::Put,
+            batch_more: false,
+            key,
+            value,
+        }
+    }
+
+    /// A remove record, not part of a larger batch.
+    pub fn remove(lsn: u64, key: &'a [u8]) -> Self {
+        Self {
+            lsn,
+            op: Op::Remove,
+            batch_more: false,
+            key,
+            value: &[],
+        }
+    }
+
+    /// A mark with watermark `lsn` or a seal with bound `lsn`.
+    pub fn control(op: Op, lsn: u64) -> Self {
+        debug_assert!(!op.is_data());
+        Self {
+            lsn,
+            op,
+            batch_more: false,
+            key: &[],
+            value: &[],
+        }
+    }
+
     /// The record's encoded size in bytes.
     pub fn encoded_len(&self) -> usize {
         RECORD_HEADER_BYTES + self.key.len() + self.value.len()
     }
 }
 
-/// A tail cut off by a crash.
+/// A tail cut off by a crash (or damage: recovery decides which from the evidence).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TornTail {
     /// Where the tail starts: the file's valid length.
@@ -114,15 +199,47 @@ pub struct TornTail {
     pub bytes: u64,
 }
 
+/// What the bytes after a log's valid prefix still show: valid records of this log found
+/// past the hole (a crash that wrote later pages but not earlier ones, or damage in the
+/// middle). They are never replayed; recovery weighs them as evidence.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Evidence {
+    /// Valid records found after the hole.
+    pub records: u64,
+    /// The offset of the first of them.
+    pub first_at: Option<u64>,
+    /// The highest data LSN among them.
+    pub lsn_max: Option<u64>,
+    /// The highest watermark among their marks.
+    pub mark_max: Option<u64>,
+    /// A seal among them (its bound).
+    pub seal: Option<u64>,
+}
+
+impl Evidence {
+    pub(crate) fn add(&mut self, at: u64, record: &Record<'_>) {
+        self.records += 1;
+        self.first_at.get_or_insert(at);
+        match record.op {
+            Op::Put | Op::Remove => self.lsn_max = self.lsn_max.max(Some(record.lsn)),
+            Op::Mark => self.mark_max = self.mark_max.max(Some(record.lsn)),
+            Op::Seal => self.seal = self.seal.max(Some(record.lsn)),
+        }
+    }
+}
+
 /// A decoded log: the whole records before any torn tail.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decoded<'a> {
     /// `None` only for a file with no complete header (empty, or torn while being created).
     pub header: Option<LogHeader>,
+    /// Every record of the valid prefix, marks and seals included.
     pub records: Vec<Record<'a>>,
     /// Bytes of the valid prefix (header and whole records).
     pub valid_len: u64,
     pub torn: Option<TornTail>,
+    /// What the torn tail still holds (default when there is none).
+    pub evidence: Evidence,
 }
 
 /// Appends the encoding of `header` to `buf`.
@@ -131,40 +248,61 @@ pub fn encode_header(header: &LogHeader, buf: &mut Vec<u8>) {
     buf.extend_from_slice(&LOG_MAGIC);
     buf.extend_from_slice(&LOG_FORMAT_VERSION.to_le_bytes());
     buf.extend_from_slice(&header.shard_id.to_le_bytes());
+    buf.extend_from_slice(&header.shard_count.to_le_bytes());
+    buf.extend_from_slice(&header.nonce.to_le_bytes());
     buf.extend_from_slice(&header.first_lsn.to_le_bytes());
-    buf.extend_from_slice(&0u32.to_le_bytes());
+    buf.extend_from_slice(&header.void_from.to_le_bytes());
+    let flags = if header.opened { HEADER_FLAG_OPENED } else { 0 };
+    buf.extend_from_slice(&flags.to_le_bytes());
     let crc = crc32c::crc32c(&buf[start..]);
     buf.extend_from_slice(&crc.to_le_bytes());
     debug_assert_eq!(buf.len() - start, LOG_HEADER_BYTES);
 }
 
-/// Appends the encoding of `record` to `buf` (a buffer the caller reuses).
+/// The checksum of a record body in a log whose nonce is `nonce`.
+fn record_crc(nonce: u32, body: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&nonce.to_le_bytes()), body)
+}
+
+/// Appends the encoding of `record` to `buf` (a buffer the caller reuses), for the log whose
+/// header has `nonce`.
 ///
-/// Errors: a key or value over forest-core's limits. Panics if a remove carries a value (the
-/// store builds records; that would be a broken invariant).
-pub fn encode_record(record: &Record<'_>, buf: &mut Vec<u8>) -> Result<()> {
+/// Errors: a key or value over forest-core's limits. Panics if a remove carries a value or
+/// a mark or seal carries anything (the store builds records; a broken invariant).
+pub fn encode_record(record: &Record<'_>, nonce: u32, buf: &mut Vec<u8>) -> Result<()> {
     check_entry(record.key, record.value)?;
     assert!(
         record.op == Op::Put || record.value.is_empty(),
-        "a remove record carries no value"
+        "only a put record carries a value"
+    );
+    assert!(
+        record.op.is_data() || (record.key.is_empty() && !record.batch_more),
+        "marks and seals carry no key and no batch flag"
     );
     let body_len = RECORD_BODY_FIXED_BYTES + record.key.len() + record.value.len();
     let length = u32::try_from(body_len).expect("limits keep a record within u32");
     let op = match record.op {
         Op::Put => OP_PUT,
         Op::Remove => OP_REMOVE,
+        Op::Mark => OP_MARK,
+        Op::Seal => OP_SEAL,
+    };
+    let flags = if record.batch_more {
+        FLAG_BATCH_MORE
+    } else {
+        0
     };
     buf.reserve(RECORD_FRAME_BYTES + body_len);
     let start = buf.len();
     buf.extend_from_slice(&length.to_le_bytes());
     buf.extend_from_slice(&[0; 4]); // the checksum, filled in below
     buf.extend_from_slice(&record.lsn.to_le_bytes());
-    buf.extend_from_slice(&[op, 0, 0, 0]);
+    buf.extend_from_slice(&[op, flags, 0, 0]);
     buf.extend_from_slice(&(record.key.len() as u32).to_le_bytes());
     buf.extend_from_slice(&(record.value.len() as u32).to_le_bytes());
     buf.extend_from_slice(record.key);
     buf.extend_from_slice(record.value);
-    let crc = crc32c::crc32c(&buf[start + RECORD_FRAME_BYTES..]);
+    let crc = record_crc(nonce, &buf[start + RECORD_FRAME_BYTES..]);
     buf[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
     debug_assert_eq!(buf.len() - start, record.encoded_len());
     Ok(())
@@ -188,9 +326,9 @@ pub(crate) enum Check<'a> {
     Bad(&'static str),
 }
 
-/// Checks the record at `at`, cheap structural checks first so that scanning garbage for a
-/// valid record rarely computes a checksum.
-pub(crate) fn check_record(data: &[u8], at: usize) -> Check<'_> {
+/// Checks the record at `at` of a log whose nonce is `nonce`, cheap structural checks first
+/// so that scanning garbage for a valid record rarely computes a checksum.
+pub(crate) fn check_record(data: &[u8], at: usize, nonce: u32) -> Check<'_> {
     let rest = &data[at..];
     if rest.len() < RECORD_HEADER_BYTES {
         return Check::Incomplete;
@@ -204,10 +342,13 @@ pub(crate) fn check_record(data: &[u8], at: usize) -> Check<'_> {
     let op = match rest[16] {
         OP_PUT => Op::Put,
         OP_REMOVE => Op::Remove,
+        OP_MARK => Op::Mark,
+        OP_SEAL => Op::Seal,
         _ => return Check::Bad("unknown operation"),
     };
-    if rest[17..20] != [0, 0, 0] {
-        return Check::Bad("reserved bytes not zero");
+    let flags = rest[17];
+    if flags & !FLAG_BATCH_MORE != 0 || rest[18..20] != [0, 0] {
+        return Check::Bad("reserved bits not zero");
     }
     if key_len > KEY_BYTES_MAX
         || value_len > VALUE_BYTES_MAX
@@ -215,13 +356,16 @@ pub(crate) fn check_record(data: &[u8], at: usize) -> Check<'_> {
     {
         return Check::Bad("record length disagrees with key and value lengths");
     }
-    if op == Op::Remove && value_len != 0 {
-        return Check::Bad("remove record with a value");
+    if op != Op::Put && value_len != 0 {
+        return Check::Bad("a record other than a put carries a value");
+    }
+    if !op.is_data() && (key_len != 0 || flags != 0) {
+        return Check::Bad("a mark or seal with a key or flags");
     }
     let Some(body) = rest.get(RECORD_FRAME_BYTES..RECORD_FRAME_BYTES + length) else {
         return Check::Incomplete;
     };
-    if crc32c::crc32c(body) != u32_at(rest, 4) {
+    if record_crc(nonce, body) != u32_at(rest, 4) {
         return Check::Bad("record checksum mismatch");
     }
     let key_start = RECORD_HEADER_BYTES;
@@ -230,6 +374,7 @@ pub(crate) fn check_record(data: &[u8], at: usize) -> Check<'_> {
         Record {
             lsn: u64_at(rest, 8),
             op,
+            batch_more: flags & FLAG_BATCH_MORE != 0,
             key: &rest[key_start..value_start],
             value: &rest[value_start..value_start + value_len],
         },
@@ -237,23 +382,25 @@ pub(crate) fn check_record(data: &[u8], at: usize) -> Check<'_> {
     )
 }
 
-/// Whether a valid record starts anywhere in `data` after `from`.
-fn valid_record_follows(data: &[u8], from: usize) -> bool {
-    (from + 1..data.len()).any(|at| matches!(check_record(data, at), Check::Valid(..)))
-}
-
-/// Decodes the header of a log file, if it is whole and valid.
-pub(crate) fn decode_header(path: &Path, data: &[u8]) -> Result<Option<LogHeader>> {
-    let Some(bytes) = data.get(..LOG_HEADER_BYTES) else {
-        return Ok(None);
-    };
-    if crc32c::crc32c(&bytes[..LOG_HEADER_BYTES - 4]) != u32_at(bytes, LOG_HEADER_BYTES - 4) {
-        return Ok(None);
-    }
+/// Decodes the header of a log file, if it is whole and its checksum matches; a file longer
+/// than a header with a damaged header is corruption (headers are synced before records are
+/// written). `len` is the file's length.
+pub(crate) fn decode_header(path: &Path, data: &[u8], len: u64) -> Result<Option<LogHeader>> {
     let corrupt = |what: String| Error::Corrupt {
         path: path.to_path_buf(),
         offset: 0,
         what,
+    };
+    let whole = data
+        .get(..LOG_HEADER_BYTES)
+        .filter(|b| crc32c::crc32c(&b[..LOG_HEADER_BYTES - 4]) == u32_at(b, LOG_HEADER_BYTES - 4));
+    let Some(bytes) = whole else {
+        if len > LOG_HEADER_BYTES as u64 {
+            return Err(corrupt(
+                "log header damaged, and the file holds more than a header".to_string(),
+            ));
+        }
+        return Ok(None);
     };
     if bytes[..8] != LOG_MAGIC {
         return Err(corrupt("not a forest log file (bad magic)".to_string()));
@@ -264,76 +411,62 @@ pub(crate) fn decode_header(path: &Path, data: &[u8]) -> Result<Option<LogHeader
             "log format version {version}, this build reads version {LOG_FORMAT_VERSION}"
         )));
     }
-    if u32_at(bytes, 24) != 0 {
-        return Err(corrupt("header reserved bytes not zero".to_string()));
-    }
-    Ok(Some(LogHeader {
+    let header = LogHeader {
         shard_id: u32_at(bytes, 12),
-        first_lsn: u64_at(bytes, 16),
-    }))
+        shard_count: u32_at(bytes, 16),
+        nonce: u32_at(bytes, 20),
+        first_lsn: u64_at(bytes, 24),
+        void_from: u64_at(bytes, 32),
+        opened: u32_at(bytes, 40) & HEADER_FLAG_OPENED != 0,
+    };
+    if u32_at(bytes, 40) & !HEADER_FLAG_OPENED != 0 {
+        return Err(corrupt("header flags unknown".to_string()));
+    }
+    if header.shard_id >= header.shard_count {
+        return Err(corrupt(format!(
+            "shard {} of {} shards",
+            header.shard_id, header.shard_count
+        )));
+    }
+    if header.void_from > header.first_lsn {
+        return Err(corrupt(format!(
+            "void from LSN {} above the first LSN {}",
+            header.void_from, header.first_lsn
+        )));
+    }
+    Ok(Some(header))
 }
 
-/// Decodes a whole log file's bytes (`path` names it in errors).
+/// Decodes a whole log file's bytes (`path` names it in errors): the same rules as
+/// [`super::LogStream`], which does the work over the bytes in memory.
 ///
-/// Returns the records of the valid prefix and the torn tail, if any; returns
-/// [`Error::Corrupt`] for damage followed by valid records, an LSN out of order, or a header
-/// of another format. Never panics on any input.
+/// Returns the records of the valid prefix, the torn tail if any, and the evidence after
+/// it; [`Error::Corrupt`] for a damaged header before records, a data LSN out of order, an
+/// interrupted batch, a record after a seal, or a header of another format. Never panics.
 pub fn decode_log<'a>(path: &Path, data: &'a [u8]) -> Result<Decoded<'a>> {
-    let torn_at = |offset: usize, records| Decoded {
-        header: None,
-        records,
-        valid_len: offset as u64,
-        torn: (offset < data.len()).then(|| TornTail {
-            offset: offset as u64,
-            bytes: (data.len() - offset) as u64,
-        }),
-    };
-    let Some(header) = decode_header(path, data)? else {
-        if valid_record_follows(data, 0) {
-            return Err(Error::Corrupt {
-                path: path.to_path_buf(),
-                offset: 0,
-                what: "log header damaged but records follow".to_string(),
-            });
-        }
-        return Ok(torn_at(0, Vec::new()));
-    };
+    let file = Box::new(crate::file::MemFile::new(path, data.to_vec()));
+    let mut stream = super::LogStream::from_file(file)?;
     let mut records = Vec::new();
-    let mut at = LOG_HEADER_BYTES;
-    let mut lsn_min = header.first_lsn;
-    while at < data.len() {
-        let what = match check_record(data, at) {
-            Check::Valid(record, next) => {
-                if record.lsn < lsn_min {
-                    return Err(Error::Corrupt {
-                        path: path.to_path_buf(),
-                        offset: at as u64,
-                        what: format!(
-                            "record LSN {} out of order (expected at least {lsn_min})",
-                            record.lsn
-                        ),
-                    });
-                }
-                lsn_min = record.lsn.saturating_add(1);
-                records.push(record);
-                at = next;
-                continue;
-            }
-            Check::Incomplete => "record extends beyond the end of the file",
-            Check::Bad(what) => what,
-        };
-        if valid_record_follows(data, at) {
-            return Err(Error::Corrupt {
-                path: path.to_path_buf(),
-                offset: at as u64,
-                what: format!("{what}, and valid records follow"),
-            });
-        }
-        break;
+    while stream.advance()? {
+        let (start, key, value) = stream.record_ranges().expect("advance returned true");
+        let current = stream.record().expect("advance returned true");
+        let at = start as usize;
+        records.push(Record {
+            lsn: current.lsn,
+            op: current.op,
+            batch_more: current.batch_more,
+            key: &data[at + key.start..at + key.end],
+            value: &data[at + value.start..at + value.end],
+        });
     }
-    let mut decoded = torn_at(at, records);
-    decoded.header = Some(header);
-    Ok(decoded)
+    let evidence = stream.evidence()?;
+    Ok(Decoded {
+        header: stream.header(),
+        records,
+        valid_len: stream.valid_len().expect("the stream ended"),
+        torn: stream.torn(),
+        evidence,
+    })
 }
 
 #[cfg(test)]
@@ -342,34 +475,42 @@ mod tests {
     use proptest::prelude::*;
 
     const PATH: &str = "/test/shard-0.log";
+    const NONCE: u32 = 0x5eed_1234;
 
     /// An owned record for building test logs.
     #[derive(Clone, Debug, PartialEq, Eq)]
     struct Owned {
         lsn: u64,
         op: Op,
+        batch_more: bool,
         key: Vec<u8>,
         value: Vec<u8>,
     }
 
+    fn header(first_lsn: u64) -> LogHeader {
+        LogHeader {
+            shard_id: 3,
+            shard_count: 4,
+            nonce: NONCE,
+            first_lsn,
+            void_from: first_lsn,
+            opened: false,
+        }
+    }
+
     fn encode_log(first_lsn: u64, records: &[Owned]) -> (Vec<u8>, Vec<usize>) {
         let mut buf = Vec::new();
-        encode_header(
-            &LogHeader {
-                shard_id: 3,
-                first_lsn,
-            },
-            &mut buf,
-        );
+        encode_header(&header(first_lsn), &mut buf);
         let mut ends = vec![buf.len()];
         for r in records {
             let record = Record {
                 lsn: r.lsn,
                 op: r.op,
+                batch_more: r.batch_more,
                 key: &r.key,
                 value: &r.value,
             };
-            encode_record(&record, &mut buf).unwrap();
+            encode_record(&record, NONCE, &mut buf).unwrap();
             ends.push(buf.len());
         }
         (buf, ends)
@@ -382,32 +523,53 @@ mod tests {
             .map(|r| Owned {
                 lsn: r.lsn,
                 op: r.op,
+                batch_more: r.batch_more,
                 key: r.key.to_vec(),
                 value: r.value.to_vec(),
             })
             .collect()
     }
 
+    fn data(lsn: u64, put: bool, key: Vec<u8>, value: Vec<u8>) -> Owned {
+        Owned {
+            lsn,
+            op: if put { Op::Put } else { Op::Remove },
+            batch_more: false,
+            key,
+            value: if put { value } else { Vec::new() },
+        }
+    }
+
+    fn control(op: Op, lsn: u64) -> Owned {
+        Owned {
+            lsn,
+            op,
+            batch_more: false,
+            key: Vec::new(),
+            value: Vec::new(),
+        }
+    }
+
     fn small_log() -> Vec<Owned> {
-        (0..6u64)
-            .map(|i| Owned {
-                lsn: 10 + i * 3,
-                op: if i % 3 == 2 { Op::Remove } else { Op::Put },
-                key: format!("key-{i}").into_bytes(),
-                value: if i % 3 == 2 {
-                    Vec::new()
-                } else {
-                    vec![i as u8; i as usize * 7]
-                },
+        let mut records: Vec<Owned> = (0..6u64)
+            .map(|i| {
+                data(
+                    10 + i * 3,
+                    i % 3 != 2,
+                    format!("key-{i}").into_bytes(),
+                    vec![i as u8; i as usize * 7],
+                )
             })
-            .collect()
+            .collect();
+        records.insert(2, control(Op::Mark, 9));
+        records
     }
 
     fn arb_records() -> impl Strategy<Value = Vec<Owned>> {
         prop::collection::vec(
             (
                 1u64..1000,
-                any::<bool>(),
+                0u8..8,
                 prop::collection::vec(any::<u8>(), 0..40),
                 prop::collection::vec(any::<u8>(), 0..200),
             ),
@@ -415,28 +577,33 @@ mod tests {
         )
         .prop_map(|items| {
             let mut lsn = 0;
-            items
-                .into_iter()
-                .map(|(gap, put, key, value)| {
-                    lsn += gap;
-                    Owned {
-                        lsn,
-                        op: if put { Op::Put } else { Op::Remove },
-                        key,
-                        value: if put { value } else { Vec::new() },
-                    }
-                })
-                .collect()
+            let mut out: Vec<Owned> = Vec::new();
+            for (gap, kind, key, value) in items {
+                let in_batch = out.last().is_some_and(|r| r.batch_more);
+                if kind == 7 && !in_batch {
+                    out.push(control(Op::Mark, lsn));
+                    continue;
+                }
+                lsn += if in_batch { 1 } else { gap };
+                let mut record = data(lsn, kind % 2 == 0, key, value);
+                record.batch_more = kind == 6;
+                out.push(record);
+            }
+            if let Some(last) = out.last_mut() {
+                last.batch_more = false;
+            }
+            out
         })
     }
 
     proptest! {
         #[test]
         fn records_round_trip(records in arb_records(), first_lsn in 0u64..2) {
-            // Goal: decode(encode(x)) == x. Method: random records with increasing LSNs.
+            // Goal: decode(encode(x)) == x. Method: random records with increasing LSNs,
+            // marks and batches among them.
             let (buf, _) = encode_log(first_lsn, &records);
             let decoded = decode_log(Path::new(PATH), &buf).unwrap();
-            prop_assert_eq!(decoded.header, Some(LogHeader { shard_id: 3, first_lsn }));
+            prop_assert_eq!(decoded.header, Some(header(first_lsn)));
             prop_assert_eq!(owned(&decoded), records);
             prop_assert_eq!(decoded.valid_len, buf.len() as u64);
             prop_assert_eq!(decoded.torn, None);
@@ -495,14 +662,16 @@ mod tests {
                 bytes: (cut - valid_len) as u64,
             });
             assert_eq!(decoded.torn, torn, "cut {cut}");
+            assert_eq!(decoded.evidence.records, 0, "cut {cut}");
         }
     }
 
     #[test]
     fn every_single_byte_change_is_detected() {
-        // Goal: a damaged byte never yields wrong data: in the last record it is a torn tail
-        // (the other records kept), anywhere before it is corruption at the damaged record's
-        // offset. Method: change each byte with three masks, decode.
+        // Goal: a damaged byte never yields wrong data: in the header it is corruption at
+        // offset 0; in a record the valid prefix ends there and the records after it are
+        // reported as evidence (recovery weighs them), never replayed. Method: change each
+        // byte with three masks, decode.
         let records = small_log();
         let (buf, ends) = encode_log(10, &records);
         for at in 0..buf.len() {
@@ -512,40 +681,61 @@ mod tests {
                 let result = decode_log(Path::new(PATH), &damaged);
                 // The record (or header, index 0) holding the damaged byte starts here.
                 let index = ends.iter().filter(|&&end| end <= at).count();
-                let start = if index == 0 { 0 } else { ends[index - 1] };
-                if index == records.len() {
-                    let decoded = result.unwrap();
-                    assert_eq!(owned(&decoded), records[..index - 1], "byte {at}");
-                    assert_eq!(decoded.valid_len, start as u64, "byte {at}");
-                } else {
-                    match result {
-                        Err(Error::Corrupt { offset, .. }) => {
-                            assert_eq!(offset, start as u64, "byte {at} mask {mask:#x}")
-                        }
-                        other => panic!("byte {at} mask {mask:#x}: {other:?}"),
-                    }
+                if index == 0 {
+                    assert!(
+                        matches!(result, Err(Error::Corrupt { offset: 0, .. })),
+                        "byte {at}: {result:?}"
+                    );
+                    continue;
+                }
+                let start = ends[index - 1];
+                let decoded = result.unwrap();
+                assert_eq!(owned(&decoded), records[..index - 1], "byte {at}");
+                assert_eq!(decoded.valid_len, start as u64, "byte {at}");
+                let after = (records.len() - index) as u64;
+                assert_eq!(decoded.evidence.records, after, "byte {at} mask {mask:#x}");
+                if after > 0 {
+                    assert_eq!(decoded.evidence.first_at, Some(ends[index] as u64));
                 }
             }
         }
     }
 
     #[test]
-    fn corrupt_middle_names_file_and_offset() {
-        // Goal: damage before valid records is an error naming the file and offset.
-        // Method: damage the checksum of the third record.
-        let (mut buf, ends) = encode_log(10, &small_log());
-        buf[ends[2] + 5] ^= 0x10;
-        let err = decode_log(Path::new(PATH), &buf).unwrap_err();
-        let text = err.to_string();
-        assert!(text.contains(PATH), "{text}");
-        assert!(text.contains(&ends[2].to_string()), "{text}");
-        assert!(text.contains("checksum"), "{text}");
+    fn evidence_after_damage_shows_later_marks_and_lsns() {
+        // Goal: records after a damaged one are found and summarised (the watermark that
+        // proves the damage hit durable data). Method: damage the second record, check the
+        // evidence holds the later mark and the highest LSN.
+        let mut records = small_log();
+        records.push(control(Op::Mark, 25));
+        let (mut buf, ends) = encode_log(10, &records);
+        buf[ends[1] + 5] ^= 0x10;
+        let decoded = decode_log(Path::new(PATH), &buf).unwrap();
+        assert_eq!(decoded.records.len(), 1);
+        assert_eq!(decoded.evidence.mark_max, Some(25));
+        assert_eq!(decoded.evidence.lsn_max, Some(25));
+        assert_eq!(decoded.evidence.records, records.len() as u64 - 2);
+    }
+
+    #[test]
+    fn a_record_of_another_log_is_not_valid_here() {
+        // Goal: a value that is itself an encoded record (of another log, another nonce)
+        // never passes for a record of this log. Method: write a record into a value, cut
+        // the log in the middle of that value.
+        let mut inner = Vec::new();
+        encode_record(&Record::put(99, b"k", b"v"), NONCE ^ 1, &mut inner).unwrap();
+        let records = vec![data(10, true, b"a".to_vec(), inner)];
+        let (buf, ends) = encode_log(10, &records);
+        let cut = &buf[..ends[1] - 1];
+        let decoded = decode_log(Path::new(PATH), cut).unwrap();
+        assert!(decoded.records.is_empty());
+        assert_eq!(decoded.evidence.records, 0);
     }
 
     #[test]
     fn zeroed_or_random_tail_is_torn() {
         // Goal: a tail of zeros (a file extended but never written) or of random bytes (a
-        // torn page) is cut, not reported as corruption. Method: append each to a log.
+        // torn page) is a tail with no evidence. Method: append each to a log.
         let records = small_log();
         let (buf, _) = encode_log(10, &records);
         let mut zeros = buf.clone();
@@ -562,13 +752,14 @@ mod tests {
                     bytes: 4096
                 })
             );
+            assert_eq!(decoded.evidence, Evidence::default());
         }
     }
 
     #[test]
     fn lsn_out_of_order_is_corrupt() {
         // Goal: a valid record whose LSN does not increase is corruption, not data. Method:
-        // encode LSNs 5 then 5, and a first LSN below the header's.
+        // encode LSNs 10 then 10, and a first LSN below the header's.
         let mut records = small_log();
         records[1].lsn = records[0].lsn;
         let (buf, ends) = encode_log(10, &records);
@@ -580,11 +771,51 @@ mod tests {
     }
 
     #[test]
+    fn batches_and_seals_are_checked() {
+        // Goal: a batch is consecutive LSNs with nothing between; nothing follows a seal;
+        // a seal bounds the LSNs before it. Method: each broken shape is corrupt at the
+        // offending record; a batch whose last record is missing just ends the prefix.
+        let mut first = data(10, true, b"a".to_vec(), b"1".to_vec());
+        first.batch_more = true;
+        let second = data(11, true, b"b".to_vec(), b"2".to_vec());
+        let (buf, _) = encode_log(10, &[first.clone(), second.clone()]);
+        let decoded = decode_log(Path::new(PATH), &buf).unwrap();
+        assert_eq!(decoded.records.len(), 2);
+        // Each shape, and the index of the record found at fault.
+        let shapes = [
+            (
+                vec![first.clone(), data(12, true, b"b".to_vec(), Vec::new())],
+                1,
+            ),
+            (vec![first.clone(), control(Op::Mark, 5)], 1),
+            (
+                vec![second.clone(), control(Op::Seal, 20), control(Op::Mark, 5)],
+                2,
+            ),
+            (vec![second.clone(), control(Op::Seal, 11)], 1),
+        ];
+        for (records, at) in shapes {
+            let (buf, ends) = encode_log(10, &records);
+            let err = decode_log(Path::new(PATH), &buf).unwrap_err();
+            assert!(
+                matches!(err, Error::Corrupt { offset, .. } if offset == ends[at] as u64),
+                "{records:?}: {err}"
+            );
+        }
+        let (buf, _) = encode_log(10, std::slice::from_ref(&first));
+        let mut stream =
+            super::super::LogStream::from_file(Box::new(crate::file::MemFile::new(PATH, buf)))
+                .unwrap();
+        stream.drain().unwrap();
+        assert!(stream.ends_in_batch());
+    }
+
+    #[test]
     fn other_formats_and_versions_are_refused() {
         // Goal: a file of another format or version is an error, not a torn log. Method:
         // rewrite magic and version with a recomputed header checksum.
         let (buf, _) = encode_log(0, &small_log());
-        for (at, byte) in [(0, b'X'), (8, 2u8)] {
+        for (at, byte) in [(0, b'X'), (8, 1u8), (8, 3u8)] {
             let mut other = buf.clone();
             other[at] = byte;
             let crc = crc32c::crc32c(&other[..LOG_HEADER_BYTES - 4]);
@@ -600,26 +831,14 @@ mod tests {
         // byte over each limit, and the largest legal record.
         let mut buf = Vec::new();
         let key = vec![1u8; KEY_BYTES_MAX + 1];
-        let put = |key, value| Record {
-            lsn: 1,
-            op: Op::Put,
-            key,
-            value,
-        };
-        assert!(encode_record(&put(&key, b"v"), &mut buf).is_err());
+        assert!(encode_record(&Record::put(1, &key, b"v"), NONCE, &mut buf).is_err());
         let value = vec![2u8; VALUE_BYTES_MAX + 1];
-        assert!(encode_record(&put(b"k", &value), &mut buf).is_err());
+        assert!(encode_record(&Record::put(1, b"k", &value), NONCE, &mut buf).is_err());
         assert!(buf.is_empty());
-        encode_record(&put(&key[1..], &value[1..]), &mut buf).unwrap();
+        encode_record(&Record::put(1, &key[1..], &value[1..]), NONCE, &mut buf).unwrap();
         assert_eq!(buf.len(), RECORD_BYTES_MAX);
         let mut log = Vec::new();
-        encode_header(
-            &LogHeader {
-                shard_id: 0,
-                first_lsn: 0,
-            },
-            &mut log,
-        );
+        encode_header(&header(0), &mut log);
         log.extend_from_slice(&buf);
         let decoded = decode_log(Path::new(PATH), &log).unwrap();
         assert_eq!(decoded.records.len(), 1);

@@ -40,6 +40,11 @@ pub struct LogWriter {
     lsn_durable: Option<u64>,
     /// Bytes of the file, header included.
     written_len: u64,
+    /// Bytes of the file known durable: a sync is owed while `written_len` is above it
+    /// (marks and seals carry no LSN, so LSNs alone cannot tell).
+    synced_len: u64,
+    /// The watermark of the last mark appended (0: none).
+    mark_last: u64,
     failed: bool,
 }
 
@@ -74,6 +79,8 @@ impl LogWriter {
             lsn_written: None,
             lsn_durable: None,
             written_len: LOG_HEADER_BYTES as u64,
+            synced_len: LOG_HEADER_BYTES as u64,
+            mark_last: 0,
             failed: false,
         })
     }
@@ -103,6 +110,8 @@ impl LogWriter {
             lsn_written: lsn_last,
             lsn_durable: lsn_last,
             written_len: valid_len,
+            synced_len: valid_len,
+            mark_last: 0,
             failed: false,
         })
     }
@@ -142,28 +151,44 @@ impl LogWriter {
     /// Panics if `lsn` does not exceed the previous record's, or is below the header's
     /// `first_lsn` (the store assigns LSNs; that would be a broken invariant).
     pub fn append(&mut self, lsn: u64, op: Op, key: &[u8], value: &[u8]) -> Result<()> {
+        assert!(
+            op.is_data(),
+            "append takes data records; see append_control"
+        );
+        self.append_record(&Record {
+            lsn,
+            op,
+            batch_more: false,
+            key,
+            value,
+        })
+    }
+
+    /// Encodes any data record (batch flag included) into the buffer; as [`Self::append`].
+    pub fn append_record(&mut self, record: &Record<'_>) -> Result<()> {
         if self.failed {
             return Err(self.failed_error("append"));
         }
+        assert!(record.op.is_data(), "a data record");
         assert!(
-            lsn >= self.header.first_lsn,
+            record.lsn >= self.header.first_lsn,
             "LSN below the log's first LSN"
         );
         assert!(
-            self.lsn_last.is_none_or(|last| lsn > last),
+            self.lsn_last.is_none_or(|last| record.lsn > last),
             "LSNs of one log strictly increase"
         );
-        encode_record(
-            &Record {
-                lsn,
-                op,
-                key,
-                value,
-            },
-            &mut self.buf,
-        )?;
-        self.lsn_last = Some(lsn);
+        encode_record(record, self.header.nonce, &mut self.buf)?;
+        self.lsn_last = Some(record.lsn);
         Ok(())
+    }
+
+    /// Encodes a mark (watermark `lsn`) or a seal (bound `lsn`) into the buffer.
+    pub fn append_control(&mut self, op: Op, lsn: u64) -> Result<()> {
+        if self.failed {
+            return Err(self.failed_error("append"));
+        }
+        encode_record(&Record::control(op, lsn), self.header.nonce, &mut self.buf)
     }
 
     /// Adds records already encoded by [`encode_record`] (LSNs `lsn_first ..= lsn_last`,
@@ -192,6 +217,17 @@ impl LogWriter {
         Ok(())
     }
 
+    /// Appends a mark with watermark `acked` if it is above the last mark of this log (a
+    /// mark claims that every LSN up to `acked` is durable in every log; see group commit).
+    pub fn append_mark_if_newer(&mut self, acked: u64) -> Result<()> {
+        if acked <= self.mark_last {
+            return Ok(());
+        }
+        self.append_control(Op::Mark, acked)?;
+        self.mark_last = acked;
+        Ok(())
+    }
+
     /// Hands the buffered records to the file (not yet durable).
     pub fn write(&mut self) -> Result<()> {
         if self.failed {
@@ -214,13 +250,14 @@ impl LogWriter {
     /// Writes the buffer and fsyncs the file; returns the highest durable LSN.
     pub fn sync(&mut self) -> Result<Option<u64>> {
         self.write()?;
-        if self.lsn_durable == self.lsn_written {
+        if self.synced_len == self.written_len {
             return Ok(self.lsn_durable);
         }
         if let Err(e) = self.file.sync() {
             self.failed = true;
             return Err(e);
         }
+        self.synced_len = self.written_len;
         self.lsn_durable = self.lsn_written;
         Ok(self.lsn_durable)
     }
