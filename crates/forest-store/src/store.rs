@@ -302,22 +302,56 @@ impl Store {
     /// Opens (creating if empty) the store in `dir`: takes the directory's lock, recovers,
     /// starts new shard logs and their flushers.
     pub fn open(dir: impl Dir + 'static, options: StoreOptions) -> Result<Self> {
+        Self::open_in_mode(dir, options, RecoveryMode::Repair, None)
+    }
+
+    /// As [`Self::open`], but a loss that recovery proves (acknowledged writes gone: a
+    /// damaged or missing log) is accepted: what is dropped is listed in
+    /// [`RecoveryReport::losses`] (`forest check --repair`). Never the default.
+    pub fn open_accepting_loss(dir: impl Dir + 'static, options: StoreOptions) -> Result<Self> {
+        Self::open_in_mode(dir, options, RecoveryMode::AcceptLoss, None)
+    }
+
+    /// As [`Self::open`] with an index of the caller's making (an engine of one's own, or a
+    /// test's instrumented one); `options.engine` names it in the store's meta file.
+    pub fn open_with_index(
+        dir: impl Dir + 'static,
+        options: StoreOptions,
+        make_index: &dyn Fn() -> Box<dyn Index>,
+    ) -> Result<Self> {
+        Self::open_in_mode(dir, options, RecoveryMode::Repair, Some(make_index))
+    }
+
+    fn open_in_mode(
+        dir: impl Dir + 'static,
+        options: StoreOptions,
+        mode: RecoveryMode,
+        make_index: Option<&dyn Fn() -> Box<dyn Index>>,
+    ) -> Result<Self> {
         if options.shards == 0 || options.shards > SHARD_COUNT_MAX {
             return Err(Error::Config(format!(
                 "shards: {} given, 1..={SHARD_COUNT_MAX} allowed",
                 options.shards
             )));
         }
-        if let Some(name) = &options.engine {
-            new_engine(name)?;
-        }
         let lock = dir.lock()?;
-        let engine = resolve_engine(&dir, options.engine.as_deref())?;
-        let recovered = recovery::recover(
-            &dir,
-            &|| new_engine(&engine).expect("the engine name was checked"),
-            RecoveryMode::Repair,
-        )?;
+        // The directory's own name must survive a power loss before anything in it matters.
+        dir.sync_parent()?;
+        let engine = match (make_index, &options.engine) {
+            (Some(_), Some(name)) => name.clone(),
+            (Some(_), None) => {
+                return Err(Error::Config(
+                    "a store opened with its own index needs an engine name".to_string(),
+                ))
+            }
+            (None, Some(name)) => {
+                new_engine(name)?;
+                resolve_engine(&dir, Some(name))?
+            }
+            (None, None) => resolve_engine(&dir, None)?,
+        };
+        let by_name = || new_engine(&engine).expect("the engine name was checked");
+        let recovered = recovery::recover(&dir, make_index.unwrap_or(&by_name), mode)?;
         if meta::read(&dir).ok().flatten().map(|m| m.engine).as_ref() != Some(&engine) {
             meta::write(
                 &dir,
