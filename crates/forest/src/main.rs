@@ -41,8 +41,9 @@ enum Command {
     Scan(store_cmd::ScanArgs),
     /// Verify every file of a store without changing it and report what an open would
     /// recover (checkpoint, records replayed, torn tails, records/s and MB/s); exit 1 on
-    /// damage. Refuses a store that is open elsewhere.
-    Check(store_cmd::DirArgs),
+    /// damage. Refuses a store that is open elsewhere. `--repair` opens a store whose
+    /// recovery refuses (acknowledged writes proven lost), dropping and listing the loss.
+    Check(store_cmd::CheckArgs),
     /// Write a checkpoint (and delete the logs and checkpoints it makes obsolete).
     Checkpoint(store_cmd::DirArgs),
 }

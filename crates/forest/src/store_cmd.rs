@@ -121,11 +121,23 @@ pub struct ScanArgs {
     pub encoding: Encoding,
 }
 
-/// `forest check`'s and `forest checkpoint`'s arguments.
+/// `forest checkpoint`'s arguments.
 #[derive(Args, Debug, Clone)]
 pub struct DirArgs {
     #[command(flatten)]
     pub store: StoreArgs,
+}
+
+/// `forest check`'s arguments.
+#[derive(Args, Debug, Clone)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// When recovery would refuse (acknowledged writes proven lost: a damaged or missing
+    /// log), open the store anyway, dropping what is lost, and print exactly what was
+    /// dropped. Changes the store; never needed after a mere crash.
+    #[arg(long)]
+    pub repair: bool,
 }
 
 fn decode(text: &str, encoding: Encoding, what: &str) -> Result<Vec<u8>> {
@@ -351,7 +363,9 @@ pub fn scan(args: ScanArgs) -> Result<()> {
 
 /// `forest check`: verifies every file without changing any ([`Store::verify`]), prints
 /// what it found and what an open would recover, with its speed; fails on damage.
-pub fn check(args: DirArgs) -> Result<()> {
+/// With `--repair`, a store whose recovery would refuse is opened accepting the loss, and
+/// every loss is printed.
+pub fn check(args: CheckArgs) -> Result<()> {
     let dir = &args.store.dir;
     if !dir.is_dir() {
         bail!("{}: no such store directory", dir.display());
@@ -361,8 +375,39 @@ pub fn check(args: DirArgs) -> Result<()> {
         .with_context(|| format!("checking the store in {}", dir.display()))?;
     print_verify(dir, &report);
     let problems = report.problems();
+    if args.repair && report.recovery.is_err() {
+        let durability: Durability = args.store.durability.parse().context("--durability")?;
+        let store = Store::open_accepting_loss(
+            forest_store::file::OsDir::open(dir)?,
+            StoreOptions {
+                engine: args.store.engine.clone(),
+                durability,
+                ..StoreOptions::default()
+            },
+        )
+        .with_context(|| format!("repairing the store in {}", dir.display()))?;
+        let recovered = store.recovery_report().clone();
+        for loss in &recovered.losses {
+            println!("DROPPED: {loss}");
+        }
+        println!(
+            "repaired: {} keys kept, cutoff lsn {}, {} records after it dropped; the store \
+             continues at lsn {}",
+            recovered.keys_recovered,
+            recovered.cutoff_lsn,
+            recovered.records_beyond_cutoff,
+            recovered.lsn_next
+        );
+        close(store, dir)?;
+        return Ok(());
+    }
     if let Some(first) = problems.first() {
-        bail!("{first} ({} problem(s) in all)", problems.len());
+        let hint = if report.recovery.is_err() {
+            "; `forest check --repair` opens it dropping what is lost"
+        } else {
+            ""
+        };
+        bail!("{first} ({} problem(s) in all){hint}", problems.len());
     }
     Ok(())
 }
@@ -449,7 +494,28 @@ fn print_verify(dir: &Path, report: &VerifyReport) {
     for name in &recovery.tmp_checkpoints {
         println!("an open deletes the unpublished {name}");
     }
-    println!("cutoff lsn: {}", recovery.cutoff_lsn);
+    if recovery.batches_dropped > 0 {
+        println!(
+            "atomic batches cut by the cutoff, dropped whole: {}",
+            recovery.batches_dropped
+        );
+    }
+    for damage in &recovery.covered_damage {
+        println!("damage a checkpoint covers (ignored): {damage}");
+    }
+    for loss in &recovery.losses {
+        println!("LOST: {loss}");
+    }
+    println!(
+        "cutoff lsn: {}, next lsn {}{}",
+        recovery.cutoff_lsn,
+        recovery.lsn_next,
+        if recovery.clean {
+            " (closed cleanly)"
+        } else {
+            ""
+        }
+    );
     println!("keys recovered: {}", recovery.keys_recovered);
     println!(
         "checkpoint load: {:.3} s ({:.1} MB/s)",

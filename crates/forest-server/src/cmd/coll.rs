@@ -246,17 +246,6 @@ pub fn string_write<'a>(ctx: &mut Ctx<'a, '_>, key: &[u8]) -> Result<MutexGuard<
     Ok(guard)
 }
 
-/// For SET and MSET, which replace whatever `key` holds: removes a collection of that name
-/// and returns the stripe lock to hold across the write.
-pub fn string_replace<'a>(ctx: &mut Ctx<'a, '_>, key: &[u8]) -> Result<MutexGuard<'a, ()>, Frame> {
-    let shared: &'a Shared = ctx.shared;
-    let guard = shared.collections.lock(key);
-    if shared.collections.any() {
-        delete_locked(ctx, key)?;
-    }
-    Ok(guard)
-}
-
 /// Normalizes Redis's `start stop` indexes (negative from the end) over `len` elements:
 /// the inclusive index range, or None if empty.
 pub fn index_range(start: i64, stop: i64, len: u64) -> Option<(u64, u64)> {

@@ -3,6 +3,18 @@
 use super::Ctx;
 use crate::frame::Frame;
 
+/// Reads all keys at one moment with respect to atomic batches (`Store::get_many`): an
+/// MSET is seen whole or not at all.
 pub fn mget(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
-    Frame::Array(argv[1..].iter().map(|k| ctx.get_reply(k)).collect())
+    let keys = &argv[1..];
+    let mut replies = vec![Frame::Null; keys.len()];
+    let buffers = &mut ctx.buffers;
+    ctx.shared.store.get_many(keys, &mut |i, value| {
+        if let Some(value) = value {
+            let mut buffer = buffers.take();
+            buffer.extend_from_slice(value);
+            replies[i] = Frame::Bulk(buffer);
+        }
+    });
+    Frame::Array(replies)
 }

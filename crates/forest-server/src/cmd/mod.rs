@@ -174,6 +174,12 @@ impl Ctx<'_, '_> {
         self.batch.remove(key).map_err(|e| store_error(&e))
     }
 
+    /// Applies `batch` atomically (after a crash too) within the pipeline's batch.
+    fn write(&mut self, batch: &forest_store::WriteBatch) -> Result<Vec<bool>, Frame> {
+        self.wrote = true;
+        self.batch.write(batch).map_err(|e| store_error(&e))
+    }
+
     fn read_modify_write(
         &mut self,
         key: &[u8],

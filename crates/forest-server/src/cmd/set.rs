@@ -2,7 +2,7 @@
 //! "Strings"). Each goes through the connection's batch.
 
 use forest_core::check_entry;
-use forest_store::Rmw;
+use forest_store::{Rmw, WriteBatch};
 
 use super::{coll, is_word, store_error, syntax_error, Ctx};
 use crate::frame::Frame;
@@ -140,21 +140,29 @@ pub fn mset(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
         Ok(p) => p,
         Err(e) => return e,
     };
-    for (k, v) in pairs {
-        let _guard = match coll::string_replace(ctx, k) {
-            Ok(g) => g,
-            Err(e) => return e,
-        };
-        if let Err(e) = ctx.upsert(k, v) {
-            return e;
+    let shared = ctx.shared;
+    let _guards = shared.collections.lock_many(pairs.iter().map(|(k, _)| *k));
+    if shared.collections.any() {
+        for (k, _) in &pairs {
+            if let Err(e) = coll::delete_locked(ctx, k) {
+                return e;
+            }
         }
     }
-    Frame::ok()
+    let mut batch = WriteBatch::new();
+    for (k, v) in pairs {
+        batch.put(k, v);
+    }
+    match ctx.write(&batch) {
+        Ok(_) => Frame::ok(),
+        Err(e) => e,
+    }
 }
 
 /// MSETNX k v [k v ...]: 1 if no key existed and all were set. Holds the stripe locks of
 /// all its keys, and every string write holds its key's stripe lock, so MSETNX is all or
-/// nothing against every other write.
+/// nothing against every other write; its keys are written as one atomic batch, so after a
+/// crash too.
 pub fn msetnx(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
     let pairs = match pairs("msetnx", argv) {
         Ok(p) => p,
@@ -169,14 +177,14 @@ pub fn msetnx(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
             return Frame::Integer(0);
         }
     }
-    let mut all = true;
+    let mut batch = WriteBatch::new();
     for (k, v) in pairs {
-        match ctx.insert(k, v) {
-            Ok(inserted) => all &= inserted,
-            Err(e) => return e,
-        }
+        batch.insert(k, v);
     }
-    Frame::Integer(i64::from(all))
+    match ctx.write(&batch) {
+        Ok(inserted) => Frame::Integer(i64::from(inserted.iter().all(|&i| i))),
+        Err(e) => e,
+    }
 }
 
 /// APPEND key value: the new length.
