@@ -17,6 +17,10 @@
 //!
 //! Every test kills the same directory several times, so recovery runs over the remains of
 //! earlier recoveries (a kill may land during open, recovery or a checkpoint).
+//!
+//! A quarter of the writes are atomic batches (issue 12): the key and its twin (`<key>~`) set
+//! to the same value, or both removed, in one `WriteBatch`. The prefix check covers them: a
+//! batch recovered in part leaves key and twin different, which no prefix explains.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -25,7 +29,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use forest_store::{Durability, Store, StoreOptions};
+use forest_store::{Durability, Store, StoreOptions, WriteBatch};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -56,6 +60,30 @@ struct Op {
     key: Vec<u8>,
     /// None: remove.
     value: Option<Vec<u8>>,
+    /// Written with its twin key in one atomic batch.
+    batch: bool,
+}
+
+impl Op {
+    /// The key written with `key` in a batch.
+    fn twin(&self) -> Vec<u8> {
+        [self.key.as_slice(), b"~"].concat()
+    }
+
+    /// Applies the write to `state`.
+    fn apply(&self, state: &mut State) {
+        let keys = if self.batch {
+            vec![self.key.clone(), self.twin()]
+        } else {
+            vec![self.key.clone()]
+        };
+        for key in keys {
+            match &self.value {
+                Some(v) => state.insert(key, v.clone()),
+                None => state.remove(&key),
+            };
+        }
+    }
 }
 
 /// The operations of `thread` in the child run with `seed`, in order.
@@ -100,7 +128,8 @@ impl OpGen {
             )
         };
         self.seq += 1;
-        Op { key, value }
+        let batch = self.rng.random_ratio(1, 4);
+        Op { key, value, batch }
     }
 }
 
@@ -151,15 +180,25 @@ fn run_child(spec: &str) -> ! {
                 let mut ops = OpGen::new(seed, thread);
                 for seq in 0..OPS_PER_THREAD_MAX {
                     let op = ops.next_op();
-                    match &op.value {
-                        Some(v) => store.upsert(&op.key, v).expect("child upsert"),
-                        None => {
+                    match (&op.value, op.batch) {
+                        (Some(v), false) => store.upsert(&op.key, v).expect("child upsert"),
+                        (None, false) => {
                             store.remove(&op.key).expect("child remove");
+                        }
+                        (value, true) => {
+                            let mut batch = WriteBatch::new();
+                            match value {
+                                Some(v) => batch.put(&op.key, v).put(&op.twin(), v),
+                                None => batch.remove(&op.key).remove(&op.twin()),
+                            };
+                            store.write(&batch).expect("child batch");
                         }
                     }
                     let value = op.value.as_deref().map_or_else(|| "-".to_string(), hex);
+                    let kind = if op.batch { "b" } else { "s" };
                     let mut out = std::io::stdout().lock();
-                    writeln!(out, "ack {thread} {seq} {} {value}", hex(&op.key)).expect("stdout");
+                    writeln!(out, "ack {thread} {seq} {} {value} {kind}", hex(&op.key))
+                        .expect("stdout");
                     out.flush().expect("flush");
                 }
             });
@@ -188,7 +227,8 @@ fn parse_ack(line: &str) -> Option<(u64, u64, Op)> {
         "-" => None,
         v => Some(unhex(v)?),
     };
-    Some((thread, seq, Op { key, value }))
+    let batch = words.next()? == "b";
+    Some((thread, seq, Op { key, value, batch }))
 }
 
 type State = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -310,10 +350,7 @@ fn kill_cycle(
             .enumerate()
         {
             if let Some(op) = op {
-                match &op.value {
-                    Some(v) => model.insert(op.key.clone(), v.clone()),
-                    None => model.remove(&op.key),
-                };
+                op.apply(&mut model);
             }
             if len >= shortest && model == target {
                 matched = Some(len);
