@@ -1,7 +1,8 @@
 //! The store's model test on the simulated disk (STYLE.md §5 "Model test", "Simulated
 //! file"; issue 5 "Power loss", "I/O errors"): random operations against a `BTreeMap` model
 //! through a `Store` on `SimDir`, with checkpoints, clean reopens, simulated power losses
-//! and injected ENOSPC / EIO among them.
+//! (each of a random kind: `crash`, `crash_scatter`, `crash_with(DropUnsynced)`) and
+//! injected ENOSPC / EIO among them.
 //!
 //! The model keeps the history of effects (each LSN taken: a key's new full value or its
 //! removal) since the last verified state, and which of them were acknowledged. After a
@@ -13,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use forest_core::Error;
-use forest_store::file::{FaultKind, FaultPlan, SimDir};
+use forest_store::file::{CrashMode, FaultKind, FaultPlan, SimDir};
 use forest_store::{BatchOp, Durability, Rmw, Store, StoreOptions, ENGINE_NAMES};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -276,8 +277,14 @@ fn run(seed: u64, engine: &str, durability: Durability, steps: usize, faults: bo
                             return;
                         }
                         84..=88 => {
-                            // Power loss: unsynced bytes and names dropped (a random prefix kept).
-                            dir.crash();
+                            // Power loss of a random kind: a random prefix of what was not
+                            // synced kept (perhaps with a torn page), unsynced pages written
+                            // back in any order, or nothing unsynced kept.
+                            match rng.random_range(0..3) {
+                                0 => dir.crash(),
+                                1 => dir.crash_scatter(),
+                                _ => dir.crash_with(CrashMode::DropUnsynced),
+                            }
                             drop(store.take());
                             dir.set_faults(FaultPlan::default());
                             let reopened = open(&dir, engine, durability, shards);
@@ -339,7 +346,7 @@ fn run(seed: u64, engine: &str, durability: Durability, steps: usize, faults: bo
         });
     }
     // The end: a power loss that keeps nothing unsynced.
-    dir.crash_with(forest_store::file::CrashMode::DropUnsynced);
+    dir.crash_with(CrashMode::DropUnsynced);
     drop(store.take());
     dir.set_faults(FaultPlan::default());
     let reopened = open(&dir, engine, durability, shards);
@@ -424,8 +431,9 @@ fn model_with_crashes_and_faults() {
 
 // Goal: a power loss while many threads write concurrently loses no acknowledged write in
 // `sync` and `group`, and recovers nothing that was never written. Method: 6 writers each
-// count up their own keys and note each acknowledgement; the disk crashes at a random moment;
-// after recovery every key holds a count between its last acknowledged and last attempted.
+// count up their own keys and note each acknowledgement; the disk crashes (of a random kind)
+// at a random moment; after recovery every key holds a count between its last acknowledged
+// and last attempted.
 #[test]
 fn concurrent_writers_power_loss() {
     use std::sync::Arc;
@@ -465,7 +473,11 @@ fn concurrent_writers_power_loss() {
                 .collect();
             let mut rng = StdRng::seed_from_u64(seed);
             std::thread::sleep(std::time::Duration::from_millis(rng.random_range(1..20)));
-            dir.crash();
+            match rng.random_range(0..3) {
+                0 => dir.crash(),
+                1 => dir.crash_scatter(),
+                _ => dir.crash_with(CrashMode::DropUnsynced),
+            }
             for t in threads {
                 t.join().expect("writer");
             }
