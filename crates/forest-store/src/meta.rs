@@ -21,14 +21,17 @@ pub const META_TMP_FILE_NAME: &str = "META.tmp";
 /// The first 8 bytes of the meta file.
 pub const META_MAGIC: [u8; 8] = *b"FORESTMD";
 /// The meta format version this code writes and reads.
-pub const META_FORMAT_VERSION: u32 = 1;
+pub const META_FORMAT_VERSION: u32 = 2;
+/// The version before `durable_through` existed (its bytes were zero): still read.
+const META_FORMAT_VERSION_1: u32 = 1;
 /// Bytes of the meta file (fixed).
 pub const META_BYTES: usize = 64;
 /// The longest engine name recorded: engine names are short words; the field is fixed.
 pub const ENGINE_NAME_BYTES_MAX: usize = 32;
 
 const ENGINE_AT: usize = 16;
-const RESERVED_AT: usize = ENGINE_AT + ENGINE_NAME_BYTES_MAX;
+const DURABLE_AT: usize = ENGINE_AT + ENGINE_NAME_BYTES_MAX;
+const RESERVED_AT: usize = DURABLE_AT + 8;
 const CRC_AT: usize = META_BYTES - 4;
 const _: () = assert!(RESERVED_AT < CRC_AT);
 
@@ -37,6 +40,10 @@ const _: () = assert!(RESERVED_AT < CRC_AT);
 pub struct StoreMeta {
     /// The engine the store opens when none is named.
     pub engine: String,
+    /// Every LSN up to this one was durable in the logs when the store last closed cleanly
+    /// (0: unknown). Recovery refuses a cutoff below it, so a log cut or damaged after a
+    /// clean close is noticed even where no mark follows the damage (issue 12).
+    pub durable_through: u64,
 }
 
 /// Encodes `meta` (errors: an engine name over [`ENGINE_NAME_BYTES_MAX`] or empty).
@@ -53,6 +60,7 @@ pub fn encode(meta: &StoreMeta) -> Result<[u8; META_BYTES]> {
     bytes[8..12].copy_from_slice(&META_FORMAT_VERSION.to_le_bytes());
     bytes[12..16].copy_from_slice(&(name.len() as u32).to_le_bytes());
     bytes[ENGINE_AT..ENGINE_AT + name.len()].copy_from_slice(name);
+    bytes[DURABLE_AT..DURABLE_AT + 8].copy_from_slice(&meta.durable_through.to_le_bytes());
     let crc = crc32c::crc32c(&bytes[..CRC_AT]);
     bytes[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
     Ok(bytes)
@@ -84,7 +92,7 @@ pub fn decode(path: &std::path::Path, data: &[u8]) -> Result<StoreMeta> {
         return Err(corrupt(0, "not a forest meta file (bad magic)".to_string()));
     }
     let version = u32_at(data, 8);
-    if version != META_FORMAT_VERSION {
+    if version != META_FORMAT_VERSION && version != META_FORMAT_VERSION_1 {
         return Err(corrupt(
             8,
             format!("meta format version {version}, this build reads {META_FORMAT_VERSION}"),
@@ -94,14 +102,18 @@ pub fn decode(path: &std::path::Path, data: &[u8]) -> Result<StoreMeta> {
     if len == 0 || len > ENGINE_NAME_BYTES_MAX {
         return Err(corrupt(12, format!("engine name length {len}")));
     }
-    let padding_zero = data[ENGINE_AT + len..CRC_AT].iter().all(|b| *b == 0);
+    let padding_zero = data[ENGINE_AT + len..DURABLE_AT].iter().all(|b| *b == 0)
+        && data[RESERVED_AT..CRC_AT].iter().all(|b| *b == 0);
     if !padding_zero {
         return Err(corrupt(ENGINE_AT + len, "padding not zero".to_string()));
     }
     let engine = std::str::from_utf8(&data[ENGINE_AT..ENGINE_AT + len])
         .map_err(|_| corrupt(ENGINE_AT, "engine name not UTF-8".to_string()))?;
+    let mut durable = [0u8; 8];
+    durable.copy_from_slice(&data[DURABLE_AT..DURABLE_AT + 8]);
     Ok(StoreMeta {
         engine: engine.to_string(),
+        durable_through: u64::from_le_bytes(durable),
     })
 }
 
@@ -152,12 +164,14 @@ mod tests {
         assert_eq!(read(&dir).expect("read"), None);
         let a = StoreMeta {
             engine: "bwtree".into(),
+            durable_through: 0,
         };
         write(&dir, &a).expect("write");
         dir.crash_with(CrashMode::DropUnsynced);
         assert_eq!(read(&dir).expect("read"), Some(a));
         let b = StoreMeta {
             engine: "masstree".into(),
+            durable_through: 1 << 40,
         };
         write(&dir, &b).expect("write");
         assert_eq!(read(&dir).expect("read"), Some(b));
@@ -171,6 +185,7 @@ mod tests {
         let path = std::path::Path::new("/x/META");
         let bytes = encode(&StoreMeta {
             engine: "lockbtree".into(),
+            durable_through: 77,
         })
         .expect("encode");
         for at in 0..META_BYTES {
@@ -183,7 +198,8 @@ mod tests {
             assert!(decode(path, &bytes[..len]).is_err());
         }
         assert!(encode(&StoreMeta {
-            engine: "x".repeat(ENGINE_NAME_BYTES_MAX + 1)
+            engine: "x".repeat(ENGINE_NAME_BYTES_MAX + 1),
+            durable_through: 0,
         })
         .is_err());
     }

@@ -458,6 +458,23 @@ pub fn recover(
         );
     }
     let mut lsn_seen = cutoff.max(report.checkpoint_end_lsn.unwrap_or(0));
+    // The last clean close recorded how far the logs were durable (META).
+    if let Ok(Some(meta)) = crate::meta::read(dir) {
+        if meta.durable_through > 0 {
+            lsn_seen = lsn_seen.max(meta.durable_through);
+            prove(
+                meta.durable_through,
+                Loss {
+                    path: dir.path().join(crate::meta::META_FILE_NAME),
+                    offset: 0,
+                    what: format!(
+                        "the store closed cleanly with every LSN through {} durable",
+                        meta.durable_through
+                    ),
+                },
+            );
+        }
+    }
     for log in logs.iter_mut() {
         if log.damage.is_none() {
             log.evidence = log.stream.evidence()?;
@@ -556,13 +573,20 @@ pub fn recover(
     let mut covered = vec![false; logs.len()];
     for (&seq, members) in &sets {
         // Every LSN of the set is below its seal, and below the first LSN of any set made
-        // after its successor (made once this one was rotated out).
+        // after its successor: the next set that took records, which this one was rotated
+        // into (a set made by a checkpoint that failed took none). A set is made and rotated
+        // into within one checkpoint, so every later set was made after that rotation.
+        let successor = logs
+            .iter()
+            .filter(|l| l.seq > seq && holds_records(l))
+            .map(|l| l.seq)
+            .min();
         let bound = members
             .iter()
             .filter_map(|&i| logs[i].sealed().or(logs[i].evidence.seal))
             .chain(
                 logs.iter()
-                    .filter(|l| l.seq >= seq + 2)
+                    .filter(|l| successor.is_some_and(|s| l.seq > s))
                     .filter_map(|l| l.stream.header().map(|h| h.first_lsn)),
             )
             .min();
@@ -650,13 +674,16 @@ pub fn recover(
     }
     let lsn_next = lsn_seen.max(cutoff) + 1;
     report.lsn_next = lsn_next;
-    report.clean = match logs.iter().map(|l| l.seq).max() {
-        Some(newest) => logs
-            .iter()
-            .filter(|l| l.seq == newest)
-            .all(|l| l.sealed().is_some() && l.stream.torn().is_none() && !l.past_cutoff),
-        None => true,
-    };
+    // Clean: every log of the newest set ends as `Store::close` leaves it (a mark of
+    // everything, then the seal), and nothing was cut or accepted as lost.
+    report.clean = losses.is_empty()
+        && match logs.iter().map(|l| l.seq).max() {
+            Some(newest) => logs
+                .iter()
+                .filter(|l| l.seq == newest)
+                .all(|l| l.stream.closed_cleanly() && !l.past_cutoff),
+            None => true,
+        };
 
     // 6. Cut every log after its last kept data record and seal it. A seal the last run
     // wrote may be only in the page cache (its fsync failed, and the store was reopened
@@ -704,15 +731,20 @@ pub fn recover(
             report.logs_sealed.push(log.name.clone());
         }
         if repair {
-            // Trailing marks and seals are cut and the seal written anew: what the last run
-            // wrote may be only in the page cache (a failed fsync marks pages clean).
-            cut_log(dir, &log.name, len)?;
-            seal_log(
-                dir,
-                &log.name,
-                header.nonce,
-                log.sealed().unwrap_or(lsn_next),
-            )?;
+            if whole {
+                // The last run's seal (and the marks before it) may be only in the page
+                // cache: write the same bytes again in place, so the fsync writes them, with
+                // no moment where the log has no seal.
+                rewrite_tail(dir, &log.name, len)?;
+            } else {
+                cut_log(dir, &log.name, len)?;
+                seal_log(
+                    dir,
+                    &log.name,
+                    header.nonce,
+                    log.sealed().unwrap_or(lsn_next),
+                )?;
+            }
         }
     }
     if dir_changed {
@@ -726,6 +758,16 @@ pub fn recover(
         log_names: kept_names,
         log_seq_next,
     })
+}
+
+/// Writes the bytes of the log `name` from `from` to its end again, in place, and syncs.
+fn rewrite_tail(dir: &dyn Dir, name: &str, from: u64) -> Result<()> {
+    let mut file = dir.open(name)?;
+    let len = file.len()?;
+    let mut tail = vec![0; usize::try_from(len - from).expect("a log tail fits in memory")];
+    file.read_exact_at(from, &mut tail)?;
+    file.write_at(from, &tail)?;
+    file.sync()
 }
 
 /// Streams the checkpoint `name` into a fresh index; the index is dropped on any error.

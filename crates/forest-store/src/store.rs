@@ -42,7 +42,7 @@
 use std::collections::BTreeMap;
 use std::ops::{Bound, ControlFlow};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use forest_core::{check_entry, check_key, Error, Index, IndexStats, Order, Result, Visitor};
@@ -239,6 +239,9 @@ pub struct Store {
     checkpoints: Mutex<CheckpointState>,
     checkpoint_count: AtomicU64,
     recovery: RecoveryReport,
+    /// False while the state recovered from logs is not yet durable on its own (the open's
+    /// checkpoint pending): closing then must not seal the logs as clean.
+    clean_close: AtomicBool,
     _lock: DirLock,
 }
 
@@ -352,11 +355,13 @@ impl Store {
         };
         let by_name = || new_engine(&engine).expect("the engine name was checked");
         let recovered = recovery::recover(&dir, make_index.unwrap_or(&by_name), mode)?;
-        if meta::read(&dir).ok().flatten().map(|m| m.engine).as_ref() != Some(&engine) {
+        let recorded = meta::read(&dir).ok().flatten();
+        if recorded.as_ref().map(|m| &m.engine) != Some(&engine) {
             meta::write(
                 &dir,
                 &StoreMeta {
                     engine: engine.clone(),
+                    durable_through: recorded.map_or(0, |m| m.durable_through),
                 },
             )?;
         }
@@ -391,13 +396,17 @@ impl Store {
             }),
             checkpoint_count: AtomicU64::new(0),
             recovery: recovered.report,
+            clean_close: AtomicBool::new(true),
             _lock: lock,
         };
         if replayed {
             // What recovery read may be only in the page cache (a failed fsync marks pages
             // clean without writing them, and a reopen reads them back): writing it anew in
-            // a checkpoint makes it durable before any new write depends on it.
+            // a checkpoint makes it durable before any new write depends on it. Until then
+            // the store must not close as clean (its marks would claim that state durable).
+            store.clean_close.store(false, Ordering::SeqCst);
             store.checkpoint()?;
+            store.clean_close.store(true, Ordering::SeqCst);
         }
         Ok(store)
     }
@@ -439,7 +448,7 @@ impl Store {
     /// batch (the stripe's seqlock; see the module doc).
     pub fn get(&self, key: &[u8], out: &mut Vec<u8>) -> bool {
         let stripe = self.stripes.of(key);
-        loop {
+        for _ in 0..READ_RETRIES_MAX {
             let Some(seq) = stripe.read_begin() else {
                 stripe.wait_for_batch();
                 continue;
@@ -449,6 +458,8 @@ impl Store {
                 return found;
             }
         }
+        let _locked = stripe.lock();
+        self.index.get(key, out)
     }
 
     /// Reads every key of `keys` at one moment with respect to atomic batches: no batch is
@@ -458,7 +469,8 @@ impl Store {
         let stripes: Vec<&crate::lsn::Stripe> = keys.iter().map(|k| self.stripes.of(k)).collect();
         let mut values: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
         let mut seqs = Vec::with_capacity(keys.len());
-        loop {
+        let mut consistent = false;
+        for _ in 0..READ_RETRIES_MAX {
             seqs.clear();
             let mut busy = None;
             for stripe in &stripes {
@@ -479,7 +491,20 @@ impl Store {
                 *value = self.index.get(key, &mut out).then_some(out);
             }
             if stripes.iter().zip(&seqs).all(|(s, &seq)| s.read_valid(seq)) {
+                consistent = true;
                 break;
+            }
+        }
+        if !consistent {
+            // Batches kept changing the keys: read under their stripes' locks, taken in
+            // ascending order as batches take them.
+            let mut indexes: Vec<usize> = keys.iter().map(|k| KeyStripes::index_of(k)).collect();
+            indexes.sort_unstable();
+            indexes.dedup();
+            let _locked: Vec<_> = indexes.iter().map(|&i| self.stripes.at(i).lock()).collect();
+            for (key, value) in keys.iter().zip(values.iter_mut()) {
+                let mut out = value.take().unwrap_or_default();
+                *value = self.index.get(key, &mut out).then_some(out);
             }
         }
         for (i, value) in values.iter().enumerate() {
@@ -707,9 +732,9 @@ impl Store {
         }
         let index = &*self.index;
         let apply = || {
-            for &i in &stripes {
-                self.stripes.at(i).bump();
-            }
+            // Odd while the batch applies; even again on return and on unwinding (an engine
+            // panic fails the store, but readers must not wait for ever).
+            let _applying = Applying::begin(&self.stripes, &stripes);
             for &(op, key, value) in &records {
                 if op == Op::Put {
                     index
@@ -718,9 +743,6 @@ impl Store {
                 } else {
                     index.remove(key);
                 }
-            }
-            for &i in &stripes {
-                self.stripes.at(i).bump();
             }
         };
         let lsn = self.commit.log_unit(shard, &records, apply, deferred)?;
@@ -832,9 +854,25 @@ impl Store {
     /// Makes everything durable, seals every log (so the next open knows the store closed
     /// cleanly and needs no checkpoint), stops the flushers and releases the directory.
     pub fn close(mut self) -> Result<()> {
-        let result = self.commit.seal();
+        let result = self.seal();
         self.commit.stop();
         result
+    }
+
+    /// A clean close's seal, and `META`'s record of how far the logs are durable; only a
+    /// store whose state is durable closes clean.
+    fn seal(&self) -> Result<()> {
+        if !self.clean_close.load(Ordering::SeqCst) {
+            return self.commit.sync();
+        }
+        self.commit.seal()?;
+        meta::write(
+            &*self.dir,
+            &StoreMeta {
+                engine: self.engine.clone(),
+                durable_through: self.lsns.last(),
+            },
+        )
     }
 
     /// Collects every key and value (tests and tools).
@@ -852,6 +890,33 @@ impl Store {
         out
     }
 }
+
+/// Marks a batch's stripes as applying (odd) for as long as it lives.
+struct Applying<'a> {
+    stripes: &'a KeyStripes,
+    indexes: &'a [usize],
+}
+
+impl<'a> Applying<'a> {
+    fn begin(stripes: &'a KeyStripes, indexes: &'a [usize]) -> Self {
+        for &i in indexes {
+            stripes.at(i).bump();
+        }
+        Self { stripes, indexes }
+    }
+}
+
+impl Drop for Applying<'_> {
+    fn drop(&mut self) {
+        for &i in self.indexes {
+            self.stripes.at(i).bump();
+        }
+    }
+}
+
+/// Seqlock retries before a reader takes the stripes' locks instead (a reader must not
+/// starve behind a stream of batches).
+const READ_RETRIES_MAX: u32 = 8;
 
 /// Writes that share one durability wait (the server's pipelines; issue 5 "A batch API").
 ///
@@ -882,6 +947,16 @@ impl Batch<'_> {
                 .write_one(self.shard, key, read_current, true, decide)?;
         self.lsn_max = self.lsn_max.max(lsn);
         Ok((changed, old))
+    }
+
+    /// Adds to this batch's durability wait whatever was written under `key`'s stripe: an
+    /// answer decided from what a read saw (MSETNX finding a key) must not be given before
+    /// that is durable (issue 12, defect 4).
+    pub fn observe(&mut self, key: &[u8]) {
+        let last = self.store.stripes.of(key).last_lsn();
+        if last > 0 {
+            self.lsn_max = self.lsn_max.max(Some(last));
+        }
     }
 
     /// Applies `batch` atomically within this pipeline batch (as [`Store::write`]; the
@@ -971,7 +1046,7 @@ impl Drop for Store {
     fn drop(&mut self) {
         // Best effort for a store dropped without close (periodic mode's unforced writes);
         // an error here has no caller to go to, and recovery copes with any state.
-        let _ = self.commit.seal();
+        let _ = self.seal();
         self.commit.stop();
     }
 }

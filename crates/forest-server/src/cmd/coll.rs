@@ -233,6 +233,46 @@ pub fn delete_locked(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<bool, Frame> 
     Ok(true)
 }
 
+/// Adds to `batch` the removal of collection `user` (every member, then its type entry), if
+/// it is one, so that a command replacing it (MSET) is one atomic batch; returns the number
+/// of keys removed (members and type entry), or None. The caller holds `user`'s stripe lock
+/// and, once the batch is written, lowers the counters with [`deleted`].
+pub fn delete_into(
+    ctx: &mut Ctx<'_, '_>,
+    user: &[u8],
+    batch: &mut forest_store::WriteBatch,
+) -> Result<Option<i64>, Frame> {
+    let meta = match read_meta(ctx, user) {
+        Ok(m) => m,
+        Err(_) => Some(Meta::new(Kind::Set)),
+    };
+    if meta.is_none() {
+        return Ok(None);
+    }
+    let prefix = member_prefix(user);
+    let end = prefix_upper(&prefix);
+    let mut removed = 0i64;
+    ctx.shared.store.scan(
+        Bound::Included(prefix.as_slice()),
+        Bound::Excluded(end.as_slice()),
+        Order::Ascending,
+        &mut |key, _| {
+            batch.remove(key);
+            removed += 1;
+            ControlFlow::Continue(())
+        },
+    );
+    batch.remove(&type_key(user));
+    Ok(Some(removed + 1))
+}
+
+/// Lowers the collection counters for a collection of `keys` keys removed by a batch that
+/// [`delete_into`] filled.
+pub fn deleted(ctx: &Ctx<'_, '_>, keys: i64) {
+    ctx.shared.collections.add_reserved(-keys);
+    ctx.shared.collections.add_live(-1);
+}
+
 /// For a string write that must not touch a collection (INCR, APPEND, GETSET, SETNX...):
 /// WRONGTYPE if `key` is a collection, else its stripe lock, held across the write so that
 /// no collection of that name appears meanwhile and MSETNX (which holds the stripes of all

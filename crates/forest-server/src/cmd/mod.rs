@@ -174,6 +174,13 @@ impl Ctx<'_, '_> {
         self.batch.remove(key).map_err(|e| store_error(&e))
     }
 
+    /// Makes the reply wait until what was written under `key`'s stripe is durable (a reply
+    /// decided from a read, as MSETNX's 0).
+    fn observe(&mut self, key: &[u8]) {
+        self.wrote = true;
+        self.batch.observe(key);
+    }
+
     /// Applies `batch` atomically (after a crash too) within the pipeline's batch.
     fn write(&mut self, batch: &forest_store::WriteBatch) -> Result<Vec<bool>, Frame> {
         self.wrote = true;

@@ -142,19 +142,29 @@ pub fn mset(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
     };
     let shared = ctx.shared;
     let _guards = shared.collections.lock_many(pairs.iter().map(|(k, _)| *k));
+    // One atomic batch: the collections it replaces are removed in it too.
+    let mut batch = WriteBatch::new();
+    let mut replaced = Vec::new();
     if shared.collections.any() {
-        for (k, _) in &pairs {
-            if let Err(e) = coll::delete_locked(ctx, k) {
-                return e;
+        let mut seen = std::collections::HashSet::new();
+        for (k, _) in pairs.iter().filter(|(k, _)| seen.insert(*k)) {
+            match coll::delete_into(ctx, k, &mut batch) {
+                Ok(Some(keys)) => replaced.push(keys),
+                Ok(None) => {}
+                Err(e) => return e,
             }
         }
     }
-    let mut batch = WriteBatch::new();
     for (k, v) in pairs {
         batch.put(k, v);
     }
     match ctx.write(&batch) {
-        Ok(_) => Frame::ok(),
+        Ok(_) => {
+            for keys in replaced {
+                coll::deleted(ctx, keys);
+            }
+            Frame::ok()
+        }
         Err(e) => e,
     }
 }
@@ -174,15 +184,18 @@ pub fn msetnx(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
         if ctx.shared.store.get(k, &mut ctx.buffers.scratch)
             || !matches!(coll::kind_of(ctx, k), Ok(None))
         {
+            // The answer rests on what was read: it waits until that is durable.
+            ctx.observe(k);
             return Frame::Integer(0);
         }
     }
+    // No key existed: all are set, a repeated key to its last value (as Redis does).
     let mut batch = WriteBatch::new();
     for (k, v) in pairs {
-        batch.insert(k, v);
+        batch.put(k, v);
     }
     match ctx.write(&batch) {
-        Ok(inserted) => Frame::Integer(i64::from(inserted.iter().all(|&i| i))),
+        Ok(_) => Frame::Integer(1),
         Err(e) => e,
     }
 }

@@ -16,8 +16,9 @@
 //! beyond the LSNs lost, a newer log set, a checkpoint's end), and cuts it otherwise.
 //!
 //! Structural errors inside the valid prefix (a data LSN out of order, a batch interrupted
-//! by another record, a record after a seal, a damaged header before records) are
-//! [`Error::Corrupt`] naming the file and offset: no crash produces them.
+//! by another record, a damaged header before records) are [`Error::Corrupt`] naming the
+//! file and offset: no crash produces them. A valid record after a seal ends the prefix
+//! instead: a cut whose truncate was lost to a failed fsync leaves exactly that.
 //!
 //! Why window and whole-file verdicts match: `check_record` judges a record from its own
 //! bytes only (the `8 + length` bytes its length field claims, never more than
@@ -70,6 +71,11 @@ pub struct LogStream {
     seal_at: u64,
     /// The highest watermark of the marks read.
     mark_max: Option<u64>,
+    /// The last mark's watermark, and whether the last record read was a mark.
+    mark_last: Option<u64>,
+    previous_was_mark: bool,
+    /// The seal directly follows a mark of everything below it: a clean close wrote it.
+    closed_cleanly: bool,
     /// The highest data LSN read.
     lsn_max: Option<u64>,
     /// Set once the valid prefix has ended: its length and the torn tail, if any.
@@ -109,6 +115,9 @@ impl LogStream {
             seal: None,
             seal_at: 0,
             mark_max: None,
+            mark_last: None,
+            previous_was_mark: false,
+            closed_cleanly: false,
             lsn_max: None,
             end: None,
             evidence: None,
@@ -197,8 +206,12 @@ impl LogStream {
             key: key_start..key_start + record.key.len(),
             value: value_start..value_start + record.value.len(),
         };
-        if let Some(seal) = self.seal {
-            return Err(self.corrupt(at, format!("a record after the log's seal (bound {seal})")));
+        if self.seal.is_some() {
+            // Only a cut whose truncate never reached the disk (a failed fsync) leaves
+            // records after a seal: they end the prefix as a tail, evidence never replayed.
+            self.tail_what = "a record after the log's seal (left by an earlier cut)";
+            self.finish_at(at);
+            return Ok(false);
         }
         if self.in_batch && !(current.op.is_data() && current.lsn == self.lsn_min) {
             return Err(self.corrupt(
@@ -221,7 +234,10 @@ impl LogStream {
                 self.in_batch = current.batch_more;
                 self.lsn_max = Some(current.lsn);
             }
-            Op::Mark => self.mark_max = self.mark_max.max(Some(current.lsn)),
+            Op::Mark => {
+                self.mark_max = self.mark_max.max(Some(current.lsn));
+                self.mark_last = Some(current.lsn);
+            }
             Op::Seal => {
                 if current.lsn < self.lsn_min {
                     return Err(self.corrupt(
@@ -234,8 +250,12 @@ impl LogStream {
                 }
                 self.seal = Some(current.lsn);
                 self.seal_at = current.start;
+                // A clean close writes a mark of everything, then the seal (group commit).
+                self.closed_cleanly =
+                    self.mark_last == Some(current.lsn.saturating_sub(1)) && self.previous_was_mark;
             }
         }
+        self.previous_was_mark = current.op == Op::Mark;
         self.next_at = current.end;
         self.current = Some(current);
         self.record_count += 1;
@@ -302,6 +322,12 @@ impl LogStream {
         self.seal
     }
 
+    /// Whether the log ends as a clean close leaves it: a mark of everything, then the seal
+    /// (recovery's and rotation's seals follow no such mark).
+    pub fn closed_cleanly(&self) -> bool {
+        self.closed_cleanly && self.torn().is_none()
+    }
+
     /// The offset of the seal read, if any.
     pub fn seal_at(&self) -> Option<u64> {
         self.seal.map(|_| self.seal_at)
@@ -338,7 +364,8 @@ impl LogStream {
         }
         let mut evidence = Evidence::default();
         let len = self.window.len();
-        let mut at = self.valid_len().expect("drained") + 1;
+        // From the tail's first byte: a valid record can stand there (one after a seal).
+        let mut at = self.valid_len().expect("drained");
         while at < len {
             let data = record_bytes(&mut self.window, at, self.lookahead)?;
             match check_record(data, 0, self.nonce) {

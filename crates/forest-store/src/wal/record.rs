@@ -27,7 +27,8 @@
 //!   key, value or flag, reserved bits are zero, the checksum matches.
 //! - Data LSNs strictly increase along the file, the first at least the header's
 //!   `first_lsn`; a record flagged `BATCH_MORE` is followed by the data record at the next
-//!   LSN; nothing valid follows a seal, and a seal's bound exceeds every data LSN before it.
+//!   LSN; a seal's bound exceeds every data LSN before it. A record after a seal ends the
+//!   valid prefix (only a truncate lost to a failed fsync leaves one there).
 //! - A record logs what the operation did (put of a full value, or remove), so replaying it
 //!   twice gives the same state (issue 5: replay is idempotent).
 //!
@@ -442,7 +443,7 @@ pub(crate) fn decode_header(path: &Path, data: &[u8], len: u64) -> Result<Option
 ///
 /// Returns the records of the valid prefix, the torn tail if any, and the evidence after
 /// it; [`Error::Corrupt`] for a damaged header before records, a data LSN out of order, an
-/// interrupted batch, a record after a seal, or a header of another format. Never panics.
+/// interrupted batch, or a header of another format. Never panics.
 pub fn decode_log<'a>(path: &Path, data: &'a [u8]) -> Result<Decoded<'a>> {
     let file = Box::new(crate::file::MemFile::new(path, data.to_vec()));
     let mut stream = super::LogStream::from_file(file)?;
@@ -788,10 +789,6 @@ mod tests {
                 1,
             ),
             (vec![first.clone(), control(Op::Mark, 5)], 1),
-            (
-                vec![second.clone(), control(Op::Seal, 20), control(Op::Mark, 5)],
-                2,
-            ),
             (vec![second.clone(), control(Op::Seal, 11)], 1),
         ];
         for (records, at) in shapes {
@@ -802,6 +799,15 @@ mod tests {
                 "{records:?}: {err}"
             );
         }
+        // A record after a seal ends the prefix (a lost truncate leaves that), as evidence.
+        let (buf, ends) = encode_log(
+            10,
+            &[second.clone(), control(Op::Seal, 20), control(Op::Mark, 5)],
+        );
+        let decoded = decode_log(Path::new(PATH), &buf).unwrap();
+        assert_eq!(decoded.records.len(), 2);
+        assert_eq!(decoded.valid_len, ends[2] as u64);
+        assert_eq!(decoded.evidence.mark_max, Some(5));
         let (buf, _) = encode_log(10, std::slice::from_ref(&first));
         let mut stream =
             super::super::LogStream::from_file(Box::new(crate::file::MemFile::new(PATH, buf)))
