@@ -224,7 +224,11 @@ pub fn append(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
 #[cfg(test)]
 mod tests {
     use super::super::testing::*;
+    use super::super::{execute, After, Buffers, Ctx};
     use crate::frame::Frame;
+    use crate::server::{Config, Shared};
+    use forest_store::file::{CrashMode, FaultPlan, SimDir};
+    use forest_store::{Batch, Durability, Store, StoreOptions};
 
     // Goal: SET's NX, XX and GET options behave as Redis 7's, expiry is refused clearly.
     // Method: sequences of SETs checked by their replies and a final GET.
@@ -288,5 +292,156 @@ mod tests {
         assert_eq!(h.run(&["APPEND", "g", "ab"]), Frame::Integer(2));
         assert_eq!(h.run(&["APPEND", "g", "cd"]), Frame::Integer(4));
         assert_eq!(h.run(&["GET", "g"]), bulk("abcd"));
+    }
+
+    // Goal: MSETNX with a repeated key sets it to its last value and answers 1, as Redis
+    // does (review C8). Method: MSETNX a 1 a 2, then GET a; and the same beside another key.
+    #[test]
+    fn msetnx_repeated_key_takes_its_last_value() {
+        let mut h = Harness::new();
+        assert_eq!(h.run(&["MSETNX", "a", "1", "a", "2"]), Frame::Integer(1));
+        assert_eq!(h.run(&["GET", "a"]), bulk("2"));
+        assert_eq!(
+            h.run(&["MSETNX", "b", "1", "c", "x", "b", "3"]),
+            Frame::Integer(1)
+        );
+        assert_eq!(h.run(&["MGET", "b", "c"]), bulks(&["3", "x"]));
+        assert_eq!(h.run(&["MSETNX", "a", "9", "a", "8"]), Frame::Integer(0));
+        assert_eq!(h.run(&["GET", "a"]), bulk("2"));
+    }
+
+    /// A server state over a simulated directory (power losses), one shard, collections
+    /// repaired as the server does at start.
+    fn sim_shared(dir: &SimDir, durability: Durability) -> Shared {
+        let store = Store::open(
+            dir.clone(),
+            StoreOptions {
+                engine: Some("lockbtree".into()),
+                durability,
+                shards: 1,
+            },
+        )
+        .expect("open store");
+        crate::collection::repair(&store).expect("repair");
+        Shared::new(
+            store,
+            Config {
+                durability,
+                ..Config::default()
+            },
+        )
+    }
+
+    /// Runs one command inside `batch` (a pipeline's batch, not waited for here).
+    fn run_in(shared: &Shared, batch: &mut Batch<'_>, argv: &[&str]) -> Frame {
+        let mut client = shared.new_client("127.0.0.1:2".into(), "127.0.0.1:6379".into(), None);
+        let mut buffers = Buffers::default();
+        let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
+        let mut ctx = Ctx {
+            shared,
+            client: &mut client,
+            batch,
+            wrote: false,
+            after: After::Continue,
+            buffers: &mut buffers,
+        };
+        execute(&mut ctx, &argv)
+    }
+
+    /// Runs one command as a batch of its own and waits for it.
+    fn run_alone(shared: &Shared, argv: &[&str]) -> Frame {
+        let mut batch = shared.store.batch();
+        let reply = run_in(shared, &mut batch, argv);
+        batch.wait().expect("wait");
+        reply
+    }
+
+    // Goal: MSETNX's 0 (and SETNX's) waits until the write it saw is durable (review C7).
+    // Method: client A's pipeline sets k and is not yet waited for; client B's MSETNX k x
+    // (then SETNX k x) answers 0; a power loss right after: k must hold A's value, as B's
+    // answer said it existed.
+    #[test]
+    fn msetnx_zero_waits_for_what_it_read() {
+        for cmd in [
+            &["MSETNX", "k", "x"][..],
+            &["MSETNX", "j", "1", "k", "x"],
+            &["SETNX", "k", "x"],
+        ] {
+            let dir = SimDir::new(2);
+            let shared = sim_shared(&dir, Durability::Sync);
+            let mut batch_a = shared.store.batch();
+            assert_eq!(
+                run_in(&shared, &mut batch_a, &["SET", "k", "v"]),
+                Frame::ok()
+            );
+            assert_eq!(run_alone(&shared, cmd), Frame::Integer(0), "{cmd:?}");
+            dir.crash_with(CrashMode::DropUnsynced);
+            std::mem::forget(batch_a);
+            std::mem::forget(shared);
+            let after = sim_shared(&dir, Durability::Sync);
+            assert_eq!(
+                run_alone(&after, &["GET", "k"]),
+                bulk("v"),
+                "{cmd:?} answered 0, yet k was not durable"
+            );
+        }
+    }
+
+    // Goal: MSET over a key holding a collection is whole after a crash: the collection's
+    // removal and the new strings are one atomic batch (review C9). Method: SADD k with 200
+    // members; a pipeline's MSET k new j new whose one fsync fails (part of its bytes may
+    // reach the disk), a power loss; after reopening (and the collection repair): either k is
+    // the whole set and j absent, or k and j are MSET's strings.
+    #[test]
+    fn mset_over_a_collection_is_whole_after_a_crash() {
+        let members: Vec<String> = (0..200)
+            .map(|i| format!("member-{i:04}-{}", "x".repeat(40)))
+            .collect();
+        let mut sadd = vec!["SADD", "k"];
+        sadd.extend(members.iter().map(|s| s.as_str()));
+        let (mut old, mut new) = (0, 0);
+        for seed in 0..100 {
+            let dir = SimDir::new(seed);
+            let shared = sim_shared(&dir, Durability::Group);
+            assert_eq!(run_alone(&shared, &sadd), Frame::Integer(200));
+            run_alone(&shared, &["SET", "other", "1"]);
+            let mut batch = shared.store.batch();
+            assert_eq!(
+                run_in(&shared, &mut batch, &["MSET", "k", "new", "j", "new"]),
+                Frame::ok()
+            );
+            dir.set_faults(FaultPlan::sync(1));
+            assert!(batch.wait().is_err(), "seed {seed}: the fsync fails");
+            dir.set_faults(FaultPlan::default());
+            dir.crash_with(CrashMode::DropUnsynced);
+            std::mem::forget(shared);
+            let after = sim_shared(&dir, Durability::Group);
+            let state = (
+                run_alone(&after, &["TYPE", "k"]),
+                run_alone(&after, &["SCARD", "k"]),
+                run_alone(&after, &["GET", "j"]),
+            );
+            if state
+                == (
+                    Frame::Simple("set".into()),
+                    Frame::Integer(200),
+                    Frame::Null,
+                )
+            {
+                old += 1;
+            } else if state.0 == Frame::Simple("string".into()) {
+                assert_eq!(run_alone(&after, &["GET", "k"]), bulk("new"), "seed {seed}");
+                assert_eq!(state.2, bulk("new"), "seed {seed}: MSET is whole");
+                new += 1;
+            } else {
+                panic!("seed {seed}: MSET over a set is not whole after a crash: {state:?}");
+            }
+            assert_eq!(
+                run_alone(&after, &["GET", "other"]),
+                bulk("1"),
+                "seed {seed}"
+            );
+        }
+        assert!(old + new == 100, "{old} old, {new} new");
     }
 }
