@@ -48,7 +48,8 @@ asan_test forest-masstree --test removal -- racing churn shift_and_shrink
 asan_test forest-masstree --test hard_cases -- _during_ shift_under_readers
 asan_test forest-lockbtree --test conformance -- stress_
 asan_test forest-lockbtree --test structure -- concurrent
-asan_test forest-bwtree --features pause-points --test pause_points --test stress
+asan_test forest-bwtree --features pause-points --lib --test pause_points --test stress \
+  --test drop_while_frozen --test memcheck_poison
 
 end=$(date +%s)
 printf '\nmemcheck: passed (build %d s, tests %d s)\n' $((built - start)) $((end - built))
