@@ -84,13 +84,14 @@ impl Stripe {
 
     /// The highest LSN a write under this stripe took (0: none since open).
     pub fn last_lsn(&self) -> u64 {
-        self.last_lsn.load(Ordering::SeqCst)
+        self.last_lsn.load(Ordering::Acquire)
     }
 
     /// Records that a write under this stripe took `lsn`. Precondition: the stripe is
-    /// locked.
+    /// locked (so LSNs noted here only grow, and a plain store suffices).
     pub fn note_lsn(&self, lsn: u64) {
-        self.last_lsn.fetch_max(lsn, Ordering::SeqCst);
+        debug_assert!(lsn >= self.last_lsn.load(Ordering::Relaxed));
+        self.last_lsn.store(lsn, Ordering::Release);
     }
 
     /// Marks the start (odd) or end (even) of a batch's apply. Precondition: locked.
