@@ -149,6 +149,7 @@ impl Conn {
                     shared,
                     client,
                     batch: &mut batch,
+                    unit: None,
                     wrote: false,
                     after: After::Continue,
                     buffers,

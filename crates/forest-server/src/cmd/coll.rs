@@ -33,7 +33,10 @@ fn corrupt(user: &[u8]) -> Frame {
 /// The type entry of `user`, if any.
 pub fn read_meta(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<Option<Meta>, Frame> {
     let key = type_key(user);
-    if !ctx.shared.store.get(&key, &mut ctx.buffers.scratch) {
+    let mut scratch = std::mem::take(&mut ctx.buffers.scratch);
+    let present = ctx.read(&key, &mut scratch);
+    ctx.buffers.scratch = scratch;
+    if !present {
         return Ok(None);
     }
     Meta::decode(&ctx.buffers.scratch)
@@ -69,6 +72,8 @@ pub struct Open {
 /// Opens `user` for a write of a `kind` command, creating it (in memory only) if absent.
 /// Precondition: `user`'s stripe lock is held.
 pub fn open_write(ctx: &mut Ctx<'_, '_>, user: &[u8], kind: Kind) -> Result<Open, Frame> {
+    // The command's writes, from here to `finish`, are one atomic batch.
+    ctx.begin_unit();
     match read_meta(ctx, user)? {
         Some(meta) if meta.kind == kind => Ok(Open {
             meta,
@@ -124,7 +129,8 @@ pub fn finish(ctx: &mut Ctx<'_, '_>, user: &[u8], open: Open) -> Result<(), Fram
             }
             result
         }
-    }
+    }?;
+    ctx.end_unit()
 }
 
 /// Checks a member entry against the store's limits before anything is written.
@@ -162,6 +168,8 @@ pub fn remove_member(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> Result<bool, Frame> {
 }
 
 /// Up to `limit` entries within the bounds, in `order`, copied out.
+/// Within a command's unit, its own decided writes are seen: removed entries are skipped,
+/// new ones merged in order.
 pub fn members(
     ctx: &Ctx<'_, '_>,
     lower: Bound<&[u8]>,
@@ -173,14 +181,32 @@ pub fn members(
     if limit == 0 {
         return out;
     }
+    let overlay = ctx.unit.as_ref().map(|u| u.overlay());
     ctx.shared.store.scan(lower, upper, order, &mut |k, v| {
-        out.push((k.to_vec(), v.to_vec()));
+        match overlay.and_then(|o| o.get(k)) {
+            Some(None) => return ControlFlow::Continue(()),
+            Some(Some(new)) => out.push((k.to_vec(), new.clone())),
+            None => out.push((k.to_vec(), v.to_vec())),
+        }
         if out.len() >= limit {
             ControlFlow::Break(())
         } else {
             ControlFlow::Continue(())
         }
     });
+    if let Some(overlay) = overlay {
+        let added: Vec<(Vec<u8>, Vec<u8>)> = overlay
+            .range::<[u8], _>((lower, upper))
+            .filter_map(|(k, v)| v.as_ref().map(|v| (k.clone(), v.clone())))
+            .filter(|(k, _)| out.iter().all(|(o, _)| o != k))
+            .collect();
+        out.extend(added);
+        match order {
+            Order::Ascending => out.sort(),
+            Order::Descending => out.sort_by(|a, b| b.cmp(a)),
+        }
+        out.truncate(limit);
+    }
     out
 }
 
@@ -217,6 +243,18 @@ pub fn delete(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<bool, Frame> {
 
 /// [`delete`] with the stripe lock already held.
 pub fn delete_locked(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<bool, Frame> {
+    // One atomic batch: members and type entry go together (a unit already open, as SET's
+    // that replaces the collection, takes them in).
+    let own_unit = ctx.unit.is_none();
+    ctx.begin_unit();
+    let deleted = delete_in_unit(ctx, user);
+    if own_unit {
+        ctx.end_unit()?;
+    }
+    deleted
+}
+
+fn delete_in_unit(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<bool, Frame> {
     let meta = match read_meta(ctx, user) {
         Ok(m) => m,
         // A damaged type entry is still removed, with its members.

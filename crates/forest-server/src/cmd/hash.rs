@@ -162,9 +162,7 @@ pub fn hexists(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
     match coll::open_read(ctx, argv[1], Kind::Hash) {
         Ok(Some(_)) => {
             let key = member_key(&member_prefix(argv[1]), &[argv[2]]);
-            Frame::Integer(i64::from(
-                ctx.shared.store.get(&key, &mut ctx.buffers.scratch),
-            ))
+            Frame::Integer(i64::from(ctx.present(&key)))
         }
         Ok(None) => Frame::Integer(0),
         Err(e) => e,
@@ -189,7 +187,7 @@ pub fn hincrby(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
         Err(e) => return e,
     };
     let mut value = Vec::new();
-    let present = ctx.shared.store.get(&key, &mut value);
+    let present = ctx.read(&key, &mut value);
     let current = if present { parse_int(&value) } else { Some(0) };
     let result = match current {
         None => Err(Frame::err("hash value is not an integer")),

@@ -108,7 +108,7 @@ fn pop(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], left: bool) -> Frame {
         let mut value = Vec::new();
         // Members head..tail always exist; only a type entry written by hand under the
         // reserved byte could say otherwise, and then the hole is skipped.
-        let present = ctx.shared.store.get(&key, &mut value);
+        let present = ctx.read(&key, &mut value);
         if left {
             open.meta.a = open.meta.a.saturating_add(1);
         } else {
@@ -206,7 +206,7 @@ pub fn lindex(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
         &[&seq_bytes(meta.a.saturating_add(i as i64))],
     );
     let mut value = Vec::new();
-    if ctx.shared.store.get(&key, &mut value) {
+    if ctx.read(&key, &mut value) {
         Frame::Bulk(value)
     } else {
         Frame::Null

@@ -40,7 +40,7 @@ use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::sync::OnceLock;
 
-use forest_core::Error;
+use forest_core::{check_entry, Error};
 use forest_store::Batch;
 
 use crate::frame::{Frame, Protocol};
@@ -101,6 +101,24 @@ pub struct Ctx<'a, 's> {
     pub after: After,
     /// Reusable value buffers.
     pub buffers: &'a mut Buffers,
+    /// The writes of the collection command running, decided but not yet applied: they go
+    /// to the store as one atomic batch when it finishes (issue 12), so a crash keeps all
+    /// of a command's members and meta entry or none, and no reader sees part of it.
+    pub unit: Option<Unit>,
+}
+
+/// A command's decided writes (see [`Ctx::unit`]) and the state they leave, by key.
+#[derive(Debug, Default)]
+pub struct Unit {
+    batch: forest_store::WriteBatch,
+    overlay: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+}
+
+impl Unit {
+    /// The state the decided writes leave, by key (None: removed).
+    pub fn overlay(&self) -> &std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> {
+        &self.overlay
+    }
 }
 
 /// Pooled bytes per connection: enough for a pipeline of small values, small enough for
@@ -153,23 +171,107 @@ impl Buffers {
 }
 
 impl Ctx<'_, '_> {
+    /// Starts a unit (see [`Ctx::unit`]); a unit already open goes on.
+    pub fn begin_unit(&mut self) {
+        if self.unit.is_none() {
+            self.unit = Some(Unit::default());
+        }
+    }
+
+    /// Writes the open unit, if any, as one atomic batch.
+    pub fn end_unit(&mut self) -> Result<(), Frame> {
+        let Some(unit) = self.unit.take() else {
+            return Ok(());
+        };
+        if unit.batch.is_empty() {
+            return Ok(());
+        }
+        self.wrote = true;
+        self.batch
+            .write(&unit.batch)
+            .map(|_| ())
+            .map_err(|e| store_error(&e))
+    }
+
+    /// The value of `key` as the running command sees it (its own decided writes first).
+    pub fn read(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
+        if let Some(state) = self.unit.as_ref().and_then(|u| u.overlay.get(key)) {
+            out.clear();
+            return match state {
+                Some(v) => {
+                    out.extend_from_slice(v);
+                    true
+                }
+                None => false,
+            };
+        }
+        self.shared.store.get(key, out)
+    }
+
+    /// Whether `key` is present, as the running command sees it; its value is left in
+    /// `buffers.scratch`.
+    pub fn present(&mut self, key: &[u8]) -> bool {
+        let mut scratch = std::mem::take(&mut self.buffers.scratch);
+        let present = self.read(key, &mut scratch);
+        self.buffers.scratch = scratch;
+        present
+    }
+
+    /// Records a decided write in the open unit.
+    fn decide(&mut self, key: &[u8], value: Option<&[u8]>) {
+        let unit = self.unit.as_mut().expect("a unit is open");
+        match value {
+            Some(v) => unit.batch.put(key, v),
+            None => unit.batch.remove(key),
+        };
+        unit.overlay.insert(key.to_vec(), value.map(<[u8]>::to_vec));
+    }
+
     /// Sets `key` to `value` through the batch.
     fn upsert(&mut self, key: &[u8], value: &[u8]) -> Result<(), Frame> {
+        if self.unit.is_some() {
+            check_entry(key, value).map_err(|e| store_error(&e))?;
+            self.decide(key, Some(value));
+            return Ok(());
+        }
         self.wrote = true;
         self.batch.upsert(key, value).map_err(|e| store_error(&e))
     }
 
     fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, Frame> {
+        if self.unit.is_some() {
+            check_entry(key, value).map_err(|e| store_error(&e))?;
+            if self.present(key) {
+                return Ok(false);
+            }
+            self.decide(key, Some(value));
+            return Ok(true);
+        }
         self.wrote = true;
         self.batch.insert(key, value).map_err(|e| store_error(&e))
     }
 
     fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, Frame> {
+        if self.unit.is_some() {
+            check_entry(key, value).map_err(|e| store_error(&e))?;
+            if !self.present(key) {
+                return Ok(false);
+            }
+            self.decide(key, Some(value));
+            return Ok(true);
+        }
         self.wrote = true;
         self.batch.update(key, value).map_err(|e| store_error(&e))
     }
 
     fn remove(&mut self, key: &[u8]) -> Result<bool, Frame> {
+        if self.unit.is_some() {
+            if !self.present(key) {
+                return Ok(false);
+            }
+            self.decide(key, None);
+            return Ok(true);
+        }
         self.wrote = true;
         self.batch.remove(key).map_err(|e| store_error(&e))
     }
@@ -192,6 +294,19 @@ impl Ctx<'_, '_> {
         key: &[u8],
         f: impl FnOnce(Option<&[u8]>) -> forest_core::Result<forest_store::Rmw>,
     ) -> Result<Option<Vec<u8>>, Frame> {
+        if self.unit.is_some() {
+            let mut old = Vec::new();
+            let old = self.read(key, &mut old).then_some(old);
+            match f(old.as_deref()).map_err(|e| store_error(&e))? {
+                forest_store::Rmw::Keep => {}
+                forest_store::Rmw::Put(value) => {
+                    check_entry(key, &value).map_err(|e| store_error(&e))?;
+                    self.decide(key, Some(&value));
+                }
+                forest_store::Rmw::Remove => self.decide(key, None),
+            }
+            return Ok(old);
+        }
         self.wrote = true;
         self.batch
             .read_modify_write(key, f)
@@ -357,7 +472,13 @@ pub fn execute(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
     if has_reserved_key(spec, argv) {
         return coll::reserved_key();
     }
-    (spec.run)(ctx, argv)
+    let reply = (spec.run)(ctx, argv);
+    // A command that left its unit open (an early return) still writes what it decided,
+    // as one batch.
+    match ctx.end_unit() {
+        Ok(()) => reply,
+        Err(e) => e,
+    }
 }
 
 #[cfg(test)]
@@ -454,6 +575,7 @@ pub(crate) mod testing {
             shared,
             client,
             batch: &mut batch,
+            unit: None,
             wrote: false,
             after: After::Continue,
             buffers: &mut buffers,

@@ -205,7 +205,7 @@ pub fn sismember(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
         Err(e) => return e,
     }
     let key = member_key(&member_prefix(user), &[argv[2]]);
-    let present = ctx.shared.store.get(&key, &mut ctx.buffers.scratch);
+    let present = ctx.present(&key);
     Frame::Integer(i64::from(present))
 }
 

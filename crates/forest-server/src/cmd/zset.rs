@@ -99,7 +99,7 @@ fn set_score(
     let name_key = member_key(prefix, &[BY_NAME, member]);
     let bytes = score_bytes(score);
     let mut old = Vec::new();
-    let existed = ctx.shared.store.get(&name_key, &mut old);
+    let existed = ctx.read(&name_key, &mut old);
     if existed {
         if old.as_slice() == bytes.as_slice() {
             return Ok(false);
@@ -115,7 +115,7 @@ fn set_score(
 fn remove(ctx: &mut Ctx<'_, '_>, prefix: &[u8], member: &[u8]) -> Result<bool, Frame> {
     let name_key = member_key(prefix, &[BY_NAME, member]);
     let mut old = Vec::new();
-    if !ctx.shared.store.get(&name_key, &mut old) {
+    if !ctx.read(&name_key, &mut old) {
         return Ok(false);
     }
     coll::remove_member(ctx, &member_key(prefix, &[BY_SCORE, &old, member]))?;
@@ -277,7 +277,7 @@ pub fn zscore(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
     }
     let key = member_key(&member_prefix(argv[1]), &[BY_NAME, argv[2]]);
     let mut value = Vec::new();
-    if !ctx.shared.store.get(&key, &mut value) {
+    if !ctx.read(&key, &mut value) {
         return Frame::Null;
     }
     match <[u8; 8]>::try_from(value.as_slice()) {
