@@ -74,6 +74,16 @@ pub struct Open {
 pub fn open_write(ctx: &mut Ctx<'_, '_>, user: &[u8], kind: Kind) -> Result<Open, Frame> {
     // The command's writes, from here to `finish`, are one atomic batch.
     ctx.begin_unit();
+    let opened = open_write_in_unit(ctx, user, kind);
+    if opened.is_err() {
+        // Nothing is written for a command that could not open its collection (the unit
+        // could hold the sweep of stray members; harmless to drop).
+        ctx.unit = None;
+    }
+    opened
+}
+
+fn open_write_in_unit(ctx: &mut Ctx<'_, '_>, user: &[u8], kind: Kind) -> Result<Open, Frame> {
     match read_meta(ctx, user)? {
         Some(meta) if meta.kind == kind => Ok(Open {
             meta,
@@ -108,7 +118,7 @@ pub fn open_write(ctx: &mut Ctx<'_, '_>, user: &[u8], kind: Kind) -> Result<Open
 pub fn finish(ctx: &mut Ctx<'_, '_>, user: &[u8], open: Open) -> Result<(), Frame> {
     let key = type_key(user);
     let collections = &ctx.shared.collections;
-    match (open.meta.count, open.existed) {
+    let result = match (open.meta.count, open.existed) {
         (0, false) => {
             collections.add_live(-1);
             Ok(())
@@ -129,8 +139,10 @@ pub fn finish(ctx: &mut Ctx<'_, '_>, user: &[u8], open: Open) -> Result<(), Fram
             }
             result
         }
-    }?;
-    ctx.end_unit()
+    };
+    // The unit is written here, under the caller's stripe lock, whatever happened above.
+    let written = ctx.end_unit();
+    result.and(written)
 }
 
 /// Checks a member entry against the store's limits before anything is written.

@@ -120,15 +120,14 @@ fn pop(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], left: bool) -> Frame {
             popped.push(Frame::Bulk(value));
         }
     }
-    // The metadata first: a crash between leaves members outside head..tail, which no
-    // read reaches and the repair at start removes, never a hole inside the list.
-    if let Err(e) = coll::finish(ctx, user, open) {
-        return e;
-    }
+    // The members' removal and the new metadata are one batch (`finish` writes the unit).
     for key in &keys {
         if let Err(e) = coll::remove_member(ctx, key) {
             return e;
         }
+    }
+    if let Err(e) = coll::finish(ctx, user, open) {
+        return e;
     }
     match count {
         Some(_) => Frame::Array(popped),

@@ -48,6 +48,24 @@ pub fn set(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
     // against the creation of a collection under the same name.
     let shared = ctx.shared;
     let _guard = shared.collections.lock(key);
+    let reply = set_locked(ctx, key, value, condition, get);
+    // A collection replaced is removed in one batch with the string, written here while the
+    // stripe lock is still held.
+    match ctx.end_unit() {
+        Ok(()) => reply,
+        Err(e) => e,
+    }
+}
+
+/// SET's work under `key`'s stripe lock.
+fn set_locked(
+    ctx: &mut Ctx<'_, '_>,
+    key: &[u8],
+    value: &[u8],
+    condition: Condition,
+    get: bool,
+) -> Frame {
+    let shared = ctx.shared;
     if shared.collections.any() {
         match coll::read_meta(ctx, key) {
             Ok(Some(_)) if get => return coll::wrongtype(),
