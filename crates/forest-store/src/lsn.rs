@@ -34,13 +34,8 @@ impl LsnAllocator {
         }
     }
 
-    /// Takes the next LSN. Precondition: the caller holds the lock of the shard it logs to.
-    pub fn allocate(&self) -> u64 {
-        self.next.fetch_add(1, Ordering::SeqCst)
-    }
-
-    /// Takes `count` consecutive LSNs and returns the first (an atomic batch's records).
-    /// Precondition as for [`Self::allocate`].
+    /// Takes `count` consecutive LSNs (a write's, or an atomic batch's records) and returns
+    /// the first. Precondition: the caller holds the lock of the shard it logs to.
     pub fn allocate_n(&self, count: u64) -> u64 {
         self.next.fetch_add(count, Ordering::SeqCst)
     }
@@ -185,8 +180,8 @@ mod tests {
     fn allocator_is_dense() {
         let lsns = LsnAllocator::new(7);
         assert_eq!(lsns.last(), 6);
-        assert_eq!(lsns.allocate(), 7);
-        assert_eq!(lsns.allocate(), 8);
+        assert_eq!(lsns.allocate_n(1), 7);
+        assert_eq!(lsns.allocate_n(1), 8);
         assert_eq!(lsns.next(), 9);
     }
 }

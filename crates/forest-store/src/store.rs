@@ -577,7 +577,8 @@ impl Store {
         if let Some(lsn) = lsn {
             stripe.note_lsn(lsn);
         }
-        let wait_for = lsn.or(Some(stripe.last_lsn()).filter(|&l| l > 0));
+        // Only a write that changed nothing reads the stripe's last LSN.
+        let wait_for = lsn.or_else(|| Some(stripe.last_lsn()).filter(|&l| l > 0));
         Ok((lsn.is_some(), wait_for, old))
     }
 

@@ -253,49 +253,9 @@ impl GroupCommit {
         apply: impl FnOnce(),
         deferred: bool,
     ) -> Result<u64> {
-        // Limits first: an LSN must never be taken for a record that cannot be encoded.
-        check_entry(key, value)?;
-        debug_assert!(op == Op::Put || value.is_empty(), "a remove logs no value");
-        let inner = &*self.inner;
-        let shard_ref = &inner.shards[shard];
-        // `sync`: the writer lock is held from before the LSN is taken to after the fsync,
-        // so the flush that follows is this record's own.
-        let mut own_flush =
-            (inner.durability == Durability::Sync && !deferred).then(|| shard_ref.writer.lock());
-        let mut state = shard_ref.state.lock();
-        if inner.failed.load(Ordering::SeqCst) {
-            return Err(inner.failure_error());
-        }
-        let lsn = inner.lsns.allocate();
-        let nonce = state.nonce;
-        encode_record(
-            &Record {
-                lsn,
-                op,
-                batch_more: false,
-                key,
-                value,
-            },
-            nonce,
-            &mut state.buf,
-        )
-        .expect("limits were checked before the LSN was taken");
-        if state.lsn_first == 0 {
-            state.lsn_first = lsn;
-        }
-        state.lsn_last = lsn;
-        let guard = FailOnUnwind { inner, lsn };
-        apply();
-        guard.disarm();
-        drop(state);
-        if let Some(writer) = own_flush.as_mut() {
-            inner.flush_locked(shard, writer)?;
-            drop(own_flush);
-            inner.publish();
-        } else if inner.durability == Durability::Group && !deferred {
-            shard_ref.work.notify_one();
-        }
-        Ok(lsn)
+        // A single write is a unit of one record (its flag clear).
+        let lsn = self.log_unit(shard, &[(op, key, value)], apply, deferred)?;
+        Ok(lsn.expect("a unit of one record takes an LSN"))
     }
 
     /// Logs the records of one atomic batch in `shard` at consecutive LSNs, flagged as one
@@ -310,6 +270,7 @@ impl GroupCommit {
         apply: impl FnOnce(),
         deferred: bool,
     ) -> Result<Option<u64>> {
+        // Limits first: an LSN must never be taken for a record that cannot be encoded.
         for &(op, key, value) in records {
             check_entry(key, value)?;
             assert!(op.is_data(), "a unit holds data records");
@@ -320,6 +281,8 @@ impl GroupCommit {
         };
         let inner = &*self.inner;
         let shard_ref = &inner.shards[shard];
+        // `sync`: the writer lock is held from before the LSNs are taken to after the fsync,
+        // so the flush that follows is this unit's own.
         let mut own_flush =
             (inner.durability == Durability::Sync && !deferred).then(|| shard_ref.writer.lock());
         let mut state = shard_ref.state.lock();
