@@ -11,7 +11,6 @@
 //! | `split.rs` | §IV-A half split, index-term delta, root split |
 //! | `merge.rs` | §IV-B remove node, index term delete and node merge deltas, root collapse |
 //! | `page_buffers.rs` | §III-B/§III-D: freed base pages' buffers reused by the next consolidations |
-//! | `smo.rs` | §IV-C help-along (in get/split/merge) and test-only pause points (feature `pause-points`) |
 //! | [`memcheck`] | the memory-tool build (`--cfg forest_memcheck`): no recycling, freed memory poisoned |
 //! | forest-llama | §II-B mapping table, §III-D epochs for states and PIDs |
 //!
@@ -24,6 +23,32 @@
 //! [`counter_names`] and [`forest_core::stats::names`] (Table I: failed splits, consolidates
 //! and updates, with their attempts, so rates are failures / attempts).
 //!
+//! §IV-C help-along (serializing SMOs): a thread that meets an incomplete SMO completes it
+//! before its own work. `get.rs`'s descent (and `find_in_leaf`, its leaf end for gets and
+//! writes) completes a split before following its side link and a merge before going on from
+//! a frozen page (then starts over from the root), and grows the root when the root's own split
+//! is pending; `split.rs` completes a page's pending split before splitting it again or posting
+//! to a frozen parent; `merge.rs` completes a pending split before removing a page and a frozen
+//! neighbour's merge before its own.
+//!
+//! Pause points ([`forest_core::pause`], feature `pause-points`, tests only): named places
+//! between the atomic steps of an SMO where a test's hook can stop the thread (e.g. after the
+//! half split, before the index term) so that other threads meet the incomplete SMO. Each is
+//! right after the CAS of the step named, but where said otherwise:
+//! - `split:leaf-half-split-installed`, `split:index-half-split-installed`: split delta, before
+//!   the index term or new root;
+//! - `merge:remove-node-installed`: remove node delta, before the index term delete;
+//! - `merge:helper-checked-frozen`: a thread completing a merge has checked that the page is
+//!   still frozen by the remove node delta it read, before it searches the parent (not after
+//!   a CAS: it lets a test make that thread a stale helper);
+//! - `merge:withdrawal-decided`: a thread completing a merge found the page a first child,
+//!   before its CAS that withdraws the merge (not after a CAS either);
+//! - `merge:index-term-delete-installed`: index term delete, before the commit;
+//! - `merge:committed`: the commit (remove node delta made committed), before the node merge
+//!   delta;
+//! - `merge:node-merge-installed`: node merge delta, before the PID is freed;
+//! - `merge:root-remove-installed`: a one-child root frozen, before the root PID swap.
+//!
 //! Not built (the paper's later sections, other issues): LSNs on deltas, flush deltas,
 //! eviction and the log-structured store (§V).
 
@@ -35,7 +60,6 @@ pub mod memcheck;
 mod merge;
 mod page_buffers;
 mod scan;
-pub mod smo;
 mod split;
 
 use std::ops::Bound;

@@ -48,12 +48,12 @@
 //! swapped to the child by a CAS, and the old root is freed.
 
 use crossbeam_epoch::{Guard, Owned, Shared};
+use forest_core::pause::pause_point;
 use forest_llama::Pid;
 
 use crate::consolidate::view;
 use crate::delta::{decode_pid, node_ref, read_node, Kind, Node, NodeMerge, NO_PID};
 use crate::get::{route, Path, Route, Target};
-use crate::smo::pause_point;
 use crate::{root_word_pid, BwTree};
 
 impl BwTree {
@@ -436,6 +436,8 @@ mod tests {
     use super::*;
     use crate::delta::BasePage;
     use crate::{counter_names, BwTreeConfig};
+    #[cfg(feature = "pause-points")]
+    use forest_core::conformance::pause::{arm_gates, disarm, take_turn};
     use forest_core::{Index, Order};
     use std::ops::{Bound, ControlFlow};
 
@@ -530,45 +532,6 @@ mod tests {
         assert_eq!(tree.stats().key_count, want.len() as u64);
     }
 
-    /// Serializes the tests that set the process-wide pause hook.
-    #[cfg(feature = "pause-points")]
-    fn hook_lock() -> std::sync::MutexGuard<'static, ()> {
-        static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        LOCK.lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Sets a pause hook that stops, once each, the thread named `stops[i].0` at the pause
-    /// point `stops[i].1`; returns per stop the barrier passed once the thread is paused there
-    /// and the barrier that releases it.
-    #[cfg(feature = "pause-points")]
-    fn pause_threads_at(
-        stops: &'static [(&'static str, &'static str)],
-    ) -> Vec<[std::sync::Arc<std::sync::Barrier>; 2]> {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        use std::sync::{Arc, Barrier};
-        let barriers: Vec<[Arc<Barrier>; 2]> = stops
-            .iter()
-            .map(|_| std::array::from_fn(|_| Arc::new(Barrier::new(2))))
-            .collect();
-        let armed: Vec<AtomicBool> = stops.iter().map(|_| AtomicBool::new(true)).collect();
-        let hook_barriers = barriers.clone();
-        crate::smo::set_pause_hook(Some(Arc::new(move |point| {
-            let thread = std::thread::current();
-            let Some(i) = stops
-                .iter()
-                .position(|&stop| (thread.name(), point) == (Some(stop.0), stop.1))
-            else {
-                return;
-            };
-            if armed[i].swap(false, Ordering::SeqCst) {
-                hook_barriers[i][0].wait();
-                hook_barriers[i][1].wait();
-            }
-        })));
-        barriers
-    }
-
     /// Runs `complete_merge(r)` on a thread named `name` within `scope`.
     #[cfg(feature = "pause-points")]
     fn complete_merge_on<'scope>(
@@ -615,18 +578,18 @@ mod tests {
     #[cfg(feature = "pause-points")]
     #[test]
     fn stale_helper_of_a_withdrawn_merge_does_not_merge_an_old_copy() {
-        let _serial = hook_lock();
+        let _turn = take_turn();
         let tree = two_level_tree_of_40_keys();
         let guard = &crossbeam_epoch::pin();
         let (r_low, r_pid) = second_child(&tree, guard);
-        let stops = pause_threads_at(&[
-            ("stale", "merge:helper-checked-frozen"),
-            ("second", "merge:index-term-delete-installed"),
+        let [stale_stop, second_stop] = arm_gates([
+            ("merge:helper-checked-frozen", "stale"),
+            ("merge:index-term-delete-installed", "second"),
         ]);
         std::thread::scope(|scope| {
             freeze(&tree, r_pid, guard);
             let stale = complete_merge_on(scope, "stale", &tree, r_pid);
-            stops[0][0].wait(); // the stale helper is paused with R's first remove delta
+            stale_stop.wait_paused(); // the stale helper is paused with R's first remove delta
             let q = split_root_by_hand(&tree, r_low, guard);
             assert!(!tree.complete_merge(r_pid, guard), "withdrawn");
             // R changes, then becomes a middle child again (Q merged back) and is removed again.
@@ -638,10 +601,10 @@ mod tests {
             );
             freeze(&tree, r_pid, guard);
             let second = complete_merge_on(scope, "second", &tree, r_pid);
-            stops[1][0].wait(); // the second helper posted R's index term delete
-            stops[0][1].wait(); // release the stale helper first
+            second_stop.wait_paused(); // the second helper posted R's index term delete
+            stale_stop.release(); // the stale helper goes first
             let stale_merged = stale.join().expect("stale helper");
-            stops[1][1].wait();
+            second_stop.release();
             let second_merged = second.join().expect("second helper");
             assert!(
                 !stale_merged,
@@ -649,7 +612,7 @@ mod tests {
             );
             assert!(second_merged, "the second merge completes");
         });
-        crate::smo::set_pause_hook(None);
+        disarm();
         check_keys(&tree, Some(r_low));
     }
 
@@ -664,32 +627,32 @@ mod tests {
     #[cfg(feature = "pause-points")]
     #[test]
     fn a_merge_is_never_both_withdrawn_and_completed() {
-        let _serial = hook_lock();
+        let _turn = take_turn();
         let tree = two_level_tree_of_40_keys();
         let guard = &crossbeam_epoch::pin();
         let (r_low, r_pid) = second_child(&tree, guard);
-        let stops = pause_threads_at(&[
-            ("withdrawer", "merge:withdrawal-decided"),
-            ("merger", "merge:node-merge-installed"),
+        let [withdrawer_stop, merger_stop] = arm_gates([
+            ("merge:withdrawal-decided", "withdrawer"),
+            ("merge:node-merge-installed", "merger"),
         ]);
         let (withdrawer_merged, merger_merged) = std::thread::scope(|scope| {
             freeze(&tree, r_pid, guard);
             let q = split_root_by_hand(&tree, r_low, guard);
             let withdrawer = complete_merge_on(scope, "withdrawer", &tree, r_pid);
-            stops[0][0].wait(); // it found R a first child, about to withdraw
+            withdrawer_stop.wait_paused(); // it found R a first child, about to withdraw
             freeze(&tree, q, guard);
             assert!(
                 tree.complete_merge(q, guard),
                 "Q merged back into the old root"
             );
             let merger = complete_merge_on(scope, "merger", &tree, r_pid);
-            stops[1][0].wait(); // R's keys are in its left sibling now
-            stops[0][1].wait();
+            merger_stop.wait_paused(); // R's keys are in its left sibling now
+            withdrawer_stop.release();
             let withdrawer_merged = withdrawer.join().expect("withdrawer");
-            stops[1][1].wait();
+            merger_stop.release();
             (withdrawer_merged, merger.join().expect("merger"))
         });
-        crate::smo::set_pause_hook(None);
+        disarm();
         let withdrawn = tree.stats().counter(counter_names::WITHDRAWN_MERGES);
         if withdrawn != Some(0) && merger_merged {
             // R's frozen state has two owners: forget the tree so that this failure is
@@ -716,7 +679,7 @@ mod tests {
     #[test]
     fn no_root_collapse_over_a_half_merged_child() {
         const HANG_SECONDS: u64 = 30;
-        let _serial = hook_lock();
+        let _turn = take_turn();
         let tree = two_level_tree(20);
         for i in 10..20u32 {
             // B keeps two keys, so A does not split again once it absorbed B.
@@ -727,11 +690,11 @@ mod tests {
         let (_, root_node) = read_node(&tree.table, root, guard).expect("root");
         assert_eq!(view(root_node).records.len(), 2, "a root over two leaves");
         let (_, b_pid) = second_child(&tree, guard);
-        let stops = pause_threads_at(&[("merger", "merge:index-term-delete-installed")]);
+        let [merger_stop] = arm_gates([("merge:index-term-delete-installed", "merger")]);
         let (reader_finished, merger_merged) = std::thread::scope(|scope| {
             freeze(&tree, b_pid, guard);
             let merger = complete_merge_on(scope, "merger", &tree, b_pid);
-            stops[0][0].wait(); // B's separator is deleted, its keys not yet in A
+            merger_stop.wait_paused(); // B's separator is deleted, its keys not yet in A
             let (root_state, root_node) = read_node(&tree.table, root, guard).expect("root");
             assert_eq!(root_node.record_count, 1, "the root has one child left");
             tree.merge(root, root_state, root_node, guard);
@@ -746,11 +709,11 @@ mod tests {
             });
             let wait = std::time::Duration::from_secs(HANG_SECONDS);
             let reader_finished = finished.recv_timeout(wait).is_ok();
-            stops[0][1].wait(); // release the merger (lets a livelocked reader finish too)
+            merger_stop.release(); // (lets a livelocked reader finish too)
             reader.join().expect("reader");
             (reader_finished, merger.join().expect("merger"))
         });
-        crate::smo::set_pause_hook(None);
+        disarm();
         assert!(
             reader_finished,
             "readers livelocked for {HANG_SECONDS} s while the merger was paused"

@@ -22,12 +22,12 @@
 //! state it routed in, a term posted (and a merge begun) after that read makes its CAS fail.
 
 use crossbeam_epoch::{Guard, Owned, Shared};
+use forest_core::pause::pause_point;
 use forest_llama::Pid;
 
 use crate::consolidate::view;
 use crate::delta::{node_ref, read_node, BasePage, Kind, Node, Record};
 use crate::get::{route, Path, Route, Target};
-use crate::smo::pause_point;
 use crate::{root_word_pid, BwTree};
 
 impl BwTree {

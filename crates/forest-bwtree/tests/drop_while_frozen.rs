@@ -14,8 +14,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
 
-use forest_bwtree::smo::set_pause_hook;
 use forest_bwtree::{BwTree, BwTreeConfig};
+use forest_core::conformance::pause::{disarm, on_pause_point, spawn_pauser, take_turn, PAUSER};
 use forest_core::Index;
 
 /// Allocations at least this large are counted: above the mapping table's 128 KiB directory
@@ -76,10 +76,10 @@ fn drain_epoch() {
     }
 }
 
-/// Builds a tree of records with large values, removes keys on a thread until a merge stops
-/// at pause point `point` (the hook panics there: the only way to leave a merge begun, since
-/// every thread that meets one completes it), drops the tree and checks that the count of
-/// large allocations is back where it was.
+/// Builds a tree of records with large values, removes keys on the pauser thread until a
+/// merge stops at pause point `point` (the hook panics there: the only way to leave a merge
+/// begun, since every thread that meets one completes it), drops the tree and checks that the
+/// count of large allocations is back where it was.
 fn drop_with_a_merge_stopped_at(point: &'static str) {
     drain_epoch();
     let before = BIG_LIVE.load(Ordering::Relaxed);
@@ -97,29 +97,24 @@ fn drop_with_a_merge_stopped_at(point: &'static str) {
         tree.insert(&i.to_be_bytes(), &value).unwrap();
     }
     drop(value);
-    set_pause_hook(Some(Arc::new(move |name| {
-        if name == point && std::thread::current().name() == Some("remover") {
-            panic!("stopped at {point} (expected)");
-        }
-    })));
+    on_pause_point(point, PAUSER, move || {
+        panic!("stopped at {point} (expected)")
+    });
     // The default panic hook would print a backtrace, whose symbol cache stays allocated.
     std::panic::set_hook(Box::new(|_| {}));
     let remover = {
         let tree = Arc::clone(&tree);
-        std::thread::Builder::new()
-            .name("remover".into())
-            .spawn(move || {
-                for i in 0..12u32 {
-                    assert!(tree.remove(&i.to_be_bytes()));
-                }
-            })
-            .unwrap()
+        spawn_pauser(move || {
+            for i in 0..12u32 {
+                assert!(tree.remove(&i.to_be_bytes()));
+            }
+        })
     };
     assert!(
         remover.join().is_err(),
         "a merge began, and the remover stopped after freezing a page"
     );
-    set_pause_hook(None);
+    disarm();
     drop(std::panic::take_hook()); // the default hook again
     drop(tree);
     drain_epoch();
@@ -136,6 +131,7 @@ fn drop_with_a_merge_stopped_at(point: &'static str) {
 // the frozen state and the removed page still holds it: it must not be given back too).
 #[test]
 fn dropping_a_tree_frees_a_frozen_page_once() {
+    let _turn = take_turn();
     drop_with_a_merge_stopped_at("merge:remove-node-installed");
     drop_with_a_merge_stopped_at("merge:node-merge-installed");
 }

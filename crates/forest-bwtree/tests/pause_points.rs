@@ -9,15 +9,13 @@
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
 
 use std::ops::{Bound, ControlFlow};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 
-use forest_bwtree::smo::set_pause_hook;
 use forest_bwtree::{counter_names, BwTree, BwTreeConfig};
+use forest_core::conformance::pause::{arm, disarm, spawn_pauser, take_turn};
 use forest_core::stats::names;
 use forest_core::{Index, Order};
 
-const PAUSER: &str = "pauser";
 const LEAF: &str = "split:leaf-half-split-installed";
 const INDEX: &str = "split:index-half-split-installed";
 
@@ -33,42 +31,6 @@ fn small_tree() -> BwTree {
 
 fn key(i: u32) -> [u8; 4] {
     i.to_be_bytes()
-}
-
-/// Arms a hook that stops the thread named [`PAUSER`] at its first pause point `point`, and
-/// returns the barriers: the first is passed once it is paused, the second releases it.
-fn arm(point: &'static str) -> (Arc<Barrier>, Arc<Barrier>) {
-    let (paused, release, _) = arm_with_flag(point);
-    (paused, release)
-}
-
-/// [`arm`], also returning the flag that turns false once the pause has happened.
-fn arm_with_flag(point: &'static str) -> (Arc<Barrier>, Arc<Barrier>, Arc<AtomicBool>) {
-    let paused = Arc::new(Barrier::new(2));
-    let release = Arc::new(Barrier::new(2));
-    let armed = Arc::new(AtomicBool::new(true));
-    let flag = Arc::clone(&armed);
-    let (p, r) = (Arc::clone(&paused), Arc::clone(&release));
-    set_pause_hook(Some(Arc::new(move |name| {
-        if name == point
-            && std::thread::current().name() == Some(PAUSER)
-            && armed.swap(false, Ordering::SeqCst)
-        {
-            p.wait();
-            r.wait();
-        }
-    })));
-    (paused, release, flag)
-}
-
-/// Spawns `work` on a thread named [`PAUSER`], the one the armed hook stops.
-fn spawn_pauser<T: Send + 'static>(
-    work: impl FnOnce() -> T + Send + 'static,
-) -> std::thread::JoinHandle<T> {
-    std::thread::Builder::new()
-        .name(PAUSER.into())
-        .spawn(work)
-        .unwrap()
 }
 
 fn check_exactly(tree: &BwTree, keys: impl Iterator<Item = u32>) {
@@ -107,21 +69,21 @@ fn paused_root_split_is_completed_by_a_writer() {
     for i in 0..4 {
         tree.insert(&key(i), b"v").unwrap();
     }
-    let (paused, release) = arm(LEAF);
+    let gate = arm(LEAF);
     let pauser = {
         let tree = Arc::clone(&tree);
         spawn_pauser(move || tree.insert(&key(4), b"v").unwrap())
     };
-    paused.wait();
+    gate.wait_paused();
     assert_eq!(tree.stats().height, 1, "the split is only half done");
     // Key 9 lies right of the separator (key 2): this insert meets the split delta.
     assert!(tree.insert(&key(9), b"v").unwrap());
     let stats = tree.stats();
     assert_eq!(stats.height, 2, "the writer made the new root");
     assert_eq!(stats.counter(counter_names::SMO_HELPS), Some(1));
-    release.wait();
+    gate.release();
     assert!(pauser.join().unwrap());
-    set_pause_hook(None);
+    disarm();
     let stats = tree.stats();
     assert_eq!(
         stats.height, 2,
@@ -139,7 +101,7 @@ fn paused_split_is_completed_by_others(point: &'static str) {
     for i in (0..400).step_by(2) {
         tree.insert(&key(i), b"v").unwrap();
     }
-    let (paused, release) = arm(point);
+    let gate = arm(point);
     let pauser = {
         let tree = Arc::clone(&tree);
         spawn_pauser(move || {
@@ -149,7 +111,7 @@ fn paused_split_is_completed_by_others(point: &'static str) {
             }
         })
     };
-    paused.wait();
+    gate.wait_paused();
     let helps_before = tree.stats().counter(counter_names::SMO_HELPS).unwrap();
     // A reader of every even key passes the paused split's page and must complete it.
     let mut out = Vec::new();
@@ -165,9 +127,9 @@ fn paused_split_is_completed_by_others(point: &'static str) {
     for i in 400..800 {
         tree.insert(&key(i), b"v").unwrap();
     }
-    release.wait();
+    gate.release();
     pauser.join().unwrap();
-    set_pause_hook(None);
+    disarm();
     check_exactly(&tree, 0..800);
 }
 
@@ -179,21 +141,22 @@ fn paused_merge_is_completed_by_others(point: &'static str) {
     for i in (0..400).step_by(2) {
         tree.insert(&key(i), b"v").unwrap();
     }
-    let (paused, release, armed) = arm_with_flag(point);
+    let gate = arm(point);
+    let pauser_gate = Arc::clone(&gate);
     let pauser = {
         let tree = Arc::clone(&tree);
         spawn_pauser(move || {
             // Removes keys in order until one removal merges pages and pauses there.
             for i in (0..400).step_by(2) {
                 assert!(tree.remove(&key(i)));
-                if !armed.load(Ordering::SeqCst) {
+                if pauser_gate.has_paused() {
                     return i;
                 }
             }
             panic!("no merge happened");
         })
     };
-    paused.wait();
+    gate.wait_paused();
     let before = tree.stats();
     let mut out = Vec::new();
     for i in (0..400).step_by(2) {
@@ -206,9 +169,9 @@ fn paused_merge_is_completed_by_others(point: &'static str) {
         "a reader completed the paused merge"
     );
     assert!(after.counter(counter_names::SMO_HELPS) > before.counter(counter_names::SMO_HELPS));
-    release.wait();
+    gate.release();
     let last_removed = pauser.join().unwrap();
-    set_pause_hook(None);
+    disarm();
     assert_eq!(
         tree.stats().counter(names::MERGES),
         after.counter(names::MERGES)
@@ -251,12 +214,12 @@ fn root_split_completed_after_the_root_came_back() {
     for i in 0..4 {
         tree.insert(&key(i), b"v").unwrap();
     }
-    let (paused, release) = arm(LEAF);
+    let gate = arm(LEAF);
     let pauser = {
         let tree = Arc::clone(&tree);
         spawn_pauser(move || tree.insert(&key(4), b"v").unwrap())
     };
-    paused.wait();
+    gate.wait_paused();
     // The split moved keys 2.. to Q. A writer there makes the root N over X and Q.
     assert!(tree.insert(&key(9), b"v").unwrap());
     assert_eq!(tree.stats().height, 2, "the writer made the new root");
@@ -267,9 +230,9 @@ fn root_split_completed_after_the_root_came_back() {
     let stats = tree.stats();
     assert_eq!(stats.height, 1, "the root collapsed back to X: {stats:?}");
     assert_eq!(stats.counter(names::MERGES), Some(1));
-    release.wait();
+    gate.release();
     assert!(pauser.join().unwrap());
-    set_pause_hook(None);
+    disarm();
     within_time_bound("reads after a stale root split", move || {
         assert_eq!(
             tree.stats().height,
@@ -288,6 +251,7 @@ fn root_split_completed_after_the_root_came_back() {
 // Method: the two scenarios above, one after the other (the pause hook is process-wide).
 #[test]
 fn incomplete_splits_are_completed_by_other_threads() {
+    let _turn = take_turn();
     paused_root_split_is_completed_by_a_writer();
     paused_split_is_completed_by_others(LEAF);
     paused_split_is_completed_by_others(INDEX);

@@ -8,11 +8,14 @@
 //! - [`stats`]: [`IndexStats`] and the sharded event counters engines keep (the Bw-tree
 //!   paper's Table I figures: CAS failures, consolidations, splits, merges, retries).
 //! - [`sync`]: the atomics shim that loom swaps in under `--cfg loom`.
+//! - [`pause`]: test-only pause points between the steps of an engine's structure changes
+//!   (feature `pause-points`; a no-op without it).
 //! - `conformance` (feature `testkit`): the one test kit every engine passes.
 
 pub mod error;
 pub mod index;
 pub mod limits;
+pub mod pause;
 pub mod stats;
 pub mod sync;
 

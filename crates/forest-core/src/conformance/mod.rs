@@ -44,6 +44,9 @@
 //! prints its shrunk op sequence as Rust source that [`model::replay`] runs, so it becomes a
 //! named regression test (STYLE.md §5).
 //!
+//! With feature `pause-points` too, [`pause`] holds the helpers that stop a named thread at
+//! a pause point ([`crate::pause`]) for an engine's tests of half-done structure changes.
+//!
 //! The kit's own proof is
 //! `tests/kit_selftest.rs`: [`reference::ReferenceIndex`] passes every check, and deliberately
 //! broken indexes are each caught by the check meant to catch them.
@@ -51,6 +54,8 @@
 pub mod edge;
 pub mod model;
 pub mod order;
+#[cfg(feature = "pause-points")]
+pub mod pause;
 pub mod reference;
 pub mod scan;
 pub mod stress;
