@@ -265,6 +265,9 @@ pub(crate) fn descend_for_write<'t>(
 thread_local! {
     /// A test hook run once between two passes of this thread's next multi-pass write, while
     /// it holds no latch (it may write to the tree to force a dry run).
+    ///
+    /// Not a `forest_core::pause` point: a one-shot closure on the writer's own thread, on in
+    /// every `cargo test`; the process-wide pause hook would need a feature and a turn lock.
     pub(crate) static BETWEEN_PASSES: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
         std::cell::RefCell::new(None);
 }
