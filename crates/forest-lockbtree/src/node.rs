@@ -30,11 +30,15 @@
 //!    (epochs) is needed: the latches already exclude every reader at the time of the free.
 //! 5. A new node is filled through [`OwnedNode`] (owned, unshared) and published by linking it
 //!    into an exclusively latched parent or holder; the latch release publishes its contents.
+//!
+//! Bodies and the root fields sit in `forest_core::sync::cell::UnsafeCell`: `std`'s normally,
+//! loom's under `--cfg loom`, where every guard's `body` / `body_mut` call is an access loom
+//! checks against the latches' ordering (tests/loom_tree.rs).
 
-use std::cell::UnsafeCell;
 use std::ptr::NonNull;
 
 use forest_core::stats::Counter;
+use forest_core::sync::cell::UnsafeCell;
 
 use crate::bytes::Bytes;
 use crate::latch::Latch;
@@ -162,7 +166,7 @@ impl NodePtr {
     #[inline]
     unsafe fn node<'a>(self) -> &'a Node {
         // SAFETY: the caller guarantees the node is alive for 'a; nodes are only mutated
-        // through the UnsafeCell.
+        // through the UnsafeCell (`forest_core::sync::cell`, loom's under `--cfg loom`).
         unsafe { self.node.as_ref() }
     }
 }
@@ -196,13 +200,15 @@ impl OwnedNode {
     }
 
     pub(crate) fn body_mut(&mut self) -> &mut NodeBody {
-        self.0.body.get_mut()
+        // SAFETY: the node is owned and not yet shared (no other thread can reach it), and
+        // `&mut self` makes this the only borrow.
+        self.0.body.with_mut(|p| unsafe { &mut *p })
     }
 
     /// Gives up ownership; the caller links the pointer into an exclusively latched parent or
     /// holder (invariant 5).
     pub(crate) fn into_ptr(mut self) -> NodePtr {
-        let prefixes = self.0.body.get_mut().prefixes.as_ptr();
+        let prefixes = self.body_mut().prefixes.as_ptr();
         NodePtr {
             node: NonNull::from(Box::leak(self.0)),
             prefixes,
@@ -285,9 +291,10 @@ impl Latched for ReadGuard {
 
     #[inline]
     fn body(&self) -> &NodeBody {
-        // SAFETY: we hold the shared latch: the node is alive and no writer is inside
-        // (invariants 2 and 4).
-        unsafe { &*self.node.node().body.get() }
+        // SAFETY: we hold the shared latch: the node is alive (invariant 4).
+        let node = unsafe { self.node.node() };
+        // SAFETY: shared latch held: no writer is inside (invariant 2).
+        node.body.with(|p| unsafe { &*p })
     }
 }
 
@@ -320,9 +327,11 @@ impl WriteGuard {
     /// The body, writable while the guard lives.
     #[inline]
     pub(crate) fn body_mut(&mut self) -> &mut NodeBody {
-        // SAFETY: we hold the exclusive latch: nobody else reads or writes the body
-        // (invariant 2), and `&mut self` makes this the only borrow through this guard.
-        unsafe { &mut *self.node.node().body.get() }
+        // SAFETY: we hold the exclusive latch: the node is alive (invariant 4).
+        let node = unsafe { self.node.node() };
+        // SAFETY: exclusive latch held: nobody else reads or writes the body (invariant 2),
+        // and `&mut self` makes this the only borrow through this guard.
+        node.body.with_mut(|p| unsafe { &mut *p })
     }
 
     /// Frees this node, which the caller has unlinked from `parent` (invariant 4: we hold this
@@ -359,9 +368,11 @@ impl Latched for WriteGuard {
 
     #[inline]
     fn body(&self) -> &NodeBody {
-        // SAFETY: we hold the exclusive latch; shared borrows through `&self` cannot overlap
+        // SAFETY: we hold the exclusive latch: the node is alive (invariant 4).
+        let node = unsafe { self.node.node() };
+        // SAFETY: exclusive latch held; shared borrows through `&self` cannot overlap
         // `body_mut`'s `&mut self` borrow.
-        unsafe { &*self.node.node().body.get() }
+        node.body.with(|p| unsafe { &*p })
     }
 }
 
@@ -452,13 +463,14 @@ impl BTree {
 impl Drop for BTree {
     fn drop(&mut self) {
         // `&mut self`: no other thread can hold any latch of this tree.
-        let root = self.root.get_mut().node;
+        // SAFETY: `&mut self`: no other borrow of the root fields.
+        let root = self.root.with(|p| unsafe { (*p).node });
         let mut stack = vec![root];
         while let Some(ptr) = stack.pop() {
             // SAFETY: each node is reachable from exactly one parent (invariant 1), so it is
             // pushed and freed exactly once; nobody else has access (`&mut self`).
-            let mut node = unsafe { Box::from_raw(ptr.node.as_ptr()) };
-            stack.append(&mut node.body.get_mut().children);
+            let node = unsafe { Box::from_raw(ptr.node.as_ptr()) };
+            stack.extend(node.body.into_inner().children);
         }
     }
 }
@@ -477,7 +489,7 @@ impl HolderRead<'_> {
     #[inline]
     fn fields(&self) -> &Root {
         // SAFETY: shared latch held: no writer changes the root fields.
-        unsafe { &*self.tree.root.get() }
+        self.tree.root.with(|p| unsafe { &*p })
     }
 
     #[inline]
@@ -505,7 +517,7 @@ impl HolderWrite<'_> {
     #[inline]
     fn fields(&self) -> &Root {
         // SAFETY: exclusive latch held.
-        unsafe { &*self.tree.root.get() }
+        self.tree.root.with(|p| unsafe { &*p })
     }
 
     #[inline]
@@ -539,7 +551,7 @@ impl HolderWrite<'_> {
     pub(crate) fn set_root(&mut self, node: NodePtr, height: u32) {
         debug_assert!(height >= 1);
         // SAFETY: exclusive latch held; `&mut self` makes this the only borrow.
-        let fields = unsafe { &mut *self.tree.root.get() };
+        let fields = self.tree.root.with_mut(|p| unsafe { &mut *p });
         fields.node = node;
         fields.height = height;
     }

@@ -5,7 +5,7 @@
 //! --test loom_latch --release`
 #![cfg(loom)]
 
-use loom::cell::UnsafeCell;
+use forest_core::sync::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;
 
