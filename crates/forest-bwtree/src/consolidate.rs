@@ -15,7 +15,8 @@
 use crossbeam_epoch::{Guard, Shared};
 use forest_llama::Pid;
 
-use crate::delta::{key_cmp, key_eq, key_prefix, BasePage, Edit, Kind, Node};
+use crate::base_page::{key_cmp, key_eq, key_prefix, BasePage, Edit};
+use crate::delta::{Kind, Node};
 use crate::BwTree;
 
 /// A page's records at one state, borrowed from the chain.

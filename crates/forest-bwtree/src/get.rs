@@ -20,8 +20,10 @@
 use crossbeam_epoch::{Guard, Shared};
 use forest_llama::Pid;
 
+use crate::base_page::{copy_bytes, decode_pid, key_cmp, key_eq};
 use crate::consolidate::view;
-use crate::delta::{copy_bytes, decode_pid, key_cmp, key_eq, read_node, Kind, Node};
+use crate::delta::{Kind, Node};
+use crate::gc::read_node;
 use crate::{root_word_pid, BwTree};
 
 /// What a search looks for.

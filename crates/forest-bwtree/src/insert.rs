@@ -11,7 +11,8 @@
 //! (§IV-A), merges it if it has shrunk below the merge threshold (§IV-B), or consolidates it
 //! if the chain is long (§III-B).
 
-use crate::delta::{node_ref, Kind, Node, Record};
+use crate::delta::{Kind, Node, Record};
+use crate::gc::node_ref;
 use crate::get::{lookup, Lookup, Path};
 use crate::BwTree;
 

@@ -3,13 +3,15 @@
 //!
 //! | module | paper |
 //! |--------|-------|
-//! | `delta.rs` | §III-A elastic pages: base pages; insert/modify/delete, split, index-term, remove-node, node-merge and index-term-delete deltas |
+//! | `base_page.rs` | §III-A base pages (low key, high key, side link, sorted records), laid out for a prefix-first search (§VIII-C) |
+//! | `delta.rs` | §III-A delta chains: insert/modify/delete deltas; §IV-A split and index-term, §IV-B remove-node, node-merge and index-term-delete deltas |
 //! | `get.rs` | §III-A page search, §IV-A index search, the descent with B-link moves |
 //! | `insert.rs` | §III-A leaf updates installed by CAS (Update-D) |
 //! | `consolidate.rs` | §III-B consolidation (Update-R), abandoned on a failed CAS |
 //! | `scan.rs` | §III-C range scans with a record vector, both orders |
 //! | `split.rs` | §IV-A half split, index-term delta, root split |
 //! | `merge.rs` | §IV-B remove node, index term delete and node merge deltas, root collapse |
+//! | `gc.rs` | §III-D garbage collection: states read under a guard, chains freed after their epoch drains, node allocations recycled |
 //! | `page_buffers.rs` | §III-B/§III-D: freed base pages' buffers reused by the next consolidations |
 //! | [`memcheck`] | the memory-tool build (`--cfg forest_memcheck`): no recycling, freed memory poisoned |
 //! | forest-llama | §II-B mapping table, §III-D epochs for states and PIDs |
@@ -52,8 +54,10 @@
 //! Not built (the paper's later sections, other issues): LSNs on deltas, flush deltas,
 //! eviction and the log-structured store (§V).
 
+mod base_page;
 mod consolidate;
 mod delta;
+mod gc;
 mod get;
 mod insert;
 pub mod memcheck;
@@ -71,7 +75,9 @@ use forest_core::sync::atomic::{AtomicU64, Ordering};
 use forest_core::{check_entry, Counter, Error, Index, IndexStats, Order, Result, Visitor};
 use forest_llama::{MappingTable, Pid};
 
-use crate::delta::{read_node, BasePage, Node, NO_PID};
+use crate::base_page::{BasePage, NO_PID};
+use crate::delta::Node;
+use crate::gc::read_node;
 use crate::insert::Write;
 
 /// Default records per page before a split. 8 KiB pages (the paper's default) of the
@@ -362,7 +368,7 @@ impl Index for BwTree {
         let mut chain_buckets = [0u64; 6];
         self.table.for_each_state(guard, |_, state| {
             // SAFETY-free read: `for_each_state` hands out states read under `guard`.
-            let node = delta::node_ref(state);
+            let node = gc::node_ref(state);
             stats.memory_bytes += node.chain_bytes() as u64;
             if node.level == 0 {
                 stats.leaf_node_count += 1;

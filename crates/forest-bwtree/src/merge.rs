@@ -51,8 +51,10 @@ use crossbeam_epoch::{Guard, Owned, Shared};
 use forest_core::pause::pause_point;
 use forest_llama::Pid;
 
+use crate::base_page::{decode_pid, NO_PID};
 use crate::consolidate::view;
-use crate::delta::{decode_pid, node_ref, read_node, Kind, Node, NodeMerge, NO_PID};
+use crate::delta::{Kind, Node, NodeMerge};
+use crate::gc::{node_ref, read_node};
 use crate::get::{route, Path, Route, Target};
 use crate::{root_word_pid, BwTree};
 
@@ -434,7 +436,7 @@ fn collect_merged_states(node: &Node, owned: &mut std::collections::HashSet<*con
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::delta::BasePage;
+    use crate::base_page::BasePage;
     use crate::{counter_names, BwTreeConfig};
     #[cfg(feature = "pause-points")]
     use forest_core::conformance::pause::{arm_gates, disarm, take_turn};

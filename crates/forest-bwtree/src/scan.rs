@@ -142,7 +142,7 @@ impl BwTree {
             records,
             pid,
             state_word: state.as_raw() as usize,
-            stamp: crate::delta::node_ref(state).stamp,
+            stamp: crate::gc::node_ref(state).stamp,
             low,
             high,
         }
@@ -159,7 +159,7 @@ impl BwTree {
         if self.table.read_word(batch.pid) != batch.state_word {
             return true;
         }
-        match crate::delta::read_node(&self.table, batch.pid, guard) {
+        match crate::gc::read_node(&self.table, batch.pid, guard) {
             Some((state, node)) => {
                 state.as_raw() as usize != batch.state_word || node.stamp != batch.stamp
             }

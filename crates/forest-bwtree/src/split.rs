@@ -25,8 +25,10 @@ use crossbeam_epoch::{Guard, Owned, Shared};
 use forest_core::pause::pause_point;
 use forest_llama::Pid;
 
+use crate::base_page::{BasePage, NO_PID};
 use crate::consolidate::view;
-use crate::delta::{node_ref, read_node, BasePage, Kind, Node, Record};
+use crate::delta::{Kind, Node, Record};
+use crate::gc::{node_ref, read_node};
 use crate::get::{route, Path, Route, Target};
 use crate::{root_word_pid, BwTree};
 
@@ -251,7 +253,7 @@ impl BwTree {
         let left = pid.to_le_bytes();
         let right = side_link.to_le_bytes();
         let entries = [(&[][..], &left[..]), (separator, &right[..])];
-        let page = BasePage::build(b"", None, crate::delta::NO_PID, entries.into_iter());
+        let page = BasePage::build(b"", None, NO_PID, entries.into_iter());
         let root = self.table.allocate();
         self.table
             .install_new(root, Owned::new(Node::base(level + 1, page)), guard);
