@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
-use super::{is_word, unknown_subcommand, wrong_arity, Ctx};
+use super::{is_word, unknown_subcommand, wrong_arity, Ctx, Reply};
 use crate::frame::Frame;
 use crate::server::{ClientInfo, Shared};
 
@@ -56,28 +56,28 @@ fn text(text: String) -> Frame {
     }
 }
 
-pub fn client(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn client(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let sub = argv[1];
     let args = &argv[2..];
     if is_word(sub, "setname") {
         let [name] = args else {
-            return wrong_arity("client|setname");
+            return Err(wrong_arity("client|setname"));
         };
-        match set_name(ctx, name) {
-            Ok(()) => Frame::ok(),
-            Err(e) => e,
-        }
+        set_name(ctx, name)?;
+        Ok(Frame::ok())
     } else if is_word(sub, "getname") {
         let name = ctx.client.info.meta.lock().name.clone();
         if name.is_empty() {
-            Frame::Null
+            Ok(Frame::Null)
         } else {
-            Frame::bulk(name)
+            Ok(Frame::bulk(name))
         }
     } else if is_word(sub, "id") {
-        Frame::Integer(i64::try_from(ctx.client.info.id).unwrap_or(i64::MAX))
+        Ok(Frame::Integer(
+            i64::try_from(ctx.client.info.id).unwrap_or(i64::MAX),
+        ))
     } else if is_word(sub, "info") {
-        text(describe(ctx.shared, &ctx.client.info) + "\n")
+        Ok(text(describe(ctx.shared, &ctx.client.info) + "\n"))
     } else if is_word(sub, "list") {
         let mut clients: Vec<_> = ctx.shared.clients.lock().values().cloned().collect();
         clients.sort_by_key(|c| c.id);
@@ -86,16 +86,16 @@ pub fn client(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
             out.push_str(&describe(ctx.shared, &c));
             out.push('\n');
         }
-        text(out)
+        Ok(text(out))
     } else if is_word(sub, "setinfo") {
         let [attr, value] = args else {
-            return wrong_arity("client|setinfo");
+            return Err(wrong_arity("client|setinfo"));
         };
         if value.iter().any(|&b| !(b'!'..=b'~').contains(&b)) {
-            return Frame::err(format!(
+            return Err(Frame::err(format!(
                 "{} cannot contain spaces, newlines or special characters.",
                 String::from_utf8_lossy(attr).to_ascii_lowercase()
-            ));
+            )));
         }
         let value = String::from_utf8_lossy(value).into_owned();
         let mut meta = ctx.client.info.meta.lock();
@@ -104,14 +104,14 @@ pub fn client(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
         } else if is_word(attr, "lib-ver") {
             meta.lib_ver = value;
         } else {
-            return Frame::err(format!(
+            return Err(Frame::err(format!(
                 "Unrecognized option '{}'",
                 String::from_utf8_lossy(attr)
-            ));
+            )));
         }
-        Frame::ok()
+        Ok(Frame::ok())
     } else {
-        unknown_subcommand("client", sub)
+        Err(unknown_subcommand("client", sub))
     }
 }
 

@@ -1,6 +1,13 @@
 //! What every collection command shares ([`crate::collection`] has the layout): type
 //! checks with Redis's WRONGTYPE, creation and removal of type entries with the counts kept
 //! exact, member writes through the connection's batch, and removal of a whole collection.
+//!
+//! Every command that changes a collection's members goes through [`write`] (or
+//! [`write_existing`]), which owns the sequence that makes it atomic: the key's stripe
+//! lock, [`open_write`] (which begins the command's unit, [`Ctx::unit`]), the handler's
+//! changes, and [`finish`] (which writes the unit as one batch while the lock is held). So
+//! a handler states only what it changes, and none can drop the lock before its unit is
+//! written or forget to keep the counts.
 
 use std::ops::{Bound, ControlFlow};
 
@@ -8,7 +15,7 @@ use forest_core::{check_entry, Order};
 use forest_store::Rmw;
 use parking_lot::MutexGuard;
 
-use super::{store_error, Ctx};
+use super::{store_error, Ctx, Reply};
 use crate::collection::{member_prefix, type_key, Kind, Meta};
 use crate::frame::Frame;
 use crate::server::Shared;
@@ -63,15 +70,88 @@ pub fn open_read(ctx: &mut Ctx<'_, '_>, user: &[u8], kind: Kind) -> Result<Optio
     }
 }
 
+/// Runs a `kind` command's change of collection `user`, creating the collection (in memory
+/// only) if absent. `change` gets the collection's metadata to update (the member count as
+/// each member is added or removed, a list's ends, a stream's last id) and returns the
+/// reply. Under `user`'s stripe lock: [`open_write`] begins the unit, `change` decides its
+/// writes, [`finish`] writes the unit. If `change` fails, what it decided before the error
+/// is still written (with the metadata as it left it), as one batch, and its error is the
+/// reply; if opening fails (WRONGTYPE), nothing is written. The caller must not hold the
+/// stripe lock.
+pub fn write<'a, 's>(
+    ctx: &mut Ctx<'a, 's>,
+    user: &[u8],
+    kind: Kind,
+    change: impl FnOnce(&mut Ctx<'a, 's>, &mut Meta) -> Reply,
+) -> Reply {
+    let shared: &'a Shared = ctx.shared;
+    let _guard = shared.collections.lock(user);
+    write_locked(ctx, user, kind, change)
+}
+
+/// [`write`] for a command that only changes an existing collection (removals, pops):
+/// `absent` is the reply for a missing key, and nothing is opened or written for it.
+pub fn write_existing<'a, 's>(
+    ctx: &mut Ctx<'a, 's>,
+    user: &[u8],
+    kind: Kind,
+    absent: Frame,
+    change: impl FnOnce(&mut Ctx<'a, 's>, &mut Meta) -> Reply,
+) -> Reply {
+    let shared: &'a Shared = ctx.shared;
+    let _guard = shared.collections.lock(user);
+    let Some(seen) = open_read(ctx, user, kind)? else {
+        return Ok(absent);
+    };
+    write_locked(ctx, user, kind, |ctx, meta| {
+        // The stripe lock is held since the read: nothing changed the collection.
+        debug_assert_eq!(*meta, seen);
+        change(ctx, meta)
+    })
+}
+
+/// [`write`]'s sequence. Precondition: `user`'s stripe lock is held.
+fn write_locked<'a, 's>(
+    ctx: &mut Ctx<'a, 's>,
+    user: &[u8],
+    kind: Kind,
+    change: impl FnOnce(&mut Ctx<'a, 's>, &mut Meta) -> Reply,
+) -> Reply {
+    let mut open = open_write(ctx, user, kind)?;
+    let reply = change(ctx, &mut open.meta);
+    finish(ctx, user, open)?;
+    reply
+}
+
+/// Runs `change` on each of `items` in turn and moves the member count by `step` (1: added,
+/// -1: removed) for each it reports changed (true); replies with how many were. An error
+/// stops it with the count moved for the items before it.
+pub fn count_changes<'a, 's, T>(
+    ctx: &mut Ctx<'a, 's>,
+    meta: &mut Meta,
+    step: i64,
+    items: impl IntoIterator<Item = T>,
+    mut change: impl FnMut(&mut Ctx<'a, 's>, T) -> Result<bool, Frame>,
+) -> Reply {
+    let mut changed = 0u64;
+    for item in items {
+        if change(ctx, item)? {
+            changed += 1;
+            meta.count = meta.count.saturating_add_signed(step);
+        }
+    }
+    Ok(Frame::Integer(changed as i64))
+}
+
 /// A collection opened for a write; [`finish`] must follow (it keeps the counts exact).
-pub struct Open {
-    pub meta: Meta,
+struct Open {
+    meta: Meta,
     existed: bool,
 }
 
 /// Opens `user` for a write of a `kind` command, creating it (in memory only) if absent.
 /// Precondition: `user`'s stripe lock is held.
-pub fn open_write(ctx: &mut Ctx<'_, '_>, user: &[u8], kind: Kind) -> Result<Open, Frame> {
+fn open_write(ctx: &mut Ctx<'_, '_>, user: &[u8], kind: Kind) -> Result<Open, Frame> {
     // The command's writes, from here to `finish`, are one atomic batch.
     ctx.begin_unit();
     let opened = open_write_in_unit(ctx, user, kind);
@@ -115,7 +195,7 @@ fn open_write_in_unit(ctx: &mut Ctx<'_, '_>, user: &[u8], kind: Kind) -> Result<
 
 /// Writes `open`'s metadata back: removes the type entry of an emptied collection, keeps
 /// the counts exact. Precondition: the stripe lock taken for [`open_write`] is still held.
-pub fn finish(ctx: &mut Ctx<'_, '_>, user: &[u8], open: Open) -> Result<(), Frame> {
+fn finish(ctx: &mut Ctx<'_, '_>, user: &[u8], open: Open) -> Result<(), Frame> {
     let key = type_key(user);
     let collections = &ctx.shared.collections;
     let result = match (open.meta.count, open.existed) {
@@ -143,6 +223,12 @@ pub fn finish(ctx: &mut Ctx<'_, '_>, user: &[u8], open: Open) -> Result<(), Fram
     // The unit is written here, under the caller's stripe lock, whatever happened above.
     let written = ctx.end_unit();
     result.and(written)
+}
+
+/// A collection's member count as a reply (HLEN, SCARD, LLEN, ZCARD, XLEN): 0 if absent.
+pub fn len(ctx: &mut Ctx<'_, '_>, user: &[u8], kind: Kind) -> Reply {
+    let meta = open_read(ctx, user, kind)?;
+    Ok(Frame::Integer(meta.map_or(0, |m| m.count as i64)))
 }
 
 /// Checks a member entry against the store's limits before anything is written.
@@ -357,12 +443,26 @@ pub fn index_range(start: i64, stop: i64, len: u64) -> Option<(u64, u64)> {
     Some((start as u64, stop as u64))
 }
 
-/// COUNT-like arguments of the pop commands: Redis's error for a negative one.
-pub fn pop_count(arg: &[u8]) -> Result<u64, Frame> {
-    match crate::parse::parse_int(arg) {
-        Some(n) if n >= 0 => Ok(n as u64),
-        Some(_) => Err(Frame::err("value is out of range, must be positive")),
-        None => Err(super::not_an_integer()),
+/// The optional count of a pop command (`key [count]`): Redis's error for a negative one,
+/// a syntax error for anything after it.
+pub fn pop_count(argv: &[&[u8]]) -> Result<Option<u64>, Frame> {
+    let count = match argv.get(2).map(|arg| crate::parse::parse_int(arg)) {
+        None => None,
+        Some(Some(n)) if n >= 0 => Some(n as u64),
+        Some(Some(_)) => return Err(Frame::err("value is out of range, must be positive")),
+        Some(None) => return Err(super::not_an_integer()),
+    };
+    if argv.len() > 3 {
+        return Err(super::syntax_error());
+    }
+    Ok(count)
+}
+
+/// A pop's reply: the popped members with a count, else the one popped or null.
+pub fn popped_reply(count: Option<u64>, mut popped: Vec<Frame>) -> Frame {
+    match count {
+        Some(_) => Frame::Array(popped),
+        None => popped.pop().unwrap_or(Frame::Null),
     }
 }
 

@@ -9,7 +9,7 @@
 use super::{
     client, config, connection, dbsize, del, exists, flush, get, hash, incr, info, is_word, keys,
     keyspace, list, mget, range, save, scan, set, sets, shutdown, stream, strlen, time,
-    unknown_subcommand, zset, Ctx, Spec,
+    unknown_subcommand, zset, Ctx, Reply, Spec,
 };
 use crate::frame::Frame;
 
@@ -276,38 +276,40 @@ fn named<'a>(names: &'a [&'a [u8]]) -> impl Iterator<Item = Option<&'static Spec
     names.iter().map(|n| super::lookup(n))
 }
 
-pub fn command(_ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn command(_ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let Some(sub) = argv.get(1) else {
-        return Frame::Array(COMMAND_SPECS.iter().map(info_entry).collect());
+        return Ok(Frame::Array(COMMAND_SPECS.iter().map(info_entry).collect()));
     };
     let names = &argv[2..];
     if is_word(sub, "count") {
-        Frame::Integer(COMMAND_SPECS.len() as i64)
+        Ok(Frame::Integer(COMMAND_SPECS.len() as i64))
     } else if is_word(sub, "list") {
-        Frame::Array(COMMAND_SPECS.iter().map(|s| text(s.name)).collect())
+        Ok(Frame::Array(
+            COMMAND_SPECS.iter().map(|s| text(s.name)).collect(),
+        ))
     } else if is_word(sub, "info") {
         if names.is_empty() {
-            return Frame::Array(COMMAND_SPECS.iter().map(info_entry).collect());
+            return Ok(Frame::Array(COMMAND_SPECS.iter().map(info_entry).collect()));
         }
-        Frame::Array(
+        Ok(Frame::Array(
             named(names)
                 .map(|s| s.map_or(Frame::Null, info_entry))
                 .collect(),
-        )
+        ))
     } else if is_word(sub, "docs") {
         let specs: Vec<&Spec> = if names.is_empty() {
             COMMAND_SPECS.iter().collect()
         } else {
             named(names).flatten().collect()
         };
-        Frame::Map(
+        Ok(Frame::Map(
             specs
                 .into_iter()
                 .map(|s| (text(s.name), docs_entry(s)))
                 .collect(),
-        )
+        ))
     } else {
-        unknown_subcommand("command", sub)
+        Err(unknown_subcommand("command", sub))
     }
 }
 

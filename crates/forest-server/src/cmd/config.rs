@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use forest_store::Durability;
 
-use super::{is_word, unknown_subcommand, wrong_arity, Ctx};
+use super::{is_word, unknown_subcommand, wrong_arity, Ctx, Reply};
 use crate::frame::Frame;
 use crate::glob;
 
@@ -45,12 +45,12 @@ fn parameters(ctx: &Ctx<'_, '_>) -> Vec<(&'static str, String)> {
     ]
 }
 
-pub fn config(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn config(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let sub = argv[1];
     let args = &argv[2..];
     if is_word(sub, "get") {
         if args.is_empty() {
-            return wrong_arity("config|get");
+            return Err(wrong_arity("config|get"));
         }
         let params = parameters(ctx);
         let pairs = params
@@ -61,35 +61,35 @@ pub fn config(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
             })
             .map(|(name, value)| (Frame::bulk(name), Frame::bulk(value)))
             .collect();
-        Frame::Map(pairs)
+        Ok(Frame::Map(pairs))
     } else if is_word(sub, "set") {
         if args.is_empty() || !args.len().is_multiple_of(2) {
-            return wrong_arity("config|set");
+            return Err(wrong_arity("config|set"));
         }
         let params = parameters(ctx);
         for pair in args.chunks_exact(2) {
             let name = String::from_utf8_lossy(pair[0]).to_ascii_lowercase();
             let Some((_, current)) = params.iter().find(|(n, _)| *n == name) else {
-                return Frame::err(format!(
+                return Err(Frame::err(format!(
                     "Unknown option or number of arguments for CONFIG SET - '{name}'"
-                ));
+                )));
             };
             if name != "save" && pair[1] != current.as_bytes() {
-                return Frame::err(format!(
+                return Err(Frame::err(format!(
                     "CONFIG SET failed (possibly related to argument '{name}') - forest does \
                      not change '{name}' at run time"
-                ));
+                )));
             }
         }
-        Frame::ok()
+        Ok(Frame::ok())
     } else if is_word(sub, "resetstat") {
         let stats = &ctx.shared.stats;
         stats.commands_processed.store(0, Ordering::Relaxed);
         stats.connections_received.store(0, Ordering::Relaxed);
         stats.rejected_connections.store(0, Ordering::Relaxed);
-        Frame::ok()
+        Ok(Frame::ok())
     } else {
-        unknown_subcommand("config", sub)
+        Err(unknown_subcommand("config", sub))
     }
 }
 

@@ -1,19 +1,19 @@
 //! Connection commands: PING, ECHO, HELLO, AUTH, SELECT, QUIT (docs/PROTOCOL.md
 //! "Connection").
 
-use super::{int_arg, is_word, After, Ctx};
+use super::{int_arg, is_word, After, Ctx, Reply};
 use crate::frame::{Frame, Protocol};
 
-pub fn ping(_ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn ping(_ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     match argv {
-        [_] => Frame::Simple("PONG".into()),
-        [_, message] => Frame::bulk(*message),
-        _ => super::wrong_arity("ping"),
+        [_] => Ok(Frame::Simple("PONG".into())),
+        [_, message] => Ok(Frame::bulk(*message)),
+        _ => Err(super::wrong_arity("ping")),
     }
 }
 
-pub fn echo(_ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
-    Frame::bulk(argv[1])
+pub fn echo(_ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    Ok(Frame::bulk(argv[1]))
 }
 
 /// Checks a password against `--requirepass` (user `default` only, as Redis without ACLs).
@@ -33,35 +33,37 @@ fn check_password(ctx: &mut Ctx<'_, '_>, user: &[u8], pass: &[u8]) -> Result<(),
 }
 
 /// AUTH [user] pass.
-pub fn auth(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn auth(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let (user, pass): (&[u8], &[u8]) = match argv {
         [_, pass] => (b"default", pass),
         [_, user, pass] => (user, pass),
-        _ => return super::syntax_error(),
+        _ => return Err(super::syntax_error()),
     };
     if ctx.shared.config.requirepass.is_none() && argv.len() == 2 {
-        return Frame::err(
+        return Err(Frame::err(
             "AUTH <password> called without any password configured for the default user. \
              Are you sure your configuration is correct?",
-        );
+        ));
     }
-    match check_password(ctx, user, pass) {
-        Ok(()) => Frame::ok(),
-        Err(e) => e,
-    }
+    check_password(ctx, user, pass)?;
+    Ok(Frame::ok())
 }
 
 /// HELLO [protover [AUTH user pass] [SETNAME name]].
-pub fn hello(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn hello(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let mut protocol = ctx.client.protocol;
     if let Some(version) = argv.get(1) {
         protocol = match crate::parse::parse_int(version) {
             Some(2) => Protocol::Resp2,
             Some(3) => Protocol::Resp3,
             Some(_) => {
-                return Frame::Error("NOPROTO unsupported protocol version".into());
+                return Err(Frame::Error("NOPROTO unsupported protocol version".into()));
             }
-            None => return Frame::err("Protocol version is not an integer or out of range"),
+            None => {
+                return Err(Frame::err(
+                    "Protocol version is not an integer or out of range",
+                ))
+            }
         };
     }
     let mut auth = None;
@@ -75,34 +77,30 @@ pub fn hello(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
             name = Some(argv[i + 1]);
             i += 2;
         } else {
-            return Frame::err(format!(
+            return Err(Frame::err(format!(
                 "Syntax error in HELLO option '{}'",
                 String::from_utf8_lossy(argv[i])
-            ));
+            )));
         }
     }
     if let Some((user, pass)) = auth {
-        if let Err(e) = check_password(ctx, user, pass) {
-            return e;
-        }
+        check_password(ctx, user, pass)?;
     }
     if !ctx.client.authenticated {
-        return Frame::Error(
+        return Err(Frame::Error(
             "NOAUTH HELLO must be called with the client already authenticated, otherwise the \
              HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client \
              and select the RESP protocol version at the same time"
                 .into(),
-        );
+        ));
     }
     if let Some(name) = name {
-        if let Err(e) = super::client::set_name(ctx, name) {
-            return e;
-        }
+        super::client::set_name(ctx, name)?;
     }
     ctx.client.protocol = protocol;
     ctx.client.info.meta.lock().resp = if protocol == Protocol::Resp3 { 3 } else { 2 };
     let text = |s: &str| Frame::bulk(s.as_bytes());
-    Frame::Map(vec![
+    Ok(Frame::Map(vec![
         (text("server"), text("forest")),
         (text("version"), text(env!("CARGO_PKG_VERSION"))),
         (
@@ -116,21 +114,20 @@ pub fn hello(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
         (text("mode"), text("standalone")),
         (text("role"), text("master")),
         (text("modules"), Frame::Array(vec![])),
-    ])
+    ]))
 }
 
 /// SELECT 0: forest has one database.
-pub fn select(_ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
-    match int_arg(argv[1]) {
-        Ok(0) => Frame::ok(),
-        Ok(_) => Frame::err("DB index is out of range"),
-        Err(e) => e,
+pub fn select(_ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    match int_arg(argv[1])? {
+        0 => Ok(Frame::ok()),
+        _ => Err(Frame::err("DB index is out of range")),
     }
 }
 
-pub fn quit(ctx: &mut Ctx<'_, '_>, _argv: &[&[u8]]) -> Frame {
+pub fn quit(ctx: &mut Ctx<'_, '_>, _argv: &[&[u8]]) -> Reply {
     ctx.after = After::Close;
-    Frame::ok()
+    Ok(Frame::ok())
 }
 
 #[cfg(test)]

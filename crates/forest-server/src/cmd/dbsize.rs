@@ -1,7 +1,7 @@
 //! DBSIZE: the number of keys: the engine's entry count, less the reserved entries of
 //! the collections, plus one per collection.
 
-use super::Ctx;
+use super::{Ctx, Reply};
 use crate::frame::Frame;
 
 /// Strings and collections, each counted once.
@@ -11,6 +11,6 @@ pub fn key_count(shared: &crate::server::Shared) -> i64 {
     (entries - collections.reserved_count()).max(0) + collections.live_count()
 }
 
-pub fn dbsize(ctx: &mut Ctx<'_, '_>, _argv: &[&[u8]]) -> Frame {
-    Frame::Integer(key_count(ctx.shared))
+pub fn dbsize(ctx: &mut Ctx<'_, '_>, _argv: &[&[u8]]) -> Reply {
+    Ok(Frame::Integer(key_count(ctx.shared)))
 }

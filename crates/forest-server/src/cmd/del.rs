@@ -1,23 +1,17 @@
 //! DEL and UNLINK key [key ...]: the number of keys removed, strings or collections
 //! (UNLINK is DEL: a collection's members are removed at once, through the batch).
 
-use super::{coll, Ctx};
+use super::{coll, Ctx, Reply};
 use crate::frame::Frame;
 
-pub fn del(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn del(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let mut removed = 0;
     for key in &argv[1..] {
-        match ctx.remove(key) {
-            Ok(true) => removed += 1,
-            Ok(false) => match coll::delete(ctx, key) {
-                Ok(true) => removed += 1,
-                Ok(false) => {}
-                Err(e) => return e,
-            },
-            Err(e) => return e,
+        if ctx.remove(key)? || coll::delete(ctx, key)? {
+            removed += 1;
         }
     }
-    Frame::Integer(removed)
+    Ok(Frame::Integer(removed))
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::ops::{Bound, ControlFlow};
 
 use forest_core::Order;
 
-use super::{coll, is_word, syntax_error, Ctx};
+use super::{coll, is_word, syntax_error, Ctx, Reply};
 use crate::collection::{MEMBER_TAG, RESERVED_BYTE, TYPE_TAG};
 use crate::frame::Frame;
 
@@ -50,20 +50,16 @@ pub fn remove_range(
     }
 }
 
-pub fn flushdb(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn flushdb(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     match argv {
         [_] => {}
         [_, mode] if is_word(mode, "async") || is_word(mode, "sync") => {}
-        _ => return syntax_error(),
+        _ => return Err(syntax_error()),
     }
     let strings_end = [RESERVED_BYTE];
-    if let Err(e) = remove_range(ctx, Bound::Unbounded, Bound::Excluded(&strings_end)) {
-        return e;
-    }
-    match remove_collections(ctx) {
-        Ok(()) => Frame::ok(),
-        Err(e) => e,
-    }
+    remove_range(ctx, Bound::Unbounded, Bound::Excluded(&strings_end))?;
+    remove_collections(ctx)?;
+    Ok(Frame::ok())
 }
 
 /// Removes every collection, each under its stripe lock (so the counts stay exact beside

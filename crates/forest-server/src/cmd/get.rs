@@ -1,17 +1,16 @@
 //! GET key. A miss looks for a collection of that name (only while any exists) to answer
 //! WRONGTYPE as Redis does; a hit costs nothing more.
 
-use super::{coll, Ctx};
+use super::{coll, Ctx, Reply};
 use crate::frame::Frame;
 
-pub fn get(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn get(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     match ctx.get_reply(argv[1]) {
-        Frame::Null => match coll::kind_of(ctx, argv[1]) {
-            Ok(None) => Frame::Null,
-            Ok(Some(_)) => coll::wrongtype(),
-            Err(e) => e,
+        Frame::Null => match coll::kind_of(ctx, argv[1])? {
+            None => Ok(Frame::Null),
+            Some(_) => Err(coll::wrongtype()),
         },
-        reply => reply,
+        reply => Ok(reply),
     }
 }
 

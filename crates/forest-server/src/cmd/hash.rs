@@ -7,49 +7,26 @@ use std::ops::Bound;
 use forest_core::Order;
 
 use super::coll;
-use super::{int_arg, Ctx};
+use super::{int_arg, Ctx, Reply};
 use crate::collection::{member_key, member_prefix, Kind};
 use crate::frame::Frame;
 use crate::parse::parse_int;
 
 /// HSET key field value [field value ...]: how many fields were new.
-pub fn hset(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn hset(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let user = argv[1];
     if !(argv.len() - 2).is_multiple_of(2) {
-        return super::wrong_arity("hset");
+        return Err(super::wrong_arity("hset"));
     }
     let prefix = member_prefix(user);
     for pair in argv[2..].chunks_exact(2) {
-        if let Err(e) = coll::check_member(&member_key(&prefix, &[pair[0]]), pair[1]) {
-            return e;
-        }
+        coll::check_member(&member_key(&prefix, &[pair[0]]), pair[1])?;
     }
-    let shared = ctx.shared;
-    let _guard = shared.collections.lock(user);
-    let mut open = match coll::open_write(ctx, user, Kind::Hash) {
-        Ok(o) => o,
-        Err(e) => return e,
-    };
-    let mut added = 0;
-    let mut result = Ok(());
-    for pair in argv[2..].chunks_exact(2) {
-        match coll::put_member(ctx, &member_key(&prefix, &[pair[0]]), pair[1]) {
-            Ok(true) => added += 1,
-            Ok(false) => {}
-            Err(e) => {
-                result = Err(e);
-                break;
-            }
-        }
-    }
-    open.meta.count = open.meta.count.saturating_add(added);
-    if let Err(e) = coll::finish(ctx, user, open) {
-        return e;
-    }
-    match result {
-        Ok(()) => Frame::Integer(added as i64),
-        Err(e) => e,
-    }
+    coll::write(ctx, user, Kind::Hash, |ctx, meta| {
+        coll::count_changes(ctx, meta, 1, argv[2..].chunks_exact(2), |ctx, pair| {
+            coll::put_member(ctx, &member_key(&prefix, &[pair[0]]), pair[1])
+        })
+    })
 }
 
 /// The value of `field` in hash `user`, or None; WRONGTYPE as Redis.
@@ -67,33 +44,31 @@ fn field(ctx: &mut Ctx<'_, '_>, prefix: &[u8], field: &[u8]) -> Frame {
 }
 
 /// HGET key field.
-pub fn hget(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
-    match coll::open_read(ctx, argv[1], Kind::Hash) {
-        Ok(Some(_)) => field(ctx, &member_prefix(argv[1]), argv[2]),
-        Ok(None) => Frame::Null,
-        Err(e) => e,
+pub fn hget(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    if coll::open_read(ctx, argv[1], Kind::Hash)?.is_none() {
+        return Ok(Frame::Null);
     }
+    Ok(field(ctx, &member_prefix(argv[1]), argv[2]))
 }
 
 /// HMGET key field [field ...].
-pub fn hmget(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
-    match coll::open_read(ctx, argv[1], Kind::Hash) {
-        Ok(Some(_)) => {
-            let prefix = member_prefix(argv[1]);
-            Frame::Array(argv[2..].iter().map(|f| field(ctx, &prefix, f)).collect())
-        }
-        Ok(None) => Frame::Array(argv[2..].iter().map(|_| Frame::Null).collect()),
-        Err(e) => e,
+pub fn hmget(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    if coll::open_read(ctx, argv[1], Kind::Hash)?.is_none() {
+        return Ok(Frame::Array(
+            argv[2..].iter().map(|_| Frame::Null).collect(),
+        ));
     }
+    let prefix = member_prefix(argv[1]);
+    Ok(Frame::Array(
+        argv[2..].iter().map(|f| field(ctx, &prefix, f)).collect(),
+    ))
 }
 
 /// HGETALL key: a map (RESP2: flat field value ...), in field order.
-pub fn hgetall(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn hgetall(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let user = argv[1];
-    match coll::open_read(ctx, user, Kind::Hash) {
-        Ok(Some(_)) => {}
-        Ok(None) => return Frame::Map(vec![]),
-        Err(e) => return e,
+    if coll::open_read(ctx, user, Kind::Hash)?.is_none() {
+        return Ok(Frame::Map(vec![]));
     }
     let prefix = member_prefix(user);
     let end = coll::prefix_upper(&prefix);
@@ -104,111 +79,58 @@ pub fn hgetall(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
         Order::Ascending,
         usize::MAX,
     );
-    Frame::Map(
+    Ok(Frame::Map(
         entries
             .into_iter()
             .map(|(k, v)| (Frame::bulk(&k[prefix.len()..]), Frame::Bulk(v)))
             .collect(),
-    )
+    ))
 }
 
 /// HDEL key field [field ...]: how many were removed.
-pub fn hdel(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn hdel(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let user = argv[1];
     let prefix = member_prefix(user);
-    let shared = ctx.shared;
-    let _guard = shared.collections.lock(user);
-    match coll::open_read(ctx, user, Kind::Hash) {
-        Ok(Some(_)) => {}
-        Ok(None) => return Frame::Integer(0),
-        Err(e) => return e,
-    }
-    let mut open = match coll::open_write(ctx, user, Kind::Hash) {
-        Ok(o) => o,
-        Err(e) => return e,
-    };
-    let mut removed = 0;
-    let mut result = Ok(());
-    for f in &argv[2..] {
-        match coll::remove_member(ctx, &member_key(&prefix, &[f])) {
-            Ok(true) => removed += 1,
-            Ok(false) => {}
-            Err(e) => {
-                result = Err(e);
-                break;
-            }
-        }
-    }
-    open.meta.count = open.meta.count.saturating_sub(removed);
-    if let Err(e) = coll::finish(ctx, user, open) {
-        return e;
-    }
-    match result {
-        Ok(()) => Frame::Integer(removed as i64),
-        Err(e) => e,
-    }
+    coll::write_existing(ctx, user, Kind::Hash, Frame::Integer(0), |ctx, meta| {
+        coll::count_changes(ctx, meta, -1, &argv[2..], |ctx, f| {
+            coll::remove_member(ctx, &member_key(&prefix, &[f]))
+        })
+    })
 }
 
 /// HLEN key.
-pub fn hlen(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
-    match coll::open_read(ctx, argv[1], Kind::Hash) {
-        Ok(meta) => Frame::Integer(meta.map_or(0, |m| m.count as i64)),
-        Err(e) => e,
-    }
+pub fn hlen(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    coll::len(ctx, argv[1], Kind::Hash)
 }
 
 /// HEXISTS key field.
-pub fn hexists(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
-    match coll::open_read(ctx, argv[1], Kind::Hash) {
-        Ok(Some(_)) => {
-            let key = member_key(&member_prefix(argv[1]), &[argv[2]]);
-            Frame::Integer(i64::from(ctx.present(&key)))
-        }
-        Ok(None) => Frame::Integer(0),
-        Err(e) => e,
+pub fn hexists(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    if coll::open_read(ctx, argv[1], Kind::Hash)?.is_none() {
+        return Ok(Frame::Integer(0));
     }
+    let key = member_key(&member_prefix(argv[1]), &[argv[2]]);
+    Ok(Frame::Integer(i64::from(ctx.present(&key))))
 }
 
 /// HINCRBY key field increment: the new value.
-pub fn hincrby(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn hincrby(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let user = argv[1];
-    let delta = match int_arg(argv[3]) {
-        Ok(d) => d,
-        Err(e) => return e,
-    };
+    let delta = int_arg(argv[3])?;
     let key = member_key(&member_prefix(user), &[argv[2]]);
-    if let Err(e) = coll::check_member(&key, b"-9223372036854775808") {
-        return e;
-    }
-    let shared = ctx.shared;
-    let _guard = shared.collections.lock(user);
-    let mut open = match coll::open_write(ctx, user, Kind::Hash) {
-        Ok(o) => o,
-        Err(e) => return e,
-    };
-    let mut value = Vec::new();
-    let present = ctx.read(&key, &mut value);
-    let current = if present { parse_int(&value) } else { Some(0) };
-    let result = match current {
-        None => Err(Frame::err("hash value is not an integer")),
-        Some(n) => n
+    coll::check_member(&key, b"-9223372036854775808")?;
+    coll::write(ctx, user, Kind::Hash, |ctx, meta| {
+        let mut value = Vec::new();
+        let present = ctx.read(&key, &mut value);
+        let current = if present { parse_int(&value) } else { Some(0) };
+        let n = current
+            .ok_or_else(|| Frame::err("hash value is not an integer"))?
             .checked_add(delta)
-            .ok_or_else(|| Frame::err("increment or decrement would overflow")),
-    };
-    let result = result.and_then(|n| {
-        let new = coll::put_member(ctx, &key, n.to_string().as_bytes())?;
-        if new {
-            open.meta.count = open.meta.count.saturating_add(1);
+            .ok_or_else(|| Frame::err("increment or decrement would overflow"))?;
+        if coll::put_member(ctx, &key, n.to_string().as_bytes())? {
+            meta.count = meta.count.saturating_add(1);
         }
-        Ok(n)
-    });
-    if let Err(e) = coll::finish(ctx, user, open) {
-        return e;
-    }
-    match result {
-        Ok(n) => Frame::Integer(n),
-        Err(e) => e,
-    }
+        Ok(Frame::Integer(n))
+    })
 }
 
 #[cfg(test)]

@@ -3,18 +3,15 @@
 
 use forest_store::Rmw;
 
-use super::{coll, int_arg, not_an_integer, Ctx};
+use super::{coll, int_arg, not_an_integer, Ctx, Reply};
 use crate::frame::Frame;
 use crate::parse::parse_int;
 
 /// Adds `delta` to the integer at `key` (absent = 0) and replies with the result.
-fn add(ctx: &mut Ctx<'_, '_>, key: &[u8], delta: i64) -> Frame {
-    let _guard = match coll::string_write(ctx, key) {
-        Ok(g) => g,
-        Err(e) => return e,
-    };
+fn add(ctx: &mut Ctx<'_, '_>, key: &[u8], delta: i64) -> Reply {
+    let _guard = coll::string_write(ctx, key)?;
     let mut outcome: Result<i64, Frame> = Err(not_an_integer());
-    let result = ctx.read_modify_write(key, |old| {
+    ctx.read_modify_write(key, |old| {
         let current = match old {
             None => Some(0),
             Some(bytes) => parse_int(bytes),
@@ -29,36 +26,26 @@ fn add(ctx: &mut Ctx<'_, '_>, key: &[u8], delta: i64) -> Frame {
             Ok(n) => Rmw::Put(n.to_string().into_bytes()),
             Err(_) => Rmw::Keep,
         })
-    });
-    match result {
-        Ok(_) => match outcome {
-            Ok(n) => Frame::Integer(n),
-            Err(e) => e,
-        },
-        Err(e) => e,
-    }
+    })?;
+    outcome.map(Frame::Integer)
 }
 
-pub fn incr(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn incr(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     add(ctx, argv[1], 1)
 }
 
-pub fn decr(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn decr(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     add(ctx, argv[1], -1)
 }
 
-pub fn incrby(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
-    match int_arg(argv[2]) {
-        Ok(delta) => add(ctx, argv[1], delta),
-        Err(e) => e,
-    }
+pub fn incrby(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    add(ctx, argv[1], int_arg(argv[2])?)
 }
 
-pub fn decrby(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
-    match int_arg(argv[2]) {
-        Ok(i64::MIN) => Frame::err("decrement would overflow"),
-        Ok(delta) => add(ctx, argv[1], -delta),
-        Err(e) => e,
+pub fn decrby(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    match int_arg(argv[2])? {
+        i64::MIN => Err(Frame::err("decrement would overflow")),
+        delta => add(ctx, argv[1], -delta),
     }
 }
 

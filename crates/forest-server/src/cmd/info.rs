@@ -1,17 +1,17 @@
 //! INFO [section ...] (the text is built by [`crate::info`]).
 
-use super::Ctx;
+use super::{Ctx, Reply};
 use crate::frame::Frame;
 
-pub fn info(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn info(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let names: Vec<String> = argv[1..]
         .iter()
         .map(|n| String::from_utf8_lossy(n).to_ascii_lowercase())
         .collect();
-    Frame::Verbatim {
+    Ok(Frame::Verbatim {
         format: *b"txt",
         text: crate::info::render(ctx.shared, &names).into_bytes(),
-    }
+    })
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::ops::{Bound, ControlFlow};
 
 use forest_core::Order;
 
-use super::Ctx;
+use super::{Ctx, Reply};
 use crate::collection::{type_key, Meta, RESERVED_BYTE, TYPE_TAG};
 use crate::frame::Frame;
 use crate::glob;
@@ -107,7 +107,7 @@ pub fn pattern_bounds(pattern: &[u8]) -> (Vec<u8>, Option<Vec<u8>>) {
     (prefix, end)
 }
 
-pub fn keys(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn keys(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let pattern = argv[1];
     let (prefix, end) = pattern_bounds(pattern);
     let found = list_keys(
@@ -117,13 +117,13 @@ pub fn keys(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
         usize::MAX,
         None,
     );
-    Frame::Array(
+    Ok(Frame::Array(
         found
             .into_iter()
             .filter(|(key, _)| glob::matches(pattern, key))
             .map(|(key, _)| Frame::Bulk(key))
             .collect(),
-    )
+    ))
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! TYPE, TTL, PTTL: what tools ask of a key (redis-cli --bigkeys, client libraries). No
 //! key expires.
 
-use super::{coll, Ctx};
+use super::{coll, Ctx, Reply};
 use crate::frame::Frame;
 
 /// The key's type name, or "none".
@@ -12,19 +12,15 @@ fn type_name(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> Result<&'static str, Frame> {
     Ok(coll::kind_of(ctx, key)?.map_or("none", |k| k.name()))
 }
 
-pub fn type_(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
-    match type_name(ctx, argv[1]) {
-        Ok(name) => Frame::Simple(name.into()),
-        Err(e) => e,
-    }
+pub fn type_(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    Ok(Frame::Simple(type_name(ctx, argv[1])?.into()))
 }
 
 /// TTL and PTTL: -1 (no expiry) for a key, -2 for a missing one.
-pub fn ttl(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
-    match type_name(ctx, argv[1]) {
-        Ok("none") => Frame::Integer(-2),
-        Ok(_) => Frame::Integer(-1),
-        Err(e) => e,
+pub fn ttl(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    match type_name(ctx, argv[1])? {
+        "none" => Ok(Frame::Integer(-2)),
+        _ => Ok(Frame::Integer(-1)),
     }
 }
 

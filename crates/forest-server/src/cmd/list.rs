@@ -9,158 +9,111 @@ use std::ops::Bound;
 use forest_core::Order;
 
 use super::coll::{self, null_array};
-use super::{int_arg, Ctx};
+use super::{int_arg, Ctx, Reply};
 use crate::collection::{member_key, member_prefix, seq_bytes, Kind};
 use crate::frame::Frame;
 
-fn push(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], left: bool) -> Frame {
+fn push(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], left: bool) -> Reply {
     let user = argv[1];
     let prefix = member_prefix(user);
     for element in &argv[2..] {
-        if let Err(e) = coll::check_member(&member_key(&prefix, &[&[0; 8]]), element) {
-            return e;
+        coll::check_member(&member_key(&prefix, &[&[0; 8]]), element)?;
+    }
+    coll::write(ctx, user, Kind::List, |ctx, meta| {
+        for element in &argv[2..] {
+            let seq = if left {
+                meta.a.checked_sub(1)
+            } else {
+                Some(meta.b)
+            };
+            let Some(seq) = seq.filter(|s| *s < i64::MAX) else {
+                return Err(Frame::err("list sequence numbers exhausted"));
+            };
+            coll::put_member(ctx, &member_key(&prefix, &[&seq_bytes(seq)]), element)?;
+            if left {
+                meta.a = seq;
+            } else {
+                meta.b = seq + 1;
+            }
+            meta.count = meta.count.saturating_add(1);
         }
-    }
-    let shared = ctx.shared;
-    let _guard = shared.collections.lock(user);
-    let mut open = match coll::open_write(ctx, user, Kind::List) {
-        Ok(o) => o,
-        Err(e) => return e,
-    };
-    let mut result = Ok(());
-    for element in &argv[2..] {
-        let seq = if left {
-            open.meta.a.checked_sub(1)
-        } else {
-            Some(open.meta.b)
-        };
-        let Some(seq) = seq.filter(|s| *s < i64::MAX) else {
-            result = Err(Frame::err("list sequence numbers exhausted"));
-            break;
-        };
-        if let Err(e) = coll::put_member(ctx, &member_key(&prefix, &[&seq_bytes(seq)]), element) {
-            result = Err(e);
-            break;
-        }
-        if left {
-            open.meta.a = seq;
-        } else {
-            open.meta.b = seq + 1;
-        }
-        open.meta.count = open.meta.count.saturating_add(1);
-    }
-    let len = open.meta.count;
-    if let Err(e) = coll::finish(ctx, user, open) {
-        return e;
-    }
-    match result {
-        Ok(()) => Frame::Integer(len as i64),
-        Err(e) => e,
-    }
+        Ok(Frame::Integer(meta.count as i64))
+    })
 }
 
 /// LPUSH key element [element ...]: the new length.
-pub fn lpush(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn lpush(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     push(ctx, argv, true)
 }
 
 /// RPUSH key element [element ...]: the new length.
-pub fn rpush(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn rpush(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     push(ctx, argv, false)
 }
 
-fn pop(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], left: bool) -> Frame {
+fn pop(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], left: bool) -> Reply {
     let user = argv[1];
-    let count = match argv.get(2) {
-        None => None,
-        Some(arg) => match coll::pop_count(arg) {
-            Ok(n) => Some(n),
-            Err(e) => return e,
-        },
+    let count = coll::pop_count(argv)?;
+    let absent = match count {
+        Some(_) => null_array(ctx),
+        None => Frame::Null,
     };
-    if argv.len() > 3 {
-        return super::syntax_error();
-    }
-    let shared = ctx.shared;
-    let _guard = shared.collections.lock(user);
-    let meta = match coll::open_read(ctx, user, Kind::List) {
-        Ok(Some(m)) => m,
-        Ok(None) if count.is_some() => return null_array(ctx),
-        Ok(None) => return Frame::Null,
-        Err(e) => return e,
-    };
-    let mut open = match coll::open_write(ctx, user, Kind::List) {
-        Ok(o) => o,
-        Err(e) => return e,
-    };
-    debug_assert_eq!(open.meta, meta);
-    let prefix = member_prefix(user);
-    let want = count.unwrap_or(1).min(open.meta.count);
-    let mut keys = Vec::new();
-    let mut popped = Vec::new();
-    for _ in 0..want {
-        let seq = if left {
-            open.meta.a
-        } else {
-            open.meta.b.saturating_sub(1)
-        };
-        let key = member_key(&prefix, &[&seq_bytes(seq)]);
-        let mut value = Vec::new();
-        // Members head..tail always exist; only a type entry written by hand under the
-        // reserved byte could say otherwise, and then the hole is skipped.
-        let present = ctx.read(&key, &mut value);
-        if left {
-            open.meta.a = open.meta.a.saturating_add(1);
-        } else {
-            open.meta.b = open.meta.b.saturating_sub(1);
+    coll::write_existing(ctx, user, Kind::List, absent, |ctx, meta| {
+        let prefix = member_prefix(user);
+        let want = count.unwrap_or(1).min(meta.count);
+        let mut keys = Vec::new();
+        let mut popped = Vec::new();
+        for _ in 0..want {
+            let seq = if left {
+                meta.a
+            } else {
+                meta.b.saturating_sub(1)
+            };
+            let key = member_key(&prefix, &[&seq_bytes(seq)]);
+            let mut value = Vec::new();
+            // Members head..tail always exist; only a type entry written by hand under the
+            // reserved byte could say otherwise, and then the hole is skipped.
+            let present = ctx.read(&key, &mut value);
+            if left {
+                meta.a = meta.a.saturating_add(1);
+            } else {
+                meta.b = meta.b.saturating_sub(1);
+            }
+            meta.count = meta.count.saturating_sub(1);
+            if present {
+                keys.push(key);
+                popped.push(Frame::Bulk(value));
+            }
         }
-        open.meta.count = open.meta.count.saturating_sub(1);
-        if present {
-            keys.push(key);
-            popped.push(Frame::Bulk(value));
+        // The members' removal and the new metadata are one unit, written by `coll::write`.
+        for key in &keys {
+            coll::remove_member(ctx, key)?;
         }
-    }
-    // The members' removal and the new metadata are one batch (`finish` writes the unit).
-    for key in &keys {
-        if let Err(e) = coll::remove_member(ctx, key) {
-            return e;
-        }
-    }
-    if let Err(e) = coll::finish(ctx, user, open) {
-        return e;
-    }
-    match count {
-        Some(_) => Frame::Array(popped),
-        None => popped.pop().unwrap_or(Frame::Null),
-    }
+        Ok(coll::popped_reply(count, popped))
+    })
 }
 
 /// LPOP key [count].
-pub fn lpop(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn lpop(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     pop(ctx, argv, true)
 }
 
 /// RPOP key [count].
-pub fn rpop(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn rpop(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     pop(ctx, argv, false)
 }
 
 /// LRANGE key start stop.
-pub fn lrange(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn lrange(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let user = argv[1];
-    let (start, stop) = match (int_arg(argv[2]), int_arg(argv[3])) {
-        (Ok(a), Ok(b)) => (a, b),
-        (Err(e), _) | (_, Err(e)) => return e,
-    };
+    let (start, stop) = (int_arg(argv[2])?, int_arg(argv[3])?);
     let shared = ctx.shared;
     let _guard = shared.collections.lock(user);
-    let meta = match coll::open_read(ctx, user, Kind::List) {
-        Ok(Some(m)) => m,
-        Ok(None) => return Frame::Array(vec![]),
-        Err(e) => return e,
+    let Some(meta) = coll::open_read(ctx, user, Kind::List)? else {
+        return Ok(Frame::Array(vec![]));
     };
     let Some((first, last)) = coll::index_range(start, stop, meta.count) else {
-        return Frame::Array(vec![]);
+        return Ok(Frame::Array(vec![]));
     };
     let prefix = member_prefix(user);
     let lower = member_key(&prefix, &[&seq_bytes(meta.a.saturating_add(first as i64))]);
@@ -172,33 +125,27 @@ pub fn lrange(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
         Order::Ascending,
         usize::MAX,
     );
-    Frame::Array(entries.into_iter().map(|(_, v)| Frame::Bulk(v)).collect())
+    Ok(Frame::Array(
+        entries.into_iter().map(|(_, v)| Frame::Bulk(v)).collect(),
+    ))
 }
 
 /// LLEN key.
-pub fn llen(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
-    match coll::open_read(ctx, argv[1], Kind::List) {
-        Ok(meta) => Frame::Integer(meta.map_or(0, |m| m.count as i64)),
-        Err(e) => e,
-    }
+pub fn llen(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    coll::len(ctx, argv[1], Kind::List)
 }
 
 /// LINDEX key index.
-pub fn lindex(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn lindex(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let user = argv[1];
-    let index = match int_arg(argv[2]) {
-        Ok(i) => i,
-        Err(e) => return e,
-    };
+    let index = int_arg(argv[2])?;
     let shared = ctx.shared;
     let _guard = shared.collections.lock(user);
-    let meta = match coll::open_read(ctx, user, Kind::List) {
-        Ok(Some(m)) => m,
-        Ok(None) => return Frame::Null,
-        Err(e) => return e,
+    let Some(meta) = coll::open_read(ctx, user, Kind::List)? else {
+        return Ok(Frame::Null);
     };
     let Some((i, _)) = coll::index_range(index, index, meta.count) else {
-        return Frame::Null;
+        return Ok(Frame::Null);
     };
     let key = member_key(
         &member_prefix(user),
@@ -206,9 +153,9 @@ pub fn lindex(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
     );
     let mut value = Vec::new();
     if ctx.read(&key, &mut value) {
-        Frame::Bulk(value)
+        Ok(Frame::Bulk(value))
     } else {
-        Frame::Null
+        Ok(Frame::Null)
     }
 }
 

@@ -1,11 +1,11 @@
 //! MGET key [key ...].
 
-use super::Ctx;
+use super::{Ctx, Reply};
 use crate::frame::Frame;
 
 /// Reads all keys at one moment with respect to atomic batches (`Store::get_many`): an
 /// MSET is seen whole or not at all.
-pub fn mget(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn mget(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let keys = &argv[1..];
     let mut replies = vec![Frame::Null; keys.len()];
     let buffers = &mut ctx.buffers;
@@ -16,5 +16,5 @@ pub fn mget(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
             replies[i] = Frame::Bulk(buffer);
         }
     });
-    Frame::Array(replies)
+    Ok(Frame::Array(replies))
 }

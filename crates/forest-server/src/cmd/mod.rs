@@ -7,6 +7,9 @@
 //! [`forest_store::Store::get`] and `scan`.
 //!
 //! Checks in Redis's order: unknown command, arity, then authentication.
+//!
+//! A handler returns a [`Reply`]: `Err` is the error reply, so handlers and their parse
+//! helpers stop at the first error with `?`; [`execute`] sends either side alike.
 
 mod client;
 mod coll;
@@ -50,8 +53,12 @@ use crate::server::{ClientInfo, Shared};
 pub use command::COMMAND_SPECS;
 pub use dbsize::key_count;
 
+/// A command's reply: `Err` holds an error reply (what `?` returns early with), which
+/// [`execute`] sends as it sends `Ok`.
+pub type Reply = Result<Frame, Frame>;
+
 /// A command's handler.
-pub type Handler = fn(&mut Ctx<'_, '_>, &[&[u8]]) -> Frame;
+pub type Handler = fn(&mut Ctx<'_, '_>, &[&[u8]]) -> Reply;
 
 /// What Redis's COMMAND INFO and COMMAND DOCS say about a command, and its handler.
 #[derive(Debug)]
@@ -453,32 +460,31 @@ fn has_reserved_key(spec: &Spec, argv: &[&[u8]]) -> bool {
         .any(|key| key.first() == Some(&crate::collection::RESERVED_BYTE))
 }
 
-/// Runs one command (`argv[0]` is its name; `argv` is not empty).
+/// Runs one command (`argv[0]` is its name; `argv` is not empty): its reply, or its error.
 pub fn execute(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
-    let Some(name) = argv.first() else {
-        return Frame::err("empty command");
-    };
-    let Some(spec) = lookup(name) else {
-        return unknown_command(argv);
-    };
+    let (Ok(reply) | Err(reply)) = dispatch(ctx, argv);
+    reply
+}
+
+fn dispatch(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let name = argv.first().ok_or_else(|| Frame::err("empty command"))?;
+    let spec = lookup(name).ok_or_else(|| unknown_command(argv))?;
     let argc = argv.len() as i64;
     let arity = i64::from(spec.arity);
     if (arity > 0 && argc != arity) || (arity < 0 && argc < -arity) {
-        return wrong_arity(spec.name);
+        return Err(wrong_arity(spec.name));
     }
     if !ctx.client.authenticated && !allowed_before_auth(spec.name) {
-        return Frame::Error("NOAUTH Authentication required.".to_string());
+        return Err(Frame::Error("NOAUTH Authentication required.".to_string()));
     }
     if has_reserved_key(spec, argv) {
-        return coll::reserved_key();
+        return Err(coll::reserved_key());
     }
     let reply = (spec.run)(ctx, argv);
-    // A command that left its unit open (an early return) still writes what it decided,
-    // as one batch.
-    match ctx.end_unit() {
-        Ok(()) => reply,
-        Err(e) => e,
-    }
+    // Handlers write their units under their stripe locks (`coll::write`, SET); a unit
+    // left open is still written here, whole, whatever the reply.
+    ctx.end_unit()?;
+    reply
 }
 
 #[cfg(test)]

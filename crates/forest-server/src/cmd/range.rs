@@ -12,7 +12,7 @@ use std::ops::{Bound, ControlFlow};
 
 use forest_core::Order;
 
-use super::{is_word, syntax_error, Ctx};
+use super::{is_word, syntax_error, Ctx, Reply};
 use crate::frame::Frame;
 
 /// One side of a lex range.
@@ -73,7 +73,7 @@ fn bounds<'a>(min: &'a [u8], max: &'a [u8]) -> Result<Option<ScanBounds<'a>>, Fr
 }
 
 /// FOREST.RANGE min max [REV] [LIMIT count] [KEYSONLY].
-pub fn range(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn range(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let mut order = Order::Ascending;
     let mut limit = usize::MAX;
     let mut keys_only = false;
@@ -85,27 +85,25 @@ pub fn range(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
             keys_only = true;
         } else if is_word(argv[i], "limit") {
             let Some(count) = argv.get(i + 1) else {
-                return syntax_error();
+                return Err(syntax_error());
             };
             limit = match crate::parse::parse_int(count) {
                 Some(n) if n >= 0 => usize::try_from(n).unwrap_or(usize::MAX),
-                Some(_) => return Frame::err("LIMIT count must be 0 or more"),
-                None => return super::not_an_integer(),
+                Some(_) => return Err(Frame::err("LIMIT count must be 0 or more")),
+                None => return Err(super::not_an_integer()),
             };
             i += 1;
         } else {
-            return syntax_error();
+            return Err(syntax_error());
         }
         i += 1;
     }
-    let (lower, upper) = match bounds(argv[1], argv[2]) {
-        Ok(Some(b)) => b,
-        Ok(None) => return Frame::Array(vec![]),
-        Err(e) => return e,
+    let Some((lower, upper)) = bounds(argv[1], argv[2])? else {
+        return Ok(Frame::Array(vec![]));
     };
     let mut items = Vec::new();
     if limit == 0 {
-        return Frame::Array(items);
+        return Ok(Frame::Array(items));
     }
     let mut entries = 0;
     ctx.shared
@@ -122,15 +120,13 @@ pub fn range(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
                 ControlFlow::Continue(())
             }
         });
-    Frame::Array(items)
+    Ok(Frame::Array(items))
 }
 
 /// FOREST.COUNT min max.
-pub fn count(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
-    let (lower, upper) = match bounds(argv[1], argv[2]) {
-        Ok(Some(b)) => b,
-        Ok(None) => return Frame::Integer(0),
-        Err(e) => return e,
+pub fn count(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let Some((lower, upper)) = bounds(argv[1], argv[2])? else {
+        return Ok(Frame::Integer(0));
     };
     let mut n = 0i64;
     ctx.shared
@@ -139,21 +135,18 @@ pub fn count(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
             n += 1;
             ControlFlow::Continue(())
         });
-    Frame::Integer(n)
+    Ok(Frame::Integer(n))
 }
 
 /// FOREST.DELRANGE min max: the number of keys removed, through the batch (one durability
 /// wait for all).
-pub fn delrange(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
-    let (lower, upper) = match bounds(argv[1], argv[2]) {
-        Ok(Some(b)) => b,
-        Ok(None) => return Frame::Integer(0),
-        Err(e) => return e,
+pub fn delrange(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let Some((lower, upper)) = bounds(argv[1], argv[2])? else {
+        return Ok(Frame::Integer(0));
     };
-    match super::flush::remove_range(ctx, lower, upper) {
-        Ok(n) => Frame::Integer(n),
-        Err(e) => e,
-    }
+    Ok(Frame::Integer(super::flush::remove_range(
+        ctx, lower, upper,
+    )?))
 }
 
 #[cfg(test)]

@@ -5,31 +5,27 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::{is_word, store_error, syntax_error, Ctx};
+use super::{is_word, store_error, syntax_error, Ctx, Reply};
 use crate::frame::Frame;
 use crate::server::unix_secs;
 
-pub fn save(ctx: &mut Ctx<'_, '_>, _argv: &[&[u8]]) -> Frame {
-    match ctx.shared.store.checkpoint() {
-        Ok(_) => {
-            ctx.shared
-                .stats
-                .last_save_unix
-                .store(unix_secs(), Ordering::Relaxed);
-            Frame::ok()
-        }
-        Err(e) => store_error(&e),
-    }
+pub fn save(ctx: &mut Ctx<'_, '_>, _argv: &[&[u8]]) -> Reply {
+    ctx.shared.store.checkpoint().map_err(|e| store_error(&e))?;
+    ctx.shared
+        .stats
+        .last_save_unix
+        .store(unix_secs(), Ordering::Relaxed);
+    Ok(Frame::ok())
 }
 
 /// BGSAVE [SCHEDULE]: starts a checkpoint on a thread and replies at once.
-pub fn bgsave(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn bgsave(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     if argv.len() > 2 || argv.get(1).is_some_and(|a| !is_word(a, "schedule")) {
-        return syntax_error();
+        return Err(syntax_error());
     }
     let stats = &ctx.shared.stats;
     if stats.bgsave_in_progress.swap(true, Ordering::AcqRel) {
-        return Frame::err("Background save already in progress");
+        return Err(Frame::err("Background save already in progress"));
     }
     let store = Arc::clone(&ctx.shared.store);
     let shared_stats = Arc::clone(&ctx.shared.stats);
@@ -40,16 +36,18 @@ pub fn bgsave(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
             shared_stats.finish_bgsave(ok);
         });
     match spawned {
-        Ok(_) => Frame::Simple("Background saving started".into()),
+        Ok(_) => Ok(Frame::Simple("Background saving started".into())),
         Err(e) => {
             stats.bgsave_in_progress.store(false, Ordering::Release);
-            Frame::err(format!("cannot start a background save: {e}"))
+            Err(Frame::err(format!("cannot start a background save: {e}")))
         }
     }
 }
 
-pub fn lastsave(ctx: &mut Ctx<'_, '_>, _argv: &[&[u8]]) -> Frame {
-    Frame::Integer(ctx.shared.stats.last_save_unix.load(Ordering::Relaxed) as i64)
+pub fn lastsave(ctx: &mut Ctx<'_, '_>, _argv: &[&[u8]]) -> Reply {
+    Ok(Frame::Integer(
+        ctx.shared.stats.last_save_unix.load(Ordering::Relaxed) as i64,
+    ))
 }
 
 #[cfg(test)]

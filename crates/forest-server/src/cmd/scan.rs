@@ -10,7 +10,7 @@
 
 use std::ops::Bound;
 
-use super::{is_word, syntax_error, Ctx};
+use super::{is_word, syntax_error, Ctx, Reply};
 use crate::frame::Frame;
 use crate::glob;
 
@@ -19,29 +19,27 @@ const SCAN_COUNT_DEFAULT: usize = 10;
 /// The most keys one SCAN call examines, whatever COUNT says: bounds one reply.
 const SCAN_COUNT_MAX: usize = 100_000;
 
-pub fn scan(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
-    let cursor = match std::str::from_utf8(argv[1])
+pub fn scan(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let invalid_cursor = || Frame::err("invalid cursor");
+    let cursor = std::str::from_utf8(argv[1])
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
-    {
-        Some(c) => c,
-        None => return Frame::err("invalid cursor"),
-    };
+        .ok_or_else(invalid_cursor)?;
     let mut pattern: Option<&[u8]> = None;
     let mut count = SCAN_COUNT_DEFAULT;
     let mut filter: Option<&str> = None;
     let mut i = 2;
     while i < argv.len() {
         let Some(&value) = argv.get(i + 1) else {
-            return syntax_error();
+            return Err(syntax_error());
         };
         if is_word(argv[i], "match") {
             pattern = Some(value);
         } else if is_word(argv[i], "count") {
             count = match crate::parse::parse_int(value) {
                 Some(n) if n >= 1 => (n as u64).min(SCAN_COUNT_MAX as u64) as usize,
-                Some(_) => return syntax_error(),
-                None => return super::not_an_integer(),
+                Some(_) => return Err(syntax_error()),
+                None => return Err(super::not_an_integer()),
             };
         } else if is_word(argv[i], "type") {
             let names = ["string", "list", "set", "hash", "zset", "stream"];
@@ -54,17 +52,20 @@ pub fn scan(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
                     .unwrap_or("?"),
             );
         } else {
-            return syntax_error();
+            return Err(syntax_error());
         }
         i += 2;
     }
     let resume = if cursor == 0 {
         None
     } else {
-        match ctx.shared.cursors.lock().take(cursor) {
-            Some(key) => Some(key),
-            None => return Frame::err("invalid cursor"),
-        }
+        Some(
+            ctx.shared
+                .cursors
+                .lock()
+                .take(cursor)
+                .ok_or_else(invalid_cursor)?,
+        )
     };
     let (prefix, end) = match pattern {
         Some(p) => super::keys::pattern_bounds(p),
@@ -87,7 +88,10 @@ pub fn scan(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
         Some(key) => ctx.shared.cursors.lock().remember(key),
         None => 0,
     };
-    Frame::Array(vec![Frame::bulk(next.to_string()), Frame::Array(found)])
+    Ok(Frame::Array(vec![
+        Frame::bulk(next.to_string()),
+        Frame::Array(found),
+    ]))
 }
 
 #[cfg(test)]

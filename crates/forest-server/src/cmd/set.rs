@@ -4,7 +4,7 @@
 use forest_core::check_entry;
 use forest_store::{Rmw, WriteBatch};
 
-use super::{coll, is_word, store_error, syntax_error, Ctx};
+use super::{coll, is_word, store_error, syntax_error, Ctx, Reply};
 use crate::frame::Frame;
 
 /// SET's condition.
@@ -23,7 +23,7 @@ pub fn no_expiry() -> Frame {
 }
 
 /// SET key value [NX|XX] [GET].
-pub fn set(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn set(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let (key, value) = (argv[1], argv[2]);
     let mut condition = Condition::Always;
     let mut get = false;
@@ -38,9 +38,9 @@ pub fn set(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
             .iter()
             .any(|w| is_word(option, w))
         {
-            return no_expiry();
+            return Err(no_expiry());
         } else {
-            return syntax_error();
+            return Err(syntax_error());
         }
     }
     // SET replaces a collection of that name (NX keeps it; GET refuses it, as Redis). The
@@ -51,10 +51,8 @@ pub fn set(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
     let reply = set_locked(ctx, key, value, condition, get);
     // A collection replaced is removed in one batch with the string, written here while the
     // stripe lock is still held.
-    match ctx.end_unit() {
-        Ok(()) => reply,
-        Err(e) => e,
-    }
+    ctx.end_unit()?;
+    reply
 }
 
 /// SET's work under `key`'s stripe lock.
@@ -64,26 +62,23 @@ fn set_locked(
     value: &[u8],
     condition: Condition,
     get: bool,
-) -> Frame {
+) -> Reply {
     let shared = ctx.shared;
     if shared.collections.any() {
-        match coll::read_meta(ctx, key) {
-            Ok(Some(_)) if get => return coll::wrongtype(),
-            Ok(Some(_)) if condition == Condition::Absent => return Frame::Null,
-            Ok(Some(_)) => {
+        match coll::read_meta(ctx, key)? {
+            Some(_) if get => return Err(coll::wrongtype()),
+            Some(_) if condition == Condition::Absent => return Ok(Frame::Null),
+            Some(_) => {
                 // The collection's removal and the new string are one atomic batch (the
                 // unit ends when the command does).
                 ctx.begin_unit();
-                if let Err(e) = coll::delete_locked(ctx, key) {
-                    return e;
-                }
+                coll::delete_locked(ctx, key)?;
             }
-            Ok(None) => {}
-            Err(e) => return e,
+            None => {}
         }
     }
     if get {
-        let result = ctx.read_modify_write(key, |old| {
+        let old = ctx.read_modify_write(key, |old| {
             let apply = match condition {
                 Condition::Always => true,
                 Condition::Absent => old.is_none(),
@@ -94,49 +89,33 @@ fn set_locked(
             } else {
                 Rmw::Keep
             })
-        });
-        return match result {
-            Ok(Some(old)) => Frame::Bulk(old),
-            Ok(None) => Frame::Null,
-            Err(e) => e,
-        };
+        })?;
+        return Ok(old.map_or(Frame::Null, Frame::Bulk));
     }
     let done = match condition {
         Condition::Always => ctx.upsert(key, value).map(|()| true),
         Condition::Absent => ctx.insert(key, value),
         Condition::Present => ctx.update(key, value),
-    };
-    match done {
-        Ok(true) => Frame::ok(),
-        Ok(false) => Frame::Null,
-        Err(e) => e,
-    }
+    }?;
+    Ok(if done { Frame::ok() } else { Frame::Null })
 }
 
 /// SETNX key value: 1 if set.
-pub fn setnx(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
-    let _guard = match coll::string_write(ctx, argv[1]) {
-        Ok(g) => g,
-        Err(_) => return Frame::Integer(0),
+pub fn setnx(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    // A collection of that name (or its damaged type entry) counts as present.
+    let Ok(_guard) = coll::string_write(ctx, argv[1]) else {
+        return Ok(Frame::Integer(0));
     };
-    match ctx.insert(argv[1], argv[2]) {
-        Ok(inserted) => Frame::Integer(i64::from(inserted)),
-        Err(e) => e,
-    }
+    let inserted = ctx.insert(argv[1], argv[2])?;
+    Ok(Frame::Integer(i64::from(inserted)))
 }
 
 /// GETSET key value: the old value.
-pub fn getset(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn getset(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let value = argv[2];
-    let _guard = match coll::string_write(ctx, argv[1]) {
-        Ok(g) => g,
-        Err(e) => return e,
-    };
-    match ctx.read_modify_write(argv[1], |_| Ok(Rmw::Put(value.to_vec()))) {
-        Ok(Some(old)) => Frame::Bulk(old),
-        Ok(None) => Frame::Null,
-        Err(e) => e,
-    }
+    let _guard = coll::string_write(ctx, argv[1])?;
+    let old = ctx.read_modify_write(argv[1], |_| Ok(Rmw::Put(value.to_vec())))?;
+    Ok(old.map_or(Frame::Null, Frame::Bulk))
 }
 
 /// The key-value pairs of MSET/MSETNX, checked against the limits before anything is written.
@@ -156,11 +135,8 @@ fn pairs<'a>(name: &str, argv: &[&'a [u8]]) -> Result<Vec<Pair<'a>>, Frame> {
 }
 
 /// MSET k v [k v ...]. Each pair is atomic; the whole is not (see docs/PROTOCOL.md).
-pub fn mset(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
-    let pairs = match pairs("mset", argv) {
-        Ok(p) => p,
-        Err(e) => return e,
-    };
+pub fn mset(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let pairs = pairs("mset", argv)?;
     let shared = ctx.shared;
     let _guards = shared.collections.lock_many(pairs.iter().map(|(k, _)| *k));
     // One atomic batch: the collections it replaces are removed in it too.
@@ -169,36 +145,27 @@ pub fn mset(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
     if shared.collections.any() {
         let mut seen = std::collections::HashSet::new();
         for (k, _) in pairs.iter().filter(|(k, _)| seen.insert(*k)) {
-            match coll::delete_into(ctx, k, &mut batch) {
-                Ok(Some(keys)) => replaced.push(keys),
-                Ok(None) => {}
-                Err(e) => return e,
+            if let Some(keys) = coll::delete_into(ctx, k, &mut batch)? {
+                replaced.push(keys);
             }
         }
     }
     for (k, v) in pairs {
         batch.put(k, v);
     }
-    match ctx.write(&batch) {
-        Ok(_) => {
-            for keys in replaced {
-                coll::deleted(ctx, keys);
-            }
-            Frame::ok()
-        }
-        Err(e) => e,
+    ctx.write(&batch)?;
+    for keys in replaced {
+        coll::deleted(ctx, keys);
     }
+    Ok(Frame::ok())
 }
 
 /// MSETNX k v [k v ...]: 1 if no key existed and all were set. Holds the stripe locks of
 /// all its keys, and every string write holds its key's stripe lock, so MSETNX is all or
 /// nothing against every other write; its keys are written as one atomic batch, so after a
 /// crash too.
-pub fn msetnx(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
-    let pairs = match pairs("msetnx", argv) {
-        Ok(p) => p,
-        Err(e) => return e,
-    };
+pub fn msetnx(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let pairs = pairs("msetnx", argv)?;
     let shared = ctx.shared;
     let _guards = shared.collections.lock_many(pairs.iter().map(|(k, _)| *k));
     for (k, _) in &pairs {
@@ -207,7 +174,7 @@ pub fn msetnx(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
         {
             // The answer rests on what was read: it waits until that is durable.
             ctx.observe(k);
-            return Frame::Integer(0);
+            return Ok(Frame::Integer(0));
         }
     }
     // No key existed: all are set, a repeated key to its last value (as Redis does).
@@ -215,31 +182,23 @@ pub fn msetnx(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
     for (k, v) in pairs {
         batch.put(k, v);
     }
-    match ctx.write(&batch) {
-        Ok(_) => Frame::Integer(1),
-        Err(e) => e,
-    }
+    ctx.write(&batch)?;
+    Ok(Frame::Integer(1))
 }
 
 /// APPEND key value: the new length.
-pub fn append(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn append(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let suffix = argv[2];
-    let _guard = match coll::string_write(ctx, argv[1]) {
-        Ok(g) => g,
-        Err(e) => return e,
-    };
+    let _guard = coll::string_write(ctx, argv[1])?;
     let mut len = 0;
-    let result = ctx.read_modify_write(argv[1], |old| {
+    ctx.read_modify_write(argv[1], |old| {
         let mut value = Vec::with_capacity(old.map_or(0, <[u8]>::len) + suffix.len());
         value.extend_from_slice(old.unwrap_or_default());
         value.extend_from_slice(suffix);
         len = value.len();
         Ok(Rmw::Put(value))
-    });
-    match result {
-        Ok(_) => Frame::Integer(len as i64),
-        Err(e) => e,
-    }
+    })?;
+    Ok(Frame::Integer(len as i64))
 }
 
 #[cfg(test)]

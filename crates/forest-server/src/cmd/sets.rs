@@ -6,82 +6,33 @@ use std::ops::Bound;
 use forest_core::Order;
 
 use super::coll;
-use super::Ctx;
+use super::{Ctx, Reply};
 use crate::collection::{member_key, member_prefix, Kind};
 use crate::frame::Frame;
 
 /// SADD key member [member ...]: how many were added.
-pub fn sadd(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn sadd(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let user = argv[1];
     let prefix = member_prefix(user);
     for member in &argv[2..] {
-        if let Err(e) = coll::check_member(&member_key(&prefix, &[member]), b"") {
-            return e;
-        }
+        coll::check_member(&member_key(&prefix, &[member]), b"")?;
     }
-    let shared = ctx.shared;
-    let _guard = shared.collections.lock(user);
-    let mut open = match coll::open_write(ctx, user, Kind::Set) {
-        Ok(o) => o,
-        Err(e) => return e,
-    };
-    let mut added = 0;
-    let mut result = Ok(());
-    for member in &argv[2..] {
-        match coll::insert_member(ctx, &member_key(&prefix, &[member]), b"") {
-            Ok(true) => added += 1,
-            Ok(false) => {}
-            Err(e) => {
-                result = Err(e);
-                break;
-            }
-        }
-    }
-    open.meta.count = open.meta.count.saturating_add(added);
-    if let Err(e) = coll::finish(ctx, user, open) {
-        return e;
-    }
-    match result {
-        Ok(()) => Frame::Integer(added as i64),
-        Err(e) => e,
-    }
+    coll::write(ctx, user, Kind::Set, |ctx, meta| {
+        coll::count_changes(ctx, meta, 1, &argv[2..], |ctx, member| {
+            coll::insert_member(ctx, &member_key(&prefix, &[member]), b"")
+        })
+    })
 }
 
 /// SREM key member [member ...]: how many were removed.
-pub fn srem(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn srem(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let user = argv[1];
     let prefix = member_prefix(user);
-    let shared = ctx.shared;
-    let _guard = shared.collections.lock(user);
-    match coll::open_read(ctx, user, Kind::Set) {
-        Ok(Some(_)) => {}
-        Ok(None) => return Frame::Integer(0),
-        Err(e) => return e,
-    }
-    let mut open = match coll::open_write(ctx, user, Kind::Set) {
-        Ok(o) => o,
-        Err(e) => return e,
-    };
-    let mut removed = 0;
-    let mut result = Ok(());
-    for member in &argv[2..] {
-        match coll::remove_member(ctx, &member_key(&prefix, &[member])) {
-            Ok(true) => removed += 1,
-            Ok(false) => {}
-            Err(e) => {
-                result = Err(e);
-                break;
-            }
-        }
-    }
-    open.meta.count = open.meta.count.saturating_sub(removed);
-    if let Err(e) = coll::finish(ctx, user, open) {
-        return e;
-    }
-    match result {
-        Ok(()) => Frame::Integer(removed as i64),
-        Err(e) => e,
-    }
+    coll::write_existing(ctx, user, Kind::Set, Frame::Integer(0), |ctx, meta| {
+        coll::count_changes(ctx, meta, -1, &argv[2..], |ctx, member| {
+            coll::remove_member(ctx, &member_key(&prefix, &[member]))
+        })
+    })
 }
 
 /// SPOP key [count]: removes and returns random members.
@@ -89,87 +40,54 @@ pub fn srem(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
 /// The choice: a random 8-byte point in the member range, the first member at or after it
 /// (wrapping to the first member). Members after long gaps are likelier, so the choice is
 /// random but not uniform (a difference from Redis, noted in docs/PROTOCOL.md).
-pub fn spop(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn spop(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let user = argv[1];
-    let count = match argv.get(2) {
-        None => None,
-        Some(arg) => match coll::pop_count(arg) {
-            Ok(n) => Some(n),
-            Err(e) => return e,
-        },
+    let count = coll::pop_count(argv)?;
+    let absent = match count {
+        Some(_) => Frame::Array(vec![]),
+        None => Frame::Null,
     };
-    if argv.len() > 3 {
-        return super::syntax_error();
-    }
     let shared = ctx.shared;
-    let _guard = shared.collections.lock(user);
-    match coll::open_read(ctx, user, Kind::Set) {
-        Ok(Some(_)) => {}
-        Ok(None) if count.is_some() => return Frame::Array(vec![]),
-        Ok(None) => return Frame::Null,
-        Err(e) => return e,
-    }
-    let mut open = match coll::open_write(ctx, user, Kind::Set) {
-        Ok(o) => o,
-        Err(e) => return e,
-    };
-    let prefix = member_prefix(user);
-    let end = coll::prefix_upper(&prefix);
-    let want = count.unwrap_or(1).min(open.meta.count);
-    let mut popped = Vec::new();
-    let mut result = Ok(());
-    for _ in 0..want {
-        let point = member_key(&prefix, &[&shared.collections.random().to_be_bytes()]);
-        let mut found = coll::members(
-            ctx,
-            Bound::Included(&point),
-            Bound::Excluded(&end),
-            Order::Ascending,
-            1,
-        );
-        if found.is_empty() {
-            found = coll::members(
+    coll::write_existing(ctx, user, Kind::Set, absent, |ctx, meta| {
+        let prefix = member_prefix(user);
+        let end = coll::prefix_upper(&prefix);
+        let want = count.unwrap_or(1).min(meta.count);
+        let mut popped = Vec::new();
+        for _ in 0..want {
+            let point = member_key(&prefix, &[&shared.collections.random().to_be_bytes()]);
+            let mut found = coll::members(
                 ctx,
-                Bound::Included(&prefix),
+                Bound::Included(&point),
                 Bound::Excluded(&end),
                 Order::Ascending,
                 1,
             );
-        }
-        let Some((key, _)) = found.pop() else {
-            break;
-        };
-        match coll::remove_member(ctx, &key) {
-            Ok(true) => {
-                open.meta.count = open.meta.count.saturating_sub(1);
+            if found.is_empty() {
+                found = coll::members(
+                    ctx,
+                    Bound::Included(&prefix),
+                    Bound::Excluded(&end),
+                    Order::Ascending,
+                    1,
+                );
+            }
+            let Some((key, _)) = found.pop() else {
+                break;
+            };
+            if coll::remove_member(ctx, &key)? {
+                meta.count = meta.count.saturating_sub(1);
                 popped.push(Frame::bulk(&key[prefix.len()..]));
             }
-            Ok(false) => {}
-            Err(e) => {
-                result = Err(e);
-                break;
-            }
         }
-    }
-    if let Err(e) = coll::finish(ctx, user, open) {
-        return e;
-    }
-    if let Err(e) = result {
-        return e;
-    }
-    match count {
-        Some(_) => Frame::Array(popped),
-        None => popped.pop().unwrap_or(Frame::Null),
-    }
+        Ok(coll::popped_reply(count, popped))
+    })
 }
 
 /// SMEMBERS key: every member, in member order.
-pub fn smembers(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn smembers(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let user = argv[1];
-    match coll::open_read(ctx, user, Kind::Set) {
-        Ok(Some(_)) => {}
-        Ok(None) => return Frame::Array(vec![]),
-        Err(e) => return e,
+    if coll::open_read(ctx, user, Kind::Set)?.is_none() {
+        return Ok(Frame::Array(vec![]));
     }
     let prefix = member_prefix(user);
     let end = coll::prefix_upper(&prefix);
@@ -180,33 +98,28 @@ pub fn smembers(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
         Order::Ascending,
         usize::MAX,
     );
-    Frame::Array(
+    Ok(Frame::Array(
         entries
             .into_iter()
             .map(|(k, _)| Frame::bulk(&k[prefix.len()..]))
             .collect(),
-    )
+    ))
 }
 
 /// SCARD key.
-pub fn scard(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
-    match coll::open_read(ctx, argv[1], Kind::Set) {
-        Ok(meta) => Frame::Integer(meta.map_or(0, |m| m.count as i64)),
-        Err(e) => e,
-    }
+pub fn scard(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    coll::len(ctx, argv[1], Kind::Set)
 }
 
 /// SISMEMBER key member.
-pub fn sismember(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn sismember(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let user = argv[1];
-    match coll::open_read(ctx, user, Kind::Set) {
-        Ok(Some(_)) => {}
-        Ok(None) => return Frame::Integer(0),
-        Err(e) => return e,
+    if coll::open_read(ctx, user, Kind::Set)?.is_none() {
+        return Ok(Frame::Integer(0));
     }
     let key = member_key(&member_prefix(user), &[argv[2]]);
     let present = ctx.present(&key);
-    Frame::Integer(i64::from(present))
+    Ok(Frame::Integer(i64::from(present)))
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::ops::Bound;
 use forest_core::Order;
 
 use super::coll;
-use super::{is_word, Ctx};
+use super::{is_word, Ctx, Reply};
 use crate::collection::{member_key, member_prefix, Kind};
 use crate::frame::Frame;
 
@@ -62,81 +62,65 @@ fn decode_fields(mut bytes: &[u8]) -> Option<Vec<Frame>> {
 }
 
 /// XADD key id|* field value [field value ...]: the new entry's id.
-pub fn xadd(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn xadd(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let user = argv[1];
     if ["nomkstream", "maxlen", "minid"]
         .iter()
         .any(|w| is_word(argv[2], w))
     {
-        return Frame::err("forest does not support XADD NOMKSTREAM/MAXLEN/MINID");
+        return Err(Frame::err(
+            "forest does not support XADD NOMKSTREAM/MAXLEN/MINID",
+        ));
     }
     let pairs = &argv[3..];
     if pairs.is_empty() || !pairs.len().is_multiple_of(2) {
-        return super::wrong_arity("xadd");
+        return Err(super::wrong_arity("xadd"));
     }
     let requested = if argv[2] == b"*" {
         None
     } else {
-        match parse_id(argv[2], 0) {
-            Ok(id) => Some(id),
-            Err(e) => return e,
-        }
+        Some(parse_id(argv[2], 0)?)
     };
     let prefix = member_prefix(user);
     let value = encode_fields(pairs);
-    if let Err(e) = coll::check_member(&member_key(&prefix, &[&[0; 16]]), &value) {
-        return e;
-    }
-    let shared = ctx.shared;
-    let _guard = shared.collections.lock(user);
-    let mut open = match coll::open_write(ctx, user, Kind::Stream) {
-        Ok(o) => o,
-        Err(e) => return e,
-    };
-    let last: Id = (open.meta.a as u64, open.meta.b as u64);
-    let id = match requested {
-        Some((0, Some(0))) => Err(Frame::err(
-            "The ID specified in XADD must be greater than 0-0",
-        )),
-        Some((ms, Some(seq))) if (ms, seq) > last => Ok((ms, seq)),
-        Some((ms, None)) if ms > last.0 => Ok((ms, 0)),
-        Some((ms, None)) if ms == last.0 && last.1 < u64::MAX => Ok((ms, last.1 + 1)),
-        Some(_) => Err(Frame::err(
-            "The ID specified in XADD is equal or smaller than the target stream top item",
-        )),
-        None => {
-            let now = crate::server::unix_nanos() / 1_000_000;
-            if now > last.0 {
-                Ok((now, 0))
-            } else if last.1 < u64::MAX {
-                Ok((last.0, last.1 + 1))
-            } else {
-                Ok((last.0.saturating_add(1), 0))
-            }
-        }
-    };
-    let result = id.and_then(|id| {
+    coll::check_member(&member_key(&prefix, &[&[0; 16]]), &value)?;
+    coll::write(ctx, user, Kind::Stream, |ctx, meta| {
+        let last: Id = (meta.a as u64, meta.b as u64);
+        let id =
+            match requested {
+                Some((0, Some(0))) => {
+                    return Err(Frame::err(
+                        "The ID specified in XADD must be greater than 0-0",
+                    ))
+                }
+                Some((ms, Some(seq))) if (ms, seq) > last => (ms, seq),
+                Some((ms, None)) if ms > last.0 => (ms, 0),
+                Some((ms, None)) if ms == last.0 && last.1 < u64::MAX => (ms, last.1 + 1),
+                Some(_) => return Err(Frame::err(
+                    "The ID specified in XADD is equal or smaller than the target stream top item",
+                )),
+                None => {
+                    let now = crate::server::unix_nanos() / 1_000_000;
+                    if now > last.0 {
+                        (now, 0)
+                    } else if last.1 < u64::MAX {
+                        (last.0, last.1 + 1)
+                    } else {
+                        (last.0.saturating_add(1), 0)
+                    }
+                }
+            };
         coll::put_member(ctx, &member_key(&prefix, &[&id_bytes(id)]), &value)?;
-        open.meta.count = open.meta.count.saturating_add(1);
-        open.meta.a = id.0 as i64;
-        open.meta.b = id.1 as i64;
-        Ok(id)
-    });
-    if let Err(e) = coll::finish(ctx, user, open) {
-        return e;
-    }
-    match result {
-        Ok(id) => Frame::bulk(id_text(id)),
-        Err(e) => e,
-    }
+        meta.count = meta.count.saturating_add(1);
+        meta.a = id.0 as i64;
+        meta.b = id.1 as i64;
+        Ok(Frame::bulk(id_text(id)))
+    })
 }
 
 /// XLEN key.
-pub fn xlen(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
-    match coll::open_read(ctx, argv[1], Kind::Stream) {
-        Ok(meta) => Frame::Integer(meta.map_or(0, |m| m.count as i64)),
-        Err(e) => e,
-    }
+pub fn xlen(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    coll::len(ctx, argv[1], Kind::Stream)
 }
 
 /// One XRANGE bound: `-`, `+`, `id`, `(id` (exclusive).
@@ -156,25 +140,20 @@ fn range_bound(arg: &[u8], is_start: bool) -> Result<Bound<Id>, Frame> {
 }
 
 /// XRANGE key start end [COUNT count]: `[[id, [field, value, ...]], ...]`.
-pub fn xrange(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn xrange(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let user = argv[1];
-    let (start, end) = match (range_bound(argv[2], true), range_bound(argv[3], false)) {
-        (Ok(a), Ok(b)) => (a, b),
-        (Err(e), _) | (_, Err(e)) => return e,
-    };
+    let (start, end) = (range_bound(argv[2], true)?, range_bound(argv[3], false)?);
     let limit = match &argv[4..] {
         [] => usize::MAX,
         [word, n] if is_word(word, "count") => match crate::parse::parse_int(n) {
-            Some(n) if n <= 0 => return Frame::Array(vec![]),
+            Some(n) if n <= 0 => return Ok(Frame::Array(vec![])),
             Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
-            None => return super::not_an_integer(),
+            None => return Err(super::not_an_integer()),
         },
-        _ => return super::syntax_error(),
+        _ => return Err(super::syntax_error()),
     };
-    match coll::open_read(ctx, user, Kind::Stream) {
-        Ok(Some(_)) => {}
-        Ok(None) => return Frame::Array(vec![]),
-        Err(e) => return e,
+    if coll::open_read(ctx, user, Kind::Stream)?.is_none() {
+        return Ok(Frame::Array(vec![]));
     }
     let prefix = member_prefix(user);
     let key = |id: Id| member_key(&prefix, &[&id_bytes(id)]);
@@ -209,14 +188,14 @@ pub fn xrange(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
             .and_then(|b| Some((b[..8].try_into().ok()?, b[8..].try_into().ok()?)))
             .map(|(ms, seq): ([u8; 8], [u8; 8])| (u64::from_be_bytes(ms), u64::from_be_bytes(seq)));
         let (Some(id), Some(fields)) = (id, decode_fields(&v)) else {
-            return Frame::err("stream entry is damaged");
+            return Err(Frame::err("stream entry is damaged"));
         };
         items.push(Frame::Array(vec![
             Frame::bulk(id_text(id)),
             Frame::Array(fields),
         ]));
     }
-    Frame::Array(items)
+    Ok(Frame::Array(items))
 }
 
 #[cfg(test)]

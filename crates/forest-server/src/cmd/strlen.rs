@@ -1,16 +1,15 @@
 //! STRLEN key.
 
-use super::{coll, Ctx};
+use super::{coll, Ctx, Reply};
 use crate::frame::Frame;
 
-pub fn strlen(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn strlen(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     if ctx.shared.store.get(argv[1], &mut ctx.buffers.scratch) {
-        return Frame::Integer(ctx.buffers.scratch.len() as i64);
+        return Ok(Frame::Integer(ctx.buffers.scratch.len() as i64));
     }
-    match coll::kind_of(ctx, argv[1]) {
-        Ok(None) => Frame::Integer(0),
-        Ok(Some(_)) => coll::wrongtype(),
-        Err(e) => e,
+    match coll::kind_of(ctx, argv[1])? {
+        None => Ok(Frame::Integer(0)),
+        Some(_) => Err(coll::wrongtype()),
     }
 }
 

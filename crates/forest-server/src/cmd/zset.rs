@@ -10,7 +10,7 @@ use std::ops::Bound;
 use forest_core::Order;
 
 use super::coll;
-use super::{int_arg, is_word, Ctx};
+use super::{int_arg, is_word, Ctx, Reply};
 use crate::collection::{member_key, member_prefix, score_bytes, score_from, Kind};
 use crate::frame::{Frame, Protocol};
 
@@ -37,56 +37,31 @@ fn parse_score(arg: &[u8]) -> Result<f64, Frame> {
 }
 
 /// ZADD key score member [score member ...]: how many members were added.
-pub fn zadd(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn zadd(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let user = argv[1];
     if ["nx", "xx", "gt", "lt", "ch", "incr"]
         .iter()
         .any(|w| is_word(argv[2], w))
     {
-        return Frame::err("forest does not support ZADD options (NX/XX/GT/LT/CH/INCR)");
+        return Err(Frame::err(
+            "forest does not support ZADD options (NX/XX/GT/LT/CH/INCR)",
+        ));
     }
     if !(argv.len() - 2).is_multiple_of(2) {
-        return super::syntax_error();
+        return Err(super::syntax_error());
     }
     let prefix = member_prefix(user);
     let mut pairs = Vec::with_capacity((argv.len() - 2) / 2);
     for pair in argv[2..].chunks_exact(2) {
-        let score = match parse_score(pair[0]) {
-            Ok(s) => s,
-            Err(e) => return e,
-        };
-        let key = member_key(&prefix, &[BY_SCORE, &[0; 8], pair[1]]);
-        if let Err(e) = coll::check_member(&key, b"") {
-            return e;
-        }
+        let score = parse_score(pair[0])?;
+        coll::check_member(&member_key(&prefix, &[BY_SCORE, &[0; 8], pair[1]]), b"")?;
         pairs.push((score, pair[1]));
     }
-    let shared = ctx.shared;
-    let _guard = shared.collections.lock(user);
-    let mut open = match coll::open_write(ctx, user, Kind::ZSet) {
-        Ok(o) => o,
-        Err(e) => return e,
-    };
-    let mut added = 0;
-    let mut result = Ok(());
-    for (score, member) in pairs {
-        match set_score(ctx, &prefix, member, score) {
-            Ok(true) => added += 1,
-            Ok(false) => {}
-            Err(e) => {
-                result = Err(e);
-                break;
-            }
-        }
-    }
-    open.meta.count = open.meta.count.saturating_add(added);
-    if let Err(e) = coll::finish(ctx, user, open) {
-        return e;
-    }
-    match result {
-        Ok(()) => Frame::Integer(added as i64),
-        Err(e) => e,
-    }
+    coll::write(ctx, user, Kind::ZSet, |ctx, meta| {
+        coll::count_changes(ctx, meta, 1, pairs, |ctx, (score, member)| {
+            set_score(ctx, &prefix, member, score)
+        })
+    })
 }
 
 /// Gives `member` `score`; true if the member is new.
@@ -149,74 +124,39 @@ fn scored_reply(ctx: &Ctx<'_, '_>, items: Vec<(Vec<u8>, f64)>, flat_single: bool
 }
 
 /// ZPOPMIN key [count]: the lowest members with their scores.
-pub fn zpopmin(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn zpopmin(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let user = argv[1];
-    let count = match argv.get(2) {
-        None => None,
-        Some(arg) => match coll::pop_count(arg) {
-            Ok(n) => Some(n),
-            Err(e) => return e,
-        },
-    };
-    if argv.len() > 3 {
-        return super::syntax_error();
-    }
-    let shared = ctx.shared;
-    let _guard = shared.collections.lock(user);
-    match coll::open_read(ctx, user, Kind::ZSet) {
-        Ok(Some(_)) => {}
-        Ok(None) => return Frame::Array(vec![]),
-        Err(e) => return e,
-    }
-    let mut open = match coll::open_write(ctx, user, Kind::ZSet) {
-        Ok(o) => o,
-        Err(e) => return e,
-    };
-    let prefix = member_prefix(user);
-    let lower = member_key(&prefix, &[BY_SCORE]);
-    let upper = coll::prefix_upper(&lower);
-    let want = count.unwrap_or(1).min(open.meta.count);
-    let entries = coll::members(
-        ctx,
-        Bound::Included(&lower),
-        Bound::Excluded(&upper),
-        Order::Ascending,
-        usize::try_from(want).unwrap_or(usize::MAX),
-    );
-    let mut popped = Vec::new();
-    let mut result = Ok(());
-    for (key, _) in entries {
-        let Some((member, score)) = by_score_entry(prefix.len(), &key) else {
-            continue;
-        };
-        match remove(ctx, &prefix, &member) {
-            Ok(true) => {
-                open.meta.count = open.meta.count.saturating_sub(1);
+    let count = coll::pop_count(argv)?;
+    coll::write_existing(ctx, user, Kind::ZSet, Frame::Array(vec![]), |ctx, meta| {
+        let prefix = member_prefix(user);
+        let lower = member_key(&prefix, &[BY_SCORE]);
+        let upper = coll::prefix_upper(&lower);
+        let want = count.unwrap_or(1).min(meta.count);
+        let entries = coll::members(
+            ctx,
+            Bound::Included(&lower),
+            Bound::Excluded(&upper),
+            Order::Ascending,
+            usize::try_from(want).unwrap_or(usize::MAX),
+        );
+        let mut popped = Vec::new();
+        for (key, _) in entries {
+            let Some((member, score)) = by_score_entry(prefix.len(), &key) else {
+                continue;
+            };
+            if remove(ctx, &prefix, &member)? {
+                meta.count = meta.count.saturating_sub(1);
                 popped.push((member, score));
             }
-            Ok(false) => {}
-            Err(e) => {
-                result = Err(e);
-                break;
-            }
         }
-    }
-    if let Err(e) = coll::finish(ctx, user, open) {
-        return e;
-    }
-    if let Err(e) = result {
-        return e;
-    }
-    scored_reply(ctx, popped, count.is_none())
+        Ok(scored_reply(ctx, popped, count.is_none()))
+    })
 }
 
 /// ZRANGE key start stop [WITHSCORES]: members by rank.
-pub fn zrange(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn zrange(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let user = argv[1];
-    let (start, stop) = match (int_arg(argv[2]), int_arg(argv[3])) {
-        (Ok(a), Ok(b)) => (a, b),
-        (Err(e), _) | (_, Err(e)) => return e,
-    };
+    let (start, stop) = (int_arg(argv[2])?, int_arg(argv[3])?);
     let with_scores = match &argv[4..] {
         [] => false,
         [w] if is_word(w, "withscores") => true,
@@ -226,17 +166,17 @@ pub fn zrange(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
                 .any(|o| is_word(w, o))
         }) =>
         {
-            return Frame::err("forest supports ZRANGE by index only (no BYSCORE/BYLEX/REV/LIMIT)")
+            return Err(Frame::err(
+                "forest supports ZRANGE by index only (no BYSCORE/BYLEX/REV/LIMIT)",
+            ))
         }
-        _ => return super::syntax_error(),
+        _ => return Err(super::syntax_error()),
     };
-    let meta = match coll::open_read(ctx, user, Kind::ZSet) {
-        Ok(Some(m)) => m,
-        Ok(None) => return Frame::Array(vec![]),
-        Err(e) => return e,
+    let Some(meta) = coll::open_read(ctx, user, Kind::ZSet)? else {
+        return Ok(Frame::Array(vec![]));
     };
     let Some((first, last)) = coll::index_range(start, stop, meta.count) else {
-        return Frame::Array(vec![]);
+        return Ok(Frame::Array(vec![]));
     };
     let prefix = member_prefix(user);
     let lower = member_key(&prefix, &[BY_SCORE]);
@@ -254,73 +194,44 @@ pub fn zrange(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
     .filter_map(|(k, _)| by_score_entry(prefix.len(), &k))
     .collect();
     if with_scores {
-        scored_reply(ctx, items, false)
+        Ok(scored_reply(ctx, items, false))
     } else {
-        Frame::Array(items.into_iter().map(|(m, _)| Frame::Bulk(m)).collect())
+        Ok(Frame::Array(
+            items.into_iter().map(|(m, _)| Frame::Bulk(m)).collect(),
+        ))
     }
 }
 
 /// ZCARD key.
-pub fn zcard(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
-    match coll::open_read(ctx, argv[1], Kind::ZSet) {
-        Ok(meta) => Frame::Integer(meta.map_or(0, |m| m.count as i64)),
-        Err(e) => e,
-    }
+pub fn zcard(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    coll::len(ctx, argv[1], Kind::ZSet)
 }
 
 /// ZSCORE key member: the score (RESP2 bulk, RESP3 double), or null.
-pub fn zscore(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
-    match coll::open_read(ctx, argv[1], Kind::ZSet) {
-        Ok(Some(_)) => {}
-        Ok(None) => return Frame::Null,
-        Err(e) => return e,
+pub fn zscore(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    if coll::open_read(ctx, argv[1], Kind::ZSet)?.is_none() {
+        return Ok(Frame::Null);
     }
     let key = member_key(&member_prefix(argv[1]), &[BY_NAME, argv[2]]);
     let mut value = Vec::new();
     if !ctx.read(&key, &mut value) {
-        return Frame::Null;
+        return Ok(Frame::Null);
     }
     match <[u8; 8]>::try_from(value.as_slice()) {
-        Ok(bytes) => Frame::Double(score_from(bytes)),
-        Err(_) => Frame::err("sorted set entry is damaged"),
+        Ok(bytes) => Ok(Frame::Double(score_from(bytes))),
+        Err(_) => Err(Frame::err("sorted set entry is damaged")),
     }
 }
 
 /// ZREM key member [member ...]: how many were removed.
-pub fn zrem(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
+pub fn zrem(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let user = argv[1];
-    let shared = ctx.shared;
-    let _guard = shared.collections.lock(user);
-    match coll::open_read(ctx, user, Kind::ZSet) {
-        Ok(Some(_)) => {}
-        Ok(None) => return Frame::Integer(0),
-        Err(e) => return e,
-    }
-    let mut open = match coll::open_write(ctx, user, Kind::ZSet) {
-        Ok(o) => o,
-        Err(e) => return e,
-    };
     let prefix = member_prefix(user);
-    let mut removed = 0;
-    let mut result = Ok(());
-    for member in &argv[2..] {
-        match remove(ctx, &prefix, member) {
-            Ok(true) => removed += 1,
-            Ok(false) => {}
-            Err(e) => {
-                result = Err(e);
-                break;
-            }
-        }
-    }
-    open.meta.count = open.meta.count.saturating_sub(removed);
-    if let Err(e) = coll::finish(ctx, user, open) {
-        return e;
-    }
-    match result {
-        Ok(()) => Frame::Integer(removed as i64),
-        Err(e) => e,
-    }
+    coll::write_existing(ctx, user, Kind::ZSet, Frame::Integer(0), |ctx, meta| {
+        coll::count_changes(ctx, meta, -1, &argv[2..], |ctx, member| {
+            remove(ctx, &prefix, member)
+        })
+    })
 }
 
 #[cfg(test)]
