@@ -20,6 +20,9 @@ pub enum Error {
     /// A configuration value outside its allowed range.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A call the API does not allow in the caller's situation (what and why in the text).
+    #[error("invalid use: {0}")]
+    InvalidUse(String),
     /// An engine name that forest does not know.
     #[error("unknown engine {name:?}; known engines: {known}")]
     UnknownEngine { name: String, known: String },

@@ -26,6 +26,7 @@ pub mod lsn;
 pub mod meta;
 pub mod recovery;
 pub mod replay;
+mod scan_gate;
 pub mod store;
 pub mod verify;
 pub mod wal;

@@ -16,8 +16,10 @@
 //! (consecutive LSNs in one shard log, `wal::group_commit::log_unit`): recovery applies it
 //! whole or not at all. Readers: each stripe is also a seqlock, odd while a batch applies
 //! its keys; [`Store::get`] and [`Store::get_many`] retry (waiting on the stripe's lock)
-//! until they read with no batch half applied, so no point read sees part of a batch. A scan
-//! is not atomic as a whole (like the engines' scans) and may see part of one.
+//! until they read with no batch half applied, so no point read sees part of a batch. Scans
+//! see each batch whole or not at all through the scan gate (`scan_gate`): short ones read
+//! optimistically between batches, long ones hold batches (not single writes) off while
+//! they run. A scan is otherwise not a snapshot: single writes may land during it.
 //!
 //! Invariants:
 //! - Per key, LSN order = apply order (the stripe covers both), so replay in LSN order
@@ -54,6 +56,7 @@ use crate::file::{Dir, DirLock, OsDir};
 use crate::lsn::{KeyStripes, LsnAllocator};
 use crate::meta::{self, StoreMeta};
 use crate::recovery::{self, RecoveryMode, RecoveryReport};
+use crate::scan_gate::ScanGate;
 use crate::verify::VerifyReport;
 use crate::wal::group_commit::{GroupCommit, SHARD_COUNT_MAX};
 use crate::wal::{log_name, LogHeader, LogWriter, Op};
@@ -232,6 +235,8 @@ pub struct Store {
     index: Box<dyn Index>,
     lsns: Arc<LsnAllocator>,
     stripes: KeyStripes,
+    /// Keeps scans from seeing part of an atomic batch (`scan_gate`).
+    gate: ScanGate,
     commit: GroupCommit,
     options: StoreOptions,
     /// The engine in use (named, recorded or the default).
@@ -383,6 +388,7 @@ impl Store {
             index: recovered.index,
             lsns,
             stripes: KeyStripes::default(),
+            gate: ScanGate::default(),
             commit,
             options,
             engine,
@@ -512,7 +518,11 @@ impl Store {
         }
     }
 
-    /// Visits the records in the bounds in `order` (not atomic as a whole, like the engines).
+    /// Visits the records in the bounds in `order`. The scan sees every atomic batch whole
+    /// or not at all (`scan_gate`): a short scan reads optimistically and retries if a
+    /// batch applied meanwhile; a long one holds batches off (not single writes) while it
+    /// runs, visitor included, so a slow visitor delays batches. The visitor must not write
+    /// a batch ([`Error::InvalidUse`]); single writes and reads are fine.
     pub fn scan(
         &self,
         lower: Bound<&[u8]>,
@@ -520,7 +530,81 @@ impl Store {
         order: Order,
         visit: &mut Visitor<'_>,
     ) {
-        self.index.scan(lower, upper, order, visit);
+        self.scan_up_to(lower, upper, order, usize::MAX, visit)
+    }
+
+    /// [`Self::scan`] of at most `limit` records: a scan that ends within its first
+    /// [`SCAN_OPTIMISTIC_ROWS`] rows (or `limit`) never holds batches off.
+    pub fn scan_up_to(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        limit: usize,
+        visit: &mut Visitor<'_>,
+    ) {
+        if limit == 0 {
+            return;
+        }
+        let want = limit.min(SCAN_OPTIMISTIC_ROWS);
+        let mut rows = ScanRows::default();
+        // The generation the rows were read at, once a read was valid.
+        let mut read_at = None;
+        for _ in 0..READ_RETRIES_MAX {
+            let Some(generation) = self.gate.read_begin() else {
+                // A batch is applying: register at once (this read would fail anyway).
+                break;
+            };
+            rows.clear();
+            self.index.scan(lower, upper, order, &mut |k, v| {
+                rows.push(k, v);
+                if rows.len() >= want {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            });
+            if self.gate.read_valid(generation) {
+                read_at = Some(generation);
+                break;
+            }
+        }
+        if read_at.is_some() && rows.len() < SCAN_OPTIMISTIC_ROWS {
+            // The whole scan (or all the caller wants) is in `rows`, read between batches.
+            let _visiting = self.gate.visiting();
+            // Stopped by the visitor or not, the scan is done.
+            let _ = rows.visit(visit);
+            return;
+        }
+        // Long, or batches kept coming: hold them off and stream the rest.
+        let _pass = self.gate.enter_scan();
+        let _visiting = self.gate.visiting();
+        let mut left = limit;
+        let visit = &mut |k: &[u8], v: &[u8]| {
+            left -= 1;
+            visit(k, v)?;
+            if left == 0 {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        };
+        match read_at {
+            // No batch applied since the rows were read: hand them out, go on after them.
+            Some(generation) if self.gate.read_valid(generation) => {
+                if rows.visit(visit).is_break() {
+                    return;
+                }
+                let last = rows.last_key().expect("a long scan read rows");
+                match order {
+                    Order::Ascending => self.index.scan(Bound::Excluded(last), upper, order, visit),
+                    Order::Descending => {
+                        self.index.scan(lower, Bound::Excluded(last), order, visit)
+                    }
+                }
+            }
+            _ => self.index.scan(lower, upper, order, visit),
+        }
     }
 
     /// Decides and logs one write of `key` in `shard`, under the key's stripe; returns
@@ -698,6 +782,15 @@ impl Store {
             }
         }
         self.commit.check_failed()?;
+        // Scans must not see part of a batch of two keys or more (`scan_gate`); entered
+        // before any stripe lock (a registered scan's visitor may take one).
+        let _pass = match ops.split_first() {
+            Some((first, rest)) if rest.iter().any(|op| op.key() != first.key()) => {
+                self.gate.check_no_scan_here()?;
+                Some(self.gate.enter_batch())
+            }
+            _ => None,
+        };
         let mut stripes: Vec<usize> = ops
             .iter()
             .map(|op| KeyStripes::index_of(op.key()))
@@ -912,6 +1005,48 @@ impl Drop for Applying<'_> {
         for &i in self.indexes {
             self.stripes.at(i).bump();
         }
+    }
+}
+
+/// Rows a scan reads optimistically before it registers in the scan gate instead (its
+/// buffer's size; YCSB-E's scans are up to 100 rows).
+pub const SCAN_OPTIMISTIC_ROWS: usize = 128;
+
+/// The rows of an optimistic scan: keys and values in one buffer, no allocation per row.
+#[derive(Default)]
+struct ScanRows {
+    bytes: Vec<u8>,
+    /// Per row: where its key starts and how long key and value are.
+    rows: Vec<(usize, usize, usize)>,
+}
+
+impl ScanRows {
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.rows.clear();
+    }
+
+    fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    fn push(&mut self, key: &[u8], value: &[u8]) {
+        self.rows.push((self.bytes.len(), key.len(), value.len()));
+        self.bytes.extend_from_slice(key);
+        self.bytes.extend_from_slice(value);
+    }
+
+    fn visit(&self, visit: &mut Visitor<'_>) -> ControlFlow<()> {
+        for &(at, key_len, value_len) in &self.rows {
+            let key = &self.bytes[at..at + key_len];
+            visit(key, &self.bytes[at + key_len..at + key_len + value_len])?;
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn last_key(&self) -> Option<&[u8]> {
+        let &(at, key_len, _) = self.rows.last()?;
+        Some(&self.bytes[at..at + key_len])
     }
 }
 

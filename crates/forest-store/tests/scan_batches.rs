@@ -1,0 +1,210 @@
+//! Scans never see part of an atomic batch (issue 12: "concurrent readers never see part of
+//! a batch"), short scans (optimistic) and long ones (registered in the scan gate) alike, in
+//! both orders, with and without a limit; and a scan's visitor cannot write a batch.
+
+use std::ops::{Bound, ControlFlow};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use forest_core::{Error, Order};
+use forest_store::file::SimDir;
+use forest_store::{Durability, Store, StoreOptions, WriteBatch};
+
+fn store() -> Arc<Store> {
+    let options = StoreOptions {
+        durability: Durability::Periodic { interval_ms: 20 },
+        shards: 2,
+        ..StoreOptions::default()
+    };
+    Arc::new(Store::open(SimDir::new(7), options).expect("open"))
+}
+
+fn key(i: usize) -> Vec<u8> {
+    format!("k{i:05}").into_bytes()
+}
+
+/// Writes batches that set keys `0..keys` all to the round number, for `time`; meanwhile
+/// scanners check every scan sees one round only. Also a single writer outside the range.
+fn run(keys: usize, limit: Option<usize>, time: Duration) -> (u64, u64) {
+    let store = store();
+    let mut first = WriteBatch::new();
+    for i in 0..keys {
+        first.put(&key(i), &0u64.to_be_bytes());
+    }
+    store.write(&first).expect("write");
+    let stop = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicU64::new(0));
+    let writer = {
+        let (store, stop, rounds) = (Arc::clone(&store), Arc::clone(&stop), Arc::clone(&rounds));
+        thread::spawn(move || {
+            let mut round = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                round += 1;
+                let mut batch = WriteBatch::new();
+                for i in 0..keys {
+                    batch.put(&key(i), &round.to_be_bytes());
+                }
+                store.write(&batch).expect("write");
+                store
+                    .upsert(b"z-single", &round.to_be_bytes())
+                    .expect("upsert");
+                rounds.store(round, Ordering::Relaxed);
+            }
+        })
+    };
+    let scanners: Vec<_> = [Order::Ascending, Order::Descending]
+        .into_iter()
+        .map(|order| {
+            let (store, stop) = (Arc::clone(&store), Arc::clone(&stop));
+            thread::spawn(move || {
+                let mut scans = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let mut seen: Vec<u64> = Vec::new();
+                    let mut visit = |_: &[u8], v: &[u8]| {
+                        seen.push(u64::from_be_bytes(v.try_into().expect("8 bytes")));
+                        ControlFlow::Continue(())
+                    };
+                    let (lower, upper) = (Bound::Included(&b"k"[..]), Bound::Excluded(&b"l"[..]));
+                    match limit {
+                        Some(n) => store.scan_up_to(lower, upper, order, n, &mut visit),
+                        None => store.scan(lower, upper, order, &mut visit),
+                    }
+                    assert_eq!(seen.len(), limit.unwrap_or(keys).min(keys));
+                    assert!(
+                        seen.iter().all(|&r| r == seen[0]),
+                        "a scan ({order:?}, {keys} keys, limit {limit:?}) saw part of a \
+                         batch: rounds {:?}",
+                        seen.iter().collect::<std::collections::BTreeSet<_>>()
+                    );
+                    scans += 1;
+                }
+                scans
+            })
+        })
+        .collect();
+    thread::sleep(time);
+    stop.store(true, Ordering::Relaxed);
+    writer.join().expect("writer");
+    let scans = scanners
+        .into_iter()
+        .map(|s| s.join().expect("scanner"))
+        .sum();
+    (rounds.load(Ordering::Relaxed), scans)
+}
+
+// Goal: short scans (within the optimistic buffer) see each batch whole. Method: batches of
+// 50 keys all set to their round; two scanners (both orders) check each scan sees one
+// round. Fails without the scan gate within a few hundred rounds.
+#[test]
+fn short_scans_see_batches_whole() {
+    let (rounds, scans) = run(50, None, Duration::from_millis(1500));
+    assert!(rounds > 10 && scans > 10, "{rounds} rounds, {scans} scans");
+}
+
+// Goal: long scans (registered: more rows than the optimistic buffer) see batches whole,
+// and batches still make progress beside them. Method: as above with 400 keys.
+#[test]
+fn long_scans_see_batches_whole() {
+    let (rounds, scans) = run(400, None, Duration::from_millis(1500));
+    assert!(rounds > 10 && scans > 10, "{rounds} rounds, {scans} scans");
+}
+
+// Goal: a limited scan sees batches whole whether the limit is below or above the
+// optimistic buffer. Method: as above with limits 10 and 200 over 300 keys.
+#[test]
+fn limited_scans_see_batches_whole() {
+    for limit in [10, 200] {
+        let (rounds, scans) = run(300, Some(limit), Duration::from_millis(800));
+        assert!(rounds > 10 && scans > 10, "{rounds} rounds, {scans} scans");
+    }
+}
+
+// Goal: a batch written from a scan's visitor is refused with a clear error (it would wait
+// for the scan that runs the visitor), for short and long scans; single writes work there.
+#[test]
+fn a_visitor_cannot_write_a_batch() {
+    let store = store();
+    for n in [3usize, 300] {
+        let mut batch = WriteBatch::new();
+        for i in 0..n {
+            batch.put(&key(i), b"v");
+        }
+        store.write(&batch).expect("write");
+        let mut refused = 0;
+        store.scan(
+            Bound::Unbounded,
+            Bound::Unbounded,
+            Order::Ascending,
+            &mut |k, _| {
+                let mut two = WriteBatch::new();
+                two.put(b"a", b"1").put(b"b", b"2");
+                match store.write(&two) {
+                    Err(Error::InvalidUse(why)) => {
+                        assert!(why.contains("inside a scan's visitor"), "{why}");
+                        refused += 1;
+                    }
+                    other => panic!("a batch from a visitor: {other:?}"),
+                }
+                store
+                    .upsert(&[b"x", k].concat(), b"single")
+                    .expect("single write");
+                ControlFlow::Break(())
+            },
+        );
+        assert_eq!(refused, 1, "{n} keys");
+    }
+    // Outside a scan the same batch works.
+    let mut two = WriteBatch::new();
+    two.put(b"a", b"1").put(b"b", b"2");
+    store.write(&two).expect("write after the scan");
+}
+
+// Goal: a registered scan holds batches off while it runs, and lets them go after. Method:
+// a long scan whose visitor sleeps; a batch started meanwhile applies only after the scan
+// handed out its last row, and then completes.
+#[test]
+fn a_long_scan_delays_batches_only_while_it_runs() {
+    let store = store();
+    let mut batch = WriteBatch::new();
+    for i in 0..300 {
+        batch.put(&key(i), b"old");
+    }
+    store.write(&batch).expect("write");
+    let scanned = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (store, scanned) = (Arc::clone(&store), Arc::clone(&scanned));
+        thread::spawn(move || {
+            thread::sleep(Duration::from_millis(50));
+            let mut batch = WriteBatch::new();
+            batch.put(&key(0), b"new").put(&key(299), b"new");
+            store.write(&batch).expect("write");
+            assert!(
+                scanned.load(Ordering::SeqCst),
+                "the batch applied inside the scan"
+            );
+        })
+    };
+    let mut seen = Vec::new();
+    store.scan(
+        Bound::Unbounded,
+        Bound::Unbounded,
+        Order::Ascending,
+        &mut |_, v| {
+            seen.push(v.to_vec());
+            if seen.len() == 200 {
+                thread::sleep(Duration::from_millis(200));
+            }
+            if seen.len() == 300 {
+                // Still inside the scan: the batch must not have applied yet.
+                scanned.store(true, Ordering::SeqCst);
+            }
+            ControlFlow::Continue(())
+        },
+    );
+    writer.join().expect("writer");
+    assert!(seen.iter().all(|v| v == b"old"), "the scan saw the batch");
+    let mut out = Vec::new();
+    assert!(store.get(&key(299), &mut out) && out == b"new");
+}
