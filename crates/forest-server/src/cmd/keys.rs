@@ -33,13 +33,9 @@ pub fn list_keys(
         };
         ctx.shared
             .store
-            .scan(lower, upper, Order::Ascending, &mut |key, _| {
+            .scan_up_to(lower, upper, Order::Ascending, limit, &mut |key, _| {
                 strings.push((key.to_vec(), "string"));
-                if strings.len() >= limit {
-                    ControlFlow::Break(())
-                } else {
-                    ControlFlow::Continue(())
-                }
+                ControlFlow::Continue(())
             });
     }
     let mut collections = Vec::new();

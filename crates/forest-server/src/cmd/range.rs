@@ -105,20 +105,16 @@ pub fn range(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     if limit == 0 {
         return Ok(Frame::Array(items));
     }
-    let mut entries = 0;
+    // The limit goes to the store: a short page of a long range reads optimistically,
+    // without holding batches off (scan_gate).
     ctx.shared
         .store
-        .scan(lower, upper, order, &mut |key, value| {
+        .scan_up_to(lower, upper, order, limit, &mut |key, value| {
             items.push(Frame::bulk(key));
             if !keys_only {
                 items.push(Frame::bulk(value));
             }
-            entries += 1;
-            if entries >= limit {
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
+            ControlFlow::Continue(())
         });
     Ok(Frame::Array(items))
 }
