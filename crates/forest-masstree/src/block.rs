@@ -19,10 +19,21 @@
 //! address: usize LE | value`, the address at a pointer-aligned offset (`ADDRESS_AT`, for
 //! leak checkers). Comparing a suffix then costs one more dependent load.
 //!
+//! A border slot holds its block in a [`BlockSlot`]: [`BlockSlot::load`] takes a `&'g Guard`
+//! and returns a `&'g Block`, safely, because of the invariants below; a block leaves its
+//! slot only through [`BlockSlot::replace`] (which retires it through the epoch) or
+//! [`BlockSlot::move_to`] (to another slot). This module and [`crate::node`] hold the crate's
+//! `unsafe` for memory.
+//!
 //! Invariants:
 //! - Every block is made by [`new_value`], which initializes all its bytes before the block is
 //!   shared; blocks are never written afterwards (replaced whole, freed through the epoch;
 //!   the memory-tool build poisons them in [`free`], when no thread can reach them).
+//! - A block in a slot is owned by that slot alone: it is freed only once out of it, by the
+//!   epoch (`replace`, so readers pinned before can still read it) or by the slot's drop
+//!   (exclusive access: the node is being freed, crate::node invariants). So a block loaded
+//!   under a pinned guard stays valid until that guard unpins. Slot writers are serialized by
+//!   the node lock.
 //! - So every block is at least [`HEADER_BYTES`] long, starts with a [`ValueKind`] byte, and
 //!   its suffix length fits in it.
 //! - A separate suffix block is owned by exactly one value block, made with it and freed with
@@ -31,7 +42,8 @@
 
 use std::mem::MaybeUninit;
 
-use crossbeam_epoch::{Guard, Owned, Shared};
+use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
+use forest_core::sync::atomic::Ordering;
 
 use crate::memcheck::{POISONS, POISON_BYTE};
 
@@ -74,17 +86,6 @@ const _: () = assert!(forest_core::KEY_BYTES_MAX - 8 <= u16::MAX as usize);
 pub struct Value<'a> {
     pub kind: ValueKind,
     pub bytes: &'a [u8],
-}
-
-impl<'a> Value<'a> {
-    /// A plain value.
-    #[inline]
-    pub fn plain(bytes: &'a [u8]) -> Self {
-        Self {
-            kind: ValueKind::Plain,
-            bytes,
-        }
-    }
 }
 
 /// A new block for a key with `suffix` (empty for a key that ends in its slice) and `value`,
@@ -154,13 +155,72 @@ pub fn free(mut o: Owned<Block>) {
     drop(o);
 }
 
-/// Frees a replaced block once no pinned reader can hold it.
-#[inline]
-pub fn retire(old: Shared<'_, Block>, guard: &Guard) {
-    if !old.is_null() {
-        // SAFETY: `old` was taken out of its slot, so no new reader can load it; readers that
-        // did are pinned, and the epoch runs this after they unpin, once (one slot owned it).
-        unsafe { guard.defer_unchecked(move || free(old.into_owned())) };
+/// A border slot's block: null or a block this slot alone owns (module invariants).
+#[derive(Debug)]
+pub struct BlockSlot(Atomic<Block>);
+
+impl BlockSlot {
+    /// An empty slot.
+    pub fn null() -> Self {
+        Self(Atomic::null())
+    }
+
+    /// The slot's block, kept alive by `guard` (module invariants).
+    #[inline]
+    pub fn load<'g>(&self, order: Ordering, guard: &'g Guard) -> Option<&'g Block> {
+        // SAFETY: a block is freed only once out of its slot, through the epoch that `guard`
+        // pins, or when the slot is dropped, which cannot happen while a guard that reached
+        // its node is pinned (module invariants).
+        unsafe { self.0.load(order, guard).as_ref() }
+    }
+
+    /// Whether the slot holds no block.
+    pub fn is_null(&self, guard: &Guard) -> bool {
+        self.0.load(Ordering::Relaxed, guard).is_null()
+    }
+
+    /// Puts `new` (or nothing) in the slot with a store of `order` and retires the block it
+    /// held: freed once every reader pinned now has unpinned. The node is locked, or not yet
+    /// reachable: slot writers are serialized, so no interlocked swap is needed.
+    #[inline]
+    pub fn replace(&self, new: Option<Owned<Block>>, order: Ordering, guard: &Guard) {
+        let old = self.0.load(Ordering::Relaxed, guard);
+        match new {
+            Some(b) => self.0.store(b, order),
+            None => self.0.store(Shared::null(), order),
+        }
+        if !old.is_null() {
+            // SAFETY: `old` is out of its slot, the only one that owned it, so no new reader
+            // can load it; readers that did are pinned, and the epoch runs this after they
+            // unpin, once (module invariants).
+            unsafe { guard.defer_unchecked(move || free(old.into_owned())) };
+        }
+    }
+
+    /// Moves this slot's block into the empty slot `to`, leaving this one empty: release
+    /// stores, so a reader that loads the moved pointer also sees the block's bytes. Both
+    /// slots' nodes are locked (and marked dirty when readers can see them) or not yet
+    /// reachable.
+    #[inline]
+    pub fn move_to(&self, to: &BlockSlot, order: Ordering, guard: &Guard) {
+        debug_assert!(to.is_null(guard), "a block moves into an empty slot");
+        let b = self.0.load(Ordering::Relaxed, guard);
+        to.0.store(b, order);
+        self.0.store(Shared::null(), order);
+    }
+}
+
+impl Drop for BlockSlot {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: the slot's node is being freed, so no thread can read the slot
+        // (crate::node invariants); nothing is loaded through this guard past this function.
+        let guard = unsafe { crossbeam_epoch::unprotected() };
+        let p = self.0.swap(Shared::null(), Ordering::Relaxed, guard);
+        if !p.is_null() {
+            // SAFETY: the block is owned by this slot alone (module invariants) and no thread
+            // can reach it (above).
+            free(unsafe { p.into_owned() });
+        }
     }
 }
 
@@ -271,7 +331,11 @@ mod tests {
         // value block, the only kind of reference a leak checker (LeakSanitizer) sees; else a
         // value block still waiting in the epoch's garbage at exit gets its suffix reported
         // as leaked. Method: find the address's bytes in a new block and check the offset.
-        let o = new_value(b"a suffix", Value::plain(b"value"), SuffixStorage::Separate);
+        let value = Value {
+            kind: ValueKind::Plain,
+            bytes: b"value",
+        };
+        let o = new_value(b"a suffix", value, SuffixStorage::Separate);
         let (address, _) = separate(bytes(&o)).expect("a separate suffix");
         let word = (address as usize).to_le_bytes();
         let at = bytes(&o)

@@ -23,51 +23,54 @@
 //!   position `i` is in slot `i`, and slots `size..` are free with null blocks. An insert or a
 //!   remove then shifts slots in place with the node marked inserting, so a reader that
 //!   overlaps it fails validation (`vinsert` changes) and retries; a shift moves each block
-//!   pointer (the source slot is overwritten or nulled), so a block stays owned by one slot.
+//!   ([`BlockSlot::move_to`]: the source slot is nulled), so a block stays owned by one slot.
+//!
+//! Nodes and blocks are reached through [`crate::node`]'s references and
+//! [`crate::block::BlockSlot`], so this module has no `unsafe`.
 
-use crossbeam_epoch::{Atomic, Guard, Shared};
-use forest_core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use crossbeam_epoch::Guard;
+use forest_core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
-pub use crate::block::retire;
-use crate::block::{self, SuffixStorage};
+use crate::block::{self, Block, BlockSlot, SuffixStorage};
 use crate::config::{MasstreeConfig, NodeSearch};
 use crate::key::{class_of_keylen, slice_of, KEYLEN_LAYER, KEYLEN_SUFFIX, SLICE_BYTES};
-use crate::node::NodeBase;
+use crate::node::{BorderRef, Link, NodeBase};
 use crate::permuter::Permuter;
 
-/// A heap block holding a key suffix and a value.
-pub type Bytes = crate::block::Block;
-
-/// A border node.
+/// A border node of a tree whose border nodes have `W` slots and interior nodes fanout `F`.
 #[derive(Debug)]
 #[repr(C, align(64))]
-pub struct Border<const W: usize> {
-    pub base: NodeBase,
+pub struct Border<const W: usize, const F: usize> {
+    pub base: NodeBase<W, F>,
     pub permutation: AtomicU64,
     pub has_removed: AtomicBool,
     pub lowkey: u64,
     pub keyslice: [AtomicU64; W],
     pub keylen: [AtomicU8; W],
-    pub value: [Atomic<Bytes>; W],
-    pub layer: [AtomicPtr<NodeBase>; W],
-    pub next: AtomicPtr<Border<W>>,
-    pub prev: AtomicPtr<Border<W>>,
+    pub value: [BlockSlot; W],
+    /// Layer links: the first border node of the layer below (`keylen == KEYLEN_LAYER`).
+    pub layer: [Link<Border<W, F>>; W],
+    pub next: Link<Border<W, F>>,
+    pub prev: Link<Border<W, F>>,
 }
 
 /// What a new slot holds: a key and its value, or (§4.6.3, and always for long keys without
 /// suffix storage) a link to a deeper layer.
 #[derive(Clone, Copy)]
-pub enum NewSlot<'a> {
+pub enum NewSlot<'a, const W: usize, const F: usize> {
     /// A key, from this layer's slice on, and its value.
     Key {
         rest: &'a [u8],
         value: block::Value<'a>,
     },
     /// A layer link for `slice` to the layer whose first border node is `link`.
-    Layer { slice: u64, link: *mut NodeBase },
+    Layer {
+        slice: u64,
+        link: BorderRef<'a, W, F>,
+    },
 }
 
-impl NewSlot<'_> {
+impl<const W: usize, const F: usize> NewSlot<'_, W, F> {
     /// The slice the slot is sorted by.
     pub fn slice(&self) -> u64 {
         match self {
@@ -78,10 +81,12 @@ impl NewSlot<'_> {
 }
 
 /// What a reader found for a key in one border node.
-pub enum Lookup<'g> {
+pub enum Lookup<'g, const W: usize, const F: usize> {
     NotFound,
-    Value(Shared<'g, Bytes>),
-    Layer(*mut NodeBase),
+    /// The key's slot, and its block (none: the slot is being emptied).
+    Value(Option<&'g Block>),
+    /// A layer link (none: a slot being rewritten, caught by validation).
+    Layer(Option<BorderRef<'g, W, F>>),
     Unstable,
 }
 
@@ -97,20 +102,21 @@ pub enum Found {
     Absent(usize),
 }
 
-impl<const W: usize> Border<W> {
-    /// An empty border node with the given version bits and lowkey.
-    pub fn new(version_bits: u64, lowkey: u64) -> Self {
+impl<const W: usize, const F: usize> Border<W, F> {
+    /// An empty border node with the header `base` and `lowkey`; only
+    /// [`crate::node::NodeRegistry::alloc_border`] makes a header for it.
+    pub fn new(base: NodeBase<W, F>, lowkey: u64) -> Self {
         Self {
-            base: NodeBase::new(version_bits),
+            base,
             permutation: AtomicU64::new(Permuter::<W>::empty().value()),
             has_removed: AtomicBool::new(false),
             lowkey,
             keyslice: std::array::from_fn(|_| AtomicU64::new(0)),
             keylen: std::array::from_fn(|_| AtomicU8::new(0)),
-            value: std::array::from_fn(|_| Atomic::null()),
-            layer: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
-            next: AtomicPtr::new(std::ptr::null_mut()),
-            prev: AtomicPtr::new(std::ptr::null_mut()),
+            value: std::array::from_fn(|_| BlockSlot::null()),
+            layer: std::array::from_fn(|_| Link::null()),
+            next: Link::null(),
+            prev: Link::null(),
         }
     }
 
@@ -183,7 +189,7 @@ impl<const W: usize> Border<W> {
         rest: &[u8],
         search: NodeSearch,
         guard: &'g Guard,
-    ) -> Lookup<'g> {
+    ) -> Lookup<'g, W, F> {
         let perm = self.permutation();
         let (i, Some(kl)) = self.position(perm, slice, class, search) else {
             return Lookup::NotFound;
@@ -192,27 +198,28 @@ impl<const W: usize> Border<W> {
         crate::pause::pause_point("get:slot-matched");
         match kl {
             0..=8 => Lookup::Value(self.value[s].load(Ordering::Acquire, guard)),
-            KEYLEN_SUFFIX => {
-                let p = self.value[s].load(Ordering::Acquire, guard);
-                // SAFETY: blocks are freed only through the epoch `guard` pins.
-                match unsafe { p.as_ref() } {
-                    Some(b) if block::suffix(b) == suffix_of(rest) => Lookup::Value(p),
-                    Some(_) => Lookup::NotFound,
-                    None => Lookup::Unstable,
-                }
-            }
-            KEYLEN_LAYER => Lookup::Layer(self.layer[s].load(Ordering::Acquire)),
+            KEYLEN_SUFFIX => match self.value[s].load(Ordering::Acquire, guard) {
+                Some(b) if block::suffix(b) == suffix_of(rest) => Lookup::Value(Some(b)),
+                Some(_) => Lookup::NotFound,
+                None => Lookup::Unstable,
+            },
+            KEYLEN_LAYER => Lookup::Layer(self.layer[s].load(Ordering::Acquire, guard)),
             _ => Lookup::Unstable,
         }
     }
 
-    /// Reader-side: the layer link for `slice`, if the node holds one (the caller validates).
-    pub fn layer_link(&self, slice: u64, _guard: &Guard) -> Option<*mut NodeBase> {
+    /// Reader-side: the layer link for `slice`, if the node holds one (the caller validates;
+    /// `Some(None)` is a slot being rewritten).
+    pub fn layer_link<'g>(
+        &self,
+        slice: u64,
+        guard: &'g Guard,
+    ) -> Option<Option<BorderRef<'g, W, F>>> {
         let perm = self.permutation();
         (0..perm.size()).map(|i| perm.get(i)).find_map(|s| {
             (self.keyslice[s].load(Ordering::Acquire) == slice
                 && self.keylen[s].load(Ordering::Acquire) == KEYLEN_LAYER)
-                .then(|| self.layer[s].load(Ordering::Acquire))
+                .then(|| self.layer[s].load(Ordering::Acquire, guard))
         })
     }
 
@@ -235,10 +242,9 @@ impl<const W: usize> Border<W> {
         match kl {
             KEYLEN_LAYER => Found::Layer(s),
             KEYLEN_SUFFIX => {
-                let p = self.value[s].load(Ordering::Relaxed, guard);
-                // SAFETY: the slot's block is live while the lock is held.
-                let same =
-                    unsafe { p.as_ref() }.is_some_and(|b| block::suffix(b) == suffix_of(rest));
+                let same = self.value[s]
+                    .load(Ordering::Relaxed, guard)
+                    .is_some_and(|b| block::suffix(b) == suffix_of(rest));
                 if same {
                     Found::Exact(i, s)
                 } else {
@@ -251,11 +257,14 @@ impl<const W: usize> Border<W> {
 
     /// Writes a new slot's contents into free slot `s`; the node is locked and `s` is not
     /// listed (or the node is marked dirty).
-    pub fn write_slot(&self, s: usize, new: NewSlot<'_>, storage: SuffixStorage, guard: &Guard) {
+    pub fn write_slot(
+        &self,
+        s: usize,
+        new: NewSlot<'_, W, F>,
+        storage: SuffixStorage,
+        guard: &Guard,
+    ) {
         self.keyslice[s].store(new.slice(), Ordering::Relaxed);
-        // Load and store, not swap: slot writers are serialized by the node lock, so no
-        // interlocked instruction is needed; the release store publishes the block's bytes.
-        let old = self.value[s].load(Ordering::Relaxed, guard);
         match new {
             NewSlot::Key { rest, value } => {
                 let kl = if rest.len() <= SLICE_BYTES {
@@ -266,22 +275,28 @@ impl<const W: usize> Border<W> {
                 };
                 self.keylen[s].store(kl, Ordering::Relaxed);
                 let b = block::new_value(suffix_of(rest), value, storage);
-                self.value[s].store(b, Ordering::Release);
-                self.layer[s].store(std::ptr::null_mut(), Ordering::Relaxed);
+                // The release store publishes the block's bytes; the old block is retired.
+                self.value[s].replace(Some(b), Ordering::Release, guard);
+                self.layer[s].store(None, Ordering::Relaxed);
             }
             NewSlot::Layer { link, .. } => {
                 self.keylen[s].store(KEYLEN_LAYER, Ordering::Relaxed);
-                self.value[s].store(Shared::null(), Ordering::Relaxed);
-                self.layer[s].store(link, Ordering::Release);
+                self.value[s].replace(None, Ordering::Relaxed, guard);
+                self.layer[s].store(Some(link), Ordering::Release);
             }
         }
-        retire(old, guard);
     }
 
     /// Inserts `new` at position `pos` of a locked node with a free slot (§4.6.2): with the
     /// permuter into the free slot at the back, published by one permutation store; without
     /// it (module invariants) into slot `pos`, after shifting the slots from `pos` on.
-    pub fn insert_at(&self, pos: usize, new: NewSlot<'_>, config: &MasstreeConfig, guard: &Guard) {
+    pub fn insert_at(
+        &self,
+        pos: usize,
+        new: NewSlot<'_, W, F>,
+        config: &MasstreeConfig,
+        guard: &Guard,
+    ) {
         let perm = self.permutation();
         let (perm, s) = if config.permuter {
             if self.has_removed.load(Ordering::Relaxed) {
@@ -311,53 +326,50 @@ impl<const W: usize> Border<W> {
             self.has_removed.store(true, Ordering::Relaxed);
             self.permutation
                 .store(perm.remove(pos).value(), Ordering::Release);
-            let old = self.value[s].swap(Shared::null(), Ordering::AcqRel, guard);
-            retire(old, guard);
+            self.value[s].replace(None, Ordering::Release, guard);
             return;
         }
         let n = perm.size();
         debug_assert_eq!(s, pos, "a sorted node's permutation is the identity");
         self.base.version.mark_insert();
-        let old = self.value[pos].load(Ordering::Relaxed, guard);
+        self.value[pos].replace(None, Ordering::Release, guard);
         for i in pos..n - 1 {
             self.copy_slot(i + 1, i, guard);
         }
-        self.value[n - 1].store(Shared::null(), Ordering::Release);
-        self.layer[n - 1].store(std::ptr::null_mut(), Ordering::Release);
+        // Slot n - 1's block moved left; its link goes too.
+        self.layer[n - 1].store(None, Ordering::Release);
         self.permutation
             .store(Permuter::<W>::identity(n - 1).value(), Ordering::Release);
-        retire(old, guard);
     }
 
     /// Shifts slots `pos..n` of this locked, dirty node one place right and leaves slot `pos`
     /// without a block (its block moved on). Precondition: slot `n` is free.
     pub fn shift_right(&self, pos: usize, n: usize, guard: &Guard) {
-        debug_assert!(self.value[n].load(Ordering::Relaxed, guard).is_null());
+        debug_assert!(self.value[n].is_null(guard));
         for i in (pos..n).rev() {
             self.copy_slot(i, i + 1, guard);
         }
-        if pos < n {
-            self.value[pos].store(Shared::null(), Ordering::Release);
-        }
     }
 
-    /// Copies slot `from` to slot `to` of this locked, dirty node. The block pointer is
-    /// copied, so the caller overwrites or nulls `from` before unlocking (one owner per
-    /// block). Release stores: a reader that loads the moved pointer also sees the block's
-    /// bytes, published when the block was first stored.
+    /// Copies slot `from` to the empty slot `to` of this locked, dirty node, moving its block
+    /// (`from` is left without one: one owner per block). Release stores: a reader that
+    /// loads the moved pointer also sees the block's bytes, published when the block was
+    /// first stored.
     fn copy_slot(&self, from: usize, to: usize, guard: &Guard) {
         self.keyslice[to].store(
             self.keyslice[from].load(Ordering::Relaxed),
             Ordering::Relaxed,
         );
         self.keylen[to].store(self.keylen[from].load(Ordering::Relaxed), Ordering::Relaxed);
-        let val = self.value[from].load(Ordering::Relaxed, guard);
-        self.value[to].store(val, Ordering::Release);
-        self.layer[to].store(self.layer[from].load(Ordering::Relaxed), Ordering::Release);
+        self.value[from].move_to(&self.value[to], Ordering::Release, guard);
+        self.layer[to].store(
+            self.layer[from].load(Ordering::Relaxed, guard),
+            Ordering::Release,
+        );
     }
 
     /// Moves slot `from_s` of this locked node to slot `to_s` of `to` (not yet visible).
-    pub fn move_slot(&self, from_s: usize, to: &Border<W>, to_s: usize, guard: &Guard) {
+    pub fn move_slot(&self, from_s: usize, to: &Border<W, F>, to_s: usize, guard: &Guard) {
         to.keyslice[to_s].store(
             self.keyslice[from_s].load(Ordering::Relaxed),
             Ordering::Relaxed,
@@ -367,11 +379,9 @@ impl<const W: usize> Border<W> {
             Ordering::Relaxed,
         );
         // Plain loads and stores: both nodes are ours (locked, or not yet visible).
-        let val = self.value[from_s].load(Ordering::Relaxed, guard);
-        self.value[from_s].store(Shared::null(), Ordering::Relaxed);
-        to.value[to_s].store(val, Ordering::Relaxed);
+        self.value[from_s].move_to(&to.value[to_s], Ordering::Relaxed, guard);
         to.layer[to_s].store(
-            self.layer[from_s].load(Ordering::Relaxed),
+            self.layer[from_s].load(Ordering::Relaxed, guard),
             Ordering::Relaxed,
         );
     }
@@ -381,19 +391,4 @@ impl<const W: usize> Border<W> {
 #[inline]
 pub fn suffix_of(rest: &[u8]) -> &[u8] {
     rest.get(SLICE_BYTES..).unwrap_or_default()
-}
-
-impl<const W: usize> Drop for Border<W> {
-    fn drop(&mut self) {
-        // SAFETY: dropping needs exclusive access to the node, so no thread can read these
-        // slots; each block is owned by one slot only (module invariants).
-        let guard = unsafe { crossbeam_epoch::unprotected() };
-        for s in 0..W {
-            let p = self.value[s].swap(Shared::null(), Ordering::Relaxed, guard);
-            if !p.is_null() {
-                // SAFETY: as above: the block is unreachable from any other slot.
-                block::free(unsafe { p.into_owned() });
-            }
-        }
-    }
 }

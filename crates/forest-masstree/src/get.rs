@@ -5,7 +5,6 @@
 //! (`k ≥ lowkey(next)`), since splits move keys only to the right.
 
 use crossbeam_epoch as epoch;
-use forest_core::sync::atomic::Ordering;
 
 use crate::block::Value;
 use crate::border::Lookup;
@@ -35,12 +34,12 @@ pub fn get_with<const W: usize, const F: usize>(
 ) -> bool {
     let guard = epoch::pin();
     'top: loop {
-        let mut root = tree.root.load(Ordering::Acquire);
+        let mut root = tree.root(&guard);
         let mut rest = key;
         'layer: loop {
             let slice = slice_of(rest);
             let class = class_of(rest);
-            let (mut n, mut v) = crate::layer::find_border(tree, root, slice);
+            let (mut n, mut v) = crate::layer::find_border(tree, root, slice, &guard);
             loop {
                 if v & DELETED != 0 {
                     // Removed node or removed layer (§4.6.5): the key's place is found anew
@@ -50,28 +49,26 @@ pub fn get_with<const W: usize, const F: usize>(
                 }
                 let found = n.lookup(slice, class, rest, tree.config.search, &guard);
                 let mut hit = false;
-                if let Lookup::Value(p) = found {
-                    // SAFETY: values are freed only through the epoch `guard` pins.
-                    if let Some(b) = unsafe { p.as_ref() } {
-                        read(crate::block::value(b));
-                        hit = true;
-                    }
+                if let Lookup::Value(Some(b)) = found {
+                    read(crate::block::value(b));
+                    hit = true;
                 }
                 if n.base.version.has_changed(v) {
                     // What we read may be torn or stale: re-read, after walking right past
                     // splits.
                     tree.counters.retries.incr();
-                    (n, v) = crate::layer::walk_right(n, slice);
+                    (n, v) = crate::layer::walk_right(n, slice, &guard);
                     continue;
                 }
                 match found {
                     Lookup::NotFound | Lookup::Value(_) => return hit,
-                    Lookup::Layer(p) => {
-                        root = p;
+                    Lookup::Layer(Some(p)) => {
+                        root = p.node();
                         rest = &rest[SLICE_BYTES..];
                         continue 'layer;
                     }
-                    Lookup::Unstable => {
+                    // A validated layer slot has its link; wait as for an unstable one.
+                    Lookup::Layer(None) | Lookup::Unstable => {
                         // A layer is being installed; the writer holds the node briefly.
                         tree.counters.retries.incr();
                         forest_core::sync::spin_loop();

@@ -12,7 +12,7 @@ use forest_core::sync::atomic::Ordering;
 use forest_core::Result;
 
 use crate::block::{SuffixStorage, Value, ValueKind};
-use crate::border::{retire, Found, NewSlot};
+use crate::border::{Found, NewSlot};
 use crate::key::{class_of, slice_of, SLICE_BYTES};
 use crate::Masstree;
 
@@ -55,14 +55,14 @@ where
     M: FnMut(Option<Value<'_>>) -> Result<Cow<'v, [u8]>>,
 {
     let guard = epoch::pin();
-    let mut root = tree.root.load(Ordering::Acquire);
+    let mut root = tree.root(&guard);
     let mut rest = key;
     loop {
         let slice = slice_of(rest);
         let class = class_of(rest);
-        let Some(n) = crate::layer::locate_locked(tree, root, slice) else {
+        let Some(n) = crate::layer::locate_locked(tree, root, slice, &guard) else {
             // A removed node or layer (§4.6.5): nothing was written yet; start over.
-            root = tree.root.load(Ordering::Acquire);
+            root = tree.root(&guard);
             rest = key;
             continue;
         };
@@ -73,8 +73,7 @@ where
                     return Ok(false);
                 }
                 let cur = n.value[s].load(Ordering::Relaxed, &guard);
-                // SAFETY: the slot's value is live while the node is locked and `guard` pinned.
-                let value = match make(unsafe { cur.as_ref() }.map(crate::block::value)) {
+                let value = match make(cur.map(crate::block::value)) {
                     Ok(v) => v,
                     Err(e) => {
                         n.base.version.unlock();
@@ -89,16 +88,15 @@ where
                     },
                     tree.config.suffix,
                 );
-                // Writers of the slot are serialized by the node lock: no interlocked swap.
-                let old = n.value[s].load(Ordering::Relaxed, &guard);
-                n.value[s].store(block, Ordering::Release);
-                retire(old, &guard);
+                // Readers see the old block or the new one; the old one is retired.
+                n.value[s].replace(Some(block), Ordering::Release, &guard);
                 n.base.version.unlock();
                 return Ok(true);
             }
             Found::Layer(s) => {
-                root = n.layer[s].load(Ordering::Acquire);
+                let link = n.layer[s].load(Ordering::Acquire, &guard);
                 n.base.version.unlock();
+                root = link.expect("a locked layer slot has its link").node();
                 rest = &rest[SLICE_BYTES..];
             }
             Found::Conflict(s) => {
@@ -132,7 +130,12 @@ where
                     // (a chain of one-key layers), linked from here in one step.
                     NewSlot::Layer {
                         slice,
-                        link: crate::layer::new_layer_chain(tree, &rest[SLICE_BYTES..], value),
+                        link: crate::layer::new_layer_chain(
+                            tree,
+                            &rest[SLICE_BYTES..],
+                            value,
+                            &guard,
+                        ),
                     }
                 } else {
                     NewSlot::Key { rest, value }

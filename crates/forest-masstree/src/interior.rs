@@ -11,42 +11,46 @@
 //! - `keyslice[i-1]` is the lowkey of the first border node under `child[i]`: splits post the
 //!   new sibling's lowkey, and a removal that shifts out a first child raises the ancestor
 //!   separator to match (§4.6.5, `crate::remove`).
+//!
+//! Children are reached through [`crate::node`]'s references, so this module has no `unsafe`.
 
-use forest_core::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use crossbeam_epoch::Guard;
+use forest_core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 use crate::config::NodeSearch;
-use crate::node::{base, NodeBase};
+use crate::node::{InteriorRef, Link, NodeBase, NodeRef};
 
 /// The most children an interior node may have (bounds a split's scratch arrays).
 pub const FANOUT_MAX: usize = 32;
 /// The fewest children an interior node may have (a split leaves both halves a key).
 pub const FANOUT_MIN: usize = 4;
 
-/// An interior node of fanout `F`.
+/// An interior node of fanout `F` (in a tree whose border nodes have `W` slots).
 #[derive(Debug)]
 #[repr(C, align(64))]
-pub struct Interior<const F: usize> {
-    pub base: NodeBase,
+pub struct Interior<const W: usize, const F: usize> {
+    pub base: NodeBase<W, F>,
     pub nkeys: AtomicU8,
     /// Separators `0..F - 1`; the last entry is never used (a stable array length cannot be
     /// `F - 1` for a generic `F`).
     pub keyslice: [AtomicU64; F],
-    pub child: [AtomicPtr<NodeBase>; F],
+    pub child: [Link<NodeBase<W, F>>; F],
 }
 
-impl<const F: usize> Interior<F> {
+impl<const W: usize, const F: usize> Interior<W, F> {
     /// Keys of a full node.
     pub const KEYS_MAX: usize = F - 1;
     const FANOUT_OK: () = assert!(F >= FANOUT_MIN && F <= FANOUT_MAX);
 
-    /// An empty interior node with the given version bits.
-    pub fn new(version_bits: u64) -> Self {
+    /// An empty interior node with the header `base`; only
+    /// [`crate::node::NodeRegistry::alloc_interior`] makes a header for it.
+    pub fn new(base: NodeBase<W, F>) -> Self {
         let () = Self::FANOUT_OK;
         Self {
-            base: NodeBase::new(version_bits),
+            base,
             nkeys: AtomicU8::new(0),
             keyslice: std::array::from_fn(|_| AtomicU64::new(0)),
-            child: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
+            child: std::array::from_fn(|_| Link::null()),
         }
     }
 
@@ -57,7 +61,12 @@ impl<const F: usize> Interior<F> {
 
     /// The child responsible for `slice` (may be null under a torn read).
     #[inline]
-    pub fn child_for(&self, slice: u64, search: NodeSearch) -> *mut NodeBase {
+    pub fn child_for<'g>(
+        &self,
+        slice: u64,
+        search: NodeSearch,
+        guard: &'g Guard,
+    ) -> Option<NodeRef<'g, W, F>> {
         let n = self.nkeys();
         let i = match search {
             NodeSearch::Linear => {
@@ -80,23 +89,24 @@ impl<const F: usize> Interior<F> {
                 lo
             }
         };
-        self.child[i].load(Ordering::Acquire)
+        self.child[i].load(Ordering::Acquire, guard)
     }
 
-    pub(crate) fn position_of(&self, c: *mut NodeBase) -> usize {
+    /// The position of child `c` in this locked node.
+    pub(crate) fn position_of(&self, c: NodeRef<'_, W, F>, guard: &Guard) -> usize {
         let n = self.nkeys();
         (0..=n)
-            .find(|&i| self.child[i].load(Ordering::Relaxed) == c)
+            .find(|&i| self.child[i].load(Ordering::Relaxed, guard) == Some(c))
             .expect("a locked parent lists its child")
     }
 
     /// Removes child `c` of this locked node, marked inserting, with at least one key: with the
     /// key before it, or, for the first child, with the key after it. Returns that key in
     /// the second case: the node's new lower bound (§4.6.5).
-    pub fn remove_child(&self, c: *mut NodeBase) -> Option<u64> {
+    pub fn remove_child(&self, c: NodeRef<'_, W, F>, guard: &Guard) -> Option<u64> {
         let n = self.nkeys();
         debug_assert!(n > 0);
-        let j = self.position_of(c);
+        let j = self.position_of(c, guard);
         let (key_gone, raised) = if j == 0 {
             (0, Some(self.keyslice[0].load(Ordering::Relaxed)))
         } else {
@@ -107,55 +117,60 @@ impl<const F: usize> Interior<F> {
             self.keyslice[i].store(k, Ordering::Release);
         }
         for i in j..n {
-            let k = self.child[i + 1].load(Ordering::Relaxed);
+            let k = self.child[i + 1].load(Ordering::Relaxed, guard);
             self.child[i].store(k, Ordering::Release);
         }
-        self.child[n].store(std::ptr::null_mut(), Ordering::Release);
+        self.child[n].store(None, Ordering::Release);
         self.nkeys.store(n as u8 - 1, Ordering::Release);
         raised
     }
 
     /// Inserts `right` after `left` with separator `sep`; the node is locked, marked
     /// inserting, and not full.
-    pub fn insert_after(&self, left: *mut NodeBase, sep: u64, right: *mut NodeBase) {
+    pub fn insert_after(
+        &self,
+        left: NodeRef<'_, W, F>,
+        sep: u64,
+        right: NodeRef<'_, W, F>,
+        guard: &Guard,
+    ) {
         let n = self.nkeys();
         debug_assert!(n < Self::KEYS_MAX);
-        let j = self.position_of(left);
+        let j = self.position_of(left, guard);
         for i in (j..n).rev() {
             let k = self.keyslice[i].load(Ordering::Relaxed);
             self.keyslice[i + 1].store(k, Ordering::Relaxed);
-            let c = self.child[i + 1].load(Ordering::Relaxed);
+            let c = self.child[i + 1].load(Ordering::Relaxed, guard);
             self.child[i + 2].store(c, Ordering::Relaxed);
         }
         self.keyslice[j].store(sep, Ordering::Relaxed);
-        self.child[j + 1].store(right, Ordering::Release);
+        self.child[j + 1].store(Some(right), Ordering::Release);
         self.nkeys.store(n as u8 + 1, Ordering::Release);
     }
 
-    /// Splits this full, locked, splitting node into itself and `p2` (new, locked), inserting
-    /// `right` after `left` first. Sets the parent of every child that lands in `p2`, and of
-    /// `right` wherever it lands. Returns the separator to insert above.
-    pub fn split_into(
-        &self,
-        self_ptr: *mut Interior<F>,
-        p2: &Interior<F>,
-        p2_ptr: *mut Interior<F>,
-        left: *mut NodeBase,
+    /// Splits the full, locked, splitting node `this` into itself and `p2` (new, locked),
+    /// inserting `right` after `left` first. Sets the parent of every child that lands in
+    /// `p2`, and of `right` wherever it lands. Returns the separator to insert above.
+    pub fn split_into<'g>(
+        this: InteriorRef<'g, W, F>,
+        p2: InteriorRef<'g, W, F>,
+        left: NodeRef<'g, W, F>,
         sep: u64,
-        right: *mut NodeBase,
+        right: NodeRef<'g, W, F>,
+        guard: &'g Guard,
     ) -> u64 {
-        let n = self.nkeys();
+        let n = this.nkeys();
         debug_assert_eq!(n, Self::KEYS_MAX);
-        let j = self.position_of(left);
+        let j = this.position_of(left, guard);
         let mut keys = [0u64; FANOUT_MAX];
-        let mut kids = [std::ptr::null_mut::<NodeBase>(); FANOUT_MAX + 1];
+        let mut kids: [Option<NodeRef<'g, W, F>>; FANOUT_MAX + 1] = [None; FANOUT_MAX + 1];
         let mut k = 0;
         for i in 0..n {
             if i == j {
                 keys[k] = sep;
                 k += 1;
             }
-            keys[k] = self.keyslice[i].load(Ordering::Relaxed);
+            keys[k] = this.keyslice[i].load(Ordering::Relaxed);
             k += 1;
         }
         if j == n {
@@ -163,10 +178,10 @@ impl<const F: usize> Interior<F> {
         }
         let mut c = 0;
         for i in 0..=n {
-            kids[c] = self.child[i].load(Ordering::Relaxed);
+            kids[c] = this.child[i].load(Ordering::Relaxed, guard);
             c += 1;
             if i == j {
-                kids[c] = right;
+                kids[c] = Some(right);
                 c += 1;
             }
         }
@@ -179,26 +194,21 @@ impl<const F: usize> Interior<F> {
         }
         for (i, &kid) in kids[left_keys + 1..=F].iter().enumerate() {
             p2.child[i].store(kid, Ordering::Relaxed);
-            // SAFETY: children of a tree node are live nodes (crate::node invariants).
-            unsafe { base(kid) }
-                .parent
-                .store(p2_ptr.cast(), Ordering::Release);
+            let kid = kid.expect("a full locked node has all its children");
+            kid.parent.store(Some(p2.node()), Ordering::Release);
         }
         p2.nkeys
             .store((Self::KEYS_MAX - left_keys) as u8, Ordering::Relaxed);
         for (i, &key) in keys[..left_keys].iter().enumerate() {
-            self.keyslice[i].store(key, Ordering::Relaxed);
+            this.keyslice[i].store(key, Ordering::Relaxed);
         }
         for (i, &kid) in kids[..=left_keys].iter().enumerate() {
-            self.child[i].store(kid, Ordering::Relaxed);
-            if kid == right {
-                // SAFETY: as above.
-                unsafe { base(kid) }
-                    .parent
-                    .store(self_ptr.cast(), Ordering::Release);
+            this.child[i].store(kid, Ordering::Relaxed);
+            if kid == Some(right) {
+                right.parent.store(Some(this.node()), Ordering::Release);
             }
         }
-        self.nkeys.store(left_keys as u8, Ordering::Release);
+        this.nkeys.store(left_keys as u8, Ordering::Release);
         up
     }
 }

@@ -16,31 +16,33 @@
 //!   root is marked deleted, so a writer that followed the old link starts over (§4.6.5).
 //! - A root collapse locks the only child, then the root; the old root is marked deleted
 //!   and non-root and its parent pointer names the new root, so stale climbers go on.
+//!
+//! Nodes are reached through [`crate::node`]'s references; the one `unsafe` step is retiring
+//! a collapsed root (its `// SAFETY:` comment says why it is unreachable).
 
-use crossbeam_epoch::{Guard, Shared};
+use crossbeam_epoch::Guard;
 use forest_core::sync::atomic::Ordering;
 
-use crate::border::Border;
 use crate::key::{slice_of, KEYLEN_LAYER, KEYLEN_SUFFIX, KEYLEN_UNSTABLE, SLICE_BYTES};
-use crate::node::{base, border, node, NodeBase, NodeRef};
-use crate::nodeversion::{DELETED, ISBORDER, ISROOT, VSPLIT_MASK};
+use crate::node::{BorderRef, Kind, NodeRef};
+use crate::nodeversion::{DELETED, ISROOT, VSPLIT_MASK};
 use crate::permuter::Permuter;
 use crate::Masstree;
 
 /// Climbs from a possibly stale root to its layer's current root (Fig. 6's first lines);
 /// returns it with a stable version.
 #[inline]
-fn climb(mut n: *mut NodeBase) -> (*mut NodeBase, u64) {
+fn climb<'g, const W: usize, const F: usize>(
+    mut n: NodeRef<'g, W, F>,
+    guard: &'g Guard,
+) -> (NodeRef<'g, W, F>, u64) {
     loop {
-        // SAFETY: `n` was read from the tree under the caller's pin (crate::node invariants).
-        let v = unsafe { base(n) }.version.stable();
+        let v = n.version.stable();
         if v & ISROOT != 0 {
             return (n, v);
         }
-        // SAFETY: as above.
-        let p = unsafe { base(n) }.parent.load(Ordering::Acquire);
-        if !p.is_null() {
-            n = p.cast();
+        if let Some(p) = n.parent.load(Ordering::Acquire, guard) {
+            n = p;
         }
         // A null parent on a non-root: a root collapse is making `n` the root; re-read it.
     }
@@ -53,17 +55,17 @@ fn climb(mut n: *mut NodeBase) -> (*mut NodeBase, u64) {
 /// Postcondition: `slice >= lowkey` of the node returned. A descent can reach a node whose
 /// lowkey is above the slice only while a removal (§4.6.5) has shifted an interior node's
 /// first child out and not yet redirected the separator above it; it then starts over.
-pub fn find_border<const W: usize, const F: usize>(
+pub fn find_border<'g, const W: usize, const F: usize>(
     tree: &Masstree<W, F>,
-    root: *mut NodeBase,
+    root: NodeRef<'g, W, F>,
     slice: u64,
-) -> (&Border<W>, u64) {
+    guard: &'g Guard,
+) -> (BorderRef<'g, W, F>, u64) {
     'retry: loop {
-        let (mut n, mut v) = climb(root);
+        let (mut n, mut v) = climb(root, guard);
         loop {
-            // SAFETY: `n` is a live node of this tree, read under the caller's pin.
-            let inner = match unsafe { node::<W, F>(n) } {
-                NodeRef::Border(b) => {
+            let inner = match n.kind() {
+                Kind::Border(b) => {
                     // A deleted border node goes back to the caller, who starts over from
                     // the top: it may be a removed layer's root.
                     if slice < b.lowkey && v & DELETED == 0 {
@@ -72,7 +74,7 @@ pub fn find_border<const W: usize, const F: usize>(
                     }
                     return (b, v);
                 }
-                NodeRef::Interior(i) => i,
+                Kind::Interior(i) => i,
             };
             if v & DELETED != 0 {
                 // An emptied interior node: the node now responsible is reached from the
@@ -80,13 +82,12 @@ pub fn find_border<const W: usize, const F: usize>(
                 tree.counters.restarts.incr();
                 continue 'retry;
             }
-            let child = inner.child_for(slice, tree.config.search);
-            if tree.config.prefetch {
-                crate::prefetch::node(child, Masstree::<W, F>::PREFETCH_LINES);
-            }
-            if !child.is_null() {
-                // SAFETY: a child pointer read from a live node under the pin is a live node.
-                let cv = unsafe { base(child) }.version.stable();
+            let child = inner.child_for(slice, tree.config.search, guard);
+            if let Some(child) = child {
+                if tree.config.prefetch {
+                    crate::prefetch::node(child.as_ptr(), Masstree::<W, F>::PREFETCH_LINES);
+                }
+                let cv = child.version.stable();
                 if !inner.base.version.has_changed(v) {
                     // Hand-over-hand validation: the child was ours while `inner` was unchanged.
                     n = child;
@@ -110,12 +111,13 @@ pub fn find_border<const W: usize, const F: usize>(
 /// The border node responsible for `slice`, locked (§4.5). After locking, walks right past
 /// splits that happened since the search (lowkeys never change, §4.6.4). `None` when it met a
 /// deleted node: the caller starts over from the tree's root (the layer may be gone).
-pub fn locate_locked<const W: usize, const F: usize>(
+pub fn locate_locked<'g, const W: usize, const F: usize>(
     tree: &Masstree<W, F>,
-    root: *mut NodeBase,
+    root: NodeRef<'g, W, F>,
     slice: u64,
-) -> Option<&Border<W>> {
-    let (mut n, v) = find_border(tree, root, slice);
+    guard: &'g Guard,
+) -> Option<BorderRef<'g, W, F>> {
+    let (mut n, v) = find_border(tree, root, slice, guard);
     let locked = n.base.version.lock();
     if locked & DELETED == 0 && (locked ^ v) & VSPLIT_MASK == 0 {
         // No split since the descent's snapshot, when `n` was responsible for `slice`: only a
@@ -129,12 +131,9 @@ pub fn locate_locked<const W: usize, const F: usize>(
             tree.counters.restarts.incr();
             return None;
         }
-        let next = n.next.load(Ordering::Acquire);
-        if next.is_null() {
+        let Some(nb) = n.next.load(Ordering::Acquire, guard) else {
             return Some(n);
-        }
-        // SAFETY: `next` links of a locked live node point to live border nodes.
-        let nb = unsafe { border(next) };
+        };
         if slice < nb.lowkey {
             return Some(n);
         }
@@ -146,28 +145,30 @@ pub fn locate_locked<const W: usize, const F: usize>(
 
 /// The root link of the layer holding keys that start with `prefix` (a multiple of 8 bytes),
 /// or `None` if no such layer exists now. Optimistic, like a get.
-pub fn layer_root<const W: usize, const F: usize>(
+pub fn layer_root<'g, const W: usize, const F: usize>(
     tree: &Masstree<W, F>,
     prefix: &[u8],
-    guard: &Guard,
-) -> Option<*mut NodeBase> {
+    guard: &'g Guard,
+) -> Option<NodeRef<'g, W, F>> {
     debug_assert_eq!(prefix.len() % SLICE_BYTES, 0);
     'top: loop {
-        let mut root = tree.root.load(Ordering::Acquire);
+        let mut root = tree.root(guard);
         for chunk in prefix.chunks(SLICE_BYTES) {
             let slice = slice_of(chunk);
-            let (mut n, mut v) = find_border(tree, root, slice);
+            let (mut n, mut v) = find_border(tree, root, slice, guard);
             root = loop {
                 if v & DELETED != 0 {
                     continue 'top;
                 }
                 let link = n.layer_link(slice, guard);
                 if n.base.version.has_changed(v) {
-                    (n, v) = walk_right(n, slice);
+                    (n, v) = walk_right(n, slice, guard);
                     continue;
                 }
                 match link {
-                    Some(p) => break p,
+                    Some(Some(p)) => break p.node(),
+                    // Validated: a listed layer slot has its link.
+                    Some(None) => continue 'top,
                     None => return None,
                 }
             };
@@ -178,18 +179,23 @@ pub fn layer_root<const W: usize, const F: usize>(
 
 /// After a failed validation of `n` (Fig. 7): a fresh stable version, walking right along
 /// `next` while `slice` belongs to a sibling that a split created.
-pub fn walk_right<const W: usize>(mut n: &Border<W>, slice: u64) -> (&Border<W>, u64) {
+pub fn walk_right<'g, const W: usize, const F: usize>(
+    mut n: BorderRef<'g, W, F>,
+    slice: u64,
+    guard: &'g Guard,
+) -> (BorderRef<'g, W, F>, u64) {
     let mut v = n.base.version.stable();
-    let mut next = n.next.load(Ordering::Acquire);
-    while v & DELETED == 0 && !next.is_null() {
-        // SAFETY: `next` links point to live border nodes while the caller is pinned.
-        let nb = unsafe { border(next) };
+    let mut next = n.next.load(Ordering::Acquire, guard);
+    while v & DELETED == 0 {
+        let Some(nb) = next else {
+            break;
+        };
         if slice < nb.lowkey {
             break;
         }
         n = nb;
         v = n.base.version.stable();
-        next = n.next.load(Ordering::Acquire);
+        next = n.next.load(Ordering::Acquire, guard);
     }
     (n, v)
 }
@@ -197,73 +203,73 @@ pub fn walk_right<const W: usize>(mut n: &Border<W>, slice: u64) -> (&Border<W>,
 /// Collapses the layer's root while it is an interior node with one child (§4.6.5: removes
 /// leave "trivial chains"); `hint` is any node on the layer's leftmost path (its link).
 /// Locks child, then parent, as splits do.
-pub fn collapse_root<const W: usize, const F: usize>(
+pub fn collapse_root<'g, const W: usize, const F: usize>(
     tree: &Masstree<W, F>,
-    hint: *mut NodeBase,
-    guard: &Guard,
+    hint: NodeRef<'g, W, F>,
+    guard: &'g Guard,
 ) {
     loop {
-        let (r, _) = climb(hint);
-        // SAFETY: `r` is live under `guard`.
-        let ri = match unsafe { node::<W, F>(r) } {
-            NodeRef::Interior(i) if i.nkeys() == 0 => i,
+        let (r, _) = climb(hint, guard);
+        let ri = match r.kind() {
+            Kind::Interior(i) if i.nkeys() == 0 => i,
             _ => return,
         };
-        let c = ri.child[0].load(Ordering::Acquire);
-        if c.is_null() {
+        let Some(c) = ri.child[0].load(Ordering::Acquire, guard) else {
             return;
+        };
+        if c.version.lock() & DELETED != 0 {
+            // Removed, or a root that collapsed in turn since we read it: `r` changed too.
+            c.version.unlock();
+            continue;
         }
-        // SAFETY: a child read under the pin is live.
-        let cb = unsafe { base(c) };
-        cb.version.lock();
-        let p = crate::split::locked_parent::<F>(cb);
-        let ok = p.cast() == r
+        let p = crate::split::locked_parent(c, guard);
+        let ok = p == Some(ri)
             && ri.base.version.raw() & (ISROOT | DELETED) == ISROOT
             && ri.nkeys() == 0
-            && ri.child[0].load(Ordering::Relaxed) == c;
+            && ri.child[0].load(Ordering::Relaxed, guard) == Some(c);
         if !ok {
-            if !p.is_null() {
-                // SAFETY: `p` is live and locked by us.
-                unsafe { base(p.cast()) }.version.unlock();
+            if let Some(p) = p {
+                p.base.version.unlock();
             }
-            cb.version.unlock();
+            c.version.unlock();
             continue;
         }
         ri.base.version.mark_split();
-        cb.version.mark_root();
+        c.version.mark_root();
         // A reader holding the old root climbs from it to `c`.
-        ri.base.parent.store(c.cast(), Ordering::Release);
+        ri.base.parent.store(Some(c), Ordering::Release);
         ri.base.version.clear_root();
         ri.base.version.mark_deleted();
-        cb.parent.store(std::ptr::null_mut(), Ordering::Release);
-        let _ = tree
-            .root
-            .compare_exchange(r, c, Ordering::AcqRel, Ordering::Acquire);
+        c.parent.store(None, Ordering::Release);
+        tree.root
+            .compare_exchange(Some(r), Some(c), Ordering::AcqRel, Ordering::Acquire);
         ri.base.version.unlock();
-        cb.version.unlock();
+        c.version.unlock();
         tree.counters.collapses.incr();
         // SAFETY: `r` is off every path: no child's parent, not the tree's root, never a
-        // layer link (links name a layer's first border node); marked non-root and deleted.
-        unsafe { tree.nodes.retire::<W, F>(r, guard) };
+        // layer link (links name a layer's first border node); marked non-root and deleted
+        // under its lock, so no writer links it again (they lock a node and check `DELETED`
+        // before linking it). Retired once: only the thread that marked it deleted gets here.
+        unsafe { tree.nodes.retire(r, guard) };
     }
 }
 
 /// Replaces the long key in slot `s` of the locked node `n` by a new layer holding it
 /// (§4.6.3) and returns the new layer's root. The caller continues its insert there.
-pub fn make_new_layer<const W: usize, const F: usize>(
+pub fn make_new_layer<'g, const W: usize, const F: usize>(
     tree: &Masstree<W, F>,
-    n: &Border<W>,
+    n: BorderRef<'g, W, F>,
     s: usize,
-    guard: &Guard,
-) -> *mut NodeBase {
+    guard: &'g Guard,
+) -> NodeRef<'g, W, F> {
     debug_assert_eq!(n.keylen[s].load(Ordering::Relaxed), KEYLEN_SUFFIX);
     tree.counters.layers.incr();
-    let old = n.value[s].load(Ordering::Relaxed, guard);
-    // SAFETY: the slot's block is live while `n` is locked and `guard` pinned.
-    let (old_rest, value) = unsafe { old.as_ref() }
+    let (old_rest, value) = n.value[s]
+        .load(Ordering::Relaxed, guard)
         .map(crate::block::entry)
         .expect("a listed KEYLEN_SUFFIX slot has its block");
-    let twig = Border::<W>::new(ISBORDER | ISROOT, 0);
+    // Not reachable by others until linked below.
+    let twig = tree.nodes.alloc_border::<W, F>(ISROOT, 0, guard);
     twig.keyslice[0].store(slice_of(old_rest), Ordering::Relaxed);
     let kl = if old_rest.len() <= SLICE_BYTES {
         old_rest.len() as u8
@@ -277,20 +283,19 @@ pub fn make_new_layer<const W: usize, const F: usize>(
         value,
         tree.config.suffix,
     );
-    twig.value[0].store(moved, Ordering::Relaxed);
+    twig.value[0].replace(Some(moved), Ordering::Relaxed, guard);
     twig.permutation
         .store(Permuter::<W>::from_sorted(&[0]).value(), Ordering::Relaxed);
     n.base.version.mark_insert();
     // A reader now sees the long key without its block (unstable) or, after validation
-    // fails on the inserting mark, the new layer.
-    n.value[s].store(Shared::null(), Ordering::Release);
-    let twig = tree.nodes.alloc_border(twig);
+    // fails on the inserting mark, the new layer. The old block is retired: `old_rest` and
+    // `value` stay readable while `guard` is pinned.
+    n.value[s].replace(None, Ordering::Release, guard);
     n.keylen[s].store(KEYLEN_UNSTABLE, Ordering::Release);
     crate::pause::pause_point("layer:unstable");
-    n.layer[s].store(twig.cast(), Ordering::Release);
+    n.layer[s].store(Some(twig), Ordering::Release);
     n.keylen[s].store(KEYLEN_LAYER, Ordering::Release);
-    crate::border::retire(old, guard);
-    twig.cast()
+    twig.node()
 }
 
 /// A new layer for the key bytes `rest` (past the slice of the slot that will link to it) and
@@ -298,31 +303,32 @@ pub fn make_new_layer<const W: usize, const F: usize>(
 /// chain of one-slot layers, one per further slice, whose last holds the key's final 0..=8
 /// bytes and the value. Returns the first layer's border node; nothing is visible to others
 /// until the caller links it (one slot insert, §4.6.2).
-pub fn new_layer_chain<const W: usize, const F: usize>(
+pub fn new_layer_chain<'g, const W: usize, const F: usize>(
     tree: &Masstree<W, F>,
     rest: &[u8],
     value: crate::block::Value<'_>,
-) -> *mut NodeBase {
+    guard: &'g Guard,
+) -> BorderRef<'g, W, F> {
     let slices = rest.len().saturating_sub(1) / SLICE_BYTES;
     let tail = &rest[slices * SLICE_BYTES..];
     debug_assert!(tail.len() <= SLICE_BYTES);
-    let leaf = Border::<W>::new(ISBORDER | ISROOT, 0);
+    let leaf = tree.nodes.alloc_border::<W, F>(ISROOT, 0, guard);
     leaf.keyslice[0].store(slice_of(tail), Ordering::Relaxed);
     leaf.keylen[0].store(tail.len() as u8, Ordering::Relaxed);
     let block = crate::block::new_value(&[], value, tree.config.suffix);
-    leaf.value[0].store(block, Ordering::Relaxed);
+    leaf.value[0].replace(Some(block), Ordering::Relaxed, guard);
     leaf.permutation
         .store(Permuter::<W>::identity(1).value(), Ordering::Relaxed);
-    let mut link: *mut NodeBase = tree.nodes.alloc_border(leaf).cast();
+    let mut link = leaf;
     tree.counters.layers.incr();
     for chunk in rest[..slices * SLICE_BYTES].rchunks(SLICE_BYTES) {
-        let twig = Border::<W>::new(ISBORDER | ISROOT, 0);
+        let twig = tree.nodes.alloc_border::<W, F>(ISROOT, 0, guard);
         twig.keyslice[0].store(slice_of(chunk), Ordering::Relaxed);
         twig.keylen[0].store(KEYLEN_LAYER, Ordering::Relaxed);
-        twig.layer[0].store(link, Ordering::Relaxed);
+        twig.layer[0].store(Some(link), Ordering::Relaxed);
         twig.permutation
             .store(Permuter::<W>::identity(1).value(), Ordering::Relaxed);
-        link = tree.nodes.alloc_border(twig).cast();
+        link = twig;
         tree.counters.layers.incr();
     }
     link

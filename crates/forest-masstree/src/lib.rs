@@ -3,24 +3,35 @@
 //!
 //! | paper | module |
 //! |---|---|
-//! | §4.1 layers, §4.6.3 new layers | [`layer`] |
-//! | §4.2 key slices, keylen | [`key`] |
-//! | §4.2 border nodes, suffixes beside them | [`border`] |
-//! | §4.2 interior nodes | [`interior`] |
-//! | §4.4–4.6 version word (Fig. 3) | [`nodeversion`] |
-//! | §4.6.2 permutation | [`permuter`] |
-//! | §4.6.4 get (Fig. 6, 7) | [`get`], `layer::find_border` |
-//! | §4.6.1–4.6.3 put | [`insert`] |
-//! | §4.3, §4.6.4 splits (Fig. 5) | [`split`] |
-//! | §4.6.5 removes | [`remove`], `layer::collapse_root`, [`node`](mod@node) (reclamation) |
-//! | §4.7 values, columns | [`columns`], `insert::put_with` |
-//! | range queries | [`scan`] |
-//! | node lifetime, reclamation | [`node`](mod@node) |
-//! | value and suffix blocks, the row flag | [`block`] |
-//! | §6.2 factor-analysis knobs, §4.8 search | [`config`] |
-//! | §4.2 prefetch | [`prefetch`] |
-//! | test-only pause points | [`pause`] |
+//! | §4.1 layers, §4.6.3 new layers | `layer` |
+//! | §4.2 key slices, keylen | `key` |
+//! | §4.2 border nodes, suffixes beside them | `border` |
+//! | §4.2 interior nodes | `interior` |
+//! | §4.4–4.6 version word (Fig. 3) | `nodeversion` |
+//! | §4.6.2 permutation | `permuter` |
+//! | §4.6.4 get (Fig. 6, 7) | `get`, `layer::find_border` |
+//! | §4.6.1–4.6.3 put | `insert` |
+//! | §4.3, §4.6.4 splits (Fig. 5) | `split` |
+//! | §4.6.5 removes | `remove`, `layer::collapse_root`, `node` (reclamation) |
+//! | §4.7 values, columns | `columns`, `insert::put_with` |
+//! | range queries | `scan` |
+//! | node lifetime, reclamation, node references | `node` |
+//! | value and suffix blocks, the row flag | `block` |
+//! | §6.2 factor-analysis knobs, §4.8 search | `config` ([`MasstreeConfig`]) |
+//! | §4.2 prefetch | `prefetch` |
+//! | test-only pause points | `pause` |
 //! | poisoning freed memory for memory tools | [`memcheck`] |
+//!
+//! The crate's API is [`Masstree`] (forest-core's `Index` and `ColumnIndex`), its shapes and
+//! [`MasstreeConfig`]; [`memcheck`] is public for the memory-tool test, and `nodeversion` under
+//! `cfg(loom)` for the loom model. The other modules are private.
+//!
+//! `unsafe` lives in `node` (node references, allocation, reclamation) and `block` (value
+//! blocks), whose module docs state the invariants that make their safe types sound, plus
+//! `memcheck` and `prefetch`. The algorithm modules reach nodes through `node`'s
+//! [`Ref<'g, _>`](node::Ref) (a node kept alive by an epoch guard, as crossbeam-epoch's
+//! `Shared<'g, T>` but dereferenced safely) and `block::BlockSlot`; their only `unsafe` is
+//! `NodeRegistry::retire`, whose caller proves the node unlinked.
 //!
 //! Choices the paper leaves open, and what is not done yet:
 //! - Empty border nodes, emptied interior nodes, one-child roots and empty layers are removed
@@ -37,42 +48,47 @@
 //!   suffix storage at run time, and [`Masstree10x8`] / [`Masstree15x32`] are the other node
 //!   shapes ([`config`]).
 
-pub mod block;
-pub mod border;
-pub mod columns;
-pub mod config;
-pub mod get;
-pub mod insert;
-pub mod interior;
-pub mod key;
-pub mod layer;
+mod block;
+mod border;
+mod columns;
+mod config;
+mod get;
+mod insert;
+mod interior;
+mod key;
+mod layer;
 pub mod memcheck;
-pub mod node;
+mod node;
+// Public only for the loom model (tests/loom_nodeversion.rs).
+#[cfg(loom)]
 pub mod nodeversion;
+#[cfg(not(loom))]
+mod nodeversion;
 pub mod pause;
-pub mod permuter;
-pub mod prefetch;
-pub mod remove;
-pub mod scan;
-pub mod split;
+mod permuter;
+mod prefetch;
+mod remove;
+mod scan;
+mod split;
 
 use std::ops::Bound;
 
-use crossbeam_epoch as epoch;
+use crossbeam_epoch::{self as epoch, Guard};
 use forest_core::stats::names;
-use forest_core::sync::atomic::{AtomicPtr, Ordering};
+use forest_core::sync::atomic::Ordering;
 use forest_core::{check_entry, Counter, Index, IndexStats, Order, Result, Visitor, KEY_BYTES_MAX};
 
 use crate::border::Border;
 pub use crate::config::{MasstreeConfig, NodeSearch, SuffixStorage};
 use crate::insert::PutMode;
+use crate::interior::Interior;
 use crate::key::{KEYLEN_LAYER, SLICE_BYTES};
-use crate::node::{free_tree, node, NodeBase, NodeRef, NodeRegistry};
-use crate::nodeversion::{ISBORDER, ISROOT};
+use crate::node::{free_tree, Kind, Link, NodeBase, NodeRef, NodeRegistry};
+use crate::nodeversion::ISROOT;
 
 /// Event counters (the paper's retry statistics of §4.6.4).
 #[derive(Debug, Default)]
-pub struct Counters {
+pub(crate) struct Counters {
     /// Retries from a layer's root after a concurrent split.
     pub restarts: Counter,
     /// Local retries after a concurrent insert or split of the node at hand.
@@ -94,8 +110,8 @@ pub struct Counters {
 /// and [`Masstree15x32`] are the other shapes built for §6.2's factor analysis).
 #[derive(Debug)]
 pub struct Masstree<const W: usize = 15, const F: usize = 16> {
-    /// The root of layer 0 (replaced when it splits).
-    pub(crate) root: AtomicPtr<NodeBase>,
+    /// The root of layer 0 (replaced when it splits or collapses; never null).
+    pub(crate) root: Link<NodeBase<W, F>>,
     pub(crate) nodes: NodeRegistry,
     pub(crate) counters: Counters,
     /// The factor-analysis knobs (fixed for the tree's life).
@@ -135,20 +151,33 @@ impl<const W: usize, const F: usize> Masstree<W, F> {
     /// of an interior node and a border node up to the end of its value pointers (its layer
     /// links and sibling links are read on rarer paths).
     pub const PREFETCH_LINES: usize = prefetch::lines(
-        std::mem::size_of::<interior::Interior<F>>(),
-        std::mem::offset_of!(Border<W>, layer),
+        std::mem::size_of::<Interior<W, F>>(),
+        std::mem::offset_of!(Border<W, F>, layer),
     );
 
     /// An empty tree of this shape with the given knobs: one border node, root of layer 0.
     pub fn with_widths(config: MasstreeConfig) -> Self {
         let nodes = NodeRegistry::new();
-        let root = nodes.alloc_border(Border::<W>::new(ISBORDER | ISROOT, 0));
+        let root = Link::null();
+        let guard = epoch::pin();
+        root.store(
+            Some(nodes.alloc_border::<W, F>(ISROOT, 0, &guard).node()),
+            Ordering::Relaxed,
+        );
         Self {
-            root: AtomicPtr::new(root.cast()),
+            root,
             nodes,
             counters: Counters::default(),
             config,
         }
+    }
+
+    /// The root of layer 0.
+    #[inline]
+    pub(crate) fn root<'g>(&self, guard: &'g Guard) -> NodeRef<'g, W, F> {
+        self.root
+            .load(Ordering::Acquire, guard)
+            .expect("a tree always has a root")
     }
 
     fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<bool> {
@@ -167,56 +196,51 @@ struct Walk {
 /// Walks the layer reached from `root`: all its border nodes left to right, and the layers
 /// they link to. Not a snapshot: concurrent writes may or may not be counted.
 fn walk_layer<const W: usize, const F: usize>(
-    root: *mut NodeBase,
-    guard: &epoch::Guard,
+    root: NodeRef<'_, W, F>,
+    guard: &Guard,
     w: &mut Walk,
 ) -> u32 {
     let mut n = root;
     let mut height = 1;
-    // SAFETY: every pointer dereferenced below was read from the tree under `guard` and checked
-    // non-null, so it is a live node (crate::node invariants; unlinked nodes are retired
-    // through the pinned epoch); values and suffixes are freed only through that epoch.
-    unsafe {
-        while (*n).version.stable() & ISROOT == 0 && !(*n).parent.load(Ordering::Acquire).is_null()
-        {
-            n = (*n).parent.load(Ordering::Acquire).cast();
+    while n.version.stable() & ISROOT == 0 {
+        match n.parent.load(Ordering::Acquire, guard) {
+            Some(p) => n = p,
+            None => break,
         }
-        let mut b = loop {
-            match node::<W, F>(n) {
-                NodeRef::Border(b) => break b,
-                NodeRef::Interior(i) => {
-                    height += 1;
-                    n = i.child[0].load(Ordering::Acquire);
-                    if n.is_null() {
-                        // Emptied by a concurrent remove: nothing below to count.
-                        return height;
-                    }
+    }
+    let mut b = loop {
+        match n.kind() {
+            Kind::Border(b) => break b,
+            Kind::Interior(i) => {
+                height += 1;
+                match i.child[0].load(Ordering::Acquire, guard) {
+                    Some(c) => n = c,
+                    // Emptied by a concurrent remove: nothing below to count.
+                    None => return height,
                 }
             }
-        };
-        loop {
-            let perm = b.permutation();
-            for i in 0..perm.size() {
-                let s = perm.get(i);
-                if b.keylen[s].load(Ordering::Acquire) == KEYLEN_LAYER {
-                    // Unvalidated: a slot being rewritten (sorted nodes shift slots in place)
-                    // may pair the layer mark with a null link; such a slot is skipped.
-                    let link = b.layer[s].load(Ordering::Acquire);
-                    if !link.is_null() {
-                        walk_layer::<W, F>(link, guard, w);
-                    }
-                    continue;
+        }
+    };
+    loop {
+        let perm = b.permutation();
+        for i in 0..perm.size() {
+            let s = perm.get(i);
+            if b.keylen[s].load(Ordering::Acquire) == KEYLEN_LAYER {
+                // Unvalidated: a slot being rewritten (sorted nodes shift slots in place)
+                // may pair the layer mark with a null link; such a slot is skipped.
+                if let Some(link) = b.layer[s].load(Ordering::Acquire, guard) {
+                    walk_layer(link.node(), guard, w);
                 }
-                if let Some(v) = b.value[s].load(Ordering::Acquire, guard).as_ref() {
-                    w.keys += 1;
-                    w.bytes += block::heap_bytes(v) as u64;
-                }
+                continue;
             }
-            let next = b.next.load(Ordering::Acquire);
-            if next.is_null() {
-                return height;
+            if let Some(v) = b.value[s].load(Ordering::Acquire, guard) {
+                w.keys += 1;
+                w.bytes += block::heap_bytes(v) as u64;
             }
-            b = &*next;
+        }
+        match b.next.load(Ordering::Acquire, guard) {
+            Some(next) => b = next,
+            None => return height,
         }
     }
 }
@@ -265,10 +289,10 @@ impl<const W: usize, const F: usize> Index for Masstree<W, F> {
     fn stats(&self) -> IndexStats {
         let guard = epoch::pin();
         let mut w = Walk::default();
-        let height = walk_layer::<W, F>(self.root.load(Ordering::Acquire), &guard, &mut w);
+        let height = walk_layer(self.root(&guard), &guard, &mut w);
         let (borders, interiors) = self.nodes.counts();
-        let node_bytes = borders * std::mem::size_of::<Border<W>>() as u64
-            + interiors * std::mem::size_of::<interior::Interior<F>>() as u64;
+        let node_bytes = borders * std::mem::size_of::<Border<W, F>>() as u64
+            + interiors * std::mem::size_of::<Interior<W, F>>() as u64;
         // Each block (suffix and value): its bytes plus crossbeam's length header.
         let block_overhead = std::mem::size_of::<usize>() as u64;
         IndexStats {
@@ -292,10 +316,8 @@ impl<const W: usize, const F: usize> Index for Masstree<W, F> {
 
 impl<const W: usize, const F: usize> Drop for Masstree<W, F> {
     fn drop(&mut self) {
-        let root = self.root.load(Ordering::Acquire);
-        // SAFETY: `&mut self`: no other thread can reach the tree; every node reachable from
-        // the root is live (retired ones are unreachable and owned by the epoch).
-        unsafe { free_tree::<W, F>(root) };
+        // `&mut self`: no operation runs, so no guard holds a node of this tree.
+        free_tree(&mut self.root);
     }
 }
 
@@ -311,13 +333,13 @@ mod tests {
         // choice), and the paper's shape prefetches the 5 lines it always did. Method: compare
         // size_of and PREFETCH_LINES with their expected cache-line counts.
         let lines = |bytes: usize| bytes / 64;
-        assert_eq!(lines(std::mem::size_of::<Border<15>>()), 7);
-        assert_eq!(lines(std::mem::size_of::<interior::Interior<16>>()), 5);
+        assert_eq!(lines(std::mem::size_of::<Border<15, 16>>()), 7);
+        assert_eq!(lines(std::mem::size_of::<Interior<15, 16>>()), 5);
         assert_eq!(Masstree::<15, 16>::PREFETCH_LINES, 5);
-        assert_eq!(lines(std::mem::size_of::<Border<10>>()), 5);
-        assert_eq!(lines(std::mem::size_of::<interior::Interior<8>>()), 3);
+        assert_eq!(lines(std::mem::size_of::<Border<10, 8>>()), 5);
+        assert_eq!(lines(std::mem::size_of::<Interior<10, 8>>()), 3);
         assert_eq!(Masstree10x8::PREFETCH_LINES, 4);
-        assert_eq!(lines(std::mem::size_of::<interior::Interior<32>>()), 9);
+        assert_eq!(lines(std::mem::size_of::<Interior<15, 32>>()), 9);
         assert_eq!(Masstree15x32::PREFETCH_LINES, 9);
     }
 }

@@ -10,6 +10,7 @@
 //! Invariant: `free_box` is given a pointer from `Box::into_raw` of the same type, once, when
 //! no other thread can reach it; it then owns the allocation.
 
+use std::alloc::Layout;
 use std::mem::MaybeUninit;
 
 /// Whether freed memory is poisoned: the memory-tool cfg in a debug build.
@@ -20,6 +21,13 @@ pub const POISONS: bool = cfg!(all(forest_memcheck, debug_assertions));
 pub const POISON_BYTE: u8 = 0xff;
 
 const _: () = assert!(u64::from_ne_bytes([POISON_BYTE; 8]) == crate::nodeversion::POISON);
+
+/// The allocation layouts of a default-shape tree's border and interior nodes ([`crate::Masstree`]
+/// of 15 slots and fanout 16), so that the memory-tool test can tell a freed node by its layout.
+pub const NODE_LAYOUTS: [Layout; 2] = [
+    Layout::new::<crate::border::Border<15, 16>>(),
+    Layout::new::<crate::interior::Interior<15, 16>>(),
+];
 
 /// Drops and frees the `Box<T>` behind `p`, poisoning its bytes in between when [`POISONS`].
 ///

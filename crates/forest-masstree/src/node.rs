@@ -1,47 +1,76 @@
-//! The node header shared by border and interior nodes, node allocation and reclamation
-//! (§4.6.5: "removed nodes must not be freed immediately ... we mark them as deleted and
-//! reclaim them later"), and the only places that turn node pointers into references.
+//! Node lifetime (§4.6.5: "removed nodes must not be freed immediately ... we mark them as
+//! deleted and reclaim them later"): the node header shared by border and interior nodes,
+//! node allocation and reclamation, and the references through which the rest of the crate
+//! reaches nodes. This module and [`crate::block`] (value blocks) hold the crate's `unsafe`
+//! for memory; the algorithm modules use the safe types below.
 //!
-//! Invariants (the reason every node dereference in this crate is sound):
-//! - Every node is allocated by [`NodeRegistry::alloc_border`] / `alloc_interior` and freed
-//!   either by [`NodeRegistry::retire`] (through crossbeam-epoch, once it is unreachable from
-//!   the tree: unlinked from its parent, the border list, the root pointer and layer slots)
-//!   or by [`free_tree`] from the tree's `Drop` (exclusive access).
-//! - So a node pointer read from the tree while an epoch guard is pinned stays valid until
-//!   that guard unpins. Nothing holds a node pointer across an unpin: scans re-descend by key.
-//! - A node is retired only after it is marked `DELETED` (or, for a collapsed root, has its
+//! - [`Ref<'g, N>`](Ref) (aliases [`NodeRef`], [`BorderRef`], [`InteriorRef`]): a node kept
+//!   alive by the epoch guard borrowed for `'g`, as crossbeam-epoch's `Shared<'g, T>`, but
+//!   dereferenced safely (it is `Deref`), because of the invariants below. Made only by
+//!   allocation and by loads from a [`Link`]; `Copy`; compared by address.
+//! - [`Link<N>`](Link): a node pointer field (the tree's root, `parent`, interior children,
+//!   border `next`/`prev` and layer links). [`Link::load`] takes a `&'g Guard` and returns an
+//!   `Option<Ref<'g, N>>`; [`Link::store`] takes a `Ref` (or `None`), so a link only ever holds
+//!   null or a node.
+//! - [`NodeRef::kind`] tells a border node from an interior node; [`Ref::node`] goes back.
+//!
+//! Invariants (why dereferencing a `Ref<'g, _>` is sound while its guard is pinned):
+//! - Every node is made on the heap by [`NodeRegistry::alloc_border`] / `alloc_interior`
+//!   ([`NodeBase`] has a private field, so no other code can make a node, on the stack or
+//!   elsewhere). So every `Link` is a field of one tree's heap node or that tree's root.
+//! - A link holds null or a node of its own tree (it stores only `Ref`s, which come from that
+//!   tree's allocations and loads); a node's kind and shape `(W, F)` are its link's type.
+//! - A node is freed only by [`NodeRegistry::retire`] (through crossbeam-epoch, once it is
+//!   unreachable from the tree and will not be linked again: its caller's duty, the one
+//!   `unsafe` step of the algorithms) or by [`free_tree`] from the tree's `Drop` (exclusive
+//!   access). So a node loaded while a guard is pinned stays valid until that guard unpins.
+//! - Guards are pinned inside the operation that borrows the tree, and a `Ref` never outlives
+//!   its guard's borrow, so no `Ref` outlives the operation or the tree. Nothing holds a
+//!   node across an unpin: scans re-descend by key.
+//! - A node is retired only after it is marked `DELETED` (a collapsed root also has its
 //!   `ISROOT` bit cleared and its parent pointing at the new root), so a reader pinned before
 //!   the unlink that still reaches it learns to retry.
-//! - `#[repr(C)]` border and interior nodes start with a [`NodeBase`]; its `ISBORDER` bit,
-//!   fixed at creation, says which one a `NodeBase` pointer is.
+//! - `#[repr(C)]` border and interior nodes start with a [`NodeBase`]; its `ISBORDER` bit, set
+//!   here at allocation and never changed afterwards (crate::nodeversion invariants), says
+//!   which one a `NodeRef` is. `Ref`s hold raw pointers (the allocation's provenance), so a
+//!   `NodeRef` cast back to its kind covers the whole node.
 //! - Debug builds poison a node's version word as it is freed, so a reader that reaches a freed
 //!   node (a use-after-free) trips an assertion in `stable`/`lock` with good probability; the
 //!   memory-tool build poisons the whole node ([`crate::memcheck`]).
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::Deref;
+use std::ptr::NonNull;
 
 use crossbeam_epoch::Guard;
 use forest_core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use crate::border::Border;
 use crate::interior::Interior;
+use crate::key::KEYLEN_LAYER;
 use crate::memcheck::free_box;
-use crate::nodeversion::{NodeVersion, ISBORDER};
+use crate::nodeversion::{NodeVersion, ISBORDER, ISROOT};
 
-/// The first field of every node.
+/// The first field of every node of a tree of shape `(W, F)` (border slots, interior fanout).
 #[derive(Debug)]
 #[repr(C)]
-pub struct NodeBase {
+pub struct NodeBase<const W: usize, const F: usize> {
     /// The version word (§4.4).
     pub version: NodeVersion,
     /// The parent interior node; null at a layer's root. Protected by the parent's lock.
     /// A collapsed (deleted) root points at the node that replaced it.
-    pub parent: AtomicPtr<NodeBase>,
+    pub parent: Link<NodeBase<W, F>>,
+    /// Private: only this module makes nodes (module invariants).
+    made_here: (),
 }
 
-impl NodeBase {
-    pub(crate) fn new(version_bits: u64) -> Self {
+impl<const W: usize, const F: usize> NodeBase<W, F> {
+    fn new(version_bits: u64) -> Self {
         Self {
             version: NodeVersion::new(version_bits),
-            parent: AtomicPtr::new(std::ptr::null_mut()),
+            parent: Link::null(),
+            made_here: (),
         }
     }
 
@@ -52,61 +81,176 @@ impl NodeBase {
     }
 }
 
-impl Drop for NodeBase {
+impl<const W: usize, const F: usize> Drop for NodeBase<W, F> {
     fn drop(&mut self) {
+        let () = self.made_here;
         if cfg!(debug_assertions) {
             self.version.poison();
         }
     }
 }
 
-/// A node seen through its kind.
-pub enum NodeRef<'t, const W: usize, const F: usize> {
-    Border(&'t Border<W>),
-    Interior(&'t Interior<F>),
+/// A node of kind `N` kept alive by an epoch guard borrowed for `'g` (module invariants).
+pub struct Ref<'g, N> {
+    ptr: NonNull<N>,
+    guard: PhantomData<&'g N>,
 }
 
-/// The node behind `p`.
-///
-/// # Safety
-/// `p` is non-null and was read from a tree that is still borrowed (module invariants).
-pub unsafe fn node<'t, const W: usize, const F: usize>(p: *mut NodeBase) -> NodeRef<'t, W, F> {
-    // SAFETY: the caller's duty: `p` points to a live node; the repr(C) prefix and the
-    // immutable ISBORDER bit make the cast to the right kind sound.
-    unsafe {
-        if (*p).is_border() {
-            NodeRef::Border(&*(p as *const Border<W>))
+/// Any node of a tree of shape `(W, F)`.
+pub type NodeRef<'g, const W: usize, const F: usize> = Ref<'g, NodeBase<W, F>>;
+/// A border node.
+pub type BorderRef<'g, const W: usize, const F: usize> = Ref<'g, Border<W, F>>;
+/// An interior node.
+pub type InteriorRef<'g, const W: usize, const F: usize> = Ref<'g, Interior<W, F>>;
+
+impl<N> Clone for Ref<'_, N> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<N> Copy for Ref<'_, N> {}
+
+impl<N> Deref for Ref<'_, N> {
+    type Target = N;
+
+    #[inline]
+    fn deref(&self) -> &N {
+        // SAFETY: `ptr` is a live node of kind `N` until the guard borrowed for the `Ref`'s
+        // lifetime unpins (module invariants), and nodes are only read through `&`.
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+impl<N> PartialEq for Ref<'_, N> {
+    #[inline]
+    fn eq(&self, other: &Self) -> bool {
+        self.ptr == other.ptr
+    }
+}
+
+impl<N> Eq for Ref<'_, N> {}
+
+impl<N> fmt::Debug for Ref<'_, N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Ref({:p})", self.ptr)
+    }
+}
+
+impl<N> Ref<'_, N> {
+    /// The node's address (for prefetching).
+    #[inline]
+    pub fn as_ptr(self) -> *const N {
+        self.ptr.as_ptr()
+    }
+}
+
+/// A node seen through its kind.
+pub enum Kind<'g, const W: usize, const F: usize> {
+    Border(BorderRef<'g, W, F>),
+    Interior(InteriorRef<'g, W, F>),
+}
+
+impl<'g, const W: usize, const F: usize> NodeRef<'g, W, F> {
+    /// The node as a border or an interior node (its `ISBORDER` bit).
+    #[inline]
+    pub fn kind(self) -> Kind<'g, W, F> {
+        if self.is_border() {
+            Kind::Border(Ref {
+                ptr: self.ptr.cast(),
+                guard: PhantomData,
+            })
         } else {
-            NodeRef::Interior(&*(p as *const Interior<F>))
+            Kind::Interior(Ref {
+                ptr: self.ptr.cast(),
+                guard: PhantomData,
+            })
+        }
+    }
+
+    /// The node as an interior node; panics on a border node (a broken invariant: the caller
+    /// read a link that names interior nodes only).
+    #[inline]
+    pub fn interior(self) -> InteriorRef<'g, W, F> {
+        match self.kind() {
+            Kind::Interior(i) => i,
+            Kind::Border(_) => panic!("a border node where an interior node must be"),
         }
     }
 }
 
-/// The header behind `p`.
-///
-/// # Safety
-/// As [`node`].
-pub unsafe fn base<'t>(p: *mut NodeBase) -> &'t NodeBase {
-    // SAFETY: the caller's duty: `p` points to a live node.
-    unsafe { &*p }
+impl<'g, const W: usize, const F: usize> BorderRef<'g, W, F> {
+    /// The same node through its header.
+    #[inline]
+    pub fn node(self) -> NodeRef<'g, W, F> {
+        Ref {
+            ptr: self.ptr.cast(),
+            guard: PhantomData,
+        }
+    }
 }
 
-/// The border node behind `p`.
-///
-/// # Safety
-/// As [`node`], and `p` is a border node (a `next`/`prev` link, or checked `ISBORDER`).
-pub unsafe fn border<'t, const W: usize>(p: *mut Border<W>) -> &'t Border<W> {
-    // SAFETY: the caller's duty: `p` points to a live border node.
-    unsafe { &*p }
+impl<'g, const W: usize, const F: usize> InteriorRef<'g, W, F> {
+    /// The same node through its header.
+    #[inline]
+    pub fn node(self) -> NodeRef<'g, W, F> {
+        Ref {
+            ptr: self.ptr.cast(),
+            guard: PhantomData,
+        }
+    }
 }
 
-/// The interior node behind `p`.
-///
-/// # Safety
-/// As [`node`], and `p` is an interior node (a `parent` link).
-pub unsafe fn interior<'t, const F: usize>(p: *mut Interior<F>) -> &'t Interior<F> {
-    // SAFETY: the caller's duty: `p` points to a live interior node.
-    unsafe { &*p }
+/// A node pointer field: null or a node of kind `N` of this tree (module invariants).
+pub struct Link<N> {
+    ptr: AtomicPtr<N>,
+}
+
+impl<N> fmt::Debug for Link<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Link({:p})", self.ptr.load(Ordering::Relaxed))
+    }
+}
+
+impl<N> Link<N> {
+    /// A null link.
+    pub fn null() -> Self {
+        Self {
+            ptr: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+
+    /// The node linked, kept alive by `guard` (module invariants).
+    #[inline]
+    pub fn load<'g>(&self, order: Ordering, _guard: &'g Guard) -> Option<Ref<'g, N>> {
+        NonNull::new(self.ptr.load(order)).map(|ptr| Ref {
+            ptr,
+            guard: PhantomData,
+        })
+    }
+
+    /// Links `n` (or nothing).
+    #[inline]
+    pub fn store(&self, n: Option<Ref<'_, N>>, order: Ordering) {
+        self.ptr.store(raw(n), order);
+    }
+
+    /// Links `new` if the link is `current`; returns whether it did.
+    pub fn compare_exchange(
+        &self,
+        current: Option<Ref<'_, N>>,
+        new: Option<Ref<'_, N>>,
+        success: Ordering,
+        failure: Ordering,
+    ) -> bool {
+        self.ptr
+            .compare_exchange(raw(current), raw(new), success, failure)
+            .is_ok()
+    }
+}
+
+fn raw<N>(n: Option<Ref<'_, N>>) -> *mut N {
+    n.map_or(std::ptr::null_mut(), |n| n.ptr.as_ptr())
 }
 
 /// Counts the live nodes of one tree and allocates and retires them.
@@ -117,20 +261,20 @@ pub struct NodeRegistry {
 }
 
 /// A node pointer handed to the epoch's deferred destructor.
-struct Retired(*mut NodeBase);
+struct Retired<const W: usize, const F: usize>(NonNull<NodeBase<W, F>>);
 
 // SAFETY: a retired node is unreachable from the tree; the destructor that receives it is
 // its only owner, whichever thread runs it.
-unsafe impl Send for Retired {}
+unsafe impl<const W: usize, const F: usize> Send for Retired<W, F> {}
 
-impl Retired {
+impl<const W: usize, const F: usize> Retired<W, F> {
     /// Frees the node.
     ///
     /// # Safety
-    /// `self.0` came from `alloc_*` and no thread can reach it any more.
-    unsafe fn free<const W: usize, const F: usize>(self) {
-        // SAFETY: the caller's duty; ISBORDER tells the allocation's type.
-        unsafe { free_node::<W, F>(self.0) }
+    /// As [`free_node`].
+    unsafe fn free(self) {
+        // SAFETY: the caller's duty.
+        unsafe { free_node(self.0) }
     }
 }
 
@@ -138,14 +282,23 @@ impl Retired {
 ///
 /// # Safety
 /// `p` came from `alloc_*`, is freed once, and no thread can reach it any more.
-unsafe fn free_node<const W: usize, const F: usize>(p: *mut NodeBase) {
-    // SAFETY: the caller's duty; free_box undoes alloc_*'s Box::into_raw of that kind.
+unsafe fn free_node<const W: usize, const F: usize>(p: NonNull<NodeBase<W, F>>) {
+    // SAFETY: the caller's duty: `p` is live until here; free_box undoes alloc_*'s
+    // Box::into_raw of the kind ISBORDER names (module invariants).
     unsafe {
-        if (*p).is_border() {
-            free_box(p.cast::<Border<W>>());
+        if p.as_ref().is_border() {
+            free_box(p.cast::<Border<W, F>>().as_ptr());
         } else {
-            free_box(p.cast::<Interior<F>>());
+            free_box(p.cast::<Interior<W, F>>().as_ptr());
         }
+    }
+}
+
+/// A new heap node.
+fn leak<'g, N>(n: N) -> Ref<'g, N> {
+    Ref {
+        ptr: NonNull::from(Box::leak(Box::new(n))),
+        guard: PhantomData,
     }
 }
 
@@ -155,16 +308,27 @@ impl NodeRegistry {
         Self::default()
     }
 
-    /// Allocates a border node.
-    pub fn alloc_border<const W: usize>(&self, b: Border<W>) -> *mut Border<W> {
+    /// Allocates an empty border node with the version bits `version_bits` (`ISBORDER` is
+    /// set here) and `lowkey`. Nobody else can reach it until the caller links it.
+    pub fn alloc_border<'g, const W: usize, const F: usize>(
+        &self,
+        version_bits: u64,
+        lowkey: u64,
+        _guard: &'g Guard,
+    ) -> BorderRef<'g, W, F> {
         self.border_count.fetch_add(1, Ordering::Relaxed);
-        Box::into_raw(Box::new(b))
+        leak(Border::new(NodeBase::new(version_bits | ISBORDER), lowkey))
     }
 
-    /// Allocates an interior node.
-    pub fn alloc_interior<const F: usize>(&self, n: Interior<F>) -> *mut Interior<F> {
+    /// Allocates an empty interior node with the version bits `version_bits` (`ISBORDER`
+    /// cleared here).
+    pub fn alloc_interior<'g, const W: usize, const F: usize>(
+        &self,
+        version_bits: u64,
+        _guard: &'g Guard,
+    ) -> InteriorRef<'g, W, F> {
         self.interior_count.fetch_add(1, Ordering::Relaxed);
-        Box::into_raw(Box::new(n))
+        leak(Interior::new(NodeBase::new(version_bits & !ISBORDER)))
     }
 
     /// Live border and interior nodes.
@@ -178,56 +342,72 @@ impl NodeRegistry {
     /// Hands an unlinked node to the epoch: freed once every thread pinned now has unpinned.
     ///
     /// # Safety
-    /// `p` came from this tree's `alloc_*`, is retired once, and is no longer reachable from
-    /// the tree (module invariants), so only threads pinned before this call can hold it.
-    pub unsafe fn retire<const W: usize, const F: usize>(&self, p: *mut NodeBase, guard: &Guard) {
-        // SAFETY: `p` is live until the deferred call (caller's duty).
-        let counter = if unsafe { base(p) }.is_border() {
+    /// `n` belongs to this registry's tree, is retired once, is no longer reachable from the
+    /// tree (no link names it) and will not be linked again (module invariants), so only
+    /// threads pinned before this call can hold it.
+    pub unsafe fn retire<const W: usize, const F: usize>(
+        &self,
+        n: NodeRef<'_, W, F>,
+        guard: &Guard,
+    ) {
+        debug_assert!(n.version.raw() & crate::nodeversion::DELETED != 0);
+        let counter = if n.is_border() {
             &self.border_count
         } else {
             &self.interior_count
         };
         counter.fetch_sub(1, Ordering::Relaxed);
-        let r = Retired(p);
-        // SAFETY: the closure owns the unreachable node and runs after every guard that could
-        // have loaded it is gone (crossbeam-epoch's guarantee).
-        unsafe { guard.defer_unchecked(move || r.free::<W, F>()) };
+        let r = Retired(n.ptr);
+        // SAFETY: the closure owns the unreachable node (the caller's duty) and runs after
+        // every guard that could have loaded it is gone (crossbeam-epoch's guarantee).
+        unsafe { guard.defer_unchecked(move || r.free()) };
     }
 }
 
-/// Frees every node reachable from `root` (a layer-0 root): interior children, and the layers
-/// linked from live border slots. Needs exclusive access to the tree (its `Drop`).
-///
-/// # Safety
-/// No other thread can reach the tree; `root` and everything reachable from it are live.
-pub unsafe fn free_tree<const W: usize, const F: usize>(root: *mut NodeBase) {
-    let mut stack = vec![root];
-    while let Some(p) = stack.pop() {
-        // SAFETY: every pointer pushed is a live node reachable only from the tree (caller's
-        // duty); each is reached once (a tree), pushed before its owner is freed.
-        unsafe {
-            match node::<W, F>(p) {
-                NodeRef::Interior(i) => {
-                    for c in &i.child[..=i.nkeys()] {
-                        stack.push(c.load(Ordering::Relaxed));
+/// Frees every node reachable from a tree's `root` link (layer 0): interior children, and the
+/// layers linked from live border slots. `&mut` to a tree's root is had only by its `Drop`,
+/// when no operation runs, so no guard holds a node of it (module invariants).
+pub fn free_tree<const W: usize, const F: usize>(root: &mut Link<NodeBase<W, F>>) {
+    // SAFETY: no other thread can reach the tree (above), so the nodes loaded here cannot be
+    // retired or freed meanwhile but by this function.
+    let guard = unsafe { crossbeam_epoch::unprotected() };
+    let mut stack: Vec<NodeRef<'_, W, F>> =
+        root.load(Ordering::Relaxed, guard).into_iter().collect();
+    root.store(None, Ordering::Relaxed);
+    while let Some(n) = stack.pop() {
+        match n.kind() {
+            Kind::Interior(i) => {
+                stack.extend(
+                    i.child[..=i.nkeys()]
+                        .iter()
+                        .filter_map(|c| c.load(Ordering::Relaxed, guard)),
+                );
+            }
+            Kind::Border(b) => {
+                let perm = b.permutation();
+                for k in 0..perm.size() {
+                    let s = perm.get(k);
+                    if b.keylen[s].load(Ordering::Relaxed) != KEYLEN_LAYER {
+                        continue;
                     }
-                }
-                NodeRef::Border(b) => {
-                    let perm = b.permutation();
-                    for k in 0..perm.size() {
-                        let s = perm.get(k);
-                        if b.keylen[s].load(Ordering::Relaxed) == crate::key::KEYLEN_LAYER {
-                            // The link is the layer's first border node; free from its root.
-                            let mut r = b.layer[s].load(Ordering::Relaxed);
-                            while base(r).version.raw() & crate::nodeversion::ISROOT == 0 {
-                                r = base(r).parent.load(Ordering::Relaxed).cast();
-                            }
-                            stack.push(r);
-                        }
+                    // The link is the layer's first border node; free from its root.
+                    let Some(mut r) = b.layer[s].load(Ordering::Relaxed, guard).map(|l| l.node())
+                    else {
+                        continue;
+                    };
+                    while r.version.raw() & ISROOT == 0 {
+                        r = r
+                            .parent
+                            .load(Ordering::Relaxed, guard)
+                            .expect("a non-root has a parent");
                     }
+                    stack.push(r);
                 }
             }
-            free_node::<W, F>(p);
         }
+        // SAFETY: `n` came from `alloc_*`; the tree is a tree, so each node is reached once,
+        // and it is freed after its children and layers were pushed; nothing else can reach
+        // it (above). `n` is not used again.
+        unsafe { free_node(n.ptr) };
     }
 }

@@ -164,7 +164,8 @@ impl NodeVersion {
     }
 
     /// Overwrites the word with [`POISON`] just before the node is freed (debug builds).
-    pub fn poison(&self) {
+    /// `&mut`: a live node's word is never poisoned (its `ISBORDER` bit must not change).
+    pub fn poison(&mut self) {
         self.word.store(POISON, Ordering::Relaxed);
     }
 

@@ -32,15 +32,18 @@
 //! Choices the paper leaves open: interior nodes are not merged when they get sparse (only
 //! emptied ones go), and non-root one-child chains stay until their subtree empties; an
 //! empty layer is removed by the remove that empties it rather than by a background task.
+//!
+//! Nodes are reached through [`crate::node`]'s references; the `unsafe` steps are the
+//! retirements of unlinked nodes, each with a `// SAFETY:` comment saying why it is
+//! unreachable.
 
 use crossbeam_epoch::{self as epoch, Guard};
 use forest_core::sync::atomic::Ordering;
 
-use crate::border::{Border, Found};
-use crate::interior::Interior;
+use crate::border::Found;
 use crate::key::{class_of, slice_of, KEYLEN_LAYER, SLICE_BYTES};
 use crate::layer::{collapse_root, layer_root, locate_locked};
-use crate::node::{base, border, interior, NodeBase};
+use crate::node::{BorderRef, InteriorRef, NodeRef};
 use crate::nodeversion::{DELETED, ISROOT};
 use crate::split::locked_parent;
 use crate::Masstree;
@@ -49,12 +52,12 @@ use crate::Masstree;
 pub fn remove<const W: usize, const F: usize>(tree: &Masstree<W, F>, key: &[u8]) -> bool {
     let guard = epoch::pin();
     'top: loop {
-        let mut root = tree.root.load(Ordering::Acquire);
+        let mut root = tree.root(&guard);
         let mut depth = 0;
         loop {
             let rest = &key[depth * SLICE_BYTES..];
             let slice = slice_of(rest);
-            let Some(n) = locate_locked(tree, root, slice) else {
+            let Some(n) = locate_locked(tree, root, slice, &guard) else {
                 // A removed node or layer: nothing was changed yet; start over.
                 continue 'top;
             };
@@ -65,8 +68,9 @@ pub fn remove<const W: usize, const F: usize>(tree: &Masstree<W, F>, key: &[u8])
                     return true;
                 }
                 Found::Layer(s) => {
-                    root = n.layer[s].load(Ordering::Acquire);
+                    let link = n.layer[s].load(Ordering::Acquire, &guard);
                     n.base.version.unlock();
+                    root = link.expect("a locked layer slot has its link").node();
                     depth += 1;
                 }
                 Found::Conflict(_) | Found::Absent(_) => {
@@ -81,20 +85,20 @@ pub fn remove<const W: usize, const F: usize>(tree: &Masstree<W, F>, key: &[u8])
 /// `n` (locked, in the layer at `depth` whose link is `root`) just lost an entry. Unlocks it,
 /// and removes it if empty, then collapses the layer's root and removes the layer if empty,
 /// repeating in the parent layer.
-fn finish_remove<'t, const W: usize, const F: usize>(
-    tree: &'t Masstree<W, F>,
-    mut n: &'t Border<W>,
-    mut root: *mut NodeBase,
+fn finish_remove<'g, const W: usize, const F: usize>(
+    tree: &Masstree<W, F>,
+    mut n: BorderRef<'g, W, F>,
+    mut root: NodeRef<'g, W, F>,
     key: &[u8],
     mut depth: usize,
-    guard: &Guard,
+    guard: &'g Guard,
 ) {
     loop {
         if n.permutation().size() > 0 {
             n.base.version.unlock();
             return;
         }
-        if n.prev.load(Ordering::Acquire).is_null() {
+        if n.prev.load(Ordering::Acquire, guard).is_none() {
             n.base.version.unlock();
         } else {
             remove_leaf(tree, n, guard);
@@ -116,103 +120,101 @@ fn finish_remove<'t, const W: usize, const F: usize>(
 
 /// Unlinks the empty, locked, non-first border node `n` and retires it (steps 1–3 above).
 /// Unlocks `n`.
-fn remove_leaf<const W: usize, const F: usize>(
+fn remove_leaf<'g, const W: usize, const F: usize>(
     tree: &Masstree<W, F>,
-    n: &Border<W>,
-    guard: &Guard,
+    n: BorderRef<'g, W, F>,
+    guard: &'g Guard,
 ) {
     debug_assert_eq!(n.permutation().size(), 0);
     debug_assert_eq!(n.base.version.raw() & (DELETED | ISROOT), 0);
-    let n_ptr = n as *const Border<W> as *mut Border<W>;
     let p = loop {
-        let p = n.prev.load(Ordering::Acquire);
-        // SAFETY: `prev` links point to border nodes live under `guard`.
-        let pb = unsafe { border(p) };
-        pb.base.version.lock();
-        // `n.prev` is protected by `prev`'s lock: unchanged means `pb` is still our prev.
-        if n.prev.load(Ordering::Acquire) == p {
-            break pb;
+        let p = n
+            .prev
+            .load(Ordering::Acquire, guard)
+            .expect("a non-first node has a prev");
+        p.base.version.lock();
+        // `n.prev` is protected by `prev`'s lock: unchanged means `p` is still our prev.
+        if n.prev.load(Ordering::Acquire, guard) == Some(p) {
+            break p;
         }
-        pb.base.version.unlock();
+        p.base.version.unlock();
     };
-    debug_assert_eq!(p.next.load(Ordering::Relaxed), n_ptr);
+    debug_assert_eq!(p.next.load(Ordering::Relaxed, guard), Some(n));
     n.base.version.mark_split();
     n.base.version.mark_deleted();
     crate::pause::pause_point("remove:leaf-marked");
     p.base.version.mark_insert();
-    let next = n.next.load(Ordering::Relaxed);
+    let next = n.next.load(Ordering::Relaxed, guard);
     p.next.store(next, Ordering::Release);
-    if !next.is_null() {
-        // SAFETY: `next` is live; its `prev` is protected by `n`'s lock, which we hold.
-        unsafe { border(next) }
-            .prev
-            .store(p as *const Border<W> as *mut Border<W>, Ordering::Release);
+    if let Some(next) = next {
+        // Its `prev` is protected by `n`'s lock, which we hold.
+        next.prev.store(Some(p), Ordering::Release);
     }
     p.base.version.unlock();
-    remove_child(tree, n_ptr.cast(), n.lowkey, guard);
+    remove_child(tree, n.node(), n.lowkey, guard);
     n.base.version.unlock();
     tree.counters.node_removals.incr();
-    // SAFETY: `n` is unlinked from the border list and its parent, marked deleted, and never
-    // a layer link (it had a prev); only readers pinned now can still hold it.
-    unsafe { tree.nodes.retire::<W, F>(n_ptr.cast(), guard) };
+    // SAFETY: `n` is unlinked from the border list and its parent, and never a layer link (it
+    // had a prev); it was marked deleted under its lock, so no writer links it again (writers
+    // lock a node and check `DELETED` first). Retired once: by the thread that marked it.
+    unsafe { tree.nodes.retire(n.node(), guard) };
 }
 
 /// Removes child `c` (locked, marked deleted, whose subtree's lowest key is `lowkey`) from
 /// its parent, removing the parent too when it was its only child.
-fn remove_child<const W: usize, const F: usize>(
+fn remove_child<'g, const W: usize, const F: usize>(
     tree: &Masstree<W, F>,
-    c: *mut NodeBase,
+    c: NodeRef<'g, W, F>,
     lowkey: u64,
-    guard: &Guard,
+    guard: &'g Guard,
 ) {
-    // SAFETY: `c` is live and locked by us.
-    let pp = locked_parent::<F>(unsafe { base(c) });
-    assert!(!pp.is_null(), "a removed node is never a layer's root");
-    // SAFETY: `pp` is live and locked by us.
-    let pi = unsafe { interior(pp) };
-    if pi.nkeys() == 0 {
-        debug_assert_eq!(pi.base.version.raw() & ISROOT, 0);
-        pi.base.version.mark_split();
-        pi.base.version.mark_deleted();
-        remove_child(tree, pp.cast(), lowkey, guard);
-        pi.base.version.unlock();
+    let p = locked_parent(c, guard).expect("a removed node is never a layer's root");
+    if p.nkeys() == 0 {
+        debug_assert_eq!(p.base.version.raw() & ISROOT, 0);
+        p.base.version.mark_split();
+        p.base.version.mark_deleted();
+        remove_child(tree, p.node(), lowkey, guard);
+        p.base.version.unlock();
         tree.counters.node_removals.incr();
-        // SAFETY: `pp` is removed from its parent, marked deleted, and its only child is
-        // retired too; only readers pinned now can hold it.
-        unsafe { tree.nodes.retire::<W, F>(pp.cast(), guard) };
+        // SAFETY: `p` is removed from its parent and its only child is being retired, so no
+        // link names it; marked deleted under its lock, so no writer links it again. Retired
+        // once: by the thread that marked it.
+        unsafe { tree.nodes.retire(p.node(), guard) };
         return;
     }
-    pi.base.version.mark_insert();
-    if let Some(new_low) = pi.remove_child(c) {
-        redirect(pp, lowkey, new_low);
+    p.base.version.mark_insert();
+    if let Some(new_low) = p.remove_child(c, guard) {
+        redirect(p, lowkey, new_low, guard);
     }
-    pi.base.version.unlock();
+    p.base.version.unlock();
 }
 
 /// After the locked node `start` lost its first child, raises the ancestor separator equal to
 /// `old` (the removed child's lowkey) to `new`, so those keys route to the left neighbour.
 /// Locks ancestors upward hand over hand; leaves `start` locked.
-fn redirect<const F: usize>(start: *mut Interior<F>, old: u64, new: u64) {
+fn redirect<'g, const W: usize, const F: usize>(
+    start: InteriorRef<'g, W, F>,
+    old: u64,
+    new: u64,
+    guard: &'g Guard,
+) {
     let mut cur = start;
     loop {
-        // SAFETY: `cur` is live and locked by us.
-        let a = locked_parent::<F>(&unsafe { interior(cur) }.base);
+        let a = locked_parent(cur.node(), guard);
         if cur != start {
-            // SAFETY: as above; nothing in `cur` changed.
-            unsafe { interior(cur) }.base.version.unlock();
+            // Nothing in `cur` changed.
+            cur.base.version.unlock();
         }
-        if a.is_null() {
+        let Some(a) = a else {
             debug_assert!(false, "the leftmost node is never removed");
             return;
-        }
-        // SAFETY: `a` is live and locked by us.
-        let ai = unsafe { interior(a) };
-        let j = ai.position_of(cur.cast());
+        };
+        let j = a.position_of(cur.node(), guard);
         if j > 0 {
-            debug_assert_eq!(ai.keyslice[j - 1].load(Ordering::Relaxed), old);
-            ai.base.version.mark_insert();
-            ai.keyslice[j - 1].store(new, Ordering::Release);
-            ai.base.version.unlock();
+            debug_assert_eq!(a.keyslice[j - 1].load(Ordering::Relaxed), old);
+            a.base.version.mark_insert();
+            a.keyslice[j - 1].store(new, Ordering::Release);
+            a.base.version.unlock();
             return;
         }
         cur = a;
@@ -222,24 +224,26 @@ fn redirect<const F: usize>(start: *mut Interior<F>, old: u64, new: u64) {
 /// Removes the empty layer linked as `link` at `depth` from its parent layer's slot, if it is
 /// still empty (its first node is its root, holds nothing, has no sibling). Returns the
 /// parent-layer node, locked, with the slot gone, and that layer's link.
-fn remove_layer<'t, const W: usize, const F: usize>(
-    tree: &'t Masstree<W, F>,
+fn remove_layer<'g, const W: usize, const F: usize>(
+    tree: &Masstree<W, F>,
     key: &[u8],
     depth: usize,
-    link: *mut NodeBase,
-    guard: &Guard,
-) -> Option<(&'t Border<W>, *mut NodeBase)> {
+    link: NodeRef<'g, W, F>,
+    guard: &'g Guard,
+) -> Option<(BorderRef<'g, W, F>, NodeRef<'g, W, F>)> {
     let prefix = &key[..(depth - 1) * SLICE_BYTES];
     let rest = &key[(depth - 1) * SLICE_BYTES..];
     let slice = slice_of(rest);
-    // SAFETY: `link` is live under `guard` (read from the tree while pinned).
-    let t = unsafe { border::<W>(link.cast()) };
-    if t.permutation().size() != 0 || !t.next.load(Ordering::Acquire).is_null() {
+    // A layer link names the layer's first border node (crate::layer).
+    let crate::node::Kind::Border(t) = link.kind() else {
+        panic!("a layer link names a border node");
+    };
+    if t.permutation().size() != 0 || t.next.load(Ordering::Acquire, guard).is_some() {
         return None;
     }
     let (m, parent_root) = loop {
         let parent_root = layer_root(tree, prefix, guard)?;
-        if let Some(m) = locate_locked(tree, parent_root, slice) {
+        if let Some(m) = locate_locked(tree, parent_root, slice, guard) {
             break (m, parent_root);
         }
     };
@@ -248,7 +252,7 @@ fn remove_layer<'t, const W: usize, const F: usize>(
         let s = perm.get(i);
         m.keyslice[s].load(Ordering::Relaxed) == slice
             && m.keylen[s].load(Ordering::Relaxed) == KEYLEN_LAYER
-            && m.layer[s].load(Ordering::Relaxed) == link
+            && m.layer[s].load(Ordering::Relaxed, guard) == Some(t)
     });
     let Some(pos) = pos else {
         m.base.version.unlock();
@@ -258,7 +262,7 @@ fn remove_layer<'t, const W: usize, const F: usize>(
     t.base.version.lock();
     let empty = t.base.version.raw() & (ISROOT | DELETED) == ISROOT
         && t.permutation().size() == 0
-        && t.next.load(Ordering::Relaxed).is_null();
+        && t.next.load(Ordering::Relaxed, guard).is_none();
     if !empty {
         t.base.version.unlock();
         m.base.version.unlock();
@@ -270,8 +274,10 @@ fn remove_layer<'t, const W: usize, const F: usize>(
     m.base.version.mark_insert();
     m.remove_at(pos, tree.config.permuter, guard);
     tree.counters.layer_removals.incr();
-    // SAFETY: the layer's only node is out of the parent slot's permutation and marked
-    // deleted; a reader that loaded the link before is pinned now and will retry.
-    unsafe { tree.nodes.retire::<W, F>(link, guard) };
+    // SAFETY: the layer's only node is out of the parent slot's permutation (its one link)
+    // and marked deleted under its lock, so no writer links it again; a reader that loaded
+    // the link before is pinned now and will retry. Retired once: by the thread that marked
+    // it, under the parent-layer node's lock.
+    unsafe { tree.nodes.retire(t.node(), guard) };
     Some((m, parent_root))
 }

@@ -26,7 +26,6 @@ use forest_core::{Order, Visitor};
 
 use crate::border::Border;
 use crate::key::{push_slice, slice_of, KEYLEN_LAYER, KEYLEN_SUFFIX, SLICE_BYTES};
-use crate::node::border;
 use crate::nodeversion::DELETED;
 use crate::Masstree;
 
@@ -65,7 +64,7 @@ fn snapshot<const W: usize, const F: usize>(
     let guard = epoch::pin();
     'top: loop {
         let root = crate::layer::layer_root(tree, prefix, &guard)?;
-        let (mut n, mut v) = crate::layer::find_border(tree, root, slice);
+        let (mut n, mut v) = crate::layer::find_border(tree, root, slice, &guard);
         'node: loop {
             out.clear();
             if v & DELETED != 0 {
@@ -74,20 +73,18 @@ fn snapshot<const W: usize, const F: usize>(
                 continue 'top;
             }
             crate::pause::pause_point("scan:before-copy");
-            if copy_node(n, prefix, out, &guard).is_none() {
+            if copy_node(&n, prefix, out, &guard).is_none() {
                 crate::pause::pause_point("scan:copy-failed");
                 tree.counters.retries.incr();
                 // As after a failed validation: the node may have split since `v`, its keys
                 // from `slice` on moved right.
-                (n, v) = crate::layer::walk_right(n, slice);
+                (n, v) = crate::layer::walk_right(n, slice, &guard);
                 continue 'node;
             }
-            let next = n.next.load(Ordering::Acquire);
-            // SAFETY: `next` links point to border nodes live under `guard`.
-            let next_lowkey = (!next.is_null()).then(|| unsafe { border(next) }.lowkey);
+            let next_lowkey = n.next.load(Ordering::Acquire, &guard).map(|b| b.lowkey);
             if n.base.version.has_changed(v) {
                 tree.counters.retries.incr();
-                (n, v) = crate::layer::walk_right(n, slice);
+                (n, v) = crate::layer::walk_right(n, slice, &guard);
                 continue 'node;
             }
             return Some(Snapshot {
@@ -99,8 +96,8 @@ fn snapshot<const W: usize, const F: usize>(
 }
 
 /// Copies `n`'s live records into `out`; `None` when a slot is mid-change (retry).
-fn copy_node<const W: usize>(
-    n: &Border<W>,
+fn copy_node<const W: usize, const F: usize>(
+    n: &Border<W, F>,
     prefix: &[u8],
     out: &mut Vec<Entry>,
     guard: &epoch::Guard,
@@ -116,9 +113,7 @@ fn copy_node<const W: usize>(
         }
         let mut key = Vec::with_capacity(prefix.len() + SLICE_BYTES);
         key.extend_from_slice(prefix);
-        let p = n.value[s].load(Ordering::Acquire, guard);
-        // SAFETY: blocks are freed only through the epoch `guard` pins.
-        let block = unsafe { p.as_ref() };
+        let block = n.value[s].load(Ordering::Acquire, guard);
         if kl == KEYLEN_SUFFIX {
             push_slice(&mut key, slice, SLICE_BYTES);
             // A long key without its block is in transition: the caller retries.

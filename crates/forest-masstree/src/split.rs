@@ -17,24 +17,26 @@
 //! - Without the permuter (§6.2's "B-tree") both halves leave the split physically sorted:
 //!   the sibling is filled in order, and a new key that stays left is written at its
 //!   position after the left's later slots shift right (crate::border invariants).
+//!
+//! Nodes are reached through [`crate::node`]'s references, so this module has no `unsafe`.
 
 use crossbeam_epoch::Guard;
 use forest_core::sync::atomic::Ordering;
 
-use crate::border::{Border, NewSlot};
+use crate::border::NewSlot;
 use crate::interior::Interior;
-use crate::node::{base, border, interior, NodeBase};
+use crate::node::{BorderRef, InteriorRef, NodeRef};
 use crate::nodeversion::ISROOT;
 use crate::permuter::Permuter;
 use crate::Masstree;
 
 /// Splits the full, locked border node `n` and inserts the key `rest` at position `pos`.
-pub fn split_insert<const W: usize, const F: usize>(
+pub fn split_insert<'g, const W: usize, const F: usize>(
     tree: &Masstree<W, F>,
-    n: &Border<W>,
+    n: BorderRef<'g, W, F>,
     pos: usize,
-    new: NewSlot<'_>,
-    guard: &Guard,
+    new: NewSlot<'_, W, F>,
+    guard: &'g Guard,
 ) {
     debug_assert_eq!(n.permutation().size(), W);
     tree.counters.splits.incr();
@@ -52,8 +54,9 @@ pub fn split_insert<const W: usize, const F: usize>(
         n.keyslice[slot].load(Ordering::Relaxed)
     };
     let total = W + 1;
-    let sequential =
-        pos == W && n.next.load(Ordering::Relaxed).is_null() && item_slice(W - 1) != new_slice;
+    let sequential = pos == W
+        && n.next.load(Ordering::Relaxed, guard).is_none()
+        && item_slice(W - 1) != new_slice;
     let m = if sequential {
         W
     } else {
@@ -64,7 +67,10 @@ pub fn split_insert<const W: usize, const F: usize>(
             .expect("W + 1 >= 11 keys hold at least two slices")
     };
     let lowkey = item_slice(m);
-    let right = Border::<W>::new(n.base.version.raw() & !ISROOT, lowkey);
+    // Locked and splitting as `n` is; not reachable by others until linked below.
+    let right = tree
+        .nodes
+        .alloc_border::<W, F>(n.base.version.raw() & !ISROOT, lowkey, guard);
     let mut moved = [0usize; W];
     let mut moved_count = 0;
     for i in m..total {
@@ -113,98 +119,91 @@ pub fn split_insert<const W: usize, const F: usize>(
         Permuter::<W>::from_sorted(&left[..m]).value(),
         Ordering::Release,
     );
-    let right = tree.nodes.alloc_border(right);
     // Link the sibling after `n` (n's lock protects n.next and next.prev).
-    let next = n.next.load(Ordering::Relaxed);
-    // SAFETY: `right` is a live node, not yet visible to others.
-    let rb = unsafe { border(right) };
-    rb.next.store(next, Ordering::Relaxed);
-    rb.prev
-        .store(n as *const Border<W> as *mut Border<W>, Ordering::Relaxed);
-    if !next.is_null() {
-        // SAFETY: `next` links point to live border nodes.
-        unsafe { border(next) }.prev.store(right, Ordering::Release);
+    let next = n.next.load(Ordering::Relaxed, guard);
+    right.next.store(next, Ordering::Relaxed);
+    right.prev.store(Some(n), Ordering::Relaxed);
+    if let Some(next) = next {
+        next.prev.store(Some(right), Ordering::Release);
     }
-    n.next.store(right, Ordering::Release);
+    n.next.store(Some(right), Ordering::Release);
     crate::pause::pause_point("split:sibling-linked");
-    let n_ptr = n as *const Border<W> as *mut NodeBase;
-    ascend(tree, n_ptr, right.cast(), lowkey);
+    ascend(tree, n.node(), right.node(), lowkey, guard);
 }
 
-/// Locks and returns `n`'s parent, or null at a layer's root (Fig. 4's `lockedparent`).
-pub(crate) fn locked_parent<const F: usize>(n: &NodeBase) -> *mut Interior<F> {
+/// Locks and returns `n`'s parent, or `None` at a layer's root (Fig. 4's `lockedparent`).
+/// Precondition: `n` is locked and is not a collapsed root (whose parent link names the root
+/// that replaced it, maybe a border node, crate::layer invariants); every other parent link
+/// names an interior node.
+pub(crate) fn locked_parent<'g, const W: usize, const F: usize>(
+    n: NodeRef<'g, W, F>,
+    guard: &'g Guard,
+) -> Option<InteriorRef<'g, W, F>> {
     loop {
-        let p = n.parent.load(Ordering::Acquire).cast::<Interior<F>>();
-        if p.is_null() {
-            return p;
-        }
-        // SAFETY: parent links point to live interior nodes.
-        let pi = unsafe { interior(p) };
-        pi.base.version.lock();
-        if n.parent.load(Ordering::Acquire) == p.cast() {
-            return p;
+        let p = n.parent.load(Ordering::Acquire, guard)?.interior();
+        p.base.version.lock();
+        if n.parent.load(Ordering::Acquire, guard) == Some(p.node()) {
+            return Some(p);
         }
         // The parent split meanwhile and `n` moved; try its new parent.
-        pi.base.version.unlock();
+        p.base.version.unlock();
     }
 }
 
 /// Inserts `n2` (locked, splitting) after `n` (locked, splitting) with separator `sep`,
 /// splitting ancestors as needed (Fig. 5's `ascend`). Unlocks everything it holds on return.
-fn ascend<const W: usize, const F: usize>(
+fn ascend<'g, const W: usize, const F: usize>(
     tree: &Masstree<W, F>,
-    mut n: *mut NodeBase,
-    mut n2: *mut NodeBase,
+    mut n: NodeRef<'g, W, F>,
+    mut n2: NodeRef<'g, W, F>,
     mut sep: u64,
+    guard: &'g Guard,
 ) {
     loop {
-        // SAFETY: `n` and `n2` are live nodes (crate::node invariants).
-        let (nb, n2b) = unsafe { (base(n), base(n2)) };
-        let p = locked_parent::<F>(nb);
-        if p.is_null() {
-            // `n` was its layer's root: grow the layer by a new root.
-            let r = Interior::<F>::new(ISROOT);
+        let Some(p) = locked_parent(n, guard) else {
+            // `n` was its layer's root: grow the layer by a new root (not reachable by
+            // others until a parent link or the tree's root names it).
+            let r = tree.nodes.alloc_interior::<W, F>(ISROOT, guard);
             r.keyslice[0].store(sep, Ordering::Relaxed);
-            r.child[0].store(n, Ordering::Relaxed);
-            r.child[1].store(n2, Ordering::Relaxed);
+            r.child[0].store(Some(n), Ordering::Relaxed);
+            r.child[1].store(Some(n2), Ordering::Relaxed);
             r.nkeys.store(1, Ordering::Relaxed);
-            let r = tree.nodes.alloc_interior(r);
-            n2b.parent.store(r.cast(), Ordering::Release);
-            nb.parent.store(r.cast(), Ordering::Release);
-            nb.version.clear_root();
+            n2.parent.store(Some(r.node()), Ordering::Release);
+            n.parent.store(Some(r.node()), Ordering::Release);
+            n.version.clear_root();
             // Layer 0's root is the tree's; deeper layers' links are found stale and climbed.
-            let _ = tree
-                .root
-                .compare_exchange(n, r.cast(), Ordering::AcqRel, Ordering::Acquire);
+            tree.root.compare_exchange(
+                Some(n),
+                Some(r.node()),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
             crate::pause::pause_point("split:parent-updated");
-            nb.version.unlock();
-            n2b.version.unlock();
+            n.version.unlock();
+            n2.version.unlock();
             return;
-        }
-        // SAFETY: `p` is a live interior node, locked by us.
-        let pi = unsafe { interior(p) };
-        if pi.nkeys() < Interior::<F>::KEYS_MAX {
-            pi.base.version.mark_insert();
-            pi.insert_after(n, sep, n2);
-            n2b.parent.store(p.cast(), Ordering::Release);
+        };
+        if p.nkeys() < Interior::<W, F>::KEYS_MAX {
+            p.base.version.mark_insert();
+            p.insert_after(n, sep, n2, guard);
+            n2.parent.store(Some(p.node()), Ordering::Release);
             crate::pause::pause_point("split:parent-updated");
-            nb.version.unlock();
-            n2b.version.unlock();
-            pi.base.version.unlock();
+            n.version.unlock();
+            n2.version.unlock();
+            p.base.version.unlock();
             return;
         }
         tree.counters.splits.incr();
-        pi.base.version.mark_split();
-        nb.version.unlock();
+        p.base.version.mark_split();
+        n.version.unlock();
+        // Locked and splitting as `p` is; reachable only by us until linked.
         let p2 = tree
             .nodes
-            .alloc_interior(Interior::<F>::new(pi.base.version.raw() & !ISROOT));
-        // SAFETY: `p2` was just allocated and is reachable only by us.
-        let p2i = unsafe { interior(p2) };
-        let up = pi.split_into(p, p2i, p2, n, sep, n2);
-        n2b.version.unlock();
-        n = p.cast();
-        n2 = p2.cast();
+            .alloc_interior::<W, F>(p.base.version.raw() & !ISROOT, guard);
+        let up = Interior::split_into(p, p2, n, sep, n2, guard);
+        n2.version.unlock();
+        n = p.node();
+        n2 = p2.node();
         sep = up;
     }
 }

@@ -10,9 +10,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use forest_core::Index;
-use forest_masstree::border::Border;
-use forest_masstree::interior::Interior;
-use forest_masstree::memcheck::POISON_BYTE;
+use forest_masstree::memcheck::{NODE_LAYOUTS, POISON_BYTE};
 use forest_masstree::Masstree;
 
 /// Value bytes: with an 8-byte key the block holds 3 header bytes and the value after
@@ -41,7 +39,7 @@ unsafe impl GlobalAlloc for Checking {
     }
 
     unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
-        let node = layout == Layout::new::<Border<15>>() || layout == Layout::new::<Interior<16>>();
+        let node = NODE_LAYOUTS.contains(&layout);
         let block = layout == Layout::from_size_align(1000, 8).expect("valid");
         if node || block {
             // SAFETY: `p` is a live allocation of `layout.size()` bytes until the dealloc
