@@ -1506,3 +1506,58 @@ fn recovery_under_injected_faults() {
         "{opened} opened, {refused} failed"
     );
 }
+
+// Goal: a panic while a log is written out fails the store (issue 12, "a flusher thread
+// that panics fails the store instead of leaving writers waiting forever"), whichever thread
+// writes it out: the flusher (group) or the writer itself (sync). The writer gets an error
+// or the panic, never an acknowledgement and never a hang; later writes are refused; after a
+// crash every acknowledged write is there. Method: a SimDir plan whose next sync panics; the
+// write runs in a thread so that a hang fails the test after 60 s. Without the guards: group
+// hangs, and in sync the next write is accepted over the lost records.
+#[test]
+fn panic_while_writing_the_log_fails_the_store() {
+    for (durability, shards) in [(Durability::Group, 1), (Durability::Sync, 2)] {
+        let dir = SimDir::new(41);
+        let store = Arc::new(open(&dir, durability, shards).expect("open"));
+        let mut acked = Map::new();
+        for i in 0..20u8 {
+            put(&store, &mut acked, &[b'a', i], b"v");
+        }
+        dir.set_faults(FaultPlan {
+            faults: vec![Fault {
+                op: FaultOp::Sync,
+                nth: 1,
+                kind: FaultKind::Panic,
+            }],
+        });
+        let (tx, rx) = mpsc::channel();
+        let writer = {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                let result = catch_unwind(AssertUnwindSafe(|| store.upsert(b"b", b"after")));
+                let _ = tx.send(result.map_err(|_| "the write panicked"));
+            })
+        };
+        let result = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the writer hangs after a panic in the log's I/O");
+        writer.join().expect("writer");
+        match result {
+            Ok(Ok(())) => panic!("{durability:?}: a write whose log panicked is acknowledged"),
+            Ok(Err(e)) => assert!(e.to_string().contains("panic"), "{e}"),
+            Err(_) => {} // sync: the writer's own fsync panicked
+        }
+        let later = store.upsert(b"c", b"later");
+        assert!(
+            later.is_err(),
+            "{durability:?}: a failed store takes writes"
+        );
+        drop(store);
+        dir.set_faults(FaultPlan::default());
+        dir.crash();
+        let store = open(&dir, durability, shards).expect("reopen");
+        for (key, value) in &acked {
+            assert_eq!(get(&store, key).as_ref(), Some(value), "{}", text(key));
+        }
+    }
+}

@@ -81,6 +81,9 @@ pub enum FaultKind {
     NoSpace,
     /// Input/output error.
     Eio,
+    /// The operation panics (syncs only): a bug below the store, for tests that a thread
+    /// which panics in the middle of I/O fails the store instead of hanging its writers.
+    Panic,
 }
 
 /// One injected failure: the `nth` (counting from 1) operation of kind `op` fails with `kind`.
@@ -517,15 +520,19 @@ impl SimFile {
     }
 }
 
-/// Whether the current sync is the one a plan fails.
+/// Whether the current sync is the one a plan fails (panics if the plan says so).
 fn sync_fails(state: &mut SimState) -> bool {
     state.sync_count += 1;
     let count = state.sync_count;
-    state
+    let fault = state
         .plan
         .faults
         .iter()
-        .any(|f| f.op == FaultOp::Sync && f.nth == count)
+        .find(|f| f.op == FaultOp::Sync && f.nth == count);
+    if fault.is_some_and(|f| f.kind == FaultKind::Panic) {
+        panic!("SimDir: injected panic in sync {count}");
+    }
+    fault.is_some()
 }
 
 impl File for SimFile {

@@ -307,7 +307,7 @@ impl GroupCommit {
             state.lsn_first = first;
         }
         state.lsn_last = last;
-        let guard = FailOnUnwind { inner, lsn: first };
+        let guard = FailOnUnwind::new(inner, During::Apply { lsn: first });
         apply();
         guard.disarm();
         drop(state);
@@ -405,6 +405,8 @@ impl GroupCommit {
         }
         let start = inner.lsns.next();
         let mut old_logs = Vec::with_capacity(fresh.len());
+        // Rotation takes every buffer: a panic before the old logs are synced loses them.
+        let guard = FailOnUnwind::new(inner, During::Rotate);
         for ((writer, state), new_log) in writers.iter_mut().zip(states.iter_mut()).zip(fresh) {
             let buf = std::mem::take(&mut state.buf);
             let (first, last) = (state.lsn_first, state.lsn_last);
@@ -433,6 +435,7 @@ impl GroupCommit {
             }
             inner.fsync_count.fetch_add(1, Ordering::Relaxed);
         }
+        guard.disarm();
         drop(writers);
         Ok((start, old_logs))
     }
@@ -496,10 +499,28 @@ impl GroupCommit {
 /// record is logged, the index may be half changed, so nothing more may be acknowledged.
 struct FailOnUnwind<'a> {
     inner: &'a Inner,
-    lsn: u64,
+    /// What was under way, for the error: applying `lsn`, or writing out a shard's log.
+    during: During,
 }
 
-impl FailOnUnwind<'_> {
+#[derive(Clone, Copy)]
+enum During {
+    Apply {
+        lsn: u64,
+    },
+    /// Records taken from a shard's buffer are only in the writer's hands: a panic before
+    /// they are durable leaves a hole, like a panic in apply.
+    LogIo {
+        shard: usize,
+    },
+    Rotate,
+}
+
+impl<'a> FailOnUnwind<'a> {
+    fn new(inner: &'a Inner, during: During) -> Self {
+        Self { inner, during }
+    }
+
     fn disarm(self) {
         std::mem::forget(self);
     }
@@ -507,10 +528,12 @@ impl FailOnUnwind<'_> {
 
 impl Drop for FailOnUnwind<'_> {
     fn drop(&mut self) {
-        self.inner.fail(&internal_error(format!(
-            "the engine panicked while applying LSN {}",
-            self.lsn
-        )));
+        let message = match self.during {
+            During::Apply { lsn } => format!("the engine panicked while applying LSN {lsn}"),
+            During::LogIo { shard } => format!("a panic while writing out shard log {shard}"),
+            During::Rotate => "a panic while rotating the logs".to_string(),
+        };
+        self.inner.fail(&internal_error(message));
     }
 }
 
@@ -587,10 +610,12 @@ impl Inner {
         if !buf.is_empty() {
             // The mark first: it claims only what was acknowledged before this pass.
             let acked = self.ack.lock().durable;
+            let guard = FailOnUnwind::new(self, During::LogIo { shard: index });
             let result = writer
                 .append_mark_if_newer(acked)
                 .and_then(|()| writer.append_encoded(first, last, &buf))
                 .and_then(|()| writer.sync());
+            guard.disarm();
             if let Err(e) = result {
                 self.fail(&e);
                 return Err(e);
