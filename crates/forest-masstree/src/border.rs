@@ -195,7 +195,7 @@ impl<const W: usize, const F: usize> Border<W, F> {
             return Lookup::NotFound;
         };
         let s = perm.get(i);
-        crate::pause::pause_point("get:slot-matched");
+        forest_core::pause::pause_point("get:slot-matched");
         match kl {
             0..=8 => Lookup::Value(self.value[s].load(Ordering::Acquire, guard)),
             KEYLEN_SUFFIX => match self.value[s].load(Ordering::Acquire, guard) {
@@ -308,7 +308,7 @@ impl<const W: usize, const F: usize> Border<W, F> {
             let n = perm.size();
             self.base.version.mark_insert();
             self.shift_right(pos, n, guard);
-            crate::pause::pause_point("border:shifted");
+            forest_core::pause::pause_point("border:shifted");
             (Permuter::<W>::identity(n + 1), pos)
         };
         self.write_slot(s, new, config.suffix, guard);

@@ -292,7 +292,7 @@ pub fn make_new_layer<'g, const W: usize, const F: usize>(
     // `value` stay readable while `guard` is pinned.
     n.value[s].replace(None, Ordering::Release, guard);
     n.keylen[s].store(KEYLEN_UNSTABLE, Ordering::Release);
-    crate::pause::pause_point("layer:unstable");
+    forest_core::pause::pause_point("layer:unstable");
     n.layer[s].store(Some(twig), Ordering::Release);
     n.keylen[s].store(KEYLEN_LAYER, Ordering::Release);
     twig.node()

@@ -19,34 +19,56 @@
 //! | value and suffix blocks, the row flag | `block` |
 //! | §6.2 factor-analysis knobs, §4.8 search | `config` ([`MasstreeConfig`]) |
 //! | §4.2 prefetch | `prefetch` |
-//! | test-only pause points | `pause` |
+//! | test-only pause points | forest-core's `pause`, listed below |
 //! | poisoning freed memory for memory tools | [`memcheck`] |
 //!
 //! The crate's API is [`Masstree`] (forest-core's `Index` and `ColumnIndex`), its shapes and
 //! [`MasstreeConfig`]; [`memcheck`] is public for the memory-tool test, and `nodeversion` under
 //! `cfg(loom)` for the loom model. The other modules are private.
 //!
+//! Pause points (forest-core's `pause`, feature `pause-points`, tests only: a test's hook can
+//! stop the thread there so that other threads meet the change half done; without the feature
+//! they compile to nothing):
+//! - `split:sibling-linked` (§4.6.4 steps 1–2, `split`): the border node is locked and marked
+//!   splitting, its upper keys moved to the new sibling, which is linked after it; the
+//!   parent is not yet updated.
+//! - `split:parent-updated` (§4.6.4 steps 3–4, `split`): the sibling is in the parent (or a
+//!   new root); nothing is unlocked yet.
+//! - `layer:unstable` (§4.6.3, `layer`): the slot's value moved to the new layer's node and
+//!   its `keylen` is unstable; the layer link is not yet stored.
+//! - `remove:leaf-marked` (§4.6.5, `remove`): an empty border node is locked, marked deleted,
+//!   not yet unlinked.
+//! - `border:shifted` (§6.2's "B-tree" without "+Permuter", `border`): a sorted border node is
+//!   locked and marked inserting, its slots from the insert position on shifted right (that
+//!   slot has no block); the new key and the permutation are not yet written.
+//! - `get:slot-matched` (§4.6.4, Fig. 7, `border::Border::lookup`): a reader matched the key
+//!   to a slot and has not yet loaded the slot's value; it holds its version snapshot.
+//! - `scan:before-copy` (`scan`): a scan holds a border node and its version snapshot and is
+//!   about to copy the node's records.
+//! - `scan:copy-failed` (`scan`): that copy met a slot mid-change (a layer being installed, a
+//!   block being moved) and the scan is about to try the node again.
+//!
 //! `unsafe` lives in `node` (node references, allocation, reclamation) and `block` (value
 //! blocks), whose module docs state the invariants that make their safe types sound, plus
 //! `memcheck` and `prefetch`. The algorithm modules reach nodes through `node`'s
-//! [`Ref<'g, _>`](node::Ref) (a node kept alive by an epoch guard, as crossbeam-epoch's
+//! `Ref<'g, _>` (a node kept alive by an epoch guard, as crossbeam-epoch's
 //! `Shared<'g, T>` but dereferenced safely) and `block::BlockSlot`; their only `unsafe` is
 //! `NodeRegistry::retire`, whose caller proves the node unlinked.
 //!
 //! Choices the paper leaves open, and what is not done yet:
 //! - Empty border nodes, emptied interior nodes, one-child roots and empty layers are removed
-//!   as §4.6.5 describes ([`remove`]), and every node, value and suffix goes back through
-//!   crossbeam-epoch once unlinked ([`node`](mod@node)). Sparse interior nodes are not merged.
+//!   as §4.6.5 describes (`remove`), and every node, value and suffix goes back through
+//!   crossbeam-epoch once unlinked (`node`). Sparse interior nodes are not merged.
 //! - Values with columns (§4.7) are rows in forest-core's row encoding, replaced whole by
-//!   copy-on-write ([`columns`]); whether a value is a row is a kind byte in its block, so a
+//!   copy-on-write (`columns`); whether a value is a row is a kind byte in its block, so a
 //!   plain value never reads as a row however its bytes look.
-//! - A key's suffix and its value are one block (header + bytes, [`block`]), one pointer
+//! - A key's suffix and its value are one block (header + bytes, `block`), one pointer
 //!   from the slot.
 //! - The paper's design is the default: prefetch, linear in-node search, the permuter,
 //!   suffixes stored, border nodes of 15 slots and interior nodes of fanout 16. For §6.2's
 //!   factor analysis [`Masstree::with_config`] switches prefetch, search, the permuter and
 //!   suffix storage at run time, and [`Masstree10x8`] / [`Masstree15x32`] are the other node
-//!   shapes ([`config`]).
+//!   shapes (`config`).
 
 mod block;
 mod border;
@@ -64,7 +86,6 @@ mod node;
 pub mod nodeversion;
 #[cfg(not(loom))]
 mod nodeversion;
-pub mod pause;
 mod permuter;
 mod prefetch;
 mod remove;

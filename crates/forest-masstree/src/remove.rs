@@ -142,7 +142,7 @@ fn remove_leaf<'g, const W: usize, const F: usize>(
     debug_assert_eq!(p.next.load(Ordering::Relaxed, guard), Some(n));
     n.base.version.mark_split();
     n.base.version.mark_deleted();
-    crate::pause::pause_point("remove:leaf-marked");
+    forest_core::pause::pause_point("remove:leaf-marked");
     p.base.version.mark_insert();
     let next = n.next.load(Ordering::Relaxed, guard);
     p.next.store(next, Ordering::Release);

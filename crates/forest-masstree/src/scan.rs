@@ -72,9 +72,9 @@ fn snapshot<const W: usize, const F: usize>(
                 tree.counters.restarts.incr();
                 continue 'top;
             }
-            crate::pause::pause_point("scan:before-copy");
+            forest_core::pause::pause_point("scan:before-copy");
             if copy_node(&n, prefix, out, &guard).is_none() {
-                crate::pause::pause_point("scan:copy-failed");
+                forest_core::pause::pause_point("scan:copy-failed");
                 tree.counters.retries.incr();
                 // As after a failed validation: the node may have split since `v`, its keys
                 // from `slice` on moved right.

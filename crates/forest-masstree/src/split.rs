@@ -127,7 +127,7 @@ pub fn split_insert<'g, const W: usize, const F: usize>(
         next.prev.store(Some(right), Ordering::Release);
     }
     n.next.store(Some(right), Ordering::Release);
-    crate::pause::pause_point("split:sibling-linked");
+    forest_core::pause::pause_point("split:sibling-linked");
     ascend(tree, n.node(), right.node(), lowkey, guard);
 }
 
@@ -178,7 +178,7 @@ fn ascend<'g, const W: usize, const F: usize>(
                 Ordering::AcqRel,
                 Ordering::Acquire,
             );
-            crate::pause::pause_point("split:parent-updated");
+            forest_core::pause::pause_point("split:parent-updated");
             n.version.unlock();
             n2.version.unlock();
             return;
@@ -187,7 +187,7 @@ fn ascend<'g, const W: usize, const F: usize>(
             p.base.version.mark_insert();
             p.insert_after(n, sep, n2, guard);
             n2.parent.store(Some(p.node()), Ordering::Release);
-            crate::pause::pause_point("split:parent-updated");
+            forest_core::pause::pause_point("split:parent-updated");
             n.version.unlock();
             n2.version.unlock();
             p.base.version.unlock();

@@ -5,102 +5,23 @@
 //! between matching its key's slot and loading the slot's value, while writers churn the node.
 //!
 //! Run with `cargo test -p forest-masstree --features pause-points --test pause_points`. The
-//! hook is process-wide, so the tests take turns through one lock.
+//! hook is process-wide, so the tests take turns (forest-core's kit: `conformance::pause`,
+//! whose gates stop a named thread at a named pause point; the points are listed in the crate
+//! doc).
 #![cfg(feature = "pause-points")]
 
 use std::ops::{Bound, ControlFlow};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier, Mutex};
-use std::thread::{self, JoinHandle};
+use std::sync::Arc;
+use std::thread;
 use std::time::Duration;
 
+use forest_core::conformance::pause::{
+    arm, arm_gates, disarm, spawn_named, spawn_pauser, take_turn,
+};
 use forest_core::stats::names;
 use forest_core::{Index, Order};
-use forest_masstree::pause::set_pause_hook;
 use forest_masstree::{Masstree, MasstreeConfig};
-
-const PAUSER: &str = "pauser";
-
-static TURN: Mutex<()> = Mutex::new(());
-
-/// Arms a hook that stops the thread named [`PAUSER`] at its first pause point `point`, and
-/// returns the barriers (passed once it is paused; releases it) and the count of arrivals.
-fn arm(point: &'static str) -> (Arc<Barrier>, Arc<Barrier>, Arc<AtomicUsize>) {
-    let paused = Arc::new(Barrier::new(2));
-    let release = Arc::new(Barrier::new(2));
-    let reached = Arc::new(AtomicUsize::new(0));
-    let armed = AtomicBool::new(true);
-    let (p, r, n) = (
-        Arc::clone(&paused),
-        Arc::clone(&release),
-        Arc::clone(&reached),
-    );
-    set_pause_hook(Some(Arc::new(move |name| {
-        if name == point && thread::current().name() == Some(PAUSER) {
-            n.fetch_add(1, Ordering::SeqCst);
-            if armed.swap(false, Ordering::SeqCst) {
-                p.wait();
-                r.wait();
-            }
-        }
-    })));
-    (paused, release, reached)
-}
-
-/// Runs `f` in a thread named [`PAUSER`], the one the armed hook stops.
-fn spawn_pauser<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> JoinHandle<R> {
-    thread::Builder::new()
-        .name(PAUSER.into())
-        .spawn(f)
-        .expect("spawn")
-}
-
-/// One stop of one named thread at one pause point, the first time it gets there.
-struct Gate {
-    point: &'static str,
-    thread: &'static str,
-    armed: AtomicBool,
-    paused: Barrier,
-    release: Barrier,
-}
-
-impl Gate {
-    /// Returns once the thread is stopped here.
-    fn wait_paused(&self) {
-        self.paused.wait();
-    }
-
-    /// Lets the stopped thread go on.
-    fn release(&self) {
-        self.release.wait();
-    }
-}
-
-/// Arms a hook with one gate per `(point, thread)`, returned in that order.
-fn arm_gates<const N: usize>(stops: [(&'static str, &'static str); N]) -> [Arc<Gate>; N] {
-    let gates = stops.map(|(point, thread)| {
-        Arc::new(Gate {
-            point,
-            thread,
-            armed: AtomicBool::new(true),
-            paused: Barrier::new(2),
-            release: Barrier::new(2),
-        })
-    });
-    let hooked = gates.clone();
-    set_pause_hook(Some(Arc::new(move |name| {
-        for g in &hooked {
-            if g.point == name
-                && thread::current().name() == Some(g.thread)
-                && g.armed.swap(false, Ordering::SeqCst)
-            {
-                g.paused.wait();
-                g.release.wait();
-            }
-        }
-    })));
-    gates
-}
 
 fn key(i: u64) -> Vec<u8> {
     i.to_be_bytes().to_vec()
@@ -115,15 +36,13 @@ fn caught_at(
     present: impl FnOnce() -> Vec<Vec<u8>>,
     write: impl FnOnce(&Masstree) + Send + 'static,
 ) {
-    let _turn = TURN
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let (paused, release, reached) = arm(point);
+    let _turn = take_turn();
+    let gate = arm(point);
     let writer = {
         let t = Arc::clone(&t);
         spawn_pauser(move || write(&t))
     };
-    paused.wait();
+    gate.wait_paused();
     let present = present();
     let readers: Vec<_> = (0..3)
         .map(|r| {
@@ -162,13 +81,13 @@ fn caught_at(
         .collect();
     // Give the readers time to meet the half-done change.
     thread::sleep(Duration::from_millis(50));
-    release.wait();
+    gate.release();
     writer.join().expect("writer");
     for r in readers {
         r.join().expect("reader");
     }
-    set_pause_hook(None);
-    assert!(reached.load(Ordering::SeqCst) >= 1, "{point} not reached");
+    disarm();
+    assert!(gate.reached_count() >= 1, "{point} not reached");
 }
 
 /// A tree of `count` 8-byte keys `i * 10` (value = key).
@@ -315,16 +234,14 @@ fn get_paused_at_matched_slot_while_the_slot_is_reused_65536_times() {
     // B inserted, then B removed and reinserted, 2^16 inserts in all (a 16-bit count's
     // period), leaving B in A's slot.
     const INSERTS: u32 = 1 << 16;
-    let _turn = TURN
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _turn = take_turn();
     let t = Arc::new(Masstree::new());
     for i in 0..14 {
         assert!(t.insert(&key(i * 10), b"filler").expect("within limits"));
     }
     let (a, b) = (key(1_000), key(2_000));
     assert!(t.insert(&a, b"value of A").expect("within limits"));
-    let (paused, release, reached) = arm("get:slot-matched");
+    let gate = arm("get:slot-matched");
     let reader = {
         let (t, a) = (Arc::clone(&t), a.clone());
         spawn_pauser(move || {
@@ -332,20 +249,17 @@ fn get_paused_at_matched_slot_while_the_slot_is_reused_65536_times() {
             t.get(&a, &mut buf).then_some(buf)
         })
     };
-    paused.wait();
+    gate.wait_paused();
     assert!(t.remove(&a));
     assert!(t.insert(&b, b"value of B").expect("within limits"));
     for _ in 1..INSERTS {
         assert!(t.remove(&b));
         assert!(t.insert(&b, b"value of B").expect("within limits"));
     }
-    release.wait();
+    gate.release();
     let got = reader.join().expect("reader");
-    set_pause_hook(None);
-    assert!(
-        reached.load(Ordering::SeqCst) >= 1,
-        "get:slot-matched not reached"
-    );
+    disarm();
+    assert!(gate.reached_count() >= 1, "get:slot-matched not reached");
     assert!(
         matches!(got.as_deref(), None | Some(b"value of A")),
         "get(A) returned {:?}",
@@ -363,9 +277,7 @@ fn descending_scan_retrying_a_failed_copy_after_a_split() {
     // (a new layer, §4.6.3); the scan's copy fails there and stops; the writer finishes, two
     // more keys split the node, and the scan goes on. Every key present throughout must come
     // back, in order.
-    let _turn = TURN
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _turn = take_turn();
     let t = Arc::new(Masstree::new());
     let mut long_a = key(55);
     long_a.extend_from_slice(b"-first");
@@ -381,30 +293,24 @@ fn descending_scan_retrying_a_failed_copy_after_a_split() {
     ]);
     let scanner = {
         let t = Arc::clone(&t);
-        thread::Builder::new()
-            .name("scanner".into())
-            .spawn(move || {
-                let mut got = Vec::new();
-                let order = Order::Descending;
-                t.scan(Bound::Unbounded, Bound::Unbounded, order, &mut |k, _| {
-                    got.push(k.to_vec());
-                    ControlFlow::Continue(())
-                });
-                got
-            })
-            .expect("spawn")
+        spawn_named("scanner", move || {
+            let mut got = Vec::new();
+            let order = Order::Descending;
+            t.scan(Bound::Unbounded, Bound::Unbounded, order, &mut |k, _| {
+                got.push(k.to_vec());
+                ControlFlow::Continue(())
+            });
+            got
+        })
     };
     before_copy.wait_paused();
     let writer = {
         let t = Arc::clone(&t);
-        thread::Builder::new()
-            .name("writer".into())
-            .spawn(move || {
-                let mut long_b = key(55);
-                long_b.extend_from_slice(b"-second");
-                assert!(t.insert(&long_b, &long_b).expect("within limits"));
-            })
-            .expect("spawn")
+        spawn_named("writer", move || {
+            let mut long_b = key(55);
+            long_b.extend_from_slice(b"-second");
+            assert!(t.insert(&long_b, &long_b).expect("within limits"));
+        })
     };
     unstable.wait_paused();
     before_copy.release();
@@ -422,7 +328,7 @@ fn descending_scan_retrying_a_failed_copy_after_a_split() {
     );
     copy_failed.release();
     let got = scanner.join().expect("scanner");
-    set_pause_hook(None);
+    disarm();
     assert!(
         got.windows(2).all(|w| w[0] > w[1]),
         "not strictly descending"
