@@ -1,20 +1,29 @@
 //! A counting global allocator: how many heap bytes an index holds after the load phase.
 //!
-//! The `forest` binary installs [`CountingAlloc`] with `#[global_allocator]`; the runner
-//! brackets the load phase with [`live_bytes`] and reports the difference (bytes and bytes
-//! per key). Counting must not perturb what it measures, so:
+//! The `forest` binary installs [`CountingAlloc`] over mimalloc with `#[global_allocator]`;
+//! the runner brackets the load phase with [`live_bytes`] and reports the difference (bytes
+//! and bytes per key). Counting must not perturb what it measures, so:
 //! - it is off unless [`set_enabled`] switched it on (the runner does so only around loads);
-//!   when off, an allocation pays one relaxed load of a flag that is never written while
-//!   threads run, so the cache line stays shared and clean;
+//!   when off, an allocation or free pays a load of a flag that is never written while
+//!   threads run (so its cache line stays shared and clean) and a predicted branch;
 //! - when on, a thread adds to its own cache-padded shard with a relaxed `fetch_add`: no
 //!   shared contended atomic, and no allocation inside `alloc` (the shard index lives in a
 //!   `const`-initialized thread-local without destructor, which never allocates).
 //!
-//! Invariants: every method forwards to [`System`] with the caller's arguments unchanged, so
-//! the allocator is exactly as sound as `System`; the counters are observations only. A free
-//! counted on one thread of memory allocated on another still sums correctly, since
+//! Invariants: every method forwards to the inner allocator `A` with the caller's arguments
+//! unchanged, so the wrapper is exactly as sound as `A`; the counters are observations only. A
+//! free counted on one thread of memory allocated on another still sums correctly, since
 //! [`live_bytes`] adds all shards. Memory freed while counting is on but allocated before is
 //! subtracted: the measurement is the net change of the heap over the bracketed phase.
+//!
+//! Why one binary, wrapper always installed, rather than a separate benchmark binary so that
+//! `forest serve` runs on the bare allocator (issue 13): the wrapper's cost with counting off
+//! was measured (`cargo run --release -p forest --example alloc_cost`, docs/BENCHMARKS.md
+//! "Allocator (issue 13)") at under a nanosecond per alloc+free pair, against 8 to 20 ns for
+//! the pair itself, and an A/B of `forest serve` cannot tell it from run-to-run noise. In
+//! the machine code it is, after the inner call (no longer a tail call), a load of the flag's
+//! address, a byte load, a test and a branch. A second binary would cost more than that:
+//! two builds, two install paths, `forest bench` no longer a subcommand.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -40,8 +49,10 @@ thread_local! {
     static SHARD: Cell<usize> = const { Cell::new(NO_SHARD) };
 }
 
-/// The allocator the `forest` binary installs: `System`, plus counting when enabled.
-pub struct CountingAlloc;
+/// The allocator the `forest` binary installs: the allocator `A` (by default `System`), plus
+/// counting when enabled. Counting is of requested sizes (`Layout::size`), so the figure does
+/// not depend on which allocator serves the requests.
+pub struct CountingAlloc<A = System>(pub A);
 
 #[inline]
 fn record(delta: i64) {
@@ -62,38 +73,42 @@ fn record(delta: i64) {
     SHARDS[shard].fetch_add(delta, Ordering::Relaxed);
 }
 
-// SAFETY: every method forwards to `System` with unchanged arguments and returns its result
-// unchanged, so `GlobalAlloc`'s contract holds as it does for `System`; `record` neither
+// SAFETY: every method forwards to `A` with unchanged arguments and returns its result
+// unchanged, so `GlobalAlloc`'s contract holds as it does for `A`; `record` neither
 // allocates nor unwinds.
-unsafe impl GlobalAlloc for CountingAlloc {
+unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingAlloc<A> {
+    #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller meets `alloc`'s contract (non-zero size), passed on unchanged.
-        let p = unsafe { System.alloc(layout) };
+        let p = unsafe { self.0.alloc(layout) };
         if !p.is_null() {
             record(layout.size() as i64);
         }
         p
     }
 
+    #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: as in `alloc`.
-        let p = unsafe { System.alloc_zeroed(layout) };
+        let p = unsafe { self.0.alloc_zeroed(layout) };
         if !p.is_null() {
             record(layout.size() as i64);
         }
         p
     }
 
+    #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from this allocator, i.e. from `System`, with `layout`.
-        unsafe { System.dealloc(ptr, layout) };
+        // SAFETY: `ptr` came from this allocator, i.e. from `A`, with `layout`.
+        unsafe { self.0.dealloc(ptr, layout) };
         record(-(layout.size() as i64));
     }
 
+    #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: `ptr` came from `System` with `layout`; the caller meets `realloc`'s
-        // contract for `new_size`.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        // SAFETY: `ptr` came from `A` with `layout`; the caller meets `realloc`'s contract
+        // for `new_size`.
+        let p = unsafe { self.0.realloc(ptr, layout, new_size) };
         if !p.is_null() {
             record(new_size as i64 - layout.size() as i64);
         }

@@ -11,7 +11,7 @@ use forest_bench::BenchArgs;
 use indicatif::ProgressBar;
 
 #[global_allocator]
-static ALLOC: CountingAlloc = CountingAlloc;
+static ALLOC: CountingAlloc = CountingAlloc(std::alloc::System);
 
 /// Allocation counting is process-wide: tests that run benchmarks take turns, so one test's
 /// allocations do not land in another's measurement.
