@@ -37,7 +37,7 @@
 //! - So every block is at least [`HEADER_BYTES`] long, starts with a [`ValueKind`] byte, and
 //!   its suffix length fits in it.
 //! - A separate suffix block is owned by exactly one value block, made with it and freed with
-//!   it: every value block is freed through [`free`] (directly or by [`retire`]), never by
+//!   it: every value block is freed through [`free`] (directly, by [`BlockSlot::replace`] through the epoch, or by a slot's drop), never by
 //!   dropping its `Owned`, so the suffix lives exactly as long as the value block naming it.
 
 use std::mem::MaybeUninit;

@@ -161,7 +161,7 @@ impl Masstree {
     }
 
     /// An empty tree of the paper's shape with the given knobs (§6.2 factor analysis,
-    /// [`config`]).
+    /// `config`).
     pub fn with_config(config: MasstreeConfig) -> Self {
         Self::with_widths(config)
     }

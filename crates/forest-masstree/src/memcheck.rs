@@ -1,7 +1,7 @@
 //! The memory-tool build (`RUSTFLAGS="--cfg forest_memcheck"`, `scripts/memcheck.sh`): with
 //! debug assertions on, every node and block is overwritten with [`POISON_BYTE`] just before it
 //! goes back to the allocator, so a use-after-free reads garbage that trips an assertion (a
-//! node's version word becomes [`crate::nodeversion::POISON`]) even without a memory tool.
+//! node's version word becomes `nodeversion::POISON`) even without a memory tool.
 //!
 //! The crate recycles no memory of its own: every node and block is freed to the allocator
 //! once the epoch allows, so under AddressSanitizer or Valgrind each free is visible. A cfg
@@ -17,7 +17,7 @@ use std::mem::MaybeUninit;
 pub const POISONS: bool = cfg!(all(forest_memcheck, debug_assertions));
 
 /// The byte freed memory is filled with: all ones, so a poisoned version word equals the
-/// [`crate::nodeversion::POISON`] that `stable` and `lock` assert against.
+/// `nodeversion::POISON` that `stable` and `lock` assert against.
 pub const POISON_BYTE: u8 = 0xff;
 
 const _: () = assert!(u64::from_ne_bytes([POISON_BYTE; 8]) == crate::nodeversion::POISON);

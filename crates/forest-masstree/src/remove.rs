@@ -4,7 +4,7 @@
 //! through the epoch; the node's `has_removed` flag makes later inserts that reuse a slot bump
 //! `vinsert`, so a reader holding the old slot retries (the paper's get/remove/put example).
 //! Without the permuter the later slots shift left instead, the node marked inserting
-//! ([`Border::remove_at`]).
+//! ([`crate::border::Border::remove_at`]).
 //!
 //! A border node that becomes empty is removed unless it is its layer's first node, which
 //! "is not deleted until the B+-tree itself is completely empty" (§4.6.4):
