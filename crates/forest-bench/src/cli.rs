@@ -181,8 +181,14 @@ pub fn catalog() -> String {
     let _ = writeln!(s, "\nEngines (--engines; parameters after a colon):");
     for e in engines::ENGINES {
         let _ = writeln!(s, "  {:<20} {}", e.name, e.about);
-        let _ = writeln!(s, "  {:<20} parameters: {}", "", e.params);
+        let params: Vec<String> = e
+            .params
+            .iter()
+            .map(|p| format!("{}={} (default {})", p.key, p.values, p.default))
+            .collect();
+        let _ = writeln!(s, "  {:<20} parameters: {}", "", params.join(", "));
     }
+    let _ = writeln!(s, "  (`forest engines` says what each parameter means)");
     let _ = writeln!(
         s,
         "\nPeers (--engines; u64 keys on the u64 shape, byte keys otherwise):"
@@ -279,7 +285,7 @@ fn plan(args: &BenchArgs) -> anyhow::Result<Plan> {
         engines::known_names()
             .into_iter()
             .map(Spec::parse)
-            .collect::<anyhow::Result<Vec<_>>>()?
+            .collect::<forest_core::Result<Vec<_>>>()?
     } else {
         let mut specs = Vec::new();
         for list in &args.engines {
@@ -338,15 +344,11 @@ fn plan(args: &BenchArgs) -> anyhow::Result<Plan> {
         }
         mode.checkpoint_every_ms = args.checkpoint_every;
     }
-    if modes.iter().any(Option::is_some)
-        && !specs
-            .iter()
-            .any(|s| target::store_can_run(&s.name, !s.params.is_empty()))
-    {
+    if modes.iter().any(Option::is_some) && !specs.iter().any(target::store_can_run) {
         bail!(
-            "--durability {} needs a store engine among --engines: {}, without parameters",
+            "--durability {} needs a store engine among --engines: {} (with any parameters)",
             args.durability.join(","),
-            forest_store::ENGINE_NAMES.join(", ")
+            forest_store::engine_names().join(", ")
         );
     }
     let duration = match args.duration {
@@ -429,7 +431,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     progress.finish_and_clear();
     let ratios = report::ratios(&rows, args.baseline.as_deref(), |engine| {
-        Spec::parse(engine).is_ok_and(|s| s.is_peer())
+        Spec::parse(engine).is_ok_and(|s| engines::is_peer(&s))
     });
     println!(
         "\nThroughput ratios (same run, median of {} runs):",

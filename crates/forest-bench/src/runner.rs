@@ -84,7 +84,7 @@ pub fn run_workload(
         for spec in specs {
             for &mode in &options.modes {
                 if has_scans && peers::is_unordered(&spec.name)
-                    || mode.is_some() && !target::store_can_run(&spec.name, !spec.params.is_empty())
+                    || mode.is_some() && !target::store_can_run(spec)
                 {
                     progress.inc(options.runs as u64);
                     continue;
@@ -107,7 +107,7 @@ fn build_target(
 ) -> anyhow::Result<Target> {
     match mode {
         None => Ok(Target::Memory(engines::build(spec, config.key_shape)?)),
-        Some(durability) => Target::open_durable(&spec.name, durability, options.dir.as_deref()),
+        Some(durability) => Target::open_durable(&spec.label(), durability, options.dir.as_deref()),
     }
 }
 

@@ -130,10 +130,10 @@ impl Drop for Checkpointer {
     }
 }
 
-/// Whether `spec_name` with `has_params` can run under a durable mode: the store opens its
-/// engines by plain name.
-pub fn store_can_run(spec_name: &str, has_params: bool) -> bool {
-    !has_params && forest_store::ENGINE_NAMES.contains(&spec_name)
+/// Whether `spec` can run under a durable mode: an engine that can be a store's index,
+/// with any of its parameters (the store takes the full spec).
+pub fn store_can_run(spec: &crate::engines::Spec) -> bool {
+    forest_engines::find(&spec.name).is_ok_and(|e| e.capabilities.durable_through_store)
 }
 
 /// A benchmark's target.
@@ -174,6 +174,7 @@ impl Target {
                 engine: Some(engine.to_string()),
                 durability: mode.durability,
                 shards: mode.shards,
+                switch_engine: false,
             },
         )
         .with_context(|| format!("opening a {engine} store in {}", dir.path().display()))?;

@@ -80,8 +80,11 @@ impl std::fmt::Display for IoModel {
 #[derive(Clone, Debug)]
 pub struct Config {
     pub dir: PathBuf,
-    /// None: the engine recorded in the directory, or the store's default for a new one.
+    /// The engine spec; None: the one recorded in the directory, or the store's default
+    /// for a new one.
     pub engine: Option<String>,
+    /// Open with `engine` even if the directory recorded another (`StoreOptions`).
+    pub switch_engine: bool,
     pub durability: Durability,
     pub bind: String,
     /// 0: an ephemeral port.
@@ -101,6 +104,7 @@ impl Default for Config {
         Self {
             dir: PathBuf::from("./forest-data"),
             engine: None,
+            switch_engine: false,
             durability: Durability::default(),
             bind: "127.0.0.1".to_string(),
             port: 6379,
@@ -334,6 +338,7 @@ impl Server {
             &config.dir,
             StoreOptions {
                 engine: config.engine.clone(),
+                switch_engine: config.switch_engine,
                 durability: config.durability,
                 ..StoreOptions::default()
             },

@@ -33,7 +33,7 @@ pub mod wal;
 
 pub use durability::Durability;
 pub use store::{
-    new_engine, resolve_engine, Batch, BatchOp, Rmw, Store, StoreOptions, StoreStats, WriteBatch,
-    ENGINE_DEFAULT, ENGINE_NAMES,
+    engine_names, new_engine, resolve_engine, Batch, BatchOp, Rmw, Store, StoreOptions, StoreStats,
+    WriteBatch, ENGINE_DEFAULT,
 };
 pub use verify::{verify, VerifyReport};

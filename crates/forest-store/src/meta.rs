@@ -1,10 +1,11 @@
-//! The store's meta file `META`: the engine chosen at creation, so that a reopen that names
-//! no engine uses it (issue 5 "The store": the engine chosen by name). Format version 1, byte
-//! by byte in docs/FORMAT.md "Store meta file".
+//! The store's meta file `META`: the engine spec chosen at creation, so that a reopen that
+//! names no engine uses it and one that names another is refused unless asked for (issue 5
+//! "The store"; issue 13: the full spec). Format version 3, byte by byte in docs/FORMAT.md
+//! "Store meta file"; versions 1 and 2 are still read.
 //!
-//! Logs and checkpoints hold keys and values only, so any engine can open any store; the
-//! meta file records the last engine named, and naming a different one at open records that
-//! one instead.
+//! Logs and checkpoints hold keys and values only, so any engine durable through the store
+//! can open any store: `StoreOptions::switch_engine` rebuilds the index in another engine
+//! and records it.
 //!
 //! Invariants: the file is written whole to `META.tmp`, fsynced, renamed over `META` and the
 //! directory fsynced, so after any crash `META` is the old or the new version, never a mix;
@@ -20,25 +21,29 @@ pub const META_FILE_NAME: &str = "META";
 pub const META_TMP_FILE_NAME: &str = "META.tmp";
 /// The first 8 bytes of the meta file.
 pub const META_MAGIC: [u8; 8] = *b"FORESTMD";
-/// The meta format version this code writes and reads.
-pub const META_FORMAT_VERSION: u32 = 2;
-/// The version before `durable_through` existed (its bytes were zero): still read.
+/// The meta format version this code writes.
+pub const META_FORMAT_VERSION: u32 = 3;
+/// Versions 1 and 2 (64 bytes, an engine name of up to 32 bytes; version 1 had no
+/// `durable_through`, its bytes were zero): still read.
 const META_FORMAT_VERSION_1: u32 = 1;
-/// Bytes of the meta file (fixed).
-pub const META_BYTES: usize = 64;
-/// The longest engine name recorded: engine names are short words; the field is fixed.
-pub const ENGINE_NAME_BYTES_MAX: usize = 32;
+const META_FORMAT_VERSION_2: u32 = 2;
+/// Bytes of the meta file (fixed) in version 3.
+pub const META_BYTES: usize = 256;
+/// Bytes of a version 1 or 2 meta file.
+const META_BYTES_V2: usize = 64;
+/// The longest engine spec recorded (a canonical spec such as `masstree:fanout=15x32`).
+pub const ENGINE_SPEC_BYTES_MAX: usize = 224;
 
-const ENGINE_AT: usize = 16;
-const DURABLE_AT: usize = ENGINE_AT + ENGINE_NAME_BYTES_MAX;
-const RESERVED_AT: usize = DURABLE_AT + 8;
-const CRC_AT: usize = META_BYTES - 4;
-const _: () = assert!(RESERVED_AT < CRC_AT);
+/// Where the fields are, by version: (spec at, spec bytes max, durable_through at).
+const V2_FIELDS: (usize, usize, usize) = (16, 32, 48);
+const V3_FIELDS: (usize, usize, usize) = (24, ENGINE_SPEC_BYTES_MAX, 16);
+const _: () = assert!(V3_FIELDS.0 + V3_FIELDS.1 + 4 <= META_BYTES);
 
 /// What the meta file records.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoreMeta {
-    /// The engine the store opens when none is named.
+    /// The engine spec (canonical, `forest_engines::canonical`) the store opens when none
+    /// is named; reopening with another is refused unless asked for.
     pub engine: String,
     /// Every LSN up to this one was durable in the logs when the store last closed cleanly
     /// (0: unknown). Recovery refuses a cutoff below it, so a log cut or damaged after a
@@ -46,23 +51,26 @@ pub struct StoreMeta {
     pub durable_through: u64,
 }
 
-/// Encodes `meta` (errors: an engine name over [`ENGINE_NAME_BYTES_MAX`] or empty).
+/// Encodes `meta` in version 3 (errors: an engine spec over [`ENGINE_SPEC_BYTES_MAX`] or
+/// empty).
 pub fn encode(meta: &StoreMeta) -> Result<[u8; META_BYTES]> {
-    let name = meta.engine.as_bytes();
-    if name.is_empty() || name.len() > ENGINE_NAME_BYTES_MAX {
+    let spec = meta.engine.as_bytes();
+    if spec.is_empty() || spec.len() > ENGINE_SPEC_BYTES_MAX {
         return Err(Error::Config(format!(
-            "engine name {:?}: 1..={ENGINE_NAME_BYTES_MAX} bytes allowed",
+            "engine spec {:?}: 1..={ENGINE_SPEC_BYTES_MAX} bytes allowed",
             meta.engine
         )));
     }
+    let (spec_at, _, durable_at) = V3_FIELDS;
     let mut bytes = [0u8; META_BYTES];
     bytes[..8].copy_from_slice(&META_MAGIC);
     bytes[8..12].copy_from_slice(&META_FORMAT_VERSION.to_le_bytes());
-    bytes[12..16].copy_from_slice(&(name.len() as u32).to_le_bytes());
-    bytes[ENGINE_AT..ENGINE_AT + name.len()].copy_from_slice(name);
-    bytes[DURABLE_AT..DURABLE_AT + 8].copy_from_slice(&meta.durable_through.to_le_bytes());
-    let crc = crc32c::crc32c(&bytes[..CRC_AT]);
-    bytes[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+    bytes[12..16].copy_from_slice(&(spec.len() as u32).to_le_bytes());
+    bytes[durable_at..durable_at + 8].copy_from_slice(&meta.durable_through.to_le_bytes());
+    bytes[spec_at..spec_at + spec.len()].copy_from_slice(spec);
+    let crc_at = META_BYTES - 4;
+    let crc = crc32c::crc32c(&bytes[..crc_at]);
+    bytes[crc_at..].copy_from_slice(&crc.to_le_bytes());
     Ok(bytes)
 }
 
@@ -72,67 +80,83 @@ fn u32_at(data: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(word)
 }
 
-/// Decodes the meta file's bytes; `path` names it in errors.
+/// Decodes the meta file's bytes (any version this build reads); `path` names it in
+/// errors.
 pub fn decode(path: &std::path::Path, data: &[u8]) -> Result<StoreMeta> {
     let corrupt = |offset: usize, what: String| Error::Corrupt {
         path: path.to_path_buf(),
         offset: offset as u64,
         what,
     };
-    if data.len() != META_BYTES {
+    if data.len() != META_BYTES && data.len() != META_BYTES_V2 {
         return Err(corrupt(
             0,
-            format!("meta file is {} bytes, {META_BYTES} expected", data.len()),
+            format!(
+                "meta file is {} bytes, {META_BYTES} (or {META_BYTES_V2}) expected",
+                data.len()
+            ),
         ));
     }
-    if crc32c::crc32c(&data[..CRC_AT]) != u32_at(data, CRC_AT) {
-        return Err(corrupt(CRC_AT, "meta file checksum mismatch".to_string()));
+    let crc_at = data.len() - 4;
+    if crc32c::crc32c(&data[..crc_at]) != u32_at(data, crc_at) {
+        return Err(corrupt(crc_at, "meta file checksum mismatch".to_string()));
     }
     if data[..8] != META_MAGIC {
         return Err(corrupt(0, "not a forest meta file (bad magic)".to_string()));
     }
     let version = u32_at(data, 8);
-    if version != META_FORMAT_VERSION && version != META_FORMAT_VERSION_1 {
-        return Err(corrupt(
-            8,
-            format!("meta format version {version}, this build reads {META_FORMAT_VERSION}"),
-        ));
-    }
+    let fields = match (version, data.len()) {
+        (META_FORMAT_VERSION, META_BYTES) => V3_FIELDS,
+        (META_FORMAT_VERSION_1 | META_FORMAT_VERSION_2, META_BYTES_V2) => V2_FIELDS,
+        _ => {
+            return Err(corrupt(
+                8,
+                format!(
+                    "meta format version {version} in {} bytes; this build reads versions \
+                     1 to {META_FORMAT_VERSION}",
+                    data.len()
+                ),
+            ))
+        }
+    };
+    let (spec_at, spec_max, durable_at) = fields;
     let len = u32_at(data, 12) as usize;
-    if len == 0 || len > ENGINE_NAME_BYTES_MAX {
-        return Err(corrupt(12, format!("engine name length {len}")));
+    if len == 0 || len > spec_max {
+        return Err(corrupt(12, format!("engine spec length {len}")));
     }
-    let padding_zero = data[ENGINE_AT + len..DURABLE_AT].iter().all(|b| *b == 0)
-        && data[RESERVED_AT..CRC_AT].iter().all(|b| *b == 0);
-    if !padding_zero {
-        return Err(corrupt(ENGINE_AT + len, "padding not zero".to_string()));
+    // Every byte that no field holds is zero.
+    let held = |at: usize| {
+        at < 16
+            || (spec_at..spec_at + len).contains(&at)
+            || (durable_at..durable_at + 8).contains(&at)
+    };
+    if let Some(at) = (16..crc_at).find(|&at| !held(at) && data[at] != 0) {
+        return Err(corrupt(at, "padding not zero".to_string()));
     }
-    let engine = std::str::from_utf8(&data[ENGINE_AT..ENGINE_AT + len])
-        .map_err(|_| corrupt(ENGINE_AT, "engine name not UTF-8".to_string()))?;
+    let engine = std::str::from_utf8(&data[spec_at..spec_at + len])
+        .map_err(|_| corrupt(spec_at, "engine spec not UTF-8".to_string()))?;
     let mut durable = [0u8; 8];
-    durable.copy_from_slice(&data[DURABLE_AT..DURABLE_AT + 8]);
+    durable.copy_from_slice(&data[durable_at..durable_at + 8]);
     Ok(StoreMeta {
         engine: engine.to_string(),
         durable_through: u64::from_le_bytes(durable),
     })
 }
 
-/// Reads the meta file of `dir`: `None` if there is none (a new store, or one made before
-/// the meta file existed).
 pub fn read(dir: &dyn Dir) -> Result<Option<StoreMeta>> {
     if !dir.exists(META_FILE_NAME)? {
         return Ok(None);
     }
     let file = dir.open(META_FILE_NAME)?;
     let len = file.len()?;
-    if len != META_BYTES as u64 {
+    if len != META_BYTES as u64 && len != META_BYTES_V2 as u64 {
         return Err(Error::Corrupt {
             path: file.path().to_path_buf(),
             offset: 0,
-            what: format!("meta file is {len} bytes, {META_BYTES} expected"),
+            what: format!("meta file is {len} bytes, {META_BYTES} (or {META_BYTES_V2}) expected"),
         });
     }
-    let mut data = [0u8; META_BYTES];
+    let mut data = vec![0u8; len as usize];
     file.read_exact_at(0, &mut data)?;
     decode(file.path(), &data).map(Some)
 }
@@ -198,9 +222,38 @@ mod tests {
             assert!(decode(path, &bytes[..len]).is_err());
         }
         assert!(encode(&StoreMeta {
-            engine: "x".repeat(ENGINE_NAME_BYTES_MAX + 1),
+            engine: "x".repeat(ENGINE_SPEC_BYTES_MAX + 1),
             durable_through: 0,
         })
         .is_err());
+    }
+
+    /// A version 2 file, as the code before version 3 wrote it (docs/FORMAT.md).
+    fn v2_bytes(engine: &str, durable_through: u64) -> Vec<u8> {
+        let mut bytes = vec![0u8; 64];
+        bytes[..8].copy_from_slice(&META_MAGIC);
+        bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+        bytes[12..16].copy_from_slice(&(engine.len() as u32).to_le_bytes());
+        bytes[16..16 + engine.len()].copy_from_slice(engine.as_bytes());
+        bytes[48..56].copy_from_slice(&durable_through.to_le_bytes());
+        let crc = crc32c::crc32c(&bytes[..60]);
+        bytes[60..].copy_from_slice(&crc.to_le_bytes());
+        bytes
+    }
+
+    // Goal: stores written before version 3 still open: a version 2 file decodes, and
+    // damage in it is still reported. Method: a hand-built version 2 file.
+    #[test]
+    fn version_2_files_are_read() {
+        let path = std::path::Path::new("/x/META");
+        let bytes = v2_bytes("bwtree", 99);
+        let meta = decode(path, &bytes).expect("v2");
+        assert_eq!(meta.engine, "bwtree");
+        assert_eq!(meta.durable_through, 99);
+        for at in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[at] ^= 1;
+            assert!(decode(path, &bad).is_err(), "byte {at}");
+        }
     }
 }

@@ -48,6 +48,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use forest_core::{check_entry, check_key, Error, Index, IndexStats, Order, Result, Visitor};
+use forest_engines::EngineSpec;
+pub use forest_engines::ENGINE_DEFAULT;
 use parking_lot::Mutex;
 
 use crate::checkpoint::{self, CheckpointInfo};
@@ -61,39 +63,58 @@ use crate::verify::VerifyReport;
 use crate::wal::group_commit::{GroupCommit, SHARD_COUNT_MAX};
 use crate::wal::{log_name, LogHeader, LogWriter, Op};
 
-/// The engines a store opens by name.
-pub const ENGINE_NAMES: &[&str] = &["lockbtree", "bwtree", "masstree"];
-
 /// The default number of shard logs. Every shard adds an fsync to each group-commit round, so
 /// one log shares fsyncs best; more shards pay off only when appends to one log buffer contend
 /// (many cores). Check with `forest bench --engines lockbtree --workload durable-put
 /// --durability group --threads 64 --keys 0 --ops 20000` (fsyncs/ack column).
 pub const SHARD_COUNT_DEFAULT: usize = 1;
 
-/// A new, empty engine named `name`.
-pub fn new_engine(name: &str) -> Result<Box<dyn Index>> {
-    match name {
-        "lockbtree" => Ok(Box::new(forest_lockbtree::LockBTree::new())),
-        "bwtree" => Ok(Box::new(forest_bwtree::BwTree::new())),
-        "masstree" => Ok(Box::new(forest_masstree::Masstree::new())),
-        _ => Err(Error::UnknownEngine {
-            name: name.to_string(),
-            known: ENGINE_NAMES.join(", "),
-        }),
-    }
+/// A new, empty engine as `spec` names it (`masstree`, `masstree:fanout=15x32`; the
+/// registry, `forest_engines`), if it can be a store's index.
+pub fn new_engine(spec: &str) -> Result<Box<dyn Index>> {
+    let spec = EngineSpec::parse(spec)?;
+    store_engine(&spec.name)?;
+    forest_engines::build(&spec)
 }
 
-/// The engine of a new store when none is named: the fastest on YCSB-B and YCSB-C
-/// (docs/BENCHMARKS.md "The default engine").
-pub const ENGINE_DEFAULT: &str = "masstree";
+/// The engines that can be a store's index, in registry order.
+pub fn engine_names() -> Vec<&'static str> {
+    forest_engines::ENGINES
+        .iter()
+        .filter(|e| e.capabilities.durable_through_store)
+        .map(|e| e.name)
+        .collect()
+}
+
+/// The registry entry of `name`, if it can be a store's index.
+fn store_engine(name: &str) -> Result<&'static forest_engines::EngineEntry> {
+    let entry = forest_engines::find(name)?;
+    if !entry.capabilities.durable_through_store {
+        return Err(Error::Config(format!(
+            "engine {name:?} keeps its own files and cannot be the index of a store"
+        )));
+    }
+    Ok(entry)
+}
+
+/// The canonical form of `spec` (`forest_engines::canonical`), checked as a store engine.
+pub(crate) fn canonical_spec(spec: &str) -> Result<String> {
+    let spec = EngineSpec::parse(spec)?;
+    store_engine(&spec.name)?;
+    Ok(forest_engines::canonical(&spec)?.label())
+}
 
 /// How to open a store.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoreOptions {
-    /// The engine, one of [`ENGINE_NAMES`]; `None`: the one recorded in the directory's meta
-    /// file (`crate::meta`), or [`ENGINE_DEFAULT`] for a new store. A named engine is
-    /// recorded for later opens.
+    /// The engine spec (`masstree`, `masstree:fanout=15x32`; `forest engines` lists them);
+    /// `None`: the one recorded in the directory's meta file (`crate::meta`), or
+    /// [`ENGINE_DEFAULT`] for a new store. A new store records the spec named; an existing
+    /// one refuses a spec other than its recorded one unless [`Self::switch_engine`].
     pub engine: Option<String>,
+    /// Open with `engine` even if the store recorded another: the logs and checkpoints hold
+    /// keys and values only, so the index is rebuilt in the new engine, which is recorded.
+    pub switch_engine: bool,
     pub durability: Durability,
     /// Shard logs written in parallel, 1..=`SHARD_COUNT_MAX`.
     pub shards: usize,
@@ -103,6 +124,7 @@ impl Default for StoreOptions {
     fn default() -> Self {
         Self {
             engine: None,
+            switch_engine: false,
             durability: Durability::default(),
             shards: SHARD_COUNT_DEFAULT,
         }
@@ -291,19 +313,33 @@ fn create_logs(
     Ok(writers)
 }
 
-/// The engine to open `dir` with: `named` if given, else the one its meta file records,
-/// else [`ENGINE_DEFAULT`]. A damaged meta file is an error unless an engine is named (the
-/// open then writes a new one).
-pub fn resolve_engine(dir: &dyn Dir, named: Option<&str>) -> Result<String> {
+/// The canonical engine spec to open `dir` with: `named` if given, else the one its meta
+/// file records, else [`ENGINE_DEFAULT`]. Errors: an unknown engine or bad parameters; a
+/// named spec other than the recorded one without `switch`; a damaged meta file unless an
+/// engine is named (the open then writes a new one).
+pub fn resolve_engine(dir: &dyn Dir, named: Option<&str>, switch: bool) -> Result<String> {
     let recorded = meta::read(dir);
-    let engine = match (named, recorded) {
-        (Some(name), _) => name.to_string(),
-        (None, Ok(Some(meta))) => meta.engine,
-        (None, Ok(None)) => ENGINE_DEFAULT.to_string(),
-        (None, Err(e)) => return Err(e),
-    };
-    new_engine(&engine)?;
-    Ok(engine)
+    match (named, recorded) {
+        (Some(named), Ok(Some(meta))) => {
+            let named = canonical_spec(named)?;
+            // A recorded spec this build cannot parse (an index of the caller's making,
+            // `Store::open_with_index`) differs from any registry engine.
+            let recorded = canonical_spec(&meta.engine).unwrap_or(meta.engine);
+            if named != recorded && !switch {
+                return Err(Error::Config(format!(
+                    "the store was created with engine `{recorded}`, and `{named}` was named: \
+                     open it without naming an engine to use `{recorded}`, or switch engines \
+                     explicitly (--switch-engine; StoreOptions::switch_engine), which rebuilds \
+                     the index in `{named}` from the logs and checkpoint"
+                )));
+            }
+            Ok(named)
+        }
+        (Some(named), _) => canonical_spec(named),
+        (None, Ok(Some(meta))) => canonical_spec(&meta.engine),
+        (None, Ok(None)) => Ok(ENGINE_DEFAULT.to_string()),
+        (None, Err(e)) => Err(e),
+    }
 }
 
 impl Store {
@@ -352,13 +388,9 @@ impl Store {
                     "a store opened with its own index needs an engine name".to_string(),
                 ))
             }
-            (None, Some(name)) => {
-                new_engine(name)?;
-                resolve_engine(&dir, Some(name))?
-            }
-            (None, None) => resolve_engine(&dir, None)?,
+            (None, named) => resolve_engine(&dir, named.as_deref(), options.switch_engine)?,
         };
-        let by_name = || new_engine(&engine).expect("the engine name was checked");
+        let by_name = || new_engine(&engine).expect("the engine spec was checked");
         let recovered = recovery::recover(&dir, make_index.unwrap_or(&by_name), mode)?;
         let recorded = meta::read(&dir).ok().flatten();
         if recorded.as_ref().map(|m| &m.engine) != Some(&engine) {

@@ -19,7 +19,7 @@ use crate::checkpoint::{self, CheckpointInfo, CheckpointStream};
 use crate::file::Dir;
 use crate::meta;
 use crate::recovery::{self, RecoveryMode, RecoveryReport};
-use crate::store::{new_engine, ENGINE_DEFAULT};
+use crate::store::{canonical_spec, new_engine, ENGINE_DEFAULT};
 use crate::wal::record::TornTail;
 use crate::wal::{parse_log_name, LogHeader, LogStream};
 
@@ -146,16 +146,13 @@ fn check_checkpoint(dir: &dyn Dir, name: &str) -> CheckpointCheck {
 /// engine recovery replays into (`None`: the recorded one, else the default). Errors: the
 /// directory's lock is held, or the directory cannot be listed; damage is in the report.
 pub fn verify(dir: &dyn Dir, engine: Option<&str>) -> Result<VerifyReport> {
-    if let Some(name) = engine {
-        new_engine(name)?;
-    }
+    let engine = engine.map(canonical_spec).transpose()?;
     let _lock = dir.lock()?;
     let (engine_recorded, meta_error) = match meta::read(dir) {
         Ok(m) => (m.map(|m| m.engine), None),
         Err(e) => (None, Some(e.to_string())),
     };
     let engine = engine
-        .map(str::to_string)
         .or_else(|| engine_recorded.clone())
         .unwrap_or_else(|| ENGINE_DEFAULT.to_string());
     let names = dir.list()?;
@@ -174,7 +171,7 @@ pub fn verify(dir: &dyn Dir, engine: Option<&str>) -> Result<VerifyReport> {
     let recovery = match new_engine(&engine) {
         Ok(_) => recovery::recover(
             dir,
-            &|| new_engine(&engine).expect("the engine name was checked"),
+            &|| new_engine(&engine).expect("the engine spec was checked"),
             RecoveryMode::ReadOnly,
         )
         .map(|r| r.report)

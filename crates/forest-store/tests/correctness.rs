@@ -37,6 +37,7 @@ fn options(durability: Durability, shards: usize) -> StoreOptions {
         engine: Some("lockbtree".to_string()),
         durability,
         shards,
+        switch_engine: false,
     }
 }
 

@@ -142,6 +142,7 @@ fn options(engine: &str, mode: &str) -> StoreOptions {
         engine: Some(engine.to_string()),
         durability: mode.parse::<Durability>().expect("valid mode"),
         shards: 2,
+        switch_engine: false,
     }
 }
 

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use forest_core::Error;
 use forest_store::file::{CrashMode, FaultKind, FaultPlan, SimDir};
-use forest_store::{BatchOp, Durability, Rmw, Store, StoreOptions, ENGINE_NAMES};
+use forest_store::{engine_names, BatchOp, Durability, Rmw, Store, StoreOptions};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -128,6 +128,7 @@ fn open(dir: &SimDir, engine: &str, durability: Durability, shards: usize) -> St
             engine: Some(engine.to_string()),
             durability,
             shards,
+            switch_engine: false,
         },
     )
     .expect("open")
@@ -382,7 +383,7 @@ fn seed_count() -> u64 {
 fn model_with_crashes() {
     for seed in 0..seed_count() {
         for (m, mode) in MODES.iter().enumerate() {
-            let engine = ENGINE_NAMES[(seed as usize + m) % ENGINE_NAMES.len()];
+            let engine = engine_names()[(seed as usize + m) % engine_names().len()];
             run(seed * 10 + m as u64, engine, *mode, 300, false);
         }
     }
@@ -400,7 +401,7 @@ fn some_crash_cuts_a_gap_between_logs() {
     const GAP_SEARCH_RUNS_MAX: u64 = 500;
     for seed in 0..GAP_SEARCH_RUNS_MAX {
         let before = BEYOND_CUTOFF.load(Ordering::Relaxed);
-        let engine = ENGINE_NAMES[seed as usize % ENGINE_NAMES.len()];
+        let engine = engine_names()[seed as usize % engine_names().len()];
         run(
             50_000 + seed,
             engine,
@@ -422,7 +423,7 @@ fn some_crash_cuts_a_gap_between_logs() {
 fn model_with_crashes_and_faults() {
     for seed in 0..seed_count() {
         for (m, mode) in MODES.iter().enumerate() {
-            let engine = ENGINE_NAMES[(seed as usize + m + 1) % ENGINE_NAMES.len()];
+            let engine = engine_names()[(seed as usize + m + 1) % engine_names().len()];
             run(1000 + seed * 10 + m as u64, engine, *mode, 300, true);
         }
     }

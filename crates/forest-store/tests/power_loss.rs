@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use forest_store::file::{CrashMode, SimDir};
-use forest_store::{Durability, Store, StoreOptions, WriteBatch, ENGINE_NAMES};
+use forest_store::{engine_names, Durability, Store, StoreOptions, WriteBatch};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -150,6 +150,7 @@ fn open(dir: &SimDir, engine: &str, durability: Durability, shards: usize) -> St
             engine: Some(engine.to_string()),
             durability,
             shards,
+            switch_engine: false,
         },
     )
     .unwrap_or_else(|e| panic!("recovery after a power loss: {e}"))
@@ -168,7 +169,7 @@ fn power_loss_while_writing() {
     let mut modes = BTreeMap::new();
     for dir_seed in 0..cycles.div_ceil(CYCLES_PER_DIR) {
         let mut rng = StdRng::seed_from_u64(dir_seed);
-        let engine = ENGINE_NAMES[rng.random_range(0..ENGINE_NAMES.len())];
+        let engine = engine_names()[rng.random_range(0..engine_names().len())];
         let durability = if rng.random_bool(0.5) {
             Durability::Sync
         } else {

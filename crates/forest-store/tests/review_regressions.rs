@@ -20,6 +20,7 @@ fn opts(durability: Durability, shards: usize) -> StoreOptions {
         engine: Some("lockbtree".into()),
         durability,
         shards,
+        switch_engine: false,
     }
 }
 

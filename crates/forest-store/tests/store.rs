@@ -6,13 +6,14 @@ use std::sync::Arc;
 use forest_core::Error;
 use forest_store::file::{CrashMode, FaultPlan, SimDir};
 use forest_store::wal::{LogStream, Op};
-use forest_store::{BatchOp, Durability, Rmw, Store, StoreOptions, ENGINE_NAMES};
+use forest_store::{engine_names, BatchOp, Durability, Rmw, Store, StoreOptions};
 
 fn options(engine: &str, durability: Durability, shards: usize) -> StoreOptions {
     StoreOptions {
         engine: Some(engine.to_string()),
         durability,
         shards,
+        switch_engine: false,
     }
 }
 
@@ -55,7 +56,7 @@ fn bad_options_are_errors() {
 // clean reopen with both engines and all modes.
 #[test]
 fn operations_and_reopen() {
-    for engine in ENGINE_NAMES {
+    for engine in engine_names() {
         for durability in [
             Durability::Sync,
             Durability::Group,
@@ -105,7 +106,7 @@ fn operations_and_reopen() {
 // after the last acknowledgement; the recovered state equals the state before it.
 #[test]
 fn same_key_race_replays_in_apply_order() {
-    for engine in ENGINE_NAMES {
+    for engine in engine_names() {
         let dir = SimDir::new(4);
         let store = Arc::new(
             Store::open(dir.clone(), options(engine, Durability::Group, 4)).expect("open"),

@@ -12,6 +12,7 @@ fn options(engine: Option<&str>) -> StoreOptions {
         engine: engine.map(str::to_string),
         durability: Durability::Group,
         shards: 2,
+        switch_engine: false,
     }
 }
 
@@ -156,7 +157,17 @@ fn engine_is_recorded() {
     let store = Store::open(dir.clone(), options(None)).expect("reopen");
     assert_eq!(store.stats().engine, "bwtree");
     store.close().expect("close");
-    let store = Store::open(dir.clone(), options(Some("masstree"))).expect("other engine");
+    // Another engine is refused unless the open asks to switch (issue 13).
+    let err = Store::open(dir.clone(), options(Some("masstree"))).expect_err("conflict");
+    assert!(
+        err.to_string().contains("created with engine `bwtree`"),
+        "{err}"
+    );
+    let switch = StoreOptions {
+        switch_engine: true,
+        ..options(Some("masstree"))
+    };
+    let store = Store::open(dir.clone(), switch).expect("other engine");
     assert_eq!(store.stats().engine, "masstree");
     assert_eq!(store.to_vec(), [(b"k".to_vec(), b"v".to_vec())]);
     store.close().expect("close");

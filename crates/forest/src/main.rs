@@ -1,7 +1,9 @@
-//! The `forest` command line: `forest serve` ([`serve_cmd`]), `forest bench`, and the store
+//! The `forest` command line: `forest serve` ([`serve_cmd`]), `forest bench`, `forest
+//! engines` ([`engines_cmd`]), and the store
 //! commands `load`, `get`, `put`, `del`, `scan`, `check`, `checkpoint` ([`store_cmd`]).
 //! Errors print as one line and exit with status 1.
 
+mod engines_cmd;
 mod serve_cmd;
 mod store_cmd;
 
@@ -49,6 +51,9 @@ enum Command {
     Check(store_cmd::CheckArgs),
     /// Write a checkpoint (and delete the logs and checkpoints it makes obsolete).
     Checkpoint(store_cmd::DirArgs),
+    /// List every index engine with its capabilities and parameters (what each means and
+    /// its default), and the peers `forest bench` measures.
+    Engines(engines_cmd::EnginesArgs),
 }
 
 fn main() {
@@ -67,6 +72,7 @@ fn main() {
         Command::Scan(args) => store_cmd::scan(args),
         Command::Check(args) => store_cmd::check(args),
         Command::Checkpoint(args) => store_cmd::checkpoint(args),
+        Command::Engines(args) => engines_cmd::engines(args),
     };
     if let Err(err) = result {
         fail(&format!("{err:#}"));

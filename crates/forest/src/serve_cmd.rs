@@ -16,10 +16,16 @@ pub struct ServeArgs {
     /// The store's directory (created if missing).
     #[arg(long, default_value = "./forest-data", value_name = "DIR")]
     pub dir: PathBuf,
-    /// The in-memory index: lockbtree, bwtree or masstree [default: the one the directory
-    /// records, masstree for a new store].
-    #[arg(long, value_name = "ENGINE")]
+    /// The index engine, with parameters if wanted: `masstree`, `bwtree:page=64`,
+    /// `masstree:fanout=15x32` (`forest engines` lists them) [default: the one the directory
+    /// records, masstree for a new store]. Another than the recorded one is refused without
+    /// --switch-engine.
+    #[arg(long, value_name = "SPEC")]
     pub engine: Option<String>,
+    /// Rebuild the index in --engine although the directory recorded another (the logs and
+    /// checkpoints hold keys and values only), and record it.
+    #[arg(long, requires = "engine")]
+    pub switch_engine: bool,
     /// When a write's reply is sent: sync (fsync per write), group (after its group
     /// commit's fsync) or periodic:MS (at once; fsync at least every MS ms).
     #[arg(long, default_value = "group", value_name = "MODE")]
@@ -53,6 +59,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     let config = Config {
         dir: args.dir,
         engine: args.engine,
+        switch_engine: args.switch_engine,
         durability,
         bind: args.bind,
         port: args.port,

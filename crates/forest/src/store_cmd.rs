@@ -2,10 +2,11 @@
 //! "CLI"), each a thin layer over [`forest_store::Store`].
 //!
 //! Keys and values are UTF-8 text on the command line and are written raw to stdout; with
-//! `--hex` both are hexadecimal in and out, for binary data. The store records its engine in
-//! its `META` file; `--engine` is needed only to create a store with another engine than the
-//! default (`masstree`) or to switch an existing one (the logs and checkpoints are
-//! engine-neutral, so any engine opens any store, and the new choice is recorded).
+//! `--hex` both are hexadecimal in and out, for binary data. The store records its engine
+//! spec in its `META` file; `--engine` is needed only to create a store with another engine
+//! than the default (`masstree`), or with `--switch-engine` to switch an existing one (the
+//! logs and checkpoints are engine-neutral, so the index is rebuilt in the new engine, and
+//! the new choice is recorded).
 //!
 //! Choices: commands that only read (`get`, `scan`, `check`, `checkpoint`, `del`) refuse a
 //! directory that does not exist rather than create an empty store. `check` is read-only
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use forest_core::Order;
-use forest_store::{Durability, Store, StoreOptions, VerifyReport, ENGINE_NAMES};
+use forest_store::{Durability, Store, StoreOptions, VerifyReport};
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Operations per [`Store::batch`] in `load`: large enough to share one durability wait
@@ -35,10 +36,14 @@ pub struct StoreArgs {
     /// The store's directory.
     #[arg(value_name = "DIR")]
     pub dir: PathBuf,
-    /// The in-memory index: lockbtree, bwtree or masstree. Default: the engine the store
-    /// recorded, or lockbtree for a new store. Naming another switches (and records) it.
-    #[arg(long, value_name = "ENGINE")]
+    /// The index engine, with parameters if wanted (`masstree:fanout=15x32`; `forest
+    /// engines` lists them). Default: the engine the store recorded, or masstree for a new
+    /// store. Another than the recorded one is refused without --switch-engine.
+    #[arg(long, value_name = "SPEC")]
     pub engine: Option<String>,
+    /// Rebuild the index in --engine although the store recorded another, and record it.
+    #[arg(long, requires = "engine")]
+    pub switch_engine: bool,
     /// When writes are acknowledged: sync, group or periodic:MS.
     #[arg(long, default_value = "group", value_name = "MODE")]
     pub durability: String,
@@ -173,27 +178,17 @@ fn open(args: &StoreArgs, must_exist: bool) -> Result<Store> {
     if must_exist && !dir.is_dir() {
         bail!("{}: no such store directory", dir.display());
     }
-    check_engine(args)?;
     let durability: Durability = args.durability.parse().context("--durability")?;
     Store::open_path(
         dir,
         StoreOptions {
             engine: args.engine.clone(),
+            switch_engine: args.switch_engine,
             durability,
             ..StoreOptions::default()
         },
     )
     .with_context(|| format!("opening the store in {}", dir.display()))
-}
-
-fn check_engine(args: &StoreArgs) -> Result<()> {
-    match &args.engine {
-        Some(engine) if !ENGINE_NAMES.contains(&engine.as_str()) => bail!(
-            "--engine {engine:?}: known engines are {}",
-            ENGINE_NAMES.join(", ")
-        ),
-        _ => Ok(()),
-    }
 }
 
 fn close(store: Store, dir: &Path) -> Result<()> {
@@ -370,7 +365,6 @@ pub fn check(args: CheckArgs) -> Result<()> {
     if !dir.is_dir() {
         bail!("{}: no such store directory", dir.display());
     }
-    check_engine(&args.store)?;
     let report = Store::verify_path(dir, args.store.engine.as_deref())
         .with_context(|| format!("checking the store in {}", dir.display()))?;
     print_verify(dir, &report);
@@ -381,6 +375,7 @@ pub fn check(args: CheckArgs) -> Result<()> {
             forest_store::file::OsDir::open(dir)?,
             StoreOptions {
                 engine: args.store.engine.clone(),
+                switch_engine: args.store.switch_engine,
                 durability,
                 ..StoreOptions::default()
             },

@@ -38,7 +38,7 @@ fn path(dir: &Path) -> &str {
 // put, get, scan (bounds, reverse, limit, hex), del, checkpoint, check, comparing output.
 #[test]
 fn load_put_get_scan_del_checkpoint_check() {
-    for &engine in forest_store::ENGINE_NAMES {
+    for engine in forest_store::engine_names() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().join("store");
         let dir = path(&dir);
@@ -223,4 +223,57 @@ fn engine_is_recorded_and_checkpoint_loaded() {
     assert!(report.contains("checkpoint: start lsn"), "{report}");
     assert!(report.contains("keys recovered: 200"), "{report}");
     assert!(report.contains("MB/s"), "{report}");
+}
+
+// Goal: a full engine spec works where an engine is named and is recorded canonically;
+// naming another than the recorded one is a clear error unless --switch-engine; `forest
+// engines` lists every engine with its parameters (issue 13). Method: load with
+// `masstree:fanout=15x32,prefetch=on`, reopen with and without specs, switch, list.
+#[test]
+fn engine_specs_are_recorded_and_conflicts_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("store");
+    let dir = path(&dir);
+    let spec = "masstree:fanout=15x32,prefetch=on";
+    ok(&["load", dir, "--engine", spec, "--keys", "100"]);
+    let report = ok(&["check", dir]);
+    assert!(
+        report.contains("engine recorded: masstree:fanout=15x32"),
+        "the canonical spec drops defaults: {report}"
+    );
+    // The same configuration, spelled otherwise, is no conflict.
+    ok(&["put", dir, "--engine", "masstree:fanout=15x32", "a", "1"]);
+    let err = fails(&["put", dir, "--engine", "masstree", "b", "2"]);
+    assert!(
+        err.contains("created with engine `masstree:fanout=15x32`")
+            && err.contains("--switch-engine"),
+        "{err}"
+    );
+    let err = fails(&["put", dir, "--engine", "masstree:fanout=7", "b", "2"]);
+    assert!(err.contains("fanout=\"7\""), "{err}");
+    ok(&[
+        "put",
+        dir,
+        "--engine",
+        "bwtree:page=64",
+        "--switch-engine",
+        "b",
+        "2",
+    ]);
+    let report = ok(&["check", dir]);
+    assert!(
+        report.contains("engine recorded: bwtree:page=64"),
+        "{report}"
+    );
+    assert_eq!(ok(&["get", dir, "a"]), "1\n");
+    assert_eq!(ok(&["scan", dir]).lines().count(), 102);
+    let err = fails(&["get", dir, "--switch-engine", "a"]);
+    assert!(err.contains("--engine"), "{err}");
+
+    let list = ok(&["engines"]);
+    for name in forest_store::engine_names() {
+        assert!(list.contains(name), "{list}");
+    }
+    assert!(list.contains("fanout=15x16|10x8|15x32"), "{list}");
+    assert!(list.contains("skiplist"), "{list}");
 }

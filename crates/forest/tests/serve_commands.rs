@@ -949,7 +949,7 @@ fn start_line_format() {
         r"^forest serve: listening on 127\.0\.0\.1:(\d+), engine (\S+), dir (.+), durability (\S+), recovered (\d+) keys in (\d+(\.\d+)?) ms$",
     )
     .expect("regex");
-    for engine in forest_store::ENGINE_NAMES {
+    for engine in forest_store::engine_names() {
         let (_tmp, dir) = data_dir();
         let server = Server::start(&dir, &["--engine", engine, "--durability", "periodic:50"]);
         let line = &server.start_line;
@@ -957,7 +957,7 @@ fn start_line_format() {
             .captures(line)
             .unwrap_or_else(|| panic!("start line {line:?}"));
         assert_eq!(caps[1].parse::<u16>().ok(), Some(server.addr.port()));
-        assert_eq!(&caps[2], *engine);
+        assert_eq!(&caps[2], engine);
         assert_eq!(&caps[3], dir.to_str().expect("utf-8 dir"));
         assert_eq!(&caps[4], "periodic:50");
         assert_eq!(&caps[5], "0");
@@ -972,7 +972,7 @@ fn start_line_format() {
         let caps = re
             .captures(&again.start_line)
             .unwrap_or_else(|| panic!("start line {:?}", again.start_line));
-        assert_eq!(&caps[2], *engine, "the directory records its engine");
+        assert_eq!(&caps[2], engine, "the directory records its engine");
         assert_eq!(&caps[4], "group", "group is the default durability");
         assert_eq!(&caps[5], "10");
     }

@@ -156,7 +156,7 @@ fn cycles() -> u64 {
 
 /// Kill cycles with `mode` durability, one directory per engine.
 fn crash_cycles(mode: &str, pipelined: bool) {
-    for engine in forest_store::ENGINE_NAMES {
+    for engine in forest_store::engine_names() {
         crash_cycles_on(engine, mode, pipelined);
     }
 }

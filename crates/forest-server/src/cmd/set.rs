@@ -299,6 +299,7 @@ mod tests {
                 engine: Some("lockbtree".into()),
                 durability,
                 shards: 1,
+                switch_engine: false,
             },
         )
         .expect("open store");
