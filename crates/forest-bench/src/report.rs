@@ -219,8 +219,45 @@ fn xml_escape(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
+/// Estimated width of `text` in a sans-serif font at `size` px. SVG leaves the font to the
+/// viewer, so the layout cannot measure text; these per-character widths (in ems) are those
+/// of DejaVu Sans and Liberation Sans rounded up, so labels get at least the room they need.
+fn text_width(text: &str, size: f64) -> f64 {
+    let ems: f64 = text
+        .chars()
+        .map(|c| match c {
+            'i' | 'j' | 'l' | '.' | ',' | ':' | ';' | '\'' | '|' | '!' | ' ' => 0.32,
+            'f' | 't' | 'r' | '(' | ')' | '[' | ']' | '-' | '/' => 0.42,
+            'm' | 'w' | 'M' | 'W' => 0.92,
+            'A'..='Z' | '=' | '<' | '>' => 0.72,
+            _ => 0.62,
+        })
+        .sum();
+    ems * size
+}
+
+/// The plot's geometry, in px. Bars fill the plot's width: a group (one workload at one thread
+/// count) gets an equal share of it, its bars at most [`BAR_WIDTH_MAX`] wide each, centered.
+const PLOT_WIDTH_MIN: f64 = 560.0;
+/// Below this a bar is a hairline; the plot widens instead.
+const BAR_WIDTH_MIN: f64 = 10.0;
+/// Above this a bar reads as a block, not a bar: the group is centered instead.
+const BAR_WIDTH_MAX: f64 = 56.0;
+/// Space between two groups' bars.
+const GROUP_GAP: f64 = 28.0;
+const PLOT_HEIGHT: f64 = 320.0;
+const MARGIN: f64 = 16.0;
+const TITLE_SIZE: f64 = 16.0;
+const LABEL_SIZE: f64 = 12.0;
+const VALUE_SIZE: f64 = 10.0;
+/// Slant of group labels too wide to stand level under their group, degrees.
+const LABEL_SLANT_DEGREES: f64 = 35.0;
+const LEGEND_ROW_HEIGHT: f64 = 20.0;
+const LEGEND_SWATCH: f64 = 12.0;
+
 /// A grouped bar chart: one group per workload and thread count, one bar per engine, height
-/// the median throughput in Mops/s. Hand-written SVG 1.1 (no dependency).
+/// the median throughput in Mops/s, the value above each bar where it fits, and a legend of
+/// engines below. Hand-written SVG 1.1 (no dependency; text is left to the viewer's fonts).
 pub fn svg(rows: &[ResultRow]) -> String {
     let mut engines: Vec<&str> = Vec::new();
     let mut groups: Vec<(&str, usize)> = Vec::new();
@@ -233,49 +270,114 @@ pub fn svg(rows: &[ResultRow]) -> String {
             groups.push((&r.workload, r.threads));
         }
     }
-    let bar_w = 14.0;
-    let gap = 24.0;
-    let (left, top, plot_h, bottom) = (70.0, 40.0, 320.0, 120.0);
-    let group_w = engines.len().max(1) as f64 * bar_w + gap;
-    let legend_h = 18.0 * engines.len() as f64;
-    let width = (left + groups.len().max(1) as f64 * group_w + 20.0).max(520.0);
-    let height = top + plot_h + bottom + legend_h;
+    let group_names: Vec<String> = groups
+        .iter()
+        .map(|(workload, threads)| format!("{workload} T={threads}"))
+        .collect();
+    let engine_count = engines.len().max(1) as f64;
+    let group_count = groups.len().max(1) as f64;
+    let title = "forest bench: median throughput per engine";
+    let subtitle = "Mops/s; one group per workload and thread count";
+
+    // Horizontal layout: the y axis' labels, then the plot, wide enough for the bars at their
+    // minimum width and for the title.
     let max = rows
         .iter()
         .map(|r| r.median_ops_per_sec / 1e6)
         .fold(0.0f64, f64::max);
     let (step, y_max) = nice_axis(max);
-    let y = |v: f64| top + plot_h - v / y_max * plot_h;
+    let tick_texts: Vec<String> = ticks(step, y_max).map(|t| format_tick(t, step)).collect();
+    let tick_w = tick_texts
+        .iter()
+        .map(|t| text_width(t, LABEL_SIZE))
+        .fold(0.0, f64::max);
+    let axis_w = MARGIN + LABEL_SIZE + 8.0 + tick_w + 8.0;
+    let titles_w = text_width(title, TITLE_SIZE).max(text_width(subtitle, LABEL_SIZE));
+    let plot_w = (group_count * (engine_count * BAR_WIDTH_MIN + GROUP_GAP))
+        .max(PLOT_WIDTH_MIN)
+        .max(titles_w + MARGIN - axis_w);
+    let group_w = plot_w / group_count;
+    let bar_w = ((group_w - GROUP_GAP) / engine_count).clamp(BAR_WIDTH_MIN, BAR_WIDTH_MAX);
+    // Group labels stand level under their group, or slant down to the left when one is
+    // wider than its group; the first group's slanted label must not leave the picture.
+    let label_w = group_names
+        .iter()
+        .map(|n| text_width(n, LABEL_SIZE))
+        .fold(0.0, f64::max);
+    let slanted = label_w > group_w - 6.0;
+    let slant = LABEL_SLANT_DEGREES.to_radians();
+    let left = if slanted {
+        axis_w.max(MARGIN + label_w * slant.cos() - group_w / 2.0)
+    } else {
+        axis_w
+    };
+    let width = left + plot_w + MARGIN;
+
+    // Vertical layout: titles, plot, group labels, legend in as many columns as fit.
+    let top = MARGIN + TITLE_SIZE + 6.0 + LABEL_SIZE + 14.0;
+    let labels_h = if slanted {
+        label_w * slant.sin() + LABEL_SIZE * slant.cos() + 10.0
+    } else {
+        LABEL_SIZE + 12.0
+    };
+    let legend_item_w = engines
+        .iter()
+        .map(|e| LEGEND_SWATCH + 6.0 + text_width(e, LABEL_SIZE) + 20.0)
+        .fold(0.0, f64::max);
+    let legend_columns =
+        (((width - 2.0 * MARGIN) / legend_item_w).floor() as usize).clamp(1, engines.len().max(1));
+    let legend_rows = engines.len().div_ceil(legend_columns);
+    let legend_top = top + PLOT_HEIGHT + labels_h + 8.0;
+    let height = legend_top + legend_rows as f64 * LEGEND_ROW_HEIGHT + MARGIN;
+    let y = |v: f64| top + PLOT_HEIGHT - v / y_max * PLOT_HEIGHT;
+    let plot_right = left + plot_w;
+    let plot_bottom = top + PLOT_HEIGHT;
 
     let mut s = String::new();
     let _ = writeln!(
         s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" font-family="sans-serif" font-size="11">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" font-family="DejaVu Sans, Liberation Sans, Arial, Helvetica, sans-serif" font-size="{LABEL_SIZE}">"#
     );
     let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
     let _ = writeln!(
         s,
-        r#"<text x="{left}" y="22" font-size="14">forest bench: median throughput (Mops/s) per engine and thread count</text>"#
+        r#"<text x="{MARGIN}" y="{:.1}" font-size="{TITLE_SIZE}" font-weight="bold">{title}</text>"#,
+        MARGIN + TITLE_SIZE
     );
-    let mut tick = 0.0;
-    while tick <= y_max + 1e-9 {
+    let _ = writeln!(
+        s,
+        r##"<text x="{MARGIN}" y="{:.1}" fill="#555">{subtitle}</text>"##,
+        MARGIN + TITLE_SIZE + 6.0 + LABEL_SIZE
+    );
+    // Grid and y axis.
+    for (tick, text) in ticks(step, y_max).zip(&tick_texts) {
         let ty = y(tick);
         let _ = writeln!(
             s,
-            r##"<line x1="{left}" y1="{ty:.1}" x2="{:.1}" y2="{ty:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{tick:.2}</text>"##,
-            width - 10.0,
+            r##"<line x1="{left:.1}" y1="{ty:.1}" x2="{plot_right:.1}" y2="{ty:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{text}</text>"##,
             left - 6.0,
-            ty + 4.0
+            ty + LABEL_SIZE * 0.35
         );
-        tick += step;
     }
+    let axis_label_x = left - tick_w - 16.0;
+    let axis_label_y = top + PLOT_HEIGHT / 2.0;
     let _ = writeln!(
         s,
-        r#"<line x1="{left}" y1="{top}" x2="{left}" y2="{:.1}" stroke="black"/>"#,
-        top + plot_h
+        r#"<text x="{axis_label_x:.1}" y="{axis_label_y:.1}" text-anchor="middle" transform="rotate(-90 {axis_label_x:.1} {axis_label_y:.1})">Mops/s</text>"#
     );
-    for (g, (workload, threads)) in groups.iter().enumerate() {
-        let gx = left + g as f64 * group_w + gap / 2.0;
+    let _ = writeln!(
+        s,
+        r#"<line x1="{left:.1}" y1="{top:.1}" x2="{left:.1}" y2="{plot_bottom:.1}" stroke="black"/><line x1="{left:.1}" y1="{plot_bottom:.1}" x2="{plot_right:.1}" y2="{plot_bottom:.1}" stroke="black"/>"#
+    );
+    // Bars, values and group labels.
+    let value_w = rows
+        .iter()
+        .map(|r| text_width(&format_value(r.median_ops_per_sec / 1e6), VALUE_SIZE))
+        .fold(0.0, f64::max);
+    let value_fits = value_w <= bar_w + 2.0;
+    for (g, ((workload, threads), name)) in groups.iter().zip(&group_names).enumerate() {
+        let center = left + (g as f64 + 0.5) * group_w;
+        let first_x = center - engine_count * bar_w / 2.0;
         for (e, engine) in engines.iter().enumerate() {
             let Some(r) = rows.iter().zip(&labels).find_map(|(r, label)| {
                 (r.workload == *workload && r.threads == *threads && label == engine).then_some(r)
@@ -283,36 +385,54 @@ pub fn svg(rows: &[ResultRow]) -> String {
                 continue;
             };
             let v = r.median_ops_per_sec / 1e6;
-            let bx = gx + e as f64 * bar_w;
+            let bx = first_x + e as f64 * bar_w;
             let _ = writeln!(
                 s,
-                r#"<rect x="{bx:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>{} {} T={}: {v:.3} Mops/s</title></rect>"#,
+                r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>{} {} T={}: {v:.3} Mops/s</title></rect>"#,
+                bx + 1.0,
                 y(v),
                 bar_w - 2.0,
-                (top + plot_h - y(v)).max(0.0),
+                (plot_bottom - y(v)).max(0.0),
                 PALETTE[e % PALETTE.len()],
                 xml_escape(engine),
                 xml_escape(workload),
                 threads
             );
+            if value_fits {
+                let _ = writeln!(
+                    s,
+                    r#"<text x="{:.1}" y="{:.1}" font-size="{VALUE_SIZE}" text-anchor="middle">{}</text>"#,
+                    bx + bar_w / 2.0,
+                    y(v) - 3.0,
+                    format_value(v)
+                );
+            }
         }
-        let lx = gx + engines.len() as f64 * bar_w / 2.0;
-        let ly = top + plot_h + 14.0;
-        let _ = writeln!(
-            s,
-            r#"<text x="{lx:.1}" y="{ly:.1}" text-anchor="end" transform="rotate(-35 {lx:.1} {ly:.1})">{} T={threads}</text>"#,
-            xml_escape(workload)
-        );
+        let ly = plot_bottom + LABEL_SIZE + 6.0;
+        if slanted {
+            let _ = writeln!(
+                s,
+                r#"<text x="{center:.1}" y="{ly:.1}" text-anchor="end" transform="rotate(-{LABEL_SLANT_DEGREES} {center:.1} {ly:.1})">{}</text>"#,
+                xml_escape(name)
+            );
+        } else {
+            let _ = writeln!(
+                s,
+                r#"<text x="{center:.1}" y="{ly:.1}" text-anchor="middle">{}</text>"#,
+                xml_escape(name)
+            );
+        }
     }
+    // Legend.
     for (e, engine) in engines.iter().enumerate() {
-        let ly = top + plot_h + bottom + 18.0 * e as f64;
+        let lx = MARGIN + (e % legend_columns) as f64 * legend_item_w;
+        let ly = legend_top + (e / legend_columns) as f64 * LEGEND_ROW_HEIGHT;
         let _ = writeln!(
             s,
-            r#"<rect x="{left}" y="{:.1}" width="12" height="12" fill="{}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
-            ly - 10.0,
+            r#"<rect x="{lx:.1}" y="{ly:.1}" width="{LEGEND_SWATCH}" height="{LEGEND_SWATCH}" fill="{}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
             PALETTE[e % PALETTE.len()],
-            left + 18.0,
-            ly,
+            lx + LEGEND_SWATCH + 6.0,
+            ly + LEGEND_SWATCH - 1.0,
             xml_escape(engine)
         );
     }
@@ -320,14 +440,44 @@ pub fn svg(rows: &[ResultRow]) -> String {
     s
 }
 
-/// A tick step of 1, 2 or 5 × 10^k giving about five ticks, and the axis top.
+/// The axis ticks 0, `step`, ... up to `y_max`.
+fn ticks(step: f64, y_max: f64) -> impl Iterator<Item = f64> {
+    let count = (y_max / step).round() as usize;
+    (0..=count).map(move |i| i as f64 * step)
+}
+
+/// A tick's text with as many decimals as the step needs (2.5 → "7.5", 0.02 → "0.04").
+fn format_tick(tick: f64, step: f64) -> String {
+    let decimals = (0..6)
+        .find(|&d| {
+            let scaled = step * 10f64.powi(d);
+            (scaled - scaled.round()).abs() < 1e-6 * scaled.max(1.0)
+        })
+        .unwrap_or(6) as usize;
+    format!("{tick:.decimals$}")
+}
+
+/// A bar's value: three significant figures at most, as the table's Mops/s.
+fn format_value(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else if v >= 0.1 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.4}")
+    }
+}
+
+/// A tick step of 1, 2, 2.5 or 5 × 10^k giving five or six ticks, and the axis top.
 fn nice_axis(max: f64) -> (f64, f64) {
     if max <= 0.0 || !max.is_finite() {
         return (0.2, 1.0);
     }
     let raw = max / 5.0;
     let magnitude = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 5.0, 10.0]
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
         .into_iter()
         .map(|m| m * magnitude)
         .find(|s| *s >= raw)
@@ -400,9 +550,69 @@ mod tests {
         assert_eq!(text.matches("<rect").count(), 1 + 2 + 2);
     }
 
+    /// The value of attribute `name` in `tag` (a line of the SVG).
+    fn attr(tag: &str, name: &str) -> f64 {
+        let start = tag.find(&format!(" {name}=\"")).expect("attribute") + name.len() + 3;
+        let len = tag[start..].find('"').expect("closing quote");
+        tag[start..start + len].parse().expect("a number")
+    }
+
+    #[test]
+    fn svg_layout_fits_the_title_and_spreads_the_bars() {
+        // Goal: the plot's old defects stay fixed: with a few rows the title was clipped and
+        // the bars sat at the left of a mostly empty plot. Method: for 2 rows (one group) and
+        // 12 rows (6 groups), read the picture's width and the bars' boxes back from the SVG.
+        let two = vec![row("masstree", 2, 5e6), row("lockbtree", 2, 4e6)];
+        let mut twelve = Vec::new();
+        for workload in ["ycsb-a", "ycsb-c", "bwtree-readonly"] {
+            for threads in [1, 2] {
+                for (engine, ops) in [("masstree", 3e6), ("lockbtree:order=16", 2e6)] {
+                    let mut r = row(engine, threads, ops * threads as f64);
+                    r.workload = workload.to_string();
+                    twelve.push(r);
+                }
+            }
+        }
+        for rows in [two, twelve] {
+            let text = svg(&rows);
+            let width = attr(text.lines().next().expect("root"), "width");
+            let title = "forest bench: median throughput per engine";
+            assert!(
+                width >= text_width(title, TITLE_SIZE) + 2.0 * MARGIN,
+                "title clipped"
+            );
+            let bars: Vec<(f64, f64)> = text
+                .lines()
+                .filter(|l| l.contains("<title>"))
+                .map(|l| (attr(l, "x"), attr(l, "x") + attr(l, "width")))
+                .collect();
+            assert_eq!(bars.len(), rows.len());
+            let lo = bars.iter().map(|b| b.0).fold(f64::INFINITY, f64::min);
+            let hi = bars.iter().map(|b| b.1).fold(0.0, f64::max);
+            assert!(lo > 0.0 && hi < width, "bars inside the picture");
+            if rows.len() == 2 {
+                let middle = (lo + hi) / 2.0;
+                assert!(
+                    middle > width * 0.4 && middle < width * 0.7,
+                    "one group centered"
+                );
+            } else {
+                assert!(hi - lo > width * 0.7, "groups spread over the width");
+            }
+        }
+    }
+
+    #[test]
+    fn tick_texts_show_the_step() {
+        // Goal: ticks of a 2.5 step keep their decimal; whole steps print none.
+        assert_eq!(format_tick(7.5, 2.5), "7.5");
+        assert_eq!(format_tick(0.04, 0.02), "0.04");
+        assert_eq!(format_tick(10.0, 5.0), "10");
+    }
+
     #[test]
     fn nice_axis_covers_the_maximum() {
-        // Goal: the axis top is at least the largest value, with a 1-2-5 step.
+        // Goal: the axis top is at least the largest value, with a 1-2-2.5-5 step.
         for max in [0.003, 0.9, 1.0, 7.3, 42.0, 999.0] {
             let (step, top) = nice_axis(max);
             assert!(top >= max && top <= max + step + 1e-9, "{max} {step} {top}");
