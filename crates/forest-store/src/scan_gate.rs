@@ -14,22 +14,27 @@
 //!   waits until no batch applies and holds new batches off until it leaves; the rows are
 //!   handed to the visitor as they are read. Scans share the gate with each other; batches
 //!   share it with each other; the two kinds exclude each other (group mutual exclusion).
-//!   A batch that waits keeps new registered scans out until it is through, and a waiting
-//!   scan keeps new batches out: neither kind starves the other.
+//!   A batch that waits stays counted in `batches_waiting` until it is in, and new registered
+//!   scans wait while that count is not zero; a registered scan makes new batches wait.
 //!
-//! Single writes never touch the gate (they are atomic per key); a batch of one key skips it.
+//! Every batch of two ops or more passes the gate (two ops on one key also apply in two
+//! steps); single writes never do.
 //!
-//! Deadlock freedom: a batch enters the gate before it takes any stripe lock, and inside the
-//! gate waits only for stripes and logs, never for a scan. A registered scan waits only for
-//! batches to leave. Its visitor runs inside the gate: a batch written from the visitor
-//! would wait for the scan that waits for the visitor, so it is refused
-//! ([`ScanGate::check_no_scan_here`]); a scan nested in a visitor does not enter again.
+//! Deadlock freedom: a batch enters the gate only holding all its stripes, and without
+//! blocking ([`ScanGate::try_enter_batch`]): if scans are registered it releases its stripes
+//! and waits. Inside the gate it waits for nothing but its shard's log buffer, and it leaves
+//! the gate once applied, before any fsync. So a registered scan waits only for batches that
+//! are applying, and a scan may run where a stripe is held (inside `read_modify_write`'s
+//! closure), and a registered scan's visitor may write single keys. A batch written from a
+//! visitor would wait for the scan that runs the visitor: it is refused
+//! ([`ScanGate::check_no_scan_here`]). A scan nested in a registered scan's visitor on the
+//! same store does not enter again (the gate is already held); on another store it does.
 //!
 //! Waiting: a waiter counts itself in `sleepers` before it re-checks its condition under
 //! `park`; a state change is stored (SeqCst) before `sleepers` is read, so either the waiter
 //! sees the change or the changer sees the waiter and notifies under the lock.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{fence, AtomicU64, Ordering::SeqCst};
 
 use parking_lot::{Condvar, Mutex};
@@ -52,41 +57,65 @@ pub struct ScanGate {
 }
 
 thread_local! {
-    /// Registered scan passes this thread holds.
-    static SCANNING: Cell<u32> = const { Cell::new(0) };
+    /// The gates (by address) this thread holds a registered scan pass of, once per pass.
+    static SCANNING: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
     /// Scan visitors running on this thread (optimistic or registered).
     static VISITING: Cell<u32> = const { Cell::new(0) };
 }
 
 impl ScanGate {
-    /// Enters as a batch: waits while registered scans are inside or waiting.
+    /// Enters as a batch if no registered scan is inside; never blocks. Call holding the
+    /// batch's stripes (see the module doc).
+    pub fn try_enter_batch(&self) -> Option<BatchPass<'_>> {
+        self.batches.fetch_add(1, SeqCst);
+        if self.scans.load(SeqCst) == 0 {
+            return Some(BatchPass { gate: self });
+        }
+        // A scan is inside: back off (it may be waiting for batches to drain).
+        self.batches.fetch_sub(1, SeqCst);
+        self.notify();
+        None
+    }
+
+    /// Counts a batch as waiting (new registered scans wait) until the guard drops: hold it
+    /// from the first failed [`Self::try_enter_batch`] until one succeeds.
+    pub fn batch_waiting(&self) -> WaitingBatch<'_> {
+        self.batches_waiting.fetch_add(1, SeqCst);
+        WaitingBatch { gate: self }
+    }
+
+    /// Waits until no registered scan is inside.
+    pub fn wait_for_scans(&self) {
+        self.wait_until(|| self.scans.load(SeqCst) == 0);
+    }
+
+    /// Enters as a batch, waiting while registered scans are inside (for a batch that holds
+    /// no stripe; the store's batches hold theirs and use [`Self::try_enter_batch`]).
+    #[cfg(test)]
     pub fn enter_batch(&self) -> BatchPass<'_> {
+        let mut waiting = None;
         loop {
-            self.batches.fetch_add(1, SeqCst);
-            if self.scans.load(SeqCst) == 0 {
-                return BatchPass { gate: self };
+            if let Some(pass) = self.try_enter_batch() {
+                return pass;
             }
-            // A scan is inside: back off (it may be waiting for batches to drain).
-            self.batches.fetch_sub(1, SeqCst);
-            self.notify();
-            self.batches_waiting.fetch_add(1, SeqCst);
-            self.wait_until(|| self.scans.load(SeqCst) == 0);
-            self.batches_waiting.fetch_sub(1, SeqCst);
-            self.notify();
+            waiting.get_or_insert_with(|| self.batch_waiting());
+            self.wait_for_scans();
         }
     }
 
     /// Enters as a registered scan: lets waiting batches through first, then waits until no
-    /// batch applies. Within a pass this thread already holds, enters at once.
+    /// batch applies. Within a pass this thread already holds on this gate, enters at once.
     pub fn enter_scan(&self) -> ScanPass<'_> {
-        if SCANNING.with(Cell::get) == 0 {
+        let me = self as *const Self as usize;
+        let nested = SCANNING.with(|s| s.borrow().contains(&me));
+        if nested {
+            self.scans.fetch_add(1, SeqCst);
+        } else {
             self.wait_until(|| self.batches_waiting.load(SeqCst) == 0);
             self.scans.fetch_add(1, SeqCst);
             self.wait_until(|| self.batches.load(SeqCst) == 0);
-        } else {
-            self.scans.fetch_add(1, SeqCst);
         }
-        SCANNING.with(|s| s.set(s.get() + 1));
+        SCANNING.with(|s| s.borrow_mut().push(me));
         ScanPass { gate: self }
     }
 
@@ -160,6 +189,20 @@ impl Drop for BatchPass<'_> {
     }
 }
 
+/// A batch waiting to enter ([`ScanGate::batch_waiting`]).
+#[must_use]
+pub struct WaitingBatch<'a> {
+    gate: &'a ScanGate,
+}
+
+impl Drop for WaitingBatch<'_> {
+    fn drop(&mut self) {
+        if self.gate.batches_waiting.fetch_sub(1, SeqCst) == 1 {
+            self.gate.notify();
+        }
+    }
+}
+
 /// A scan visitor running on this thread ([`ScanGate::visiting`]).
 #[must_use]
 pub struct Visiting(());
@@ -178,7 +221,13 @@ pub struct ScanPass<'a> {
 
 impl Drop for ScanPass<'_> {
     fn drop(&mut self) {
-        SCANNING.with(|s| s.set(s.get() - 1));
+        let me = self.gate as *const ScanGate as usize;
+        SCANNING.with(|s| {
+            let mut held = s.borrow_mut();
+            if let Some(at) = held.iter().rposition(|&g| g == me) {
+                held.swap_remove(at);
+            }
+        });
         if self.gate.scans.fetch_sub(1, SeqCst) == 1 {
             self.gate.notify();
         }
@@ -264,5 +313,27 @@ mod tests {
         drop(visiting);
         drop(outer);
         assert!(gate.check_no_scan_here().is_ok());
+    }
+
+    // Goal: a scan pass on one gate does not let a scan on another gate skip its wait
+    // (review finding F2). Method: a batch inside gate B; a scan registered on gate A; a
+    // scan on B from the same thread must wait until B's batch leaves.
+    #[test]
+    fn nesting_is_per_gate() {
+        let (a, b) = (Arc::new(ScanGate::default()), Arc::new(ScanGate::default()));
+        let pass = b.enter_batch();
+        let left = Arc::new(AtomicBool::new(false));
+        let t = {
+            let (a, b, left) = (Arc::clone(&a), Arc::clone(&b), Arc::clone(&left));
+            thread::spawn(move || {
+                let _outer = a.enter_scan();
+                let _inner = b.enter_scan();
+                assert!(left.load(SeqCst), "entered B while a batch was inside it");
+            })
+        };
+        thread::sleep(std::time::Duration::from_millis(50));
+        left.store(true, SeqCst);
+        drop(pass);
+        t.join().expect("no panic");
     }
 }

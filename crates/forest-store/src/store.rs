@@ -566,7 +566,8 @@ impl Store {
     }
 
     /// [`Self::scan`] of at most `limit` records: a scan that ends within its first
-    /// [`SCAN_OPTIMISTIC_ROWS`] rows (or `limit`) never holds batches off.
+    /// [`SCAN_OPTIMISTIC_ROWS`] rows (or `limit`) holds batches off only if batches kept
+    /// applying through 8 tries.
     pub fn scan_up_to(
         &self,
         lower: Bound<&[u8]>,
@@ -584,8 +585,9 @@ impl Store {
         let mut read_at = None;
         for _ in 0..READ_RETRIES_MAX {
             let Some(generation) = self.gate.read_begin() else {
-                // A batch is applying: register at once (this read would fail anyway).
-                break;
+                // A batch is applying (it leaves the gate once applied, before its fsync).
+                std::thread::yield_now();
+                continue;
             };
             rows.clear();
             self.index.scan(lower, upper, order, &mut |k, v| {
@@ -601,7 +603,7 @@ impl Store {
                 break;
             }
         }
-        if read_at.is_some() && rows.len() < SCAN_OPTIMISTIC_ROWS {
+        if read_at.is_some() && (rows.len() < SCAN_OPTIMISTIC_ROWS || rows.len() == limit) {
             // The whole scan (or all the caller wants) is in `rows`, read between batches.
             let _visiting = self.gate.visiting();
             // Stopped by the visitor or not, the scan is done.
@@ -814,22 +816,32 @@ impl Store {
             }
         }
         self.commit.check_failed()?;
-        // Scans must not see part of a batch of two keys or more (`scan_gate`); entered
-        // before any stripe lock (a registered scan's visitor may take one).
-        let _pass = match ops.split_first() {
-            Some((first, rest)) if rest.iter().any(|op| op.key() != first.key()) => {
-                self.gate.check_no_scan_here()?;
-                Some(self.gate.enter_batch())
-            }
-            _ => None,
-        };
         let mut stripes: Vec<usize> = ops
             .iter()
             .map(|op| KeyStripes::index_of(op.key()))
             .collect();
         stripes.sort_unstable();
         stripes.dedup();
-        let _locked: Vec<_> = stripes.iter().map(|&i| self.stripes.at(i).lock()).collect();
+        // Scans must not see part of a batch of two ops or more (`scan_gate`): with all its
+        // stripes held, it enters the gate without blocking, or lets go and waits.
+        let gated = ops.len() > 1;
+        if gated {
+            self.gate.check_no_scan_here()?;
+        }
+        let mut waiting = None;
+        let (_locked, pass) = loop {
+            let locked: Vec<_> = stripes.iter().map(|&i| self.stripes.at(i).lock()).collect();
+            if !gated {
+                break (locked, None);
+            }
+            if let Some(pass) = self.gate.try_enter_batch() {
+                break (locked, Some(pass));
+            }
+            drop(locked);
+            waiting.get_or_insert_with(|| self.gate.batch_waiting());
+            self.gate.wait_for_scans();
+        };
+        drop(waiting);
         // The batch's own effects so far, by key: Some(value) or None (removed).
         let mut overlay: BTreeMap<&[u8], Option<&[u8]>> = BTreeMap::new();
         let mut scratch = Vec::new();
@@ -857,11 +869,15 @@ impl Store {
             }
         }
         let index = &*self.index;
-        let apply = || {
+        let (stripes_ref, records_ref) = (&stripes, &records);
+        let apply = move || {
+            // The gate is left once the batch is applied, before any fsync (declared first,
+            // dropped last).
+            let _pass = pass;
             // Odd while the batch applies; even again on return and on unwinding (an engine
             // panic fails the store, but readers must not wait for ever).
-            let _applying = Applying::begin(&self.stripes, &stripes);
-            for &(op, key, value) in &records {
+            let _applying = Applying::begin(&self.stripes, stripes_ref);
+            for &(op, key, value) in records_ref {
                 if op == Op::Put {
                     index
                         .upsert(key, value)
