@@ -641,6 +641,16 @@ impl Store {
         }
     }
 
+    /// Runs `read` with atomic batches held off, so that every read in it (several scans,
+    /// gets) sees the same batches: one consistent view across ranges (the server's KEYS
+    /// reads string keys and collection names in two scans). Single writes may still land.
+    /// `read` must not write a batch ([`Error::InvalidUse`]); keep it short, batches wait.
+    pub fn read_consistent<R>(&self, read: impl FnOnce() -> R) -> R {
+        let _pass = self.gate.enter_scan();
+        let _visiting = self.gate.visiting();
+        read()
+    }
+
     /// Decides and logs one write of `key` in `shard`, under the key's stripe; returns
     /// whether it changed anything, the LSN to wait for before answering (its own, or the
     /// stripe's last when it changed nothing; None: nothing to wait for) and what `decide`

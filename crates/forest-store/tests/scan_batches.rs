@@ -208,3 +208,71 @@ fn a_long_scan_delays_batches_only_while_it_runs() {
     let mut out = Vec::new();
     assert!(store.get(&key(299), &mut out) && out == b"new");
 }
+
+/// Moves key `k` between range `a:` and range `b:` in batches (remove one, put the other)
+/// while a reader reads both ranges; returns the most and fewest copies of `k` one read saw.
+fn moving_key(consistent: bool, time: Duration) -> (usize, usize) {
+    let store = store();
+    store.upsert(b"a:k", b"v").expect("upsert");
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (store, stop) = (Arc::clone(&store), Arc::clone(&stop));
+        thread::spawn(move || {
+            let mut in_a = true;
+            while !stop.load(Ordering::Relaxed) {
+                let (from, to): (&[u8], &[u8]) = if in_a {
+                    (b"a:k", b"b:k")
+                } else {
+                    (b"b:k", b"a:k")
+                };
+                let mut batch = WriteBatch::new();
+                batch.remove(from).put(to, b"v");
+                store.write(&batch).expect("write");
+                in_a = !in_a;
+            }
+        })
+    };
+    let (mut most, mut fewest) = (0, usize::MAX);
+    let deadline = std::time::Instant::now() + time;
+    while std::time::Instant::now() < deadline {
+        let read = || {
+            let mut copies = 0;
+            for prefix in [&b"a:"[..], &b"b:"[..]] {
+                let upper = [prefix[0], b';'];
+                store.scan(
+                    Bound::Included(prefix),
+                    Bound::Excluded(&upper[..]),
+                    Order::Ascending,
+                    &mut |_, _| {
+                        copies += 1;
+                        ControlFlow::Continue(())
+                    },
+                );
+            }
+            copies
+        };
+        let copies = if consistent {
+            store.read_consistent(read)
+        } else {
+            read()
+        };
+        most = most.max(copies);
+        fewest = fewest.min(copies);
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().expect("writer");
+    (most, fewest)
+}
+
+// Goal: reads of two ranges inside `read_consistent` see a batch that moves a key between
+// them whole: exactly one copy every time (the server's KEYS: strings, then collection
+// names). Control: the same two scans outside it see zero or two copies.
+#[test]
+fn read_consistent_sees_batches_across_ranges() {
+    assert_eq!(moving_key(true, Duration::from_millis(1500)), (1, 1));
+    let (most, fewest) = moving_key(false, Duration::from_millis(1500));
+    assert!(
+        most == 2 || fewest == 0,
+        "the control never saw a batch in part"
+    );
+}

@@ -24,6 +24,24 @@ pub fn list_keys(
     limit: usize,
     filter: TypeFilter<'_>,
 ) -> Vec<(Vec<u8>, &'static str)> {
+    if filter.is_none() && ctx.shared.collections.any() {
+        // Two scans: under one pass of the store's scan gate, so that a command turning a
+        // string into a collection (or back) is seen whole.
+        return ctx
+            .shared
+            .store
+            .read_consistent(|| scan_keys(ctx, lower, end, limit, filter));
+    }
+    scan_keys(ctx, lower, end, limit, filter)
+}
+
+fn scan_keys(
+    ctx: &Ctx<'_, '_>,
+    lower: Bound<&[u8]>,
+    end: Option<&[u8]>,
+    limit: usize,
+    filter: TypeFilter<'_>,
+) -> Vec<(Vec<u8>, &'static str)> {
     let strings_end = [RESERVED_BYTE];
     let mut strings = Vec::new();
     if filter.is_none_or(|f| f == "string") {
