@@ -280,18 +280,28 @@ pub fn members(
         return out;
     }
     let overlay = ctx.unit.as_ref().map(|u| u.overlay());
-    ctx.shared.store.scan(lower, upper, order, &mut |k, v| {
-        match overlay.and_then(|o| o.get(k)) {
-            Some(None) => return ControlFlow::Continue(()),
-            Some(Some(new)) => out.push((k.to_vec(), new.clone())),
-            None => out.push((k.to_vec(), v.to_vec())),
-        }
-        if out.len() >= limit {
-            ControlFlow::Break(())
-        } else {
-            ControlFlow::Continue(())
-        }
+    // The store need read no more than `limit` plus the members this command removed: a
+    // short read stays optimistic in the store's scan gate (SPOP reads one member).
+    let removed = overlay.map_or(0, |o| {
+        o.range::<[u8], _>((lower, upper))
+            .filter(|(_, v)| v.is_none())
+            .count()
     });
+    let rows = limit.saturating_add(removed);
+    ctx.shared
+        .store
+        .scan_up_to(lower, upper, order, rows, &mut |k, v| {
+            match overlay.and_then(|o| o.get(k)) {
+                Some(None) => return ControlFlow::Continue(()),
+                Some(Some(new)) => out.push((k.to_vec(), new.clone())),
+                None => out.push((k.to_vec(), v.to_vec())),
+            }
+            if out.len() >= limit {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        });
     if let Some(overlay) = overlay {
         let added: Vec<(Vec<u8>, Vec<u8>)> = overlay
             .range::<[u8], _>((lower, upper))
