@@ -14,7 +14,7 @@
 //!   step just completed or about to be taken (`"split:leaf-half-split-installed"`,
 //!   `"layer:unstable"`).
 //! - Each engine lists its pause points, with what holds at each, in its own module doc
-//!   (forest-bwtree: the crate doc; forest-masstree: its `pause` module).
+//!   (forest-bwtree and forest-masstree: their crate docs).
 //! - A pause point sits where the thread holds no latch another thread needs to go on, or the
 //!   test documents which threads it expects to block.
 //!
