@@ -34,8 +34,9 @@
 //! commands read the type entry only while `live` > 0 (GET only on a miss), so strings cost
 //! one uncontended lock and nothing else until the first collection exists.
 //!
-//! Crashes: a command's entries are separate log records; [`repair`] mends a recovered
-//! store's collections before the server listens.
+//! Crashes: a command's entries are one atomic batch in the store (`cmd::coll`'s units), so
+//! recovery keeps a command whole or not at all; [`repair`] still mends stores written
+//! before commands were atomic, before the server listens.
 
 use std::hash::{BuildHasher, Hasher};
 use std::ops::{Bound, ControlFlow};
@@ -319,8 +320,9 @@ struct Seen {
 }
 
 /// Makes the collections consistent after a crash, before the server serves (run by
-/// [`crate::Server::open`]). A collection command's entries are separate log records, so
-/// recovery (a prefix of the history) may hold part of one command. The commands write in
+/// [`crate::Server::open`]). Since issue 12 a collection command's entries are one atomic
+/// batch; in a store written before that they were separate log records, so recovery (a
+/// prefix of the history) may hold part of one command. The commands wrote in
 /// an order whose every prefix is harmless for reads (a list's new member before its
 /// metadata, a popped member after it), and this pass restores the rest: element counts,
 /// a list's unreachable members, a stream's last id, and a sorted set's two entries per
