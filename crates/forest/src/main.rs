@@ -9,10 +9,11 @@ mod store_cmd;
 
 use clap::{Parser, Subcommand};
 
-/// mimalloc, wrapped so that `forest bench` can count each index's heap bytes. The wrapper
-/// is off (one relaxed load of a never-written flag per allocation and free) except around a
-/// benchmark's load phase, so `forest serve` and the store commands pay no more than that
-/// (measured in docs/BENCHMARKS.md "Allocator (issue 13)").
+/// mimalloc (built without transparent huge pages), wrapped so that `forest bench` can count
+/// each index's heap bytes. The wrapper is off (one relaxed load of a never-written flag per
+/// allocation and free) except around a benchmark's load phase, so `forest serve` and the
+/// store commands pay no more than that (measured in docs/BENCHMARKS.md "Allocator (issue
+/// 13)").
 #[global_allocator]
 static ALLOC: forest_bench::alloc_count::CountingAlloc<mimalloc::MiMalloc> =
     forest_bench::alloc_count::CountingAlloc(mimalloc::MiMalloc);
