@@ -91,7 +91,9 @@ pub fn build(spec: &EngineSpec) -> Result<Box<dyn Index>> {
 /// `spec` with only the parameters that differ from the engine's defaults, in the
 /// registry's order and with values normalized (`fanout=15` is `fanout=15x16`, the
 /// default): two specs name the same configuration exactly when their canonical forms are
-/// equal. Errors as [`build`].
+/// equal, under this build's defaults (a later build that changes a default changes what a
+/// recorded bare name means; the store rebuilds its index at every open, so no data depends
+/// on it). Errors as [`build`].
 pub fn canonical(spec: &EngineSpec) -> Result<EngineSpec> {
     let entry = find(&spec.name)?;
     let given = (entry.resolve)(spec)?;

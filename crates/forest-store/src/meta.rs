@@ -88,6 +88,15 @@ pub fn decode(path: &std::path::Path, data: &[u8]) -> Result<StoreMeta> {
         offset: offset as u64,
         what,
     };
+    // A newer format is not damage: refuse it, and never let an open overwrite it.
+    if data.len() >= 12 && data[..8] == META_MAGIC && u32_at(data, 8) > META_FORMAT_VERSION {
+        return Err(Error::Config(format!(
+            "{}: meta format version {}, newer than this build reads ({META_FORMAT_VERSION}): \
+             open the store with a newer forest",
+            path.display(),
+            u32_at(data, 8)
+        )));
+    }
     if data.len() != META_BYTES && data.len() != META_BYTES_V2 {
         return Err(corrupt(
             0,
@@ -149,6 +158,12 @@ pub fn read(dir: &dyn Dir) -> Result<Option<StoreMeta>> {
     }
     let file = dir.open(META_FILE_NAME)?;
     let len = file.len()?;
+    if (12..=4096).contains(&len) && len != META_BYTES as u64 && len != META_BYTES_V2 as u64 {
+        // Perhaps a newer format: let decode say so.
+        let mut data = vec![0u8; len as usize];
+        file.read_exact_at(0, &mut data)?;
+        return decode(file.path(), &data).map(Some);
+    }
     if len != META_BYTES as u64 && len != META_BYTES_V2 as u64 {
         return Err(Error::Corrupt {
             path: file.path().to_path_buf(),

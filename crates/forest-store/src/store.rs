@@ -318,28 +318,49 @@ fn create_logs(
 /// named spec other than the recorded one without `switch`; a damaged meta file unless an
 /// engine is named (the open then writes a new one).
 pub fn resolve_engine(dir: &dyn Dir, named: Option<&str>, switch: bool) -> Result<String> {
-    let recorded = meta::read(dir);
-    match (named, recorded) {
-        (Some(named), Ok(Some(meta))) => {
+    match (named, meta::read(dir)) {
+        (Some(named), recorded) => {
             let named = canonical_spec(named)?;
-            // A recorded spec this build cannot parse (an index of the caller's making,
-            // `Store::open_with_index`) differs from any registry engine.
-            let recorded = canonical_spec(&meta.engine).unwrap_or(meta.engine);
-            if named != recorded && !switch {
-                return Err(Error::Config(format!(
-                    "the store was created with engine `{recorded}`, and `{named}` was named: \
-                     open it without naming an engine to use `{recorded}`, or switch engines \
-                     explicitly (--switch-engine; StoreOptions::switch_engine), which rebuilds \
-                     the index in `{named}` from the logs and checkpoint"
-                )));
-            }
+            check_recorded(recorded, &named, switch)?;
             Ok(named)
         }
-        (Some(named), _) => canonical_spec(named),
         (None, Ok(Some(meta))) => canonical_spec(&meta.engine),
         (None, Ok(None)) => Ok(ENGINE_DEFAULT.to_string()),
         (None, Err(e)) => Err(e),
     }
+}
+
+/// The spec as recorded: canonical if the registry knows it, else as given (an index of
+/// the caller's making, `Store::open_with_index`).
+pub(crate) fn spec_form(spec: &str) -> String {
+    canonical_spec(spec).unwrap_or_else(|_| spec.to_string())
+}
+
+/// Whether an open naming `named` (canonical) may go on given what META holds: the same
+/// spec, or another with `switch`; no META; a damaged one (the open rewrites it). A META of
+/// a newer format is never overwritten.
+fn check_recorded(recorded: Result<Option<StoreMeta>>, named: &str, switch: bool) -> Result<()> {
+    if named.len() > meta::ENGINE_SPEC_BYTES_MAX {
+        return Err(Error::Config(format!(
+            "engine spec {named:?} is longer than {} bytes",
+            meta::ENGINE_SPEC_BYTES_MAX
+        )));
+    }
+    let meta = match recorded {
+        Ok(Some(meta)) => meta,
+        Ok(None) | Err(Error::Corrupt { .. }) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let recorded = spec_form(&meta.engine);
+    if recorded != named && !switch {
+        return Err(Error::Config(format!(
+            "the store was created with engine `{recorded}`, and `{named}` was named: open it \
+             without naming an engine to use `{recorded}`, or switch engines explicitly \
+             (--switch-engine; StoreOptions::switch_engine), which rebuilds the index in \
+             `{named}` from the logs and checkpoint"
+        )));
+    }
+    Ok(())
 }
 
 impl Store {
@@ -382,7 +403,11 @@ impl Store {
         // The directory's own name must survive a power loss before anything in it matters.
         dir.sync_parent()?;
         let engine = match (make_index, &options.engine) {
-            (Some(_), Some(name)) => name.clone(),
+            (Some(_), Some(name)) => {
+                let named = spec_form(name);
+                check_recorded(meta::read(&dir), &named, options.switch_engine)?;
+                named
+            }
             (Some(_), None) => {
                 return Err(Error::Config(
                     "a store opened with its own index needs an engine name".to_string(),

@@ -19,7 +19,7 @@ use crate::checkpoint::{self, CheckpointInfo, CheckpointStream};
 use crate::file::Dir;
 use crate::meta;
 use crate::recovery::{self, RecoveryMode, RecoveryReport};
-use crate::store::{canonical_spec, new_engine, ENGINE_DEFAULT};
+use crate::store::{canonical_spec, new_engine, spec_form, ENGINE_DEFAULT};
 use crate::wal::record::TornTail;
 use crate::wal::{parse_log_name, LogHeader, LogStream};
 
@@ -56,6 +56,9 @@ pub struct VerifyReport {
     pub engine_recorded: Option<String>,
     /// The engine recovery ran with (named, recorded or the default).
     pub engine: String,
+    /// The engine named differs from the recorded one: an open would refuse it without
+    /// `switch_engine`.
+    pub engine_conflict: Option<String>,
     pub meta_error: Option<String>,
     pub logs: Vec<LogCheck>,
     pub checkpoints: Vec<CheckpointCheck>,
@@ -73,6 +76,9 @@ impl VerifyReport {
         let mut out = Vec::new();
         if let Some(e) = &self.meta_error {
             out.push(e.clone());
+        }
+        if let Some(c) = &self.engine_conflict {
+            out.push(c.clone());
         }
         out.extend(self.logs.iter().filter_map(|l| l.error.clone()));
         out.extend(self.checkpoints.iter().filter_map(|c| c.error.clone()));
@@ -152,6 +158,13 @@ pub fn verify(dir: &dyn Dir, engine: Option<&str>) -> Result<VerifyReport> {
         Ok(m) => (m.map(|m| m.engine), None),
         Err(e) => (None, Some(e.to_string())),
     };
+    let engine_conflict = match (&engine, &engine_recorded) {
+        (Some(named), Some(recorded)) if *named != spec_form(recorded) => Some(format!(
+            "META records engine `{}`; `{named}` was named: an open needs --switch-engine",
+            spec_form(recorded)
+        )),
+        _ => None,
+    };
     let engine = engine
         .or_else(|| engine_recorded.clone())
         .unwrap_or_else(|| ENGINE_DEFAULT.to_string());
@@ -182,6 +195,7 @@ pub fn verify(dir: &dyn Dir, engine: Option<&str>) -> Result<VerifyReport> {
     Ok(VerifyReport {
         engine_recorded,
         engine,
+        engine_conflict,
         meta_error,
         logs,
         checkpoints,
