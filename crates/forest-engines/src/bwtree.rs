@@ -40,12 +40,7 @@ pub(crate) const ENTRY: EngineEntry = EngineEntry {
     about:
         "the Bw-tree on a LLAMA mapping table: latch-free delta records, consolidation, B-link SMOs",
     params: PARAMS,
-    capabilities: Capabilities {
-        in_memory: true,
-        durable_through_store: true,
-        persistent_on_its_own: false,
-        temporal: false,
-    },
+    capabilities: Capabilities::STORE_INDEX,
     resolve,
     build,
 };

@@ -28,12 +28,7 @@ pub(crate) const ENTRY: EngineEntry = EngineEntry {
     about:
         "Westerhoff's lock-coupling B+tree: RW spin latches, interlocking reads, multi-pass writes",
     params: PARAMS,
-    capabilities: Capabilities {
-        in_memory: true,
-        durable_through_store: true,
-        persistent_on_its_own: false,
-        temporal: false,
-    },
+    capabilities: Capabilities::STORE_INDEX,
     resolve,
     build,
 };

@@ -47,12 +47,7 @@ pub(crate) const ENTRY: EngineEntry = EngineEntry {
     name: NAME,
     about: "Masstree: a trie of B+trees over 8-byte key slices, optimistic readers, per-node locks",
     params: PARAMS,
-    capabilities: Capabilities {
-        in_memory: true,
-        durable_through_store: true,
-        persistent_on_its_own: false,
-        temporal: false,
-    },
+    capabilities: Capabilities::STORE_INDEX,
     resolve,
     build,
 };

@@ -35,6 +35,16 @@ pub struct Capabilities {
 /// Every parameter of a spec with its value, in the registry's order.
 pub type Resolved = Vec<(&'static str, String)>;
 
+impl Capabilities {
+    /// An in-memory index that a store makes durable (lockbtree, bwtree, masstree).
+    pub const STORE_INDEX: Capabilities = Capabilities {
+        in_memory: true,
+        durable_through_store: true,
+        persistent_on_its_own: false,
+        temporal: false,
+    };
+}
+
 /// An engine in the registry.
 pub struct EngineEntry {
     /// Registry name (the spec's name).

@@ -21,7 +21,7 @@
 //! steps); single writes never do.
 //!
 //! Deadlock freedom: a batch enters the gate only holding all its stripes, and without
-//! blocking ([`ScanGate::try_enter_batch`]): if scans are registered it releases its stripes
+//! blocking ([`ScanGate::enter_batch_holding`]): if scans are registered it releases its stripes
 //! and waits. Inside the gate it waits for nothing but its shard's log buffer, and it leaves
 //! the gate once applied, before any fsync. So a registered scan waits only for batches that
 //! are applying, and a scan may run where a stripe is held (inside `read_modify_write`'s
@@ -64,9 +64,25 @@ thread_local! {
 }
 
 impl ScanGate {
-    /// Enters as a batch if no registered scan is inside; never blocks. Call holding the
-    /// batch's stripes (see the module doc).
-    pub fn try_enter_batch(&self) -> Option<BatchPass<'_>> {
+    /// Enters as a batch: `lock` takes the batch's stripes; with them held the batch enters
+    /// if no registered scan is inside, else it lets them go, counts itself as waiting (new
+    /// registered scans wait for it) until the scans left, and tries again (see the module
+    /// doc). Returns what `lock` returned with the pass.
+    pub fn enter_batch_holding<L>(&self, lock: impl Fn() -> L) -> (L, BatchPass<'_>) {
+        let mut waiting = None;
+        loop {
+            let locked = lock();
+            if let Some(pass) = self.try_enter_batch() {
+                return (locked, pass);
+            }
+            drop(locked);
+            waiting.get_or_insert_with(|| self.batch_waiting());
+            self.wait_until(|| self.scans.load(SeqCst) == 0);
+        }
+    }
+
+    /// Enters as a batch if no registered scan is inside; never blocks.
+    fn try_enter_batch(&self) -> Option<BatchPass<'_>> {
         self.batches.fetch_add(1, SeqCst);
         if self.scans.load(SeqCst) == 0 {
             return Some(BatchPass { gate: self });
@@ -77,30 +93,10 @@ impl ScanGate {
         None
     }
 
-    /// Counts a batch as waiting (new registered scans wait) until the guard drops: hold it
-    /// from the first failed [`Self::try_enter_batch`] until one succeeds.
-    pub fn batch_waiting(&self) -> WaitingBatch<'_> {
+    /// Counts a batch as waiting until the guard drops.
+    fn batch_waiting(&self) -> WaitingBatch<'_> {
         self.batches_waiting.fetch_add(1, SeqCst);
         WaitingBatch { gate: self }
-    }
-
-    /// Waits until no registered scan is inside.
-    pub fn wait_for_scans(&self) {
-        self.wait_until(|| self.scans.load(SeqCst) == 0);
-    }
-
-    /// Enters as a batch, waiting while registered scans are inside (for a batch that holds
-    /// no stripe; the store's batches hold theirs and use [`Self::try_enter_batch`]).
-    #[cfg(test)]
-    pub fn enter_batch(&self) -> BatchPass<'_> {
-        let mut waiting = None;
-        loop {
-            if let Some(pass) = self.try_enter_batch() {
-                return pass;
-            }
-            waiting.get_or_insert_with(|| self.batch_waiting());
-            self.wait_for_scans();
-        }
     }
 
     /// Enters as a registered scan: lets waiting batches through first, then waits until no
@@ -189,9 +185,9 @@ impl Drop for BatchPass<'_> {
     }
 }
 
-/// A batch waiting to enter ([`ScanGate::batch_waiting`]).
+/// A batch waiting to enter (`ScanGate::batch_waiting`).
 #[must_use]
-pub struct WaitingBatch<'a> {
+struct WaitingBatch<'a> {
     gate: &'a ScanGate,
 }
 
@@ -247,7 +243,7 @@ mod tests {
         let gate = ScanGate::default();
         let g = gate.read_begin().expect("no batch");
         assert!(gate.read_valid(g));
-        let pass = gate.enter_batch();
+        let pass = gate.enter_batch_holding(|| ()).1;
         assert!(gate.read_begin().is_none());
         assert!(!gate.read_valid(g));
         drop(pass);
@@ -281,7 +277,7 @@ mod tests {
                         assert_eq!(in_batch.load(SeqCst), 0, "a batch inside a scan");
                         in_scan.fetch_sub(1, SeqCst);
                     } else {
-                        let _pass = gate.enter_batch();
+                        let _pass = gate.enter_batch_holding(|| ()).1;
                         in_batch.fetch_add(1, SeqCst);
                         assert_eq!(in_scan.load(SeqCst), 0, "a scan inside a batch");
                         in_batch.fetch_sub(1, SeqCst);
@@ -321,7 +317,7 @@ mod tests {
     #[test]
     fn nesting_is_per_gate() {
         let (a, b) = (Arc::new(ScanGate::default()), Arc::new(ScanGate::default()));
-        let pass = b.enter_batch();
+        let pass = b.enter_batch_holding(|| ()).1;
         let left = Arc::new(AtomicBool::new(false));
         let t = {
             let (a, b, left) = (Arc::clone(&a), Arc::clone(&b), Arc::clone(&left));

@@ -605,7 +605,9 @@ impl Store {
             return;
         }
         let want = limit.min(SCAN_OPTIMISTIC_ROWS);
-        let mut rows = ScanRows::default();
+        // One buffer per thread, taken (a nested scan in a visitor gets a fresh one).
+        let mut rows = SCAN_ROWS.with(|r| r.take());
+        rows.clear();
         // The generation the rows were read at, once a read was valid.
         let mut read_at = None;
         for _ in 0..READ_RETRIES_MAX {
@@ -633,6 +635,8 @@ impl Store {
             let _visiting = self.gate.visiting();
             // Stopped by the visitor or not, the scan is done.
             let _ = rows.visit(visit);
+            drop(_visiting);
+            rows.keep_for_next_scan();
             return;
         }
         // Long, or batches kept coming: hold them off and stream the rest.
@@ -859,24 +863,15 @@ impl Store {
         stripes.dedup();
         // Scans must not see part of a batch of two ops or more (`scan_gate`): with all its
         // stripes held, it enters the gate without blocking, or lets go and waits.
-        let gated = ops.len() > 1;
-        if gated {
+        let lock_stripes =
+            || -> Vec<_> { stripes.iter().map(|&i| self.stripes.at(i).lock()).collect() };
+        let (_locked, pass) = if ops.len() > 1 {
             self.gate.check_no_scan_here()?;
-        }
-        let mut waiting = None;
-        let (_locked, pass) = loop {
-            let locked: Vec<_> = stripes.iter().map(|&i| self.stripes.at(i).lock()).collect();
-            if !gated {
-                break (locked, None);
-            }
-            if let Some(pass) = self.gate.try_enter_batch() {
-                break (locked, Some(pass));
-            }
-            drop(locked);
-            waiting.get_or_insert_with(|| self.gate.batch_waiting());
-            self.gate.wait_for_scans();
+            let (locked, pass) = self.gate.enter_batch_holding(lock_stripes);
+            (locked, Some(pass))
+        } else {
+            (lock_stripes(), None)
         };
-        drop(waiting);
         // The batch's own effects so far, by key: Some(value) or None (removed).
         let mut overlay: BTreeMap<&[u8], Option<&[u8]>> = BTreeMap::new();
         let mut scratch = Vec::new();
@@ -1095,6 +1090,15 @@ impl Drop for Applying<'_> {
 /// buffer's size; YCSB-E's scans are up to 100 rows).
 pub const SCAN_OPTIMISTIC_ROWS: usize = 128;
 
+thread_local! {
+    /// The optimistic scan buffer of this thread, kept between short scans (no allocation
+    /// per scan once warm; a long scan, which registers anyway, lets its buffer go).
+    static SCAN_ROWS: std::cell::Cell<ScanRows> = std::cell::Cell::new(ScanRows::default());
+}
+
+/// Bytes of a scan buffer worth keeping for the next scan (a larger one is let go).
+const SCAN_ROWS_KEEP_BYTES_MAX: usize = 1 << 20;
+
 /// The rows of an optimistic scan: keys and values in one buffer, no allocation per row.
 #[derive(Default)]
 struct ScanRows {
@@ -1107,6 +1111,13 @@ impl ScanRows {
     fn clear(&mut self) {
         self.bytes.clear();
         self.rows.clear();
+    }
+
+    /// Gives the buffer back to this thread for its next scan, unless it grew large.
+    fn keep_for_next_scan(self) {
+        if self.bytes.capacity() <= SCAN_ROWS_KEEP_BYTES_MAX {
+            SCAN_ROWS.with(|r| r.set(self));
+        }
     }
 
     fn len(&self) -> usize {
