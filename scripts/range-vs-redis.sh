@@ -27,7 +27,9 @@
 #
 # Environment: KEYS (1000000), VALUE_BYTES (8), LIMIT (50), CLIENTS (50), N (200000), N_P1
 # (100000), PIPELINES ("1 16"), LOAD_BATCH (1000), ENGINE (store default), IO (threads),
-# FOREST_BIN, BUILD.
+# FOREST_BIN, BUILD. FOREST_B_BIN: a second forest binary, served and loaded alike and measured
+# in every round right after the first (labels forest-b, forest-b-keysonly): an A/B of two
+# builds against the same redis.
 set -euo pipefail
 
 rounds=${1:-3}
@@ -105,6 +107,7 @@ resp() { # forest|redis
 }
 
 forest_port=$(free_port)
+forest_b_port=$(free_port)
 redis_port=$(free_port)
 engine_flag=()
 [ -n "$ENGINE" ] && engine_flag=(--engine "$ENGINE")
@@ -115,12 +118,25 @@ pids+=($!)
 "$forest" serve --port "$forest_port" --dir "$work/forest" --durability periodic:1000 \
     --io "$IO" "${engine_flag[@]}" >"$work/forest.log" 2>&1 &
 pids+=($!)
+if [ -n "${FOREST_B_BIN:-}" ]; then
+    "$FOREST_B_BIN" serve --port "$forest_b_port" --dir "$work/forest-b" \
+        --durability periodic:1000 --io "$IO" "${engine_flag[@]}" >"$work/forest-b.log" 2>&1 &
+    pids+=($!)
+    wait_ping "$forest_b_port"
+fi
 wait_ping "$redis_port"
 wait_ping "$forest_port"
 
 echo "range-vs-redis: loading $KEYS keys into both ($VALUE_BYTES-byte values in forest)" >&2
 resp forest | redis-cli -p "$forest_port" --pipe >"$work/load-forest.log"
 resp redis | redis-cli -p "$redis_port" --pipe >"$work/load-redis.log"
+if [ -n "${FOREST_B_BIN:-}" ]; then
+    resp forest | redis-cli -p "$forest_b_port" --pipe >"$work/load-forest-b.log"
+    [ "$(redis-cli -p "$forest_b_port" DBSIZE)" = "$KEYS" ] || {
+        echo "range-vs-redis: forest-b did not load $KEYS keys" >&2
+        exit 1
+    }
+fi
 forest_keys=$(redis-cli -p "$forest_port" DBSIZE)
 redis_keys=$(redis-cli -p "$redis_port" ZCARD zset)
 if [ "$forest_keys" != "$KEYS" ] || [ "$redis_keys" != "$KEYS" ]; then
@@ -153,6 +169,18 @@ for round in $(seq "$rounds"); do
         r=$(rps "$redis_port" "$p" ZRANGEBYLEX zset '[key:__rand_int__' + LIMIT 0 "$LIMIT")
         f=$(rps "$forest_port" "$p" FOREST.RANGE '[key:__rand_int__' + LIMIT "$LIMIT")
         k=$(rps "$forest_port" "$p" FOREST.RANGE '[key:__rand_int__' + LIMIT "$LIMIT" KEYSONLY)
+        if [ -n "${FOREST_B_BIN:-}" ]; then
+            fb=$(rps "$forest_b_port" "$p" FOREST.RANGE '[key:__rand_int__' + LIMIT "$LIMIT")
+            kb=$(rps "$forest_b_port" "$p" FOREST.RANGE '[key:__rand_int__' + LIMIT "$LIMIT" KEYSONLY)
+            {
+                echo "forest-b P=$p: $fb"
+                echo "forest-b-keysonly P=$p: $kb"
+                awk -v r="$r" -v f="$fb" -v k="$kb" -v p="$p" 'BEGIN {
+                    printf "ratio forest-b/redis P=%s: %.3f\n", p, f / r
+                    printf "ratio forest-b-keysonly/redis P=%s: %.3f\n", p, k / r
+                }'
+            } | tee -a "$out"
+        fi
         {
             echo "redis P=$p: $r"
             echo "forest P=$p: $f"
