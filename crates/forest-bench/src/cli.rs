@@ -461,12 +461,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 .iter()
                 .find_map(|&mode| runner::skip_reason(config, s, mode))
                 .unwrap_or_default();
-            let _ = writeln!(
-                text,
-                "{:<22}     {:<34} skipped: {why}",
-                config.workload.name,
-                s.label()
-            );
+            let workload = match config.scan_label() {
+                Some(label) => format!("{}/{label}", config.workload.name),
+                None => config.workload.name.to_string(),
+            };
+            let _ = writeln!(text, "{workload:<22}     {:<34} skipped: {why}", s.label());
         }
         progress.suspend(|| print!("{text}"));
         rows.extend(new_rows);
