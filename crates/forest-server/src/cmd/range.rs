@@ -72,7 +72,11 @@ fn bounds<'a>(min: &'a [u8], max: &'a [u8]) -> Result<Option<ScanBounds<'a>>, Fr
     Ok((!empty).then_some((lower, upper)))
 }
 
-/// FOREST.RANGE min max [REV] [LIMIT count] [KEYSONLY].
+/// Records whose reply slots are reserved ahead: a page as clients ask for (LIMIT 10 ... 100)
+/// gets its array in one allocation; an unlimited range grows it from there.
+const RESERVED_RECORDS_MAX: usize = forest_store::store::SCAN_OPTIMISTIC_ROWS;
+
+/// FOREST.RANGE min max [REV] [LIMIT count] [KEYSONLY]: KEYSONLY replies with the keys alone.
 pub fn range(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let mut order = Order::Ascending;
     let mut limit = usize::MAX;
@@ -101,18 +105,27 @@ pub fn range(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let Some((lower, upper)) = bounds(argv[1], argv[2])? else {
         return Ok(Frame::Array(vec![]));
     };
-    let mut items = Vec::new();
     if limit == 0 {
-        return Ok(Frame::Array(items));
+        return Ok(Frame::Array(Vec::new()));
     }
+    let per_record = if keys_only { 1 } else { 2 };
+    let mut items = Vec::with_capacity(limit.min(RESERVED_RECORDS_MAX) * per_record);
+    // Each bulk string's bytes come from the connection's pool, where the encoded reply's
+    // buffers return (`Buffers::recycle`): once warm, a range allocates no buffer per record.
+    let buffers = &mut *ctx.buffers;
+    let mut bulk = |bytes: &[u8]| {
+        let mut buffer = buffers.take();
+        buffer.extend_from_slice(bytes);
+        Frame::Bulk(buffer)
+    };
     // The limit goes to the store: a short page of a long range reads optimistically,
     // without holding batches off (scan_gate).
     ctx.shared
         .store
         .scan_up_to(lower, upper, order, limit, &mut |key, value| {
-            items.push(Frame::bulk(key));
+            items.push(bulk(key));
             if !keys_only {
-                items.push(Frame::bulk(value));
+                items.push(bulk(value));
             }
             ControlFlow::Continue(())
         });
@@ -208,6 +221,50 @@ mod tests {
             h.run(&["FOREST.RANGE", "-", "+", "LIMIT", "-1"]),
             Frame::Error("ERR LIMIT count must be 0 or more".into())
         );
+    }
+
+    // Goal: a range builds its bulk strings in the connection's pooled buffers (where an
+    // encoded reply's buffers return), so a warm connection allocates no buffer per record;
+    // the reply is the same, with and without KEYSONLY. Method: a pool of buffers of a
+    // capacity no fresh one-byte copy has; each bulk of the reply must be one of them.
+    #[test]
+    fn range_builds_its_bulk_strings_in_pooled_buffers() {
+        const MARK: usize = 1000;
+        let mut h = Harness::new();
+        h.run(&["MSET", "a", "1", "b", "2", "c", "3"]);
+        let mut buffers = super::super::Buffers::default();
+        for _ in 0..6 {
+            buffers.give(Vec::with_capacity(MARK));
+        }
+        let mut batch = h.shared.store.batch();
+        let mut ctx = super::super::Ctx {
+            shared: &h.shared,
+            client: &mut h.client,
+            batch: &mut batch,
+            unit: None,
+            wrote: false,
+            after: super::super::After::Continue,
+            buffers: &mut buffers,
+        };
+        let argv: [&[u8]; 3] = [b"FOREST.RANGE", b"-", b"+"];
+        let reply = super::range(&mut ctx, &argv).expect("a reply");
+        assert_eq!(reply, flat(&[("a", "1"), ("b", "2"), ("c", "3")]));
+        let pooled = |reply: &Frame| match reply {
+            Frame::Array(items) => items
+                .iter()
+                .filter(|f| matches!(f, Frame::Bulk(b) if b.capacity() == MARK))
+                .count(),
+            _ => 0,
+        };
+        assert_eq!(pooled(&reply), 6);
+        ctx.buffers.recycle(reply);
+        let argv: [&[u8]; 6] = [b"FOREST.RANGE", b"-", b"+", b"REV", b"LIMIT", b"2"];
+        let argv = [&argv[..], &[&b"KEYSONLY"[..]]].concat();
+        let reply = super::range(&mut ctx, &argv).expect("a reply");
+        assert_eq!(reply, bulks(&["c", "b"]));
+        assert_eq!(pooled(&reply), 2);
+        drop(ctx);
+        batch.wait().expect("wait");
     }
 
     fn bound_arg(kind: u8, key: &str) -> String {
