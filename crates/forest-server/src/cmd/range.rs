@@ -120,15 +120,20 @@ pub fn range(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     };
     // The limit goes to the store: a short page of a long range reads optimistically,
     // without holding batches off (scan_gate).
-    ctx.shared
-        .store
-        .scan_up_to(lower, upper, order, limit, &mut |key, value| {
+    let store = &ctx.shared.store;
+    if keys_only {
+        // Values stay out of the store's scan buffer as well as out of the reply.
+        store.scan_keys_up_to(lower, upper, order, limit, &mut |key, _| {
             items.push(bulk(key));
-            if !keys_only {
-                items.push(bulk(value));
-            }
             ControlFlow::Continue(())
         });
+    } else {
+        store.scan_up_to(lower, upper, order, limit, &mut |key, value| {
+            items.push(bulk(key));
+            items.push(bulk(value));
+            ControlFlow::Continue(())
+        });
+    }
     Ok(Frame::Array(items))
 }
 
