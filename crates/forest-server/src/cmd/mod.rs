@@ -11,6 +11,7 @@
 //! A handler returns a [`Reply`]: `Err` is the error reply, so handlers and their parse
 //! helpers stop at the first error with `?`; [`execute`] sends either side alike.
 
+mod bits;
 mod client;
 mod coll;
 mod command;
@@ -28,13 +29,17 @@ mod keys;
 mod keyspace;
 mod list;
 mod mget;
+mod object;
+mod randomkey;
 mod range;
+mod rename;
 mod save;
 mod scan;
 mod set;
 mod sets;
 mod shutdown;
 mod stream;
+mod strings;
 mod strlen;
 mod time;
 mod zset;
