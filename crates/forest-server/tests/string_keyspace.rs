@@ -138,6 +138,9 @@ fn string_commands_raw() {
             (&[b"INCRBYFLOAT", b"f", b"-5"], b"$3\r\n5.6\r\n"),
             (&[b"SET", b"f", b"5.0e3"], b"+OK\r\n"),
             (&[b"INCRBYFLOAT", b"f", b"2.0e2"], b"$4\r\n5200\r\n"),
+            (&[b"SET", b"g", b"0.15"], b"+OK\r\n"),
+            // Redis's long double rounding, reproduced.
+            (&[b"INCRBYFLOAT", b"g", b"1000"], b"$22\r\n1000.15000000000000002\r\n"),
             (&[b"INCRBYFLOAT", b"f", b"abc"], b"-ERR value is not a valid float\r\n"),
             (
                 &[b"INCRBYFLOAT", b"f", b"inf"],

@@ -20,6 +20,7 @@ mod connection;
 mod dbsize;
 mod del;
 mod exists;
+mod float80;
 mod flush;
 mod get;
 mod hash;

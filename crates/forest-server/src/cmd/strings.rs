@@ -9,7 +9,7 @@
 use forest_core::VALUE_BYTES_MAX;
 use forest_store::Rmw;
 
-use super::{coll, int_arg, is_word, syntax_error, Ctx, Reply};
+use super::{coll, float80, int_arg, is_word, syntax_error, Ctx, Reply};
 use crate::frame::Frame;
 
 /// Redis's error when a write would make a string longer than the limit.
@@ -96,13 +96,19 @@ pub fn setrange(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     outcome.map(|len| Frame::Integer(len as i64))
 }
 
-/// INCRBYFLOAT key increment: the new value as a bulk string, in Redis's human form.
+/// INCRBYFLOAT key increment: the new value as a bulk string, in Redis's human form, computed
+/// as Redis computes it ([`float80`]).
 pub fn incrbyfloat(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let increment = argv[2];
     let _guard = coll::string_write(ctx, argv[1])?;
     let mut outcome: Result<String, Frame> = Err(not_a_float());
     ctx.read_modify_write(argv[1], |old| {
-        outcome = float::add(old.unwrap_or(b"0"), increment);
+        outcome = float80::incr_by_float(old.unwrap_or(b"0"), increment).map_err(|e| match e {
+            float80::Refusal::NotAFloat => not_a_float(),
+            float80::Refusal::NanOrInfinity => {
+                Frame::err("increment would produce NaN or Infinity")
+            }
+        });
         Ok(match &outcome {
             Ok(text) => Rmw::Put(text.clone().into_bytes()),
             Err(_) => Rmw::Keep,
@@ -228,293 +234,6 @@ pub fn lcs(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
 
 fn int(n: usize) -> Frame {
     Frame::Integer(n as i64)
-}
-
-/// INCRBYFLOAT's arithmetic. Redis adds two 80-bit long doubles and prints the sum with
-/// `%.17Lf`, trailing zeros removed; forest adds the two decimals exactly and rounds to 17
-/// fractional digits, which prints the same for every operand of up to 19 significant
-/// digits (a long double's precision) and differs only past that (docs/PROTOCOL.md).
-pub mod float {
-    use super::{not_a_float, Frame};
-
-    /// Fractional digits kept, as Redis's `%.17Lf`.
-    const FRACTION_DIGITS: i64 = 17;
-    /// Decimal exponents beyond a long double's range (about 1.19e4932 down to 3.6e-4951):
-    /// Redis's parser refuses such values as overflow or underflow.
-    const EXPONENT_MAX: i64 = 4932;
-    const EXPONENT_MIN: i64 = -4950;
-    /// Redis refuses float arguments this long or longer (MAX_LONG_DOUBLE_CHARS).
-    const TEXT_BYTES_MAX: usize = 5 * 1024;
-
-    /// A parsed operand.
-    #[derive(Debug, PartialEq)]
-    enum Number {
-        /// `(-1)^negative × digits × 10^exponent`; `digits` big-endian, no leading zero.
-        Finite {
-            negative: bool,
-            digits: Vec<u8>,
-            exponent: i64,
-        },
-        Infinite,
-    }
-
-    /// Parses what Redis's `string2ld` accepts in decimal: an optional sign, digits with
-    /// an optional point, an optional exponent, or `inf`/`infinity`; no spaces, no NaN.
-    /// Hexadecimal floats, which strtold also reads, are refused.
-    fn parse(text: &[u8]) -> Option<Number> {
-        if text.is_empty() || text.len() >= TEXT_BYTES_MAX {
-            return None;
-        }
-        let (negative, rest) = match text[0] {
-            b'-' => (true, &text[1..]),
-            b'+' => (false, &text[1..]),
-            _ => (false, text),
-        };
-        if rest.eq_ignore_ascii_case(b"inf") || rest.eq_ignore_ascii_case(b"infinity") {
-            return Some(Number::Infinite);
-        }
-        let (mantissa, exp_text) = match rest.iter().position(|&c| c == b'e' || c == b'E') {
-            Some(at) => (&rest[..at], Some(&rest[at + 1..])),
-            None => (rest, None),
-        };
-        let mut digits = Vec::with_capacity(mantissa.len());
-        let mut fraction_len = 0i64;
-        let mut seen_point = false;
-        for &c in mantissa {
-            match c {
-                b'0'..=b'9' => {
-                    digits.push(c - b'0');
-                    if seen_point {
-                        fraction_len += 1;
-                    }
-                }
-                b'.' if !seen_point => seen_point = true,
-                _ => return None,
-            }
-        }
-        if digits.is_empty() {
-            return None;
-        }
-        let mut exponent = 0i64;
-        if let Some(exp) = exp_text {
-            let (exp_negative, exp_digits) = match exp.first() {
-                Some(b'-') => (true, &exp[1..]),
-                Some(b'+') => (false, &exp[1..]),
-                _ => (false, exp),
-            };
-            if exp_digits.is_empty() || !exp_digits.iter().all(u8::is_ascii_digit) {
-                return None;
-            }
-            for &d in exp_digits {
-                exponent = exponent
-                    .saturating_mul(10)
-                    .saturating_add(i64::from(d - b'0'));
-            }
-            if exp_negative {
-                exponent = -exponent;
-            }
-        }
-        let exponent = exponent.saturating_sub(fraction_len);
-        let first = digits.iter().position(|&d| d != 0);
-        let Some(first) = first else {
-            // Zero, whatever its exponent (which must not widen the sum's alignment).
-            return Some(Number::Finite {
-                negative,
-                digits: Vec::new(),
-                exponent: 0,
-            });
-        };
-        let digits = digits[first..].to_vec();
-        {
-            // The decimal exponent of the leading digit.
-            let magnitude = exponent.saturating_add(digits.len() as i64 - 1);
-            if !(EXPONENT_MIN..=EXPONENT_MAX).contains(&magnitude) {
-                return None;
-            }
-        }
-        Some(Number::Finite {
-            negative,
-            digits,
-            exponent,
-        })
-    }
-
-    /// `digits` followed by `zeros` zeros.
-    fn shifted(digits: &[u8], zeros: i64) -> Vec<u8> {
-        let mut out = digits.to_vec();
-        out.resize(digits.len() + zeros as usize, 0);
-        out
-    }
-
-    fn compare(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
-        a.len().cmp(&b.len()).then_with(|| a.cmp(b))
-    }
-
-    fn trim(mut digits: Vec<u8>) -> Vec<u8> {
-        let first = digits.iter().position(|&d| d != 0).unwrap_or(digits.len());
-        digits.drain(..first);
-        digits
-    }
-
-    fn add_magnitudes(a: &[u8], b: &[u8]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(a.len().max(b.len()) + 1);
-        let (mut i, mut j, mut carry) = (a.len(), b.len(), 0u8);
-        while i > 0 || j > 0 || carry > 0 {
-            let mut sum = carry;
-            if i > 0 {
-                i -= 1;
-                sum += a[i];
-            }
-            if j > 0 {
-                j -= 1;
-                sum += b[j];
-            }
-            out.push(sum % 10);
-            carry = sum / 10;
-        }
-        out.reverse();
-        trim(out)
-    }
-
-    /// `a - b` for `a >= b`.
-    fn sub_magnitudes(a: &[u8], b: &[u8]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(a.len());
-        let (mut i, mut j, mut borrow) = (a.len(), b.len(), 0i8);
-        while i > 0 {
-            i -= 1;
-            let mut d = a[i] as i8 - borrow;
-            if j > 0 {
-                j -= 1;
-                d -= b[j] as i8;
-            }
-            borrow = i8::from(d < 0);
-            out.push((d + 10 * borrow) as u8);
-        }
-        out.reverse();
-        trim(out)
-    }
-
-    /// `old + increment` as INCRBYFLOAT stores it, or Redis's error.
-    pub fn add(old: &[u8], increment: &[u8]) -> Result<String, Frame> {
-        let old = parse(old).ok_or_else(not_a_float)?;
-        let increment = parse(increment).ok_or_else(not_a_float)?;
-        let overflow = || Frame::err("increment would produce NaN or Infinity");
-        let (
-            Number::Finite {
-                negative: an,
-                digits: ad,
-                exponent: ae,
-            },
-            Number::Finite {
-                negative: bn,
-                digits: bd,
-                exponent: be,
-            },
-        ) = (old, increment)
-        else {
-            return Err(overflow());
-        };
-        let exponent = ae.min(be);
-        let (a, b) = (shifted(&ad, ae - exponent), shifted(&bd, be - exponent));
-        let (negative, mut digits) = if an == bn {
-            (an, add_magnitudes(&a, &b))
-        } else if compare(&trim(a.clone()), &trim(b.clone())).is_ge() {
-            (an, sub_magnitudes(&a, &b))
-        } else {
-            (bn, sub_magnitudes(&b, &a))
-        };
-        // Round to 17 fractional digits, half away from zero.
-        let mut exponent = exponent;
-        if exponent < -FRACTION_DIGITS {
-            let drop = (-FRACTION_DIGITS - exponent) as usize;
-            let round_up = if drop <= digits.len() {
-                digits[digits.len() - drop] >= 5
-            } else {
-                false
-            };
-            digits.truncate(digits.len().saturating_sub(drop));
-            if round_up {
-                digits = add_magnitudes(&digits, &[1]);
-            }
-            digits = trim(digits);
-            exponent = -FRACTION_DIGITS;
-        }
-        if !digits.is_empty() && exponent + digits.len() as i64 - 1 > EXPONENT_MAX {
-            return Err(overflow());
-        }
-        Ok(format(negative, &digits, exponent))
-    }
-
-    /// Plain decimal text without trailing fractional zeros; zero is "0".
-    fn format(negative: bool, digits: &[u8], exponent: i64) -> String {
-        if digits.is_empty() {
-            return "0".into();
-        }
-        let mut text: Vec<u8> = digits.iter().map(|d| b'0' + d).collect();
-        if exponent >= 0 {
-            text.resize(text.len() + exponent as usize, b'0');
-        } else {
-            let fraction = (-exponent) as usize;
-            if text.len() <= fraction {
-                let mut padded = vec![b'0'; fraction + 1 - text.len()];
-                padded.extend_from_slice(&text);
-                text = padded;
-            }
-            text.insert(text.len() - fraction, b'.');
-            while text.last() == Some(&b'0') {
-                text.pop();
-            }
-            if text.last() == Some(&b'.') {
-                text.pop();
-            }
-        }
-        if negative {
-            text.insert(0, b'-');
-        }
-        String::from_utf8(text).unwrap_or_default()
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::*;
-
-        // Goal: sums print as Redis prints them for operands within a long double's
-        // precision, and bad operands are refused as Redis's string2ld refuses them.
-        // Method: the cases of Redis's tests/unit/type/incr.tcl and more.
-        #[test]
-        fn sums_and_refusals() {
-            let ok = |a: &str, b: &str| add(a.as_bytes(), b.as_bytes()).expect("a sum");
-            assert_eq!(ok("0", "1"), "1");
-            assert_eq!(ok("1", "0.25"), "1.25");
-            assert_eq!(ok("10.5", "0.1"), "10.6");
-            assert_eq!(ok("1", "-1.1"), "-0.1");
-            assert_eq!(ok("17179869184", "1.5"), "17179869185.5");
-            assert_eq!(ok("17179869184", "17179869184"), "34359738368");
-            assert_eq!(ok("5.0e3", "2.0e2"), "5200");
-            assert_eq!(ok("-0", "0"), "0");
-            assert_eq!(ok("1", "-1"), "0");
-            assert_eq!(ok(".5", "5."), "5.5");
-            assert_eq!(ok("0", "1e-20"), "0");
-            assert_eq!(ok("0", "0.000000000000000006"), "0.00000000000000001");
-            assert_eq!(ok("0e99999999999", "1"), "1");
-            assert_eq!(ok("1", "0e-99999999999"), "1");
-            assert_eq!(ok("3", "-5"), "-2");
-            assert_eq!(ok("999.999", "0.001"), "1000");
-            assert_eq!(ok("0", "1e3"), "1000");
-            for bad in [
-                "", " 1", "1 ", "abc", "nan", "NaN", "1e", "1e+", "--1", "1..2", ".", "0x10",
-                "1e5000", "1e-5000",
-            ] {
-                assert_eq!(add(b"0", bad.as_bytes()), Err(not_a_float()), "{bad:?}");
-                assert_eq!(add(bad.as_bytes(), b"1"), Err(not_a_float()), "{bad:?}");
-            }
-            let nan_or_inf = Err(Frame::err("increment would produce NaN or Infinity"));
-            assert_eq!(add(b"0", b"+inf"), nan_or_inf);
-            assert_eq!(add(b"inf", b"1"), nan_or_inf);
-            assert_eq!(add(b"0", b"-Infinity"), nan_or_inf);
-            assert_eq!(add(b"9e4932", b"9e4932"), nan_or_inf);
-        }
-    }
 }
 
 #[cfg(test)]
