@@ -169,10 +169,18 @@ fn string_commands_raw() {
             (&[b"HELLO", b"3"], b"%7\r\n"),
         ],
     );
-    // The rest of HELLO's map, then RESP3 forms.
-    let mut rest = [0u8; 4096];
-    std::thread::sleep(Duration::from_millis(100));
-    let _ = s.read(&mut rest).expect("hello map");
+    // The rest of HELLO's map (it ends with `modules`, an empty array), then RESP3 forms.
+    let mut rest = Vec::new();
+    while !rest.ends_with(b"modules\r\n*0\r\n") {
+        let mut buf = [0u8; 512];
+        let n = s.read(&mut buf).expect("hello map");
+        assert!(
+            n > 0,
+            "closed during HELLO: {:?}",
+            String::from_utf8_lossy(&rest)
+        );
+        rest.extend_from_slice(&buf[..n]);
+    }
     exchange(
         &mut s,
         &[
