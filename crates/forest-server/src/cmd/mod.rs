@@ -11,6 +11,7 @@
 //! A handler returns a [`Reply`]: `Err` is the error reply, so handlers and their parse
 //! helpers stop at the first error with `?`; [`execute`] sends either side alike.
 
+mod bits;
 mod client;
 mod coll;
 mod command;
@@ -19,6 +20,7 @@ mod connection;
 mod dbsize;
 mod del;
 mod exists;
+mod float80;
 mod flush;
 mod get;
 mod hash;
@@ -28,13 +30,17 @@ mod keys;
 mod keyspace;
 mod list;
 mod mget;
+mod object;
+mod randomkey;
 mod range;
+mod rename;
 mod save;
 mod scan;
 mod set;
 mod sets;
 mod shutdown;
 mod stream;
+mod strings;
 mod strlen;
 mod time;
 mod zset;
