@@ -10,8 +10,12 @@
 //!   takes from the others before waiting, so threads beyond the partition count still work.
 //! - Exhaustion is a bounded wait ([`ALLOCATE_WAIT_ROUNDS_MAX`] rounds of flushing this
 //!   thread's deferred releases and yielding), counted in `pool_waits`, then
-//!   [`Error::PoolExhausted`]: the caller is holding its guard across too many operations or
-//!   the pool is too small, which a bigger wait would not fix.
+//!   [`Error::PoolExhausted`]. A longer wait would not help: the waiting thread is pinned, and
+//!   descriptors retired in its epoch come back only after it unpins (the reference library's
+//!   `AllocateDescriptor` spins here unboundedly for the same reason). The caller's remedy is to
+//!   drop its guard, pin again and retry its operation. It happens when a pinned thread stalls
+//!   (descheduled) while the others run through the whole pool, or when guards are held
+//!   across many operations.
 //! - The free lists are volatile: they are rebuilt from the statuses at open.
 //! - A released descriptor keeps its generation; allocation advances it, so references made
 //!   before the reuse never match (`word.rs`).
@@ -38,7 +42,9 @@ use crate::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use crate::word::{Word, DESCRIPTORS_MAX, TAG_MASK};
 
 /// Wait rounds of an allocation that finds every partition empty.
-pub const ALLOCATE_WAIT_ROUNDS_MAX: usize = if cfg!(loom) { 4 } else { 100_000 };
+/// Short: the waiting thread is pinned, so garbage retired in its own epoch cannot come back
+/// until it unpins; the caller's remedy is to drop its guard and retry (module doc).
+pub const ALLOCATE_WAIT_ROUNDS_MAX: usize = if cfg!(loom) { 4 } else { 1_000 };
 /// Bounded wait of `Drop` for pending releases, in rounds of flush and yield.
 const CLOSE_WAIT_ROUNDS_MAX: usize = if cfg!(loom) { 1 } else { 10_000 };
 /// Most partitions (more would only spread descriptors thinner).
@@ -177,6 +183,13 @@ thread_local! {
         NEXT.fetch_add(1, StdOrdering::Relaxed)
     };
 }
+
+thread_local! {
+    static RETIRED_SINCE_FLUSH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Most retirements a thread keeps in its epoch bag before handing them to the collector.
+const RETIRE_FLUSH_INTERVAL_MAX: usize = 32;
 
 fn thread_number() -> usize {
     THREAD_NUMBER.try_with(|n| *n).unwrap_or(0)
@@ -619,6 +632,19 @@ impl<P: Persist> Inner<P> {
         self.pending_releases.fetch_add(1, StdOrdering::AcqRel);
         let inner = Arc::clone(self);
         guard.defer(move || inner.release(index, gen));
+        // crossbeam keeps deferred work in a thread-local bag of up to 64 items until it is
+        // full; a pool with fewer descriptors per partition would run dry with its
+        // descriptors parked there, so hand them to the collector every few retirements.
+        let interval = (self.geometry.descriptor_count / self.geometry.partition_count / 2)
+            .clamp(1, RETIRE_FLUSH_INTERVAL_MAX);
+        let due = RETIRED_SINCE_FLUSH.with(|n| {
+            let count = n.get() + 1;
+            n.set(if count >= interval { 0 } else { count });
+            count >= interval
+        });
+        if due {
+            guard.flush();
+        }
     }
 
     /// Applies the policies of a finished descriptor, marks it free (durably), and returns it

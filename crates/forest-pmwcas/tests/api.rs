@@ -311,3 +311,18 @@ fn mapped_file_pool_reopens_with_its_words() {
         matches!(Pool::open(garbage, NoPersist, config(None)), Err(Error::Format(ref m)) if m.contains("magic"))
     );
 }
+
+#[test]
+fn descriptors_come_back_through_the_epoch() {
+    // Goal: a thread that pins per operation never exhausts a small pool. Method: 10,000
+    // single-word PMwCASes on an 8-descriptor pool, a fresh guard each.
+    let pool = Pool::create_volatile(NoPersist, config(None)).unwrap();
+    let w = pool.word(pool.user_area().start).unwrap();
+    for i in 0..10_000u64 {
+        let guard = pool.pin();
+        let mut d = pool.allocate_descriptor(&guard).unwrap();
+        d.add_word(w, i, i + 1).unwrap();
+        assert!(d.execute().unwrap());
+    }
+    assert_eq!(pool.read(w, &pool.pin()), 10_000);
+}
