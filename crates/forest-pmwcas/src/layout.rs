@@ -36,8 +36,8 @@ pub const FORMAT_VERSION: u64 = 1;
 pub(crate) const HEADER_WORDS: usize = 8;
 /// Words per cache line: descriptors start on a line.
 pub(crate) const LINE_WORDS: usize = 8;
-/// The user area starts on a page.
-pub(crate) const PAGE_WORDS: usize = 4096 / WORD_BYTES;
+/// The user area starts on a page (a line under loom, to keep models small).
+pub(crate) const PAGE_WORDS: usize = crate::region::REGION_ALIGN_BYTES / WORD_BYTES;
 
 /// Entries per descriptor. The BzTree's largest PMwCAS (a split reaching the great-grandparent,
 /// §7.2) changes up to 5 words and names the nodes it allocates and retires (N', O, P', N, P,

@@ -24,7 +24,8 @@
 //!
 //! Pause (kill) points, feature `pause-points` (forest-core `pause`), in the order a PMwCAS
 //! reaches them: `pmwcas:activation-persisted`, `pmwcas:descriptor-persisted`,
-//! `pmwcas:rdcss-installed`, `pmwcas:phase1-word-installed` (per word),
+//! `pmwcas:rdcss-installing`, `pmwcas:rdcss-installed`, `pmwcas:rdcss-status-read` (a
+//! completer between its status read and its CAS), `pmwcas:phase1-word-installed` (per word),
 //! `pmwcas:phase1-persisted`, `pmwcas:status-decided`, `pmwcas:status-persisted`,
 //! `pmwcas:phase2-word-installed` (per word), `pmwcas:phase2-done`, `pmwcas:released`. No
 //! latch is held at any of them.

@@ -50,6 +50,7 @@ impl<P: Persist> Inner<P> {
         let seq = self.desc(index)[D_INSTALL_SEQ].fetch_add(1, Ordering::SeqCst) & TAG_MASK;
         let mine = rdcss_ref(index, slot, seq);
         loop {
+            forest_core::pause::pause_point("pmwcas:rdcss-installing");
             match word.cas_raw(expected, mine) {
                 Ok(_) => {
                     forest_core::pause::pause_point("pmwcas:rdcss-installed");
@@ -100,6 +101,7 @@ impl<P: Persist> Inner<P> {
         if !current {
             return; // stale: the word has moved on (module doc); the caller reads it again
         }
+        forest_core::pause::pause_point("pmwcas:rdcss-status-read");
         let dirty = if P::DURABLE { DIRTY_BIT } else { 0 };
         let desired = if state == Some(State::Undecided) {
             descriptor_ref(index, gen) | dirty

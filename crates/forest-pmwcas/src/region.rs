@@ -15,14 +15,16 @@
 //! - The file is never truncated or remapped while a `Region` maps it (the region owns the
 //!   mapping; its length is fixed at open).
 
+#[cfg(not(loom))]
 use crate::error::Error;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::word::Word;
 
 /// Bytes of one word.
 pub const WORD_BYTES: usize = 8;
-/// Granularity of region sizes: a page, so that a mapped region is whole pages.
-pub const REGION_ALIGN_BYTES: usize = 4096;
+/// Granularity of region sizes: a page, so that a mapped region is whole pages (a cache line
+/// under loom, where every word is a modeled atomic).
+pub const REGION_ALIGN_BYTES: usize = if cfg!(loom) { 64 } else { 4096 };
 
 enum Storage {
     Heap(Box<[AtomicU64]>),
@@ -145,6 +147,14 @@ impl Region {
         let at = std::ptr::from_ref(word) as usize;
         let offset = at.checked_sub(base)?;
         (offset < words.len() * WORD_BYTES && offset % WORD_BYTES == 0).then_some(offset as u64)
+    }
+
+    /// The raw word at byte `offset`, control bits included: for [`Persist`] implementations
+    /// that copy bytes to a durable image (`Sim`). Never a substitute for `Pool::read`.
+    ///
+    /// [`Persist`]: crate::Persist
+    pub fn load_for_flush(&self, offset: u64) -> Option<u64> {
+        self.word(offset).map(Word::load_raw)
     }
 
     /// Length in bytes.
