@@ -1,5 +1,6 @@
-//! The memory a pool lives in: one contiguous run of 8-byte words, on the heap (volatile mode,
-//! tests, simulated crash images) or in a shared mapping of a file (persistent mode, §3.1).
+//! The memory a pool lives in: one contiguous run of 8-byte words, in an anonymous mapping
+//! (volatile mode, simulated crash images), in a shared mapping of a file (persistent mode,
+//! §3.1), or on the heap as modeled atomics (loom).
 //!
 //! Everything in a region is addressed by byte offset from its start, never by address: a
 //! file is mapped at a different address in each run, and descriptors and target words record
@@ -7,8 +8,8 @@
 //! user's words (node heap), laid out by `layout.rs`.
 //!
 //! This is one of the two modules with `unsafe` (the other is `clwb.rs`). Invariants:
-//! - The word slice covers exactly the mapping (or the heap box), 8-aligned (mappings are
-//!   page-aligned), and lives as long as the `Region`.
+//! - The word slice covers exactly the mapping, 8-aligned (mappings are page-aligned), and
+//!   lives as long as the `Region`.
 //! - Every access to region memory through this crate is atomic (`AtomicU64`, which has
 //!   `u64`'s layout and interior mutability), so the shared slice may alias the mapping that
 //!   other code writes through [`Region::base_ptr`].
@@ -27,7 +28,12 @@ pub const WORD_BYTES: usize = 8;
 pub const REGION_ALIGN_BYTES: usize = if cfg!(loom) { 64 } else { 4096 };
 
 enum Storage {
+    /// Loom models: modeled atomics on the heap.
+    #[cfg(loom)]
     Heap(Box<[AtomicU64]>),
+    /// Volatile regions and crash images: an anonymous mapping, zero pages until touched.
+    #[cfg(not(loom))]
+    Anonymous(memmap2::MmapMut),
     #[cfg(not(loom))]
     Mapped(memmap2::MmapMut),
 }
@@ -47,19 +53,38 @@ impl std::fmt::Debug for Region {
 }
 
 impl Region {
-    /// A zeroed heap region of `bytes` (rounded up to [`REGION_ALIGN_BYTES`]).
+    /// A zeroed volatile region of `bytes` (rounded up to [`REGION_ALIGN_BYTES`]): an
+    /// anonymous mapping, so a large node heap costs nothing until it is used.
+    ///
+    /// # Panics
+    /// If the system refuses the mapping (out of address space): there is no region to run on.
     pub fn heap(bytes: usize) -> Self {
-        let words = bytes.div_ceil(REGION_ALIGN_BYTES) * REGION_ALIGN_BYTES / WORD_BYTES;
-        Self {
-            storage: Storage::Heap((0..words).map(|_| AtomicU64::new(0)).collect()),
+        let bytes = bytes.div_ceil(REGION_ALIGN_BYTES).max(1) * REGION_ALIGN_BYTES;
+        #[cfg(not(loom))]
+        {
+            let map = memmap2::MmapMut::map_anon(bytes)
+                .unwrap_or_else(|e| panic!("anonymous mapping of {bytes} bytes failed: {e}"));
+            Self {
+                storage: Storage::Anonymous(map),
+            }
+        }
+        #[cfg(loom)]
+        {
+            Self {
+                storage: Storage::Heap(
+                    (0..bytes / WORD_BYTES).map(|_| AtomicU64::new(0)).collect(),
+                ),
+            }
         }
     }
 
-    /// A heap region holding `image` (a simulated crash image, `sim.rs`).
+    /// A volatile region holding `image` (a simulated crash image, `sim.rs`).
     pub fn from_image(image: &[u64]) -> Self {
-        Self {
-            storage: Storage::Heap(image.iter().map(|&w| AtomicU64::new(w)).collect()),
+        let region = Self::heap(image.len() * WORD_BYTES);
+        for (word, &value) in region.words().iter().zip(image) {
+            word.store(value, Ordering::Relaxed);
         }
+        region
     }
 
     /// Maps the file at `path` shared, creating it with `bytes` (rounded up to a page) if it is
@@ -99,7 +124,10 @@ impl Region {
     /// Whether the region maps a file.
     pub fn is_mapped(&self) -> bool {
         match &self.storage {
+            #[cfg(loom)]
             Storage::Heap(_) => false,
+            #[cfg(not(loom))]
+            Storage::Anonymous(_) => false,
             #[cfg(not(loom))]
             Storage::Mapped(_) => true,
         }
@@ -109,9 +137,10 @@ impl Region {
     #[inline]
     pub(crate) fn words(&self) -> &[AtomicU64] {
         match &self.storage {
+            #[cfg(loom)]
             Storage::Heap(words) => words,
             #[cfg(not(loom))]
-            Storage::Mapped(map) => {
+            Storage::Anonymous(map) | Storage::Mapped(map) => {
                 // SAFETY: module invariants: the mapping is page-aligned (so 8-aligned), its
                 // length is a whole number of pages (so of words), it lives as long as `self`,
                 // and `AtomicU64` has `u64`'s size and alignment, with interior mutability for
@@ -126,9 +155,10 @@ impl Region {
         }
     }
 
-    /// The word at byte `offset`, if it is an aligned offset inside the region.
+    /// The word at byte `offset`, if it is an aligned offset inside the region (crate only:
+    /// users reach target words through `Pool::word`, which keeps them out of the pool).
     #[inline]
-    pub fn word(&self, offset: u64) -> Option<&Word> {
+    pub(crate) fn word(&self, offset: u64) -> Option<&Word> {
         if !offset.is_multiple_of(WORD_BYTES as u64) {
             return None;
         }
@@ -181,7 +211,7 @@ impl Region {
     #[cfg(not(loom))]
     pub(crate) fn sync_range(&self, range: std::ops::Range<usize>) -> std::io::Result<()> {
         match &self.storage {
-            Storage::Heap(_) => Ok(()),
+            Storage::Anonymous(_) => Ok(()),
             Storage::Mapped(map) => map.flush_range(range.start, range.len()),
         }
     }
