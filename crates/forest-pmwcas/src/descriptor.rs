@@ -340,9 +340,10 @@ impl<'a, P: Persist> Descriptor<'a, P> {
             Ordering::Relaxed,
         );
         if P::DURABLE {
-            inner
-                .persist
-                .flush(&inner.region, inner.desc_bytes(self.index));
+            // The header and the entries in use: later lines hold nothing of this generation.
+            let start = inner.desc_bytes(self.index).start;
+            let used = (DESCRIPTOR_HEADER_WORDS + self.count * ENTRY_WORDS) * WORD_BYTES;
+            inner.persist.flush(&inner.region, start..start + used);
             inner.persist.fence();
         }
         d[D_STATUS].store(

@@ -102,7 +102,9 @@ impl Default for PoolConfig {
     fn default() -> Self {
         Self {
             partition_count: 64,
-            descriptors_per_partition: 32,
+            // 4096 descriptors (2 MiB): a thread descheduled while pinned holds back every
+            // descriptor retired meanwhile, so the pool must outlast a time slice of the others.
+            descriptors_per_partition: 64,
             client_words: 504,
             user_words: 0,
             recyclers: Vec::new(),
