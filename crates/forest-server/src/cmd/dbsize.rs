@@ -12,5 +12,8 @@ pub fn key_count(shared: &crate::server::Shared) -> i64 {
 }
 
 pub fn dbsize(ctx: &mut Ctx<'_, '_>, _argv: &[&[u8]]) -> Reply {
-    Ok(Frame::Integer(key_count(ctx.shared)))
+    // Inside EXEC: with the transaction's own writes.
+    Ok(Frame::Integer(
+        key_count(ctx.shared) + super::multi::pending_entries(ctx),
+    ))
 }

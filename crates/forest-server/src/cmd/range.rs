@@ -107,15 +107,13 @@ pub fn range(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     }
     // The limit goes to the store: a short page of a long range reads optimistically,
     // without holding batches off (scan_gate).
-    ctx.shared
-        .store
-        .scan_up_to(lower, upper, order, limit, &mut |key, value| {
-            items.push(Frame::bulk(key));
-            if !keys_only {
-                items.push(Frame::bulk(value));
-            }
-            ControlFlow::Continue(())
-        });
+    ctx.scan_up_to(lower, upper, order, limit, &mut |key, value| {
+        items.push(Frame::bulk(key));
+        if !keys_only {
+            items.push(Frame::bulk(value));
+        }
+        ControlFlow::Continue(())
+    });
     Ok(Frame::Array(items))
 }
 
@@ -125,12 +123,10 @@ pub fn count(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         return Ok(Frame::Integer(0));
     };
     let mut n = 0i64;
-    ctx.shared
-        .store
-        .scan(lower, upper, Order::Ascending, &mut |_, _| {
-            n += 1;
-            ControlFlow::Continue(())
-        });
+    ctx.scan(lower, upper, Order::Ascending, &mut |_, _| {
+        n += 1;
+        ControlFlow::Continue(())
+    });
     Ok(Frame::Integer(n))
 }
 
