@@ -256,7 +256,8 @@ impl Collections {
     }
 
     /// The stripe lock of `user`. A caller holds at most one stripe lock, except through
-    /// [`Self::lock_many`].
+    /// [`Self::lock_many`] and [`Self::lock_all`] (EXEC), under which a command takes its
+    /// own keys' stripes again (re-entrant, same thread).
     pub fn lock(&self, user: &[u8]) -> StripeGuard<'_> {
         self.locks[self.stripe(user)].lock()
     }

@@ -338,7 +338,7 @@ fn clear_members(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<(), Frame> {
 }
 
 /// Removes collection `user` with all its members, if it is one; true if it was.
-/// Takes `user`'s stripe lock; the caller must not hold it.
+/// Takes `user`'s stripe lock (re-entrant: a caller may hold it).
 pub fn delete(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<bool, Frame> {
     if !ctx.shared.collections.any() {
         return Ok(false);

@@ -36,7 +36,10 @@ pub fn remove_range(
             }
         });
         let full = chunk.len() >= FLUSH_CHUNK_COUNT;
+        let shared = ctx.shared;
         for key in &chunk {
+            // The key's stripe, as every write holds: EXEC and WATCH rely on it.
+            let _guard = shared.collections.lock(key);
             if ctx.remove(key)? {
                 removed += 1;
             }

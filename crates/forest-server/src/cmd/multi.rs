@@ -472,3 +472,274 @@ impl Ctx<'_, '_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use crate::frame::{Frame, Protocol};
+
+    fn ok() -> Frame {
+        Frame::ok()
+    }
+
+    fn queued() -> Frame {
+        Frame::Simple("QUEUED".into())
+    }
+
+    fn err(text: &str) -> Frame {
+        Frame::Error(text.into())
+    }
+
+    // Goal: MULTI/EXEC/DISCARD and their misuse answer as Redis (tests/unit/multi.tcl).
+    // Method: one client through the dispatch.
+    #[test]
+    fn multi_exec_discard_basics() {
+        let mut h = Harness::new();
+        assert_eq!(h.run(&["EXEC"]), err("ERR EXEC without MULTI"));
+        assert_eq!(h.run(&["DISCARD"]), err("ERR DISCARD without MULTI"));
+        h.run(&["RPUSH", "mylist", "a", "b", "c"]);
+        assert_eq!(h.run(&["MULTI"]), ok());
+        assert_eq!(h.run(&["LRANGE", "mylist", "0", "-1"]), queued());
+        assert_eq!(h.run(&["PING"]), queued());
+        assert_eq!(
+            h.run(&["EXEC"]),
+            Frame::Array(vec![bulks(&["a", "b", "c"]), Frame::Simple("PONG".into())])
+        );
+        assert_eq!(h.run(&["MULTI"]), ok());
+        assert_eq!(h.run(&["DEL", "mylist"]), queued());
+        assert_eq!(h.run(&["DISCARD"]), ok());
+        assert_eq!(h.run(&["LLEN", "mylist"]), Frame::Integer(3));
+        assert_eq!(h.run(&["MULTI"]), ok());
+        assert_eq!(h.run(&["MULTI"]), err("ERR MULTI calls can not be nested"));
+        assert_eq!(
+            h.run(&["WATCH", "x"]),
+            err("ERR WATCH inside MULTI is not allowed")
+        );
+        assert_eq!(h.run(&["SET", "x", "1"]), queued());
+        assert_eq!(
+            h.run(&["EXEC"]),
+            Frame::Array(vec![ok()]),
+            "not aborted by either"
+        );
+        assert_eq!(h.run(&["MULTI"]), ok());
+        assert_eq!(h.run(&["EXEC"]), Frame::Array(vec![]));
+    }
+
+    // Goal: a queuing error (unknown command, arity, a command refused in MULTI) aborts
+    // EXEC with EXECABORT and writes nothing; the client leaves MULTI.
+    #[test]
+    fn queuing_errors_abort_exec() {
+        let mut h = Harness::new();
+        for bad in [&["NOPE", "x"][..], &["GET"][..], &["SUBSCRIBE", "c"][..]] {
+            assert_eq!(h.run(&["MULTI"]), ok());
+            assert_eq!(h.run(&["SET", "foo1", "bar1"]), queued());
+            assert!(matches!(h.run(bad), Frame::Error(_)), "{bad:?}");
+            assert_eq!(h.run(&["SET", "foo2", "bar2"]), queued());
+            assert_eq!(
+                h.run(&["EXEC"]),
+                err("EXECABORT Transaction discarded because of previous errors.")
+            );
+            assert_eq!(h.run(&["EXISTS", "foo1", "foo2"]), Frame::Integer(0));
+            assert_eq!(h.run(&["PING"]), Frame::Simple("PONG".into()));
+        }
+        assert_eq!(h.run(&["MULTI"]), ok());
+        assert_eq!(
+            h.run(&["SAVE"]),
+            err("ERR Command not allowed inside a transaction")
+        );
+        assert!(matches!(h.run(&["EXEC"]), Frame::Error(e) if e.starts_with("EXECABORT")));
+    }
+
+    // Goal: a runtime error is its own command's reply; the other writes stand.
+    #[test]
+    fn runtime_errors_affect_only_their_command() {
+        let mut h = Harness::new();
+        h.run(&["MULTI"]);
+        h.run(&["SET", "a", "1"]);
+        h.run(&["LPUSH", "a", "x"]);
+        h.run(&["INCR", "a"]);
+        h.run(&["SET", "b", "v"]);
+        h.run(&["INCR", "b"]);
+        let Frame::Array(replies) = h.run(&["EXEC"]) else {
+            panic!("array expected");
+        };
+        assert_eq!(replies[0], ok());
+        assert!(matches!(&replies[1], Frame::Error(e) if e.starts_with("WRONGTYPE")));
+        assert_eq!(replies[2], Frame::Integer(2));
+        assert_eq!(replies[3], ok());
+        assert_eq!(
+            replies[4],
+            err("ERR value is not an integer or out of range")
+        );
+        assert_eq!(h.run(&["MGET", "a", "b"]), bulks(&["2", "v"]));
+    }
+
+    // Goal: inside EXEC every command sees the earlier writes of the same EXEC: point
+    // reads, MGET, collections, and the scans (KEYS, SCAN, DBSIZE, FOREST.RANGE/COUNT/
+    // DELRANGE, FLUSHDB); another client sees nothing of a queued transaction before EXEC.
+    #[test]
+    fn commands_see_earlier_writes_of_their_exec() {
+        let mut h = Harness::new();
+        h.run(&["SET", "old", "o"]);
+        h.run(&["MULTI"]);
+        for cmd in [
+            &["SET", "k", "1"][..],
+            &["INCR", "k"],
+            &["GET", "k"],
+            &["MGET", "k", "none"],
+            &["RPUSH", "l", "a", "b"],
+            &["LRANGE", "l", "0", "-1"],
+            &["TYPE", "l"],
+            &["EXISTS", "k", "l", "old"],
+            &["DEL", "old"],
+            &["KEYS", "*"],
+            &["SCAN", "0", "COUNT", "100"],
+            &["DBSIZE"],
+            &["FOREST.RANGE", "-", "+"],
+            &["FOREST.COUNT", "-", "+"],
+            &["SET", "m", "2"],
+            &["FOREST.DELRANGE", "[k", "[m"],
+            &["DBSIZE"],
+            &["DEL", "l"],
+            &["KEYS", "*"],
+        ] {
+            assert_eq!(h.run(cmd), queued(), "{cmd:?}");
+        }
+        let mut other = h.shared.new_client("b".into(), "c".into(), None);
+        assert_eq!(run_on(&h.shared, &mut other, &[b"GET", b"k"]), Frame::Null);
+        let Frame::Array(r) = h.run(&["EXEC"]) else {
+            panic!("array expected");
+        };
+        assert_eq!(r[1], Frame::Integer(2));
+        assert_eq!(r[2], bulk("2"));
+        assert_eq!(r[3], Frame::Array(vec![bulk("2"), Frame::Null]));
+        assert_eq!(r[4], Frame::Integer(2));
+        assert_eq!(r[5], bulks(&["a", "b"]));
+        assert_eq!(r[6], Frame::Simple("list".into()));
+        assert_eq!(r[7], Frame::Integer(3));
+        assert_eq!(r[8], Frame::Integer(1));
+        assert_eq!(r[9], bulks(&["k", "l"]));
+        assert!(matches!(&r[10], Frame::Array(a) if a[1] == bulks(&["k", "l"])));
+        assert_eq!(r[11], Frame::Integer(2));
+        assert_eq!(r[12], bulks(&["k", "2"]));
+        assert_eq!(r[13], Frame::Integer(1));
+        assert_eq!(r[15], Frame::Integer(2));
+        assert_eq!(r[16], Frame::Integer(1));
+        assert_eq!(r[17], Frame::Integer(1));
+        assert_eq!(r[18], bulks(&[]));
+        assert_eq!(h.run(&["DBSIZE"]), Frame::Integer(0));
+        assert_eq!(h.shared.store.stats().index.key_count, 0);
+    }
+
+    // Goal: FLUSHDB inside EXEC removes strings and collections written earlier in it.
+    #[test]
+    fn flushdb_inside_exec() {
+        let mut h = Harness::new();
+        h.run(&["SADD", "s", "x"]);
+        h.run(&["MULTI"]);
+        h.run(&["SET", "a", "1"]);
+        h.run(&["HSET", "h", "f", "v"]);
+        h.run(&["FLUSHDB"]);
+        h.run(&["SET", "after", "1"]);
+        h.run(&["DBSIZE"]);
+        let Frame::Array(r) = h.run(&["EXEC"]) else {
+            panic!("array expected");
+        };
+        assert_eq!(r[4], Frame::Integer(1));
+        assert_eq!(h.run(&["KEYS", "*"]), bulks(&["after"]));
+        assert_eq!(h.shared.store.stats().index.key_count, 1);
+    }
+
+    // Goal: WATCH as Redis: a write by another client (SET, DEL, a collection write,
+    // FLUSHDB of an existing key) makes EXEC answer null (RESP2 *-1, RESP3 null); no write,
+    // DEL of a missing key, FLUSHDB without the key, UNWATCH, or the end of an EXEC leave
+    // it alone.
+    #[test]
+    fn watch_aborts_exec_after_writes() {
+        let mut h = Harness::new();
+        let mut other = h.shared.new_client("b".into(), "c".into(), None);
+        let mut watched_exec = |h: &mut Harness, write: &[&str]| {
+            h.run(&["WATCH", "x", "l"]);
+            if !write.is_empty() {
+                let argv: Vec<&[u8]> = write.iter().map(|a| a.as_bytes()).collect();
+                run_on(&h.shared, &mut other, &argv);
+            }
+            h.run(&["MULTI"]);
+            h.run(&["PING"]);
+            h.run(&["EXEC"])
+        };
+        let pong = Frame::Array(vec![Frame::Simple("PONG".into())]);
+        assert_eq!(watched_exec(&mut h, &[]), pong);
+        assert_eq!(watched_exec(&mut h, &["SET", "x", "1"]), Frame::NullArray);
+        assert_eq!(watched_exec(&mut h, &["SET", "y", "1"]), pong);
+        assert_eq!(watched_exec(&mut h, &["DEL", "x"]), Frame::NullArray);
+        assert_eq!(
+            watched_exec(&mut h, &["DEL", "x"]),
+            pong,
+            "nothing to delete"
+        );
+        assert_eq!(watched_exec(&mut h, &["RPUSH", "l", "a"]), Frame::NullArray);
+        assert_eq!(watched_exec(&mut h, &["LPOP", "l"]), Frame::NullArray);
+        assert_eq!(watched_exec(&mut h, &["FLUSHDB"]), pong, "x does not exist");
+        h.run(&["SET", "x", "1"]);
+        assert_eq!(watched_exec(&mut h, &["FLUSHDB"]), Frame::NullArray);
+        h.run(&["SET", "x", "1"]);
+        assert_eq!(
+            watched_exec(&mut h, &["MSET", "y", "1", "x", "2"]),
+            Frame::NullArray
+        );
+        assert_eq!(watched_exec(&mut h, &["INCR", "x"]), Frame::NullArray);
+        assert_eq!(
+            watched_exec(&mut h, &["FOREST.DELRANGE", "[x", "[x"]),
+            Frame::NullArray
+        );
+        assert!(h.shared.watches.is_empty(), "EXEC unwatches");
+        // UNWATCH and DISCARD forget the dirty flag.
+        h.run(&["WATCH", "x"]);
+        h.run(&["SET", "x", "1"]);
+        h.run(&["UNWATCH"]);
+        h.run(&["MULTI"]);
+        h.run(&["PING"]);
+        assert_eq!(h.run(&["EXEC"]), pong);
+        h.run(&["WATCH", "x"]);
+        h.run(&["SET", "x", "2"]);
+        h.run(&["MULTI"]);
+        h.run(&["DISCARD"]);
+        h.run(&["MULTI"]);
+        h.run(&["PING"]);
+        assert_eq!(h.run(&["EXEC"]), pong);
+        // RESP3's null; the transaction's own writes did not happen.
+        h.run(&["HELLO", "3"]);
+        h.run(&["WATCH", "x"]);
+        h.run(&["SET", "x", "3"]);
+        h.run(&["MULTI"]);
+        h.run(&["SET", "x", "never"]);
+        assert_eq!(h.run(&["EXEC"]), Frame::Null);
+        assert_eq!(h.client.protocol, Protocol::Resp3);
+        assert_eq!(h.run(&["GET", "x"]), bulk("3"));
+    }
+
+    // Goal: a client's watches go when it goes (no registry growth).
+    #[test]
+    fn dropped_client_unwatches() {
+        let h = Harness::new();
+        let mut other = h.shared.new_client("b".into(), "c".into(), None);
+        run_on(&h.shared, &mut other, &[b"WATCH", b"a", b"b"]);
+        assert_eq!(h.shared.watches.len(), 2);
+        drop(other);
+        assert!(h.shared.watches.is_empty());
+    }
+
+    // Goal: an EXEC's writes survive a restart, together.
+    #[test]
+    fn exec_survives_a_restart() {
+        let mut h = Harness::new();
+        h.run(&["MULTI"]);
+        h.run(&["SET", "a", "1"]);
+        h.run(&["SADD", "s", "m"]);
+        h.run(&["EXEC"]);
+        let mut h = h.restart();
+        assert_eq!(h.run(&["GET", "a"]), bulk("1"));
+        assert_eq!(h.run(&["SMEMBERS", "s"]), bulks(&["m"]));
+    }
+}
