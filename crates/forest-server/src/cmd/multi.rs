@@ -742,4 +742,41 @@ mod tests {
         assert_eq!(h.run(&["GET", "a"]), bulk("1"));
         assert_eq!(h.run(&["SMEMBERS", "s"]), bulks(&["m"]));
     }
+
+    // Goal: transactions on disjoint keys take no global lock: an EXEC runs while another
+    // holds the stripe of an unrelated key (as a running EXEC or a write would).
+    // Method: hold "a"'s stripe; EXEC on a key of another stripe on a second thread must
+    // finish (the bound on the wait is only hit if it hangs).
+    #[test]
+    fn disjoint_transactions_do_not_wait_for_each_other() {
+        let h = Harness::new();
+        let collections = &h.shared.collections;
+        let other = (0..)
+            .map(|i| format!("b{i}"))
+            .find(|k| {
+                collections
+                    .lock_many([&b"a"[..], k.as_bytes()].into_iter())
+                    .len()
+                    == 2
+            })
+            .expect("a key on another stripe");
+        let held = collections.lock(b"a");
+        std::thread::scope(|s| {
+            let (done, finished) = std::sync::mpsc::channel();
+            let shared = &h.shared;
+            let other = other.as_bytes();
+            s.spawn(move || {
+                let mut client = shared.new_client("t".into(), "u".into(), None);
+                run_on(shared, &mut client, &[b"MULTI"]);
+                run_on(shared, &mut client, &[b"SET", other, b"1"]);
+                let reply = run_on(shared, &mut client, &[b"EXEC"]);
+                done.send(reply).expect("send");
+            });
+            let reply = finished
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .expect("EXEC on another stripe finished while 'a' was held");
+            assert_eq!(reply, Frame::Array(vec![ok()]));
+        });
+        drop(held);
+    }
 }
