@@ -144,7 +144,10 @@ impl Client {
         if n == 0 {
             return None;
         }
-        assert!(line.ends_with(b"\r\n"), "bad line {line:?}");
+        if !line.ends_with(b"\r\n") {
+            // Cut mid-line: the server closed the connection.
+            return None;
+        }
         let body = String::from_utf8_lossy(&line[1..line.len() - 2]).into_owned();
         Some(match line[0] {
             b'+' => R::Simple(body),
