@@ -15,6 +15,7 @@
 //! whole EXEC. Cost when nobody watches: one atomic load per write.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -28,18 +29,39 @@ pub type DirtyFlag = Arc<AtomicBool>;
 /// The clients watching one key.
 type Watchers = Vec<(u64, DirtyFlag)>;
 
+/// One shard of the registry: watched keys and their watchers.
+type Shard = Mutex<HashMap<Vec<u8>, Watchers>>;
+
+/// Shards of the registry: writes of unrelated keys rarely share one while clients watch.
+const SHARD_COUNT: usize = 64;
+
 /// The keys watched by every client.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Watches {
     /// (key, client) pairs registered: writes skip the map while it is 0.
     count: AtomicUsize,
-    keys: Mutex<HashMap<Vec<u8>, Watchers>>,
+    shards: Box<[Shard]>,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+impl Default for Watches {
+    fn default() -> Self {
+        Self {
+            count: AtomicUsize::new(0),
+            shards: (0..SHARD_COUNT).map(|_| Mutex::default()).collect(),
+            hasher: std::collections::hash_map::RandomState::new(),
+        }
+    }
 }
 
 impl Watches {
     /// Registers `client` as watching `key` (once per key).
+    fn shard(&self, key: &[u8]) -> &Shard {
+        &self.shards[(self.hasher.hash_one(key) % SHARD_COUNT as u64) as usize]
+    }
+
     pub fn watch(&self, client: u64, dirty: &DirtyFlag, key: &[u8]) -> bool {
-        let mut keys = self.keys.lock();
+        let mut keys = self.shard(key).lock();
         let list = keys.entry(key.to_vec()).or_default();
         if list.iter().any(|(id, _)| *id == client) {
             return false;
@@ -54,8 +76,8 @@ impl Watches {
         if keys.is_empty() {
             return;
         }
-        let mut map = self.keys.lock();
         for key in keys {
+            let mut map = self.shard(key).lock();
             if let Some(list) = map.get_mut(key) {
                 let before = list.len();
                 list.retain(|(id, _)| *id != client);
@@ -73,7 +95,7 @@ impl Watches {
         if self.count.load(Ordering::SeqCst) == 0 {
             return;
         }
-        if let Some(list) = self.keys.lock().get(key) {
+        if let Some(list) = self.shard(key).lock().get(key) {
             for (_, dirty) in list {
                 dirty.store(true, Ordering::SeqCst);
             }
