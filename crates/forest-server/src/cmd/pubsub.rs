@@ -170,4 +170,29 @@ mod tests {
         assert_eq!(h.shared.pubsub.numsub(b"a"), 0);
         assert_eq!(h.client.protocol, crate::frame::Protocol::Resp2);
     }
+
+    // Goal: PUBLISH inside EXEC answers its receivers and delivers once the transaction is
+    // written. Method: a subscriber's mailbox, a transaction from another client.
+    #[test]
+    fn publish_inside_exec_delivers_after_the_writes() {
+        let mut h = Harness::new();
+        h.run(&["SUBSCRIBE", "ch"]);
+        let mailbox = std::sync::Arc::clone(h.client.pubsub.mailbox().expect("mailbox"));
+        mailbox.end_batch(&mut Vec::new(), crate::frame::Protocol::Resp2);
+        let mut other = h.shared.new_client("b".into(), "c".into(), None);
+        let mut run = |argv: &[&str]| {
+            let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
+            run_on(&h.shared, &mut other, &argv)
+        };
+        run(&["MULTI"]);
+        run(&["SET", "k", "v"]);
+        run(&["PUBLISH", "ch", "m"]);
+        assert!(mailbox.take().is_empty(), "nothing before EXEC");
+        assert_eq!(
+            run(&["EXEC"]),
+            Frame::Array(vec![Frame::ok(), Frame::Integer(1)])
+        );
+        let bytes = crate::pubsub::concat(mailbox.take());
+        assert_eq!(bytes, b"*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nm\r\n");
+    }
 }
