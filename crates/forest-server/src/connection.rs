@@ -313,6 +313,8 @@ pub fn serve_blocking(shared: &Shared, mut stream: TcpStream) {
             conn.sent();
         }
     }
+    // Unsubscribed before the socket closes: a client that saw the close publishes to none.
+    conn.client.pubsub.unsubscribe_all();
     if let (Some(mailbox), Some(writer)) = (conn.client.pubsub.mailbox(), writer) {
         // The writer sends what is queued (QUIT's reply), unless the client does not read.
         mailbox.close();

@@ -225,6 +225,8 @@ async fn serve(shared: &Arc<Shared>, mut stream: TcpStream, mut stop: watch::Rec
             }
         }
     }
+    // Unsubscribed before the socket closes: a client that saw the close publishes to none.
+    conn.client.pubsub.unsubscribe_all();
     shared.drop_client(id);
     let _ = stream.shutdown().await;
     if let Step::Shutdown { save } = step {
