@@ -9,10 +9,14 @@
 //! ([`user_key_of`]). A write outside `Ctx` (an expiry deletion) calls
 //! [`Watches::touched`] itself with the user key.
 //!
-//! Invariant: the hook runs while the writer holds the key's server stripe lock
-//! (`Collections::lock`), and EXEC checks its dirty flag while holding the stripes of
-//! every key it watches; so a write is either seen by that check or ordered after the
-//! whole EXEC. Cost when nobody watches: one atomic load per write.
+//! Invariant: the hook runs once the write is visible to readers, while the writer still
+//! holds the key's server stripe lock (`Collections::lock`); WATCH registers a key under
+//! that lock, and EXEC checks its dirty flag while holding the stripes of every key it
+//! watches. So a write either comes before the registration (and the client's reads after
+//! WATCH see it) or marks the client dirty, and is seen by EXEC's check or ordered after
+//! the whole EXEC. (Touching before the write is visible lost updates: a WATCH between the
+//! touch and the write read the old value and was not marked.) Cost when nobody watches:
+//! one atomic load per write.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;

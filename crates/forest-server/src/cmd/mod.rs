@@ -212,10 +212,12 @@ impl Ctx<'_, '_> {
             return Ok(());
         }
         self.wrote = true;
-        self.batch
-            .write(&unit.batch)
-            .map(|_| ())
-            .map_err(|e| store_error(&e))
+        self.batch.write(&unit.batch).map_err(|e| store_error(&e))?;
+        // Once the writes are visible, still under the command's stripe lock (crate::watch).
+        for key in unit.overlay.keys() {
+            self.shared.watches.touched_store_key(key);
+        }
+        Ok(())
     }
 
     /// The value of `key` as the running command sees it (its own decided writes first).
@@ -244,7 +246,6 @@ impl Ctx<'_, '_> {
 
     /// Records a decided write in the open unit.
     fn decide(&mut self, key: &[u8], value: Option<&[u8]>) {
-        self.shared.watches.touched_store_key(key);
         let unit = self.unit.as_mut().expect("a unit is open");
         match value {
             Some(v) => unit.batch.put(key, v),

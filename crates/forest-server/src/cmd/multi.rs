@@ -191,9 +191,13 @@ pub fn watch(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         return Ok(Frame::ok());
     }
     let id = ctx.client.info.id;
-    let watches = &ctx.shared.watches;
+    let shared = ctx.shared;
+    let watches = &shared.watches;
     txn.watches = Some((Arc::clone(watches), id));
     for key in &argv[1..] {
+        // Under the key's stripe, which every write holds while it applies and touches: a
+        // write either comes before (and the reads after WATCH see it) or marks us dirty.
+        let _guard = shared.collections.lock(key);
         if watches.watch(id, &txn.dirty, key) {
             txn.watched.push(key.to_vec());
         }
@@ -320,10 +324,12 @@ fn write_unit(ctx: &mut Ctx<'_, '_>) -> Result<(), Frame> {
         return Ok(());
     }
     ctx.wrote = true;
-    ctx.batch
-        .write(&batch)
-        .map(|_| ())
-        .map_err(|e| store_error(&e))
+    ctx.batch.write(&batch).map_err(|e| store_error(&e))?;
+    // Once the writes are visible, still under the stripes (crate::watch).
+    for key in unit.overlay.keys() {
+        ctx.shared.watches.touched_store_key(key);
+    }
+    Ok(())
 }
 
 /// PUBLISH inside EXEC: delivered once the transaction is written (no subscriber sees a
