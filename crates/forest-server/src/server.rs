@@ -231,6 +231,10 @@ pub struct Shared {
     pub shutdown: Arc<Shutdown>,
     /// Stripe locks and counts of the collection types ([`crate::collection`]).
     pub collections: Collections,
+    /// WATCH's registry ([`crate::watch`]).
+    pub watches: Arc<crate::watch::Watches>,
+    /// Pub/Sub's channels and patterns ([`crate::pubsub`]).
+    pub pubsub: Arc<crate::pubsub::Hub>,
     next_client_id: AtomicU64,
 }
 
@@ -259,6 +263,8 @@ impl Shared {
         let collections = Collections::recount(&store);
         Self {
             collections,
+            watches: Arc::default(),
+            pubsub: Arc::default(),
             engine,
             store: Arc::new(store),
             config,
@@ -300,6 +306,8 @@ impl Shared {
             info,
             protocol: Protocol::Resp2,
             authenticated: self.config.requirepass.is_none(),
+            txn: crate::cmd::multi::TxnState::default(),
+            pubsub: crate::pubsub::Subscriber::new(Arc::clone(&self.pubsub), id),
         }
     }
 

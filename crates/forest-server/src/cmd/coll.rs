@@ -13,7 +13,6 @@ use std::ops::{Bound, ControlFlow};
 
 use forest_core::{check_entry, Order};
 use forest_store::Rmw;
-use parking_lot::MutexGuard;
 
 use super::{store_error, Ctx, Reply};
 use crate::collection::{member_prefix, type_key, Kind, Meta};
@@ -65,7 +64,7 @@ pub fn open_read(ctx: &mut Ctx<'_, '_>, user: &[u8], kind: Kind) -> Result<Optio
     match read_meta(ctx, user)? {
         Some(meta) if meta.kind == kind => Ok(Some(meta)),
         Some(_) => Err(wrongtype()),
-        None if ctx.shared.store.get(user, &mut ctx.buffers.scratch) => Err(wrongtype()),
+        None if ctx.present(user) => Err(wrongtype()),
         None => Ok(None),
     }
 }
@@ -158,7 +157,7 @@ fn open_write(ctx: &mut Ctx<'_, '_>, user: &[u8], kind: Kind) -> Result<Open, Fr
     if opened.is_err() {
         // Nothing is written for a command that could not open its collection (the unit
         // could hold the sweep of stray members; harmless to drop).
-        ctx.unit = None;
+        ctx.drop_unit();
     }
     opened
 }
@@ -174,7 +173,7 @@ fn open_write_in_unit(ctx: &mut Ctx<'_, '_>, user: &[u8], kind: Kind) -> Result<
             // Counted before the string check: a SET that reads the count afterwards takes
             // the locked path and sees this collection.
             ctx.shared.collections.add_live(1);
-            if ctx.shared.store.get(user, &mut ctx.buffers.scratch) {
+            if ctx.present(user) {
                 ctx.shared.collections.add_live(-1);
                 return Err(wrongtype());
             }
@@ -339,7 +338,7 @@ fn clear_members(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<(), Frame> {
 }
 
 /// Removes collection `user` with all its members, if it is one; true if it was.
-/// Takes `user`'s stripe lock; the caller must not hold it.
+/// Takes `user`'s stripe lock (re-entrant: a caller may hold it).
 pub fn delete(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<bool, Frame> {
     if !ctx.shared.collections.any() {
         return Ok(false);
@@ -398,7 +397,7 @@ pub fn delete_into(
     let prefix = member_prefix(user);
     let end = prefix_upper(&prefix);
     let mut removed = 0i64;
-    ctx.shared.store.scan(
+    ctx.scan(
         Bound::Included(prefix.as_slice()),
         Bound::Excluded(end.as_slice()),
         Order::Ascending,
@@ -423,7 +422,10 @@ pub fn deleted(ctx: &Ctx<'_, '_>, keys: i64) {
 /// WRONGTYPE if `key` is a collection, else its stripe lock, held across the write so that
 /// no collection of that name appears meanwhile and MSETNX (which holds the stripes of all
 /// its keys) is all or nothing.
-pub fn string_write<'a>(ctx: &mut Ctx<'a, '_>, key: &[u8]) -> Result<MutexGuard<'a, ()>, Frame> {
+pub fn string_write<'a>(
+    ctx: &mut Ctx<'a, '_>,
+    key: &[u8],
+) -> Result<crate::collection::StripeGuard<'a>, Frame> {
     let shared: &'a Shared = ctx.shared;
     let guard = shared.collections.lock(key);
     if shared.collections.any() && read_meta(ctx, key)?.is_some() {

@@ -8,8 +8,8 @@
 
 use super::{
     client, config, connection, dbsize, del, exists, flush, get, hash, incr, info, is_word, keys,
-    keyspace, list, mget, range, save, scan, set, sets, shutdown, stream, strlen, time,
-    unknown_subcommand, zset, Ctx, Reply, Spec,
+    keyspace, list, mget, multi, pubsub, range, save, scan, set, sets, shutdown, stream, strlen,
+    time, unknown_subcommand, zset, Ctx, Reply, Spec,
 };
 use crate::frame::Frame;
 
@@ -20,6 +20,8 @@ const RF: &[&str] = &["readonly", "fast"];
 const DEL: &[&str] = &["write"];
 const CONN: &[&str] = &["noscript", "loading", "stale", "fast"];
 const ADMIN: &[&str] = &["admin", "noscript"];
+const TXN: &[&str] = &["noscript", "loading", "stale", "fast", "allow_busy"];
+const PUBSUB: &[&str] = &["pubsub", "noscript", "loading", "stale"];
 
 macro_rules! spec {
     ($name:literal, $arity:expr, $flags:expr, ($first:expr, $last:expr, $step:expr), $group:literal,
@@ -129,6 +131,18 @@ pub static COMMAND_SPECS: &[Spec] = &[
     spec!("xadd", -5, WF, (1, 1, 1), "stream", "5.0.0", "Appends an entry to a stream (no trimming); returns its id.", "key id field value ...", stream::xadd),
     spec!("xlen", 2, RF, (1, 1, 1), "stream", "5.0.0", "Returns the number of entries of a stream.", "key", stream::xlen),
     spec!("xrange", -4, R, (1, 1, 1), "stream", "5.0.0", "Returns the entries of a stream between two ids.", "key start end [COUNT count]", stream::xrange),
+    spec!("multi", 1, TXN, (0, 0, 0), "transactions", "1.2.0", "Starts a transaction: the commands after it are queued until EXEC.", "", multi::multi),
+    spec!("exec", 1, &["noscript", "loading", "stale", "skip_slowlog"], (0, 0, 0), "transactions", "1.2.0", "Runs the queued commands as one atomic batch; null if a watched key changed.", "", multi::exec),
+    spec!("discard", 1, TXN, (0, 0, 0), "transactions", "2.0.0", "Discards the queued commands and unwatches every key.", "", multi::discard),
+    spec!("watch", -2, TXN, (1, -1, 1), "transactions", "2.2.0", "Makes the next EXEC fail if any of these keys is written before it.", "key ...", multi::watch),
+    spec!("unwatch", 1, TXN, (0, 0, 0), "transactions", "2.2.0", "Forgets every watched key.", "", multi::unwatch),
+    spec!("reset", 1, TXN, (0, 0, 0), "connection", "6.2.0", "Resets the connection: leaves MULTI and subscriptions, unwatches, RESP2, no name.", "", multi::reset),
+    spec!("subscribe", -2, PUBSUB, (0, 0, 0), "pubsub", "2.0.0", "Listens for messages published to channels.", "channel ...", pubsub::subscribe),
+    spec!("unsubscribe", -1, PUBSUB, (0, 0, 0), "pubsub", "2.0.0", "Stops listening to channels (all if none is named).", "[channel ...]", pubsub::unsubscribe),
+    spec!("psubscribe", -2, PUBSUB, (0, 0, 0), "pubsub", "2.0.0", "Listens for messages published to channels matching glob patterns.", "pattern ...", pubsub::psubscribe),
+    spec!("punsubscribe", -1, PUBSUB, (0, 0, 0), "pubsub", "2.0.0", "Stops listening to patterns (all if none is named).", "[pattern ...]", pubsub::punsubscribe),
+    spec!("publish", 3, &["pubsub", "loading", "stale", "fast"], (0, 0, 0), "pubsub", "2.0.0", "Posts a message to a channel; returns how many clients received it.", "channel message", pubsub::publish),
+    spec!("pubsub", -2, &["pubsub", "loading", "stale"], (0, 0, 0), "pubsub", "2.8.0", "Pub/Sub introspection: CHANNELS, NUMSUB, NUMPAT, SHARDCHANNELS, SHARDNUMSUB.", "CHANNELS|NUMSUB|NUMPAT|SHARDCHANNELS|SHARDNUMSUB [arg ...]", pubsub::pubsub),
     spec!("forest.range", -3, R, (0, 0, 0), "forest", "0.1.0", "Returns key-value pairs (or keys) between two lex bounds, ascending or REV descending, at most LIMIT count.", "min max [REV] [LIMIT count] [KEYSONLY]", range::range),
     spec!("forest.count", 3, R, (0, 0, 0), "forest", "0.1.0", "Counts the keys between two lex bounds.", "min max", range::count),
     spec!("forest.delrange", 3, DEL, (0, 0, 0), "forest", "0.1.0", "Removes the keys between two lex bounds; returns how many.", "min max", range::delrange),

@@ -6,7 +6,10 @@ use crate::frame::Frame;
 
 pub fn del(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let mut removed = 0;
+    let shared = ctx.shared;
     for key in &argv[1..] {
+        // The key's stripe, as every write holds: EXEC and WATCH rely on it.
+        let _guard = shared.collections.lock(key);
         if ctx.remove(key)? || coll::delete(ctx, key)? {
             removed += 1;
         }

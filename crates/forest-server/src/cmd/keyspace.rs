@@ -6,7 +6,7 @@ use crate::frame::Frame;
 
 /// The key's type name, or "none".
 fn type_name(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> Result<&'static str, Frame> {
-    if ctx.shared.store.get(key, &mut ctx.buffers.scratch) {
+    if ctx.present(key) {
         return Ok("string");
     }
     Ok(coll::kind_of(ctx, key)?.map_or("none", |k| k.name()))

@@ -30,7 +30,9 @@ mod keys;
 mod keyspace;
 mod list;
 mod mget;
+pub mod multi;
 mod object;
+pub mod pubsub;
 mod randomkey;
 mod range;
 mod rename;
@@ -102,6 +104,10 @@ pub struct Client {
     pub info: std::sync::Arc<ClientInfo>,
     pub protocol: Protocol,
     pub authenticated: bool,
+    /// MULTI's queue and WATCH's keys ([`multi`]).
+    pub txn: multi::TxnState,
+    /// Pub/Sub subscriptions and the mailbox of their messages ([`crate::pubsub`]).
+    pub pubsub: crate::pubsub::Subscriber,
 }
 
 /// Everything a command sees.
@@ -125,6 +131,8 @@ pub struct Ctx<'a, 's> {
 pub struct Unit {
     batch: forest_store::WriteBatch,
     overlay: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// EXEC's unit: it spans every queued command; only EXEC writes it ([`multi`]).
+    txn: bool,
 }
 
 impl Unit {
@@ -191,8 +199,18 @@ impl Ctx<'_, '_> {
         }
     }
 
-    /// Writes the open unit, if any, as one atomic batch.
+    /// Drops the open unit's decided writes, unless it is EXEC's (which goes on).
+    pub fn drop_unit(&mut self) {
+        if !self.unit.as_ref().is_some_and(|u| u.txn) {
+            self.unit = None;
+        }
+    }
+
+    /// Writes the open unit, if any, as one atomic batch (EXEC's unit waits for EXEC).
     pub fn end_unit(&mut self) -> Result<(), Frame> {
+        if self.unit.as_ref().is_some_and(|u| u.txn) {
+            return Ok(());
+        }
         let Some(unit) = self.unit.take() else {
             return Ok(());
         };
@@ -200,10 +218,12 @@ impl Ctx<'_, '_> {
             return Ok(());
         }
         self.wrote = true;
-        self.batch
-            .write(&unit.batch)
-            .map(|_| ())
-            .map_err(|e| store_error(&e))
+        self.batch.write(&unit.batch).map_err(|e| store_error(&e))?;
+        // Once the writes are visible, still under the command's stripe lock (crate::watch).
+        for key in unit.overlay.keys() {
+            self.shared.watches.touched_store_key(key);
+        }
+        Ok(())
     }
 
     /// The value of `key` as the running command sees it (its own decided writes first).
@@ -248,7 +268,9 @@ impl Ctx<'_, '_> {
             return Ok(());
         }
         self.wrote = true;
-        self.batch.upsert(key, value).map_err(|e| store_error(&e))
+        self.batch.upsert(key, value).map_err(|e| store_error(&e))?;
+        self.shared.watches.touched_store_key(key);
+        Ok(())
     }
 
     fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, Frame> {
@@ -261,7 +283,11 @@ impl Ctx<'_, '_> {
             return Ok(true);
         }
         self.wrote = true;
-        self.batch.insert(key, value).map_err(|e| store_error(&e))
+        let changed = self.batch.insert(key, value).map_err(|e| store_error(&e))?;
+        if changed {
+            self.shared.watches.touched_store_key(key);
+        }
+        Ok(changed)
     }
 
     fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, Frame> {
@@ -274,7 +300,11 @@ impl Ctx<'_, '_> {
             return Ok(true);
         }
         self.wrote = true;
-        self.batch.update(key, value).map_err(|e| store_error(&e))
+        let changed = self.batch.update(key, value).map_err(|e| store_error(&e))?;
+        if changed {
+            self.shared.watches.touched_store_key(key);
+        }
+        Ok(changed)
     }
 
     fn remove(&mut self, key: &[u8]) -> Result<bool, Frame> {
@@ -286,7 +316,11 @@ impl Ctx<'_, '_> {
             return Ok(true);
         }
         self.wrote = true;
-        self.batch.remove(key).map_err(|e| store_error(&e))
+        let changed = self.batch.remove(key).map_err(|e| store_error(&e))?;
+        if changed {
+            self.shared.watches.touched_store_key(key);
+        }
+        Ok(changed)
     }
 
     /// Makes the reply wait until what was written under `key`'s stripe is durable (a reply
@@ -298,8 +332,17 @@ impl Ctx<'_, '_> {
 
     /// Applies `batch` atomically (after a crash too) within the pipeline's batch.
     fn write(&mut self, batch: &forest_store::WriteBatch) -> Result<Vec<bool>, Frame> {
+        if self.unit.is_some() {
+            return multi::decide_batch(self, batch);
+        }
         self.wrote = true;
-        self.batch.write(batch).map_err(|e| store_error(&e))
+        let changed = self.batch.write(batch).map_err(|e| store_error(&e))?;
+        for (op, changed) in batch.ops().iter().zip(&changed) {
+            if *changed {
+                self.shared.watches.touched_store_key(op.key());
+            }
+        }
+        Ok(changed)
     }
 
     fn read_modify_write(
@@ -321,15 +364,25 @@ impl Ctx<'_, '_> {
             return Ok(old);
         }
         self.wrote = true;
-        self.batch
-            .read_modify_write(key, f)
-            .map_err(|e| store_error(&e))
+        let mut changed = false;
+        let old = self
+            .batch
+            .read_modify_write(key, |old| {
+                let decided = f(old);
+                changed = !matches!(decided, Ok(forest_store::Rmw::Keep));
+                decided
+            })
+            .map_err(|e| store_error(&e))?;
+        if changed {
+            self.shared.watches.touched_store_key(key);
+        }
+        Ok(old)
     }
 
     /// The value of `key` as a reply: a bulk string or null.
     fn get_reply(&mut self, key: &[u8]) -> Frame {
         let mut value = self.buffers.take();
-        if self.shared.store.get(key, &mut value) {
+        if self.read(key, &mut value) {
             Frame::Bulk(value)
         } else {
             self.buffers.give(value);
@@ -472,7 +525,8 @@ pub fn execute(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
     reply
 }
 
-fn dispatch(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+/// The checks in Redis's order: the command's name, its arity, authentication.
+fn check(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Result<&'static Spec, Frame> {
     let name = argv.first().ok_or_else(|| Frame::err("empty command"))?;
     let spec = lookup(name).ok_or_else(|| unknown_command(argv))?;
     let argc = argv.len() as i64;
@@ -483,6 +537,20 @@ fn dispatch(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     if !ctx.client.authenticated && !allowed_before_auth(spec.name) {
         return Err(Frame::Error("NOAUTH Authentication required.".to_string()));
     }
+    Ok(spec)
+}
+
+fn dispatch(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    // A command refused before it runs makes a transaction being queued fail at EXEC.
+    let spec = check(ctx, argv).map_err(|e| multi::reject(ctx, e))?;
+    if let Some(reply) = multi::intercept(ctx, spec, argv) {
+        return reply;
+    }
+    run(ctx, spec, argv)
+}
+
+/// Runs a command whose name, arity and authentication were checked.
+pub(crate) fn run(ctx: &mut Ctx<'_, '_>, spec: &'static Spec, argv: &[&[u8]]) -> Reply {
     if has_reserved_key(spec, argv) {
         return Err(coll::reserved_key());
     }

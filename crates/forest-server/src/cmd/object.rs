@@ -55,7 +55,7 @@ pub fn object(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         return Err(coll::reserved_key());
     }
     let mut value = Vec::new();
-    if ctx.shared.store.get(key, &mut value) {
+    if ctx.read(key, &mut value) {
         return Ok(Frame::bulk(string_encoding(&value)));
     }
     let Some(meta) = coll::read_meta(ctx, key)? else {
@@ -97,7 +97,7 @@ fn visit_members(
     let mut prefix = member_prefix(key);
     prefix.extend_from_slice(sub_prefix);
     let end = coll::prefix_upper(&prefix);
-    ctx.shared.store.scan_up_to(
+    ctx.scan_up_to(
         Bound::Included(prefix.as_slice()),
         Bound::Excluded(end.as_slice()),
         Order::Ascending,

@@ -24,7 +24,7 @@ const POINT_TAIL_BYTES: usize = 12;
 fn last_key(ctx: &Ctx<'_, '_>) -> Option<Vec<u8>> {
     let mut last: Option<Vec<u8>> = None;
     let strings_end = [RESERVED_BYTE];
-    ctx.shared.store.scan_up_to(
+    ctx.scan_up_to(
         Bound::Unbounded,
         Bound::Excluded(&strings_end[..]),
         Order::Descending,
@@ -37,7 +37,7 @@ fn last_key(ctx: &Ctx<'_, '_>) -> Option<Vec<u8>> {
     if ctx.shared.collections.any() {
         let types = [RESERVED_BYTE, TYPE_TAG];
         let types_end = [RESERVED_BYTE, TYPE_TAG + 1];
-        ctx.shared.store.scan_up_to(
+        ctx.scan_up_to(
             Bound::Included(&types[..]),
             Bound::Excluded(&types_end[..]),
             Order::Descending,

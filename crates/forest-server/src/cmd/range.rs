@@ -112,7 +112,8 @@ pub fn range(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let mut items = Vec::with_capacity(limit.min(RESERVED_RECORDS_MAX) * per_record);
     // Each bulk string's bytes come from the connection's pool, where the encoded reply's
     // buffers return (`Buffers::recycle`): once warm, a range allocates no buffer per record.
-    let buffers = &mut *ctx.buffers;
+    // Taken out of `ctx` for the scan (which borrows `ctx`), put back after it.
+    let mut buffers = std::mem::take(&mut *ctx.buffers);
     let mut bulk = |bytes: &[u8]| {
         let mut buffer = buffers.take();
         buffer.extend_from_slice(bytes);
@@ -120,20 +121,21 @@ pub fn range(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     };
     // The limit goes to the store: a short page of a long range reads optimistically,
     // without holding batches off (scan_gate).
-    let store = &ctx.shared.store;
+    // Within EXEC the scan merges the transaction's own writes (`Ctx::scan_up_to`).
     if keys_only {
         // Values stay out of the store's scan buffer as well as out of the reply.
-        store.scan_keys_up_to(lower, upper, order, limit, &mut |key, _| {
+        ctx.scan_keys_up_to(lower, upper, order, limit, &mut |key, _| {
             items.push(bulk(key));
             ControlFlow::Continue(())
         });
     } else {
-        store.scan_up_to(lower, upper, order, limit, &mut |key, value| {
+        ctx.scan_up_to(lower, upper, order, limit, &mut |key, value| {
             items.push(bulk(key));
             items.push(bulk(value));
             ControlFlow::Continue(())
         });
     }
+    *ctx.buffers = buffers;
     Ok(Frame::Array(items))
 }
 
@@ -143,12 +145,10 @@ pub fn count(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         return Ok(Frame::Integer(0));
     };
     let mut n = 0i64;
-    ctx.shared
-        .store
-        .scan(lower, upper, Order::Ascending, &mut |_, _| {
-            n += 1;
-            ControlFlow::Continue(())
-        });
+    ctx.scan(lower, upper, Order::Ascending, &mut |_, _| {
+        n += 1;
+        ControlFlow::Continue(())
+    });
     Ok(Frame::Integer(n))
 }
 

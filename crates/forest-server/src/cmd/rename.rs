@@ -33,7 +33,7 @@ enum Content {
 /// The content of `key`, or None. Precondition: `key`'s stripe lock is held.
 fn read_content(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> Result<Option<Content>, Frame> {
     let mut value = Vec::new();
-    if ctx.shared.store.get(key, &mut value) {
+    if ctx.read(key, &mut value) {
         return Ok(Some(Content::String(value)));
     }
     if !ctx.shared.collections.any() {
@@ -45,7 +45,7 @@ fn read_content(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> Result<Option<Content>, Fr
     let prefix = member_prefix(key);
     let end = coll::prefix_upper(&prefix);
     let mut members = Vec::new();
-    ctx.shared.store.scan(
+    ctx.scan(
         Bound::Included(prefix.as_slice()),
         Bound::Excluded(end.as_slice()),
         Order::Ascending,
@@ -60,8 +60,7 @@ fn read_content(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> Result<Option<Content>, Fr
 /// Whether `key` holds anything (a string or a collection, even one whose type entry is
 /// damaged).
 fn exists(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> bool {
-    ctx.shared.store.get(key, &mut ctx.buffers.scratch)
-        || !matches!(coll::kind_of(ctx, key), Ok(None))
+    ctx.present(key) || !matches!(coll::kind_of(ctx, key), Ok(None))
 }
 
 /// Adds to `batch` the writes that make `key` hold `content`; returns the reserved entries
@@ -115,7 +114,7 @@ fn remove_any(
     key: &[u8],
     batch: &mut WriteBatch,
 ) -> Result<Replaced, Frame> {
-    if ctx.shared.store.get(key, &mut ctx.buffers.scratch) {
+    if ctx.present(key) {
         batch.remove(key);
         return Ok(Replaced::default());
     }

@@ -169,9 +169,7 @@ pub fn msetnx(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let shared = ctx.shared;
     let _guards = shared.collections.lock_many(pairs.iter().map(|(k, _)| *k));
     for (k, _) in &pairs {
-        if ctx.shared.store.get(k, &mut ctx.buffers.scratch)
-            || !matches!(coll::kind_of(ctx, k), Ok(None))
-        {
+        if ctx.present(k) || !matches!(coll::kind_of(ctx, k), Ok(None)) {
             // The answer rests on what was read: it waits until that is durable.
             ctx.observe(k);
             return Ok(Frame::Integer(0));

@@ -20,7 +20,7 @@ pub fn too_long() -> Frame {
 /// The string at `key` (None if absent), or WRONGTYPE if it is a collection.
 pub fn read_string(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> Result<Option<Vec<u8>>, Frame> {
     let mut value = Vec::new();
-    if ctx.shared.store.get(key, &mut value) {
+    if ctx.read(key, &mut value) {
         return Ok(Some(value));
     }
     match coll::kind_of(ctx, key)? {
