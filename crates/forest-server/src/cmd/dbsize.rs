@@ -1,5 +1,6 @@
-//! DBSIZE: the number of keys: the engine's entry count, less the reserved entries of
-//! the collections, plus one per collection.
+//! DBSIZE: the number of keys: the engine's entry count, less the reserved entries (the
+//! collections' and the deadline index's), plus one per collection, less the keys whose
+//! deadline has passed but that are not deleted yet.
 
 use super::{Ctx, Reply};
 use crate::frame::Frame;
@@ -8,7 +9,8 @@ use crate::frame::Frame;
 pub fn key_count(shared: &crate::server::Shared) -> i64 {
     let entries = shared.store.stats().index.key_count as i64;
     let collections = &shared.collections;
-    (entries - collections.reserved_count()).max(0) + collections.live_count()
+    let due = shared.expires.due_count(&shared.store);
+    ((entries - collections.reserved_count()).max(0) + collections.live_count() - due).max(0)
 }
 
 pub fn dbsize(ctx: &mut Ctx<'_, '_>, _argv: &[&[u8]]) -> Reply {

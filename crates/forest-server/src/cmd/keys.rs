@@ -134,7 +134,7 @@ pub fn keys(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     Ok(Frame::Array(
         found
             .into_iter()
-            .filter(|(key, _)| glob::matches(pattern, key))
+            .filter(|(key, _)| glob::matches(pattern, key) && !ctx.shared.expires.is_due(key))
             .map(|(key, _)| Frame::Bulk(key))
             .collect(),
     ))

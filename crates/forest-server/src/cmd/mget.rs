@@ -9,8 +9,9 @@ pub fn mget(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let keys = &argv[1..];
     let mut replies = vec![Frame::Null; keys.len()];
     let buffers = &mut ctx.buffers;
+    let expires = &ctx.shared.expires;
     ctx.shared.store.get_many(keys, &mut |i, value| {
-        if let Some(value) = value {
+        if let Some(value) = value.filter(|_| !expires.is_due(keys[i])) {
             let mut buffer = buffers.take();
             buffer.extend_from_slice(value);
             replies[i] = Frame::Bulk(buffer);

@@ -19,6 +19,7 @@ mod connection;
 mod dbsize;
 mod del;
 mod exists;
+pub mod expire;
 mod flush;
 mod get;
 mod hash;
@@ -52,6 +53,7 @@ use crate::server::{ClientInfo, Shared};
 
 pub use command::COMMAND_SPECS;
 pub use dbsize::key_count;
+pub use expire::expire_cycle;
 
 /// A command's reply: `Err` holds an error reply (what `?` returns early with), which
 /// [`execute`] sends as it sends `Ok`.
@@ -215,6 +217,12 @@ impl Ctx<'_, '_> {
         self.shared.store.get(key, out)
     }
 
+    /// Whether string `key` is present and not expired (a read outside any unit); its value
+    /// is left in `buffers.scratch`.
+    pub fn string_present(&mut self, key: &[u8]) -> bool {
+        self.shared.store.get(key, &mut self.buffers.scratch) && !self.shared.expires.is_due(key)
+    }
+
     /// Whether `key` is present, as the running command sees it; its value is left in
     /// `buffers.scratch`.
     pub fn present(&mut self, key: &[u8]) -> bool {
@@ -323,7 +331,7 @@ impl Ctx<'_, '_> {
     /// The value of `key` as a reply: a bulk string or null.
     fn get_reply(&mut self, key: &[u8]) -> Frame {
         let mut value = self.buffers.take();
-        if self.shared.store.get(key, &mut value) {
+        if self.shared.store.get(key, &mut value) && !self.shared.expires.is_due(key) {
             Frame::Bulk(value)
         } else {
             self.buffers.give(value);

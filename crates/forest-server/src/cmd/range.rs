@@ -106,16 +106,44 @@ pub fn range(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         return Ok(Frame::Array(items));
     }
     // The limit goes to the store: a short page of a long range reads optimistically,
-    // without holding batches off (scan_gate).
-    ctx.shared
-        .store
-        .scan_up_to(lower, upper, order, limit, &mut |key, value| {
-            items.push(Frame::bulk(key));
-            if !keys_only {
-                items.push(Frame::bulk(value));
-            }
-            ControlFlow::Continue(())
-        });
+    // without holding batches off (scan_gate). Expired keys are skipped; if some were, the
+    // scan goes on after the last row read until `limit` live keys are found or the range
+    // ends.
+    let expires = &ctx.shared.expires;
+    let mut found = 0usize;
+    let mut resume: Option<Vec<u8>> = None;
+    loop {
+        let (lo, hi) = match (&resume, order) {
+            (None, _) => (lower, upper),
+            (Some(k), Order::Ascending) => (Bound::Excluded(k.as_slice()), upper),
+            (Some(k), Order::Descending) => (lower, Bound::Excluded(k.as_slice())),
+        };
+        let want = limit - found;
+        let (mut read, mut hidden) = (0usize, false);
+        let mut last_read = Vec::new();
+        ctx.shared
+            .store
+            .scan_up_to(lo, hi, order, want, &mut |key, value| {
+                read += 1;
+                if read == want {
+                    last_read = key.to_vec();
+                }
+                if expires.hides(key) {
+                    hidden = true;
+                    return ControlFlow::Continue(());
+                }
+                found += 1;
+                items.push(Frame::bulk(key));
+                if !keys_only {
+                    items.push(Frame::bulk(value));
+                }
+                ControlFlow::Continue(())
+            });
+        if read < want || found >= limit || !hidden {
+            break;
+        }
+        resume = Some(last_read);
+    }
     Ok(Frame::Array(items))
 }
 
@@ -125,10 +153,13 @@ pub fn count(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         return Ok(Frame::Integer(0));
     };
     let mut n = 0i64;
+    let expires = &ctx.shared.expires;
     ctx.shared
         .store
-        .scan(lower, upper, Order::Ascending, &mut |_, _| {
-            n += 1;
+        .scan(lower, upper, Order::Ascending, &mut |key, _| {
+            if !expires.hides(key) {
+                n += 1;
+            }
             ControlFlow::Continue(())
         });
     Ok(Frame::Integer(n))
@@ -140,7 +171,7 @@ pub fn delrange(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let Some((lower, upper)) = bounds(argv[1], argv[2])? else {
         return Ok(Frame::Integer(0));
     };
-    Ok(Frame::Integer(super::flush::remove_range(
+    Ok(Frame::Integer(super::expire::remove_string_range(
         ctx, lower, upper,
     )?))
 }

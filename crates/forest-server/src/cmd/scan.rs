@@ -82,6 +82,7 @@ pub fn scan(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let found: Vec<Frame> = examined
         .into_iter()
         .filter(|(key, _)| pattern.is_none_or(|p| glob::matches(p, key)))
+        .filter(|(key, _)| !ctx.shared.expires.is_due(key))
         .map(|(key, _)| Frame::Bulk(key))
         .collect();
     let next = match last {
