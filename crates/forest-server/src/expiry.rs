@@ -26,7 +26,11 @@
 //!   reading the value), scans filter, DBSIZE subtracts the due index entries;
 //! - every deletion of an expired key (by a write that finds it due, by the active task, or
 //!   by a command setting a deadline in the past) goes through one function,
-//!   `cmd::expire::delete_expired`, which writes the store first and clears the map after.
+//!   `cmd::expire::delete_expired`, which writes the store first and clears the map after;
+//! - a point read checks the deadline before it reads the value (so a deletion, store first,
+//!   map second, is never seen as a value without a deadline); a scan, which reads rows
+//!   before it can check their deadlines, checks [`Expires::generation`] and re-reads its rows
+//!   as point reads if a deletion may have slipped in between.
 //!
 //! Choices: a write that sets or clears a deadline of a live key updates the map when it is
 //! decided, just before its batch is written (under the stripe lock); a reader that slips
@@ -119,6 +123,12 @@ pub struct Expires {
     active: AtomicBool,
     /// Added to the clock: tests move time forward without sleeping.
     clock_offset_ms: AtomicI64,
+    /// When not 0, the clock stands at this time (tests: no real time passes).
+    clock_frozen_ms: AtomicU64,
+    /// Deletions of expired keys so far, counted after the store write and before the map
+    /// forgets the deadline: a scan that read a row, then found no deadline for it, checks
+    /// this to know whether the row may be a key deleted meanwhile ([`Expires::generation`]).
+    generation: AtomicU64,
 }
 
 impl Expires {
@@ -155,6 +165,8 @@ impl Expires {
             expired: AtomicU64::new(0),
             active: AtomicBool::new(true),
             clock_offset_ms: AtomicI64::new(0),
+            clock_frozen_ms: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -166,7 +178,17 @@ impl Expires {
 
     /// Now, in milliseconds since the Unix epoch (the clock deadlines are compared with).
     pub fn now_ms(&self) -> u64 {
-        unix_ms().saturating_add_signed(self.clock_offset_ms.load(Ordering::Relaxed))
+        let frozen = self.clock_frozen_ms.load(Ordering::Relaxed);
+        let base = if frozen != 0 { frozen } else { unix_ms() };
+        base.saturating_add_signed(self.clock_offset_ms.load(Ordering::Relaxed))
+    }
+
+    /// Stops the clock at now (tests: replies that depend on the time left, such as TTL's
+    /// rounding, do not depend on how fast the machine runs). [`Self::advance_clock_ms`]
+    /// still moves it.
+    pub fn freeze_clock(&self) {
+        self.clock_frozen_ms
+            .store(unix_ms().max(1), Ordering::Relaxed);
     }
 
     /// Moves the clock forward (tests).
@@ -210,6 +232,20 @@ impl Expires {
         }
     }
 
+    /// The count of deletions of expired keys. A scan reads it before its first row and after
+    /// its last check of a deadline: unchanged, no row it showed can be a key deleted (and its
+    /// deadline forgotten) after the row was read; changed, it checks the rows again with
+    /// point reads, which look at the deadline first ([`Expires::is_due`], then the value).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// Counts a deletion of an expired key: after its store write, before the map forgets
+    /// its deadline.
+    pub(crate) fn bump_generation(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// Records `user`'s deadline (replacing any). Precondition: its stripe lock is held.
     pub(crate) fn insert(&self, user: &[u8], deadline: u64) {
         let old = self.shard(user).lock().insert(user.into(), deadline);
@@ -246,6 +282,7 @@ impl Expires {
 
     /// Forgets every deadline (FLUSHDB, once the index is removed from the store).
     pub(crate) fn clear(&self) {
+        self.bump_generation();
         for shard in self.shards.iter() {
             let mut map = shard.lock();
             for (_, deadline) in map.drain() {

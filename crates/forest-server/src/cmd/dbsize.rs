@@ -6,11 +6,31 @@ use super::{Ctx, Reply};
 use crate::frame::Frame;
 
 /// Strings and collections, each counted once.
+/// The counts move at different moments of a write (the server's when it is decided, the
+/// engine's when it applies); a few tries look for two reads that agree, since the background
+/// deletion of expired keys writes while clients read.
 pub fn key_count(shared: &crate::server::Shared) -> i64 {
-    let entries = shared.store.stats().index.key_count as i64;
-    let collections = &shared.collections;
-    let due = shared.expires.due_count(&shared.store);
-    ((entries - collections.reserved_count()).max(0) + collections.live_count() - due).max(0)
+    /// Reads of the counts at most.
+    const TRIES_MAX: usize = 4;
+    let read = || {
+        let collections = &shared.collections;
+        (
+            shared.store.stats().index.key_count as i64,
+            collections.reserved_count(),
+            collections.live_count(),
+            shared.expires.due_count(&shared.store),
+        )
+    };
+    let mut counts = read();
+    for _ in 1..TRIES_MAX {
+        let again = read();
+        if again == counts {
+            break;
+        }
+        counts = again;
+    }
+    let (entries, reserved, live, due) = counts;
+    ((entries - reserved).max(0) + live - due).max(0)
 }
 
 pub fn dbsize(ctx: &mut Ctx<'_, '_>, _argv: &[&[u8]]) -> Reply {

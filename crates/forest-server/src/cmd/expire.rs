@@ -84,6 +84,40 @@ fn exists_live(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<bool, Frame> {
     Ok(coll::kind_of(ctx, user)?.is_some())
 }
 
+/// Scans that find the generation of deletions changed retry this many times, then check
+/// each row with a point read as they go (always right, a read per row).
+pub const SCAN_RETRIES: usize = 3;
+
+/// Whether a key a scan listed (`kind` "string" or a collection's type name) is still live,
+/// by a point read that checks the deadline first ([`crate::expiry`]'s invariants); for a
+/// string with `value`, only if it still holds that value.
+pub fn still_live(
+    shared: &Shared,
+    key: &[u8],
+    kind: &str,
+    value: Option<&[u8]>,
+    scratch: &mut Vec<u8>,
+) -> bool {
+    if shared.expires.is_due(key) {
+        return false;
+    }
+    if kind != "string" {
+        return shared.store.get(&crate::collection::type_key(key), scratch);
+    }
+    shared.store.get(key, scratch) && value.is_none_or(|v| v == scratch.as_slice())
+}
+
+/// Drops from `keys` (listed by a scan that began when the generation of deletions was
+/// `generation`) the keys deleted as expired meanwhile: if the generation moved, each key is
+/// read again (see [`crate::expiry::Expires::generation`]).
+pub fn recheck_listed(shared: &Shared, generation: u64, keys: &mut Vec<(Vec<u8>, &'static str)>) {
+    if shared.expires.generation() == generation {
+        return;
+    }
+    let mut scratch = Vec::new();
+    keys.retain(|(key, kind)| still_live(shared, key, kind, None, &mut scratch));
+}
+
 /// Deletes `user` if its deadline has passed; true if it did. Every write of a key calls
 /// this under the key's stripe lock before it reads the key.
 pub fn purge_due(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<bool, Frame> {
@@ -109,6 +143,7 @@ pub fn delete_expired(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<bool, Frame>
     let existed = deleted?;
     written?;
     if let Some(deadline) = deadline {
+        shared.expires.bump_generation();
         shared.expires.remove(user);
         shared.collections.add_reserved(-1);
         if existed && deadline <= shared.expires.now_ms() {
@@ -665,6 +700,7 @@ mod tests {
     #[test]
     fn set_expiry_options() {
         let mut h = Harness::new();
+        h.shared.expires.freeze_clock();
         let now = h.shared.expires.now_ms() as i64;
         assert_eq!(h.run(&["SET", "k", "v", "EX", "100"]), Frame::ok());
         let at = pexpiretime(&mut h, "k");
@@ -768,6 +804,7 @@ mod tests {
     #[test]
     fn deadlines_in_the_past_delete() {
         let mut h = Harness::new();
+        h.shared.expires.freeze_clock();
         let past = "1";
         h.run(&["SET", "a", "1"]);
         assert_eq!(h.run(&["EXPIRE", "a", "-1"]), int(1));
@@ -820,6 +857,7 @@ mod tests {
     #[test]
     fn expire_conditions() {
         let mut h = Harness::new();
+        h.shared.expires.freeze_clock();
         h.run(&["SET", "k", "v"]);
         assert_eq!(h.run(&["EXPIRE", "k", "100", "XX"]), int(0));
         assert_eq!(h.run(&["EXPIRE", "k", "100", "GT"]), int(0));
@@ -890,6 +928,7 @@ mod tests {
     #[test]
     fn getex_options() {
         let mut h = Harness::new();
+        h.shared.expires.freeze_clock();
         assert_eq!(h.run(&["GETEX", "k"]), Frame::Null);
         assert_eq!(h.run(&["GETEX", "k", "EX", "-1"]), Frame::Null);
         h.run(&["SET", "k", "v"]);
@@ -941,6 +980,7 @@ mod tests {
     #[test]
     fn writes_keep_or_clear_deadlines() {
         let mut h = Harness::new();
+        h.shared.expires.freeze_clock();
         let with_ttl = |h: &mut Harness, key: &str| {
             assert_eq!(h.run(&["EXPIRE", key, "100"]), int(1), "{key}");
         };
@@ -999,6 +1039,7 @@ mod tests {
     #[test]
     fn expired_keys_are_invisible() {
         let mut h = Harness::new();
+        h.shared.expires.freeze_clock();
         h.run(&["MSET", "a", "1", "b", "2", "c", "3", "d", "4", "e", "5"]);
         h.run(&["RPUSH", "l", "x"]);
         h.run(&["SADD", "s", "x"]);
@@ -1083,6 +1124,7 @@ mod tests {
     #[test]
     fn active_expiry_deletes_due_keys() {
         let mut h = Harness::new();
+        h.shared.expires.freeze_clock();
         for i in 0..400 {
             // Minutes apart: the real time the test takes does not matter.
             let ms = match i % 4 {
@@ -1135,6 +1177,7 @@ mod tests {
     #[test]
     fn deadlines_survive_restart() {
         let mut h = Harness::new();
+        h.shared.expires.freeze_clock();
         let now = h.shared.expires.now_ms() as i64;
         let far = now + 3_600_000;
         let near = now + 60_000;
@@ -1145,17 +1188,20 @@ mod tests {
         h.run(&["SET", "kept", "v", "EX", "100"]);
         h.run(&["PERSIST", "kept"]);
         let mut h = h.restart();
+        h.shared.expires.freeze_clock();
         assert_eq!(pexpiretime(&mut h, "far"), far);
         assert_eq!(pexpiretime(&mut h, "near"), near);
         assert_eq!(pexpiretime(&mut h, "set"), near);
         assert_eq!(pexpiretime(&mut h, "kept"), -1);
         // Down for two minutes: the restarted server's clock is past `near`.
         let mut h = h.restart();
+        h.shared.expires.freeze_clock();
         h.shared.expires.advance_clock_ms(120_000);
         assert_eq!(h.run(&["KEYS", "*"]), bulks(&["far", "kept"]));
         assert_eq!(h.run(&["DBSIZE"]), int(2));
         assert_eq!(expire_cycle(&h.shared, 16), 2);
         let mut h = h.restart();
+        h.shared.expires.freeze_clock();
         assert_eq!(h.run(&["KEYS", "*"]), bulks(&["far", "kept"]));
         assert_eq!(pexpiretime(&mut h, "far"), far);
         assert_eq!(
@@ -1163,6 +1209,41 @@ mod tests {
             3,
             "far, its entry, kept"
         );
+    }
+
+    // Goal: a key a scan listed, then deleted as expired before the scan checked its
+    // deadline (the deletion clears the deadline after the store), is not shown (found by
+    // expiry_under_load: KEYS returned a key after its deadline). Method: list keys, run the
+    // expire cycle, then filter as KEYS does: the deadline check alone lets the key through,
+    // the recheck on the moved generation drops it.
+    #[test]
+    fn keys_listed_then_deleted_are_dropped() {
+        let mut h = Harness::new();
+        h.shared.expires.freeze_clock();
+        h.run(&["SET", "a", "1", "PX", "1000"]);
+        h.run(&["SET", "b", "2"]);
+        h.shared.expires.advance_clock_ms(2000);
+        let client = &mut h.client;
+        let mut batch = h.shared.store.batch();
+        let mut buffers = Buffers::default();
+        let ctx = Ctx {
+            shared: &h.shared,
+            client,
+            batch: &mut batch,
+            wrote: false,
+            after: After::Continue,
+            buffers: &mut buffers,
+            unit: None,
+        };
+        let generation = h.shared.expires.generation();
+        let mut listed =
+            super::super::keys::list_keys(&ctx, Bound::Unbounded, None, usize::MAX, None);
+        assert_eq!(listed.len(), 2, "the store still holds a");
+        assert_eq!(expire_cycle(&h.shared, 8), 1);
+        listed.retain(|(key, _)| !h.shared.expires.is_due(key));
+        assert_eq!(listed.len(), 2, "the deadline is gone with the key");
+        recheck_listed(&h.shared, generation, &mut listed);
+        assert_eq!(listed, vec![(b"b".to_vec(), "string")]);
     }
 
     mod model {
@@ -1242,6 +1323,7 @@ mod tests {
                 final_advance in 0u8..4,
             ) {
                 let mut h = Harness::new();
+        h.shared.expires.freeze_clock();
                 // Virtual ms since the start; a key's deadline in the same terms.
                 let mut now = 0u64;
                 let mut model: BTreeMap<String, (String, Option<u64>)> = BTreeMap::new();

@@ -220,7 +220,8 @@ impl Ctx<'_, '_> {
     /// Whether string `key` is present and not expired (a read outside any unit); its value
     /// is left in `buffers.scratch`.
     pub fn string_present(&mut self, key: &[u8]) -> bool {
-        self.shared.store.get(key, &mut self.buffers.scratch) && !self.shared.expires.is_due(key)
+        // The deadline first: see `expiry`'s invariants.
+        !self.shared.expires.is_due(key) && self.shared.store.get(key, &mut self.buffers.scratch)
     }
 
     /// Whether `key` is present, as the running command sees it; its value is left in
@@ -331,7 +332,7 @@ impl Ctx<'_, '_> {
     /// The value of `key` as a reply: a bulk string or null.
     fn get_reply(&mut self, key: &[u8]) -> Frame {
         let mut value = self.buffers.take();
-        if self.shared.store.get(key, &mut value) && !self.shared.expires.is_due(key) {
+        if !self.shared.expires.is_due(key) && self.shared.store.get(key, &mut value) {
             Frame::Bulk(value)
         } else {
             self.buffers.give(value);

@@ -105,11 +105,48 @@ pub fn range(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     if limit == 0 {
         return Ok(Frame::Array(items));
     }
-    // The limit goes to the store: a short page of a long range reads optimistically,
-    // without holding batches off (scan_gate). Expired keys are skipped; if some were, the
-    // scan goes on after the last row read until `limit` live keys are found or the range
-    // ends.
+    // Expired keys are skipped. A deletion of an expired key between reading a row and
+    // checking its deadline could show a deleted key: if one happened (the generation of
+    // deletions moved), the range is read again, and at last with each row checked by a
+    // point read (`expiry`'s invariants).
     let expires = &ctx.shared.expires;
+    for attempt in 0..=super::expire::SCAN_RETRIES {
+        let generation = expires.generation();
+        let validate = attempt == super::expire::SCAN_RETRIES;
+        items.clear();
+        read_range(
+            ctx,
+            (lower, upper),
+            order,
+            limit,
+            keys_only,
+            validate,
+            &mut items,
+        );
+        if validate || expires.generation() == generation {
+            break;
+        }
+    }
+    Ok(Frame::Array(items))
+}
+
+/// One read of FOREST.RANGE's rows into `items`. The limit goes to the store: a short page
+/// of a long range reads optimistically, without holding batches off (scan_gate). Expired
+/// keys are skipped; if some were, the scan goes on after the last row read until `limit`
+/// live keys are found or the range ends. With `validate`, each row is checked again by a
+/// point read.
+fn read_range(
+    ctx: &Ctx<'_, '_>,
+    (lower, upper): (Bound<&[u8]>, Bound<&[u8]>),
+    order: Order,
+    limit: usize,
+    keys_only: bool,
+    validate: bool,
+    items: &mut Vec<Frame>,
+) {
+    let shared = ctx.shared;
+    let expires = &shared.expires;
+    let mut scratch = Vec::new();
     let mut found = 0usize;
     let mut resume: Option<Vec<u8>> = None;
     loop {
@@ -121,14 +158,23 @@ pub fn range(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         let want = limit - found;
         let (mut read, mut hidden) = (0usize, false);
         let mut last_read = Vec::new();
-        ctx.shared
+        shared
             .store
             .scan_up_to(lo, hi, order, want, &mut |key, value| {
                 read += 1;
                 if read == want {
                     last_read = key.to_vec();
                 }
-                if expires.hides(key) {
+                let live = !expires.hides(key)
+                    && (!validate
+                        || super::expire::still_live(
+                            shared,
+                            key,
+                            "string",
+                            Some(value),
+                            &mut scratch,
+                        ));
+                if !live {
                     hidden = true;
                     return ControlFlow::Continue(());
                 }
@@ -144,7 +190,6 @@ pub fn range(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         }
         resume = Some(last_read);
     }
-    Ok(Frame::Array(items))
 }
 
 /// FOREST.COUNT min max.
@@ -152,16 +197,36 @@ pub fn count(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let Some((lower, upper)) = bounds(argv[1], argv[2])? else {
         return Ok(Frame::Integer(0));
     };
+    let shared = ctx.shared;
+    let expires = &shared.expires;
     let mut n = 0i64;
-    let expires = &ctx.shared.expires;
-    ctx.shared
-        .store
-        .scan(lower, upper, Order::Ascending, &mut |key, _| {
-            if !expires.hides(key) {
-                n += 1;
-            }
-            ControlFlow::Continue(())
-        });
+    let mut scratch = Vec::new();
+    // As FOREST.RANGE: read again if an expired key was deleted meanwhile.
+    for attempt in 0..=super::expire::SCAN_RETRIES {
+        let generation = expires.generation();
+        let validate = attempt == super::expire::SCAN_RETRIES;
+        n = 0;
+        shared
+            .store
+            .scan(lower, upper, Order::Ascending, &mut |key, value| {
+                let live = !expires.hides(key)
+                    && (!validate
+                        || super::expire::still_live(
+                            shared,
+                            key,
+                            "string",
+                            Some(value),
+                            &mut scratch,
+                        ));
+                if live {
+                    n += 1;
+                }
+                ControlFlow::Continue(())
+            });
+        if validate || expires.generation() == generation {
+            break;
+        }
+    }
     Ok(Frame::Integer(n))
 }
 
