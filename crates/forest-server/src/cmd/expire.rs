@@ -921,6 +921,75 @@ mod tests {
         assert_eq!(h.run(&["PTTL", "missing"]), int(-2));
     }
 
+    // Goal: the overflow and edge cases of redis tests/unit/expire.tcl give its replies.
+    // Method: each case of that file that has no replication or AOF in it.
+    #[test]
+    fn redis_expire_tcl_edge_cases() {
+        let mut h = Harness::new();
+        h.shared.expires.freeze_clock();
+        let invalid = |cmd: &str| err(&format!("invalid expire time in '{cmd}' command"));
+        h.run(&["SET", "foo", "bar"]);
+        assert_eq!(
+            h.run(&["EXPIRE", "foo", ""]),
+            err("value is not an integer or out of range")
+        );
+        assert_eq!(
+            h.run(&["SET", "foo", "bar", "EX", "10000000000000000"]),
+            invalid("set")
+        );
+        assert_eq!(
+            h.run(&["SET", "foo", "bar", "EX", "-9999999999999999"]),
+            invalid("set")
+        );
+        assert_eq!(
+            h.run(&["GETEX", "foo", "EX", "10000000000000000"]),
+            invalid("getex")
+        );
+        assert_eq!(
+            h.run(&["GETEX", "foo", "EX", "-9999999999999999"]),
+            invalid("getex")
+        );
+        for n in [
+            "9223370399119966",
+            "9223372036854776",
+            "10000000000000000",
+            "18446744073709561",
+            "-9223372036854776",
+            "-9999999999999999",
+        ] {
+            assert_eq!(h.run(&["EXPIRE", "foo", n]), invalid("expire"), "{n}");
+        }
+        assert_eq!(h.run(&["TTL", "foo"]), int(-1));
+        assert_eq!(
+            h.run(&["PEXPIRE", "foo", "9223372036854770000"]),
+            invalid("pexpire")
+        );
+        assert_eq!(h.run(&["PEXPIREAT", "foo", "9223372036854770000"]), int(1));
+        assert_eq!(h.run(&["PEXPIRETIME", "foo"]), int(9223372036854770000));
+        assert_eq!(h.run(&["PEXPIREAT", "foo", "-9223372036854770000"]), int(1));
+        assert_eq!(h.run(&["TTL", "foo"]), int(-2));
+        assert_eq!(
+            h.run(&["EXPIRE", "foo", "200", "XX", "AB"]),
+            err("Unsupported option AB")
+        );
+        h.run(&["SET", "foo", "bar", "EX", "100"]);
+        assert_eq!(h.run(&["EXPIRE", "foo", "-10", "LT"]), int(1));
+        assert_eq!(h.run(&["TTL", "foo"]), int(-2));
+        h.run(&["SET", "foo", "bar"]);
+        assert_eq!(h.run(&["EXPIRE", "foo", "-10", "LT"]), int(1));
+        assert_eq!(h.run(&["TTL", "foo"]), int(-2));
+        for flag in ["NX", "XX", "GT", "LT"] {
+            assert_eq!(h.run(&["EXPIRE", "none", "100", flag]), int(0));
+        }
+        // SETEX overwrites a key and its deadline; SET removes it; KEEPTTL keeps it.
+        h.run(&["SETEX", "k", "100", "a"]);
+        h.run(&["SETEX", "k", "200", "b"]);
+        assert_eq!(h.run(&["GET", "k"]), bulk("b"));
+        assert_eq!(h.run(&["TTL", "k"]), int(200));
+        assert_eq!(h.run(&["SETEX", "k", "-10", "c"]), invalid("setex"));
+        assert_eq!(h.shared.expires.count(), 1);
+    }
+
     // Goal: GETEX returns the value and sets, changes or clears its deadline (t_string.c
     // getexCommand): a missing key is null whatever the options, a collection WRONGTYPE, a
     // bad time an error only for a present key, conflicting options a syntax error.
