@@ -16,7 +16,7 @@ use crate::peers;
 use crate::report;
 use crate::runner::{self, RunOptions};
 use crate::target::{self, Mode};
-use crate::workload::{Config, Workload, WORKLOADS};
+use crate::workload::{Config, ScanOrder, Workload, WORKLOADS};
 
 /// Workloads of `forest bench` without `--workload`: a read-only, a write-heavy and a scan
 /// mix, the three regimes the papers contrast.
@@ -41,7 +41,8 @@ Without flags, `forest bench` compares every engine and peer on ycsb-c, ycsb-a a
 2-core machine. A workload named with --workload keeps its own key count (1 M for most) and
 runs 1 000 000 ops unless --keys / --ops say otherwise.
 
-Output: a table on stdout (median Mops/s, the runs' range, heap bytes the load allocated and
+Output: a table on stdout (median Mops/s, the runs' range, for workloads with scans the
+records the scans visited in millions per second (Mrec/s), heap bytes the load allocated and
 bytes per key, engine counters per op), then each engine's throughput relative to the first
 peer, or to --baseline, per workload and thread count. --json and --plot write the same
 results for machines and for eyes. A progress bar is drawn on stderr when it is a terminal.";
@@ -103,6 +104,20 @@ pub struct BenchArgs {
     /// Value size in bytes, overriding the workload's.
     #[arg(long, value_name = "BYTES")]
     pub value_size: Option<usize>,
+
+    /// Records per scan, for workloads with scans (ycsb-e): every scan visits exactly N
+    /// records (fewer only where the keys run out), from the same start keys as without the
+    /// flag. Default: the workload's own lengths (ycsb-e: uniform in 1..=100). Scan rows
+    /// report records per second (Mrec/s) beside ops per second.
+    #[arg(long, value_name = "N")]
+    pub scan_len: Option<u32>,
+
+    /// Direction of every scan, for workloads with scans: `asc` (from the start key up, as
+    /// YCSB E) or `desc` (from the start key down, the key itself first). A peer without a
+    /// correct reverse range scan of its own is skipped on `desc`, and the report says why.
+    /// Default: asc.
+    #[arg(long, value_name = "asc|desc")]
+    pub scan_order: Option<String>,
 
     /// Write the results as JSON: {"results":[{"engine","workload","threads","keys","ops",
     /// "runs_ops_per_sec","median_ops_per_sec","memory_bytes","bytes_per_key","key_shape",
@@ -199,7 +214,8 @@ pub fn catalog() -> String {
     let _ = writeln!(
         s,
         "\nExamples:\n  forest bench\n  forest bench --workload bztree-balanced --dist zipfian \
-         --threads 1,2,4 --json out.json --plot out.svg\n  forest bench --engines \
+         --threads 1,2,4 --json out.json --plot out.svg\n  forest bench --workload ycsb-e \
+         --scan-len 1000 --scan-order desc --keys 1000000\n  forest bench --engines \
          lockbtree:order=8,lockbtree:order=64,skiplist --workload ycsb-a --baseline skiplist\n  \
          forest bench --engines lockbtree --workload durable-put --durability \
          sync,group,periodic:200 --threads 1,8,64 --ops 20000 --runs 1\n  \
@@ -242,6 +258,29 @@ fn plan(args: &BenchArgs) -> anyhow::Result<Plan> {
             );
         }
     }
+    let scan_order = args
+        .scan_order
+        .as_deref()
+        .map(str::parse::<ScanOrder>)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--scan-order: {e}"))?;
+    if args.scan_len == Some(0) {
+        bail!("--scan-len must be at least 1");
+    }
+    if (args.scan_len.is_some() || scan_order.is_some())
+        && !workloads.iter().any(Workload::has_scans)
+    {
+        let with_scans: Vec<&str> = WORKLOADS
+            .iter()
+            .filter(|w| w.has_scans())
+            .map(|w| w.name)
+            .collect();
+        bail!(
+            "--scan-len and --scan-order shape scans, and no workload run has scans (those that \
+             do: {})",
+            with_scans.join(", ")
+        );
+    }
     let ops = args.ops.unwrap_or(if quick {
         DEFAULT_QUICK_OPS
     } else {
@@ -263,6 +302,8 @@ fn plan(args: &BenchArgs) -> anyhow::Result<Plan> {
                 keys,
                 ops,
                 seed: args.seed,
+                scan_len: args.scan_len,
+                scan_order: scan_order.unwrap_or_default(),
             }
         })
         .collect();
@@ -414,17 +455,17 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             .filter(|s| !new_rows.iter().any(|r| r.engine == s.label()))
             .collect();
         for s in skipped {
-            let why = if peers::is_unordered(&s.name) {
-                "a hash map has no ordered scans"
-            } else {
-                "not a store engine, so not run under a durable mode"
+            let why = plan
+                .options
+                .modes
+                .iter()
+                .find_map(|&mode| runner::skip_reason(config, s, mode))
+                .unwrap_or_default();
+            let workload = match config.scan_label() {
+                Some(label) => format!("{}/{label}", config.workload.name),
+                None => config.workload.name.to_string(),
             };
-            let _ = writeln!(
-                text,
-                "{:<22}     {:<34} skipped: {why}",
-                config.workload.name,
-                s.label()
-            );
+            let _ = writeln!(text, "{workload:<22}     {:<34} skipped: {why}", s.label());
         }
         progress.suspend(|| print!("{text}"));
         rows.extend(new_rows);
@@ -487,6 +528,35 @@ mod tests {
         assert_eq!(quick.configs[0].keys, DEFAULT_QUICK_KEYS);
         assert_eq!(quick.options.threads, [1, 3]);
         assert_eq!(quick.specs.len(), 1);
+    }
+
+    #[test]
+    fn scan_flags_reach_every_workload_with_scans() {
+        // Goal: --scan-len and --scan-order are resolved into each configuration; they are
+        // refused when zero, unknown, or when no workload run has scans; --help shows them.
+        let p = plan(&parse(&[
+            "--workload",
+            "ycsb-e,ycsb-c",
+            "--scan-len",
+            "1000",
+            "--scan-order",
+            "desc",
+        ]))
+        .expect("ok");
+        assert!(p
+            .configs
+            .iter()
+            .all(|c| c.scan_len == Some(1_000) && c.scan_order == ScanOrder::Desc));
+        let quick = plan(&parse(&["--scan-len", "10"])).expect("ycsb-e is a default");
+        assert_eq!(quick.configs[2].scan_order, ScanOrder::Asc);
+        let err = |args: &[&str]| plan(&parse(args)).err().expect("rejected").to_string();
+        assert!(err(&["--scan-len", "0"]).contains("--scan-len"));
+        assert!(err(&["--scan-order", "up"]).contains("desc"));
+        assert!(err(&["--workload", "ycsb-a", "--scan-order", "desc"]).contains("ycsb-e"));
+        let mut cmd = <Cli as clap::CommandFactory>::command();
+        let help = cmd.render_long_help().to_string();
+        assert!(help.contains("--scan-len") && help.contains("--scan-order"));
+        assert!(help.contains("Mrec/s"));
     }
 
     #[test]

@@ -33,6 +33,17 @@ pub struct ResultRow {
     pub runs_ops_per_sec: Vec<f64>,
     /// The median of `runs_ops_per_sec`.
     pub median_ops_per_sec: f64,
+    /// Rows of workloads with scans: the median over runs of the records the scans visited
+    /// per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records_per_sec: Option<f64>,
+    /// Rows of workloads with scans: records per scan, `10` (`--scan-len`) or `1-100` (the
+    /// workload's uniform lengths).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan_len: Option<String>,
+    /// Rows of workloads with scans: `asc` or `desc` (`--scan-order`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan_order: Option<String>,
     /// Net heap bytes the load phase allocated (None without the counting allocator).
     pub memory_bytes: Option<u64>,
     /// `memory_bytes` per loaded key.
@@ -101,8 +112,8 @@ pub fn table(rows: &[ResultRow]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<22} {:>3} {:<34} {:>10} {:>17} {:>10} {:>8}  counters/op",
-        "workload", "thr", "engine", "Mops/s", "runs min..max", "memory MB", "B/key"
+        "{:<22} {:>3} {:<34} {:>10} {:>17} {:>9} {:>10} {:>8}  counters/op",
+        "workload", "thr", "engine", "Mops/s", "runs min..max", "Mrec/s", "memory MB", "B/key"
     );
     for r in rows {
         let (lo, hi) = r
@@ -130,15 +141,19 @@ pub fn table(rows: &[ResultRow]) -> String {
                 .filter(|(_, v)| **v > 0.0)
                 .map(|(k, v)| format!("{k}={v:.4}")),
         );
+        let records = r
+            .records_per_sec
+            .map_or("-".to_string(), |v| format!("{:.3}", v / 1e6));
         let _ = writeln!(
             out,
-            "{:<22} {:>3} {:<34} {:>10} {:>8}..{:<8} {:>10} {:>8}  {}",
+            "{:<22} {:>3} {:<34} {:>10} {:>8}..{:<8} {:>9} {:>10} {:>8}  {}",
             r.workload,
             r.threads,
             r.label(),
             mops(r.median_ops_per_sec),
             mops(lo),
             mops(hi),
+            records,
             memory,
             per_key,
             counters.join(" ")
@@ -506,6 +521,9 @@ mod tests {
             ops: 100,
             runs_ops_per_sec: vec![ops_per_sec],
             median_ops_per_sec: ops_per_sec,
+            records_per_sec: None,
+            scan_len: None,
+            scan_order: None,
             memory_bytes: Some(1000),
             bytes_per_key: Some(100.0),
             engine_memory_bytes: 0,

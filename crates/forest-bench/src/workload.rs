@@ -28,11 +28,19 @@
 //!   sequence), then one sequence of 80 % searches of inserted keys and 20 % inserts of new
 //!   keys is dealt round-robin over the threads (thread t gets actions t, t+T, t+2T, …).
 //!
+//! Scans (`ycsb-e`, or any mix with scans) start at an existing key and visit up to their
+//! length in records: by default YCSB E's lengths, uniform in `1..=100`, ascending. Two flags
+//! reshape every scan of a run: `--scan-len N` makes each scan exactly N records (the start
+//! keys stay those of the default, so runs of different lengths scan from the same keys), and
+//! `--scan-order desc` makes each scan start at its key and go down (the key itself first).
+//!
 //! Streams are made before the timed phase (keys materialized into per-thread arenas), so key
 //! generation never runs in the timed loop, and one stream set is shared by every engine of a
 //! run, so all face the same operations.
 
 use std::str::FromStr;
+
+use forest_core::Order;
 
 use crate::dist::{Dist, KeyChooser};
 use crate::keygen::{KeyOrder, KeyShape};
@@ -47,7 +55,7 @@ pub enum OpKind {
     Upsert,
     /// `insert` (if absent) of a new key.
     Insert,
-    /// An ascending scan from a key, of up to `scan_len` records.
+    /// A scan from a key, of up to `scan_len` records, in the phase's [`Phase::scan_order`].
     Scan,
     /// `get` then `upsert` of the same key (YCSB F).
     ReadModifyWrite,
@@ -102,6 +110,8 @@ pub struct Phase {
     pub streams: Vec<Stream>,
     /// Consecutive ops handed over as one batch (1: one at a time); batches hold upserts only.
     pub batch_ops: usize,
+    /// The direction of every scan of the phase.
+    pub scan_order: ScanOrder,
 }
 
 impl Phase {
@@ -153,6 +163,46 @@ impl Mix {
     const fn appending(mut self) -> Self {
         self.append_when_monotonic = true;
         self
+    }
+}
+
+/// The direction of a run's scans (`--scan-order`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ScanOrder {
+    /// From the start key up: `[key, +inf)`, smallest first (YCSB E).
+    #[default]
+    Asc,
+    /// From the start key down: `(-inf, key]`, largest first.
+    Desc,
+}
+
+impl ScanOrder {
+    /// The name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScanOrder::Asc => "asc",
+            ScanOrder::Desc => "desc",
+        }
+    }
+
+    /// The index's scan order.
+    pub fn order(self) -> Order {
+        match self {
+            ScanOrder::Asc => Order::Ascending,
+            ScanOrder::Desc => Order::Descending,
+        }
+    }
+}
+
+impl FromStr for ScanOrder {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        match s {
+            "asc" => Ok(ScanOrder::Asc),
+            "desc" => Ok(ScanOrder::Desc),
+            _ => anyhow::bail!("unknown scan order {s:?}; known: asc, desc"),
+        }
     }
 }
 
@@ -370,6 +420,21 @@ pub const WORKLOADS: &[Workload] = &[
     },
 ];
 
+impl Workload {
+    /// Whether the workload's timed phase scans.
+    pub fn has_scans(&self) -> bool {
+        matches!(self.kind, Kind::Mixed(mix) if mix.scan > 0.0)
+    }
+
+    /// Its scans' longest length by default (None: it has no scans).
+    pub fn scan_len_max(&self) -> Option<u32> {
+        match self.kind {
+            Kind::Mixed(mix) if mix.scan > 0.0 => Some(mix.scan_len_max),
+            _ => None,
+        }
+    }
+}
+
 impl FromStr for Workload {
     type Err = anyhow::Error;
 
@@ -402,6 +467,10 @@ pub struct Config {
     pub ops: u64,
     /// Seed of every generator.
     pub seed: u64,
+    /// Records of every scan (`--scan-len`); None: the workload's uniform lengths.
+    pub scan_len: Option<u32>,
+    /// Direction of every scan (`--scan-order`).
+    pub scan_order: ScanOrder,
 }
 
 impl Config {
@@ -426,6 +495,20 @@ impl Config {
     /// Whether `--keys 0` is meaningful (no load): only for the put workloads.
     pub fn allows_no_keys(&self) -> bool {
         matches!(self.workload.kind, Kind::Puts { .. })
+    }
+
+    /// The scans' shape in reports when a flag changed it (`scan=10,desc`, `scan=1-100,desc`);
+    /// None for a workload without scans or with its default scans.
+    pub fn scan_label(&self) -> Option<String> {
+        let max = self.workload.scan_len_max()?;
+        if self.scan_len.is_none() && self.scan_order == ScanOrder::Asc {
+            return None;
+        }
+        let len = match self.scan_len {
+            Some(n) => n.to_string(),
+            None => format!("1-{max}"),
+        };
+        Some(format!("scan={len},{}", self.scan_order.name()))
     }
 
     /// The key of `index` in this configuration.
@@ -463,6 +546,7 @@ fn puts_phase(config: &Config, threads: usize, batch_ops: usize) -> Phase {
         suffix: None,
         streams,
         batch_ops: batch_ops.max(1),
+        scan_order: config.scan_order,
     }
 }
 
@@ -507,7 +591,9 @@ fn mixed_phase(config: &Config, mix: &Mix, threads: usize) -> Phase {
                 } else if pick < mix.read + mix.update + mix.insert {
                     (OpKind::Insert, 0, next_new_key(&mut own_new_keys))
                 } else if pick < mix.read + mix.update + mix.insert + mix.scan {
-                    let len = 1 + chooser.rng().below(u64::from(mix.scan_len_max)) as u32;
+                    // Drawn even under --scan-len, so the start keys do not depend on it.
+                    let drawn = 1 + chooser.rng().below(u64::from(mix.scan_len_max)) as u32;
+                    let len = config.scan_len.unwrap_or(drawn);
                     (OpKind::Scan, len, chooser.next(known))
                 } else {
                     (OpKind::ReadModifyWrite, 0, chooser.next(known))
@@ -521,6 +607,7 @@ fn mixed_phase(config: &Config, mix: &Mix, threads: usize) -> Phase {
         suffix: None,
         streams,
         batch_ops: 1,
+        scan_order: config.scan_order,
     }
 }
 
@@ -548,11 +635,13 @@ fn rw1_phases(config: &Config, threads: usize) -> Vec<Phase> {
             suffix: Some("put"),
             streams: puts,
             batch_ops: 1,
+            scan_order: config.scan_order,
         },
         Phase {
             suffix: Some("get"),
             streams: gets,
             batch_ops: 1,
+            scan_order: config.scan_order,
         },
     ]
 }
@@ -581,6 +670,7 @@ fn westerhoff_phase(config: &Config, threads: usize) -> Phase {
         suffix: None,
         streams,
         batch_ops: 1,
+        scan_order: config.scan_order,
     }
 }
 
@@ -598,6 +688,8 @@ mod tests {
             keys: 1_000,
             ops: 10_000,
             seed: 9,
+            scan_len: None,
+            scan_order: ScanOrder::Asc,
         }
     }
 
@@ -618,6 +710,68 @@ mod tests {
         assert!(scans.len() > 9_000);
         assert!(scans.iter().all(|o| (1..=100).contains(&o.scan_len)));
         assert!(e.has_scans());
+    }
+
+    #[test]
+    fn scan_len_fixes_every_scan_and_keeps_the_start_keys() {
+        // Goal: --scan-len N makes every scan exactly N records, and changes nothing else:
+        // the same op kinds and keys as the default streams (so lengths compare on the same
+        // start keys); --scan-order reaches the phase. Method: generate ycsb-e both ways and
+        // compare op by op.
+        let default = &phases(&config("ycsb-e"), 2)[0];
+        for len in [10, 1_000] {
+            let mut c = config("ycsb-e");
+            c.scan_len = Some(len);
+            c.scan_order = ScanOrder::Desc;
+            let fixed = &phases(&c, 2)[0];
+            assert_eq!(fixed.scan_order, ScanOrder::Desc);
+            assert_eq!(default.scan_order, ScanOrder::Asc);
+            for (a, b) in default.streams.iter().zip(&fixed.streams) {
+                assert_eq!(a.ops.len(), b.ops.len());
+                for (x, y) in a.ops.iter().zip(&b.ops) {
+                    assert_eq!(x.kind, y.kind);
+                    assert_eq!(a.key(x), b.key(y));
+                    if y.kind == OpKind::Scan {
+                        assert_eq!(y.scan_len, len);
+                    }
+                }
+            }
+            assert!(fixed.has_scans());
+            assert_eq!(
+                c.scan_label().as_deref(),
+                Some(format!("scan={len},desc").as_str())
+            );
+        }
+        // Default lengths still vary over 1..=100.
+        let lens: std::collections::BTreeSet<u32> = default.streams[0]
+            .ops
+            .iter()
+            .filter(|o| o.kind == OpKind::Scan)
+            .map(|o| o.scan_len)
+            .collect();
+        assert!(lens.len() > 50 && lens.iter().all(|l| (1..=100).contains(l)));
+        assert_eq!(config("ycsb-e").scan_label(), None);
+        let mut desc = config("ycsb-e");
+        desc.scan_order = ScanOrder::Desc;
+        assert_eq!(desc.scan_label().as_deref(), Some("scan=1-100,desc"));
+        let mut no_scans = config("ycsb-a");
+        no_scans.scan_len = Some(10);
+        assert_eq!(no_scans.scan_label(), None);
+        assert!(!no_scans.workload.has_scans() && config("ycsb-e").workload.has_scans());
+    }
+
+    #[test]
+    fn scan_orders_parse_by_name() {
+        // Goal: the --scan-order names round-trip; anything else is an error naming both.
+        for order in [ScanOrder::Asc, ScanOrder::Desc] {
+            assert_eq!(order.name().parse::<ScanOrder>().expect("parses"), order);
+        }
+        assert_eq!(ScanOrder::Desc.order(), Order::Descending);
+        let err = "down"
+            .parse::<ScanOrder>()
+            .expect_err("unknown")
+            .to_string();
+        assert!(err.contains("asc") && err.contains("desc"), "{err}");
     }
 
     #[test]

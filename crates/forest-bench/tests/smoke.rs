@@ -4,9 +4,10 @@
 
 use forest_bench::alloc_count::CountingAlloc;
 use forest_bench::engines::{split_list, Spec};
+use forest_bench::runner::skip_reason;
 use forest_bench::runner::{run_workload, RunOptions};
 use forest_bench::target::parse_mode;
-use forest_bench::workload::{Config, WORKLOADS};
+use forest_bench::workload::{Config, ScanOrder, WORKLOADS};
 use forest_bench::BenchArgs;
 use indicatif::ProgressBar;
 
@@ -41,6 +42,8 @@ fn tiny(name: &str) -> Config {
         keys: 2_000,
         ops: 4_000,
         seed: 1,
+        scan_len: None,
+        scan_order: ScanOrder::Asc,
     }
 }
 
@@ -103,6 +106,62 @@ fn every_peer_runs_a_mixed_workload_and_the_hash_map_skips_scans() {
 }
 
 #[test]
+fn fixed_length_descending_scans_report_records_and_skip_peers_without_reverse_scans() {
+    // Goal: ycsb-e with --scan-len 10 --scan-order desc runs on the engines and on the peers
+    // with a reverse range scan of their own; its rows carry records per second (about 10
+    // per scan: a scan from one of the 10 lowest keys finds fewer), the scan shape in the
+    // workload label and in the JSON fields; the peers whose descending scan is a workaround
+    // are skipped with a reason. Method: one run with tiny sizes; the scans are 95 % of ops.
+    let _serial = serial();
+    let specs =
+        split_list("lockbtree,masstree,skiplist,btreemap-rwlock,scc-tree,masstree-rs,hashmap")
+            .expect("ok");
+    let mut config = tiny("ycsb-e");
+    config.scan_len = Some(10);
+    config.scan_order = ScanOrder::Desc;
+    let rows =
+        run_workload(&config, &specs, &options(vec![1]), &ProgressBar::hidden()).expect("runs");
+    let engines: Vec<&str> = rows.iter().map(|r| r.engine.as_str()).collect();
+    assert_eq!(
+        engines,
+        ["lockbtree", "masstree", "skiplist", "btreemap-rwlock"]
+    );
+    for r in &rows {
+        assert_eq!(r.workload, "ycsb-e/scan=10,desc");
+        assert_eq!(r.scan_len.as_deref(), Some("10"));
+        assert_eq!(r.scan_order.as_deref(), Some("desc"));
+        let per_op = r.records_per_sec.expect("scan rows count records") / r.median_ops_per_sec;
+        assert!(
+            (8.5..=10.0).contains(&per_op),
+            "{}: {per_op} records per op",
+            r.engine
+        );
+    }
+    for (name, why) in [
+        ("scc-tree", "scc"),
+        ("masstree-rs", "masstree 0.9"),
+        ("hashmap", "hash map"),
+    ] {
+        let spec = Spec::parse(name).expect("valid");
+        let reason = skip_reason(&config, &spec, None).expect("skipped");
+        assert!(reason.contains(why), "{name}: {reason}");
+    }
+    // Ascending scans measure every ordered peer; workloads without scans carry no records.
+    config.scan_order = ScanOrder::Asc;
+    let spec = Spec::parse("scc-tree").expect("valid");
+    assert_eq!(skip_reason(&config, &spec, None), None);
+    let rows = run_workload(
+        &tiny("ycsb-c"),
+        &specs[..1],
+        &options(vec![1]),
+        &ProgressBar::hidden(),
+    )
+    .expect("runs");
+    assert_eq!(rows[0].records_per_sec, None);
+    assert_eq!(rows[0].workload, "ycsb-c");
+}
+
+#[test]
 fn memory_per_key_is_plausible() {
     // Goal: the load's measured heap is at least the raw key and value bytes and not absurdly
     // more. Method: 20k u64 keys with 100-byte values into btreemap-rwlock.
@@ -138,6 +197,8 @@ fn json_report_has_the_documented_fields() {
         dist: None,
         key_shape: None,
         value_size: None,
+        scan_len: None,
+        scan_order: None,
         json: Some(json.clone()),
         plot: Some(plot.clone()),
         baseline: Some("skiplist".to_string()),
@@ -201,6 +262,8 @@ fn bad_engine_spec_fails_before_running() {
         dist: None,
         key_shape: None,
         value_size: None,
+        scan_len: None,
+        scan_order: None,
         json: None,
         plot: None,
         baseline: None,
@@ -293,6 +356,8 @@ fn durable_json_rows_carry_fsyncs_and_latency() {
         dist: None,
         key_shape: None,
         value_size: None,
+        scan_len: None,
+        scan_order: None,
         json: Some(json.clone()),
         plot: None,
         baseline: None,
@@ -332,6 +397,8 @@ fn durable_mode_rejects_runs_without_a_store_engine() {
         dist: None,
         key_shape: None,
         value_size: None,
+        scan_len: None,
+        scan_order: None,
         json: None,
         plot: None,
         baseline: None,

@@ -19,13 +19,16 @@
 //! address: usize LE | value`, the address at a pointer-aligned offset (`ADDRESS_AT`, for
 //! leak checkers). Comparing a suffix then costs one more dependent load.
 //!
-//! A border slot holds its block in a [`BlockSlot`]: [`BlockSlot::load`] takes a `&'g Guard`
-//! and returns a `&'g Block`, safely, because of the invariants below; a block leaves its
+//! A border slot holds its block in a [`BlockSlot`]: [`BlockSlot::load`] takes a
+//! `&'g TreeGuard` and returns a `&'g Block`, safely, because of the invariants below; a block leaves its
 //! slot only through [`BlockSlot::replace`] (which retires it through the epoch) or
 //! [`BlockSlot::move_to`] (to another slot). This module and [`crate::node`] hold the crate's
 //! `unsafe` for memory.
 //!
 //! Invariants:
+//! - A [`BlockSlot`] is made only as a value slot of a new heap border node ([`BlockSlot::empty`]
+//!   takes a [`Making`], which only `NodeRegistry::alloc_border` makes), so a slot is dropped
+//!   only with its node.
 //! - Every block is made by [`new_value`], which initializes all its bytes before the block is
 //!   shared; blocks are never written afterwards (replaced whole, freed through the epoch;
 //!   the memory-tool build poisons them in [`free`], when no thread can reach them).
@@ -42,10 +45,11 @@
 
 use std::mem::MaybeUninit;
 
-use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
+use crossbeam_epoch::{Atomic, Owned, Shared};
 use forest_core::sync::atomic::Ordering;
 
 use crate::memcheck::{POISONS, POISON_BYTE};
+use crate::node::{Making, TreeGuard};
 
 pub use crate::config::SuffixStorage;
 
@@ -160,30 +164,31 @@ pub fn free(mut o: Owned<Block>) {
 pub struct BlockSlot(Atomic<Block>);
 
 impl BlockSlot {
-    /// An empty slot.
-    pub fn null() -> Self {
+    /// An empty slot of the border node being made (module invariants).
+    pub fn empty(_making: &Making) -> Self {
         Self(Atomic::null())
     }
 
     /// The slot's block, kept alive by `guard` (module invariants).
     #[inline]
-    pub fn load<'g>(&self, order: Ordering, guard: &'g Guard) -> Option<&'g Block> {
+    pub fn load<'g>(&self, order: Ordering, guard: &'g TreeGuard<'_>) -> Option<&'g Block> {
         // SAFETY: a block is freed only once out of its slot, through the epoch that `guard`
-        // pins, or when the slot is dropped, which cannot happen while a guard that reached
-        // its node is pinned (module invariants).
-        unsafe { self.0.load(order, guard).as_ref() }
+        // pins, or when the slot is dropped with its node, which cannot happen while a guard
+        // that reached its node is pinned (module invariants, crate::node invariants).
+        unsafe { self.0.load(order, guard.epoch()).as_ref() }
     }
 
     /// Whether the slot holds no block.
-    pub fn is_null(&self, guard: &Guard) -> bool {
-        self.0.load(Ordering::Relaxed, guard).is_null()
+    pub fn is_null(&self, guard: &TreeGuard<'_>) -> bool {
+        self.0.load(Ordering::Relaxed, guard.epoch()).is_null()
     }
 
     /// Puts `new` (or nothing) in the slot with a store of `order` and retires the block it
     /// held: freed once every reader pinned now has unpinned. The node is locked, or not yet
     /// reachable: slot writers are serialized, so no interlocked swap is needed.
     #[inline]
-    pub fn replace(&self, new: Option<Owned<Block>>, order: Ordering, guard: &Guard) {
+    pub fn replace(&self, new: Option<Owned<Block>>, order: Ordering, guard: &TreeGuard<'_>) {
+        let guard = guard.epoch();
         let old = self.0.load(Ordering::Relaxed, guard);
         match new {
             Some(b) => self.0.store(b, order),
@@ -202,9 +207,9 @@ impl BlockSlot {
     /// slots' nodes are locked (and marked dirty when readers can see them) or not yet
     /// reachable.
     #[inline]
-    pub fn move_to(&self, to: &BlockSlot, order: Ordering, guard: &Guard) {
+    pub fn move_to(&self, to: &BlockSlot, order: Ordering, guard: &TreeGuard<'_>) {
         debug_assert!(to.is_null(guard), "a block moves into an empty slot");
-        let b = self.0.load(Ordering::Relaxed, guard);
+        let b = self.0.load(Ordering::Relaxed, guard.epoch());
         to.0.store(b, order);
         self.0.store(Shared::null(), order);
     }

@@ -28,13 +28,13 @@
 //! Nodes and blocks are reached through [`crate::node`]'s references and
 //! [`crate::block::BlockSlot`], so this module has no `unsafe`.
 
-use crossbeam_epoch::Guard;
+use crate::node::TreeGuard;
 use forest_core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 use crate::block::{self, Block, BlockSlot, SuffixStorage};
 use crate::config::{MasstreeConfig, NodeSearch};
 use crate::key::{class_of_keylen, slice_of, KEYLEN_LAYER, KEYLEN_SUFFIX, SLICE_BYTES};
-use crate::node::{BorderRef, Link, NodeBase};
+use crate::node::{BorderRef, Link, Making, NodeBase};
 use crate::permuter::Permuter;
 
 /// A border node of a tree whose border nodes have `W` slots and interior nodes fanout `F`.
@@ -104,8 +104,8 @@ pub enum Found {
 
 impl<const W: usize, const F: usize> Border<W, F> {
     /// An empty border node with the header `base` and `lowkey`; only
-    /// [`crate::node::NodeRegistry::alloc_border`] makes a header for it.
-    pub fn new(base: NodeBase<W, F>, lowkey: u64) -> Self {
+    /// [`crate::node::NodeRegistry::alloc_border`] makes a header and a [`Making`] for it.
+    pub fn new(base: NodeBase<W, F>, lowkey: u64, making: &Making) -> Self {
         Self {
             base,
             permutation: AtomicU64::new(Permuter::<W>::empty().value()),
@@ -113,7 +113,7 @@ impl<const W: usize, const F: usize> Border<W, F> {
             lowkey,
             keyslice: std::array::from_fn(|_| AtomicU64::new(0)),
             keylen: std::array::from_fn(|_| AtomicU8::new(0)),
-            value: std::array::from_fn(|_| BlockSlot::null()),
+            value: std::array::from_fn(|_| BlockSlot::empty(making)),
             layer: std::array::from_fn(|_| Link::null()),
             next: Link::null(),
             prev: Link::null(),
@@ -188,7 +188,7 @@ impl<const W: usize, const F: usize> Border<W, F> {
         class: u8,
         rest: &[u8],
         search: NodeSearch,
-        guard: &'g Guard,
+        guard: &'g TreeGuard<'_>,
     ) -> Lookup<'g, W, F> {
         let perm = self.permutation();
         let (i, Some(kl)) = self.position(perm, slice, class, search) else {
@@ -213,7 +213,7 @@ impl<const W: usize, const F: usize> Border<W, F> {
     pub fn layer_link<'g>(
         &self,
         slice: u64,
-        guard: &'g Guard,
+        guard: &'g TreeGuard<'_>,
     ) -> Option<Option<BorderRef<'g, W, F>>> {
         let perm = self.permutation();
         (0..perm.size()).map(|i| perm.get(i)).find_map(|s| {
@@ -230,7 +230,7 @@ impl<const W: usize, const F: usize> Border<W, F> {
         class: u8,
         rest: &[u8],
         search: NodeSearch,
-        guard: &Guard,
+        guard: &TreeGuard<'_>,
     ) -> Found {
         debug_assert!(self.base.version.raw() & crate::nodeversion::LOCKED != 0);
         let perm = self.permutation();
@@ -262,7 +262,7 @@ impl<const W: usize, const F: usize> Border<W, F> {
         s: usize,
         new: NewSlot<'_, W, F>,
         storage: SuffixStorage,
-        guard: &Guard,
+        guard: &TreeGuard<'_>,
     ) {
         self.keyslice[s].store(new.slice(), Ordering::Relaxed);
         match new {
@@ -295,7 +295,7 @@ impl<const W: usize, const F: usize> Border<W, F> {
         pos: usize,
         new: NewSlot<'_, W, F>,
         config: &MasstreeConfig,
-        guard: &Guard,
+        guard: &TreeGuard<'_>,
     ) {
         let perm = self.permutation();
         let (perm, s) = if config.permuter {
@@ -319,7 +319,7 @@ impl<const W: usize, const F: usize> Border<W, F> {
     /// block: with the permuter by one permutation store (the slot is reused late, readers
     /// that hold it are caught by `has_removed`), without it by shifting the later slots left
     /// with the node marked inserting.
-    pub fn remove_at(&self, pos: usize, permuter: bool, guard: &Guard) {
+    pub fn remove_at(&self, pos: usize, permuter: bool, guard: &TreeGuard<'_>) {
         let perm = self.permutation();
         let s = perm.get(pos);
         if permuter {
@@ -344,7 +344,7 @@ impl<const W: usize, const F: usize> Border<W, F> {
 
     /// Shifts slots `pos..n` of this locked, dirty node one place right and leaves slot `pos`
     /// without a block (its block moved on). Precondition: slot `n` is free.
-    pub fn shift_right(&self, pos: usize, n: usize, guard: &Guard) {
+    pub fn shift_right(&self, pos: usize, n: usize, guard: &TreeGuard<'_>) {
         debug_assert!(self.value[n].is_null(guard));
         for i in (pos..n).rev() {
             self.copy_slot(i, i + 1, guard);
@@ -355,7 +355,7 @@ impl<const W: usize, const F: usize> Border<W, F> {
     /// (`from` is left without one: one owner per block). Release stores: a reader that
     /// loads the moved pointer also sees the block's bytes, published when the block was
     /// first stored.
-    fn copy_slot(&self, from: usize, to: usize, guard: &Guard) {
+    fn copy_slot(&self, from: usize, to: usize, guard: &TreeGuard<'_>) {
         self.keyslice[to].store(
             self.keyslice[from].load(Ordering::Relaxed),
             Ordering::Relaxed,
@@ -369,7 +369,7 @@ impl<const W: usize, const F: usize> Border<W, F> {
     }
 
     /// Moves slot `from_s` of this locked node to slot `to_s` of `to` (not yet visible).
-    pub fn move_slot(&self, from_s: usize, to: &Border<W, F>, to_s: usize, guard: &Guard) {
+    pub fn move_slot(&self, from_s: usize, to: &Border<W, F>, to_s: usize, guard: &TreeGuard<'_>) {
         to.keyslice[to_s].store(
             self.keyslice[from_s].load(Ordering::Relaxed),
             Ordering::Relaxed,

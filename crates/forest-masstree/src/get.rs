@@ -4,8 +4,6 @@
 //! node changed, the reader re-reads it, first walking right along `next` past splits
 //! (`k ≥ lowkey(next)`), since splits move keys only to the right.
 
-use crossbeam_epoch as epoch;
-
 use crate::block::Value;
 use crate::border::Lookup;
 use crate::key::{class_of, slice_of, SLICE_BYTES};
@@ -32,7 +30,7 @@ pub fn get_with<const W: usize, const F: usize>(
     key: &[u8],
     mut read: impl FnMut(Value<'_>),
 ) -> bool {
-    let guard = epoch::pin();
+    let guard = tree.pin();
     'top: loop {
         let mut root = tree.root(&guard);
         let mut rest = key;

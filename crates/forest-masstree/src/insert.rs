@@ -7,7 +7,6 @@
 
 use std::borrow::Cow;
 
-use crossbeam_epoch as epoch;
 use forest_core::sync::atomic::Ordering;
 use forest_core::Result;
 
@@ -54,7 +53,7 @@ pub fn put_with<'v, const W: usize, const F: usize, M>(
 where
     M: FnMut(Option<Value<'_>>) -> Result<Cow<'v, [u8]>>,
 {
-    let guard = epoch::pin();
+    let guard = tree.pin();
     let mut root = tree.root(&guard);
     let mut rest = key;
     loop {

@@ -14,7 +14,7 @@
 //!
 //! Children are reached through [`crate::node`]'s references, so this module has no `unsafe`.
 
-use crossbeam_epoch::Guard;
+use crate::node::TreeGuard;
 use forest_core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 use crate::config::NodeSearch;
@@ -65,7 +65,7 @@ impl<const W: usize, const F: usize> Interior<W, F> {
         &self,
         slice: u64,
         search: NodeSearch,
-        guard: &'g Guard,
+        guard: &'g TreeGuard<'_>,
     ) -> Option<NodeRef<'g, W, F>> {
         let n = self.nkeys();
         let i = match search {
@@ -93,7 +93,7 @@ impl<const W: usize, const F: usize> Interior<W, F> {
     }
 
     /// The position of child `c` in this locked node.
-    pub(crate) fn position_of(&self, c: NodeRef<'_, W, F>, guard: &Guard) -> usize {
+    pub(crate) fn position_of(&self, c: NodeRef<'_, W, F>, guard: &TreeGuard<'_>) -> usize {
         let n = self.nkeys();
         (0..=n)
             .find(|&i| self.child[i].load(Ordering::Relaxed, guard) == Some(c))
@@ -103,7 +103,7 @@ impl<const W: usize, const F: usize> Interior<W, F> {
     /// Removes child `c` of this locked node, marked inserting, with at least one key: with the
     /// key before it, or, for the first child, with the key after it. Returns that key in
     /// the second case: the node's new lower bound (§4.6.5).
-    pub fn remove_child(&self, c: NodeRef<'_, W, F>, guard: &Guard) -> Option<u64> {
+    pub fn remove_child(&self, c: NodeRef<'_, W, F>, guard: &TreeGuard<'_>) -> Option<u64> {
         let n = self.nkeys();
         debug_assert!(n > 0);
         let j = self.position_of(c, guard);
@@ -132,7 +132,7 @@ impl<const W: usize, const F: usize> Interior<W, F> {
         left: NodeRef<'_, W, F>,
         sep: u64,
         right: NodeRef<'_, W, F>,
-        guard: &Guard,
+        guard: &TreeGuard<'_>,
     ) {
         let n = self.nkeys();
         debug_assert!(n < Self::KEYS_MAX);
@@ -157,7 +157,7 @@ impl<const W: usize, const F: usize> Interior<W, F> {
         left: NodeRef<'g, W, F>,
         sep: u64,
         right: NodeRef<'g, W, F>,
-        guard: &'g Guard,
+        guard: &'g TreeGuard<'_>,
     ) -> u64 {
         let n = this.nkeys();
         debug_assert_eq!(n, Self::KEYS_MAX);

@@ -20,7 +20,7 @@
 //! Nodes are reached through [`crate::node`]'s references; the one `unsafe` step is retiring
 //! a collapsed root (its `// SAFETY:` comment says why it is unreachable).
 
-use crossbeam_epoch::Guard;
+use crate::node::TreeGuard;
 use forest_core::sync::atomic::Ordering;
 
 use crate::key::{slice_of, KEYLEN_LAYER, KEYLEN_SUFFIX, KEYLEN_UNSTABLE, SLICE_BYTES};
@@ -34,7 +34,7 @@ use crate::Masstree;
 #[inline]
 fn climb<'g, const W: usize, const F: usize>(
     mut n: NodeRef<'g, W, F>,
-    guard: &'g Guard,
+    guard: &'g TreeGuard<'_>,
 ) -> (NodeRef<'g, W, F>, u64) {
     loop {
         let v = n.version.stable();
@@ -59,7 +59,7 @@ pub fn find_border<'g, const W: usize, const F: usize>(
     tree: &Masstree<W, F>,
     root: NodeRef<'g, W, F>,
     slice: u64,
-    guard: &'g Guard,
+    guard: &'g TreeGuard<'_>,
 ) -> (BorderRef<'g, W, F>, u64) {
     'retry: loop {
         let (mut n, mut v) = climb(root, guard);
@@ -115,7 +115,7 @@ pub fn locate_locked<'g, const W: usize, const F: usize>(
     tree: &Masstree<W, F>,
     root: NodeRef<'g, W, F>,
     slice: u64,
-    guard: &'g Guard,
+    guard: &'g TreeGuard<'_>,
 ) -> Option<BorderRef<'g, W, F>> {
     let (mut n, v) = find_border(tree, root, slice, guard);
     let locked = n.base.version.lock();
@@ -148,7 +148,7 @@ pub fn locate_locked<'g, const W: usize, const F: usize>(
 pub fn layer_root<'g, const W: usize, const F: usize>(
     tree: &Masstree<W, F>,
     prefix: &[u8],
-    guard: &'g Guard,
+    guard: &'g TreeGuard<'_>,
 ) -> Option<NodeRef<'g, W, F>> {
     debug_assert_eq!(prefix.len() % SLICE_BYTES, 0);
     'top: loop {
@@ -182,7 +182,7 @@ pub fn layer_root<'g, const W: usize, const F: usize>(
 pub fn walk_right<'g, const W: usize, const F: usize>(
     mut n: BorderRef<'g, W, F>,
     slice: u64,
-    guard: &'g Guard,
+    guard: &'g TreeGuard<'_>,
 ) -> (BorderRef<'g, W, F>, u64) {
     let mut v = n.base.version.stable();
     let mut next = n.next.load(Ordering::Acquire, guard);
@@ -206,7 +206,7 @@ pub fn walk_right<'g, const W: usize, const F: usize>(
 pub fn collapse_root<'g, const W: usize, const F: usize>(
     tree: &Masstree<W, F>,
     hint: NodeRef<'g, W, F>,
-    guard: &'g Guard,
+    guard: &'g TreeGuard<'_>,
 ) {
     loop {
         let (r, _) = climb(hint, guard);
@@ -260,7 +260,7 @@ pub fn make_new_layer<'g, const W: usize, const F: usize>(
     tree: &Masstree<W, F>,
     n: BorderRef<'g, W, F>,
     s: usize,
-    guard: &'g Guard,
+    guard: &'g TreeGuard<'_>,
 ) -> NodeRef<'g, W, F> {
     debug_assert_eq!(n.keylen[s].load(Ordering::Relaxed), KEYLEN_SUFFIX);
     tree.counters.layers.incr();
@@ -307,7 +307,7 @@ pub fn new_layer_chain<'g, const W: usize, const F: usize>(
     tree: &Masstree<W, F>,
     rest: &[u8],
     value: crate::block::Value<'_>,
-    guard: &'g Guard,
+    guard: &'g TreeGuard<'_>,
 ) -> BorderRef<'g, W, F> {
     let slices = rest.len().saturating_sub(1) / SLICE_BYTES;
     let tail = &rest[slices * SLICE_BYTES..];

@@ -50,10 +50,12 @@
 //!
 //! `unsafe` lives in `node` (node references, allocation, reclamation) and `block` (value
 //! blocks), whose module docs state the invariants that make their safe types sound, plus
-//! `memcheck` and `prefetch`. The algorithm modules reach nodes through `node`'s
-//! `Ref<'g, _>` (a node kept alive by an epoch guard, as crossbeam-epoch's
-//! `Shared<'g, T>` but dereferenced safely) and `block::BlockSlot`; their only `unsafe` is
-//! `NodeRegistry::retire`, whose caller proves the node unlinked.
+//! `memcheck` and `prefetch`. Each operation pins a `node::TreeGuard` for its tree
+//! (`Masstree::pin`: the epoch guard, borrowing the tree); the algorithm modules reach nodes
+//! through `node`'s `Ref<'g, _>` (a node kept alive by that guard, so by the pin and the tree,
+//! as crossbeam-epoch's `Shared<'g, T>` but dereferenced safely) and `block::BlockSlot`
+//! (made only inside a new border node); their only `unsafe` is `NodeRegistry::retire`, whose
+//! caller proves the node unlinked.
 //!
 //! Choices the paper leaves open, and what is not done yet:
 //! - Empty border nodes, emptied interior nodes, one-child roots and empty layers are removed
@@ -94,7 +96,6 @@ mod split;
 
 use std::ops::Bound;
 
-use crossbeam_epoch::{self as epoch, Guard};
 use forest_core::stats::names;
 use forest_core::sync::atomic::Ordering;
 use forest_core::{check_entry, Counter, Index, IndexStats, Order, Result, Visitor, KEY_BYTES_MAX};
@@ -104,7 +105,7 @@ pub use crate::config::{MasstreeConfig, NodeSearch, SuffixStorage};
 use crate::insert::PutMode;
 use crate::interior::Interior;
 use crate::key::{KEYLEN_LAYER, SLICE_BYTES};
-use crate::node::{free_tree, Kind, Link, NodeBase, NodeRef, NodeRegistry};
+use crate::node::{free_tree, Kind, Link, NodeBase, NodeRef, NodeRegistry, TreeGuard};
 use crate::nodeversion::ISROOT;
 
 /// Event counters (the paper's retry statistics of §4.6.4).
@@ -180,11 +181,13 @@ impl<const W: usize, const F: usize> Masstree<W, F> {
     pub fn with_widths(config: MasstreeConfig) -> Self {
         let nodes = NodeRegistry::new();
         let root = Link::null();
-        let guard = epoch::pin();
-        root.store(
-            Some(nodes.alloc_border::<W, F>(ISROOT, 0, &guard).node()),
-            Ordering::Relaxed,
-        );
+        {
+            let guard = TreeGuard::pin(&nodes);
+            root.store(
+                Some(nodes.alloc_border::<W, F>(ISROOT, 0, &guard).node()),
+                Ordering::Relaxed,
+            );
+        }
         Self {
             root,
             nodes,
@@ -193,9 +196,16 @@ impl<const W: usize, const F: usize> Masstree<W, F> {
         }
     }
 
+    /// Pins the epoch for one operation on this tree: every node and block reached through
+    /// the guard lives no longer than the guard and the tree (`node` invariants).
+    #[inline]
+    pub(crate) fn pin(&self) -> TreeGuard<'_> {
+        TreeGuard::pin(&self.nodes)
+    }
+
     /// The root of layer 0.
     #[inline]
-    pub(crate) fn root<'g>(&self, guard: &'g Guard) -> NodeRef<'g, W, F> {
+    pub(crate) fn root<'g>(&self, guard: &'g TreeGuard<'_>) -> NodeRef<'g, W, F> {
         self.root
             .load(Ordering::Acquire, guard)
             .expect("a tree always has a root")
@@ -218,7 +228,7 @@ struct Walk {
 /// they link to. Not a snapshot: concurrent writes may or may not be counted.
 fn walk_layer<const W: usize, const F: usize>(
     root: NodeRef<'_, W, F>,
-    guard: &Guard,
+    guard: &TreeGuard<'_>,
     w: &mut Walk,
 ) -> u32 {
     let mut n = root;
@@ -308,7 +318,7 @@ impl<const W: usize, const F: usize> Index for Masstree<W, F> {
     }
 
     fn stats(&self) -> IndexStats {
-        let guard = epoch::pin();
+        let guard = self.pin();
         let mut w = Walk::default();
         let height = walk_layer(self.root(&guard), &guard, &mut w);
         let (borders, interiors) = self.nodes.counts();

@@ -4,15 +4,22 @@
 //! reaches nodes. This module and [`crate::block`] (value blocks) hold the crate's `unsafe`
 //! for memory; the algorithm modules use the safe types below.
 //!
+//! - [`TreeGuard<'t>`](TreeGuard): an epoch guard pinned for one operation on one tree
+//!   (`Masstree::pin`), borrowing that tree for `'t`. Links and blocks are loaded, and nodes
+//!   allocated and retired, only through it, so everything it yields is tied to both the pin
+//!   and the tree; allocation and retirement check that the guard is their tree's.
 //! - [`Ref<'g, N>`](Ref) (aliases [`NodeRef`], [`BorderRef`], [`InteriorRef`]): a node kept
-//!   alive by the epoch guard borrowed for `'g`, as crossbeam-epoch's `Shared<'g, T>`, but
-//!   dereferenced safely (it is `Deref`), because of the invariants below. Made only by
-//!   allocation and by loads from a [`Link`]; `Copy`; compared by address.
+//!   alive by the tree guard borrowed for `'g` (so `'t: 'g`: no `Ref` outlives the guard's
+//!   pin or its tree), as crossbeam-epoch's `Shared<'g, T>`, but dereferenced safely (it is
+//!   `Deref`), because of the invariants below. Made only by allocation and by loads from a
+//!   [`Link`]; `Copy`; compared by address.
 //! - [`Link<N>`](Link): a node pointer field (the tree's root, `parent`, interior children,
-//!   border `next`/`prev` and layer links). [`Link::load`] takes a `&'g Guard` and returns an
-//!   `Option<Ref<'g, N>>`; [`Link::store`] takes a `Ref` (or `None`), so a link only ever holds
-//!   null or a node.
+//!   border `next`/`prev` and layer links). [`Link::load`] takes a `&'g TreeGuard` and returns
+//!   an `Option<Ref<'g, N>>`; [`Link::store`] takes a `Ref` (or `None`), so a link only ever
+//!   holds null or a node.
 //! - [`NodeRef::kind`] tells a border node from an interior node; [`Ref::node`] goes back.
+//! - [`Making`]: the proof, made only in [`NodeRegistry::alloc_border`], that the value
+//!   slots ([`crate::block::BlockSlot`]) being made belong to a new heap border node.
 //!
 //! Invariants (why dereferencing a `Ref<'g, _>` is sound while its guard is pinned):
 //! - Every node is made on the heap by [`NodeRegistry::alloc_border`] / `alloc_interior`
@@ -24,9 +31,12 @@
 //!   unreachable from the tree and will not be linked again: its caller's duty, the one
 //!   `unsafe` step of the algorithms) or by [`free_tree`] from the tree's `Drop` (exclusive
 //!   access). So a node loaded while a guard is pinned stays valid until that guard unpins.
-//! - Guards are pinned inside the operation that borrows the tree, and a `Ref` never outlives
-//!   its guard's borrow, so no `Ref` outlives the operation or the tree. Nothing holds a
-//!   node across an unpin: scans re-descend by key.
+//! - A `TreeGuard` borrows its tree and a `Ref` never outlives its guard's borrow, so no `Ref`
+//!   outlives the pin, the operation or the tree (the borrow checker's proof). A `Ref` of one
+//!   tree is never stored in another tree's link: every operation pins one guard for one
+//!   tree and reaches links only from that tree's root, and the nodes it allocates and
+//!   retires are checked to be its tree's. A scan keeps a node only while its guard is
+//!   pinned; across an unpin it keeps a key (crate::scan).
 //! - A node is retired only after it is marked `DELETED` (a collapsed root also has its
 //!   `ISROOT` bit cleared and its parent pointing at the new root), so a reader pinned before
 //!   the unlink that still reaches it learns to retry.
@@ -90,7 +100,50 @@ impl<const W: usize, const F: usize> Drop for NodeBase<W, F> {
     }
 }
 
-/// A node of kind `N` kept alive by an epoch guard borrowed for `'g` (module invariants).
+/// An epoch guard pinned for one operation on one tree, borrowing the tree for `'t`: the only
+/// guard through which links and blocks are loaded and nodes allocated and retired, so every
+/// [`Ref`] it yields lives no longer than the guard's borrow, hence no longer than the tree's
+/// (module invariants). Made by [`TreeGuard::pin`] (the tree's `pin`).
+pub struct TreeGuard<'t> {
+    epoch: Guard,
+    nodes: &'t NodeRegistry,
+}
+
+impl fmt::Debug for TreeGuard<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TreeGuard({:p})", self.nodes)
+    }
+}
+
+impl<'t> TreeGuard<'t> {
+    /// Pins the epoch for an operation on the tree whose registry is `nodes`.
+    #[inline]
+    pub fn pin(nodes: &'t NodeRegistry) -> Self {
+        Self {
+            epoch: crossbeam_epoch::pin(),
+            nodes,
+        }
+    }
+
+    /// The crossbeam guard, for deferring the free of a block this tree unlinked.
+    #[inline]
+    pub(crate) fn epoch(&self) -> &Guard {
+        &self.epoch
+    }
+
+    /// Whether this guard was pinned for the tree of `nodes`.
+    #[inline]
+    fn is_for(&self, nodes: &NodeRegistry) -> bool {
+        std::ptr::eq(self.nodes, nodes)
+    }
+}
+
+/// Proof that a border node is being made by [`NodeRegistry::alloc_border`]: only this
+/// module can make one (private field), so [`crate::block::BlockSlot`]s, which take it, exist
+/// only inside heap border nodes (crate::block invariants).
+pub struct Making(());
+
+/// A node of kind `N` kept alive by a [`TreeGuard`] borrowed for `'g` (module invariants).
 pub struct Ref<'g, N> {
     ptr: NonNull<N>,
     guard: PhantomData<&'g N>,
@@ -222,7 +275,7 @@ impl<N> Link<N> {
 
     /// The node linked, kept alive by `guard` (module invariants).
     #[inline]
-    pub fn load<'g>(&self, order: Ordering, _guard: &'g Guard) -> Option<Ref<'g, N>> {
+    pub fn load<'g>(&self, order: Ordering, _guard: &'g TreeGuard<'_>) -> Option<Ref<'g, N>> {
         NonNull::new(self.ptr.load(order)).map(|ptr| Ref {
             ptr,
             guard: PhantomData,
@@ -314,10 +367,15 @@ impl NodeRegistry {
         &self,
         version_bits: u64,
         lowkey: u64,
-        _guard: &'g Guard,
+        guard: &'g TreeGuard<'_>,
     ) -> BorderRef<'g, W, F> {
+        assert!(
+            guard.is_for(self),
+            "a node is made under its own tree's guard"
+        );
         self.border_count.fetch_add(1, Ordering::Relaxed);
-        leak(Border::new(NodeBase::new(version_bits | ISBORDER), lowkey))
+        let base = NodeBase::new(version_bits | ISBORDER);
+        leak(Border::new(base, lowkey, &Making(())))
     }
 
     /// Allocates an empty interior node with the version bits `version_bits` (`ISBORDER`
@@ -325,8 +383,12 @@ impl NodeRegistry {
     pub fn alloc_interior<'g, const W: usize, const F: usize>(
         &self,
         version_bits: u64,
-        _guard: &'g Guard,
+        guard: &'g TreeGuard<'_>,
     ) -> InteriorRef<'g, W, F> {
+        assert!(
+            guard.is_for(self),
+            "a node is made under its own tree's guard"
+        );
         self.interior_count.fetch_add(1, Ordering::Relaxed);
         leak(Interior::new(NodeBase::new(version_bits & !ISBORDER)))
     }
@@ -348,8 +410,12 @@ impl NodeRegistry {
     pub unsafe fn retire<const W: usize, const F: usize>(
         &self,
         n: NodeRef<'_, W, F>,
-        guard: &Guard,
+        guard: &TreeGuard<'_>,
     ) {
+        assert!(
+            guard.is_for(self),
+            "a node is retired under its own tree's guard"
+        );
         debug_assert!(n.version.raw() & crate::nodeversion::DELETED != 0);
         let counter = if n.is_border() {
             &self.border_count
@@ -360,7 +426,7 @@ impl NodeRegistry {
         let r = Retired(n.ptr);
         // SAFETY: the closure owns the unreachable node (the caller's duty) and runs after
         // every guard that could have loaded it is gone (crossbeam-epoch's guarantee).
-        unsafe { guard.defer_unchecked(move || r.free()) };
+        unsafe { guard.epoch.defer_unchecked(move || r.free()) };
     }
 }
 
@@ -368,20 +434,15 @@ impl NodeRegistry {
 /// layers linked from live border slots. `&mut` to a tree's root is had only by its `Drop`,
 /// when no operation runs, so no guard holds a node of it (module invariants).
 pub fn free_tree<const W: usize, const F: usize>(root: &mut Link<NodeBase<W, F>>) {
-    // SAFETY: no other thread can reach the tree (above), so the nodes loaded here cannot be
-    // retired or freed meanwhile but by this function.
-    let guard = unsafe { crossbeam_epoch::unprotected() };
-    let mut stack: Vec<NodeRef<'_, W, F>> =
-        root.load(Ordering::Relaxed, guard).into_iter().collect();
+    // No other thread can reach the tree (above), so the nodes loaded here cannot be retired
+    // or freed meanwhile but by this function: loads need no guard.
+    let guard = Unguarded;
+    let mut stack: Vec<NodeRef<'_, W, F>> = guard.load(root).into_iter().collect();
     root.store(None, Ordering::Relaxed);
     while let Some(n) = stack.pop() {
         match n.kind() {
             Kind::Interior(i) => {
-                stack.extend(
-                    i.child[..=i.nkeys()]
-                        .iter()
-                        .filter_map(|c| c.load(Ordering::Relaxed, guard)),
-                );
+                stack.extend(i.child[..=i.nkeys()].iter().filter_map(|c| guard.load(c)));
             }
             Kind::Border(b) => {
                 let perm = b.permutation();
@@ -391,15 +452,11 @@ pub fn free_tree<const W: usize, const F: usize>(root: &mut Link<NodeBase<W, F>>
                         continue;
                     }
                     // The link is the layer's first border node; free from its root.
-                    let Some(mut r) = b.layer[s].load(Ordering::Relaxed, guard).map(|l| l.node())
-                    else {
+                    let Some(mut r) = guard.load(&b.layer[s]).map(|l| l.node()) else {
                         continue;
                     };
                     while r.version.raw() & ISROOT == 0 {
-                        r = r
-                            .parent
-                            .load(Ordering::Relaxed, guard)
-                            .expect("a non-root has a parent");
+                        r = guard.load(&r.parent).expect("a non-root has a parent");
                     }
                     stack.push(r);
                 }
@@ -409,5 +466,17 @@ pub fn free_tree<const W: usize, const F: usize>(root: &mut Link<NodeBase<W, F>>
         // and it is freed after its children and layers were pushed; nothing else can reach
         // it (above). `n` is not used again.
         unsafe { free_node(n.ptr) };
+    }
+}
+
+/// Loads for [`free_tree`], which has the tree to itself (`&mut` to its root).
+struct Unguarded;
+
+impl Unguarded {
+    fn load<N>(&self, link: &Link<N>) -> Option<Ref<'_, N>> {
+        NonNull::new(link.ptr.load(Ordering::Relaxed)).map(|ptr| Ref {
+            ptr,
+            guard: PhantomData,
+        })
     }
 }

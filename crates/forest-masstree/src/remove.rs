@@ -37,7 +37,7 @@
 //! retirements of unlinked nodes, each with a `// SAFETY:` comment saying why it is
 //! unreachable.
 
-use crossbeam_epoch::{self as epoch, Guard};
+use crate::node::TreeGuard;
 use forest_core::sync::atomic::Ordering;
 
 use crate::border::Found;
@@ -50,7 +50,7 @@ use crate::Masstree;
 
 /// Removes `key`; returns whether it was present.
 pub fn remove<const W: usize, const F: usize>(tree: &Masstree<W, F>, key: &[u8]) -> bool {
-    let guard = epoch::pin();
+    let guard = tree.pin();
     'top: loop {
         let mut root = tree.root(&guard);
         let mut depth = 0;
@@ -91,7 +91,7 @@ fn finish_remove<'g, const W: usize, const F: usize>(
     mut root: NodeRef<'g, W, F>,
     key: &[u8],
     mut depth: usize,
-    guard: &'g Guard,
+    guard: &'g TreeGuard<'_>,
 ) {
     loop {
         if n.permutation().size() > 0 {
@@ -123,7 +123,7 @@ fn finish_remove<'g, const W: usize, const F: usize>(
 fn remove_leaf<'g, const W: usize, const F: usize>(
     tree: &Masstree<W, F>,
     n: BorderRef<'g, W, F>,
-    guard: &'g Guard,
+    guard: &'g TreeGuard<'_>,
 ) {
     debug_assert_eq!(n.permutation().size(), 0);
     debug_assert_eq!(n.base.version.raw() & (DELETED | ISROOT), 0);
@@ -166,7 +166,7 @@ fn remove_child<'g, const W: usize, const F: usize>(
     tree: &Masstree<W, F>,
     c: NodeRef<'g, W, F>,
     lowkey: u64,
-    guard: &'g Guard,
+    guard: &'g TreeGuard<'_>,
 ) {
     let p = locked_parent(c, guard).expect("a removed node is never a layer's root");
     if p.nkeys() == 0 {
@@ -196,7 +196,7 @@ fn redirect<'g, const W: usize, const F: usize>(
     start: InteriorRef<'g, W, F>,
     old: u64,
     new: u64,
-    guard: &'g Guard,
+    guard: &'g TreeGuard<'_>,
 ) {
     let mut cur = start;
     loop {
@@ -229,7 +229,7 @@ fn remove_layer<'g, const W: usize, const F: usize>(
     key: &[u8],
     depth: usize,
     link: NodeRef<'g, W, F>,
-    guard: &'g Guard,
+    guard: &'g TreeGuard<'_>,
 ) -> Option<(BorderRef<'g, W, F>, NodeRef<'g, W, F>)> {
     let prefix = &key[..(depth - 1) * SLICE_BYTES];
     let rest = &key[(depth - 1) * SLICE_BYTES..];

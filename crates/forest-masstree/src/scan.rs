@@ -19,13 +19,13 @@
 
 use std::ops::{Bound, ControlFlow};
 
-use crossbeam_epoch as epoch;
 use forest_core::index::{below_lower, in_bounds, past_upper};
 use forest_core::sync::atomic::Ordering;
 use forest_core::{Order, Visitor};
 
 use crate::border::Border;
 use crate::key::{push_slice, slice_of, KEYLEN_LAYER, KEYLEN_SUFFIX, SLICE_BYTES};
+use crate::node::TreeGuard;
 use crate::nodeversion::DELETED;
 use crate::Masstree;
 
@@ -61,7 +61,7 @@ fn snapshot<const W: usize, const F: usize>(
     slice: u64,
     out: &mut Vec<Entry>,
 ) -> Option<Snapshot> {
-    let guard = epoch::pin();
+    let guard = tree.pin();
     'top: loop {
         let root = crate::layer::layer_root(tree, prefix, &guard)?;
         let (mut n, mut v) = crate::layer::find_border(tree, root, slice, &guard);
@@ -100,7 +100,7 @@ fn copy_node<const W: usize, const F: usize>(
     n: &Border<W, F>,
     prefix: &[u8],
     out: &mut Vec<Entry>,
-    guard: &epoch::Guard,
+    guard: &TreeGuard<'_>,
 ) -> Option<()> {
     let perm = n.permutation();
     for i in 0..perm.size() {

@@ -20,7 +20,7 @@
 //!
 //! Nodes are reached through [`crate::node`]'s references, so this module has no `unsafe`.
 
-use crossbeam_epoch::Guard;
+use crate::node::TreeGuard;
 use forest_core::sync::atomic::Ordering;
 
 use crate::border::NewSlot;
@@ -36,7 +36,7 @@ pub fn split_insert<'g, const W: usize, const F: usize>(
     n: BorderRef<'g, W, F>,
     pos: usize,
     new: NewSlot<'_, W, F>,
-    guard: &'g Guard,
+    guard: &'g TreeGuard<'_>,
 ) {
     debug_assert_eq!(n.permutation().size(), W);
     tree.counters.splits.incr();
@@ -137,7 +137,7 @@ pub fn split_insert<'g, const W: usize, const F: usize>(
 /// names an interior node.
 pub(crate) fn locked_parent<'g, const W: usize, const F: usize>(
     n: NodeRef<'g, W, F>,
-    guard: &'g Guard,
+    guard: &'g TreeGuard<'_>,
 ) -> Option<InteriorRef<'g, W, F>> {
     loop {
         let p = n.parent.load(Ordering::Acquire, guard)?.interior();
@@ -157,7 +157,7 @@ fn ascend<'g, const W: usize, const F: usize>(
     mut n: NodeRef<'g, W, F>,
     mut n2: NodeRef<'g, W, F>,
     mut sep: u64,
-    guard: &'g Guard,
+    guard: &'g TreeGuard<'_>,
 ) {
     loop {
         let Some(p) = locked_parent(n, guard) else {

@@ -44,7 +44,10 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use forest_core::Order;
 use forest_store::Store;
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{ReentrantMutex, ReentrantMutexGuard};
+
+/// A held stripe lock ([`Collections::lock`]).
+pub type StripeGuard<'a> = ReentrantMutexGuard<'a, ()>;
 
 /// The first byte of every reserved key.
 pub const RESERVED_BYTE: u8 = 0xff;
@@ -208,7 +211,9 @@ pub fn score_from(bytes: [u8; 8]) -> f64 {
 /// The server's collection state: stripe locks and the two counts.
 #[derive(Debug)]
 pub struct Collections {
-    locks: Box<[Mutex<()>]>,
+    /// Re-entrant: EXEC holds the stripes of all its commands' keys while each command
+    /// takes its own stripe again on the same thread (`cmd::multi`).
+    locks: Box<[ReentrantMutex<()>]>,
     hasher: std::collections::hash_map::RandomState,
     /// Type entries, plus collections being created right now (so a SET racing with a
     /// creation takes the checked path).
@@ -235,7 +240,9 @@ impl Collections {
             },
         );
         Self {
-            locks: (0..LOCK_STRIPE_COUNT).map(|_| Mutex::new(())).collect(),
+            locks: (0..LOCK_STRIPE_COUNT)
+                .map(|_| ReentrantMutex::new(()))
+                .collect(),
             hasher: std::collections::hash_map::RandomState::new(),
             live: AtomicI64::new(live),
             reserved: AtomicI64::new(reserved),
@@ -249,19 +256,26 @@ impl Collections {
     }
 
     /// The stripe lock of `user`. A caller holds at most one stripe lock, except through
-    /// [`Self::lock_many`].
-    pub fn lock(&self, user: &[u8]) -> MutexGuard<'_, ()> {
+    /// [`Self::lock_many`] and [`Self::lock_all`] (EXEC), under which a command takes its
+    /// own keys' stripes again (re-entrant, same thread).
+    pub fn lock(&self, user: &[u8]) -> StripeGuard<'_> {
         self.locks[self.stripe(user)].lock()
     }
 
     /// The stripe locks of all `users` (MSETNX), each stripe once, in stripe order: two such
     /// callers take common stripes in the same order, and every other caller holds one
     /// stripe and waits for none while holding it, so no cycle of waits can form.
-    pub fn lock_many<'k>(&self, users: impl Iterator<Item = &'k [u8]>) -> Vec<MutexGuard<'_, ()>> {
+    pub fn lock_many<'k>(&self, users: impl Iterator<Item = &'k [u8]>) -> Vec<StripeGuard<'_>> {
         let mut stripes: Vec<usize> = users.map(|u| self.stripe(u)).collect();
         stripes.sort_unstable();
         stripes.dedup();
         stripes.into_iter().map(|i| self.locks[i].lock()).collect()
+    }
+
+    /// Every stripe lock, in stripe order (an EXEC whose commands name no keys up front:
+    /// KEYS, SCAN, FLUSHDB, the FOREST ranges): no other write runs while it is held.
+    pub fn lock_all(&self) -> Vec<StripeGuard<'_>> {
+        self.locks.iter().map(|l| l.lock()).collect()
     }
 
     /// Whether any collection may exist: string commands check types only then.

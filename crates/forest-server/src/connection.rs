@@ -76,7 +76,9 @@ fn reply_len(frame: &Frame) -> usize {
     match frame {
         Frame::Bulk(b) | Frame::Verbatim { text: b, .. } => b.len() + HEADER,
         Frame::Simple(s) | Frame::Error(s) => s.len() + HEADER,
-        Frame::Array(items) => items.iter().map(reply_len).sum::<usize>() + HEADER,
+        Frame::Array(items) | Frame::Push(items) | Frame::Sequence(items) => {
+            items.iter().map(reply_len).sum::<usize>() + HEADER
+        }
         Frame::Map(pairs) => {
             pairs
                 .iter()
@@ -137,6 +139,10 @@ impl Conn {
         let mut consumed = requests.decode(input);
         let mut step = Step::Continue;
         *more = false;
+        // A subscriber's messages that arrive meanwhile follow this batch's replies.
+        if let Some(mailbox) = client.pubsub.mailbox() {
+            mailbox.begin_batch();
+        }
         if !requests.is_empty() {
             let mut reply_bytes = 0;
             let mut executed = 0;
@@ -223,6 +229,9 @@ impl Conn {
             *replies = Vec::new();
         }
         requests.shrink();
+        if let Some(mailbox) = client.pubsub.mailbox() {
+            mailbox.end_batch(output, client.protocol);
+        }
         step
     }
 
@@ -238,6 +247,9 @@ impl Conn {
     pub fn incomplete_error(&mut self) {
         Frame::err("Protocol error: incomplete command at the end of the stream")
             .encode_to(self.client.protocol, &mut self.output);
+        if let Some(mailbox) = self.client.pubsub.mailbox() {
+            mailbox.end_batch(&mut self.output, self.client.protocol);
+        }
     }
 }
 
@@ -257,10 +269,15 @@ pub fn serve_blocking(shared: &Shared, mut stream: TcpStream) {
     let mut conn = Conn::new(client);
     let mut chunk = [0u8; READ_BYTES];
     let mut step = Step::Continue;
+    // Once the client subscribes, a writer thread sends its mailbox (crate::pubsub).
+    let mut writer: Option<std::thread::JoinHandle<()>> = None;
     // A stop that began before this client registered would not cut its read side.
     while step == Step::Continue && !shared.shutdown.is_requested() {
         if conn.has_more() {
             step = conn.process(shared);
+            if writer.is_none() {
+                writer = start_writer(&conn, &stream);
+            }
             if stream.write_all(&conn.output).is_err() {
                 break;
             }
@@ -286,6 +303,9 @@ pub fn serve_blocking(shared: &Shared, mut stream: TcpStream) {
         }
         conn.input.extend_from_slice(&chunk[..n]);
         step = conn.process(shared);
+        if writer.is_none() {
+            writer = start_writer(&conn, &stream);
+        }
         if !conn.output.is_empty() {
             if stream.write_all(&conn.output).is_err() {
                 break;
@@ -293,11 +313,41 @@ pub fn serve_blocking(shared: &Shared, mut stream: TcpStream) {
             conn.sent();
         }
     }
+    // Unsubscribed before the socket closes: a client that saw the close publishes to none.
+    conn.client.pubsub.unsubscribe_all();
+    if let (Some(mailbox), Some(writer)) = (conn.client.pubsub.mailbox(), writer) {
+        // The writer sends what is queued (QUIT's reply), unless the client does not read.
+        mailbox.close();
+        mailbox.wait_writer(crate::server::STOP_GRACE);
+        let _ = stream.shutdown(NetShutdown::Both);
+        let _ = writer.join();
+    }
     shared.drop_client(id);
     let _ = stream.shutdown(NetShutdown::Both);
     if let Step::Shutdown { save } = step {
         shared.shutdown.request(save);
     }
+}
+
+/// Starts the writer thread of a connection that just subscribed.
+fn start_writer(conn: &Conn, stream: &TcpStream) -> Option<std::thread::JoinHandle<()>> {
+    let mailbox = std::sync::Arc::clone(conn.client.pubsub.mailbox()?);
+    let (Ok(out), Ok(cut)) = (stream.try_clone(), stream.try_clone()) else {
+        let _ = stream.shutdown(NetShutdown::Both);
+        return None;
+    };
+    mailbox.set_stream(cut);
+    if mailbox.is_killed() {
+        let _ = stream.shutdown(NetShutdown::Both);
+    }
+    std::thread::Builder::new()
+        .name("forest-pubsub".into())
+        .stack_size(crate::server::CONNECTION_STACK_BYTES)
+        .spawn(move || mailbox.run_writer(out))
+        .map_err(|_| {
+            let _ = stream.shutdown(NetShutdown::Both);
+        })
+        .ok()
 }
 
 #[cfg(test)]

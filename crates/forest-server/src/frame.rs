@@ -126,6 +126,11 @@ pub enum Frame {
     Boolean(bool),
     /// RESP3 `=len` and `fmt:text`; RESP2 a bulk string of the text.
     Verbatim { format: [u8; 3], text: Vec<u8> },
+    /// RESP3 `>n` and the elements (an out-of-band message: Pub/Sub); RESP2 `*n`.
+    Push(Vec<Frame>),
+    /// Several replies to one command, one after the other (SUBSCRIBE's one confirmation
+    /// per channel); never nested in another frame.
+    Sequence(Vec<Frame>),
 }
 
 impl Frame {
@@ -197,6 +202,17 @@ impl Frame {
                 out.extend_from_slice(b"\r\n");
             }
             Frame::Verbatim { text, .. } => encode_bulk(out, text),
+            Frame::Push(items) => {
+                encode_len(out, if resp3 { b'>' } else { b'*' }, items.len());
+                for item in items {
+                    item.encode_to(protocol, out);
+                }
+            }
+            Frame::Sequence(frames) => {
+                for frame in frames {
+                    frame.encode_to(protocol, out);
+                }
+            }
         }
     }
 }

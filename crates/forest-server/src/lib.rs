@@ -17,8 +17,10 @@
 //! | [`shutdown`] | the stop latch and the signal thread | — |
 //! | [`info`] | INFO's sections, with the engine's counters | — |
 //! | [`collection`] | lists, sets, hashes, sorted sets, streams as key ranges under byte 0xFF; stripe locks | §3 one ordered map |
-//! | [`glob`] | Redis glob patterns for KEYS, SCAN MATCH, CONFIG GET | — |
+//! | [`glob`] | Redis glob patterns for KEYS, SCAN MATCH, CONFIG GET, PSUBSCRIBE | — |
 //! | [`expiry`] | key deadlines: an index ordered by time under byte 0xFF, the active task | §3 one ordered map |
+//! | [`watch`] | WATCH's registry and the hook every write calls | — |
+//! | [`pubsub`] | channels, patterns, each subscriber's bounded mailbox | — |
 //!
 //! The store does the logging (forest-store: group commit, `periodic` acknowledges at once
 //! as Masstree does). No `unsafe` in this crate.
@@ -33,9 +35,11 @@ pub mod frame;
 pub mod glob;
 pub mod info;
 pub mod parse;
+pub mod pubsub;
 pub mod server;
 pub mod shutdown;
 pub mod tokio_io;
+pub mod watch;
 
 pub use frame::{Frame, FrameError, Limits};
 pub use server::{Config, IoModel, Server};

@@ -234,6 +234,10 @@ pub struct Shared {
     pub collections: Collections,
     /// Key deadlines ([`crate::expiry`]).
     pub expires: Expires,
+    /// WATCH's registry ([`crate::watch`]).
+    pub watches: Arc<crate::watch::Watches>,
+    /// Pub/Sub's channels and patterns ([`crate::pubsub`]).
+    pub pubsub: Arc<crate::pubsub::Hub>,
     next_client_id: AtomicU64,
 }
 
@@ -264,6 +268,8 @@ impl Shared {
         Self {
             collections,
             expires,
+            watches: Arc::default(),
+            pubsub: Arc::default(),
             engine,
             store: Arc::new(store),
             config,
@@ -305,6 +311,8 @@ impl Shared {
             info,
             protocol: Protocol::Resp2,
             authenticated: self.config.requirepass.is_none(),
+            txn: crate::cmd::multi::TxnState::default(),
+            pubsub: crate::pubsub::Subscriber::new(Arc::clone(&self.pubsub), id),
         }
     }
 

@@ -19,6 +19,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::connection::{Conn, Step, READ_BYTES};
+use crate::pubsub::Mailbox;
 use crate::server::{Shared, STOP_GRACE};
 
 /// Runs the accept loop and the connections until the stop is requested.
@@ -115,6 +116,28 @@ fn process(conn: &mut Conn, shared: &Shared, may_block: bool) -> Step {
     }
 }
 
+/// Sends what `mailbox` holds; false if the connection must end (a write failed, or the
+/// bound cut the subscriber, also while a write waits for a client that does not read).
+async fn send_mailbox(stream: &mut TcpStream, mailbox: &Mailbox) -> bool {
+    loop {
+        if mailbox.is_killed() {
+            return false;
+        }
+        let bytes = crate::pubsub::concat(mailbox.take());
+        if bytes.is_empty() {
+            return true;
+        }
+        tokio::select! {
+            written = stream.write_all(&bytes) => {
+                if written.is_err() {
+                    return false;
+                }
+            }
+            () = mailbox.kill.notified() => return false,
+        }
+    }
+}
+
 /// Serves one connection until it closes or the server stops.
 async fn serve(shared: &Arc<Shared>, mut stream: TcpStream, mut stop: watch::Receiver<bool>) {
     let _ = stream.set_nodelay(true);
@@ -138,6 +161,13 @@ async fn serve(shared: &Arc<Shared>, mut stream: TcpStream, mut stop: watch::Rec
     let stopped = stop.wait_for(|stopped| *stopped);
     tokio::pin!(stopped);
     while step == Step::Continue {
+        // A subscriber's replies and messages go through its mailbox (crate::pubsub).
+        let mailbox = conn.client.pubsub.mailbox().cloned();
+        if let Some(mailbox) = &mailbox {
+            if !send_mailbox(&mut stream, mailbox).await {
+                break;
+            }
+        }
         if conn.has_more() {
             step = process(&mut conn, shared, may_block);
             if stream.write_all(&conn.output).await.is_err() {
@@ -158,10 +188,17 @@ async fn serve(shared: &Arc<Shared>, mut stream: TcpStream, mut stop: watch::Rec
                 stream.read_buf(&mut conn.input).await
             }
         };
+        let message = async {
+            match &mailbox {
+                Some(mailbox) => mailbox.data.notified().await,
+                None => std::future::pending().await,
+            }
+        };
         let n = tokio::select! {
             biased;
             _ = &mut stopped => break,
             n = read => n,
+            () = message => continue,
         };
         match n {
             Ok(0) => {
@@ -182,7 +219,14 @@ async fn serve(shared: &Arc<Shared>, mut stream: TcpStream, mut stop: watch::Rec
             }
             conn.sent();
         }
+        if let Some(mailbox) = conn.client.pubsub.mailbox().cloned() {
+            if !send_mailbox(&mut stream, &mailbox).await {
+                break;
+            }
+        }
     }
+    // Unsubscribed before the socket closes: a client that saw the close publishes to none.
+    conn.client.pubsub.unsubscribe_all();
     shared.drop_client(id);
     let _ = stream.shutdown().await;
     if let Step::Shutdown { save } = step {

@@ -601,6 +601,32 @@ impl Store {
         limit: usize,
         visit: &mut Visitor<'_>,
     ) {
+        self.scan_fields(lower, upper, order, limit, false, visit)
+    }
+
+    /// [`Self::scan_up_to`] for keys alone: the values are not copied into the scan's
+    /// buffer (the engine's own copy-out still reads them), so a page of keys costs what its
+    /// keys cost. The visitor gets each key with an empty value.
+    pub fn scan_keys_up_to(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        limit: usize,
+        visit: &mut Visitor<'_>,
+    ) {
+        self.scan_fields(lower, upper, order, limit, true, &mut |k, _| visit(k, &[]))
+    }
+
+    fn scan_fields(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        limit: usize,
+        keys_only: bool,
+        visit: &mut Visitor<'_>,
+    ) {
         if limit == 0 {
             return;
         }
@@ -618,7 +644,7 @@ impl Store {
             };
             rows.clear();
             self.index.scan(lower, upper, order, &mut |k, v| {
-                rows.push(k, v);
+                rows.push(k, if keys_only { &[] } else { v });
                 if rows.len() >= want {
                     ControlFlow::Break(())
                 } else {

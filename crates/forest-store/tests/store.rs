@@ -433,3 +433,54 @@ fn a_new_store_directory_survives_a_power_loss() {
     let store = Store::open(dir, options("masstree", Durability::Sync, 1)).expect("reopen");
     assert_eq!(store.to_vec(), vec![(b"k".to_vec(), b"v".to_vec())]);
 }
+
+// Goal: a keys-only scan hands out exactly the keys a full scan does, with empty values, in
+// both orders, with and without a limit, on both sides of the short-scan buffer's size (the
+// optimistic path and the streaming one). Method: 300 keys; compare against `scan_up_to`.
+#[test]
+fn keys_only_scans_match_full_scans() {
+    use std::ops::{Bound, ControlFlow};
+
+    use forest_core::Order;
+
+    let store = Store::open(
+        SimDir::new(3),
+        options("masstree", Durability::Periodic { interval_ms: 5 }, 2),
+    )
+    .expect("open");
+    for i in 0..300u32 {
+        let key = format!("k{i:04}");
+        store.upsert(key.as_bytes(), &[7; 200]).expect("upsert");
+    }
+    let bounds = [
+        (Bound::Unbounded, Bound::Unbounded),
+        (
+            Bound::Included(&b"k0010"[..]),
+            Bound::Excluded(&b"k0290"[..]),
+        ),
+        (
+            Bound::Excluded(&b"k0100"[..]),
+            Bound::Included(&b"k0102"[..]),
+        ),
+    ];
+    for (lower, upper) in bounds {
+        for order in [Order::Ascending, Order::Descending] {
+            for limit in [1, 50, 128, 129, 250, usize::MAX] {
+                let mut full = Vec::new();
+                store.scan_up_to(lower, upper, order, limit, &mut |k, v| {
+                    assert_eq!(v.len(), 200);
+                    full.push(k.to_vec());
+                    ControlFlow::Continue(())
+                });
+                let mut keys = Vec::new();
+                store.scan_keys_up_to(lower, upper, order, limit, &mut |k, v| {
+                    assert!(v.is_empty(), "a keys-only scan passes no value");
+                    keys.push(k.to_vec());
+                    ControlFlow::Continue(())
+                });
+                assert_eq!(keys, full, "{lower:?}..{upper:?} {order:?} limit {limit}");
+                assert!(!keys.is_empty());
+            }
+        }
+    }
+}

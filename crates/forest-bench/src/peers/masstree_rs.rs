@@ -19,7 +19,8 @@
 //!   first 8 bytes (YCSB's `user…` keys) is a fraction of the keys per scan;
 //! - its reverse scans lose records (nothing below an exclusive upper bound) and repeat them
 //!   under concurrent writes, so a descending scan collects the ascending range and hands it
-//!   out backwards. It costs the whole range; the benchmark's workloads scan ascending only.
+//!   out backwards. It costs the whole range, so the runner does not measure this peer on
+//!   descending scans ([`super::reverse_scan_gap`]).
 
 use std::ops::Bound;
 

@@ -4,8 +4,9 @@
 //!
 //! Descending scans: scc 3.8's reverse range iteration (`Range::rev`) returns nothing after
 //! many removals (the kit's `order_ascending` and `model_many_keys` show it), so a descending
-//! scan collects the ascending range and hands it out backwards. It costs the whole range;
-//! the benchmark's workloads scan ascending only.
+//! scan collects the ascending range and hands it out backwards. It costs the whole range,
+//! so the runner does not measure this peer on descending scans
+//! ([`super::reverse_scan_gap`]).
 
 use std::ops::Bound;
 

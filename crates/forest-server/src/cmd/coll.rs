@@ -13,7 +13,6 @@ use std::ops::{Bound, ControlFlow};
 
 use forest_core::{check_entry, Order};
 use forest_store::Rmw;
-use parking_lot::MutexGuard;
 
 use super::{store_error, Ctx, Reply};
 use crate::collection::{member_prefix, type_key, Kind, Meta};
@@ -39,7 +38,7 @@ fn corrupt(user: &[u8]) -> Frame {
 
 /// The type entry of `user`, if any and not expired.
 pub fn read_meta(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<Option<Meta>, Frame> {
-    if ctx.shared.expires.is_due(user) {
+    if ctx.is_due(user) {
         return Ok(None);
     }
     read_meta_raw(ctx, user)
@@ -73,7 +72,7 @@ pub fn open_read(ctx: &mut Ctx<'_, '_>, user: &[u8], kind: Kind) -> Result<Optio
     match read_meta(ctx, user)? {
         Some(meta) if meta.kind == kind => Ok(Some(meta)),
         Some(_) => Err(wrongtype()),
-        None if ctx.string_present(user) => Err(wrongtype()),
+        None if ctx.present(user) => Err(wrongtype()),
         None => Ok(None),
     }
 }
@@ -168,7 +167,7 @@ fn open_write(ctx: &mut Ctx<'_, '_>, user: &[u8], kind: Kind) -> Result<Open, Fr
     if opened.is_err() {
         // Nothing is written for a command that could not open its collection (the unit
         // could hold the sweep of stray members; harmless to drop).
-        ctx.unit = None;
+        ctx.drop_unit();
     }
     opened
 }
@@ -184,7 +183,7 @@ fn open_write_in_unit(ctx: &mut Ctx<'_, '_>, user: &[u8], kind: Kind) -> Result<
             // Counted before the string check: a SET that reads the count afterwards takes
             // the locked path and sees this collection.
             ctx.shared.collections.add_live(1);
-            if ctx.shared.store.get(user, &mut ctx.buffers.scratch) {
+            if ctx.present(user) {
                 ctx.shared.collections.add_live(-1);
                 return Err(wrongtype());
             }
@@ -399,7 +398,7 @@ pub fn delete_into(
     let prefix = member_prefix(user);
     let end = prefix_upper(&prefix);
     let mut removed = 0i64;
-    ctx.shared.store.scan(
+    ctx.scan(
         Bound::Included(prefix.as_slice()),
         Bound::Excluded(end.as_slice()),
         Order::Ascending,
@@ -424,7 +423,10 @@ pub fn deleted(ctx: &Ctx<'_, '_>, keys: i64) {
 /// WRONGTYPE if `key` is a collection, else its stripe lock, held across the write so that
 /// no collection of that name appears meanwhile and MSETNX (which holds the stripes of all
 /// its keys) is all or nothing.
-pub fn string_write<'a>(ctx: &mut Ctx<'a, '_>, key: &[u8]) -> Result<MutexGuard<'a, ()>, Frame> {
+pub fn string_write<'a>(
+    ctx: &mut Ctx<'a, '_>,
+    key: &[u8],
+) -> Result<crate::collection::StripeGuard<'a>, Frame> {
     let shared: &'a Shared = ctx.shared;
     let guard = shared.collections.lock(key);
     super::expire::purge_due(ctx, key)?;

@@ -8,8 +8,8 @@
 
 use super::{
     client, config, connection, dbsize, del, exists, expire, flush, get, hash, incr, info, is_word,
-    keys, keyspace, list, mget, range, save, scan, set, sets, shutdown, stream, strlen, time,
-    unknown_subcommand, zset, Ctx, Reply, Spec,
+    keys, keyspace, list, mget, multi, pubsub, range, save, scan, set, sets, shutdown, stream,
+    strlen, time, unknown_subcommand, zset, Ctx, Reply, Spec,
 };
 use crate::frame::Frame;
 
@@ -20,6 +20,8 @@ const RF: &[&str] = &["readonly", "fast"];
 const DEL: &[&str] = &["write"];
 const CONN: &[&str] = &["noscript", "loading", "stale", "fast"];
 const ADMIN: &[&str] = &["admin", "noscript"];
+const TXN: &[&str] = &["noscript", "loading", "stale", "fast", "allow_busy"];
+const PUBSUB: &[&str] = &["pubsub", "noscript", "loading", "stale"];
 
 macro_rules! spec {
     ($name:literal, $arity:expr, $flags:expr, ($first:expr, $last:expr, $step:expr), $group:literal,
@@ -65,6 +67,24 @@ pub static COMMAND_SPECS: &[Spec] = &[
     spec!("decr", 2, WF, (1, 1, 1), "string", "1.0.0", "Decrements an integer value by one.", "key", incr::decr),
     spec!("incrby", 3, WF, (1, 1, 1), "string", "1.0.0", "Increments an integer value by a number.", "key increment", incr::incrby),
     spec!("decrby", 3, WF, (1, 1, 1), "string", "1.0.0", "Decrements an integer value by a number.", "key decrement", incr::decrby),
+    spec!("getdel", 2, WF, (1, 1, 1), "string", "6.2.0", "Returns the string value of a key and removes the key.", "key", super::strings::getdel),
+    spec!("getrange", 4, R, (1, 1, 1), "string", "2.4.0", "Returns a substring of a string value.", "key start end", super::strings::getrange),
+    spec!("substr", 4, R, (1, 1, 1), "string", "1.0.0", "Returns a substring of a string value (GETRANGE).", "key start end", super::strings::getrange),
+    spec!("setrange", 4, W, (1, 1, 1), "string", "2.2.0", "Overwrites part of a string value from an offset; returns the new length.", "key offset value", super::strings::setrange),
+    spec!("incrbyfloat", 3, WF, (1, 1, 1), "string", "2.6.0", "Increments a value by a decimal number.", "key increment", super::strings::incrbyfloat),
+    spec!("lcs", -3, R, (1, 2, 1), "string", "7.0.0", "Finds the longest common subsequence of two strings.", "key1 key2 [LEN] [IDX] [MINMATCHLEN min-match-len] [WITHMATCHLEN]", super::strings::lcs),
+    spec!("setbit", 4, W, (1, 1, 1), "bitmap", "2.2.0", "Sets or clears a bit of a string value; returns the old bit.", "key offset value", super::bits::setbit),
+    spec!("getbit", 3, RF, (1, 1, 1), "bitmap", "2.2.0", "Returns a bit of a string value.", "key offset", super::bits::getbit),
+    spec!("bitcount", -2, R, (1, 1, 1), "bitmap", "2.6.0", "Counts the set bits of a string value, or of a byte or bit range.", "key [start end [BYTE|BIT]]", super::bits::bitcount),
+    spec!("bitpos", -3, R, (1, 1, 1), "bitmap", "2.8.7", "Finds the first set or clear bit in a string value.", "key bit [start [end [BYTE|BIT]]]", super::bits::bitpos),
+    spec!("bitop", -4, W, (2, -1, 1), "bitmap", "2.6.0", "Stores the AND, OR, XOR or NOT of strings in a key.", "AND|OR|XOR|NOT destkey key ...", super::bits::bitop),
+    spec!("rename", 3, &["write"], (1, 2, 1), "generic", "1.0.0", "Renames a key of any type, replacing the destination.", "key newkey", super::rename::rename),
+    spec!("renamenx", 3, WF, (1, 2, 1), "generic", "1.0.0", "Renames a key only if the new name does not exist.", "key newkey", super::rename::renamenx),
+    spec!("copy", -3, W, (1, 2, 1), "generic", "6.2.0", "Copies a key of any type (database 0 only).", "source destination [DB destination-db] [REPLACE]", super::rename::copy),
+    spec!("randomkey", 1, R, (0, 0, 0), "generic", "1.0.0", "Returns a random key (not uniformly random).", "", super::randomkey::randomkey),
+    spec!("touch", -2, RF, (1, -1, 1), "generic", "3.2.1", "Counts the given keys that exist (forest keeps no access times).", "key ...", exists::exists),
+    spec!("object", -2, R, (0, 0, 0), "generic", "2.2.3", "Inspects keys: ENCODING (Redis's encoding for the key's type and size), HELP.", "ENCODING|HELP [key]", super::object::object),
+    spec!("function", -2, &["noscript"], (0, 0, 0), "scripting", "7.0.0", "Functions: FLUSH and LIST (forest loads no functions).", "FLUSH|LIST [arg ...]", super::object::function),
     spec!("del", -2, DEL, (1, -1, 1), "generic", "1.0.0", "Deletes keys; returns how many existed.", "key ...", del::del),
     spec!("unlink", -2, DEL, (1, -1, 1), "generic", "4.0.0", "Deletes keys (same as DEL in forest).", "key ...", del::del),
     spec!("exists", -2, RF, (1, -1, 1), "generic", "1.0.0", "Counts the given keys that exist.", "key ...", exists::exists),
@@ -122,6 +142,18 @@ pub static COMMAND_SPECS: &[Spec] = &[
     spec!("xadd", -5, WF, (1, 1, 1), "stream", "5.0.0", "Appends an entry to a stream (no trimming); returns its id.", "key id field value ...", stream::xadd),
     spec!("xlen", 2, RF, (1, 1, 1), "stream", "5.0.0", "Returns the number of entries of a stream.", "key", stream::xlen),
     spec!("xrange", -4, R, (1, 1, 1), "stream", "5.0.0", "Returns the entries of a stream between two ids.", "key start end [COUNT count]", stream::xrange),
+    spec!("multi", 1, TXN, (0, 0, 0), "transactions", "1.2.0", "Starts a transaction: the commands after it are queued until EXEC.", "", multi::multi),
+    spec!("exec", 1, &["noscript", "loading", "stale", "skip_slowlog"], (0, 0, 0), "transactions", "1.2.0", "Runs the queued commands as one atomic batch; null if a watched key changed.", "", multi::exec),
+    spec!("discard", 1, TXN, (0, 0, 0), "transactions", "2.0.0", "Discards the queued commands and unwatches every key.", "", multi::discard),
+    spec!("watch", -2, TXN, (1, -1, 1), "transactions", "2.2.0", "Makes the next EXEC fail if any of these keys is written before it.", "key ...", multi::watch),
+    spec!("unwatch", 1, TXN, (0, 0, 0), "transactions", "2.2.0", "Forgets every watched key.", "", multi::unwatch),
+    spec!("reset", 1, TXN, (0, 0, 0), "connection", "6.2.0", "Resets the connection: leaves MULTI and subscriptions, unwatches, RESP2, no name.", "", multi::reset),
+    spec!("subscribe", -2, PUBSUB, (0, 0, 0), "pubsub", "2.0.0", "Listens for messages published to channels.", "channel ...", pubsub::subscribe),
+    spec!("unsubscribe", -1, PUBSUB, (0, 0, 0), "pubsub", "2.0.0", "Stops listening to channels (all if none is named).", "[channel ...]", pubsub::unsubscribe),
+    spec!("psubscribe", -2, PUBSUB, (0, 0, 0), "pubsub", "2.0.0", "Listens for messages published to channels matching glob patterns.", "pattern ...", pubsub::psubscribe),
+    spec!("punsubscribe", -1, PUBSUB, (0, 0, 0), "pubsub", "2.0.0", "Stops listening to patterns (all if none is named).", "[pattern ...]", pubsub::punsubscribe),
+    spec!("publish", 3, &["pubsub", "loading", "stale", "fast"], (0, 0, 0), "pubsub", "2.0.0", "Posts a message to a channel; returns how many clients received it.", "channel message", pubsub::publish),
+    spec!("pubsub", -2, &["pubsub", "loading", "stale"], (0, 0, 0), "pubsub", "2.8.0", "Pub/Sub introspection: CHANNELS, NUMSUB, NUMPAT, SHARDCHANNELS, SHARDNUMSUB.", "CHANNELS|NUMSUB|NUMPAT|SHARDCHANNELS|SHARDNUMSUB [arg ...]", pubsub::pubsub),
     spec!("forest.range", -3, R, (0, 0, 0), "forest", "0.1.0", "Returns key-value pairs (or keys) between two lex bounds, ascending or REV descending, at most LIMIT count.", "min max [REV] [LIMIT count] [KEYSONLY]", range::range),
     spec!("forest.count", 3, R, (0, 0, 0), "forest", "0.1.0", "Counts the keys between two lex bounds.", "min max", range::count),
     spec!("forest.delrange", 3, DEL, (0, 0, 0), "forest", "0.1.0", "Removes the keys between two lex bounds; returns how many.", "min max", range::delrange),

@@ -10,15 +10,24 @@ use crate::frame::Frame;
 /// engine's when it applies); a few tries look for two reads that agree, since the background
 /// deletion of expired keys writes while clients read.
 pub fn key_count(shared: &crate::server::Shared) -> i64 {
+    count_with(shared, 0)
+}
+
+/// [`key_count`] with `pending` more store entries (EXEC's decided writes: the collection
+/// counts already include them).
+fn count_with(shared: &crate::server::Shared, pending: i64) -> i64 {
     /// Reads of the counts at most.
     const TRIES_MAX: usize = 4;
     let read = || {
+        let store = &shared.store;
         let collections = &shared.collections;
         (
-            shared.store.stats().index.key_count as i64,
+            // Between batches (the scan gate), so an atomic batch that removes one key and
+            // adds another (an EXEC) is never counted half applied.
+            store.read_consistent(|| store.stats().index.key_count) as i64,
             collections.reserved_count(),
             collections.live_count(),
-            shared.expires.due_count(&shared.store),
+            shared.expires.due_count(store),
         )
     };
     let mut counts = read();
@@ -30,9 +39,11 @@ pub fn key_count(shared: &crate::server::Shared) -> i64 {
         counts = again;
     }
     let (entries, reserved, live, due) = counts;
-    ((entries - reserved).max(0) + live - due).max(0)
+    ((entries + pending - reserved).max(0) + live - due).max(0)
 }
 
 pub fn dbsize(ctx: &mut Ctx<'_, '_>, _argv: &[&[u8]]) -> Reply {
-    Ok(Frame::Integer(key_count(ctx.shared)))
+    // Inside EXEC: with the transaction's own writes.
+    let pending = super::multi::pending_entries(ctx);
+    Ok(Frame::Integer(count_with(ctx.shared, pending)))
 }

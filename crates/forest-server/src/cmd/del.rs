@@ -7,7 +7,8 @@ use crate::frame::Frame;
 pub fn del(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let mut removed = 0;
     for key in &argv[1..] {
-        // Under the key's stripe lock, with its deadline; an expired key counts as absent.
+        // Under the key's stripe (EXEC and WATCH rely on every write holding it), with its
+        // deadline; an expired key counts as absent.
         if super::expire::delete_key(ctx, key)? {
             removed += 1;
         }

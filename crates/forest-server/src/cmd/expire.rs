@@ -70,7 +70,7 @@ pub fn positive_deadline(
 /// Whether `user` exists (string or collection), expired or not. Precondition for a write:
 /// its stripe lock is held and [`purge_due`] ran, so nothing due is left.
 fn exists_raw(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<bool, Frame> {
-    if ctx.shared.store.get(user, &mut ctx.buffers.scratch) {
+    if ctx.present_raw(user) {
         return Ok(true);
     }
     Ok(coll::kind_of(ctx, user)?.is_some())
@@ -121,7 +121,7 @@ pub fn recheck_listed(shared: &Shared, generation: u64, keys: &mut Vec<(Vec<u8>,
 /// Deletes `user` if its deadline has passed; true if it did. Every write of a key calls
 /// this under the key's stripe lock before it reads the key.
 pub fn purge_due(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<bool, Frame> {
-    if !ctx.shared.expires.is_due(user) {
+    if !ctx.is_due(user) {
         return Ok(false);
     }
     delete_expired(ctx, user)
@@ -134,23 +134,56 @@ pub fn purge_due(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<bool, Frame> {
 ///
 /// WATCH must see this as a write of `user`: hook it here.
 pub fn delete_expired(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<bool, Frame> {
-    let shared = ctx.shared;
-    let deadline = shared.expires.deadline(user);
+    let deadline = ctx.deadline(user);
     let own_unit = ctx.unit.is_none();
     ctx.begin_unit();
-    let deleted = delete_in_unit(ctx, user, deadline);
-    let written = if own_unit { ctx.end_unit() } else { Ok(()) };
-    let existed = deleted?;
-    written?;
-    if let Some(deadline) = deadline {
-        shared.expires.bump_generation();
-        shared.expires.remove(user);
-        shared.collections.add_reserved(-1);
-        if existed && deadline <= shared.expires.now_ms() {
-            shared.expires.note_expired();
-        }
+    let existed = delete_in_unit(ctx, user, deadline)?;
+    // The map forgets the deadline once the unit's batch is visible (EXEC's: at its end).
+    if let Some(unit) = ctx.unit.as_mut() {
+        unit.deadlines.push(DeadlineChange {
+            user: user.to_vec(),
+            old: deadline,
+            new: None,
+            expired: Some(existed),
+        });
+    }
+    if own_unit {
+        ctx.end_unit()?;
     }
     Ok(existed)
+}
+
+/// A deadline change decided in a unit (see [`super::Unit`]): applied to the map by
+/// [`apply_deadlines`] once the unit's batch is visible.
+#[derive(Debug)]
+pub struct DeadlineChange {
+    pub user: Vec<u8>,
+    pub old: Option<u64>,
+    pub new: Option<u64>,
+    /// A deletion of an expired key ([`delete_expired`]): whether the key existed.
+    pub expired: Option<bool>,
+}
+
+/// The map takes a unit's deadline changes, in order, after its batch is written and while
+/// its stripe locks are held.
+pub fn apply_deadlines(shared: &Shared, changes: &[DeadlineChange]) {
+    for change in changes {
+        match change.expired {
+            Some(existed) => {
+                let Some(deadline) = change.old else {
+                    continue;
+                };
+                // After the store write, before the map forgets (`Expires::generation`).
+                shared.expires.bump_generation();
+                shared.expires.remove(&change.user);
+                shared.collections.add_reserved(-1);
+                if existed && deadline <= shared.expires.now_ms() {
+                    shared.expires.note_expired();
+                }
+            }
+            None => account(shared, &change.user, change.old, change.new),
+        }
+    }
 }
 
 fn delete_in_unit(
@@ -168,13 +201,13 @@ fn delete_in_unit(
     Ok(existed)
 }
 
-/// Records the change of `user`'s deadline to `new` (None: none) in the map and decides its
-/// index entries into the open unit, beside the write it belongs to. Preconditions: a unit
+/// Decides the change of `user`'s deadline to `new` (None: none) into the open unit: its
+/// index entries beside the write it belongs to, and the map's change for when the unit's
+/// batch is visible. Preconditions: a unit
 /// is open, `user`'s stripe lock is held, `new` is in the future.
 pub fn stage_deadline(ctx: &mut Ctx<'_, '_>, user: &[u8], new: Option<u64>) -> Result<(), Frame> {
     debug_assert!(ctx.unit.is_some(), "a unit is open");
-    let shared = ctx.shared;
-    let old = shared.expires.deadline(user);
+    let old = ctx.deadline(user);
     if old == new {
         return Ok(());
     }
@@ -184,7 +217,17 @@ pub fn stage_deadline(ctx: &mut Ctx<'_, '_>, user: &[u8], new: Option<u64>) -> R
     if let Some(new) = new {
         ctx.upsert(&index_key(new, user), b"")?;
     }
-    account(shared, user, old, new);
+    let change = DeadlineChange {
+        user: user.to_vec(),
+        old,
+        new,
+        expired: None,
+    };
+    match ctx.unit.as_mut() {
+        Some(unit) => unit.deadlines.push(change),
+        // No unit (a caller broke the precondition): the writes above went to the batch.
+        None => apply_deadlines(ctx.shared, &[change]),
+    }
     Ok(())
 }
 
@@ -233,7 +276,7 @@ pub fn delete_key(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<bool, Frame> {
     if purge_due(ctx, user)? {
         return Ok(false);
     }
-    if shared.expires.deadline(user).is_none() {
+    if ctx.deadline(user).is_none() {
         return Ok(
             ctx.remove(user)? || (shared.collections.any() && coll::delete_locked(ctx, user)?)
         );
@@ -367,6 +410,8 @@ fn internal_client(shared: &Shared) -> Client {
         }),
         protocol: crate::frame::Protocol::Resp2,
         authenticated: true,
+        txn: super::multi::TxnState::default(),
+        pubsub: crate::pubsub::Subscriber::new(Arc::clone(&shared.pubsub), 0),
     }
 }
 
@@ -438,7 +483,7 @@ fn expire_generic(
     if !exists_raw(ctx, user)? {
         return Ok(Frame::Integer(0));
     }
-    let current = shared.expires.deadline(user).map(|d| d as i64);
+    let current = ctx.deadline(user).map(|d| d as i64);
     let refused = (c.nx && current.is_some())
         || (c.xx && current.is_none())
         || (c.gt && current.is_none_or(|cur| when <= cur))
@@ -479,7 +524,7 @@ fn ttl_generic(ctx: &mut Ctx<'_, '_>, user: &[u8], millis: bool, absolute: bool)
     if !exists_live(ctx, user)? {
         return Ok(Frame::Integer(-2));
     }
-    let Some(deadline) = ctx.shared.expires.deadline(user) else {
+    let Some(deadline) = ctx.deadline(user) else {
         return Ok(Frame::Integer(-1));
     };
     let ms = if absolute {
@@ -517,7 +562,7 @@ pub fn persist(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let shared = ctx.shared;
     let _guard = shared.collections.lock(user);
     purge_due(ctx, user)?;
-    if shared.expires.deadline(user).is_none() || !exists_raw(ctx, user)? {
+    if ctx.deadline(user).is_none() || !exists_raw(ctx, user)? {
         return Ok(Frame::Integer(0));
     }
     ctx.begin_unit();
@@ -596,7 +641,7 @@ pub fn getex(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let _guard = shared.collections.lock(user);
     purge_due(ctx, user)?;
     let mut value = ctx.buffers.take();
-    if !shared.store.get(user, &mut value) {
+    if !ctx.read_raw(user, &mut value) {
         ctx.buffers.give(value);
         return match coll::kind_of(ctx, user)? {
             Some(_) => Err(coll::wrongtype()),
@@ -607,7 +652,7 @@ pub fn getex(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     match change {
         GetexChange::Keep => {}
         GetexChange::Persist => {
-            if shared.expires.deadline(user).is_some() {
+            if ctx.deadline(user).is_some() {
                 ctx.begin_unit();
                 let staged = stage_deadline(ctx, user, None);
                 let written = ctx.end_unit();

@@ -27,18 +27,19 @@ pub fn remove_range(
             Some(key) => Bound::Excluded(key.as_slice()),
             None => lower,
         };
-        ctx.shared
-            .store
-            .scan(from, upper, Order::Ascending, &mut |key, _| {
-                chunk.push(key.to_vec());
-                if chunk.len() >= FLUSH_CHUNK_COUNT {
-                    ControlFlow::Break(())
-                } else {
-                    ControlFlow::Continue(())
-                }
-            });
+        ctx.scan(from, upper, Order::Ascending, &mut |key, _| {
+            chunk.push(key.to_vec());
+            if chunk.len() >= FLUSH_CHUNK_COUNT {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        });
         let full = chunk.len() >= FLUSH_CHUNK_COUNT;
+        let shared = ctx.shared;
         for key in &chunk {
+            // The key's stripe, as every write holds: EXEC and WATCH rely on it.
+            let _guard = shared.collections.lock(key);
             if ctx.remove(key)? {
                 removed += 1;
             }
@@ -72,7 +73,7 @@ fn remove_collections(ctx: &mut Ctx<'_, '_>) -> Result<(), Frame> {
     let types_end = [RESERVED_BYTE, TYPE_TAG + 1];
     loop {
         let mut names: Vec<Vec<u8>> = Vec::new();
-        ctx.shared.store.scan(
+        ctx.scan(
             Bound::Included(&types_start),
             Bound::Excluded(&types_end),
             Order::Ascending,

@@ -49,12 +49,10 @@ fn scan_keys(
             Some(e) if e < &strings_end[..] => Bound::Excluded(e),
             _ => Bound::Excluded(&strings_end[..]),
         };
-        ctx.shared
-            .store
-            .scan_up_to(lower, upper, Order::Ascending, limit, &mut |key, _| {
-                strings.push((key.to_vec(), "string"));
-                ControlFlow::Continue(())
-            });
+        ctx.scan_up_to(lower, upper, Order::Ascending, limit, &mut |key, _| {
+            strings.push((key.to_vec(), "string"));
+            ControlFlow::Continue(())
+        });
     }
     let mut collections = Vec::new();
     if ctx.shared.collections.any() && filter != Some("string") {
@@ -74,7 +72,7 @@ fn scan_keys(
             Some(e) => type_key(e),
             None => vec![RESERVED_BYTE, TYPE_TAG + 1],
         };
-        ctx.shared.store.scan(
+        ctx.scan(
             t_lower,
             Bound::Excluded(end_key.as_slice()),
             Order::Ascending,
@@ -132,7 +130,7 @@ pub fn keys(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         usize::MAX,
         None,
     );
-    found.retain(|(key, _)| !ctx.shared.expires.is_due(key));
+    found.retain(|(key, _)| !ctx.is_due(key));
     super::expire::recheck_listed(ctx.shared, generation, &mut found);
     Ok(Frame::Array(
         found

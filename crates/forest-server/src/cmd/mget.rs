@@ -7,6 +7,12 @@ use crate::frame::Frame;
 /// MSET is seen whole or not at all.
 pub fn mget(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let keys = &argv[1..];
+    if ctx.unit.is_some() {
+        // Inside EXEC: the transaction's own writes first.
+        return Ok(Frame::Array(
+            keys.iter().map(|k| ctx.get_reply(k)).collect(),
+        ));
+    }
     let mut replies = vec![Frame::Null; keys.len()];
     let buffers = &mut ctx.buffers;
     // Deadlines before values (see `expiry`'s invariants).

@@ -11,6 +11,7 @@
 //! A handler returns a [`Reply`]: `Err` is the error reply, so handlers and their parse
 //! helpers stop at the first error with `?`; [`execute`] sends either side alike.
 
+mod bits;
 mod client;
 mod coll;
 mod command;
@@ -20,6 +21,7 @@ mod dbsize;
 mod del;
 mod exists;
 pub mod expire;
+mod float80;
 mod flush;
 mod get;
 mod hash;
@@ -29,13 +31,19 @@ mod keys;
 mod keyspace;
 mod list;
 mod mget;
+pub mod multi;
+mod object;
+pub mod pubsub;
+mod randomkey;
 mod range;
+mod rename;
 mod save;
 mod scan;
 mod set;
 mod sets;
 mod shutdown;
 mod stream;
+mod strings;
 mod strlen;
 mod time;
 mod zset;
@@ -98,6 +106,10 @@ pub struct Client {
     pub info: std::sync::Arc<ClientInfo>,
     pub protocol: Protocol,
     pub authenticated: bool,
+    /// MULTI's queue and WATCH's keys ([`multi`]).
+    pub txn: multi::TxnState,
+    /// Pub/Sub subscriptions and the mailbox of their messages ([`crate::pubsub`]).
+    pub pubsub: crate::pubsub::Subscriber,
 }
 
 /// Everything a command sees.
@@ -121,6 +133,12 @@ pub struct Ctx<'a, 's> {
 pub struct Unit {
     batch: forest_store::WriteBatch,
     overlay: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// EXEC's unit: it spans every queued command; only EXEC writes it ([`multi`]).
+    txn: bool,
+    /// Deadline changes decided with the writes, in order: the map of deadlines takes them
+    /// once the unit's batch is visible ([`expire::apply_deadlines`]), never before, nor when
+    /// the batch fails; the unit's own reads see them first ([`Ctx::deadline`]).
+    pub(crate) deadlines: Vec<expire::DeadlineChange>,
 }
 
 impl Unit {
@@ -145,6 +163,13 @@ pub struct Buffers {
 }
 
 impl Buffers {
+    /// A pooled buffer holding a copy of `bytes`.
+    fn copy_of(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut buffer = self.take();
+        buffer.extend_from_slice(bytes);
+        buffer
+    }
+
     fn take(&mut self) -> Vec<u8> {
         match self.free.pop() {
             Some(buffer) => {
@@ -187,23 +212,75 @@ impl Ctx<'_, '_> {
         }
     }
 
-    /// Writes the open unit, if any, as one atomic batch.
+    /// Drops the open unit's decided writes, unless it is EXEC's (which goes on).
+    pub fn drop_unit(&mut self) {
+        if !self.unit.as_ref().is_some_and(|u| u.txn) {
+            self.unit = None;
+        }
+    }
+
+    /// Writes the open unit, if any, as one atomic batch (EXEC's unit waits for EXEC).
     pub fn end_unit(&mut self) -> Result<(), Frame> {
+        if self.unit.as_ref().is_some_and(|u| u.txn) {
+            return Ok(());
+        }
         let Some(unit) = self.unit.take() else {
             return Ok(());
         };
-        if unit.batch.is_empty() {
-            return Ok(());
+        if !unit.batch.is_empty() {
+            self.wrote = true;
+            self.batch.write(&unit.batch).map_err(|e| store_error(&e))?;
         }
-        self.wrote = true;
-        self.batch
-            .write(&unit.batch)
-            .map(|_| ())
-            .map_err(|e| store_error(&e))
+        // Once the writes are visible, still under the command's stripe lock: the deadlines
+        // (`expiry`'s invariants), then the watchers (crate::watch).
+        expire::apply_deadlines(self.shared, &unit.deadlines);
+        for key in unit.overlay.keys() {
+            self.shared.watches.touched_store_key(key);
+        }
+        Ok(())
     }
 
-    /// The value of `key` as the running command sees it (its own decided writes first).
+    /// The deadline of user key `user` as the running command sees it: the open unit's
+    /// decided changes first, then the map.
+    pub fn deadline(&self, user: &[u8]) -> Option<u64> {
+        if let Some(unit) = &self.unit {
+            if let Some(change) = unit.deadlines.iter().rev().find(|c| c.user == user) {
+                return change.new;
+            }
+        }
+        self.shared.expires.deadline(user)
+    }
+
+    /// Whether `user`'s deadline (as [`Self::deadline`]) is at or before now.
+    pub fn is_due(&self, user: &[u8]) -> bool {
+        let pending = self.unit.as_ref().is_some_and(|u| !u.deadlines.is_empty());
+        if !pending && !self.shared.expires.any() {
+            return false;
+        }
+        self.deadline(user)
+            .is_some_and(|d| d <= self.shared.expires.now_ms())
+    }
+
+    /// [`crate::expiry::Expires::hides`] as the running command sees deadlines.
+    pub fn hides(&self, key: &[u8]) -> bool {
+        match key {
+            [crate::collection::RESERVED_BYTE, crate::collection::TYPE_TAG, user @ ..] => {
+                self.is_due(user)
+            }
+            [crate::collection::RESERVED_BYTE, ..] => false,
+            user => self.is_due(user),
+        }
+    }
+
+    /// The value of `key` as the running command sees it (its own decided writes first), or
+    /// none if its deadline passed. The deadline first: see `expiry`'s invariants.
     pub fn read(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
+        !self.is_due(key) && self.read_raw(key, out)
+    }
+
+    /// [`Self::read`] blind to deadlines: what a write replaces (writes purge a due key
+    /// first, `expire::purge_due`, and that deletion reads the key it removes).
+    pub(crate) fn read_raw(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
         if let Some(state) = self.unit.as_ref().and_then(|u| u.overlay.get(key)) {
             out.clear();
             return match state {
@@ -217,18 +294,25 @@ impl Ctx<'_, '_> {
         self.shared.store.get(key, out)
     }
 
-    /// Whether string `key` is present and not expired (a read outside any unit); its value
-    /// is left in `buffers.scratch`.
+    /// Whether string `key` is present and not expired, as the running command sees it (its
+    /// unit's writes and deadlines first); its value is left in `buffers.scratch`.
     pub fn string_present(&mut self, key: &[u8]) -> bool {
-        // The deadline first: see `expiry`'s invariants.
-        !self.shared.expires.is_due(key) && self.shared.store.get(key, &mut self.buffers.scratch)
+        self.present(key)
     }
 
-    /// Whether `key` is present, as the running command sees it; its value is left in
-    /// `buffers.scratch`.
+    /// Whether `key` is present and not expired, as the running command sees it; its value
+    /// is left in `buffers.scratch`.
     pub fn present(&mut self, key: &[u8]) -> bool {
         let mut scratch = std::mem::take(&mut self.buffers.scratch);
         let present = self.read(key, &mut scratch);
+        self.buffers.scratch = scratch;
+        present
+    }
+
+    /// [`Self::present`] blind to deadlines (see [`Self::read_raw`]).
+    pub(crate) fn present_raw(&mut self, key: &[u8]) -> bool {
+        let mut scratch = std::mem::take(&mut self.buffers.scratch);
+        let present = self.read_raw(key, &mut scratch);
         self.buffers.scratch = scratch;
         present
     }
@@ -251,45 +335,59 @@ impl Ctx<'_, '_> {
             return Ok(());
         }
         self.wrote = true;
-        self.batch.upsert(key, value).map_err(|e| store_error(&e))
+        self.batch.upsert(key, value).map_err(|e| store_error(&e))?;
+        self.shared.watches.touched_store_key(key);
+        Ok(())
     }
 
     fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, Frame> {
         if self.unit.is_some() {
             check_entry(key, value).map_err(|e| store_error(&e))?;
-            if self.present(key) {
+            if self.present_raw(key) {
                 return Ok(false);
             }
             self.decide(key, Some(value));
             return Ok(true);
         }
         self.wrote = true;
-        self.batch.insert(key, value).map_err(|e| store_error(&e))
+        let changed = self.batch.insert(key, value).map_err(|e| store_error(&e))?;
+        if changed {
+            self.shared.watches.touched_store_key(key);
+        }
+        Ok(changed)
     }
 
     fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, Frame> {
         if self.unit.is_some() {
             check_entry(key, value).map_err(|e| store_error(&e))?;
-            if !self.present(key) {
+            if !self.present_raw(key) {
                 return Ok(false);
             }
             self.decide(key, Some(value));
             return Ok(true);
         }
         self.wrote = true;
-        self.batch.update(key, value).map_err(|e| store_error(&e))
+        let changed = self.batch.update(key, value).map_err(|e| store_error(&e))?;
+        if changed {
+            self.shared.watches.touched_store_key(key);
+        }
+        Ok(changed)
     }
 
     fn remove(&mut self, key: &[u8]) -> Result<bool, Frame> {
         if self.unit.is_some() {
-            if !self.present(key) {
+            if !self.present_raw(key) {
                 return Ok(false);
             }
             self.decide(key, None);
             return Ok(true);
         }
         self.wrote = true;
-        self.batch.remove(key).map_err(|e| store_error(&e))
+        let changed = self.batch.remove(key).map_err(|e| store_error(&e))?;
+        if changed {
+            self.shared.watches.touched_store_key(key);
+        }
+        Ok(changed)
     }
 
     /// Makes the reply wait until what was written under `key`'s stripe is durable (a reply
@@ -301,8 +399,17 @@ impl Ctx<'_, '_> {
 
     /// Applies `batch` atomically (after a crash too) within the pipeline's batch.
     fn write(&mut self, batch: &forest_store::WriteBatch) -> Result<Vec<bool>, Frame> {
+        if self.unit.is_some() {
+            return multi::decide_batch(self, batch);
+        }
         self.wrote = true;
-        self.batch.write(batch).map_err(|e| store_error(&e))
+        let changed = self.batch.write(batch).map_err(|e| store_error(&e))?;
+        for (op, changed) in batch.ops().iter().zip(&changed) {
+            if *changed {
+                self.shared.watches.touched_store_key(op.key());
+            }
+        }
+        Ok(changed)
     }
 
     fn read_modify_write(
@@ -312,7 +419,7 @@ impl Ctx<'_, '_> {
     ) -> Result<Option<Vec<u8>>, Frame> {
         if self.unit.is_some() {
             let mut old = Vec::new();
-            let old = self.read(key, &mut old).then_some(old);
+            let old = self.read_raw(key, &mut old).then_some(old);
             match f(old.as_deref()).map_err(|e| store_error(&e))? {
                 forest_store::Rmw::Keep => {}
                 forest_store::Rmw::Put(value) => {
@@ -324,15 +431,25 @@ impl Ctx<'_, '_> {
             return Ok(old);
         }
         self.wrote = true;
-        self.batch
-            .read_modify_write(key, f)
-            .map_err(|e| store_error(&e))
+        let mut changed = false;
+        let old = self
+            .batch
+            .read_modify_write(key, |old| {
+                let decided = f(old);
+                changed = !matches!(decided, Ok(forest_store::Rmw::Keep));
+                decided
+            })
+            .map_err(|e| store_error(&e))?;
+        if changed {
+            self.shared.watches.touched_store_key(key);
+        }
+        Ok(old)
     }
 
     /// The value of `key` as a reply: a bulk string or null.
     fn get_reply(&mut self, key: &[u8]) -> Frame {
         let mut value = self.buffers.take();
-        if !self.shared.expires.is_due(key) && self.shared.store.get(key, &mut value) {
+        if self.read(key, &mut value) {
             Frame::Bulk(value)
         } else {
             self.buffers.give(value);
@@ -475,7 +592,8 @@ pub fn execute(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
     reply
 }
 
-fn dispatch(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+/// The checks in Redis's order: the command's name, its arity, authentication.
+fn check(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Result<&'static Spec, Frame> {
     let name = argv.first().ok_or_else(|| Frame::err("empty command"))?;
     let spec = lookup(name).ok_or_else(|| unknown_command(argv))?;
     let argc = argv.len() as i64;
@@ -486,6 +604,20 @@ fn dispatch(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     if !ctx.client.authenticated && !allowed_before_auth(spec.name) {
         return Err(Frame::Error("NOAUTH Authentication required.".to_string()));
     }
+    Ok(spec)
+}
+
+fn dispatch(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    // A command refused before it runs makes a transaction being queued fail at EXEC.
+    let spec = check(ctx, argv).map_err(|e| multi::reject(ctx, e))?;
+    if let Some(reply) = multi::intercept(ctx, spec, argv) {
+        return reply;
+    }
+    run(ctx, spec, argv)
+}
+
+/// Runs a command whose name, arity and authentication were checked.
+pub(crate) fn run(ctx: &mut Ctx<'_, '_>, spec: &'static Spec, argv: &[&[u8]]) -> Reply {
     if has_reserved_key(spec, argv) {
         return Err(coll::reserved_key());
     }

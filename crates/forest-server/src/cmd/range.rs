@@ -72,7 +72,11 @@ fn bounds<'a>(min: &'a [u8], max: &'a [u8]) -> Result<Option<ScanBounds<'a>>, Fr
     Ok((!empty).then_some((lower, upper)))
 }
 
-/// FOREST.RANGE min max [REV] [LIMIT count] [KEYSONLY].
+/// Records whose reply slots are reserved ahead: a page as clients ask for (LIMIT 10 ... 100)
+/// gets its array in one allocation; an unlimited range grows it from there.
+const RESERVED_RECORDS_MAX: usize = forest_store::store::SCAN_OPTIMISTIC_ROWS;
+
+/// FOREST.RANGE min max [REV] [LIMIT count] [KEYSONLY]: KEYSONLY replies with the keys alone.
 pub fn range(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let mut order = Order::Ascending;
     let mut limit = usize::MAX;
@@ -101,10 +105,15 @@ pub fn range(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let Some((lower, upper)) = bounds(argv[1], argv[2])? else {
         return Ok(Frame::Array(vec![]));
     };
-    let mut items = Vec::new();
     if limit == 0 {
-        return Ok(Frame::Array(items));
+        return Ok(Frame::Array(Vec::new()));
     }
+    let per_record = if keys_only { 1 } else { 2 };
+    let mut items = Vec::with_capacity(limit.min(RESERVED_RECORDS_MAX) * per_record);
+    // Each bulk string's bytes come from the connection's pool, where the encoded reply's
+    // buffers return (`Buffers::recycle`): once warm, a range allocates no buffer per record.
+    // Taken out of `ctx` for the scan (which borrows `ctx`), put back after it.
+    let mut buffers = std::mem::take(&mut *ctx.buffers);
     // Expired keys are skipped. A deletion of an expired key between reading a row and
     // checking its deadline could show a deleted key: if one happened (the generation of
     // deletions moved), the range is read again, and at last with each row checked by a
@@ -113,20 +122,21 @@ pub fn range(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     for attempt in 0..=super::expire::SCAN_RETRIES {
         let generation = expires.generation();
         let validate = attempt == super::expire::SCAN_RETRIES;
-        items.clear();
+        for item in items.drain(..) {
+            buffers.recycle(item);
+        }
         read_range(
             ctx,
             (lower, upper),
-            order,
-            limit,
-            keys_only,
-            validate,
+            (order, limit, keys_only, validate),
+            &mut buffers,
             &mut items,
         );
         if validate || expires.generation() == generation {
             break;
         }
     }
+    *ctx.buffers = buffers;
     Ok(Frame::Array(items))
 }
 
@@ -138,14 +148,11 @@ pub fn range(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
 fn read_range(
     ctx: &Ctx<'_, '_>,
     (lower, upper): (Bound<&[u8]>, Bound<&[u8]>),
-    order: Order,
-    limit: usize,
-    keys_only: bool,
-    validate: bool,
+    (order, limit, keys_only, validate): (Order, usize, bool, bool),
+    buffers: &mut super::Buffers,
     items: &mut Vec<Frame>,
 ) {
     let shared = ctx.shared;
-    let expires = &shared.expires;
     let mut scratch = Vec::new();
     let mut found = 0usize;
     let mut resume: Option<Vec<u8>> = None;
@@ -158,33 +165,38 @@ fn read_range(
         let want = limit - found;
         let (mut read, mut hidden) = (0usize, false);
         let mut last_read = Vec::new();
-        shared
-            .store
-            .scan_up_to(lo, hi, order, want, &mut |key, value| {
-                read += 1;
-                if read == want {
-                    last_read = key.to_vec();
-                }
-                let live = !expires.hides(key)
-                    && (!validate
-                        || super::expire::still_live(
-                            shared,
-                            key,
-                            "string",
-                            Some(value),
-                            &mut scratch,
-                        ));
-                if !live {
-                    hidden = true;
-                    return ControlFlow::Continue(());
-                }
-                found += 1;
-                items.push(Frame::bulk(key));
-                if !keys_only {
-                    items.push(Frame::bulk(value));
-                }
-                ControlFlow::Continue(())
-            });
+        let mut visit = |key: &[u8], value: &[u8]| {
+            read += 1;
+            if read == want {
+                last_read = key.to_vec();
+            }
+            let live = !ctx.hides(key)
+                && (!validate
+                    || super::expire::still_live(
+                        shared,
+                        key,
+                        "string",
+                        (!keys_only).then_some(value),
+                        &mut scratch,
+                    ));
+            if !live {
+                hidden = true;
+                return ControlFlow::Continue(());
+            }
+            found += 1;
+            items.push(Frame::Bulk(buffers.copy_of(key)));
+            if !keys_only {
+                items.push(Frame::Bulk(buffers.copy_of(value)));
+            }
+            ControlFlow::Continue(())
+        };
+        // Within EXEC the scan merges the transaction's own writes (`Ctx::scan_up_to`).
+        if keys_only {
+            // Values stay out of the store's scan buffer as well as out of the reply.
+            ctx.scan_keys_up_to(lo, hi, order, want, &mut visit);
+        } else {
+            ctx.scan_up_to(lo, hi, order, want, &mut visit);
+        }
         if read < want || found >= limit || !hidden {
             break;
         }
@@ -201,28 +213,21 @@ pub fn count(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let expires = &shared.expires;
     let mut n = 0i64;
     let mut scratch = Vec::new();
-    // As FOREST.RANGE: read again if an expired key was deleted meanwhile.
+    // As FOREST.RANGE: read again if an expired key was deleted meanwhile; within EXEC the
+    // scan merges the transaction's own writes (`Ctx::scan`).
     for attempt in 0..=super::expire::SCAN_RETRIES {
         let generation = expires.generation();
         let validate = attempt == super::expire::SCAN_RETRIES;
         n = 0;
-        shared
-            .store
-            .scan(lower, upper, Order::Ascending, &mut |key, value| {
-                let live = !expires.hides(key)
-                    && (!validate
-                        || super::expire::still_live(
-                            shared,
-                            key,
-                            "string",
-                            Some(value),
-                            &mut scratch,
-                        ));
-                if live {
-                    n += 1;
-                }
-                ControlFlow::Continue(())
-            });
+        ctx.scan(lower, upper, Order::Ascending, &mut |key, value| {
+            let live = !ctx.hides(key)
+                && (!validate
+                    || super::expire::still_live(shared, key, "string", Some(value), &mut scratch));
+            if live {
+                n += 1;
+            }
+            ControlFlow::Continue(())
+        });
         if validate || expires.generation() == generation {
             break;
         }
@@ -304,6 +309,50 @@ mod tests {
             h.run(&["FOREST.RANGE", "-", "+", "LIMIT", "-1"]),
             Frame::Error("ERR LIMIT count must be 0 or more".into())
         );
+    }
+
+    // Goal: a range builds its bulk strings in the connection's pooled buffers (where an
+    // encoded reply's buffers return), so a warm connection allocates no buffer per record;
+    // the reply is the same, with and without KEYSONLY. Method: a pool of buffers of a
+    // capacity no fresh one-byte copy has; each bulk of the reply must be one of them.
+    #[test]
+    fn range_builds_its_bulk_strings_in_pooled_buffers() {
+        const MARK: usize = 1000;
+        let mut h = Harness::new();
+        h.run(&["MSET", "a", "1", "b", "2", "c", "3"]);
+        let mut buffers = super::super::Buffers::default();
+        for _ in 0..6 {
+            buffers.give(Vec::with_capacity(MARK));
+        }
+        let mut batch = h.shared.store.batch();
+        let mut ctx = super::super::Ctx {
+            shared: &h.shared,
+            client: &mut h.client,
+            batch: &mut batch,
+            unit: None,
+            wrote: false,
+            after: super::super::After::Continue,
+            buffers: &mut buffers,
+        };
+        let argv: [&[u8]; 3] = [b"FOREST.RANGE", b"-", b"+"];
+        let reply = super::range(&mut ctx, &argv).expect("a reply");
+        assert_eq!(reply, flat(&[("a", "1"), ("b", "2"), ("c", "3")]));
+        let pooled = |reply: &Frame| match reply {
+            Frame::Array(items) => items
+                .iter()
+                .filter(|f| matches!(f, Frame::Bulk(b) if b.capacity() == MARK))
+                .count(),
+            _ => 0,
+        };
+        assert_eq!(pooled(&reply), 6);
+        ctx.buffers.recycle(reply);
+        let argv: [&[u8]; 6] = [b"FOREST.RANGE", b"-", b"+", b"REV", b"LIMIT", b"2"];
+        let argv = [&argv[..], &[&b"KEYSONLY"[..]]].concat();
+        let reply = super::range(&mut ctx, &argv).expect("a reply");
+        assert_eq!(reply, bulks(&["c", "b"]));
+        assert_eq!(pooled(&reply), 2);
+        drop(ctx);
+        batch.wait().expect("wait");
     }
 
     fn bound_arg(kind: u8, key: &str) -> String {

@@ -81,7 +81,7 @@ pub fn scan(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         .then(|| examined.last().map(|(key, _)| key.clone()))
         .flatten();
     // Expired keys are skipped (and keys deleted as expired while they were listed).
-    examined.retain(|(key, _)| !ctx.shared.expires.is_due(key));
+    examined.retain(|(key, _)| !ctx.is_due(key));
     super::expire::recheck_listed(ctx.shared, generation, &mut examined);
     let found: Vec<Frame> = examined
         .into_iter()

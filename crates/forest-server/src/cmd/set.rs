@@ -150,7 +150,7 @@ fn set_locked(ctx: &mut Ctx<'_, '_>, key: &[u8], value: &[u8], options: SetOptio
     } = options;
     let shared = ctx.shared;
     // The key's deadline, read once: a due key is deleted first.
-    let mut old = shared.expires.deadline(key);
+    let mut old = ctx.deadline(key);
     let now = if old.is_some() || expiry != Expiry::Clear {
         shared.expires.now_ms()
     } else {
@@ -239,7 +239,7 @@ fn write_value(
 /// SET's.
 fn set_expired(ctx: &mut Ctx<'_, '_>, key: &[u8], options: SetOptions) -> Reply {
     let mut old = Vec::new();
-    let string = ctx.shared.store.get(key, &mut old);
+    let string = ctx.read_raw(key, &mut old);
     let collection = !string && coll::kind_of(ctx, key)?.is_some();
     if options.get && collection {
         return Err(coll::wrongtype());
@@ -281,7 +281,7 @@ pub fn getset(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let value = argv[2];
     let _guard = coll::string_write(ctx, argv[1])?;
     // GETSET clears a deadline, as SET does: the value and the deadline in one unit.
-    let clears = ctx.shared.expires.deadline(argv[1]).is_some();
+    let clears = ctx.deadline(argv[1]).is_some();
     if clears {
         ctx.begin_unit();
     }
@@ -333,9 +333,21 @@ pub fn mset(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
             }
         }
     }
+    if ctx.unit.is_some() {
+        // Inside EXEC: the deadlines change in its unit, with its batch.
+        ctx.write(&batch)?;
+        for (k, v) in pairs {
+            ctx.upsert(k, v)?;
+            expire::stage_deadline(ctx, k, None)?;
+        }
+        for keys in replaced {
+            coll::deleted(ctx, keys);
+        }
+        return Ok(Frame::ok());
+    }
     for (k, v) in pairs {
         batch.put(k, v);
-        let old = shared.expires.deadline(k);
+        let old = ctx.deadline(k);
         expire::stage_deadline_in(shared, &mut batch, k, old, None);
     }
     ctx.write(&batch)?;
@@ -357,9 +369,7 @@ pub fn msetnx(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         expire::purge_due(ctx, k)?;
     }
     for (k, _) in &pairs {
-        if ctx.shared.store.get(k, &mut ctx.buffers.scratch)
-            || !matches!(coll::kind_of(ctx, k), Ok(None))
-        {
+        if ctx.present(k) || !matches!(coll::kind_of(ctx, k), Ok(None)) {
             // The answer rests on what was read: it waits until that is durable.
             ctx.observe(k);
             return Ok(Frame::Integer(0));

@@ -1,0 +1,728 @@
+//! The descriptor pool (BzTree §2.3 "descriptors are pooled and eventually reused", §2.3.2
+//! "pooled in a memory location known to recovery", §6.3): a fixed array of descriptors at a
+//! known place in the region, split into per-thread partitions of free descriptors, each a
+//! lock-free stack; descriptors come back through epochs (§2.2, `reclaim.rs`).
+//!
+//! After microsoft/pmwcas `DescriptorPool` (`src/mwcas/mwcas.h`): a partition per thread,
+//! descriptors handed out from the caller's partition and returned to their own. Choices the
+//! paper leaves open:
+//! - A thread's partition is its thread number modulo the partition count; an empty partition
+//!   takes from the others before waiting, so threads beyond the partition count still work.
+//! - Exhaustion is a bounded wait ([`ALLOCATE_WAIT_ROUNDS_MAX`] rounds of flushing this
+//!   thread's deferred releases and yielding), counted in `pool_waits`, then
+//!   [`Error::PoolExhausted`]. A longer wait would not help: the waiting thread is pinned, and
+//!   descriptors retired in its epoch come back only after it unpins (the reference library's
+//!   `AllocateDescriptor` spins here unboundedly for the same reason). The caller's remedy is to
+//!   drop its guard, pin again and retry its operation. It happens when a pinned thread stalls
+//!   (descheduled) while the others run through the whole pool, or when guards are held
+//!   across many operations.
+//! - The free lists are volatile: they are rebuilt from the statuses at open.
+//! - A released descriptor keeps its generation; allocation advances it, so references made
+//!   before the reuse never match (`word.rs`).
+//!
+//! Invariants:
+//! - A descriptor is in at most one free list, and only with state `Free`.
+//! - A descriptor's release runs once, after its owner retired it under a guard.
+//! - Dropping the pool waits (bounded) for pending releases, then marks it closed: a release
+//!   that runs later does nothing, and the decided descriptor it leaves is recovered at the
+//!   next open, as after a crash.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as StdOrdering};
+use std::sync::Arc;
+
+use crossbeam_utils::CachePadded;
+
+use crate::error::Error;
+use crate::layout::{self, Geometry, State, DESCRIPTOR_WORDS, HEADER_WORDS};
+use crate::persist::Persist;
+use crate::reclaim::{Domain, Guard};
+use crate::region::{Region, WORD_BYTES};
+use crate::stats::{Counters, PmwcasStats};
+use crate::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use crate::word::{Word, DESCRIPTORS_MAX, TAG_MASK};
+
+/// Wait rounds of an allocation that finds every partition empty.
+/// Short: the waiting thread is pinned, so garbage retired in its own epoch cannot come back
+/// until it unpins; the caller's remedy is to drop its guard and retry (module doc).
+pub const ALLOCATE_WAIT_ROUNDS_MAX: usize = if cfg!(loom) { 4 } else { 1_000 };
+/// Bounded wait of `Drop` for pending releases, in rounds of flush and yield.
+const CLOSE_WAIT_ROUNDS_MAX: usize = if cfg!(loom) { 1 } else { 10_000 };
+/// Most partitions (more would only spread descriptors thinner).
+pub const PARTITIONS_MAX: usize = 1024;
+
+/// Frees memory named by a descriptor's `FREE-ONE` entries (§6.3): the old value after a
+/// success, the new value after a failure. Called after the epoch has passed, and again by
+/// recovery for every descriptor in flight at a crash, so in persistent mode it must accept a
+/// value it has already freed (the reference library asks the same of its allocator).
+pub trait Recycle: Send + Sync {
+    /// Frees `value` (never zero: zero means "no memory").
+    fn free(&self, value: u64);
+}
+
+/// A recycler that frees nothing (the default callback for words that are not pointers).
+#[derive(Debug, Default)]
+pub struct NoRecycle;
+
+impl Recycle for NoRecycle {
+    fn free(&self, _value: u64) {}
+}
+
+/// Names one of the pool's recyclers (`AllocateDescriptor(callback)`, §2.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RecyclerId(pub u32);
+
+/// How to build or open a pool.
+#[derive(Clone)]
+pub struct PoolConfig {
+    /// Free-descriptor partitions (one per expected thread).
+    pub partition_count: usize,
+    /// Descriptors in each partition.
+    pub descriptors_per_partition: usize,
+    /// Client header words (target words at a fixed place).
+    pub client_words: usize,
+    /// User-area words.
+    pub user_words: usize,
+    /// Recyclers by [`RecyclerId`]; id 0 is the default. Empty means one [`NoRecycle`].
+    pub recyclers: Vec<Arc<dyn Recycle>>,
+}
+
+impl std::fmt::Debug for PoolConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolConfig")
+            .field("partition_count", &self.partition_count)
+            .field("descriptors_per_partition", &self.descriptors_per_partition)
+            .field("client_words", &self.client_words)
+            .field("user_words", &self.user_words)
+            .field("recyclers", &self.recyclers.len())
+            .finish()
+    }
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self {
+            partition_count: 64,
+            // 4096 descriptors (2 MiB): a thread descheduled while pinned holds back every
+            // descriptor retired meanwhile, so the pool must outlast a time slice of the others.
+            descriptors_per_partition: 64,
+            client_words: 504,
+            user_words: 0,
+            recyclers: Vec::new(),
+        }
+    }
+}
+
+impl PoolConfig {
+    /// The geometry this configuration asks for.
+    pub fn geometry(&self) -> Result<Geometry, Error> {
+        if self.partition_count == 0 || self.partition_count > PARTITIONS_MAX {
+            return Err(Error::Config(format!(
+                "partition_count {} is not in 1..={PARTITIONS_MAX}",
+                self.partition_count
+            )));
+        }
+        let count = self
+            .partition_count
+            .checked_mul(self.descriptors_per_partition)
+            .filter(|&c| c > 0 && c <= DESCRIPTORS_MAX)
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "{} partitions x {} descriptors is not in 1..={DESCRIPTORS_MAX}",
+                    self.partition_count, self.descriptors_per_partition
+                ))
+            })?;
+        Ok(Geometry {
+            descriptor_count: count,
+            partition_count: self.partition_count,
+            client_words: self.client_words,
+            user_words: self.user_words,
+        })
+    }
+
+    /// Bytes of the region this configuration needs.
+    pub fn region_bytes(&self) -> Result<usize, Error> {
+        Ok(self.geometry()?.total_words() * WORD_BYTES)
+    }
+}
+
+/// One partition's free stack: head = tag << 32 | (index + 1), 0 when empty.
+struct Partition {
+    head: AtomicU64,
+}
+
+/// The shared state of a pool.
+pub(crate) struct Inner<P: Persist> {
+    pub(crate) region: Region,
+    pub(crate) persist: P,
+    pub(crate) geometry: Geometry,
+    partitions: Box<[CachePadded<Partition>]>,
+    next_free: Box<[AtomicU32]>,
+    counters: Box<[CachePadded<Counters>]>,
+    recyclers: Vec<Arc<dyn Recycle>>,
+    pub(crate) domain: Domain,
+    pending_releases: AtomicUsize,
+    active_releases: AtomicUsize,
+    closed: AtomicBool,
+}
+
+/// A PMwCAS descriptor pool over a region (see the module doc and the crate doc).
+pub struct Pool<P: Persist> {
+    pub(crate) inner: Arc<Inner<P>>,
+}
+
+impl<P: Persist> std::fmt::Debug for Pool<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("geometry", &self.inner.geometry)
+            .field("persist", &self.inner.persist.name())
+            .finish()
+    }
+}
+
+thread_local! {
+    static THREAD_NUMBER: usize = {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        NEXT.fetch_add(1, StdOrdering::Relaxed)
+    };
+}
+
+thread_local! {
+    static RETIRED_SINCE_FLUSH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Most retirements a thread keeps in its epoch bag before handing them to the collector.
+const RETIRE_FLUSH_INTERVAL_MAX: usize = 32;
+
+fn thread_number() -> usize {
+    THREAD_NUMBER.try_with(|n| *n).unwrap_or(0)
+}
+
+fn header_crc(words: &[u64; HEADER_WORDS - 1]) -> u64 {
+    let mut bytes = [0u8; (HEADER_WORDS - 1) * WORD_BYTES];
+    for (chunk, w) in bytes.chunks_exact_mut(WORD_BYTES).zip(words) {
+        chunk.copy_from_slice(&w.to_le_bytes());
+    }
+    u64::from(crc32c::crc32c(&bytes))
+}
+
+impl<P: Persist> Pool<P> {
+    /// Formats a new pool in `region` (which must be zeroed or hold nothing of value) and
+    /// persists it.
+    pub fn create(region: Region, persist: P, config: PoolConfig) -> Result<Self, Error> {
+        let geometry = config.geometry()?;
+        let needed = geometry.total_words() * WORD_BYTES;
+        if region.len_bytes() < needed {
+            return Err(Error::Config(format!(
+                "region has {} bytes, the pool needs {needed}",
+                region.len_bytes()
+            )));
+        }
+        let header = Self::header_words(&geometry, region.len_bytes());
+        let words = region.words();
+        for (i, &w) in header.iter().enumerate() {
+            words[i].store(w, Ordering::Relaxed);
+        }
+        for w in &words[geometry.pool_word()..geometry.user_word()] {
+            w.store(0, Ordering::Relaxed);
+        }
+        persist.flush(&region, 0..geometry.user_word() * WORD_BYTES);
+        persist.fence();
+        let pool = Self::assemble(region, persist, geometry, config.recyclers);
+        pool.inner.rebuild_free_lists();
+        Ok(pool)
+    }
+
+    /// A volatile pool on the heap with `config`'s geometry.
+    pub fn create_volatile(persist: P, config: PoolConfig) -> Result<Self, Error> {
+        let region = Region::heap(config.region_bytes()?);
+        Self::create(region, persist, config)
+    }
+
+    /// Opens the pool in `region`: checks its header against `config`, then recovers every
+    /// descriptor in flight (§2.3.2 "Recovery", `recovery.rs`).
+    pub fn open(
+        region: Region,
+        persist: P,
+        config: PoolConfig,
+    ) -> Result<(Self, crate::RecoveryReport), Error> {
+        let geometry = config.geometry()?;
+        if region.len_bytes() < HEADER_WORDS * WORD_BYTES {
+            return Err(Error::Format(format!(
+                "region of {} bytes has no pool header",
+                region.len_bytes()
+            )));
+        }
+        let words = region.words();
+        let found: Vec<u64> = words[..HEADER_WORDS]
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed))
+            .collect();
+        if found[0] != layout::MAGIC {
+            return Err(Error::Format(format!(
+                "bad magic {:#018x} at byte 0",
+                found[0]
+            )));
+        }
+        if found[1] != layout::FORMAT_VERSION {
+            return Err(Error::Format(format!(
+                "format version {} at byte 8, this build reads {}",
+                found[1],
+                layout::FORMAT_VERSION
+            )));
+        }
+        let expected = Self::header_words(&geometry, region.len_bytes());
+        if found[HEADER_WORDS - 1] != expected[HEADER_WORDS - 1] || found[..] != expected[..] {
+            let mut head = [0u64; HEADER_WORDS - 1];
+            head.copy_from_slice(&found[..HEADER_WORDS - 1]);
+            if header_crc(&head) != found[HEADER_WORDS - 1] {
+                return Err(Error::Format(
+                    "pool header checksum mismatch at byte 56".into(),
+                ));
+            }
+            return Err(Error::Format(format!(
+                "pool geometry {found:?} differs from the configuration's {expected:?}"
+            )));
+        }
+        let pool = Self::assemble(region, persist, geometry, config.recyclers);
+        let report = crate::recovery::recover(&pool.inner)?;
+        pool.inner.rebuild_free_lists();
+        Ok((pool, report))
+    }
+
+    fn header_words(geometry: &Geometry, region_bytes: usize) -> [u64; HEADER_WORDS] {
+        let head = [
+            layout::MAGIC,
+            layout::FORMAT_VERSION,
+            region_bytes as u64,
+            geometry.descriptor_count as u64,
+            geometry.partition_count as u64,
+            geometry.client_words as u64,
+            DESCRIPTOR_WORDS as u64,
+        ];
+        let crc = header_crc(&head);
+        let mut out = [0u64; HEADER_WORDS];
+        out[..HEADER_WORDS - 1].copy_from_slice(&head);
+        out[HEADER_WORDS - 1] = crc;
+        out
+    }
+
+    fn assemble(
+        region: Region,
+        persist: P,
+        geometry: Geometry,
+        mut recyclers: Vec<Arc<dyn Recycle>>,
+    ) -> Self {
+        if recyclers.is_empty() {
+            recyclers.push(Arc::new(NoRecycle));
+        }
+        let per = geometry.descriptor_count / geometry.partition_count;
+        let inner = Inner {
+            region,
+            persist,
+            geometry,
+            partitions: (0..geometry.partition_count)
+                .map(|_| {
+                    CachePadded::new(Partition {
+                        head: AtomicU64::new(0),
+                    })
+                })
+                .collect(),
+            next_free: (0..geometry.descriptor_count)
+                .map(|_| AtomicU32::new(0))
+                .collect(),
+            counters: (0..geometry.partition_count)
+                .map(|_| CachePadded::new(Counters::default()))
+                .collect(),
+            recyclers,
+            domain: Domain::default(),
+            pending_releases: AtomicUsize::new(0),
+            active_releases: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
+        };
+        debug_assert_eq!(per * geometry.partition_count, geometry.descriptor_count);
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// Pins the calling thread (§2.2). Hold the guard across reading words and the PMwCAS
+    /// built from them; drop or `repin` it between operations so descriptors come back.
+    pub fn pin(&self) -> Guard {
+        self.inner.domain.pin()
+    }
+
+    /// The word at byte `offset` of the region, if it may be a PMwCAS target.
+    pub fn word(&self, offset: u64) -> Result<&Word, Error> {
+        self.inner.target_word(offset).ok_or(Error::NotATargetWord {
+            offset: Some(offset),
+        })
+    }
+
+    /// Byte offset of a target word.
+    pub fn offset_of(&self, word: &Word) -> Result<u64, Error> {
+        self.inner.target_offset(word)
+    }
+
+    /// The helping read (§2.3.1): the word's value with the control bits clear, after
+    /// completing any RDCSS, flushing and cleaning a dirty value, and helping any PMwCAS found
+    /// in it. The only way to load a target word.
+    pub fn read(&self, word: &Word, guard: &Guard) -> u64 {
+        let _ = guard;
+        self.inner.read(word)
+    }
+
+    /// Allocates a descriptor with the default recycler (§2.3 `AllocateDescriptor()`).
+    pub fn allocate_descriptor<'a>(
+        &'a self,
+        guard: &'a Guard,
+    ) -> Result<crate::Descriptor<'a, P>, Error> {
+        self.allocate_descriptor_with(RecyclerId::default(), guard)
+    }
+
+    /// Allocates a descriptor whose `FREE-ONE` entries are freed by `recycler`
+    /// (§2.3 `AllocateDescriptor(callback)`).
+    pub fn allocate_descriptor_with<'a>(
+        &'a self,
+        recycler: RecyclerId,
+        guard: &'a Guard,
+    ) -> Result<crate::Descriptor<'a, P>, Error> {
+        if recycler.0 as usize >= self.inner.recyclers.len() {
+            return Err(Error::Config(format!(
+                "recycler {} not configured ({} recyclers)",
+                recycler.0,
+                self.inner.recyclers.len()
+            )));
+        }
+        let (index, gen) = self.inner.allocate(recycler, guard)?;
+        Ok(crate::Descriptor::new(self, guard, index, gen))
+    }
+
+    /// The pool's counters.
+    pub fn stats(&self) -> PmwcasStats {
+        PmwcasStats::sum(self.inner.counters.iter().map(|c| &**c))
+    }
+
+    /// The region the pool lives in.
+    pub fn region(&self) -> &Region {
+        &self.inner.region
+    }
+
+    /// The persister.
+    pub fn persist(&self) -> &P {
+        &self.inner.persist
+    }
+
+    /// The pool's geometry.
+    pub fn geometry(&self) -> Geometry {
+        self.inner.geometry
+    }
+
+    /// Byte range of the client header (target words at a fixed place).
+    pub fn client_header(&self) -> std::ops::Range<u64> {
+        let g = &self.inner.geometry;
+        (g.client_word() * WORD_BYTES) as u64
+            ..((g.client_word() + g.client_words) * WORD_BYTES) as u64
+    }
+
+    /// Byte range of the user area (the node heap).
+    pub fn user_area(&self) -> std::ops::Range<u64> {
+        (self.inner.geometry.user_word() * WORD_BYTES) as u64..self.inner.region.len_bytes() as u64
+    }
+
+    /// Flushes `range` (bytes) of the region and fences: users persist record bytes and new
+    /// nodes before the PMwCAS that makes them visible (§6.2).
+    pub fn persist_range(&self, range: std::ops::Range<usize>) {
+        if P::DURABLE {
+            self.inner.persist.flush(&self.inner.region, range);
+            self.inner.persist.fence();
+        }
+    }
+}
+
+impl<P: Persist> Drop for Pool<P> {
+    fn drop(&mut self) {
+        let inner = &self.inner;
+        for _ in 0..CLOSE_WAIT_ROUNDS_MAX {
+            if inner.pending_releases.load(StdOrdering::Acquire) == 0 {
+                break;
+            }
+            #[cfg(not(loom))]
+            crossbeam_epoch::pin().flush();
+            crate::sync::yield_now();
+        }
+        inner.closed.store(true, StdOrdering::SeqCst);
+        while inner.active_releases.load(StdOrdering::SeqCst) != 0 {
+            crate::sync::yield_now();
+        }
+    }
+}
+
+impl<P: Persist> Inner<P> {
+    /// The words of descriptor `index`.
+    #[inline]
+    pub(crate) fn desc(&self, index: u32) -> &[AtomicU64] {
+        let start = self.geometry.descriptor_word(index as usize);
+        &self.region.words()[start..start + DESCRIPTOR_WORDS]
+    }
+
+    /// Byte range of descriptor `index`.
+    pub(crate) fn desc_bytes(&self, index: u32) -> std::ops::Range<usize> {
+        let start = self.geometry.descriptor_word(index as usize) * WORD_BYTES;
+        start..start + DESCRIPTOR_WORDS * WORD_BYTES
+    }
+
+    /// The target word at byte `offset`.
+    #[inline]
+    pub(crate) fn target_word(&self, offset: u64) -> Option<&Word> {
+        let w = usize::try_from(offset).ok()? / WORD_BYTES;
+        if !self.geometry.is_target_word(w, self.region.words().len()) {
+            return None;
+        }
+        self.region.word(offset)
+    }
+
+    /// The byte offset of a target word.
+    pub(crate) fn target_offset(&self, word: &Word) -> Result<u64, Error> {
+        let offset = self
+            .region
+            .offset_of(word)
+            .ok_or(Error::NotATargetWord { offset: None })?;
+        if !self
+            .geometry
+            .is_target_word(offset as usize / WORD_BYTES, self.region.words().len())
+        {
+            return Err(Error::NotATargetWord {
+                offset: Some(offset),
+            });
+        }
+        Ok(offset)
+    }
+
+    /// This thread's counters.
+    #[inline]
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.counters[thread_number() % self.counters.len()]
+    }
+
+    /// The recycler a descriptor names (a corrupt index falls back to the default).
+    pub(crate) fn recycler(&self, id: u64) -> &dyn Recycle {
+        &*self.recyclers[usize::try_from(id)
+            .ok()
+            .filter(|&i| i < self.recyclers.len())
+            .unwrap_or(0)]
+    }
+
+    /// Flushes the line holding `word` (durable mode only).
+    #[inline]
+    pub(crate) fn flush_word(&self, word: &Word) {
+        if P::DURABLE {
+            if let Some(offset) = self.region.offset_of(word) {
+                let at = offset as usize;
+                self.persist.flush(&self.region, at..at + WORD_BYTES);
+            }
+        }
+    }
+
+    /// Flushes and fences the status word of descriptor `index`.
+    pub(crate) fn persist_status(&self, index: u32) {
+        if P::DURABLE {
+            let at = self.desc_bytes(index).start;
+            self.persist.flush(&self.region, at..at + WORD_BYTES);
+            self.persist.fence();
+        }
+    }
+
+    fn rebuild_free_lists(&self) {
+        let per = self.geometry.descriptor_count / self.geometry.partition_count;
+        for p in self.partitions.iter() {
+            p.head.store(0, Ordering::Relaxed);
+        }
+        for index in (0..self.geometry.descriptor_count as u32).rev() {
+            let status = self.desc(index)[layout::D_STATUS].load(Ordering::Relaxed);
+            debug_assert_eq!(layout::status_state(status), Some(State::Free));
+            self.push_free(index, index as usize / per);
+        }
+    }
+
+    fn push_free(&self, index: u32, partition: usize) {
+        let head = &self.partitions[partition].head;
+        let mut current = head.load(Ordering::Acquire);
+        loop {
+            self.next_free[index as usize].store(current as u32, Ordering::Relaxed);
+            let new = ((current >> 32).wrapping_add(1) << 32) | u64::from(index + 1);
+            match head.compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return,
+                Err(c) => current = c,
+            }
+        }
+    }
+
+    fn pop_free(&self, partition: usize) -> Option<u32> {
+        let head = &self.partitions[partition].head;
+        let mut current = head.load(Ordering::Acquire);
+        loop {
+            let top = (current & 0xffff_ffff) as u32;
+            if top == 0 {
+                return None;
+            }
+            let next = self.next_free[top as usize - 1].load(Ordering::Relaxed);
+            let new = ((current >> 32).wrapping_add(1) << 32) | u64::from(next);
+            match head.compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Some(top - 1),
+                Err(c) => current = c,
+            }
+        }
+    }
+
+    /// Takes a free descriptor and starts its next generation (state `Building`).
+    fn allocate(&self, recycler: RecyclerId, guard: &Guard) -> Result<(u32, u64), Error> {
+        let partitions = self.partitions.len();
+        let home = thread_number() % partitions;
+        for round in 0..=ALLOCATE_WAIT_ROUNDS_MAX {
+            for k in 0..partitions {
+                if let Some(index) = self.pop_free((home + k) % partitions) {
+                    return Ok((index, self.start_generation(index, recycler)));
+                }
+            }
+            if round == ALLOCATE_WAIT_ROUNDS_MAX {
+                break;
+            }
+            // Every descriptor is in use or waiting for its epoch: push this thread's deferred
+            // releases out and give the others a turn; retrying is safe, nothing was taken.
+            self.counters().pool_wait();
+            guard.flush();
+            crate::sync::yield_now();
+        }
+        Err(Error::PoolExhausted {
+            descriptors: self.geometry.descriptor_count,
+            rounds: ALLOCATE_WAIT_ROUNDS_MAX,
+        })
+    }
+
+    fn start_generation(&self, index: u32, recycler: RecyclerId) -> u64 {
+        let d = self.desc(index);
+        let old = d[layout::D_STATUS].load(Ordering::Relaxed);
+        debug_assert_eq!(
+            layout::status_state(old),
+            Some(State::Free),
+            "free lists hold free descriptors"
+        );
+        let gen = (layout::status_gen(old) + 1) & TAG_MASK;
+        d[layout::D_STATUS].store(layout::status(gen, 0, State::Building), Ordering::SeqCst);
+        // Seqlock writer side: a reader that sees any field written for this generation also
+        // sees the status above and knows its snapshot is stale (`execute.rs` snapshot).
+        fence(Ordering::Release);
+        let seq = d[layout::D_INSTALL_SEQ].load(Ordering::Relaxed);
+        d[layout::D_SEQ_START].store(seq, Ordering::Relaxed);
+        d[layout::D_RECYCLER].store(u64::from(recycler.0), Ordering::Relaxed);
+        gen
+    }
+
+    /// Returns a never-published descriptor at once (Discard, §2.3: nothing saw it).
+    pub(crate) fn free_unpublished(&self, index: u32, gen: u64, persist: bool) {
+        self.desc(index)[layout::D_STATUS]
+            .store(layout::status(gen, 0, State::Free), Ordering::SeqCst);
+        if persist {
+            self.persist_status(index);
+        }
+        let per = self.geometry.descriptor_count / self.geometry.partition_count;
+        self.push_free(index, index as usize / per);
+    }
+
+    /// Hands a finished descriptor to the epoch: released when no thread can still read it.
+    pub(crate) fn retire(self: &Arc<Self>, index: u32, gen: u64, guard: &Guard) {
+        self.pending_releases.fetch_add(1, StdOrdering::AcqRel);
+        let inner = Arc::clone(self);
+        guard.defer(move || inner.release(index, gen));
+        // crossbeam keeps deferred work in a thread-local bag of up to 64 items until it is
+        // full; a pool with fewer descriptors per partition would run dry with its
+        // descriptors parked there, so hand them to the collector every few retirements.
+        let interval = (self.geometry.descriptor_count / self.geometry.partition_count / 2)
+            .clamp(1, RETIRE_FLUSH_INTERVAL_MAX);
+        let due = RETIRED_SINCE_FLUSH.with(|n| {
+            let count = n.get() + 1;
+            n.set(if count >= interval { 0 } else { count });
+            count >= interval
+        });
+        if due {
+            guard.flush();
+        }
+    }
+
+    /// Applies the policies of a finished descriptor, marks it free (durably), and returns it
+    /// to its partition (§2.3 "Memory management").
+    fn release(&self, index: u32, gen: u64) {
+        self.active_releases.fetch_add(1, StdOrdering::SeqCst);
+        if !self.closed.load(StdOrdering::SeqCst) {
+            let d = self.desc(index);
+            let status = d[layout::D_STATUS].load(Ordering::SeqCst);
+            assert_eq!(
+                layout::status_gen(status),
+                gen,
+                "a retired descriptor is reused only after release"
+            );
+            let state = layout::status_state(status & !layout::STATUS_DIRTY);
+            debug_assert!(matches!(state, Some(State::Succeeded | State::Failed)));
+            self.apply_policies(
+                index,
+                gen,
+                state == Some(State::Succeeded),
+                layout::status_count(status),
+            );
+            self.desc(index)[layout::D_STATUS]
+                .store(layout::status(gen, 0, State::Free), Ordering::SeqCst);
+            self.persist_status(index);
+            forest_core::pause::pause_point("pmwcas:released");
+            let per = self.geometry.descriptor_count / self.geometry.partition_count;
+            self.push_free(index, index as usize / per);
+        }
+        self.pending_releases.fetch_sub(1, StdOrdering::AcqRel);
+        self.active_releases.fetch_sub(1, StdOrdering::SeqCst);
+    }
+
+    /// Frees, through the descriptor's recycler, the memory its `FREE-ONE` entries name:
+    /// old values after a success, new values after a failure (§6.3). With `activated_only`
+    /// (a descriptor never published), only activated entries of generation `gen`.
+    pub(crate) fn apply_policies_where(
+        &self,
+        index: u32,
+        gen: u64,
+        succeeded: bool,
+        count: usize,
+        activated_only: bool,
+    ) -> usize {
+        let d = self.desc(index);
+        let recycler = self.recycler(d[layout::D_RECYCLER].load(Ordering::Relaxed));
+        let mut freed = 0;
+        for i in 0..count.min(layout::ENTRIES_MAX) {
+            let e = layout::DESCRIPTOR_HEADER_WORDS + i * layout::ENTRY_WORDS;
+            let address = d[e + layout::E_ADDRESS].load(Ordering::Relaxed);
+            let policy = d[e + layout::E_POLICY].load(Ordering::Relaxed);
+            if address == layout::TOMBSTONE
+                || layout::policy_code(policy) != layout::POLICY_FREE_ONE
+            {
+                continue;
+            }
+            if activated_only
+                && (policy & layout::ACTIVATED == 0 || layout::policy_gen(policy) != gen)
+            {
+                continue;
+            }
+            let field = if succeeded {
+                layout::E_EXPECTED
+            } else {
+                layout::E_NEW
+            };
+            let value = d[e + field].load(Ordering::Relaxed) & crate::word::VALUE_MASK;
+            if value != 0 {
+                recycler.free(value);
+                freed += 1;
+            }
+        }
+        freed
+    }
+
+    fn apply_policies(&self, index: u32, gen: u64, succeeded: bool, count: usize) -> usize {
+        self.apply_policies_where(index, gen, succeeded, count, false)
+    }
+}

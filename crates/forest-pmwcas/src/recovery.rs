@@ -1,0 +1,121 @@
+//! Recovery (BzTree §2.3.2 "Recovery", §6.3 "Recovery steps"): scan the descriptor pool, and
+//! only the pool, after a crash. For each descriptor in flight:
+//! - `Succeeded`: words still holding its reference roll forward to the new values;
+//! - `Undecided` or `Failed`: they roll back to the expected values;
+//! - any state: words holding one of its RDCSS references (current generation) roll back to
+//!   the entry's expected value (an RDCSS reference only ever replaced that value);
+//! - then its policies apply (`FREE-ONE`: old values after success, new values otherwise), and
+//!   it is marked free, durably.
+//!
+//! A `Building` descriptor never executed: no word refers to it, and only its activated
+//! entries of the current generation are freed (`descriptor.rs`, activation).
+//!
+//! Idempotent: words are restored by value, not by replay, so a second recovery finds no word
+//! holding a reference and changes nothing; a recovery interrupted by a crash is simply run
+//! again. Policies may run twice across such a crash, so recyclers accept a repeated free
+//! (`pool.rs` `Recycle`).
+//!
+//! Invariants relied on (`execute.rs`, `rdcss.rs`): a durable status of generation g implies
+//! g's entries are durable; no durable word holds a reference to a descriptor of another
+//! generation than the pool's durable one.
+//!
+//! A word left dirty (a value flushed but not yet cleaned) stays dirty: the first read flushes
+//! and cleans it again.
+
+use crate::error::Error;
+use crate::layout::{
+    self, State, DESCRIPTOR_HEADER_WORDS, D_SEQ_START, D_STATUS, ENTRIES_MAX, ENTRY_WORDS,
+    E_ADDRESS, E_EXPECTED, E_NEW,
+};
+use crate::persist::Persist;
+use crate::pool::Inner;
+use crate::sync::atomic::Ordering;
+use crate::word::{decode_ref, descriptor_ref, tag_at_least, DIRTY_BIT, RDCSS_BIT};
+
+/// What one recovery did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Descriptors found in flight (not free).
+    pub descriptors_in_flight: usize,
+    /// Words rolled forward to a new value.
+    pub words_rolled_forward: usize,
+    /// Words rolled back to an expected value (descriptor or RDCSS references).
+    pub words_rolled_back: usize,
+    /// Values handed to recyclers by policy.
+    pub values_freed: usize,
+}
+
+/// Recovers every descriptor of the pool (module doc). Single-threaded, before any other use.
+pub(crate) fn recover<P: Persist>(inner: &Inner<P>) -> Result<RecoveryReport, Error> {
+    let mut report = RecoveryReport::default();
+    for index in 0..inner.geometry.descriptor_count as u32 {
+        let d = inner.desc(index);
+        let status = d[D_STATUS].load(Ordering::Relaxed);
+        let gen = layout::status_gen(status);
+        let state = layout::status_state(status).ok_or_else(|| {
+            Error::Format(format!(
+                "descriptor {index} has status {status:#x}, which names no state"
+            ))
+        })?;
+        let count = layout::status_count(status);
+        match state {
+            State::Free => continue,
+            State::Building => {
+                report.descriptors_in_flight += 1;
+                report.values_freed +=
+                    inner.apply_policies_where(index, gen, false, ENTRIES_MAX, true);
+            }
+            State::Undecided | State::Succeeded | State::Failed => {
+                report.descriptors_in_flight += 1;
+                if count > ENTRIES_MAX {
+                    return Err(Error::Format(format!(
+                        "descriptor {index} counts {count} entries"
+                    )));
+                }
+                let succeeded = state == State::Succeeded;
+                let me = descriptor_ref(index, gen);
+                let seq_start = d[D_SEQ_START].load(Ordering::Relaxed);
+                for slot in 0..count {
+                    let e = DESCRIPTOR_HEADER_WORDS + slot * ENTRY_WORDS;
+                    let address = d[e + E_ADDRESS].load(Ordering::Relaxed);
+                    if address >= layout::TOMBSTONE {
+                        continue;
+                    }
+                    let word = inner.target_word(address).ok_or_else(|| {
+                        Error::Format(format!(
+                            "descriptor {index} entry {slot} names byte {address}, not a target word"
+                        ))
+                    })?;
+                    let value = word.load_raw() & !DIRTY_BIT;
+                    let restore = if value == me {
+                        if succeeded {
+                            report.words_rolled_forward += 1;
+                            d[e + E_NEW].load(Ordering::Relaxed)
+                        } else {
+                            report.words_rolled_back += 1;
+                            d[e + E_EXPECTED].load(Ordering::Relaxed)
+                        }
+                    } else if value & RDCSS_BIT != 0 && is_ours(value, index, slot, seq_start) {
+                        report.words_rolled_back += 1;
+                        d[e + E_EXPECTED].load(Ordering::Relaxed)
+                    } else {
+                        continue;
+                    };
+                    word.store_raw(restore);
+                    inner.flush_word(word);
+                }
+                inner.persist.fence();
+                report.values_freed +=
+                    inner.apply_policies_where(index, gen, succeeded, count, false);
+            }
+        }
+        d[D_STATUS].store(layout::status(gen, 0, State::Free), Ordering::Relaxed);
+        inner.persist_status(index);
+    }
+    Ok(report)
+}
+
+fn is_ours(value: u64, index: u32, slot: usize, seq_start: u64) -> bool {
+    let (i, s, seq) = decode_ref(value);
+    i == index && s == slot && tag_at_least(seq, seq_start)
+}

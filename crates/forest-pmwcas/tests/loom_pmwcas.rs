@@ -1,0 +1,226 @@
+//! Loom models of PMwCAS (issue 16): overlapping 2-word PMwCASes (one wins, no reader sees a
+//! mix), helping (a reader completes a PMwCAS it meets), §2.3.2's race (a late installation for
+//! a completed p1 must not overwrite p2), the dirty-bit read (a value read is durable), and
+//! descriptor reuse under the epoch stand-in.
+//!
+//! Run: `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom LOOM_MAX_PREEMPTIONS=3 cargo test
+//! -p forest-pmwcas --release --test loom_pmwcas` (.ci/run runs every `tests/loom_*.rs`).
+//!
+//! crossbeam-epoch is not loom-aware; under `--cfg loom` the pool's guards are the stand-in in
+//! `reclaim.rs` (a pinned count and a retired list under a loom mutex), which gives the same
+//! guarantee: a retired descriptor is released only once no thread pinned at its retirement
+//! is still pinned. Under loom a descriptor holds 4 entries and regions align to a line.
+#![cfg(loom)]
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
+
+use std::sync::Arc;
+
+use forest_pmwcas::{Error, NoPersist, Persist, Pool, PoolConfig, Region, Word, VALUE_MASK};
+use loom::sync::atomic::{AtomicU64, Ordering};
+
+fn config(descriptors: usize) -> PoolConfig {
+    PoolConfig {
+        partition_count: 1,
+        descriptors_per_partition: descriptors,
+        client_words: 0,
+        user_words: 4,
+        recyclers: Vec::new(),
+    }
+}
+
+fn volatile(descriptors: usize) -> Arc<Pool<NoPersist>> {
+    Arc::new(Pool::create_volatile(NoPersist, config(descriptors)).unwrap())
+}
+
+fn word<P: Persist>(pool: &Pool<P>, i: u64) -> &Word {
+    pool.word(pool.user_area().start + 8 * i).unwrap()
+}
+
+/// One PMwCAS over words `(index, expected, new)`, retried while the pool is exhausted (the
+/// documented remedy: unpin, pin, retry). Returns whether it succeeded.
+fn pmwcas<P: Persist>(pool: &Pool<P>, words: &[(u64, u64, u64)]) -> bool {
+    loop {
+        let guard = pool.pin();
+        let mut d = match pool.allocate_descriptor(&guard) {
+            Ok(d) => d,
+            Err(Error::PoolExhausted { .. }) => {
+                // The guard drops at the end of this iteration: unpinned before the retry.
+                loom::thread::yield_now();
+                continue;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        for &(i, expected, new) in words {
+            d.add_word(word(pool, i), expected, new).unwrap();
+        }
+        return d.execute().unwrap();
+    }
+}
+
+fn read<P: Persist>(pool: &Pool<P>, i: u64) -> u64 {
+    let guard = pool.pin();
+    pool.read(word(pool, i), &guard)
+}
+
+// Goal: two PMwCASes over the same two words from the same values: exactly one wins, and a
+// reader never sees one word changed and the other not. Method: threads 1 and 2 run
+// {A: 0 -> t, B: 0 -> t}; the main thread reads A then B.
+#[test]
+fn overlapping_two_word_pmwcas_one_wins_no_mix() {
+    loom::model(|| {
+        let pool = volatile(2);
+        let writers: Vec<_> = [1u64, 2]
+            .into_iter()
+            .map(|t| {
+                let pool = pool.clone();
+                loom::thread::spawn(move || pmwcas(&pool, &[(0, 0, t), (1, 0, t)]))
+            })
+            .collect();
+        let a = read(&pool, 0);
+        let b = read(&pool, 1);
+        if a != 0 {
+            assert_eq!(b, a, "B must show A's PMwCAS once A does");
+        }
+        let wins: Vec<bool> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+        assert_eq!(wins.iter().filter(|&&w| w).count(), 1, "exactly one wins");
+        let winner = if wins[0] { 1 } else { 2 };
+        assert_eq!((read(&pool, 0), read(&pool, 1)), (winner, winner));
+    });
+}
+
+// Goal: a reader that meets a PMwCAS in progress helps it to its end: once it sees the second
+// word (in address order) changed, the first is changed too, and the owner's result agrees.
+// Method: a writer runs {A: 0 -> 5, B: 0 -> 6}; the main thread reads B then A.
+#[test]
+fn reader_helps_a_pmwcas_it_meets() {
+    loom::model(|| {
+        let pool = volatile(1);
+        let writer = {
+            let pool = pool.clone();
+            loom::thread::spawn(move || pmwcas(&pool, &[(0, 0, 5), (1, 0, 6)]))
+        };
+        let b = read(&pool, 1);
+        let a = read(&pool, 0);
+        if b == 6 {
+            assert_eq!(a, 5, "linearized: B's new value implies A's");
+        } else {
+            assert_eq!(b, 0);
+        }
+        assert!(writer.join().unwrap());
+        assert_eq!((read(&pool, 0), read(&pool, 1)), (5, 6));
+    });
+}
+
+// Goal: §2.3.2's race: after p1 {A: 0 -> 1, B: 0 -> 1} completes and p2 {A: 1 -> 0, B: 1 -> 0}
+// restores A, a stalled helper of p1 must not install p1's descriptor again and roll p1
+// forward over p2. With one RDCSS reference per installation (rdcss.rs) a completer's CAS
+// fails on any later installation. Method: thread 1 runs p1; thread 2 reads A (helping p1
+// wherever it stands), then runs p2 if p1 is visible; at the end A == B and they agree with
+// the outcomes.
+#[test]
+fn late_install_for_completed_p1_cannot_overwrite_p2() {
+    loom::model(|| {
+        let pool = volatile(2);
+        let p1 = {
+            let pool = pool.clone();
+            loom::thread::spawn(move || pmwcas(&pool, &[(0, 0, 1), (1, 0, 1)]))
+        };
+        let p2 = {
+            let pool = pool.clone();
+            loom::thread::spawn(move || {
+                let a = read(&pool, 0);
+                a == 1 && pmwcas(&pool, &[(0, 1, 0), (1, 1, 0)])
+            })
+        };
+        let p1_won = p1.join().unwrap();
+        let p2_won = p2.join().unwrap();
+        assert!(p1_won, "p1 has no competitor that could fail it");
+        let expected = if p2_won { 0 } else { 1 };
+        assert_eq!((read(&pool, 0), read(&pool, 1)), (expected, expected));
+    });
+}
+
+/// A persister for loom: a flush copies the flushed words into loom atomics (the durable
+/// image), so a model can check what was durable when a value was read. The copy runs under
+/// a lock, as a cache line's write-back is one event: two flushes of a line cannot land
+/// out of order.
+struct LoomDurable {
+    durable: Vec<AtomicU64>,
+    writeback: loom::sync::Mutex<()>,
+}
+
+impl Persist for LoomDurable {
+    const DURABLE: bool = true;
+
+    fn flush(&self, region: &Region, range: std::ops::Range<usize>) {
+        let start = range.start / 64 * 64;
+        let end = range.end.div_ceil(64) * 64;
+        let _line = self.writeback.lock().unwrap();
+        for offset in (start..end.min(region.len_bytes())).step_by(8) {
+            let value = region.load_for_flush(offset as u64).unwrap();
+            self.durable[offset / 8].store(value, Ordering::SeqCst);
+        }
+    }
+
+    fn fence(&self) {}
+
+    fn name(&self) -> &'static str {
+        "loom-durable"
+    }
+}
+
+// Goal: the dirty-bit read (§2.3.1): a value a reader returns is durable, whoever installed
+// it. Method: persistent mode with a loom-visible durable image; a writer runs
+// {A: 0 -> 7, B: 0 -> 8}; the main thread reads A and then checks that A's durable copy is
+// not behind it.
+#[test]
+fn dirty_bit_read_returns_only_durable_values() {
+    loom::model(|| {
+        let cfg = config(1);
+        let region = Region::heap(cfg.region_bytes().unwrap());
+        let words = region.len_bytes() / 8;
+        let persist = LoomDurable {
+            durable: (0..words).map(|_| AtomicU64::new(0)).collect(),
+            writeback: loom::sync::Mutex::new(()),
+        };
+        let pool = Arc::new(Pool::create(region, persist, cfg).unwrap());
+        let writer = {
+            let pool = pool.clone();
+            loom::thread::spawn(move || pmwcas(&pool, &[(0, 0, 7), (1, 0, 8)]))
+        };
+        let a = read(&pool, 0);
+        let at = pool.user_area().start as usize / 8;
+        let durable = pool.persist().durable[at].load(Ordering::SeqCst) & VALUE_MASK;
+        // Values only move 0 -> 7: the durable copy is never behind what was read.
+        if a == 7 {
+            assert_eq!(durable, 7, "a value read is durable");
+        }
+        assert!(writer.join().unwrap());
+        let durable_b = pool.persist().durable[at + 1].load(Ordering::SeqCst) & VALUE_MASK;
+        assert_eq!(durable_b, 8, "an acknowledged PMwCAS is durable");
+    });
+}
+
+// Goal: descriptor reuse under epochs: with one descriptor, a writer's second PMwCAS reuses
+// the descriptor of its first while a reader may still hold a reference to it; the reader
+// must neither help the reused descriptor as if it were the old one nor see a torn state.
+// Method: thread 1 runs {A: 0 -> 1, B: 0 -> 1} then {A: 1 -> 2, B: 1 -> 2}; the main thread
+// reads A then B: B is never behind A, and the end state is (2, 2).
+#[test]
+fn descriptor_reuse_under_epochs() {
+    loom::model(|| {
+        let pool = volatile(1);
+        let writer = {
+            let pool = pool.clone();
+            loom::thread::spawn(move || {
+                assert!(pmwcas(&pool, &[(0, 0, 1), (1, 0, 1)]));
+                assert!(pmwcas(&pool, &[(0, 1, 2), (1, 1, 2)]));
+            })
+        };
+        let a = read(&pool, 0);
+        let b = read(&pool, 1);
+        assert!(b >= a, "B ({b}) behind A ({a}): a torn PMwCAS");
+        writer.join().unwrap();
+        assert_eq!((read(&pool, 0), read(&pool, 1)), (2, 2));
+    });
+}

@@ -1,0 +1,203 @@
+//! The server in process for the transaction and Pub/Sub tests, in either I/O model, and a
+//! small RESP client that reads one reply at a time (push frames included).
+#![allow(dead_code)] // Each test file uses its own part.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use forest_server::shutdown::Shutdown;
+use forest_server::{Config, IoModel, Server};
+use forest_store::Durability;
+
+/// Both I/O models, the tokio one with two workers.
+pub const IO_MODELS: [IoModel; 2] = [IoModel::Threads, IoModel::Tokio];
+
+/// How long a client waits for a reply before the test fails (never reached when green).
+pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub struct Running {
+    pub addr: SocketAddr,
+    shutdown: Arc<Shutdown>,
+    thread: Option<JoinHandle<forest_core::Result<()>>>,
+}
+
+impl Running {
+    pub fn start(dir: &std::path::Path, io: IoModel) -> Running {
+        let config = Config {
+            dir: dir.to_path_buf(),
+            port: 0,
+            io,
+            threads: 2,
+            durability: Durability::Periodic { interval_ms: 50 },
+            ..Config::default()
+        };
+        let server = Server::open(config).expect("open");
+        let addr = server.local_addr().expect("bound");
+        let shutdown = server.shutdown_handle();
+        let thread = std::thread::spawn(move || server.run());
+        Running {
+            addr,
+            shutdown,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(self.addr)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            self.shutdown.request(false);
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A RESP reply.
+#[derive(Clone, Debug, PartialEq)]
+pub enum R {
+    Simple(String),
+    Err(String),
+    Int(i64),
+    Bulk(Vec<u8>),
+    /// `$-1`, `*-1` or `_`.
+    Nil,
+    Arr(Vec<R>),
+    Push(Vec<R>),
+    Map(Vec<(R, R)>),
+}
+
+impl R {
+    pub fn bulk(s: &str) -> R {
+        R::Bulk(s.as_bytes().to_vec())
+    }
+
+    pub fn text(&self) -> String {
+        match self {
+            R::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+            R::Simple(s) | R::Err(s) => s.clone(),
+            other => panic!("not text: {other:?}"),
+        }
+    }
+
+    pub fn items(self) -> Vec<R> {
+        match self {
+            R::Arr(items) | R::Push(items) => items,
+            other => panic!("not an array: {other:?}"),
+        }
+    }
+}
+
+pub struct Client {
+    pub stream: TcpStream,
+    reader: BufReader<TcpStream>,
+}
+
+impl Client {
+    pub fn connect(addr: SocketAddr) -> Client {
+        let stream = TcpStream::connect(addr).expect("connect");
+        stream
+            .set_read_timeout(Some(READ_TIMEOUT))
+            .expect("timeout");
+        let reader = BufReader::new(stream.try_clone().expect("clone"));
+        Client { stream, reader }
+    }
+
+    /// Sends a command as a RESP array.
+    pub fn send(&mut self, argv: &[&[u8]]) {
+        self.stream.write_all(&encode(argv)).expect("send");
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("send");
+    }
+
+    /// Sends a command and reads one reply.
+    pub fn cmd(&mut self, argv: &[&str]) -> R {
+        let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
+        self.send(&argv);
+        self.read()
+    }
+
+    /// Reads one reply.
+    pub fn read(&mut self) -> R {
+        self.try_read().expect("a reply")
+    }
+
+    /// Exactly `n` bytes of raw output.
+    pub fn read_bytes(&mut self, n: usize) -> Vec<u8> {
+        let mut out = vec![0u8; n];
+        std::io::Read::read_exact(&mut self.reader, &mut out).expect("read bytes");
+        out
+    }
+
+    /// One reply, or None if the server closed the connection.
+    pub fn try_read(&mut self) -> Option<R> {
+        let mut line = Vec::new();
+        let n = self.reader.read_until(b'\n', &mut line).ok()?;
+        if n == 0 {
+            return None;
+        }
+        if !line.ends_with(b"\r\n") {
+            // Cut mid-line: the server closed the connection.
+            return None;
+        }
+        let body = String::from_utf8_lossy(&line[1..line.len() - 2]).into_owned();
+        Some(match line[0] {
+            b'+' => R::Simple(body),
+            b'-' => R::Err(body),
+            b':' => R::Int(body.parse().expect("integer")),
+            b'_' => R::Nil,
+            b'$' => {
+                let len: i64 = body.parse().expect("length");
+                if len < 0 {
+                    return Some(R::Nil);
+                }
+                let mut data = vec![0u8; len as usize + 2];
+                std::io::Read::read_exact(&mut self.reader, &mut data).ok()?;
+                data.truncate(len as usize);
+                R::Bulk(data)
+            }
+            tag @ (b'*' | b'>') => {
+                let len: i64 = body.parse().expect("length");
+                if len < 0 {
+                    return Some(R::Nil);
+                }
+                let items = (0..len)
+                    .map(|_| self.try_read())
+                    .collect::<Option<Vec<_>>>()?;
+                if tag == b'*' {
+                    R::Arr(items)
+                } else {
+                    R::Push(items)
+                }
+            }
+            b'%' => {
+                let len: usize = body.parse().expect("length");
+                let mut pairs = Vec::new();
+                for _ in 0..len {
+                    pairs.push((self.try_read()?, self.try_read()?));
+                }
+                R::Map(pairs)
+            }
+            other => panic!("unexpected type byte {}", char::from(other)),
+        })
+    }
+}
+
+/// `argv` as a RESP array of bulk strings.
+pub fn encode(argv: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", argv.len()).into_bytes();
+    for arg in argv {
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
