@@ -860,4 +860,104 @@ mod tests {
         });
         drop(held);
     }
+
+    // Goal: expiry commands inside EXEC are part of its one batch: the map of deadlines does
+    // not change before EXEC (another client sees no TTL while the commands are queued and
+    // run), later commands of the same EXEC see earlier deadlines (TTL after EXPIRE, SET EX
+    // then PERSIST, GETEX), and after EXEC every client sees them.
+    // Method: run them in one EXEC, read TTL from a second client before and after.
+    #[test]
+    fn expiry_commands_inside_exec_share_its_batch() {
+        let mut h = Harness::new();
+        h.shared.expires.freeze_clock();
+        let mut other = h.shared.new_client("b".into(), "c".into(), None);
+        h.run(&["SET", "a", "1"]);
+        h.run(&["MULTI"]);
+        for command in [
+            &["EXPIRE", "a", "100"][..],
+            &["TTL", "a"],
+            &["SET", "b", "2", "EX", "50"],
+            &["PTTL", "b"],
+            &["PERSIST", "b"],
+            &["TTL", "b"],
+            &["GETEX", "a", "EX", "70"],
+            &["TTL", "a"],
+        ] {
+            assert_eq!(h.run(command), Frame::Simple("QUEUED".into()));
+        }
+        assert_eq!(
+            run_on(&h.shared, &mut other, &[b"TTL", b"a"]),
+            Frame::Integer(-1)
+        );
+        assert_eq!(h.shared.expires.count(), 0, "nothing staged before EXEC");
+        assert_eq!(
+            h.run(&["EXEC"]),
+            Frame::Array(vec![
+                Frame::Integer(1),
+                Frame::Integer(100),
+                Frame::ok(),
+                Frame::Integer(50_000),
+                Frame::Integer(1),
+                Frame::Integer(-1),
+                bulk("1"),
+                Frame::Integer(70),
+            ])
+        );
+        assert_eq!(
+            run_on(&h.shared, &mut other, &[b"TTL", b"a"]),
+            Frame::Integer(70)
+        );
+        assert_eq!(h.run(&["TTL", "b"]), Frame::Integer(-1));
+        assert_eq!(h.shared.expires.count(), 1);
+        // An expired key inside EXEC: gone for the rest of the transaction.
+        h.run(&["SET", "c", "3", "PX", "10"]);
+        h.shared.expires.advance_clock_ms(20);
+        h.run(&["MULTI"]);
+        h.run(&["GET", "c"]);
+        h.run(&["EXISTS", "c"]);
+        h.run(&["SETNX", "c", "4"]);
+        h.run(&["TTL", "c"]);
+        assert_eq!(
+            h.run(&["EXEC"]),
+            Frame::Array(vec![
+                Frame::Null,
+                Frame::Integer(0),
+                Frame::Integer(1),
+                Frame::Integer(-1)
+            ])
+        );
+        assert_eq!(h.run(&["GET", "c"]), bulk("4"));
+    }
+
+    // Goal: Redis's isWatchedKeyExpired: a key live at WATCH whose deadline passed by EXEC
+    // counts as touched even if nothing deleted it; a key already expired at WATCH does not;
+    // the active expiry task's deletion touches watchers.
+    // Method: WATCH, move the clock, EXEC; and once with an expire cycle in between.
+    #[test]
+    fn watched_key_that_expires_aborts_exec() {
+        let mut h = Harness::new();
+        h.shared.expires.freeze_clock();
+        h.run(&["SET", "k", "v", "PX", "100"]);
+        h.run(&["WATCH", "k"]);
+        h.shared.expires.advance_clock_ms(200);
+        h.run(&["MULTI"]);
+        h.run(&["PING"]);
+        assert_eq!(h.run(&["EXEC"]), Frame::NullArray, "expired since WATCH");
+        // Already due at WATCH: not a change.
+        h.run(&["WATCH", "k"]);
+        h.run(&["MULTI"]);
+        h.run(&["PING"]);
+        assert_eq!(
+            h.run(&["EXEC"]),
+            Frame::Array(vec![Frame::Simple("PONG".into())])
+        );
+        // Deleted by the active task between WATCH and EXEC.
+        h.run(&["SET", "j", "v", "PX", "100"]);
+        h.run(&["WATCH", "j"]);
+        h.shared.expires.advance_clock_ms(200);
+        assert!(super::super::expire_cycle(&h.shared, 16) >= 1);
+        h.run(&["MULTI"]);
+        h.run(&["PING"]);
+        assert_eq!(h.run(&["EXEC"]), Frame::NullArray, "deleted as expired");
+    }
 }
