@@ -231,6 +231,27 @@ pub fn stage_deadline(ctx: &mut Ctx<'_, '_>, user: &[u8], new: Option<u64>) -> R
     Ok(())
 }
 
+/// Runs `decide` in a unit: the open one (EXEC's, or the command's own), else one of its
+/// own, written as one atomic batch when `decide` succeeds and dropped whole when it fails.
+/// So a command's writes and the deadline changes it stages ([`stage_deadline`]) are one
+/// batch, and the map takes the changes only once it is visible.
+pub fn in_unit<T>(
+    ctx: &mut Ctx<'_, '_>,
+    decide: impl FnOnce(&mut Ctx<'_, '_>) -> Result<T, Frame>,
+) -> Result<T, Frame> {
+    let own_unit = ctx.unit.is_none();
+    ctx.begin_unit();
+    let result = decide(ctx);
+    if own_unit {
+        if result.is_err() {
+            ctx.drop_unit();
+        } else {
+            ctx.end_unit()?;
+        }
+    }
+    result
+}
+
 /// [`stage_deadline`] into a batch the caller writes (MSET, SET's fast path); `old` is the
 /// key's deadline now.
 pub fn stage_deadline_in(
@@ -1547,6 +1568,283 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Redis's TTL rules for the string and keyspace commands (redis `src/db.c` renameGeneric,
+/// copyCommand; `src/bitops.c` bitopCommand; `src/t_string.c`), each command run alone and
+/// as the one command of an EXEC, and the deadline index checked against the map.
+#[cfg(test)]
+mod ttl_rules {
+    use std::ops::{Bound, ControlFlow};
+
+    use forest_core::Order;
+
+    use super::super::testing::*;
+    use crate::expiry::{index_bounds, split_index_key};
+    use crate::frame::Frame;
+
+    fn int(n: i64) -> Frame {
+        Frame::Integer(n)
+    }
+
+    /// Runs `argv` alone, or (`txn`) as the one command of a MULTI/EXEC; its reply.
+    fn run_in(h: &mut Harness, txn: bool, argv: &[&str]) -> Frame {
+        if !txn {
+            return h.run(argv);
+        }
+        assert_eq!(h.run(&["MULTI"]), Frame::ok());
+        assert_eq!(h.run(argv), Frame::Simple("QUEUED".into()), "{argv:?}");
+        match h.run(&["EXEC"]) {
+            Frame::Array(mut replies) if replies.len() == 1 => replies.pop().expect("one"),
+            other => panic!("EXEC of {argv:?}: {other:?}"),
+        }
+    }
+
+    /// The store's deadline index as (deadline, key), each entry checked against the map.
+    fn index(h: &Harness) -> Vec<(u64, String)> {
+        let (lower, upper) = index_bounds();
+        let mut entries = Vec::new();
+        h.shared.store.scan(
+            Bound::Included(&lower[..]),
+            Bound::Excluded(&upper[..]),
+            Order::Ascending,
+            &mut |key, _| {
+                let (deadline, user) = split_index_key(key).expect("an index key");
+                entries.push((deadline, String::from_utf8_lossy(user).into_owned()));
+                ControlFlow::Continue(())
+            },
+        );
+        for (deadline, user) in &entries {
+            assert_eq!(
+                h.shared.expires.deadline(user.as_bytes()),
+                Some(*deadline),
+                "{user}"
+            );
+        }
+        assert_eq!(
+            entries.len() as i64,
+            h.shared.expires.count(),
+            "{entries:?}"
+        );
+        entries
+    }
+
+    /// The keys the index holds deadlines for.
+    fn indexed(h: &Harness) -> Vec<String> {
+        index(h).into_iter().map(|(_, user)| user).collect()
+    }
+
+    fn pttl(h: &mut Harness, key: &str) -> Frame {
+        h.run(&["PTTL", key])
+    }
+
+    // Goal: RENAME and RENAMENX move the source's deadline to the destination, drop a
+    // replaced destination's, and leave no entry under the old name: a new key made under
+    // the old name survives the old deadline while the renamed key expires. A due source
+    // is absent ("no such key"); a due destination is absent (RENAMENX renames). Method:
+    // frozen clock, each case alone and inside EXEC.
+    #[test]
+    fn rename_moves_the_deadline() {
+        for txn in [false, true] {
+            let mut h = Harness::new();
+            h.shared.expires.freeze_clock();
+            h.run(&["SET", "a", "v", "PX", "1000"]);
+            assert_eq!(run_in(&mut h, txn, &["RENAME", "a", "b"]), Frame::ok());
+            assert_eq!(indexed(&h), ["b"], "txn {txn}");
+            assert_eq!(h.run(&["RPUSH", "a", "x"]), int(1));
+            assert_eq!(pttl(&mut h, "b"), int(1000));
+            assert_eq!(pttl(&mut h, "a"), int(-1));
+            h.shared.expires.advance_clock_ms(1000);
+            assert_eq!(
+                h.run(&["LRANGE", "a", "0", "-1"]),
+                bulks(&["x"]),
+                "txn {txn}"
+            );
+            assert_eq!(h.run(&["EXISTS", "b"]), int(0));
+
+            // A replaced destination's deadline goes.
+            h.run(&["SET", "c", "v"]);
+            h.run(&["SET", "d", "w", "PX", "1000"]);
+            assert_eq!(run_in(&mut h, txn, &["RENAME", "c", "d"]), Frame::ok());
+            assert_eq!(pttl(&mut h, "d"), int(-1), "txn {txn}");
+
+            // RENAMENX likewise; a collection's deadline moves too.
+            h.run(&["RPUSH", "l", "x"]);
+            h.run(&["PEXPIRE", "l", "2000"]);
+            assert_eq!(run_in(&mut h, txn, &["RENAMENX", "l", "m"]), int(1));
+            assert_eq!(pttl(&mut h, "m"), int(2000), "txn {txn}");
+            assert_eq!(h.run(&["SADD", "l", "y"]), int(1));
+            h.shared.expires.advance_clock_ms(2000);
+            assert_eq!(h.run(&["SMEMBERS", "l"]), bulks(&["y"]), "txn {txn}");
+            assert_eq!(h.run(&["EXISTS", "m"]), int(0));
+
+            // A due source is absent; a due destination is absent.
+            h.run(&["SET", "s", "v", "PX", "10"]);
+            h.run(&["RPUSH", "t", "x"]);
+            h.run(&["PEXPIRE", "t", "10"]);
+            h.run(&["SET", "u", "new"]);
+            h.shared.expires.advance_clock_ms(10);
+            assert_eq!(
+                run_in(&mut h, txn, &["RENAME", "s", "z"]),
+                Frame::Error("ERR no such key".into())
+            );
+            assert_eq!(run_in(&mut h, txn, &["RENAMENX", "u", "t"]), int(1));
+            assert_eq!(h.run(&["TYPE", "t"]), Frame::Simple("string".into()));
+            assert_eq!(h.run(&["GET", "t"]), bulk("new"));
+            assert_eq!(pttl(&mut h, "t"), int(-1));
+            h.run(&["DEL", "a", "b", "d", "l", "m", "t"]);
+            assert_eq!(indexed(&h), Vec::<String>::new(), "txn {txn}");
+            assert_eq!(h.run(&["DBSIZE"]), int(0));
+            assert_eq!(h.shared.store.stats().index.key_count, 0, "txn {txn}");
+        }
+    }
+
+    // Goal: COPY copies the source's deadline; REPLACE drops the destination's old one; a
+    // due source copies nothing, a due destination is absent. Method: as above.
+    #[test]
+    fn copy_copies_the_deadline() {
+        for txn in [false, true] {
+            let mut h = Harness::new();
+            h.shared.expires.freeze_clock();
+            h.run(&["SET", "a", "v", "PX", "1000"]);
+            assert_eq!(run_in(&mut h, txn, &["COPY", "a", "b"]), int(1));
+            assert_eq!(pttl(&mut h, "b"), int(1000), "txn {txn}");
+            assert_eq!(pttl(&mut h, "a"), int(1000));
+            h.run(&["SET", "c", "plain"]);
+            h.run(&["SET", "d", "w", "PX", "5000"]);
+            assert_eq!(run_in(&mut h, txn, &["COPY", "c", "d", "REPLACE"]), int(1));
+            assert_eq!(pttl(&mut h, "d"), int(-1), "txn {txn}");
+            h.run(&["HSET", "h", "f", "v"]);
+            h.run(&["PEXPIRE", "h", "3000"]);
+            h.run(&["SET", "e", "w", "PX", "5000"]);
+            assert_eq!(run_in(&mut h, txn, &["COPY", "h", "e", "REPLACE"]), int(1));
+            assert_eq!(pttl(&mut h, "e"), int(3000), "txn {txn}");
+            h.shared.expires.advance_clock_ms(1000);
+            assert_eq!(h.run(&["EXISTS", "a", "b", "c", "d", "e", "h"]), int(4));
+            assert_eq!(run_in(&mut h, txn, &["COPY", "a", "f"]), int(0));
+            // b is due: COPY without REPLACE writes it.
+            assert_eq!(run_in(&mut h, txn, &["COPY", "c", "b"]), int(1));
+            assert_eq!(pttl(&mut h, "b"), int(-1), "txn {txn}");
+            h.shared.expires.advance_clock_ms(2000);
+            assert_eq!(h.run(&["EXISTS", "e", "h"]), int(0));
+            h.run(&["DEL", "b", "c", "d", "e", "h"]);
+            assert_eq!(indexed(&h), Vec::<String>::new(), "txn {txn}");
+            assert_eq!(h.shared.store.stats().index.key_count, 0, "txn {txn}");
+        }
+    }
+
+    // Goal: BITOP's destination loses its deadline (also when the result is empty and the
+    // destination goes); GETDEL removes the deadline with the value, so a new key of that
+    // name outlives it. Method: as above.
+    #[test]
+    fn bitop_and_getdel_drop_the_deadline() {
+        for txn in [false, true] {
+            let mut h = Harness::new();
+            h.shared.expires.freeze_clock();
+            h.run(&["SET", "src", "a"]);
+            h.run(&["SET", "d", "x", "PX", "1000"]);
+            assert_eq!(run_in(&mut h, txn, &["BITOP", "OR", "d", "src"]), int(1));
+            assert_eq!(pttl(&mut h, "d"), int(-1), "txn {txn}");
+            h.run(&["SET", "e", "x", "PX", "1000"]);
+            assert_eq!(run_in(&mut h, txn, &["BITOP", "AND", "e", "none"]), int(0));
+            assert_eq!(h.run(&["EXISTS", "e"]), int(0));
+            assert_eq!(indexed(&h), Vec::<String>::new(), "txn {txn}");
+            // A due destination that is a collection is replaced whole.
+            h.run(&["RPUSH", "f", "x", "y"]);
+            h.run(&["PEXPIRE", "f", "10"]);
+            h.shared.expires.advance_clock_ms(10);
+            assert_eq!(run_in(&mut h, txn, &["BITOP", "NOT", "f", "src"]), int(1));
+            assert_eq!(h.run(&["TYPE", "f"]), Frame::Simple("string".into()));
+
+            h.run(&["SET", "g", "v", "PX", "1000"]);
+            assert_eq!(run_in(&mut h, txn, &["GETDEL", "g"]), bulk("v"));
+            assert_eq!(pttl(&mut h, "g"), int(-2));
+            assert_eq!(h.run(&["RPUSH", "g", "x"]), int(1));
+            h.shared.expires.advance_clock_ms(1000);
+            assert_eq!(h.run(&["LLEN", "g"]), int(1), "txn {txn}");
+            h.run(&["DEL", "src", "d", "f", "g"]);
+            assert_eq!(indexed(&h), Vec::<String>::new(), "txn {txn}");
+            assert_eq!(h.shared.store.stats().index.key_count, 0, "txn {txn}");
+        }
+    }
+
+    // Goal: SETRANGE, SETBIT, APPEND, INCRBYFLOAT and INCR keep a live key's deadline and
+    // see a due key as absent (deleted first, so the new value has no deadline). Method: as
+    // above.
+    #[test]
+    fn string_updates_keep_the_deadline() {
+        for txn in [false, true] {
+            let mut h = Harness::new();
+            h.shared.expires.freeze_clock();
+            h.run(&["SET", "s", "hello", "PX", "1000"]);
+            h.run(&["SET", "n", "1", "PX", "1000"]);
+            assert_eq!(run_in(&mut h, txn, &["SETRANGE", "s", "0", "J"]), int(5));
+            assert_eq!(run_in(&mut h, txn, &["SETBIT", "s", "0", "1"]), int(0));
+            assert_eq!(run_in(&mut h, txn, &["APPEND", "s", "!"]), int(6));
+            assert_eq!(
+                run_in(&mut h, txn, &["INCRBYFLOAT", "n", "1.5"]),
+                bulk("2.5")
+            );
+            h.run(&["SET", "i", "1", "PX", "1000"]);
+            assert_eq!(run_in(&mut h, txn, &["INCR", "i"]), int(2));
+            for key in ["s", "n", "i"] {
+                assert_eq!(pttl(&mut h, key), int(1000), "{key} txn {txn}");
+            }
+            h.shared.expires.advance_clock_ms(1000);
+            assert_eq!(run_in(&mut h, txn, &["SETRANGE", "s", "1", "ab"]), int(3));
+            assert_eq!(h.run(&["GET", "s"]), bulk("\0ab"));
+            assert_eq!(
+                run_in(&mut h, txn, &["INCRBYFLOAT", "n", "1.5"]),
+                bulk("1.5")
+            );
+            assert_eq!(run_in(&mut h, txn, &["INCR", "i"]), int(1));
+            h.run(&["SET", "b", "x", "PX", "10"]);
+            h.run(&["SET", "p", "x", "PX", "10"]);
+            h.shared.expires.advance_clock_ms(10);
+            assert_eq!(run_in(&mut h, txn, &["SETBIT", "b", "7", "1"]), int(0));
+            assert_eq!(h.run(&["GET", "b"]), bulk("\u{1}"));
+            assert_eq!(run_in(&mut h, txn, &["APPEND", "p", "y"]), int(1));
+            for key in ["s", "n", "i", "b", "p"] {
+                assert_eq!(pttl(&mut h, key), int(-1), "{key} txn {txn}");
+            }
+            assert_eq!(indexed(&h), Vec::<String>::new(), "txn {txn}");
+        }
+    }
+
+    // Goal: a due key is absent to OBJECT ENCODING, TYPE, EXISTS, TOUCH, GETRANGE, LCS,
+    // STRLEN and RANDOMKEY, before any deletion. Method: as above, no expire cycle.
+    #[test]
+    fn reads_see_a_due_key_absent() {
+        for txn in [false, true] {
+            let mut h = Harness::new();
+            h.shared.expires.freeze_clock();
+            h.run(&["SET", "a", "ohmytext", "PX", "10"]);
+            h.run(&["SET", "b", "mynewtext"]);
+            h.run(&["RPUSH", "l", "x"]);
+            h.run(&["PEXPIRE", "l", "10"]);
+            assert_eq!(run_in(&mut h, txn, &["LCS", "a", "b"]), bulk("mytext"));
+            h.shared.expires.advance_clock_ms(10);
+            let null = Frame::Null;
+            assert_eq!(run_in(&mut h, txn, &["OBJECT", "ENCODING", "a"]), null);
+            assert_eq!(run_in(&mut h, txn, &["OBJECT", "ENCODING", "l"]), null);
+            for key in ["a", "l"] {
+                assert_eq!(
+                    run_in(&mut h, txn, &["TYPE", key]),
+                    Frame::Simple("none".into())
+                );
+            }
+            assert_eq!(run_in(&mut h, txn, &["EXISTS", "a", "l", "b"]), int(1));
+            assert_eq!(run_in(&mut h, txn, &["TOUCH", "a", "l", "b"]), int(1));
+            assert_eq!(run_in(&mut h, txn, &["GETRANGE", "a", "0", "-1"]), bulk(""));
+            assert_eq!(run_in(&mut h, txn, &["LCS", "a", "b"]), bulk(""));
+            assert_eq!(run_in(&mut h, txn, &["STRLEN", "a"]), int(0));
+            for _ in 0..50 {
+                assert_eq!(run_in(&mut h, txn, &["RANDOMKEY"]), bulk("b"), "txn {txn}");
+            }
+            h.run(&["DEL", "b"]);
+            assert_eq!(run_in(&mut h, txn, &["RANDOMKEY"]), null, "txn {txn}");
         }
     }
 }
