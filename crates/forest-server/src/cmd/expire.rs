@@ -145,6 +145,7 @@ pub fn delete_expired(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<bool, Frame>
             old: deadline,
             new: None,
             expired: Some(existed),
+            flush: false,
         });
     }
     if own_unit {
@@ -162,12 +163,19 @@ pub struct DeadlineChange {
     pub new: Option<u64>,
     /// A deletion of an expired key ([`delete_expired`]): whether the key existed.
     pub expired: Option<bool>,
+    /// FLUSHDB inside EXEC ([`flush_index`]): the map forgets every deadline (`user`,
+    /// `old` and `new` unused); the unit's reads see none from here on.
+    pub flush: bool,
 }
 
 /// The map takes a unit's deadline changes, in order, after its batch is written and while
 /// its stripe locks are held.
 pub fn apply_deadlines(shared: &Shared, changes: &[DeadlineChange]) {
     for change in changes {
+        if change.flush {
+            shared.expires.clear();
+            continue;
+        }
         match change.expired {
             Some(existed) => {
                 let Some(deadline) = change.old else {
@@ -222,6 +230,7 @@ pub fn stage_deadline(ctx: &mut Ctx<'_, '_>, user: &[u8], new: Option<u64>) -> R
         old,
         new,
         expired: None,
+        flush: false,
     };
     match ctx.unit.as_mut() {
         Some(unit) => unit.deadlines.push(change),
@@ -354,13 +363,39 @@ pub fn remove_string_range(
     }
 }
 
-/// FLUSHDB's part: removes the whole deadline index and forgets every deadline.
+/// FLUSHDB's part: removes the whole deadline index and forgets every deadline. Inside
+/// EXEC the map forgets them when EXEC's batch is visible: the deadlines its earlier
+/// commands staged are cleared first (so that their accounting nets out), then a flush
+/// marker follows them in the unit, so that later commands see no deadline and the map
+/// keeps only what is staged after it.
 pub fn flush_index(ctx: &mut Ctx<'_, '_>) -> Result<(), Frame> {
+    if let Some(unit) = ctx.unit.as_ref() {
+        let mut staged: Vec<Vec<u8>> = unit
+            .deadlines
+            .iter()
+            .filter(|c| !c.flush)
+            .map(|c| c.user.clone())
+            .collect();
+        staged.sort();
+        staged.dedup();
+        for user in staged {
+            stage_deadline(ctx, &user, None)?;
+        }
+    }
     let (lower, upper) = crate::expiry::index_bounds();
     let removed =
         super::flush::remove_range(ctx, Bound::Included(&lower), Bound::Excluded(&upper))?;
     ctx.shared.collections.add_reserved(-removed);
-    ctx.shared.expires.clear();
+    match ctx.unit.as_mut() {
+        Some(unit) => unit.deadlines.push(DeadlineChange {
+            user: Vec::new(),
+            old: None,
+            new: None,
+            expired: None,
+            flush: true,
+        }),
+        None => ctx.shared.expires.clear(),
+    }
     Ok(())
 }
 
@@ -1846,5 +1881,134 @@ mod ttl_rules {
             h.run(&["DEL", "b"]);
             assert_eq!(run_in(&mut h, txn, &["RANDOMKEY"]), null, "txn {txn}");
         }
+    }
+
+    // Goal: every way a key is removed or replaced removes or replaces its deadline entry
+    // in the same batch: a new key of the same name, written by a command that keeps
+    // deadlines (RPUSH, SADD), outlives the old deadline, and the index holds no entry
+    // for a key that is gone. Method: per path, a key with a deadline, the removal (alone
+    // and as the one command of an EXEC), a new key of that name, the clock past the old
+    // deadline.
+    #[test]
+    fn every_removal_takes_the_deadline() {
+        let strings: &[&[&str]] = &[
+            &["DEL", "k"],
+            &["UNLINK", "k"],
+            &["FLUSHDB"],
+            &["FLUSHALL"],
+            &["FOREST.DELRANGE", "[k", "[k"],
+            &["FOREST.DELRANGE", "-", "+"],
+            &["GETDEL", "k"],
+            &["RENAME", "k", "other"],
+            &["BITOP", "AND", "k", "missing"],
+            &["SET", "k", "v"],
+            &["GETSET", "k", "v"],
+            &["MSET", "k", "v"],
+            &["SETEX", "k", "100000", "v"],
+        ];
+        let lists: &[&[&str]] = &[
+            &["DEL", "k"],
+            &["FLUSHDB"],
+            &["LPOP", "k"],
+            &["RPOP", "k", "5"],
+            &["RENAMENX", "k", "other"],
+            &["SET", "k", "v"],
+            &["MSET", "k", "v"],
+            &["BITOP", "OR", "k", "missing"],
+        ];
+        let sets: &[&[&str]] = &[&["SREM", "k", "m"], &["SPOP", "k"], &["SPOP", "k", "3"]];
+        let hashes: &[&[&str]] = &[&["HDEL", "k", "f"]];
+        let zsets: &[&[&str]] = &[&["ZPOPMIN", "k"], &["ZREM", "k", "m"]];
+        let cases = [
+            (&["SET", "k", "v"][..], strings),
+            (&["RPUSH", "k", "x"], lists),
+            (&["SADD", "k", "m"], sets),
+            (&["HSET", "k", "f", "v"], hashes),
+            (&["ZADD", "k", "1", "m"], zsets),
+        ];
+        for txn in [false, true] {
+            let mut h = Harness::new();
+            h.shared.expires.freeze_clock();
+            for (make, removals) in cases {
+                for removal in removals {
+                    h.run(make);
+                    assert_eq!(h.run(&["PEXPIRE", "k", "1000"]), int(1));
+                    run_in(&mut h, txn, removal);
+                    let what = format!("{make:?} then {removal:?}, txn {txn}");
+                    // Entries left: the renamed key's, SETEX's own; never k's old one.
+                    let want: &[&str] = match removal[0] {
+                        "RENAME" | "RENAMENX" => &["other"],
+                        "SETEX" => &["k"],
+                        _ => &[],
+                    };
+                    assert_eq!(indexed(&h), want, "{what}");
+                    if h.run(&["EXISTS", "k"]) == int(1) {
+                        // Replaced by a string without a deadline (SETEX: with its own).
+                        let kept = if removal[0] == "SETEX" {
+                            100_000_000
+                        } else {
+                            -1
+                        };
+                        assert_eq!(pttl(&mut h, "k"), int(kept), "{what}");
+                        h.run(&["DEL", "k"]);
+                    }
+                    h.run(&["DEL", "other"]);
+                    assert_eq!(indexed(&h), Vec::<String>::new(), "{what}");
+                    assert_eq!(h.run(&["SADD", "k", "new"]), int(1), "{what}");
+                    h.shared.expires.advance_clock_ms(1000);
+                    assert_eq!(h.run(&["SCARD", "k"]), int(1), "{what}");
+                    h.run(&["DEL", "k"]);
+                    assert_eq!(h.shared.store.stats().index.key_count, 0, "{what}");
+                }
+            }
+        }
+    }
+
+    // Goal: FLUSHDB inside EXEC takes the deadlines its EXEC set before it, and later
+    // commands of the EXEC see no deadline; after EXEC the map holds only what was set
+    // after the flush. Method: SET EX, FLUSHDB, TTL, SET EX in one EXEC; then a new key
+    // under the first name outlives the first deadline.
+    #[test]
+    fn flushdb_inside_exec_takes_earlier_deadlines() {
+        let mut h = Harness::new();
+        h.shared.expires.freeze_clock();
+        h.run(&["SET", "old", "v", "PX", "1000"]);
+        h.run(&["RPUSH", "list", "x"]);
+        h.run(&["PEXPIRE", "list", "1000"]);
+        assert_eq!(h.run(&["MULTI"]), Frame::ok());
+        for argv in [
+            &["SET", "a", "v", "PX", "1000"][..],
+            &["FLUSHDB"],
+            &["PTTL", "a"],
+            &["PTTL", "old"],
+            &["RPUSH", "list", "y"],
+            &["PTTL", "list"],
+            &["SET", "b", "v", "PX", "2000"],
+        ] {
+            assert_eq!(h.run(argv), Frame::Simple("QUEUED".into()));
+        }
+        assert_eq!(
+            h.run(&["EXEC"]),
+            Frame::Array(vec![
+                Frame::ok(),
+                Frame::ok(),
+                int(-2),
+                int(-2),
+                int(1),
+                int(-1),
+                Frame::ok()
+            ])
+        );
+        assert_eq!(indexed(&h), ["b"]);
+        assert_eq!(h.run(&["SADD", "a", "m"]), int(1));
+        assert_eq!(h.run(&["SADD", "old", "m"]), int(1));
+        h.shared.expires.advance_clock_ms(1000);
+        assert_eq!(h.run(&["EXISTS", "a", "old", "list", "b"]), int(4));
+        assert_eq!(h.run(&["DBSIZE"]), int(4));
+        h.shared.expires.advance_clock_ms(1000);
+        assert_eq!(h.run(&["DBSIZE"]), int(3));
+        h.run(&["FLUSHDB"]);
+        assert_eq!(h.shared.store.stats().index.key_count, 0);
+        assert_eq!(h.shared.expires.count(), 0);
     }
 }

@@ -244,7 +244,13 @@ impl Ctx<'_, '_> {
     /// decided changes first, then the map.
     pub fn deadline(&self, user: &[u8]) -> Option<u64> {
         if let Some(unit) = &self.unit {
-            if let Some(change) = unit.deadlines.iter().rev().find(|c| c.user == user) {
+            // A flush (FLUSHDB inside EXEC) hides every deadline decided before it.
+            if let Some(change) = unit
+                .deadlines
+                .iter()
+                .rev()
+                .find(|c| c.flush || c.user == user)
+            {
                 return change.new;
             }
         }
