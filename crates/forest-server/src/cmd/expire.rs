@@ -18,7 +18,7 @@
 use std::ops::{Bound, ControlFlow};
 use std::sync::Arc;
 
-use forest_core::Order;
+use forest_core::{check_entry, Order};
 use forest_store::WriteBatch;
 
 use super::{coll, int_arg, is_word, syntax_error, After, Buffers, Client, Ctx, Reply};
@@ -218,6 +218,10 @@ pub fn stage_deadline(ctx: &mut Ctx<'_, '_>, user: &[u8], new: Option<u64>) -> R
     let old = ctx.deadline(user);
     if old == new {
         return Ok(());
+    }
+    // Checked before anything is decided: a failure leaves the unit as it was.
+    if let Some(new) = new {
+        check_entry(&index_key(new, user), b"").map_err(|e| super::store_error(&e))?;
     }
     if let Some(old) = old {
         ctx.remove(&index_key(old, user))?;
@@ -2010,5 +2014,26 @@ mod ttl_rules {
         h.run(&["FLUSHDB"]);
         assert_eq!(h.shared.store.stats().index.key_count, 0);
         assert_eq!(h.shared.expires.count(), 0);
+    }
+
+    // Goal: a deadline whose index entry cannot be stored (a key so long that its entry
+    // passes the key limit) fails the command whole, also as part of an EXEC: the source
+    // keeps its value and deadline, the index stays consistent with the map. Method: a
+    // destination name at the key limit, RENAME and COPY alone and inside EXEC.
+    #[test]
+    fn a_deadline_too_long_to_index_fails_the_whole_command() {
+        let long = "x".repeat(forest_core::KEY_BYTES_MAX);
+        for txn in [false, true] {
+            for argv in [&["RENAME", "a", &long][..], &["COPY", "a", &long]] {
+                let mut h = Harness::new();
+                h.shared.expires.freeze_clock();
+                h.run(&["SET", "a", "v", "PX", "1000"]);
+                let reply = run_in(&mut h, txn, argv);
+                assert!(matches!(reply, Frame::Error(_)), "{reply:?} txn {txn}");
+                assert_eq!(pttl(&mut h, "a"), int(1000), "{} txn {txn}", argv[0]);
+                assert_eq!(h.run(&["EXISTS", &long]), int(0), "{} txn {txn}", argv[0]);
+                assert_eq!(indexed(&h), ["a"], "{} txn {txn}", argv[0]);
+            }
+        }
     }
 }

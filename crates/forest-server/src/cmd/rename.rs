@@ -199,10 +199,12 @@ fn rename_generic(ctx: &mut Ctx<'_, '_>, from: &[u8], to: &[u8], nx: bool) -> Re
     remove_content(&mut batch, from, &content);
     // The source's deadline moves with it (a replaced destination's goes), in the same
     // batch: no entry is left under the old name to delete a later key of that name.
+    // The deadlines first: a deadline that cannot be indexed fails before anything is
+    // decided (the batch's entries were checked by `put_content`).
     expire::in_unit(ctx, |ctx| {
-        ctx.write(&batch)?;
         expire::stage_deadline(ctx, to, deadline)?;
-        expire::stage_deadline(ctx, from, None)
+        expire::stage_deadline(ctx, from, None)?;
+        ctx.write(&batch).map(drop)
     })?;
     // The source's reserved entries moved to the new name: the counts change only by
     // the destination replaced.
@@ -255,8 +257,8 @@ pub fn copy(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     // The copy has the source's deadline; a replaced destination's goes.
     let deadline = ctx.deadline(from);
     expire::in_unit(ctx, |ctx| {
-        ctx.write(&batch)?;
-        expire::stage_deadline(ctx, to, deadline)
+        expire::stage_deadline(ctx, to, deadline)?;
+        ctx.write(&batch).map(drop)
     })?;
     replaced.settle(ctx);
     if added > 0 {
