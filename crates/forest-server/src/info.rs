@@ -140,13 +140,20 @@ fn write_section(
                 "rejected_connections:{}\r\n",
                 s.rejected_connections.load(Ordering::Relaxed)
             )?;
-            write!(out, "expired_keys:0\r\nevicted_keys:0\r\n")?;
+            write!(out, "expired_keys:{}\r\n", shared.expires.expired_count())?;
+            write!(out, "evicted_keys:0\r\n")?;
         }
         "keyspace" => {
             write!(out, "# Keyspace\r\n")?;
             let keys = crate::cmd::key_count(shared);
             if keys > 0 {
-                write!(out, "db0:keys={keys},expires=0,avg_ttl=0\r\n")?;
+                let e = &shared.expires;
+                let expires = (e.count() - e.due_count(&shared.store)).max(0);
+                let avg_ttl = e.avg_ttl_ms();
+                write!(
+                    out,
+                    "db0:keys={keys},expires={expires},avg_ttl={avg_ttl}\r\n"
+                )?;
             }
         }
         "forest" => {

@@ -18,6 +18,7 @@
 //! | [`info`] | INFO's sections, with the engine's counters | — |
 //! | [`collection`] | lists, sets, hashes, sorted sets, streams as key ranges under byte 0xFF; stripe locks | §3 one ordered map |
 //! | [`glob`] | Redis glob patterns for KEYS, SCAN MATCH, CONFIG GET, PSUBSCRIBE | — |
+//! | [`expiry`] | key deadlines: an index ordered by time under byte 0xFF, the active task | §3 one ordered map |
 //! | [`watch`] | WATCH's registry and the hook every write calls | — |
 //! | [`pubsub`] | channels, patterns, each subscriber's bounded mailbox | — |
 //!
@@ -29,6 +30,7 @@
 pub mod cmd;
 pub mod collection;
 pub mod connection;
+pub mod expiry;
 pub mod frame;
 pub mod glob;
 pub mod info;

@@ -29,6 +29,7 @@ use parking_lot::Mutex;
 
 use crate::cmd::Client;
 use crate::collection::Collections;
+use crate::expiry::Expires;
 use crate::frame::Protocol;
 use crate::shutdown::Shutdown;
 
@@ -231,6 +232,8 @@ pub struct Shared {
     pub shutdown: Arc<Shutdown>,
     /// Stripe locks and counts of the collection types ([`crate::collection`]).
     pub collections: Collections,
+    /// Key deadlines ([`crate::expiry`]).
+    pub expires: Expires,
     /// WATCH's registry ([`crate::watch`]).
     pub watches: Arc<crate::watch::Watches>,
     /// Pub/Sub's channels and patterns ([`crate::pubsub`]).
@@ -261,8 +264,10 @@ impl Shared {
     pub fn new(store: Store, config: Config) -> Self {
         let engine = store.stats().engine;
         let collections = Collections::recount(&store);
+        let expires = Expires::load(&store);
         Self {
             collections,
+            expires,
             watches: Arc::default(),
             pubsub: Arc::default(),
             engine,
@@ -353,6 +358,7 @@ impl Server {
         )?;
         // A crash may have cut a collection command in two; mend before serving.
         crate::collection::repair(&store)?;
+        crate::expiry::repair(&store)?;
         let open_ms = started.elapsed().as_millis();
         let shared = Arc::new(Shared::new(store, config));
         *shared.local_addr.lock() = Some(local);
@@ -393,10 +399,16 @@ impl Server {
         let Server {
             shared, listener, ..
         } = self;
+        // Deletes keys whose deadline passed, without waiting for a write to find them.
+        let expirer = crate::expiry::spawn_active(Arc::clone(&shared)).map_err(|e| {
+            forest_core::Error::Config(format!("cannot start the expiry thread: {e}"))
+        })?;
         match shared.config.io {
             IoModel::Threads => run_threads(&shared, listener),
             IoModel::Tokio => crate::tokio_io::run(&shared, listener),
         }
+        // It stops once the stop is requested (within one pause).
+        let _ = expirer.join();
         close_store(shared)
     }
 }

@@ -25,7 +25,7 @@ use forest_store::Durability;
 /// "transaction" (MULTI/EXEC/WATCH), "expiry" (SETEX, EXPIRE, TTL, SET EX/PX),
 /// "pubsub" (SUBSCRIBE, PSUBSCRIBE, PUBLISH), "lock" (redis-py's Lock: SET NX PX and
 /// EVALSHA/EVAL of its release/extend scripts).
-const ENABLED_PENDING: &[&str] = &["transaction", "pubsub"];
+const ENABLED_PENDING: &[&str] = &["transaction", "expiry", "pubsub"];
 
 /// How long one script may run before the test fails.
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(180);

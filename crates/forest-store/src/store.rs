@@ -905,15 +905,17 @@ impl Store {
         let mut records: Vec<(Op, &[u8], &[u8])> = Vec::new();
         for op in ops {
             let key = op.key();
-            let present = match overlay.get(key) {
+            // An upsert changes the key whatever it held: no read (a descent of the index
+            // per op, which SET EX's two-op batch would pay twice).
+            let mut present = || match overlay.get(key) {
                 Some(state) => state.is_some(),
                 None => self.index.get(key, &mut scratch),
             };
             let effect = match op {
-                BatchOp::Insert(_, v) => (!present).then_some(Some(&v[..])),
+                BatchOp::Insert(_, v) => (!present()).then_some(Some(&v[..])),
                 BatchOp::Upsert(_, v) => Some(Some(&v[..])),
-                BatchOp::Update(_, v) => present.then_some(Some(&v[..])),
-                BatchOp::Remove(_) => present.then_some(None),
+                BatchOp::Update(_, v) => present().then_some(Some(&v[..])),
+                BatchOp::Remove(_) => present().then_some(None),
             };
             changed.push(effect.is_some());
             if let Some(state) = effect {

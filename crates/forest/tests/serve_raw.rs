@@ -76,8 +76,8 @@ fn exact_replies_resp2_and_resp3() {
     );
     roundtrip(
         s,
-        &resp(&[b"SET", b"k", b"v", b"EX", b"1"]),
-        b"-ERR forest does not support key expiry (EX/PX/EXAT/PXAT/KEEPTTL)\r\n",
+        &resp(&[b"SET", b"k", b"v", b"EX", b"0"]),
+        b"-ERR invalid expire time in 'set' command\r\n",
     );
     roundtrip(
         s,

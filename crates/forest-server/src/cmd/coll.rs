@@ -36,8 +36,16 @@ fn corrupt(user: &[u8]) -> Frame {
     ))
 }
 
-/// The type entry of `user`, if any.
+/// The type entry of `user`, if any and not expired.
 pub fn read_meta(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<Option<Meta>, Frame> {
+    if ctx.is_due(user) {
+        return Ok(None);
+    }
+    read_meta_raw(ctx, user)
+}
+
+/// The type entry of `user`, expired or not (deletions).
+fn read_meta_raw(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<Option<Meta>, Frame> {
     let key = type_key(user);
     let mut scratch = std::mem::take(&mut ctx.buffers.scratch);
     let present = ctx.read(&key, &mut scratch);
@@ -85,6 +93,7 @@ pub fn write<'a, 's>(
 ) -> Reply {
     let shared: &'a Shared = ctx.shared;
     let _guard = shared.collections.lock(user);
+    super::expire::purge_due(ctx, user)?;
     write_locked(ctx, user, kind, change)
 }
 
@@ -99,6 +108,7 @@ pub fn write_existing<'a, 's>(
 ) -> Reply {
     let shared: &'a Shared = ctx.shared;
     let _guard = shared.collections.lock(user);
+    super::expire::purge_due(ctx, user)?;
     let Some(seen) = open_read(ctx, user, kind)? else {
         return Ok(absent);
     };
@@ -207,7 +217,8 @@ fn finish(ctx: &mut Ctx<'_, '_>, user: &[u8], open: Open) -> Result<(), Frame> {
             if ctx.remove(&key)? {
                 collections.add_reserved(-1);
             }
-            Ok(())
+            // An emptied collection is deleted, its deadline with it.
+            super::expire::stage_deadline(ctx, user, None)
         }
         (_, existed) => {
             let result = ctx.upsert(&key, &open.meta.encode());
@@ -338,17 +349,7 @@ fn clear_members(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<(), Frame> {
 }
 
 /// Removes collection `user` with all its members, if it is one; true if it was.
-/// Takes `user`'s stripe lock (re-entrant: a caller may hold it).
-pub fn delete(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<bool, Frame> {
-    if !ctx.shared.collections.any() {
-        return Ok(false);
-    }
-    let shared = ctx.shared;
-    let _guard = shared.collections.lock(user);
-    delete_locked(ctx, user)
-}
-
-/// [`delete`] with the stripe lock already held.
+/// Precondition: `user`'s stripe lock is held.
 pub fn delete_locked(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<bool, Frame> {
     // One atomic batch: members and type entry go together (a unit already open, as SET's
     // that replaces the collection, takes them in).
@@ -362,7 +363,7 @@ pub fn delete_locked(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<bool, Frame> 
 }
 
 fn delete_in_unit(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<bool, Frame> {
-    let meta = match read_meta(ctx, user) {
+    let meta = match read_meta_raw(ctx, user) {
         Ok(m) => m,
         // A damaged type entry is still removed, with its members.
         Err(_) => Some(Meta::new(Kind::Set)),
@@ -428,6 +429,7 @@ pub fn string_write<'a>(
 ) -> Result<crate::collection::StripeGuard<'a>, Frame> {
     let shared: &'a Shared = ctx.shared;
     let guard = shared.collections.lock(key);
+    super::expire::purge_due(ctx, key)?;
     if shared.collections.any() && read_meta(ctx, key)?.is_some() {
         return Err(wrongtype());
     }

@@ -7,9 +7,9 @@
 //! asserts that they are.
 
 use super::{
-    client, config, connection, dbsize, del, exists, flush, get, hash, incr, info, is_word, keys,
-    keyspace, list, mget, multi, pubsub, range, save, scan, set, sets, shutdown, stream, strlen,
-    time, unknown_subcommand, zset, Ctx, Reply, Spec,
+    client, config, connection, dbsize, del, exists, expire, flush, get, hash, incr, info, is_word,
+    keys, keyspace, list, mget, multi, pubsub, range, save, scan, set, sets, shutdown, stream,
+    strlen, time, unknown_subcommand, zset, Ctx, Reply, Spec,
 };
 use crate::frame::Frame;
 
@@ -52,7 +52,10 @@ pub static COMMAND_SPECS: &[Spec] = &[
     spec!("quit", -1, CONN, (0, 0, 0), "connection", "1.0.0", "Closes the connection.", "", connection::quit),
     spec!("client", -2, &["noscript", "loading", "stale"], (0, 0, 0), "connection", "2.4.0", "Client connection commands: SETNAME, GETNAME, ID, LIST, INFO, SETINFO.", "SETNAME|GETNAME|ID|LIST|INFO|SETINFO [arg ...]", client::client),
     spec!("get", 2, RF, (1, 1, 1), "string", "1.0.0", "Returns the string value of a key.", "key", get::get),
-    spec!("set", -3, W, (1, 1, 1), "string", "1.0.0", "Sets the string value of a key; NX only if absent, XX only if present, GET returns the old value.", "key value [NX|XX] [GET]", set::set),
+    spec!("set", -3, W, (1, 1, 1), "string", "1.0.0", "Sets the string value of a key; NX only if absent, XX only if present, GET returns the old value; EX/PX/EXAT/PXAT set a deadline, KEEPTTL keeps it.", "key value [NX|XX] [GET] [EX seconds] [PX milliseconds] [EXAT unix-time-seconds] [PXAT unix-time-milliseconds] [KEEPTTL]", set::set),
+    spec!("setex", 4, W, (1, 1, 1), "string", "2.0.0", "Sets a key with a deadline in seconds.", "key seconds value", expire::setex),
+    spec!("psetex", 4, W, (1, 1, 1), "string", "2.6.0", "Sets a key with a deadline in milliseconds.", "key milliseconds value", expire::psetex),
+    spec!("getex", -2, WF, (1, 1, 1), "string", "6.2.0", "Returns a string and sets or clears its deadline.", "key [EX seconds] [PX milliseconds] [EXAT unix-time-seconds] [PXAT unix-time-milliseconds] [PERSIST]", expire::getex),
     spec!("setnx", 3, WF, (1, 1, 1), "string", "1.0.0", "Sets a key only if it does not exist.", "key value", set::setnx),
     spec!("getset", 3, WF, (1, 1, 1), "string", "1.0.0", "Sets a key and returns its old value.", "key value", set::getset),
     spec!("mget", -2, RF, (1, -1, 1), "string", "1.0.0", "Returns the values of one or more keys.", "key ...", mget::mget),
@@ -86,8 +89,15 @@ pub static COMMAND_SPECS: &[Spec] = &[
     spec!("unlink", -2, DEL, (1, -1, 1), "generic", "4.0.0", "Deletes keys (same as DEL in forest).", "key ...", del::del),
     spec!("exists", -2, RF, (1, -1, 1), "generic", "1.0.0", "Counts the given keys that exist.", "key ...", exists::exists),
     spec!("type", 2, RF, (1, 1, 1), "generic", "1.0.0", "Returns a key's type: string, list, set, hash, zset, stream or none.", "key", keyspace::type_),
-    spec!("ttl", 2, RF, (1, 1, 1), "generic", "1.0.0", "Returns -1 (forest keys never expire) or -2 for a missing key.", "key", keyspace::ttl),
-    spec!("pttl", 2, RF, (1, 1, 1), "generic", "2.6.0", "Returns -1 (forest keys never expire) or -2 for a missing key.", "key", keyspace::ttl),
+    spec!("ttl", 2, RF, (1, 1, 1), "generic", "1.0.0", "Returns a key's time to live in seconds, -1 without a deadline, -2 if absent.", "key", expire::ttl),
+    spec!("pttl", 2, RF, (1, 1, 1), "generic", "2.6.0", "Returns a key's time to live in milliseconds, -1 without a deadline, -2 if absent.", "key", expire::pttl),
+    spec!("expiretime", 2, RF, (1, 1, 1), "generic", "7.0.0", "Returns a key's deadline as a Unix time in seconds, -1 without one, -2 if absent.", "key", expire::expiretime),
+    spec!("pexpiretime", 2, RF, (1, 1, 1), "generic", "7.0.0", "Returns a key's deadline as a Unix time in milliseconds, -1 without one, -2 if absent.", "key", expire::pexpiretime),
+    spec!("expire", -3, WF, (1, 1, 1), "generic", "1.0.0", "Sets a key's deadline in seconds from now; NX, XX, GT, LT compare with the current one.", "key seconds [NX|XX|GT|LT]", expire::expire),
+    spec!("pexpire", -3, WF, (1, 1, 1), "generic", "2.6.0", "Sets a key's deadline in milliseconds from now; NX, XX, GT, LT compare with the current one.", "key milliseconds [NX|XX|GT|LT]", expire::pexpire),
+    spec!("expireat", -3, WF, (1, 1, 1), "generic", "1.2.0", "Sets a key's deadline as a Unix time in seconds.", "key unix-time-seconds [NX|XX|GT|LT]", expire::expireat),
+    spec!("pexpireat", -3, WF, (1, 1, 1), "generic", "2.6.0", "Sets a key's deadline as a Unix time in milliseconds.", "key unix-time-milliseconds [NX|XX|GT|LT]", expire::pexpireat),
+    spec!("persist", 2, WF, (1, 1, 1), "generic", "2.2.0", "Removes a key's deadline.", "key", expire::persist),
     spec!("scan", -2, R, (0, 0, 0), "generic", "2.8.0", "Iterates over keys in key order.", "cursor [MATCH pattern] [COUNT count] [TYPE type]", scan::scan),
     spec!("keys", 2, R, (0, 0, 0), "generic", "1.0.0", "Returns the keys matching a pattern, in key order.", "pattern", keys::keys),
     spec!("dbsize", 1, RF, (0, 0, 0), "server", "1.0.0", "Returns the number of keys.", "", dbsize::dbsize),
@@ -99,6 +109,7 @@ pub static COMMAND_SPECS: &[Spec] = &[
     spec!("shutdown", -1, &["admin", "noscript", "loading", "stale"], (0, 0, 0), "server", "1.0.0", "Stops the server after making the log durable; SAVE also checkpoints.", "[NOSAVE|SAVE] [NOW] [FORCE]", shutdown::shutdown),
     spec!("save", 1, ADMIN, (0, 0, 0), "server", "1.0.0", "Writes a checkpoint and waits for it.", "", save::save),
     spec!("bgsave", -1, ADMIN, (0, 0, 0), "server", "1.0.0", "Writes a checkpoint in the background.", "[SCHEDULE]", save::bgsave),
+    spec!("debug", -2, ADMIN, (0, 0, 0), "server", "1.0.0", "Debugging: SET-ACTIVE-EXPIRE 0|1 turns the background deletion of expired keys off or on.", "SET-ACTIVE-EXPIRE 0|1", expire::debug),
     spec!("lastsave", 1, &["loading", "stale", "fast"], (0, 0, 0), "server", "1.0.0", "Returns the Unix time of the last successful checkpoint.", "", save::lastsave),
     spec!("time", 1, &["loading", "stale", "fast"], (0, 0, 0), "server", "2.6.0", "Returns the server time.", "", time::time),
     spec!("lpush", -3, WF, (1, 1, 1), "list", "1.0.0", "Prepends elements to a list; returns its length.", "key element ...", list::lpush),
@@ -378,7 +389,7 @@ mod tests {
         let (_, Frame::Array(args)) = &fields[3] else {
             panic!("arguments expected");
         };
-        assert_eq!(args.len(), 4, "{args:?}");
+        assert_eq!(args.len(), 9, "{args:?}");
         let Frame::Array(all) = h.run(&["COMMAND"]) else {
             panic!("array expected");
         };

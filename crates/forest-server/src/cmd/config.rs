@@ -87,6 +87,7 @@ pub fn config(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         stats.commands_processed.store(0, Ordering::Relaxed);
         stats.connections_received.store(0, Ordering::Relaxed);
         stats.rejected_connections.store(0, Ordering::Relaxed);
+        ctx.shared.expires.reset_expired_count();
         Ok(Frame::ok())
     } else {
         Err(unknown_subcommand("config", sub))

@@ -1,16 +1,15 @@
 //! DEL and UNLINK key [key ...]: the number of keys removed, strings or collections
 //! (UNLINK is DEL: a collection's members are removed at once, through the batch).
 
-use super::{coll, Ctx, Reply};
+use super::{Ctx, Reply};
 use crate::frame::Frame;
 
 pub fn del(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let mut removed = 0;
-    let shared = ctx.shared;
     for key in &argv[1..] {
-        // The key's stripe, as every write holds: EXEC and WATCH rely on it.
-        let _guard = shared.collections.lock(key);
-        if ctx.remove(key)? || coll::delete(ctx, key)? {
+        // Under the key's stripe (EXEC and WATCH rely on every write holding it), with its
+        // deadline; an expired key counts as absent.
+        if super::expire::delete_key(ctx, key)? {
             removed += 1;
         }
     }

@@ -7,7 +7,7 @@ use crate::frame::Frame;
 pub fn exists(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let mut count = 0;
     for key in &argv[1..] {
-        if ctx.present(key) {
+        if ctx.string_present(key) {
             count += 1;
             continue;
         }

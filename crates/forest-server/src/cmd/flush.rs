@@ -60,6 +60,7 @@ pub fn flushdb(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let strings_end = [RESERVED_BYTE];
     remove_range(ctx, Bound::Unbounded, Bound::Excluded(&strings_end))?;
     remove_collections(ctx)?;
+    super::expire::flush_index(ctx)?;
     Ok(Frame::ok())
 }
 

@@ -122,13 +122,16 @@ pub fn pattern_bounds(pattern: &[u8]) -> (Vec<u8>, Option<Vec<u8>>) {
 pub fn keys(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let pattern = argv[1];
     let (prefix, end) = pattern_bounds(pattern);
-    let found = list_keys(
+    let generation = ctx.shared.expires.generation();
+    let mut found = list_keys(
         ctx,
         Bound::Included(&prefix),
         end.as_deref(),
         usize::MAX,
         None,
     );
+    found.retain(|(key, _)| !ctx.is_due(key));
+    super::expire::recheck_listed(ctx.shared, generation, &mut found);
     Ok(Frame::Array(
         found
             .into_iter()

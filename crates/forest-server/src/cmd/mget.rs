@@ -15,8 +15,10 @@ pub fn mget(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     }
     let mut replies = vec![Frame::Null; keys.len()];
     let buffers = &mut ctx.buffers;
+    // Deadlines before values (see `expiry`'s invariants).
+    let due: Vec<bool> = keys.iter().map(|k| ctx.shared.expires.is_due(k)).collect();
     ctx.shared.store.get_many(keys, &mut |i, value| {
-        if let Some(value) = value {
+        if let Some(value) = value.filter(|_| !due[i]) {
             let mut buffer = buffers.take();
             buffer.extend_from_slice(value);
             replies[i] = Frame::Bulk(buffer);

@@ -20,6 +20,7 @@ mod connection;
 mod dbsize;
 mod del;
 mod exists;
+pub mod expire;
 mod float80;
 mod flush;
 mod get;
@@ -60,6 +61,7 @@ use crate::server::{ClientInfo, Shared};
 
 pub use command::COMMAND_SPECS;
 pub use dbsize::key_count;
+pub use expire::expire_cycle;
 
 /// A command's reply: `Err` holds an error reply (what `?` returns early with), which
 /// [`execute`] sends as it sends `Ok`.
@@ -133,6 +135,10 @@ pub struct Unit {
     overlay: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// EXEC's unit: it spans every queued command; only EXEC writes it ([`multi`]).
     txn: bool,
+    /// Deadline changes decided with the writes, in order: the map of deadlines takes them
+    /// once the unit's batch is visible ([`expire::apply_deadlines`]), never before, nor when
+    /// the batch fails; the unit's own reads see them first ([`Ctx::deadline`]).
+    pub(crate) deadlines: Vec<expire::DeadlineChange>,
 }
 
 impl Unit {
@@ -157,6 +163,13 @@ pub struct Buffers {
 }
 
 impl Buffers {
+    /// A pooled buffer holding a copy of `bytes`.
+    fn copy_of(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut buffer = self.take();
+        buffer.extend_from_slice(bytes);
+        buffer
+    }
+
     fn take(&mut self) -> Vec<u8> {
         match self.free.pop() {
             Some(buffer) => {
@@ -214,20 +227,66 @@ impl Ctx<'_, '_> {
         let Some(unit) = self.unit.take() else {
             return Ok(());
         };
-        if unit.batch.is_empty() {
-            return Ok(());
+        if !unit.batch.is_empty() {
+            self.wrote = true;
+            self.batch.write(&unit.batch).map_err(|e| store_error(&e))?;
         }
-        self.wrote = true;
-        self.batch.write(&unit.batch).map_err(|e| store_error(&e))?;
-        // Once the writes are visible, still under the command's stripe lock (crate::watch).
+        // Once the writes are visible, still under the command's stripe lock: the deadlines
+        // (`expiry`'s invariants), then the watchers (crate::watch).
+        expire::apply_deadlines(self.shared, &unit.deadlines);
         for key in unit.overlay.keys() {
             self.shared.watches.touched_store_key(key);
         }
         Ok(())
     }
 
-    /// The value of `key` as the running command sees it (its own decided writes first).
+    /// The deadline of user key `user` as the running command sees it: the open unit's
+    /// decided changes first, then the map.
+    pub fn deadline(&self, user: &[u8]) -> Option<u64> {
+        if let Some(unit) = &self.unit {
+            // A flush (FLUSHDB inside EXEC) hides every deadline decided before it.
+            if let Some(change) = unit
+                .deadlines
+                .iter()
+                .rev()
+                .find(|c| c.flush || c.user == user)
+            {
+                return change.new;
+            }
+        }
+        self.shared.expires.deadline(user)
+    }
+
+    /// Whether `user`'s deadline (as [`Self::deadline`]) is at or before now.
+    pub fn is_due(&self, user: &[u8]) -> bool {
+        let pending = self.unit.as_ref().is_some_and(|u| !u.deadlines.is_empty());
+        if !pending && !self.shared.expires.any() {
+            return false;
+        }
+        self.deadline(user)
+            .is_some_and(|d| d <= self.shared.expires.now_ms())
+    }
+
+    /// [`crate::expiry::Expires::hides`] as the running command sees deadlines.
+    pub fn hides(&self, key: &[u8]) -> bool {
+        match key {
+            [crate::collection::RESERVED_BYTE, crate::collection::TYPE_TAG, user @ ..] => {
+                self.is_due(user)
+            }
+            [crate::collection::RESERVED_BYTE, ..] => false,
+            user => self.is_due(user),
+        }
+    }
+
+    /// The value of `key` as the running command sees it (its own decided writes first), or
+    /// none if its deadline passed. The deadline first: see `expiry`'s invariants.
     pub fn read(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
+        !self.is_due(key) && self.read_raw(key, out)
+    }
+
+    /// [`Self::read`] blind to deadlines: what a write replaces (writes purge a due key
+    /// first, `expire::purge_due`, and that deletion reads the key it removes).
+    pub(crate) fn read_raw(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
         if let Some(state) = self.unit.as_ref().and_then(|u| u.overlay.get(key)) {
             out.clear();
             return match state {
@@ -241,11 +300,25 @@ impl Ctx<'_, '_> {
         self.shared.store.get(key, out)
     }
 
-    /// Whether `key` is present, as the running command sees it; its value is left in
-    /// `buffers.scratch`.
+    /// Whether string `key` is present and not expired, as the running command sees it (its
+    /// unit's writes and deadlines first); its value is left in `buffers.scratch`.
+    pub fn string_present(&mut self, key: &[u8]) -> bool {
+        self.present(key)
+    }
+
+    /// Whether `key` is present and not expired, as the running command sees it; its value
+    /// is left in `buffers.scratch`.
     pub fn present(&mut self, key: &[u8]) -> bool {
         let mut scratch = std::mem::take(&mut self.buffers.scratch);
         let present = self.read(key, &mut scratch);
+        self.buffers.scratch = scratch;
+        present
+    }
+
+    /// [`Self::present`] blind to deadlines (see [`Self::read_raw`]).
+    pub(crate) fn present_raw(&mut self, key: &[u8]) -> bool {
+        let mut scratch = std::mem::take(&mut self.buffers.scratch);
+        let present = self.read_raw(key, &mut scratch);
         self.buffers.scratch = scratch;
         present
     }
@@ -276,7 +349,7 @@ impl Ctx<'_, '_> {
     fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, Frame> {
         if self.unit.is_some() {
             check_entry(key, value).map_err(|e| store_error(&e))?;
-            if self.present(key) {
+            if self.present_raw(key) {
                 return Ok(false);
             }
             self.decide(key, Some(value));
@@ -293,7 +366,7 @@ impl Ctx<'_, '_> {
     fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, Frame> {
         if self.unit.is_some() {
             check_entry(key, value).map_err(|e| store_error(&e))?;
-            if !self.present(key) {
+            if !self.present_raw(key) {
                 return Ok(false);
             }
             self.decide(key, Some(value));
@@ -309,7 +382,7 @@ impl Ctx<'_, '_> {
 
     fn remove(&mut self, key: &[u8]) -> Result<bool, Frame> {
         if self.unit.is_some() {
-            if !self.present(key) {
+            if !self.present_raw(key) {
                 return Ok(false);
             }
             self.decide(key, None);
@@ -352,7 +425,7 @@ impl Ctx<'_, '_> {
     ) -> Result<Option<Vec<u8>>, Frame> {
         if self.unit.is_some() {
             let mut old = Vec::new();
-            let old = self.read(key, &mut old).then_some(old);
+            let old = self.read_raw(key, &mut old).then_some(old);
             match f(old.as_deref()).map_err(|e| store_error(&e))? {
                 forest_store::Rmw::Keep => {}
                 forest_store::Rmw::Put(value) => {

@@ -72,6 +72,9 @@ pub struct TxnState {
     /// A watched key was written since WATCH.
     dirty: DirtyFlag,
     watched: Vec<Vec<u8>>,
+    /// Watched keys that were live with a deadline at WATCH: one due at EXEC was touched
+    /// (Redis's isWatchedKeyExpired), even if nothing deleted it yet.
+    expiring: Vec<Vec<u8>>,
     /// Where `watched` is registered (to forget it when the client goes).
     watches: Option<(Arc<Watches>, u64)>,
     /// EXEC is running the queue: PUBLISH waits for its end.
@@ -98,6 +101,7 @@ impl TxnState {
             watches.unwatch(*id, &self.watched);
         }
         self.watched.clear();
+        self.expiring.clear();
         self.dirty.store(false, Ordering::SeqCst);
     }
 }
@@ -200,6 +204,9 @@ pub fn watch(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         let _guard = shared.collections.lock(key);
         if watches.watch(id, &txn.dirty, key) {
             txn.watched.push(key.to_vec());
+            if shared.expires.deadline(key).is_some() && !shared.expires.is_due(key) {
+                txn.expiring.push(key.to_vec());
+            }
         }
     }
     Ok(Frame::ok())
@@ -277,7 +284,8 @@ pub fn exec(ctx: &mut Ctx<'_, '_>, _argv: &[&[u8]]) -> Reply {
             .lock_many(keys.chain(txn.watched.iter().map(Vec::as_slice)))
     };
     // Under the stripes of every watched key: a write is seen now or comes after EXEC.
-    let dirty = txn.dirty.load(Ordering::SeqCst);
+    let dirty = txn.dirty.load(Ordering::SeqCst)
+        || txn.expiring.iter().any(|key| shared.expires.is_due(key));
     txn.unwatch();
     if dirty {
         return Ok(match ctx.client.protocol {
@@ -320,12 +328,14 @@ fn write_unit(ctx: &mut Ctx<'_, '_>) -> Result<(), Frame> {
             None => batch.remove(key),
         };
     }
-    if batch.is_empty() {
-        return Ok(());
+    if !batch.is_empty() {
+        ctx.wrote = true;
+        // A failed write leaves the map of deadlines as it was.
+        ctx.batch.write(&batch).map_err(|e| store_error(&e))?;
     }
-    ctx.wrote = true;
-    ctx.batch.write(&batch).map_err(|e| store_error(&e))?;
-    // Once the writes are visible, still under the stripes (crate::watch).
+    // Once the writes are visible, still under the stripes: the deadlines the transaction
+    // changed (`crate::expiry`), then the watchers (crate::watch).
+    super::expire::apply_deadlines(ctx.shared, &unit.deadlines);
     for key in unit.overlay.keys() {
         ctx.shared.watches.touched_store_key(key);
     }
@@ -849,5 +859,105 @@ mod tests {
             assert_eq!(reply, Frame::Array(vec![ok()]));
         });
         drop(held);
+    }
+
+    // Goal: expiry commands inside EXEC are part of its one batch: the map of deadlines does
+    // not change before EXEC (another client sees no TTL while the commands are queued and
+    // run), later commands of the same EXEC see earlier deadlines (TTL after EXPIRE, SET EX
+    // then PERSIST, GETEX), and after EXEC every client sees them.
+    // Method: run them in one EXEC, read TTL from a second client before and after.
+    #[test]
+    fn expiry_commands_inside_exec_share_its_batch() {
+        let mut h = Harness::new();
+        h.shared.expires.freeze_clock();
+        let mut other = h.shared.new_client("b".into(), "c".into(), None);
+        h.run(&["SET", "a", "1"]);
+        h.run(&["MULTI"]);
+        for command in [
+            &["EXPIRE", "a", "100"][..],
+            &["TTL", "a"],
+            &["SET", "b", "2", "EX", "50"],
+            &["PTTL", "b"],
+            &["PERSIST", "b"],
+            &["TTL", "b"],
+            &["GETEX", "a", "EX", "70"],
+            &["TTL", "a"],
+        ] {
+            assert_eq!(h.run(command), Frame::Simple("QUEUED".into()));
+        }
+        assert_eq!(
+            run_on(&h.shared, &mut other, &[b"TTL", b"a"]),
+            Frame::Integer(-1)
+        );
+        assert_eq!(h.shared.expires.count(), 0, "nothing staged before EXEC");
+        assert_eq!(
+            h.run(&["EXEC"]),
+            Frame::Array(vec![
+                Frame::Integer(1),
+                Frame::Integer(100),
+                Frame::ok(),
+                Frame::Integer(50_000),
+                Frame::Integer(1),
+                Frame::Integer(-1),
+                bulk("1"),
+                Frame::Integer(70),
+            ])
+        );
+        assert_eq!(
+            run_on(&h.shared, &mut other, &[b"TTL", b"a"]),
+            Frame::Integer(70)
+        );
+        assert_eq!(h.run(&["TTL", "b"]), Frame::Integer(-1));
+        assert_eq!(h.shared.expires.count(), 1);
+        // An expired key inside EXEC: gone for the rest of the transaction.
+        h.run(&["SET", "c", "3", "PX", "10"]);
+        h.shared.expires.advance_clock_ms(20);
+        h.run(&["MULTI"]);
+        h.run(&["GET", "c"]);
+        h.run(&["EXISTS", "c"]);
+        h.run(&["SETNX", "c", "4"]);
+        h.run(&["TTL", "c"]);
+        assert_eq!(
+            h.run(&["EXEC"]),
+            Frame::Array(vec![
+                Frame::Null,
+                Frame::Integer(0),
+                Frame::Integer(1),
+                Frame::Integer(-1)
+            ])
+        );
+        assert_eq!(h.run(&["GET", "c"]), bulk("4"));
+    }
+
+    // Goal: Redis's isWatchedKeyExpired: a key live at WATCH whose deadline passed by EXEC
+    // counts as touched even if nothing deleted it; a key already expired at WATCH does not;
+    // the active expiry task's deletion touches watchers.
+    // Method: WATCH, move the clock, EXEC; and once with an expire cycle in between.
+    #[test]
+    fn watched_key_that_expires_aborts_exec() {
+        let mut h = Harness::new();
+        h.shared.expires.freeze_clock();
+        h.run(&["SET", "k", "v", "PX", "100"]);
+        h.run(&["WATCH", "k"]);
+        h.shared.expires.advance_clock_ms(200);
+        h.run(&["MULTI"]);
+        h.run(&["PING"]);
+        assert_eq!(h.run(&["EXEC"]), Frame::NullArray, "expired since WATCH");
+        // Already due at WATCH: not a change.
+        h.run(&["WATCH", "k"]);
+        h.run(&["MULTI"]);
+        h.run(&["PING"]);
+        assert_eq!(
+            h.run(&["EXEC"]),
+            Frame::Array(vec![Frame::Simple("PONG".into())])
+        );
+        // Deleted by the active task between WATCH and EXEC.
+        h.run(&["SET", "j", "v", "PX", "100"]);
+        h.run(&["WATCH", "j"]);
+        h.shared.expires.advance_clock_ms(200);
+        assert!(super::super::expire_cycle(&h.shared, 16) >= 1);
+        h.run(&["MULTI"]);
+        h.run(&["PING"]);
+        assert_eq!(h.run(&["EXEC"]), Frame::NullArray, "deleted as expired");
     }
 }

@@ -68,8 +68,33 @@ pub fn point_between(first: &[u8], last: &[u8], mut next: impl FnMut() -> u64) -
     point
 }
 
+/// Live keys listed per scan of [`first_live`].
+const LIVE_CHUNK: usize = 16;
+
+/// The first key at or after `lower` that is live: due keys (not deleted yet) are skipped,
+/// as Redis's RANDOMKEY skips expired ones.
+fn first_live(ctx: &Ctx<'_, '_>, lower: Bound<&[u8]>) -> Option<Vec<u8>> {
+    let mut resume: Option<Vec<u8>> = None;
+    loop {
+        let from = resume.as_deref().map_or(lower, Bound::Excluded);
+        let generation = ctx.shared.expires.generation();
+        let mut keys = list_keys(ctx, from, None, LIVE_CHUNK, None);
+        let last = keys.last().map(|(key, _)| key.clone())?;
+        let full = keys.len() >= LIVE_CHUNK;
+        keys.retain(|(key, _)| !ctx.is_due(key));
+        super::expire::recheck_listed(ctx.shared, generation, &mut keys);
+        if let Some((key, _)) = keys.into_iter().next() {
+            return Some(key);
+        }
+        if !full {
+            return None;
+        }
+        resume = Some(last);
+    }
+}
+
 pub fn randomkey(ctx: &mut Ctx<'_, '_>, _argv: &[&[u8]]) -> Reply {
-    let Some((first, _)) = list_keys(ctx, Bound::Unbounded, None, 1, None).pop() else {
+    let Some(first) = first_live(ctx, Bound::Unbounded) else {
         return Ok(Frame::Null);
     };
     let Some(last) = last_key(ctx).filter(|l| *l > first) else {
@@ -77,9 +102,7 @@ pub fn randomkey(ctx: &mut Ctx<'_, '_>, _argv: &[&[u8]]) -> Reply {
     };
     let collections = &ctx.shared.collections;
     let point = point_between(&first, &last, || collections.random());
-    let chosen = list_keys(ctx, Bound::Included(&point), None, 1, None)
-        .pop()
-        .map_or(first, |(key, _)| key);
+    let chosen = first_live(ctx, Bound::Included(&point)).unwrap_or(first);
     Ok(Frame::Bulk(chosen))
 }
 

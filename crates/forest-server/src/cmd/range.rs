@@ -114,29 +114,94 @@ pub fn range(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     // buffers return (`Buffers::recycle`): once warm, a range allocates no buffer per record.
     // Taken out of `ctx` for the scan (which borrows `ctx`), put back after it.
     let mut buffers = std::mem::take(&mut *ctx.buffers);
-    let mut bulk = |bytes: &[u8]| {
-        let mut buffer = buffers.take();
-        buffer.extend_from_slice(bytes);
-        Frame::Bulk(buffer)
-    };
-    // The limit goes to the store: a short page of a long range reads optimistically,
-    // without holding batches off (scan_gate).
-    // Within EXEC the scan merges the transaction's own writes (`Ctx::scan_up_to`).
-    if keys_only {
-        // Values stay out of the store's scan buffer as well as out of the reply.
-        ctx.scan_keys_up_to(lower, upper, order, limit, &mut |key, _| {
-            items.push(bulk(key));
-            ControlFlow::Continue(())
-        });
-    } else {
-        ctx.scan_up_to(lower, upper, order, limit, &mut |key, value| {
-            items.push(bulk(key));
-            items.push(bulk(value));
-            ControlFlow::Continue(())
-        });
+    // Expired keys are skipped. A deletion of an expired key between reading a row and
+    // checking its deadline could show a deleted key: if one happened (the generation of
+    // deletions moved), the range is read again, and at last with each row checked by a
+    // point read (`expiry`'s invariants).
+    let expires = &ctx.shared.expires;
+    for attempt in 0..=super::expire::SCAN_RETRIES {
+        let generation = expires.generation();
+        let validate = attempt == super::expire::SCAN_RETRIES;
+        for item in items.drain(..) {
+            buffers.recycle(item);
+        }
+        read_range(
+            ctx,
+            (lower, upper),
+            (order, limit, keys_only, validate),
+            &mut buffers,
+            &mut items,
+        );
+        if validate || expires.generation() == generation {
+            break;
+        }
     }
     *ctx.buffers = buffers;
     Ok(Frame::Array(items))
+}
+
+/// One read of FOREST.RANGE's rows into `items`. The limit goes to the store: a short page
+/// of a long range reads optimistically, without holding batches off (scan_gate). Expired
+/// keys are skipped; if some were, the scan goes on after the last row read until `limit`
+/// live keys are found or the range ends. With `validate`, each row is checked again by a
+/// point read.
+fn read_range(
+    ctx: &Ctx<'_, '_>,
+    (lower, upper): (Bound<&[u8]>, Bound<&[u8]>),
+    (order, limit, keys_only, validate): (Order, usize, bool, bool),
+    buffers: &mut super::Buffers,
+    items: &mut Vec<Frame>,
+) {
+    let shared = ctx.shared;
+    let mut scratch = Vec::new();
+    let mut found = 0usize;
+    let mut resume: Option<Vec<u8>> = None;
+    loop {
+        let (lo, hi) = match (&resume, order) {
+            (None, _) => (lower, upper),
+            (Some(k), Order::Ascending) => (Bound::Excluded(k.as_slice()), upper),
+            (Some(k), Order::Descending) => (lower, Bound::Excluded(k.as_slice())),
+        };
+        let want = limit - found;
+        let (mut read, mut hidden) = (0usize, false);
+        let mut last_read = Vec::new();
+        let mut visit = |key: &[u8], value: &[u8]| {
+            read += 1;
+            if read == want {
+                last_read = key.to_vec();
+            }
+            let live = !ctx.hides(key)
+                && (!validate
+                    || super::expire::still_live(
+                        shared,
+                        key,
+                        "string",
+                        (!keys_only).then_some(value),
+                        &mut scratch,
+                    ));
+            if !live {
+                hidden = true;
+                return ControlFlow::Continue(());
+            }
+            found += 1;
+            items.push(Frame::Bulk(buffers.copy_of(key)));
+            if !keys_only {
+                items.push(Frame::Bulk(buffers.copy_of(value)));
+            }
+            ControlFlow::Continue(())
+        };
+        // Within EXEC the scan merges the transaction's own writes (`Ctx::scan_up_to`).
+        if keys_only {
+            // Values stay out of the store's scan buffer as well as out of the reply.
+            ctx.scan_keys_up_to(lo, hi, order, want, &mut visit);
+        } else {
+            ctx.scan_up_to(lo, hi, order, want, &mut visit);
+        }
+        if read < want || found >= limit || !hidden {
+            break;
+        }
+        resume = Some(last_read);
+    }
 }
 
 /// FOREST.COUNT min max.
@@ -144,11 +209,29 @@ pub fn count(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let Some((lower, upper)) = bounds(argv[1], argv[2])? else {
         return Ok(Frame::Integer(0));
     };
+    let shared = ctx.shared;
+    let expires = &shared.expires;
     let mut n = 0i64;
-    ctx.scan(lower, upper, Order::Ascending, &mut |_, _| {
-        n += 1;
-        ControlFlow::Continue(())
-    });
+    let mut scratch = Vec::new();
+    // As FOREST.RANGE: read again if an expired key was deleted meanwhile; within EXEC the
+    // scan merges the transaction's own writes (`Ctx::scan`).
+    for attempt in 0..=super::expire::SCAN_RETRIES {
+        let generation = expires.generation();
+        let validate = attempt == super::expire::SCAN_RETRIES;
+        n = 0;
+        ctx.scan(lower, upper, Order::Ascending, &mut |key, value| {
+            let live = !ctx.hides(key)
+                && (!validate
+                    || super::expire::still_live(shared, key, "string", Some(value), &mut scratch));
+            if live {
+                n += 1;
+            }
+            ControlFlow::Continue(())
+        });
+        if validate || expires.generation() == generation {
+            break;
+        }
+    }
     Ok(Frame::Integer(n))
 }
 
@@ -158,7 +241,7 @@ pub fn delrange(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let Some((lower, upper)) = bounds(argv[1], argv[2])? else {
         return Ok(Frame::Integer(0));
     };
-    Ok(Frame::Integer(super::flush::remove_range(
+    Ok(Frame::Integer(super::expire::remove_string_range(
         ctx, lower, upper,
     )?))
 }

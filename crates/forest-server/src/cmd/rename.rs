@@ -16,7 +16,7 @@ use std::ops::{Bound, ControlFlow};
 use forest_core::Order;
 use forest_store::WriteBatch;
 
-use super::{coll, int_arg, is_word, syntax_error, Ctx, Reply};
+use super::{coll, expire, int_arg, is_word, syntax_error, Ctx, Reply};
 use crate::collection::{member_key, member_prefix, type_key, Meta};
 use crate::frame::Frame;
 
@@ -135,13 +135,14 @@ impl Replaced {
     }
 }
 
-/// Makes `key` hold the string `value`, or nothing (None), whatever it held, in one atomic
-/// batch. Precondition: `key`'s stripe lock is held.
+/// Makes `key` hold the string `value`, or nothing (None), whatever it held, without a
+/// deadline, in one atomic batch. Precondition: `key`'s stripe lock is held.
 pub fn replace_locked(
     ctx: &mut Ctx<'_, '_>,
     key: &[u8],
     value: Option<&[u8]>,
 ) -> Result<(), Frame> {
+    expire::purge_due(ctx, key)?;
     let mut batch = WriteBatch::new();
     if let Some(value) = value {
         coll::check_member(key, value)?;
@@ -153,7 +154,10 @@ pub fn replace_locked(
     if batch.is_empty() {
         return Ok(());
     }
-    ctx.write(&batch)?;
+    expire::in_unit(ctx, |ctx| {
+        ctx.write(&batch)?;
+        expire::stage_deadline(ctx, key, None)
+    })?;
     replaced.settle(ctx);
     Ok(())
 }
@@ -176,6 +180,9 @@ fn rename_generic(ctx: &mut Ctx<'_, '_>, from: &[u8], to: &[u8], nx: bool) -> Re
     let done = if nx { Frame::Integer(1) } else { Frame::ok() };
     let shared = ctx.shared;
     let _guards = shared.collections.lock_many([from, to].into_iter());
+    // Due keys are absent: deleted first, so that no deadline of theirs is left behind.
+    expire::purge_due(ctx, from)?;
+    expire::purge_due(ctx, to)?;
     let Some(content) = read_content(ctx, from)? else {
         return Err(no_such_key());
     };
@@ -185,11 +192,20 @@ fn rename_generic(ctx: &mut Ctx<'_, '_>, from: &[u8], to: &[u8], nx: bool) -> Re
     if nx && exists(ctx, to) {
         return Ok(Frame::Integer(0));
     }
+    let deadline = ctx.deadline(from);
     let mut batch = WriteBatch::new();
     let replaced = remove_any(ctx, to, &mut batch)?;
     put_content(&mut batch, to, &content)?;
     remove_content(&mut batch, from, &content);
-    ctx.write(&batch)?;
+    // The source's deadline moves with it (a replaced destination's goes), in the same
+    // batch: no entry is left under the old name to delete a later key of that name.
+    // The deadlines first: a deadline that cannot be indexed fails before anything is
+    // decided (the batch's entries were checked by `put_content`).
+    expire::in_unit(ctx, |ctx| {
+        expire::stage_deadline(ctx, to, deadline)?;
+        expire::stage_deadline(ctx, from, None)?;
+        ctx.write(&batch).map(drop)
+    })?;
     // The source's reserved entries moved to the new name: the counts change only by
     // the destination replaced.
     replaced.settle(ctx);
@@ -227,6 +243,8 @@ pub fn copy(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     }
     let shared = ctx.shared;
     let _guards = shared.collections.lock_many([from, to].into_iter());
+    expire::purge_due(ctx, from)?;
+    expire::purge_due(ctx, to)?;
     let Some(content) = read_content(ctx, from)? else {
         return Ok(Frame::Integer(0));
     };
@@ -236,7 +254,12 @@ pub fn copy(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let mut batch = WriteBatch::new();
     let replaced = remove_any(ctx, to, &mut batch)?;
     let added = put_content(&mut batch, to, &content)?;
-    ctx.write(&batch)?;
+    // The copy has the source's deadline; a replaced destination's goes.
+    let deadline = ctx.deadline(from);
+    expire::in_unit(ctx, |ctx| {
+        expire::stage_deadline(ctx, to, deadline)?;
+        ctx.write(&batch).map(drop)
+    })?;
     replaced.settle(ctx);
     if added > 0 {
         ctx.shared.collections.add_reserved(added);

@@ -75,10 +75,14 @@ pub fn scan(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         Some(key) if key.as_slice() >= prefix.as_slice() => Bound::Excluded(key.as_slice()),
         _ => Bound::Included(prefix.as_slice()),
     };
-    let examined = super::keys::list_keys(ctx, lower, end.as_deref(), count, filter);
+    let generation = ctx.shared.expires.generation();
+    let mut examined = super::keys::list_keys(ctx, lower, end.as_deref(), count, filter);
     let last = (examined.len() >= count)
         .then(|| examined.last().map(|(key, _)| key.clone()))
         .flatten();
+    // Expired keys are skipped (and keys deleted as expired while they were listed).
+    examined.retain(|(key, _)| !ctx.is_due(key));
+    super::expire::recheck_listed(ctx.shared, generation, &mut examined);
     let found: Vec<Frame> = examined
         .into_iter()
         .filter(|(key, _)| pattern.is_none_or(|p| glob::matches(p, key)))

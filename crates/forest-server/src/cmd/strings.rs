@@ -31,14 +31,29 @@ pub fn read_string(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> Result<Option<Vec<u8>>,
 
 /// GETDEL key: the value, removed in the same atomic step; null if absent.
 pub fn getdel(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
-    let _guard = coll::string_write(ctx, argv[1])?;
-    let old = ctx.read_modify_write(argv[1], |old| {
-        Ok(if old.is_some() {
-            Rmw::Remove
-        } else {
-            Rmw::Keep
+    let key = argv[1];
+    let _guard = coll::string_write(ctx, key)?;
+    let remove = |ctx: &mut Ctx<'_, '_>| {
+        ctx.read_modify_write(key, |old| {
+            Ok(if old.is_some() {
+                Rmw::Remove
+            } else {
+                Rmw::Keep
+            })
         })
-    })?;
+    };
+    let old = if ctx.deadline(key).is_none() {
+        remove(ctx)?
+    } else {
+        // The deadline goes with the value, in the same batch.
+        super::expire::in_unit(ctx, |ctx| {
+            let old = remove(ctx)?;
+            if old.is_some() {
+                super::expire::stage_deadline(ctx, key, None)?;
+            }
+            Ok(old)
+        })?
+    };
     Ok(old.map_or(Frame::Null, Frame::Bulk))
 }
 

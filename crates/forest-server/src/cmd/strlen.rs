@@ -4,7 +4,7 @@ use super::{coll, Ctx, Reply};
 use crate::frame::Frame;
 
 pub fn strlen(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
-    if ctx.present(argv[1]) {
+    if ctx.string_present(argv[1]) {
         return Ok(Frame::Integer(ctx.buffers.scratch.len() as i64));
     }
     match coll::kind_of(ctx, argv[1])? {
