@@ -89,6 +89,10 @@ pub(crate) struct Counters {
     pub(crate) merges: Counter,
     pub(crate) borrows: Counter,
     pub(crate) latch_waits: Counter,
+    /// Scan steps that came back to the leaf of the step before without a descent.
+    pub(crate) scan_revisits: Counter,
+    /// Scan steps after the first that descended from the root.
+    pub(crate) scan_redescents: Counter,
 }
 
 /// The lock-coupling B+tree.
