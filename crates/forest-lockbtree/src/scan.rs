@@ -23,10 +23,12 @@
 //!   going up from `Excluded(fence)`, going down from `Included(fence)` (keys `m` left of
 //!   separator `k` have `m <= k`, §2.1).
 //!
-//! The budget is [`SCAN_BUDGET_FIRST`] records at first and doubles each step, so a short
-//! scan (YCSB E's 1 to 100 records) copies little more than it hands out, and coming back
-//! for more costs a latch and an in-leaf search rather than a descent; a long scan soon
-//! copies whole leaves.
+//! The budget is [`SCAN_BUDGET_FIRST`] records at first and doubles each step, so a scan
+//! copies fewer than twice the records it hands out plus the first budget; coming back for
+//! more costs a latch and a look at the remembered slot (a search of the leaf if writes moved
+//! it) rather than a descent; a long scan soon copies whole leaves. Prefetching runs
+//! [`PREFETCH_AHEAD`] records past the budget, so the next step's first misses overlap the
+//! visitor's work.
 //!
 //! Every record handed out was in its leaf under the leaf's latch. A key present for the
 //! whole scan lies, at each step, in the one leaf whose range holds it (a revisited leaf's
@@ -46,9 +48,9 @@ use crate::node::{Latched, NodeBody, NodePtr, ReadGuard};
 use crate::search::{lower_bound, upper_bound, SearchKey};
 use crate::LockBTree;
 
-/// Records the first step of a scan copies; later steps double it. A scan that stops early
-/// pays for at most this many records it does not hand out, and one that goes on comes back
-/// to the leaf cheaply (see the module doc). Under loom, one record, so that a scan of a
+/// Records the first step of a scan copies; later steps double it. Small, because a record
+/// copied and not handed out costs its cache misses, while coming back to the leaf for more
+/// is cheap (see the module doc). Under loom, one record, so that a scan of a
 /// few records revisits its leaf.
 pub(crate) const SCAN_BUDGET_FIRST: usize = if cfg!(loom) { 1 } else { 8 };
 
