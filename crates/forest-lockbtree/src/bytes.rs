@@ -61,6 +61,15 @@ impl Bytes {
         }
     }
 
+    /// Asks the CPU to load a boxed string's bytes (a scan copies them a few records later);
+    /// inline ones sit in the slot already.
+    #[inline]
+    pub(crate) fn prefetch(&self) {
+        if let Bytes::Heap(b) = self {
+            crate::node::prefetch(b);
+        }
+    }
+
     /// Heap bytes this slot owns beyond itself.
     #[inline]
     pub(crate) fn heap_bytes(&self) -> usize {

@@ -47,6 +47,8 @@ pub(crate) fn stats(tree: &LockBTree) -> IndexStats {
             (names::MERGES, c.merges.get()),
             (names::BORROWS, c.borrows.get()),
             (names::LATCH_WAITS, c.latch_waits.get()),
+            ("scan_revisits", c.scan_revisits.get()),
+            ("scan_redescents", c.scan_redescents.get()),
         ],
     }
 }

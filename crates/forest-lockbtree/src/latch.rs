@@ -112,6 +112,20 @@ impl Latch {
         waited
     }
 
+    /// Takes the latch in shared mode if no writer has or wants it; never waits. Returns
+    /// whether it took the latch.
+    #[inline]
+    pub fn try_read_lock(&self) -> bool {
+        if self.word.load(Ordering::Relaxed) >= RW_W_LOCK {
+            return false;
+        }
+        if self.word.fetch_add(1, Ordering::Acquire) >= RW_W_LOCK {
+            self.word.fetch_sub(1, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
     /// Releases a shared hold.
     #[inline]
     pub fn read_unlock(&self) {
@@ -167,7 +181,10 @@ mod tests {
         assert!(!latch.is_write_locked());
         latch.read_unlock();
         latch.read_unlock();
+        assert!(latch.try_read_lock());
+        latch.read_unlock();
         assert!(!latch.write_lock());
+        assert!(!latch.try_read_lock(), "a writer holds it");
         assert!(latch.is_write_locked());
         latch.write_unlock();
         assert!(!latch.is_write_locked());

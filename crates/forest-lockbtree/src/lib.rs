@@ -6,13 +6,13 @@
 //! | module | thesis |
 //! |---|---|
 //! | [`latch`] | §4.2, Listing 4.1: the 32-bit RW spin latch |
-//! | `node` | §2.1, Listings 2.1–2.2: `Node`/`Leaf`, the `BTree` holder; latch guards (the only `unsafe`) |
+//! | `node` | §2.1, Listings 2.1–2.2: `Node`/`Leaf`, the `BTree` holder; latch guards and scan revisits (the only `unsafe`) |
 //! | `bytes` | §2.1's inline keys and data, for byte strings: short ones in the slot, long ones boxed |
 //! | `search` | §2.2 Listing 2.3 (linear) and §2.4 Listing 2.7 (binary) in-node search |
 //! | `insert_multipass` | §4.1, §4.2.2, Listing 4.3: `Path`, the write descent, insert/upsert/update |
 //! | `split` | §2.2.2: leaf and inner splits, root split |
 //! | `remove` | §2.2.3 with §4.1's passes: migration (borrow), merge, root collapse |
-//! | `scan` | leaf-snapshot cursor over interlocking descents (the tree has no leaf links) |
+//! | `scan` | leaf-snapshot cursor: interlocking descents between leaves (no leaf links), revisits within one |
 //! | `inspect` | stats walk and the invariant check |
 //!
 //! Get descends with interlocking read latches (§4.2.1, Listing 4.2) and copies the value into
@@ -89,6 +89,10 @@ pub(crate) struct Counters {
     pub(crate) merges: Counter,
     pub(crate) borrows: Counter,
     pub(crate) latch_waits: Counter,
+    /// Scan steps that came back to the leaf of the step before without a descent.
+    pub(crate) scan_revisits: Counter,
+    /// Scan steps after the first that descended from the root.
+    pub(crate) scan_redescents: Counter,
 }
 
 /// The lock-coupling B+tree.

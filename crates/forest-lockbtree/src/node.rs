@@ -30,6 +30,19 @@
 //!    (epochs) is needed: the latches already exclude every reader at the time of the free.
 //! 5. A new node is filled through [`OwnedNode`] (owned, unshared) and published by linking it
 //!    into an exclusively latched parent or holder; the latch release publishes its contents.
+//! 6. Revisits (a scan coming back to the leaf it copied from, [`ReadGuard::revisit`]) are the
+//!    one exception to 3: the scan holds no latch between its steps, only the leaf's pointer
+//!    and the [`Revisits`] stamp it read under the leaf's latch. Every change of a leaf's key
+//!    range (split, borrow, merge) and every free bumps the stamp while the changed nodes are
+//!    held exclusively; a free then drains: it waits until its read-modify-write of each
+//!    stripe of in-flight revisits reads zero. A revisit announces itself by a
+//!    read-modify-write of its stripe, then checks the stamp, and only then touches the
+//!    leaf's latch, without waiting. Both sides use read-modify-writes (acquire and release)
+//!    on the stripe, which are ordered: if the drain's comes first, the revisit's
+//!    synchronizes with it and sees the bumped stamp, so it stays away; if the revisit's
+//!    comes first, the drain waits for its release and all its accesses happen before the
+//!    free. A revisit that gets the latch re-checks the stamp under it, so a range change
+//!    since the scan's step is seen (see `revisit`).
 //!
 //! Bodies and the root fields sit in `forest_core::sync::cell::UnsafeCell`: `std`'s normally,
 //! loom's under `--cfg loom`, where every guard's `body` / `body_mut` call is an access loom
@@ -37,8 +50,12 @@
 
 use std::ptr::NonNull;
 
+use std::cell::Cell;
+
 use forest_core::stats::Counter;
+use forest_core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use forest_core::sync::cell::UnsafeCell;
+use forest_core::sync::spin_loop;
 
 use crate::bytes::Bytes;
 use crate::latch::Latch;
@@ -283,6 +300,33 @@ impl ReadGuard {
     }
 }
 
+impl ReadGuard {
+    /// Takes leaf `node`'s latch again for a scan that copied from it under stamp `stamp`
+    /// ([`Revisits::stamp`], read while holding this latch), if no leaf changed its key range
+    /// and no node was freed since, and no writer has or wants the latch; never waits.
+    /// `None` sends the scan down from the root instead. Invariant 6.
+    pub(crate) fn revisit(node: NodePtr, stamp: u64, revisits: &Revisits) -> Option<Self> {
+        let active = &revisits.active[stripe()].count;
+        active.fetch_add(1, Ordering::AcqRel);
+        let guard = if revisits.stamp.count.load(Ordering::Acquire) == stamp {
+            // SAFETY: invariant 6: the stamp is unchanged after we announced ourselves, so no
+            // free's drain came before our announcement: a free of this node waits for our
+            // `fetch_sub` below before freeing; the node is alive until then.
+            let latch = &unsafe { node.node() }.latch;
+            latch.try_read_lock().then(|| Self { node })
+        } else {
+            None
+        };
+        // Release: our accesses to the node happen before the free whose drain reads this.
+        active.fetch_sub(1, Ordering::Release);
+        let guard = guard?;
+        // A range change since the scan's step bumped the stamp under this latch held
+        // exclusively, whose release our Acquire took: it is seen here. Changes after this
+        // point wait for our latch.
+        (revisits.stamp.count.load(Ordering::Acquire) == stamp).then_some(guard)
+    }
+}
+
 impl Latched for ReadGuard {
     #[inline]
     fn ptr(&self) -> NodePtr {
@@ -336,21 +380,24 @@ impl WriteGuard {
 
     /// Frees this node, which the caller has unlinked from `parent` (invariant 4: we hold this
     /// node's and its parent's exclusive latches).
-    pub(crate) fn free(self, parent: &WriteGuard) {
+    pub(crate) fn free(self, parent: &WriteGuard, revisits: &Revisits) {
         debug_assert!(
             !parent.body().children.contains(&self.node),
             "freeing a node still linked from its parent"
         );
-        self.free_unlinked();
+        self.free_unlinked(revisits);
     }
 
     /// Frees this node, the former root, which the caller has replaced in `holder`.
     pub(crate) fn free_root(self, holder: &HolderWrite<'_>) {
         debug_assert!(holder.root() != self.node, "freeing the linked root");
-        self.free_unlinked();
+        self.free_unlinked(&holder.tree.revisits);
     }
 
-    fn free_unlinked(self) {
+    fn free_unlinked(self, revisits: &Revisits) {
+        // Invariant 6: no revisit can reach the node once this returns.
+        revisits.bump();
+        revisits.drain();
         let node = self.node;
         // No unlock: nobody can be waiting on this latch (invariant 4), and the memory goes.
         std::mem::forget(self);
@@ -423,6 +470,78 @@ struct Root {
 pub(crate) struct BTree {
     latch: Latch,
     root: UnsafeCell<Root>,
+    pub(crate) revisits: Revisits,
+}
+
+/// Stripes of in-flight revisit counts: threads pick one by a thread-local index, so that
+/// revisits on different cores rarely write one cache line.
+const REVISIT_STRIPES: usize = if cfg!(loom) { 1 } else { 16 };
+
+/// A counter in a cache line of its own.
+#[repr(align(64))]
+struct Padded<T> {
+    count: T,
+}
+
+/// What scans need to come back to a leaf without a latch held in between (invariant 6): a
+/// tree-wide stamp of leaf range changes and frees, and the revisits in flight.
+pub(crate) struct Revisits {
+    stamp: Padded<AtomicU64>,
+    active: [Padded<AtomicUsize>; REVISIT_STRIPES],
+}
+
+impl Revisits {
+    fn new() -> Self {
+        Self {
+            stamp: Padded {
+                count: AtomicU64::new(0),
+            },
+            active: std::array::from_fn(|_| Padded {
+                count: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    /// The stamp, for [`ReadGuard::revisit`]; read while holding the leaf's latch.
+    #[inline]
+    pub(crate) fn stamp(&self) -> u64 {
+        self.stamp.count.load(Ordering::Acquire)
+    }
+
+    /// Marks a change of some leaf's key range (split, borrow, merge) or a free; the caller
+    /// holds the changed nodes exclusively.
+    #[inline]
+    pub(crate) fn bump(&self) {
+        self.stamp.count.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Waits until no revisit is in flight (after a [`Self::bump`], before a free). Each
+    /// stripe is read by a read-modify-write, so it is ordered against the revisits' own
+    /// (invariant 6); a revisit never waits while it is in flight, so this ends.
+    fn drain(&self) {
+        for stripe in &self.active {
+            while stripe.count.fetch_add(0, Ordering::AcqRel) != 0 {
+                spin_loop();
+            }
+        }
+    }
+}
+
+/// This thread's stripe of [`Revisits::active`].
+#[inline]
+fn stripe() -> usize {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    std::thread_local! {
+        static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    STRIPE
+        .try_with(|s| {
+            if s.get() == usize::MAX {
+                s.set(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % REVISIT_STRIPES);
+            }
+            s.get()
+        })
+        .unwrap_or(0)
 }
 
 // SAFETY: `root` is read under the holder's latch and written only under its exclusive latch;
@@ -440,6 +559,7 @@ impl BTree {
                 node: OwnedNode::new(0, order).into_ptr(),
                 height: 1,
             }),
+            revisits: Revisits::new(),
         }
     }
 

@@ -195,6 +195,8 @@ fn fix_underflow(tree: &LockBTree, parent: &mut WriteGuard, mut node: WriteGuard
     };
     let left_len = left.as_ref().map_or(0, |g| g.body().len());
     let right_len = right.as_ref().map_or(0, |g| g.body().len());
+    // Leaf ranges change below (node.rs, invariant 6); the nodes are held exclusively.
+    tree.tree.revisits.bump();
     let p = parent.body_mut();
     if left_len > min && left_len >= right_len {
         let l = left.as_mut().expect("left_len > 0");
@@ -206,12 +208,12 @@ fn fix_underflow(tree: &LockBTree, parent: &mut WriteGuard, mut node: WriteGuard
         tree.counters.borrows.incr();
     } else if let Some(mut l) = left {
         merge(p, index - 1, l.body_mut(), node.body_mut());
-        node.free(parent);
+        node.free(parent, &tree.tree.revisits);
         tree.counters.merges.incr();
     } else {
         let mut r = right.expect("a non-root node has a sibling");
         merge(p, index, node.body_mut(), r.body_mut());
-        r.free(parent);
+        r.free(parent, &tree.tree.revisits);
         tree.counters.merges.incr();
     }
 }

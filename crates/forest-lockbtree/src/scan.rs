@@ -1,41 +1,74 @@
-//! Range scans in both orders as a leaf-snapshot cursor (DESIGN.md, "The Index API"; the
-//! thesis' tree has no leaf links, §2.1, so the cursor re-descends).
+//! Range scans in both orders as a leaf-snapshot cursor (DESIGN.md, "The Index API"). The
+//! thesis' tree has no leaf links (§2.1), so a scan moves to the next leaf by a descent with
+//! interlocking read latches (§4.2.1); within a leaf it comes back without one.
 //!
-//! One step: descend with interlocking read latches (§4.2.1) to the leaf holding the cursor's
-//! bound, copy that leaf's records within the scan's bounds into a reused buffer, remember the
-//! leaf's fence (the separator bounding it on the scan side, taken from the path: the deepest
-//! separator to the right of the path going up, to the left going down), release the leaf,
-//! then hand the records to `visit`, holding no latch, so `visit` may call back into the index.
-//! The next step re-descends past the fence: going up from `Excluded(fence)`, going down from
-//! `Included(fence)` (keys `m` left of separator `k` have `m <= k`, §2.1).
+//! One step: latch a leaf, copy up to a budget of its records within the scan's bounds into
+//! a flat buffer, release the leaf, then hand the records to `visit`, holding no latch, so
+//! `visit` may call back into the index. The buffer is this thread's, reused from scan to
+//! scan. While copying, the boxed keys and values of the records [`PREFETCH_AHEAD`] slots
+//! further are prefetched, so their cache misses overlap: they, not the copy, are what a
+//! record costs.
 //!
-//! A step copies at most a budget of records: [`SCAN_BUDGET_FIRST`] at first, doubling each
-//! step, so a short scan (YCSB E's 1 to 100 records) copies little more than it returns while a
-//! long one soon copies whole leaves. A step cut short by its budget resumes after the last key
-//! it copied (`Excluded(last)`, either direction); a step that copied all of its leaf's records
-//! within the bounds resumes past the fence, and keys between the last one returned and the
-//! fence that appear later were inserted during the scan and may be missed, as the contract
-//! allows. A key present for the
-//! whole scan lies, at each descent, in the one leaf whose range holds it, so it is returned
-//! exactly once; fences only grow (going up) or shrink (going down), so keys come strictly
-//! ordered.
+//! Which leaf a step latches:
+//! - The first step descends to the leaf holding the scan's start bound and remembers the
+//!   leaf's fence (the separator bounding it on the scan side, taken from the path: the
+//!   deepest separator to the right of the path going up, to the left going down).
+//! - A step cut short by its budget resumes after the last key it copied (`Excluded(last)`,
+//!   either direction) in the same leaf: it comes back to the leaf by its pointer
+//!   (`node::ReadGuard::revisit`, node.rs invariant 6) if no leaf changed its key range and
+//!   no node was freed in between (a tree-wide stamp read under the leaf's latch tells) and
+//!   no writer holds the leaf; the fence is then still the leaf's. Otherwise it descends for
+//!   `Excluded(last)` and takes the fence of the leaf it lands in.
+//! - A step that copied all of its leaf's records within the bounds descends past the fence:
+//!   going up from `Excluded(fence)`, going down from `Included(fence)` (keys `m` left of
+//!   separator `k` have `m <= k`, §2.1).
+//!
+//! The budget is [`SCAN_BUDGET_FIRST`] records at first and doubles each step, so a scan
+//! copies fewer than twice the records it hands out plus the first budget; coming back for
+//! more costs a latch and a look at the remembered slot (a search of the leaf if writes moved
+//! it) rather than a descent; a long scan soon copies whole leaves. Prefetching runs
+//! [`PREFETCH_AHEAD`] records past the budget, so the next step's first misses overlap the
+//! visitor's work.
+//!
+//! Every record handed out was in its leaf under the leaf's latch. A key present for the
+//! whole scan lies, at each step, in the one leaf whose range holds it (a revisited leaf's
+//! range is unchanged), so it is returned exactly once; keys between the last one returned
+//! and the fence that appear during the scan may be missed, as the contract allows. Fences
+//! only grow (going up) or shrink (going down) and each step starts past the last key, so
+//! keys come strictly ordered.
 
+use std::cell::Cell;
 use std::ops::Bound;
 
 use forest_core::index::{below_lower, past_upper};
 use forest_core::{Order, Visitor};
 
 use crate::bytes::Bytes;
-use crate::node::Latched;
+use crate::node::{Latched, NodeBody, NodePtr, ReadGuard};
 use crate::search::{lower_bound, upper_bound, SearchKey};
 use crate::LockBTree;
 
-/// Records the first step of a scan copies; later steps double it. Small enough that a scan
-/// of a few records copies few, large enough that the extra descents of a long scan are few
-/// (a leaf holds up to `order - 1` records).
-pub(crate) const SCAN_BUDGET_FIRST: usize = 16;
+/// Records the first step of a scan copies; later steps double it. Small, because a record
+/// copied and not handed out costs its cache misses, while coming back to the leaf for more
+/// is cheap (see the module doc). Under loom, one record, so that a scan of a
+/// few records revisits its leaf.
+pub(crate) const SCAN_BUDGET_FIRST: usize = if cfg!(loom) { 1 } else { 8 };
 
-/// One leaf's records, copied.
+/// Records ahead of the one being copied whose boxed key and value are prefetched, so that the
+/// cache misses of a step's records overlap instead of coming one after another.
+const PREFETCH_AHEAD: usize = 8;
+
+/// The largest buffer a thread keeps between scans (bytes of records); a scan that needed
+/// more gives its buffer back to the allocator.
+const SPARE_BYTES_MAX: usize = 64 << 10;
+
+std::thread_local! {
+    /// This thread's buffer, lent to one scan at a time: a scan run by a visitor of another
+    /// scan finds it taken (empty) and grows its own.
+    static SPARE: Cell<LeafCopy> = const { Cell::new(LeafCopy::EMPTY) };
+}
+
+/// One step's records, copied.
 #[derive(Default)]
 struct LeafCopy {
     /// Keys and values back to back.
@@ -45,6 +78,24 @@ struct LeafCopy {
 }
 
 impl LeafCopy {
+    const EMPTY: Self = Self {
+        bytes: Vec::new(),
+        lengths: Vec::new(),
+    };
+
+    /// This thread's spare buffer, or a new one.
+    fn take() -> Self {
+        SPARE.try_with(Cell::take).unwrap_or_default()
+    }
+
+    /// Keeps the buffer for this thread's next scan unless it grew large.
+    fn give(self) {
+        if self.bytes.capacity() <= SPARE_BYTES_MAX {
+            // During thread exit the thread-local may be gone: the buffer is then freed.
+            let _ = SPARE.try_with(|spare| spare.set(self));
+        }
+    }
+
     fn clear(&mut self) {
         self.bytes.clear();
         self.lengths.clear();
@@ -86,13 +137,38 @@ impl LeafCopy {
     }
 }
 
+/// Where the next step starts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// At the scan's own bound.
+    Start,
+    /// After [`Cursor::last`], in the leaf the step before stopped inside.
+    AfterLast,
+    /// Past [`Cursor::fence`]: the step before copied the rest of its leaf.
+    PastFence,
+}
+
+/// What a scan keeps between steps.
+#[derive(Default)]
+struct Cursor {
+    /// The last key copied (after a step cut short); the bound of a descent past the fence.
+    last: Vec<u8>,
+    /// The fence of the leaf copied from, if it has one on the scan side.
+    fence: Vec<u8>,
+    has_fence: bool,
+    /// The leaf a cut-short step stopped inside, the stamp read under its latch, and the slot
+    /// the next step starts at if the leaf is unchanged (see [`StepEnd::slot`]).
+    leaf: Option<(NodePtr, u64, usize)>,
+}
+
 /// How a step ended.
 struct StepEnd {
     /// The scan's far bound was reached (or no leaf lies beyond): nothing more to visit.
     finished: bool,
-    /// The budget ran out inside the leaf: `fence` holds the last key copied, and the next
-    /// step resumes after it.
+    /// The budget ran out inside the leaf: the next step resumes after the last key copied.
     cut_short: bool,
+    /// Going up, the slot after the last record copied; going down, the last record's slot.
+    slot: usize,
 }
 
 /// Runs a scan (see the module doc).
@@ -103,59 +179,130 @@ pub(crate) fn scan(
     order: Order,
     visit: &mut Visitor<'_>,
 ) {
-    let mut records = LeafCopy::default();
-    // Where the next step starts: a key, and whether it was a step's last key copied (resume
-    // after it) rather than a fence.
-    let mut cursor: Option<(Vec<u8>, bool)> = None;
-    let mut fence = Vec::new();
+    let mut records = LeafCopy::take();
+    scan_with(tree, lower, upper, order, visit, &mut records);
+    records.give();
+}
+
+/// The scan's steps, copying into `records`.
+fn scan_with(
+    tree: &LockBTree,
+    lower: Bound<&[u8]>,
+    upper: Bound<&[u8]>,
+    order: Order,
+    visit: &mut Visitor<'_>,
+    records: &mut LeafCopy,
+) {
+    let mut cursor = Cursor::default();
+    let mut next = Next::Start;
     let mut budget = SCAN_BUDGET_FIRST;
     loop {
-        let bound = match (&cursor, order) {
-            (None, Order::Ascending) => lower,
-            (None, Order::Descending) => upper,
-            (Some((k, true)), _) => Bound::Excluded(k.as_slice()),
-            (Some((f, false)), Order::Ascending) => Bound::Excluded(f.as_slice()),
-            (Some((f, false)), Order::Descending) => Bound::Included(f.as_slice()),
-        };
         records.clear();
-        let end = copy_leaf(
+        let end = step(
             tree,
-            bound,
+            &mut cursor,
+            next,
             lower,
             upper,
             order,
             budget,
-            &mut records,
-            &mut fence,
+            records,
         );
         // No latch is held from here on.
         if records.visit(visit) || end.finished {
             return;
         }
-        let (previous, after_last) = cursor.get_or_insert_with(|| (Vec::new(), false));
-        std::mem::swap(previous, &mut fence);
-        *after_last = end.cut_short;
+        next = if end.cut_short {
+            Next::AfterLast
+        } else {
+            Next::PastFence
+        };
         budget = budget.saturating_mul(2);
     }
 }
 
-/// Descends to the leaf for `bound`, copies up to `budget` of its records within
-/// `lower..upper` in `order`, and leaves in `fence` the leaf's fence, or the last key copied
-/// when the budget cut the leaf short.
+/// One step: latches the leaf `next` names, copies up to `budget` of its records within
+/// `lower..upper` in `order`, and leaves in `cursor` where the next step starts.
 #[allow(clippy::too_many_arguments)] // one step's whole state; a struct would only rename it
-fn copy_leaf(
+fn step(
     tree: &LockBTree,
-    bound: Bound<&[u8]>,
+    cursor: &mut Cursor,
+    next: Next,
     lower: Bound<&[u8]>,
     upper: Bound<&[u8]>,
     order: Order,
     budget: usize,
     records: &mut LeafCopy,
-    fence: &mut Vec<u8>,
 ) -> StepEnd {
+    let ascending = order == Order::Ascending;
+    if next == Next::PastFence {
+        // The old fence becomes the bound; the descent finds the next leaf's.
+        std::mem::swap(&mut cursor.last, &mut cursor.fence);
+    }
+    let Cursor {
+        last,
+        fence,
+        has_fence,
+        leaf: remembered,
+    } = cursor;
+    let bound = match (next, ascending) {
+        (Next::Start, true) => lower,
+        (Next::Start, false) => upper,
+        (Next::AfterLast, _) | (Next::PastFence, true) => Bound::Excluded(last.as_slice()),
+        (Next::PastFence, false) => Bound::Included(last.as_slice()),
+    };
+    let revisited = match (next, remembered.take()) {
+        (Next::AfterLast, Some((ptr, stamp, slot))) => {
+            ReadGuard::revisit(ptr, stamp, &tree.tree.revisits).map(|leaf| (leaf, slot))
+        }
+        _ => None,
+    };
+    let mut hint = None;
+    let leaf = match revisited {
+        Some((leaf, slot)) => {
+            tree.counters.scan_revisits.incr();
+            hint = Some(slot);
+            leaf
+        }
+        None => {
+            if next != Next::Start {
+                tree.counters.scan_redescents.incr();
+            }
+            descend(tree, bound, ascending, fence, has_fence)
+        }
+    };
+    let end = copy_leaf(
+        tree,
+        leaf.body(),
+        bound,
+        hint,
+        lower,
+        upper,
+        order,
+        budget,
+        records,
+        fence,
+        *has_fence,
+    );
+    if end.cut_short {
+        records.last_key_into(last);
+        // Read under the leaf's latch (node.rs, invariant 6).
+        *remembered = Some((leaf.ptr(), tree.tree.revisits.stamp(), end.slot));
+    }
+    end
+}
+
+/// Descends to the leaf for `bound` and leaves in `fence` its fence on the scan side, if it
+/// has one (`has_fence`).
+fn descend(
+    tree: &LockBTree,
+    bound: Bound<&[u8]>,
+    ascending: bool,
+    fence: &mut Vec<u8>,
+    has_fence: &mut bool,
+) -> ReadGuard {
     let waits = &tree.counters.latch_waits;
     let how = tree.search;
-    let ascending = order == Order::Ascending;
     // Which slot to go to in a node, for the cursor's bound.
     let position = |prefixes: &[u64], keys: &[Bytes]| match bound {
         Bound::Unbounded if ascending => 0,
@@ -165,7 +312,7 @@ fn copy_leaf(
             lower_bound(how, prefixes, keys, &SearchKey::new(k))
         }
     };
-    let mut has_fence = false;
+    *has_fence = false;
     let holder = tree.tree.read(waits);
     let mut node = holder.root_read(waits);
     drop(holder);
@@ -181,23 +328,70 @@ fn copy_leaf(
         if let Some(separator) = side {
             fence.clear();
             fence.extend_from_slice(separator);
-            has_fence = true;
+            *has_fence = true;
         }
         node.prefetch_child(index, tree.order);
         let child = node.read_child(index, waits);
         node = child;
     }
+    node
+}
 
-    let leaf = node.body();
+/// Copies up to `budget` records of `leaf` from `bound` on within `lower..upper` in `order`.
+/// `hint`: where the step before stopped in this leaf ([`StepEnd::slot`]); used if the key
+/// there is still `bound`'s, else the leaf is searched.
+#[allow(clippy::too_many_arguments)] // one step's whole state; a struct would only rename it
+fn copy_leaf(
+    tree: &LockBTree,
+    leaf: &NodeBody,
+    bound: Bound<&[u8]>,
+    hint: Option<usize>,
+    lower: Bound<&[u8]>,
+    upper: Bound<&[u8]>,
+    order: Order,
+    budget: usize,
+    records: &mut LeafCopy,
+    fence: &[u8],
+    has_fence: bool,
+) -> StepEnd {
+    let how = tree.search;
     let mut finished = false;
     let mut cut_short = false;
-    if ascending {
-        let start = match bound {
-            Bound::Unbounded => 0,
-            Bound::Included(k) => lower_bound(how, &leaf.prefixes, &leaf.keys, &SearchKey::new(k)),
-            Bound::Excluded(k) => upper_bound(how, &leaf.prefixes, &leaf.keys, &SearchKey::new(k)),
+    let mut slot = 0;
+    // The slot of the last key copied, if it is still there (the leaf's range is unchanged,
+    // but writes may have moved its records).
+    let hinted = |back: usize| {
+        let Bound::Excluded(k) = bound else {
+            return None;
         };
-        for (key, value) in leaf.keys[start..].iter().zip(&leaf.values[start..]) {
+        let at = hint?.checked_sub(back)?;
+        (leaf.keys.get(at)?.as_slice() == k).then_some(at)
+    };
+    if order == Order::Ascending {
+        let start = if let Some(at) = hinted(1) {
+            at + 1
+        } else {
+            match bound {
+                Bound::Unbounded => 0,
+                Bound::Included(k) => {
+                    lower_bound(how, &leaf.prefixes, &leaf.keys, &SearchKey::new(k))
+                }
+                Bound::Excluded(k) => {
+                    upper_bound(how, &leaf.prefixes, &leaf.keys, &SearchKey::new(k))
+                }
+            }
+        };
+        // Records past the budget are prefetched too: the next step, if any, starts there.
+        let last = start
+            .saturating_add(budget.saturating_add(PREFETCH_AHEAD))
+            .min(leaf.len());
+        for i in start..last.min(start + PREFETCH_AHEAD) {
+            prefetch_record(leaf, i);
+        }
+        for (i, (key, value)) in leaf.keys.iter().zip(&leaf.values).enumerate().skip(start) {
+            if i + PREFETCH_AHEAD < last {
+                prefetch_record(leaf, i + PREFETCH_AHEAD);
+            }
             if past_upper(key, upper) {
                 finished = true;
                 break;
@@ -208,15 +402,32 @@ fn copy_leaf(
                 break;
             }
             records.push(key, value);
+            slot = i + 1;
         }
         finished = finished || (!cut_short && (!has_fence || past_upper(fence, upper)));
     } else {
-        let end = match bound {
-            Bound::Unbounded => leaf.len(),
-            Bound::Included(k) => upper_bound(how, &leaf.prefixes, &leaf.keys, &SearchKey::new(k)),
-            Bound::Excluded(k) => lower_bound(how, &leaf.prefixes, &leaf.keys, &SearchKey::new(k)),
+        let end = if let Some(at) = hinted(0) {
+            at
+        } else {
+            match bound {
+                Bound::Unbounded => leaf.len(),
+                Bound::Included(k) => {
+                    upper_bound(how, &leaf.prefixes, &leaf.keys, &SearchKey::new(k))
+                }
+                Bound::Excluded(k) => {
+                    lower_bound(how, &leaf.prefixes, &leaf.keys, &SearchKey::new(k))
+                }
+            }
         };
-        for (key, value) in leaf.keys[..end].iter().zip(&leaf.values[..end]).rev() {
+        let first = end.saturating_sub(budget.saturating_add(PREFETCH_AHEAD));
+        for i in (first.max(end.saturating_sub(PREFETCH_AHEAD))..end).rev() {
+            prefetch_record(leaf, i);
+        }
+        let records_before_end = leaf.keys[..end].iter().zip(&leaf.values[..end]);
+        for (i, (key, value)) in records_before_end.enumerate().rev() {
+            if i >= first + PREFETCH_AHEAD {
+                prefetch_record(leaf, i - PREFETCH_AHEAD);
+            }
             if below_lower(key, lower) {
                 finished = true;
                 break;
@@ -227,14 +438,20 @@ fn copy_leaf(
                 break;
             }
             records.push(key, value);
+            slot = i;
         }
         finished = finished || (!cut_short && (!has_fence || below_lower(fence, lower)));
-    }
-    if cut_short {
-        records.last_key_into(fence);
     }
     StepEnd {
         finished,
         cut_short,
+        slot,
     }
+}
+
+/// Prefetches record `i`'s boxed key and value.
+#[inline]
+fn prefetch_record(leaf: &NodeBody, i: usize) {
+    leaf.keys[i].prefetch();
+    leaf.values[i].prefetch();
 }

@@ -100,6 +100,8 @@ fn split_if_over(tree: &LockBTree, node: &mut WriteGuard) -> Option<(Bytes, Node
     let mut right = OwnedNode::new(level, order);
     let left = node.body_mut();
     let separator = if level == 0 {
+        // The leaf's range shrinks (node.rs, invariant 6); it is held exclusively.
+        tree.tree.revisits.bump();
         split_leaf(left, right.body_mut())
     } else {
         split_inner(left, right.body_mut())

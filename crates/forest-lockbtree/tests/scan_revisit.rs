@@ -1,0 +1,225 @@
+//! Scans that come back to their leaf between steps (scan.rs, node.rs invariant 6): a step
+//! cut short by its budget (8 records at first) latches the same leaf again without a descent
+//! when nothing changed a leaf's range or freed a node, and descends when something did. The
+//! visitor writes to the tree between the steps (it may call back into the index), so each
+//! case is deterministic: a write that keeps the leaf's range (the revisit is taken, and finds
+//! its place again although the slots moved), a split of the leaf, a merge that frees it.
+//! Every case checks, in both orders, that the keys present throughout come exactly once,
+//! strictly ordered, and reads the scan counters.
+
+use std::collections::BTreeSet;
+use std::ops::{Bound, ControlFlow};
+
+use forest_core::{Index, Order};
+use forest_lockbtree::{LockBTree, LockBTreeConfig, NodeSearch};
+
+/// Order 32: a leaf holds up to 31 records, at least 16 unless it is the root.
+fn tree() -> LockBTree {
+    LockBTree::with_config(LockBTreeConfig {
+        order: 32,
+        search: NodeSearch::Binary,
+    })
+    .expect("a valid order")
+}
+
+fn key(n: u64) -> [u8; 8] {
+    n.to_be_bytes()
+}
+
+fn counter(tree: &LockBTree, name: &str) -> u64 {
+    tree.stats()
+        .counter(name)
+        .expect("lockbtree keeps the counter")
+}
+
+/// Scans all of `tree` in `order`, running `between` once after the 8th record (the first
+/// step's budget, so between the first and second steps); returns the keys handed out and
+/// the scan's revisits and re-descents.
+fn scan_with_write(
+    tree: &LockBTree,
+    order: Order,
+    between: impl FnOnce(&LockBTree),
+) -> (Vec<u64>, u64, u64) {
+    let revisits = counter(tree, "scan_revisits");
+    let redescents = counter(tree, "scan_redescents");
+    let mut between = Some(between);
+    let mut seen = Vec::new();
+    tree.scan(Bound::Unbounded, Bound::Unbounded, order, &mut |k, v| {
+        let n = u64::from_be_bytes(k.try_into().expect("8-byte keys"));
+        assert_eq!(v, k, "value of {n}");
+        seen.push(n);
+        if seen.len() == 8 {
+            between.take().expect("runs once")(tree);
+        }
+        ControlFlow::Continue(())
+    });
+    (
+        seen,
+        counter(tree, "scan_revisits") - revisits,
+        counter(tree, "scan_redescents") - redescents,
+    )
+}
+
+/// Asserts `seen` is strictly ordered in `order` and holds each of `stable` exactly once.
+fn assert_scan(seen: &[u64], stable: &BTreeSet<u64>, order: Order) {
+    for pair in seen.windows(2) {
+        let ordered = match order {
+            Order::Ascending => pair[0] < pair[1],
+            Order::Descending => pair[0] > pair[1],
+        };
+        assert!(ordered, "{order:?} scan out of order: {pair:?} in {seen:?}");
+    }
+    let seen_set: BTreeSet<u64> = seen.iter().copied().collect();
+    let missing: Vec<_> = stable.difference(&seen_set).collect();
+    assert!(missing.is_empty(), "{order:?} scan lost {missing:?}");
+}
+
+fn filled(keys: impl IntoIterator<Item = u64>) -> (LockBTree, BTreeSet<u64>) {
+    let t = tree();
+    let keys: BTreeSet<u64> = keys.into_iter().collect();
+    for &n in &keys {
+        assert!(t.insert(&key(n), &key(n)).expect("8-byte records fit"));
+    }
+    t.check_invariants().expect("a fresh tree is sound");
+    (t, keys)
+}
+
+const BOTH: [Order; 2] = [Order::Ascending, Order::Descending];
+
+#[test]
+fn a_quiet_scan_revisits_its_leaf_instead_of_descending() {
+    // Goal: a step cut short comes back to its leaf without a descent. Method: 20 keys in a
+    // root leaf; a scan of all of them takes 8, then the other 12 from the same leaf.
+    for order in BOTH {
+        let (t, keys) = filled(0..20);
+        let (seen, revisits, redescents) = scan_with_write(&t, order, |_| {});
+        assert_scan(&seen, &keys, order);
+        assert_eq!(seen.len(), 20);
+        assert_eq!((revisits, redescents), (1, 0), "{order:?}");
+    }
+}
+
+#[test]
+fn a_revisit_finds_its_place_after_writes_moved_the_slots() {
+    // Goal: writes that keep the leaf's range (no split, no merge) leave the revisit on, and
+    // the scan resumes right after its last key although the slots shifted. Method: between
+    // the steps, remove a key already handed out and insert one not yet reached, both in the
+    // same root leaf; the inserted key must come (it lies ahead), the removed one once.
+    for order in BOTH {
+        let (t, keys) = filled((0..40).step_by(2));
+        let (behind, ahead) = match order {
+            Order::Ascending => (0, 31),
+            Order::Descending => (38, 7),
+        };
+        let (seen, revisits, redescents) = scan_with_write(&t, order, |t| {
+            assert!(t.remove(&key(behind)));
+            assert!(t.insert(&key(ahead), &key(ahead)).unwrap());
+        });
+        assert_scan(&seen, &keys, order);
+        assert!(
+            seen.contains(&ahead),
+            "{order:?}: {ahead} inserted ahead, not seen"
+        );
+        assert_eq!(seen.len(), 21, "{order:?}: {seen:?}");
+        assert_eq!((revisits, redescents), (1, 0), "{order:?}");
+        t.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn a_split_between_steps_sends_the_scan_down_from_the_root() {
+    // Goal: a leaf whose range shrank is not revisited. Method: 20 even keys in a root leaf;
+    // between the steps, 12 odd keys ahead of the cursor split it (32 > 31); the next step
+    // must descend, and every even key still comes exactly once, in order.
+    for order in BOTH {
+        let (t, keys) = filled((0..40).step_by(2));
+        let ahead: Vec<u64> = match order {
+            Order::Ascending => (15..39).step_by(2).collect(),
+            Order::Descending => (1..25).step_by(2).collect(),
+        };
+        let (seen, revisits, redescents) = scan_with_write(&t, order, |t| {
+            for &n in &ahead {
+                assert!(t.insert(&key(n), &key(n)).unwrap());
+            }
+            assert_eq!(t.stats().height, 2, "the leaf split");
+        });
+        assert_scan(&seen, &keys, order);
+        assert_eq!(revisits, 0, "{order:?}: revisited a split leaf");
+        assert!(redescents >= 1, "{order:?}");
+        t.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn a_merge_that_frees_the_leaf_between_steps_sends_the_scan_down() {
+    // Goal: a scan never comes back to a freed leaf. Method: 32 keys make two leaves of 16
+    // (the minimum); the scan starts in the leaf on its side (the right one going up from
+    // key 16, the left one going down from 15), and between the steps a remove in that leaf
+    // underflows it: it merges with its sibling (going up it is the right node, which is
+    // freed; going down the left, whose range grows) and the root collapses. The next step
+    // must descend.
+    for order in BOTH {
+        let (t, _) = filled(0..32);
+        assert_eq!(t.stats().height, 2);
+        let (lower, upper, victim) = match order {
+            Order::Ascending => (Bound::Included(&key(16)[..]), Bound::Unbounded, 30),
+            Order::Descending => (Bound::Unbounded, Bound::Included(&key(15)[..]), 1),
+        };
+        let revisits = counter(&t, "scan_revisits");
+        let merges = counter(&t, "merges");
+        let mut seen = Vec::new();
+        t.scan(lower, upper, order, &mut |k, _| {
+            seen.push(u64::from_be_bytes(k.try_into().unwrap()));
+            if seen.len() == 8 {
+                assert!(t.remove(&key(victim)));
+            }
+            ControlFlow::Continue(())
+        });
+        assert_eq!(
+            counter(&t, "merges"),
+            merges + 1,
+            "{order:?}: the leaf merged"
+        );
+        assert_eq!(counter(&t, "scan_revisits"), revisits, "{order:?}");
+        assert_eq!(t.stats().height, 1, "the root collapsed");
+        let expected: BTreeSet<u64> = match order {
+            Order::Ascending => (16..32).filter(|&n| n != victim).collect(),
+            Order::Descending => (0..16).filter(|&n| n != victim).collect(),
+        };
+        assert_scan(&seen, &expected, order);
+        assert_eq!(seen.len(), 15, "{order:?}: {seen:?}");
+        t.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn nested_scans_each_get_a_buffer() {
+    // Goal: a scan run by another scan's visitor (the thread's buffer is lent out) sees its
+    // own records, and the outer scan's records are not overwritten. Method: an outer scan
+    // of 20 keys runs a full inner scan at each record and compares both to the model.
+    let (t, keys) = filled(0..20);
+    let mut outer = Vec::new();
+    t.scan(
+        Bound::Unbounded,
+        Bound::Unbounded,
+        Order::Ascending,
+        &mut |k, v| {
+            assert_eq!(k, v);
+            outer.push(u64::from_be_bytes(k.try_into().unwrap()));
+            let mut inner = Vec::new();
+            t.scan(
+                Bound::Unbounded,
+                Bound::Unbounded,
+                Order::Descending,
+                &mut |k, v| {
+                    assert_eq!(k, v);
+                    inner.push(u64::from_be_bytes(k.try_into().unwrap()));
+                    ControlFlow::Continue(())
+                },
+            );
+            assert_eq!(inner, keys.iter().rev().copied().collect::<Vec<_>>());
+            ControlFlow::Continue(())
+        },
+    );
+    assert_eq!(outer, keys.iter().copied().collect::<Vec<_>>());
+}
