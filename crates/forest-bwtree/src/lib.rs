@@ -111,7 +111,9 @@ pub const CONSOLIDATE_THRESHOLD_MAX: u32 = 1024;
 pub struct BwTreeConfig {
     /// A page whose record count exceeds this is split (§IV-A).
     pub max_records_per_page: usize,
-    /// A page whose delta chain is longer than this is consolidated (§III-B, Fig. 5).
+    /// A page whose delta chain is longer than this is consolidated (§III-B, Fig. 5); a page
+    /// whose base page is above 8 KiB keeps a chain four times as long (at most 16), since its
+    /// consolidation copies more (consolidate.rs, `writers_threshold`).
     pub consolidate_threshold: u32,
     /// A page of at most 8 KiB whose delta chain a read walked (a get's or scan's leaf, an
     /// index page on any descent) is consolidated by the reader when the chain is longer than
