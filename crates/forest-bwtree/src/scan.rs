@@ -7,7 +7,10 @@
 //! no pin is held while `visit` runs, and each value is copied once, into the buffer. Before
 //! each next-record it checks whether the page changed since the copy (its mapping-table word
 //! moved); if so it copies again from the cursor, so an update to the unreturned part is seen
-//! (§III-C). Each next-record is atomic; the scan as a whole is not.
+//! (§III-C). The same check runs after the page's last record, before the scan ends or goes on
+//! to the next page, and once more under the pin that copies the next page: a key inserted
+//! into the tail of a page already handed out (between the cursor and the high key) is seen,
+//! not skipped. Each next-record is atomic; the scan as a whole is not.
 //!
 //! Finding the next batch's page, cheapest first:
 //! - The same page (its batch ran out of budget, or it changed): read again by its PID.
