@@ -301,6 +301,14 @@ impl BasePage {
         self.arena_bytes(offset + key_len, value_len)
     }
 
+    /// Record `index`'s key and value, back to back as the arena holds them, and the key's
+    /// length: a scan copies both with one copy.
+    #[inline]
+    pub(crate) fn record(&self, index: usize) -> (&[u8], usize) {
+        let (offset, key_len, value_len) = self.slot(index);
+        (self.arena_bytes(offset, key_len + value_len), key_len)
+    }
+
     /// `len` bytes at `offset` in the arena, sliced once from the whole allocation (a lookup's
     /// hot path: cheaper than slicing the arena first).
     #[inline]

@@ -20,6 +20,11 @@
 //!   (never in the memory-tool build, `memcheck.rs`: there it is poisoned and freed).
 //!   Pinned readers never see it (the node was unreachable before the epoch drained); code
 //!   that compares addresses without a pin (scans) also compares the node's `stamp`.
+//! - Before any freed node's allocation is used again (popped from the spares, or given back
+//!   to the allocator, whence any thread may get it), the [`reuse_generation`] has grown since
+//!   that node was freed ([`publish_reuse`]). So a scan that reads a page's word without a pin
+//!   and finds the address it copied from, with the generation it read while it was pinned,
+//!   knows the address still holds the very state it copied: no pin, no stamp to read.
 //!
 //! Unsafe here: freeing chains and recycling their allocations, and turning states read under
 //! a guard into references.
@@ -42,11 +47,56 @@ impl PageState for Node {
 /// for the most frequent allocation of all, one per update.
 const SPARE_NODES_MAX: usize = 256;
 
-thread_local! {
+/// A thread's freed node allocations.
+struct Spares {
     // Boxes, not values: the allocations themselves are what is kept for reuse.
     #[allow(clippy::vec_box)]
-    static SPARE_NODES: std::cell::RefCell<Vec<Box<std::mem::MaybeUninit<Node>>>> =
-        const { std::cell::RefCell::new(Vec::new()) };
+    nodes: Vec<Box<std::mem::MaybeUninit<Node>>>,
+    /// Whether a node was freed into `nodes` since the last [`publish_reuse`].
+    unpublished: bool,
+}
+
+impl Drop for Spares {
+    fn drop(&mut self) {
+        // Thread exit gives the allocations back to the allocator: publish first.
+        if !self.nodes.is_empty() {
+            publish_reuse();
+        }
+    }
+}
+
+thread_local! {
+    static SPARE_NODES: std::cell::RefCell<Spares> = const {
+        std::cell::RefCell::new(Spares { nodes: Vec::new(), unpublished: false })
+    };
+}
+
+/// Counts the times freed node allocations were released for reuse (see the module
+/// invariants); on its own cache line, as every scan reads it and writers seldom write it.
+#[repr(align(128))]
+struct ReuseGeneration(std::sync::atomic::AtomicU64);
+
+static REUSE_GENERATION: ReuseGeneration = ReuseGeneration(std::sync::atomic::AtomicU64::new(0));
+
+/// The reuse generation. Read while pinned, together with a state's address, it vouches for
+/// that address later: while the generation is unchanged, no node freed since can have come
+/// back, so the address holds the same state (read the word first, then the generation).
+#[inline]
+pub(crate) fn reuse_generation() -> u64 {
+    // Acquire: a word read before shows a reused node only if the generation read here shows
+    // the publish made before that reuse.
+    REUSE_GENERATION
+        .0
+        .load(std::sync::atomic::Ordering::Acquire)
+}
+
+/// Marks that node allocations freed so far may now be reused. Called before the first reuse
+/// of a batch of frees (one add per batch of crossbeam's collection, not per node).
+fn publish_reuse() {
+    // Release: the publish comes before the reuse and the CAS that installs the new node.
+    REUSE_GENERATION
+        .0
+        .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
 }
 
 impl Node {
@@ -57,7 +107,15 @@ impl Node {
             return crossbeam_epoch::Owned::new(self);
         }
         let spare = SPARE_NODES
-            .try_with(|spare| spare.borrow_mut().pop())
+            .try_with(|spare| {
+                let mut spare = spare.borrow_mut();
+                let slot = spare.nodes.pop()?;
+                if spare.unpublished {
+                    publish_reuse();
+                    spare.unpublished = false;
+                }
+                Some(slot)
+            })
             .ok()
             .flatten();
         match spare {
@@ -88,17 +146,22 @@ fn recycle(node: Box<Node>) {
     }
     // SAFETY: same allocation, same layout (MaybeUninit<Node> has Node's); its contents are now
     // uninitialized, which MaybeUninit allows, and dropping the box frees without a drop.
-    let slot = unsafe { Box::from_raw(raw.cast::<std::mem::MaybeUninit<Node>>()) };
-    if !crate::memcheck::RECYCLES {
-        return; // freed here
+    let mut slot = Some(unsafe { Box::from_raw(raw.cast::<std::mem::MaybeUninit<Node>>()) });
+    if crate::memcheck::RECYCLES {
+        // During thread exit the thread-local may be gone: the slot is then simply freed.
+        let _ = SPARE_NODES.try_with(|spare| {
+            let mut spare = spare.borrow_mut();
+            if spare.nodes.len() < SPARE_NODES_MAX {
+                spare.nodes.extend(slot.take());
+                spare.unpublished = true;
+            }
+        });
     }
-    // During thread exit the thread-local may be gone: the slot is then simply freed.
-    let _ = SPARE_NODES.try_with(|spare| {
-        let mut spare = spare.borrow_mut();
-        if spare.len() < SPARE_NODES_MAX {
-            spare.push(slot);
-        }
-    });
+    if let Some(slot) = slot {
+        // Back to the allocator, whence any thread may get it: publish first.
+        publish_reuse();
+        drop(slot);
+    }
 }
 
 /// Frees `ptr` and the chain it owns.
@@ -196,7 +259,7 @@ mod tests {
             .into_shared(unsafe_free_guard());
         // SAFETY: (test) the node is unreachable by anyone else and freed once.
         unsafe { free_chain(base.as_raw().cast_mut()) };
-        assert_eq!(SPARE_NODES.with(|spare| spare.borrow().len()), 0);
+        assert_eq!(SPARE_NODES.with(|spare| spare.borrow().nodes.len()), 0);
     }
 
     /// A guard for tests that own every node they touch (no concurrent reader exists).

@@ -111,7 +111,9 @@ pub const CONSOLIDATE_THRESHOLD_MAX: u32 = 1024;
 pub struct BwTreeConfig {
     /// A page whose record count exceeds this is split (§IV-A).
     pub max_records_per_page: usize,
-    /// A page whose delta chain is longer than this is consolidated (§III-B, Fig. 5).
+    /// A page whose delta chain is longer than this is consolidated (§III-B, Fig. 5); a page
+    /// whose base page is above 8 KiB keeps a chain four times as long (at most 16), since its
+    /// consolidation copies more (consolidate.rs, `writers_threshold`).
     pub consolidate_threshold: u32,
     /// A page of at most 8 KiB whose delta chain a read walked (a get's or scan's leaf, an
     /// index page on any descent) is consolidated by the reader when the chain is longer than
@@ -215,6 +217,9 @@ pub struct BwTree {
     root: AtomicU64,
     config: BwTreeConfig,
     stats: Stats,
+    /// PIDs freed so far ([`Self::free_page`]): a scan that kept a PID across an unpinned
+    /// stretch trusts it to name the same page only while this is unchanged (scan.rs).
+    pids_freed: AtomicU64,
 }
 
 impl Drop for BwTree {
@@ -278,7 +283,23 @@ impl BwTree {
             root: AtomicU64::new(root),
             config,
             stats: Stats::default(),
+            pids_freed: AtomicU64::new(0),
         }
+    }
+
+    /// Frees `pid` (LLAMA Free: its state retired, the PID reused after the epoch), then
+    /// counts it in `pids_freed`. After, not before: a scan that reads the count with the
+    /// increment also reads the freed word, and one that reads the PID reused reads the count
+    /// with the increment (it came before the epoch drained and the PID was handed out again).
+    pub(crate) fn free_page(&self, pid: Pid, guard: &Guard) {
+        self.table.free(pid, guard);
+        self.pids_freed.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The count of PIDs freed (see [`Self::free_page`]).
+    #[inline]
+    pub(crate) fn pids_freed(&self) -> u64 {
+        self.pids_freed.load(Ordering::Acquire)
     }
 
     /// The configuration in force.

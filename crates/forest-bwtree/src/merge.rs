@@ -206,7 +206,7 @@ impl BwTree {
                     pause_point("merge:node-merge-installed");
                     // Step 4: no current state leads to R now; its remove node delta and PID
                     // are reclaimed after the epoch (its frozen state belongs to the left page).
-                    self.table.free(r, guard);
+                    self.free_page(r, guard);
                     let merged = node_ref(installed);
                     if merged.record_count as usize > self.config.max_records_per_page {
                         self.split(left, installed, merged, path, guard);
@@ -379,7 +379,7 @@ impl BwTree {
             r_state.as_raw(),
             self.table.read(r, guard).as_raw()
         ));
-        self.table.free(r, guard);
+        self.free_page(r, guard);
         self.table
             .retire(Shared::from(frozen as *const Node), guard);
         true

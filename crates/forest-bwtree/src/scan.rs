@@ -1,43 +1,184 @@
-//! Range scans in both orders (Bw-tree §III-C).
+//! Range scans in both orders (Bw-tree §III-C), moving between leaves by side link (§III-A).
 //!
-//! A scan keeps a cursor (the last key handed out). It descends to the leaf holding the next
-//! keys, copies that page's live records within the range into a record vector, leaves the
-//! epoch, and hands the records out one by one, never holding a pin while `visit` runs. Before
-//! each next-record it checks whether the page changed since the vector was built (its
-//! mapping-table word moved); if so it rebuilds the vector from the cursor, so an update to
-//! the unreturned part is seen. Each next-record is atomic; the scan as a whole is not.
+//! A scan keeps a cursor (the last key handed out, or the key the next page starts at). Under
+//! an epoch pin it finds the leaf holding the next keys, copies a batch of that page's records
+//! in range into a flat buffer (keys and values back to back with their end offsets; one
+//! buffer per thread, reused by its next scans), unpins, and hands the records out one by one:
+//! no pin is held while `visit` runs, and each value is copied once, into the buffer. Before
+//! each next-record it checks whether the page changed since the copy (its mapping-table word
+//! moved); if so it copies again from the cursor, so an update to the unreturned part is seen
+//! (§III-C). The same check runs after the page's last record, before the scan ends or goes on
+//! to the next page, and once more under the pin that copies the next page: a key inserted
+//! into the tail of a page already handed out (between the cursor and the high key) is seen,
+//! not skipped. Each next-record is atomic; the scan as a whole is not.
+//!
+//! Finding the next batch's page, cheapest first:
+//! - The same page (its batch ran out of budget, or it changed): read again by its PID.
+//! - Ascending, the page's records are all out: its side link (§III-A), read by PID. The cursor
+//!   becomes the page's high key, which is the right sibling's low key.
+//! - Otherwise, or when the PID cannot be trusted: a descent from the root (`get.rs`), which
+//!   completes the SMOs it meets (§IV-C). Descending scans always take it at a page's low key:
+//!   the paper's pages have no left link, and a left neighbour remembered from the parent would
+//!   need the same checks as a descent.
+//!
+//! A PID kept across an unpinned stretch may have been freed and handed to another page since
+//! (§III-D protects PIDs only within an epoch), even to a page never linked in (a failed split's
+//! right half, briefly). It is read again only if no PID was freed since the last batch
+//! (`BwTree::pids_freed`, read after the word): then it is the same page, whose low key never
+//! changes, and it is used if it is still a live leaf covering the cursor (a split may have
+//! moved its high key, a merge may have frozen it); else the scan descends.
+//!
+//! Batches: the first copies at most [`SCAN_BUDGET_FIRST`] records, each next one of the same
+//! scan twice as many, so a short scan copies little past what it hands out and a long one
+//! copies whole pages. A chain of record and split deltas over a base page (the common leaf
+//! state) is merged in place from the cursor's position on: base page and deltas (sorted on the
+//! stack, as consolidation's fast path does), no folded view; other chains fold a view
+//! (`consolidate.rs`).
 //!
 //! Choices the paper leaves open:
-//! - "Has the unreturned subrange changed" is checked as "has the page's state changed" (its
-//!   address, and the node's stamp, since freed nodes are recycled: an address alone could
-//!   come back at the same page), which is cheaper than inspecting the new deltas and errs on
-//!   the side of rebuilding.
+//! - "Has the unreturned subrange changed" is checked as "has the page's state changed", which
+//!   is cheaper than inspecting the new deltas and errs on the side of copying again. Without a
+//!   pin the check is two loads: the page's word, and `gc.rs`'s reuse generation, which tells
+//!   that no freed node allocation was reused since the copy (else an equal address could be a
+//!   new state); when the generation moved, the check pins and compares the node's stamp.
 //! - Descending scans find the page holding the greatest keys below the cursor with the same
 //!   descent, comparing strictly ([`Target::Below`]).
 
+use std::cell::Cell;
 use std::ops::{Bound, ControlFlow};
 
-use forest_core::index::{below_lower, in_bounds, past_upper};
+use crossbeam_epoch::{Guard, Shared};
+use forest_core::index::{below_lower, past_upper};
 use forest_core::{Order, Visitor};
+use forest_llama::page_state::{decode, PageLocation};
+use forest_llama::Pid;
 
-use crate::consolidate::view;
+use crate::base_page::{key_cmp, key_eq, BasePage};
+use crate::consolidate::{view, EDITS_MAX};
+use crate::delta::{Kind, Node};
+use crate::gc::{node_ref, read_node, reuse_generation};
 use crate::get::{Path, Target};
 use crate::BwTree;
 
-/// A record copied out of the tree.
-type OwnedRecord = (Box<[u8]>, Box<[u8]>);
+/// Records a scan's first batch copies at most; each next batch of the same scan doubles it.
+/// Small, so that a scan of a few records (YCSB E's are 1 to 100) does not copy a whole page.
+pub(crate) const SCAN_BUDGET_FIRST: usize = 32;
 
-/// One page's worth of records, copied out of the tree.
-struct Batch {
-    records: Vec<OwnedRecord>,
-    pid: forest_llama::Pid,
-    /// The page's state the records came from: its address and stamp (see `Node::stamp`).
+/// The largest buffer a thread keeps for its next scan (a scan over huge values may grow one).
+const BUFFER_KEEP_BYTES_MAX: usize = 1 << 20;
+
+/// Records copied out of a page: keys and values back to back, with their end offsets.
+#[derive(Default)]
+struct Copied {
+    bytes: Vec<u8>,
+    /// Per record, where its key and its value end in `bytes`; its key starts where the
+    /// previous record's value ends.
+    ends: Vec<(usize, usize)>,
+}
+
+impl Copied {
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+    }
+
+    #[inline]
+    fn push(&mut self, key: &[u8], value: &[u8]) {
+        self.bytes.extend_from_slice(key);
+        let key_end = self.bytes.len();
+        self.bytes.extend_from_slice(value);
+        self.ends.push((key_end, self.bytes.len()));
+    }
+
+    /// Like [`Self::push`] for a key and value stored back to back (`record`, whose first
+    /// `key_len` bytes are the key): one copy.
+    #[inline]
+    fn push_joined(&mut self, record: &[u8], key_len: usize) {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(record);
+        self.ends.push((start + key_len, self.bytes.len()));
+    }
+
+    /// The key of record `index`.
+    fn key(&self, index: usize) -> &[u8] {
+        let start = index.checked_sub(1).map_or(0, |i| self.ends[i].1);
+        &self.bytes[start..self.ends[index].0]
+    }
+}
+
+/// A scan's buffers, kept per thread between scans.
+#[derive(Default)]
+struct ScanBuffers {
+    copied: Copied,
+    /// The cursor's key (see [`From`]).
+    cursor: Vec<u8>,
+    /// The page boundary the next batch starts at (high key going up, low key going down).
+    boundary: Vec<u8>,
+    /// The boundary a batch copies, swapped into `boundary` when the scan goes past its page.
+    next_boundary: Vec<u8>,
+}
+
+thread_local! {
+    /// One thread's buffers, taken by a scan and given back when it ends (a scan that `visit`
+    /// starts on the same thread finds none and makes its own).
+    static BUFFERS: Cell<Option<ScanBuffers>> = const { Cell::new(None) };
+}
+
+impl ScanBuffers {
+    fn take() -> Self {
+        BUFFERS
+            .try_with(Cell::take)
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+    }
+
+    fn give_back(self) {
+        if self.copied.bytes.capacity() <= BUFFER_KEEP_BYTES_MAX {
+            // During thread exit the thread-local may be gone: the buffers are then freed.
+            let _ = BUFFERS.try_with(|b| b.set(Some(self)));
+        }
+    }
+}
+
+/// Where the scan stands: the records handed out next lie beyond this.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum From {
+    /// The scan's own bound (lower when ascending, upper when descending): nothing out yet.
+    Start,
+    /// The cursor key, the last handed out.
+    After,
+}
+
+/// How the next batch finds its page.
+#[derive(Clone, Copy)]
+enum Find {
+    /// A descent from the root.
+    Descend,
+    /// The page with this PID, if it can be trusted (see the module doc).
+    Page(Pid),
+}
+
+/// The page a batch came from, to tell whether it changed.
+struct Mark {
+    pid: Pid,
+    /// Its state's address and stamp (see `Node::stamp`).
     state_word: usize,
     stamp: u32,
-    /// The page's low key (descending scans continue below it).
-    low: Box<[u8]>,
-    /// The page's high key (ascending scans continue from it); `None`: rightmost page.
-    high: Option<Box<[u8]>>,
+    /// The reuse generation read while pinned (see `gc::reuse_generation`).
+    reuse_generation: u64,
+}
+
+/// Why a batch ended.
+#[derive(Clone, Copy)]
+enum Ending {
+    /// The budget ran out; the page may hold more records.
+    Budget,
+    /// The page's records beyond the cursor are all copied; the scan goes on at the boundary
+    /// (high key going up, low key going down), ascending by the side link.
+    Neighbour(Pid),
+    /// The scan's range ends here.
+    Finished,
 }
 
 impl BwTree {
@@ -48,159 +189,506 @@ impl BwTree {
         order: Order,
         visit: &mut Visitor<'_>,
     ) {
-        match order {
-            Order::Ascending => self.scan_ascending(lower, upper, visit),
-            Order::Descending => self.scan_descending(lower, upper, visit),
-        }
+        let mut buffers = ScanBuffers::take();
+        self.scan_with(&mut buffers, lower, upper, order, visit);
+        buffers.give_back();
     }
 
-    fn scan_ascending(&self, lower: Bound<&[u8]>, upper: Bound<&[u8]>, visit: &mut Visitor<'_>) {
-        // The cursor: records handed out next lie above it.
-        let mut cursor: Bound<Box<[u8]>> = lower.map(Into::into);
+    fn scan_with(
+        &self,
+        buffers: &mut ScanBuffers,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        visit: &mut Visitor<'_>,
+    ) {
+        let ScanBuffers {
+            copied,
+            cursor,
+            boundary,
+            next_boundary,
+        } = buffers;
+        // The cursor: records handed out next lie beyond `Start` (the scan's bound) or beyond
+        // the key in `cursor` (`After`).
+        let mut from = From::Start;
+        let mut find = Find::Descend;
+        // Set when the next batch starts at `boundary`, past the end of this page (which must
+        // not change before that batch is copied: its records up to the boundary are out).
+        let mut behind: Option<Mark> = None;
+        let mut pids_freed = 0;
+        let mut budget = SCAN_BUDGET_FIRST;
         loop {
-            let from = match &cursor {
-                Bound::Included(k) | Bound::Excluded(k) => &**k,
-                Bound::Unbounded => &[][..],
+            let start = match (&behind, from, order) {
+                (Some(_), _, Order::Ascending) => Bound::Included(&boundary[..]),
+                (Some(_), _, Order::Descending) => Bound::Excluded(&boundary[..]),
+                (None, From::Start, Order::Ascending) => lower,
+                (None, From::Start, Order::Descending) => upper,
+                (None, From::After, _) => Bound::Excluded(&cursor[..]),
             };
-            let batch = self.snapshot(Target::At(from), |key| {
-                in_bounds(key, bound_ref(&cursor), upper)
-            });
-            match self.hand_out(&batch, batch.records.iter(), visit) {
-                HandOut::Stopped => return,
-                HandOut::Changed(last) => {
-                    if let Some(last) = last {
-                        cursor = Bound::Excluded(last);
-                    }
-                    continue;
-                }
-                // The next cursor comes from the page's high key below.
-                HandOut::Done => {}
-            }
-            match batch.high {
-                // Every record of this page lies below its high key, so the rest starts there.
-                Some(high) if !past_upper(&high, upper) => cursor = Bound::Included(high),
-                _ => return,
-            }
-        }
-    }
-
-    fn scan_descending(&self, lower: Bound<&[u8]>, upper: Bound<&[u8]>, visit: &mut Visitor<'_>) {
-        let mut cursor: Bound<Box<[u8]>> = upper.map(Into::into);
-        loop {
-            let target = match &cursor {
-                Bound::Included(k) => Target::At(k),
-                Bound::Excluded(k) => Target::Below(Some(k)),
-                Bound::Unbounded => Target::Below(None),
-            };
-            if matches!(&cursor, Bound::Excluded(k) if k.is_empty()) {
+            if order == Order::Descending && matches!(start, Bound::Excluded(k) if k.is_empty()) {
                 return; // nothing lies below the empty key
             }
-            let batch = self.snapshot(target, |key| in_bounds(key, lower, bound_ref(&cursor)));
-            match self.hand_out(&batch, batch.records.iter().rev(), visit) {
-                HandOut::Stopped => return,
-                HandOut::Changed(last) => {
-                    if let Some(last) = last {
-                        cursor = Bound::Excluded(last);
-                    }
-                    continue;
+            let batch = self.copy_batch(
+                find,
+                pids_freed,
+                start,
+                (lower, upper, order),
+                budget,
+                copied,
+                next_boundary,
+                behind.as_mut(),
+            );
+            let Some((mut mark, ending, freed)) = batch else {
+                // The page behind changed after its last record went out: copy it again from
+                // the cursor, so that what was inserted there is seen (§III-C).
+                let page = behind.take().expect("only a batch past a page checks it");
+                find = Find::Page(page.pid);
+                continue;
+            };
+            behind = None;
+            pids_freed = freed;
+            let mut key_start = 0;
+            let mut handed_out = 0;
+            let mut changed = false;
+            for &(key_end, value_end) in &copied.ends {
+                // §III-C: before each next-record, check the page for updates since the copy.
+                if handed_out > 0 && self.page_changed(&mut mark) {
+                    changed = true;
+                    break;
                 }
-                // The next cursor comes from the page's low key below.
-                HandOut::Done => {}
-            }
-            // Continue with the keys below the page's low key, if the range goes there.
-            if batch.low.is_empty() || below_lower(&batch.low, lower) {
-                return;
-            }
-            if let Bound::Included(l) = lower {
-                if &*batch.low == l {
+                let flow = visit(
+                    &copied.bytes[key_start..key_end],
+                    &copied.bytes[key_end..value_end],
+                );
+                if flow == ControlFlow::Break(()) {
                     return;
                 }
+                key_start = value_end;
+                handed_out += 1;
             }
-            cursor = Bound::Excluded(batch.low);
+            if handed_out > 0 {
+                cursor.clear();
+                cursor.extend_from_slice(copied.key(handed_out - 1));
+                from = From::After;
+            }
+            // Ending here, or going past this page's end: the same check before that next-record.
+            if changed || (!matches!(ending, Ending::Budget) && self.page_changed(&mut mark)) {
+                find = Find::Page(mark.pid);
+                continue;
+            }
+            match ending {
+                Ending::Finished => return,
+                Ending::Budget => {
+                    find = Find::Page(mark.pid);
+                    budget = budget.saturating_mul(2);
+                }
+                Ending::Neighbour(side_link) => {
+                    std::mem::swap(boundary, next_boundary);
+                    find = match order {
+                        Order::Ascending => Find::Page(side_link),
+                        Order::Descending => Find::Descend,
+                    };
+                    behind = Some(mark);
+                }
+            }
         }
     }
 
-    /// Copies the live records of the leaf holding `target` that pass `keep`.
-    fn snapshot(&self, target: Target<'_>, keep: impl Fn(&[u8]) -> bool) -> Batch {
+    /// Under one pin: finds the page (`find`, else a descent) and copies into `copied` its
+    /// records from `start` on in the scan's order, within its range, at most `budget`; on
+    /// [`Ending::Neighbour`] the boundary into `boundary`. Returns the page's mark, why the
+    /// batch ended, and the count of freed PIDs read before anything else under this pin;
+    /// `None` if the page `behind` (whose end this batch starts past) changed meanwhile.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_batch(
+        &self,
+        find: Find,
+        pids_freed: u64,
+        start: Bound<&[u8]>,
+        (lower, upper, order): (Bound<&[u8]>, Bound<&[u8]>, Order),
+        budget: usize,
+        copied: &mut Copied,
+        boundary: &mut Vec<u8>,
+        behind: Option<&mut Mark>,
+    ) -> Option<(Mark, Ending, u64)> {
+        copied.clear();
         let guard = &crossbeam_epoch::pin();
-        let mut path = Path::new();
-        let (pid, state, node) = self.descend_to_leaf(target, &mut path, guard);
-        let v = view(node);
-        let records = v
-            .records
-            .iter()
-            .filter(|(k, _)| keep(k))
-            .map(|&(k, val)| (Box::from(k), Box::from(val)))
-            .collect();
-        let (low, high) = (v.low.into(), v.high.map(Into::into));
-        // A consolidation of the state just copied holds the same records: the batch follows
+        // Before any state is read: a page read under this pin and freed later shows in a
+        // count read after this one.
+        let freed_now = self.pids_freed();
+        let reuse_generation = reuse_generation();
+        let found = match find {
+            Find::Page(pid) => self.revisit(pid, pids_freed, start, order, guard),
+            Find::Descend => None,
+        };
+        let (pid, state, node) = found.unwrap_or_else(|| {
+            let target = match (start, order) {
+                (Bound::Included(k) | Bound::Excluded(k), Order::Ascending) => Target::At(k),
+                (Bound::Unbounded, Order::Ascending) => Target::At(&[]),
+                (Bound::Included(k), Order::Descending) => Target::At(k),
+                (Bound::Excluded(k), Order::Descending) => Target::Below(Some(k)),
+                (Bound::Unbounded, Order::Descending) => Target::Below(None),
+            };
+            self.descend_to_leaf(target, &mut Path::new(), guard)
+        });
+        let ending = copy_records(node, start, lower, upper, order, budget, copied, boundary);
+        // The page behind had nothing more beyond the cursor when this page was read: the
+        // first record here is the next one at this moment.
+        if behind.is_some_and(|page| self.page_changed(page)) {
+            return None;
+        }
+        // A consolidation of the state just copied holds the same records: the mark follows
         // it, so the first next-record does not take it for a change.
         let state = self
             .consolidate_after_read(pid, state, node, guard)
             .unwrap_or(state);
-        Batch {
-            records,
+        let mark = Mark {
             pid,
             state_word: state.as_raw() as usize,
-            stamp: crate::gc::node_ref(state).stamp,
-            low,
-            high,
-        }
+            stamp: node_ref(state).stamp,
+            reuse_generation,
+        };
+        Some((mark, ending, freed_now))
     }
 
-    /// Whether `batch`'s page has another state than the one its records came from: another
-    /// address, or a recycled allocation at the same address (another stamp).
-    fn page_changed(&self, batch: &Batch) -> bool {
-        let guard = &crossbeam_epoch::pin();
-        // The raw word first: the PID may have been freed (merged away) and reused as a free
-        // list link since the copy, which is no state to read. Equal to the copied state's
-        // address after the pin, it is a live state, and a PID freed later is free-listed only
-        // after this pin's epoch, so the read below sees a state or nothing.
-        if self.table.read_word(batch.pid) != batch.state_word {
+    /// The leaf `pid` if it is still the page the scan met there and holds the keys from
+    /// `start` on in `order`; `None` sends the scan down from the root.
+    fn revisit<'g>(
+        &self,
+        pid: Pid,
+        pids_freed: u64,
+        start: Bound<&[u8]>,
+        order: Order,
+        guard: &'g Guard,
+    ) -> Option<(Pid, Shared<'g, Node>, &'g Node)> {
+        // The raw word first: the PID may be on the free list, whose links are no state. Read
+        // as a state under this pin, it stays one (a PID is free-listed after the epoch).
+        if !matches!(
+            decode::<Node>(self.table.read_word(pid)),
+            PageLocation::Memory(_)
+        ) {
+            return None;
+        }
+        let (state, node) = read_node(&self.table, pid, guard)?;
+        // After the read: a PID freed and handed out again shows in this count.
+        if self.pids_freed() != pids_freed {
+            return None;
+        }
+        let live_leaf = node.level == 0 && !matches!(node.kind, Kind::RemoveNode { .. });
+        (live_leaf && covers(node, start, order)).then_some((pid, state, node))
+    }
+
+    /// Whether the page of `mark` has another state than the one its records came from: another
+    /// address, or the same address reused for a new state (see the module doc).
+    fn page_changed(&self, mark: &mut Mark) -> bool {
+        if self.table.read_word(mark.pid) != mark.state_word {
             return true;
         }
-        match crate::gc::read_node(&self.table, batch.pid, guard) {
-            Some((state, node)) => {
-                state.as_raw() as usize != batch.state_word || node.stamp != batch.stamp
+        // Read after the word: a reused address shows here as a newer generation.
+        if reuse_generation() == mark.reuse_generation {
+            return false;
+        }
+        let guard = &crossbeam_epoch::pin();
+        let generation = reuse_generation();
+        // The raw word again: the PID may have been freed (merged away) and reused as a free
+        // list link since the copy, which is no state to read. Equal to the copied state's
+        // address under the pin, it is a live state, and a PID freed later is free-listed only
+        // after this pin's epoch, so the read below sees a state or nothing.
+        if self.table.read_word(mark.pid) != mark.state_word {
+            return true;
+        }
+        match read_node(&self.table, mark.pid, guard) {
+            Some((state, node))
+                if state.as_raw() as usize == mark.state_word && node.stamp == mark.stamp =>
+            {
+                // The same state, installed now: the generation read above vouches for it.
+                mark.reuse_generation = generation;
+                false
             }
-            None => true,
+            _ => true,
         }
     }
+}
 
-    /// Hands out `records` (in scan order) until the end, a stop, or a change to the page.
-    fn hand_out<'b>(
+/// Whether the live leaf state `node` holds the keys from `start` on in `order` (its low key
+/// at or left of them, its high key right of them).
+fn covers(node: &Node, start: Bound<&[u8]>, order: Order) -> bool {
+    let low = node.base_page().low();
+    let (high, _) = node.bounds();
+    let below_high = |key: &[u8]| high.is_none_or(|h| key < h);
+    match (start, order) {
+        (Bound::Included(k) | Bound::Excluded(k), Order::Ascending) => low <= k && below_high(k),
+        (Bound::Unbounded, Order::Ascending) => low.is_empty(),
+        (Bound::Included(k), Order::Descending) => low <= k && below_high(k),
+        (Bound::Excluded(k), Order::Descending) => low < k && high.is_none_or(|h| k <= h),
+        (Bound::Unbounded, Order::Descending) => high.is_none(),
+    }
+}
+
+/// Copies `node`'s records from `start` on in `order` into `copied`, within the scan's range
+/// and at most `budget` of them (see [`Ending`]); on a neighbour ending the page's boundary into
+/// `boundary`.
+#[allow(clippy::too_many_arguments)]
+fn copy_records(
+    node: &Node,
+    start: Bound<&[u8]>,
+    lower: Bound<&[u8]>,
+    upper: Bound<&[u8]>,
+    order: Order,
+    budget: usize,
+    copied: &mut Copied,
+    boundary: &mut Vec<u8>,
+) -> Ending {
+    let mut ending = None;
+    let mut emit = |key: &[u8], value: Value<'_>| -> bool {
+        let beyond = match order {
+            Order::Ascending => past_upper(key, upper),
+            Order::Descending => below_lower(key, lower),
+        };
+        if beyond {
+            ending = Some(Ending::Finished);
+        } else if copied.ends.len() == budget {
+            ending = Some(Ending::Budget);
+        } else {
+            match value {
+                Value::Alone(value) => copied.push(key, value),
+                Value::AfterKey(record) => copied.push_joined(record, key.len()),
+            }
+            return true;
+        }
+        false
+    };
+    match leaf_edits(node) {
+        Some(edited) => edited.walk(start, order, &mut emit),
+        None => walk_view(&view(node).records, start, order, &mut emit),
+    }
+    if let Some(ending) = ending {
+        return ending;
+    }
+    // The page's records beyond the cursor are all out.
+    match order {
+        Order::Ascending => match node.bounds() {
+            (Some(high), side_link) if !past_upper(high, upper) => {
+                boundary.clear();
+                boundary.extend_from_slice(high);
+                Ending::Neighbour(side_link)
+            }
+            _ => Ending::Finished,
+        },
+        Order::Descending => {
+            let low = node.base_page().low();
+            let done = match lower {
+                Bound::Included(l) | Bound::Excluded(l) => l >= low,
+                Bound::Unbounded => low.is_empty(),
+            };
+            if done {
+                Ending::Finished
+            } else {
+                boundary.clear();
+                boundary.extend_from_slice(low);
+                Ending::Neighbour(crate::base_page::NO_PID)
+            }
+        }
+    }
+}
+
+/// A record's value as a walk hands it to its `emit`.
+#[derive(Clone, Copy)]
+enum Value<'a> {
+    Alone(&'a [u8]),
+    /// The whole record, key then value (a base page's), copied at once.
+    AfterKey(&'a [u8]),
+}
+
+/// A leaf state of record deltas (and split deltas) over a base page, read in place.
+struct LeafEdits<'g> {
+    base: &'g BasePage,
+    /// Base records below the newest split's separator (the rest moved right).
+    cut: usize,
+    /// The deltas' records, newest per key, sorted by key; `None` values delete.
+    edits: [(&'g [u8], Option<&'g [u8]>); EDITS_MAX],
+    len: usize,
+}
+
+/// The chain of `node` as [`LeafEdits`]; `None` for longer chains or other deltas.
+fn leaf_edits(node: &Node) -> Option<LeafEdits<'_>> {
+    if node.delta_count as usize > EDITS_MAX {
+        return None;
+    }
+    // Entries older than a split delta hold only keys below its separator (as in `view`);
+    // those newer than the newest split are below it by construction.
+    let mut limit: Option<&[u8]> = None;
+    let below = |key: &[u8], limit: Option<&[u8]>| limit.is_none_or(|l| key_cmp(key, l).is_lt());
+    let mut edits: [(&[u8], Option<&[u8]>); EDITS_MAX] = [(&[], None); EDITS_MAX];
+    let mut len = 0;
+    let mut current = node;
+    let base = loop {
+        let edit = match &current.kind {
+            Kind::Base(page) => break page,
+            Kind::Insert(r) | Kind::Modify(r) => (r.key(), Some(r.value())),
+            Kind::Delete(key) => (&key[..], None),
+            Kind::Split { separator, .. } => {
+                if below(separator, limit) {
+                    limit = Some(separator);
+                }
+                current = current.next()?;
+                continue;
+            }
+            _ => return None,
+        };
+        if below(edit.0, limit) {
+            edits[len] = edit;
+            len += 1;
+        }
+        current = current.next()?;
+    };
+    let items = &mut edits[..len];
+    // Stable (insertion sort at this length: no allocation): the newest delta stays first
+    // among equal keys, and the dedup keeps it.
+    items.sort_by(|a, b| key_cmp(a.0, b.0));
+    let mut kept = 0;
+    for i in 0..items.len() {
+        if kept == 0 || !key_eq(items[kept - 1].0, items[i].0) {
+            items[kept] = items[i];
+            kept += 1;
+        }
+    }
+    let cut = limit.map_or(base.len(), |l| base.count_below(l, false));
+    Some(LeafEdits {
+        base,
+        cut,
+        edits,
+        len: kept,
+    })
+}
+
+/// Whether `key` sorts before the split point of `start` in `order`: ascending, the keys
+/// before the start; descending, the keys at or after it (those the walk goes down from).
+fn start_below(start: Bound<&[u8]>, order: Order, key: &[u8]) -> bool {
+    match (start, order) {
+        (Bound::Included(k), Order::Ascending) => key_cmp(key, k).is_lt(),
+        (Bound::Excluded(k), Order::Ascending) => key_cmp(key, k).is_le(),
+        (Bound::Unbounded, Order::Ascending) => false,
+        (Bound::Included(k), Order::Descending) => key_cmp(key, k).is_le(),
+        (Bound::Excluded(k), Order::Descending) => key_cmp(key, k).is_lt(),
+        (Bound::Unbounded, Order::Descending) => true,
+    }
+}
+
+impl LeafEdits<'_> {
+    /// Calls `emit` on the records from `start` on in `order` until it returns false.
+    fn walk(
         &self,
-        batch: &Batch,
-        records: impl Iterator<Item = &'b OwnedRecord>,
-        visit: &mut Visitor<'_>,
-    ) -> HandOut {
-        let mut last: Option<Box<[u8]>> = None;
-        for (key, value) in records {
-            // §III-C: before each next-record, check the page for updates since the copy.
-            if last.is_some() && self.page_changed(batch) {
-                return HandOut::Changed(last);
+        start: Bound<&[u8]>,
+        order: Order,
+        emit: &mut impl FnMut(&[u8], Value<'_>) -> bool,
+    ) {
+        let (base, edits) = (self.base, &self.edits[..self.len]);
+        let base_record = |b: usize| {
+            let (record, key_len) = base.record(b);
+            (&record[..key_len], Value::AfterKey(record))
+        };
+        // Base records and edits before these indexes lie below the start.
+        let mut b =
+            match (start, order) {
+                // A page entered by its side link: from its low key on, no search.
+                (Bound::Included(k), Order::Ascending) if key_eq(k, base.low()) => 0,
+                (Bound::Included(k), Order::Ascending)
+                | (Bound::Excluded(k), Order::Descending) => base.count_below(k, false),
+                (Bound::Excluded(k), Order::Ascending)
+                | (Bound::Included(k), Order::Descending) => base.count_below(k, true),
+                (Bound::Unbounded, Order::Ascending) => 0,
+                (Bound::Unbounded, Order::Descending) => self.cut,
             }
-            if visit(key, value) == ControlFlow::Break(()) {
-                return HandOut::Stopped;
-            }
-            last = Some(key.clone());
+            .min(self.cut);
+        let mut e = edits.partition_point(|&(k, _)| start_below(start, order, k));
+        match order {
+            Order::Ascending => loop {
+                let take_base = match (b < self.cut, edits.get(e)) {
+                    (false, None) => return,
+                    (true, None) => Some(true),
+                    (false, Some(_)) => Some(false),
+                    (true, Some(&(ek, _))) => match key_cmp(base.key(b), ek) {
+                        std::cmp::Ordering::Less => Some(true),
+                        std::cmp::Ordering::Greater => Some(false),
+                        std::cmp::Ordering::Equal => {
+                            b += 1; // the edit replaces the base record
+                            Some(false)
+                        }
+                    },
+                };
+                if take_base == Some(true) {
+                    let (key, value) = base_record(b);
+                    if !emit(key, value) {
+                        return;
+                    }
+                    b += 1;
+                } else {
+                    let (ek, ev) = edits[e];
+                    e += 1;
+                    if let Some(v) = ev {
+                        if !emit(ek, Value::Alone(v)) {
+                            return;
+                        }
+                    }
+                }
+            },
+            Order::Descending => loop {
+                let take_base = match (b > 0, e > 0) {
+                    (false, false) => return,
+                    (true, false) => true,
+                    (false, true) => false,
+                    (true, true) => match key_cmp(base.key(b - 1), edits[e - 1].0) {
+                        std::cmp::Ordering::Greater => true,
+                        std::cmp::Ordering::Less => false,
+                        std::cmp::Ordering::Equal => {
+                            b -= 1; // the edit replaces the base record
+                            false
+                        }
+                    },
+                };
+                if take_base {
+                    b -= 1;
+                    let (key, value) = base_record(b);
+                    if !emit(key, value) {
+                        return;
+                    }
+                } else {
+                    e -= 1;
+                    if let (ek, Some(v)) = edits[e] {
+                        if !emit(ek, Value::Alone(v)) {
+                            return;
+                        }
+                    }
+                }
+            },
         }
-        HandOut::Done
     }
 }
 
-enum HandOut {
-    Stopped,
-    /// The page changed; the last key handed out, if any.
-    Changed(Option<Box<[u8]>>),
-    /// All records handed out.
-    Done,
-}
-
-fn bound_ref(bound: &Bound<Box<[u8]>>) -> Bound<&[u8]> {
-    match bound {
-        Bound::Included(k) => Bound::Included(k),
-        Bound::Excluded(k) => Bound::Excluded(k),
-        Bound::Unbounded => Bound::Unbounded,
+/// Calls `emit` on the folded view's records from `start` on in `order` until it returns
+/// false.
+fn walk_view(
+    records: &[(&[u8], &[u8])],
+    start: Bound<&[u8]>,
+    order: Order,
+    emit: &mut impl FnMut(&[u8], Value<'_>) -> bool,
+) {
+    let at = records.partition_point(|&(k, _)| start_below(start, order, k));
+    match order {
+        Order::Ascending => {
+            for &(k, v) in &records[at..] {
+                if !emit(k, Value::Alone(v)) {
+                    return;
+                }
+            }
+        }
+        Order::Descending => {
+            for &(k, v) in records[..at].iter().rev() {
+                if !emit(k, Value::Alone(v)) {
+                    return;
+                }
+            }
+        }
     }
 }

@@ -90,7 +90,7 @@ impl BwTree {
                 drop(abandoned);
                 // Q was never reachable: free it (its state and PID are reclaimed after the
                 // epoch, like any freed page).
-                self.table.free(q, guard);
+                self.free_page(q, guard);
                 self.stats.failed_splits.incr();
                 self.stats.cas_failures.incr();
             }
@@ -262,7 +262,7 @@ impl BwTree {
             return true;
         }
         self.stats.cas_failures.incr();
-        self.table.free(root, guard);
+        self.free_page(root, guard);
         false
     }
 }

@@ -179,6 +179,96 @@ fn paused_merge_is_completed_by_others(point: &'static str) {
     check_exactly(&tree, (last_removed + 2..400).step_by(2));
 }
 
+/// Scenarios 6 to 9: a scan stops in its visitor (which holds no pin) at key 200; a writer then
+/// inserts (or removes) keys beyond it until a split (or merge) of a page there stops half
+/// done; the scan, let go, crosses into the half-split page by its side link (or meets the
+/// frozen page and descends), in either order, and returns the records as they stand then,
+/// each once.
+fn scan_crosses_a_paused_smo(point: &'static str, order: Order) {
+    use std::sync::{mpsc, Mutex};
+    const CURSOR: u32 = 200;
+    const END: u32 = 400;
+    let tree = Arc::new(small_tree());
+    for i in (0..END).step_by(4) {
+        tree.insert(&key(i), b"v").unwrap();
+    }
+    let (at_cursor, scan_stopped) = mpsc::channel();
+    let (go_on, scan_released) = mpsc::channel::<()>();
+    let scanner = {
+        let tree = Arc::clone(&tree);
+        std::thread::spawn(move || {
+            let mut got = Vec::new();
+            tree.scan(Bound::Unbounded, Bound::Unbounded, order, &mut |k, _| {
+                let i = u32::from_be_bytes(k.try_into().unwrap());
+                got.push(i);
+                if i == CURSOR {
+                    at_cursor.send(()).unwrap();
+                    scan_released.recv().unwrap();
+                }
+                ControlFlow::Continue(())
+            });
+            got
+        })
+    };
+    scan_stopped.recv().unwrap();
+    let split = point.starts_with("split");
+    // The keys beyond the cursor in the scan's order: the missing ones to insert (three per
+    // gap, so pages fill and split), or the present ones to remove.
+    let beyond: Vec<u32> = match order {
+        Order::Ascending => (CURSOR + 1..END).collect(),
+        Order::Descending => (0..CURSOR).rev().collect(),
+    };
+    let beyond: Vec<u32> = beyond
+        .into_iter()
+        .filter(|k| (k % 4 == 0) != split)
+        .collect();
+    let changed = Arc::new(Mutex::new(Vec::new()));
+    let gate = arm(point);
+    let pauser = {
+        let (tree, changed, gate) = (Arc::clone(&tree), Arc::clone(&changed), Arc::clone(&gate));
+        spawn_pauser(move || {
+            for k in beyond {
+                changed.lock().unwrap().push(k);
+                if split {
+                    assert!(tree.insert(&key(k), b"v").unwrap());
+                } else {
+                    assert!(tree.remove(&key(k)));
+                }
+                if gate.has_paused() {
+                    return;
+                }
+            }
+            panic!("no {point} happened");
+        })
+    };
+    gate.wait_paused();
+    go_on.send(()).unwrap();
+    let got = scanner.join().unwrap();
+    gate.release();
+    pauser.join().unwrap();
+    disarm();
+    let mut now: std::collections::BTreeSet<u32> = (0..END).step_by(4).collect();
+    for k in changed.lock().unwrap().iter() {
+        if split {
+            now.insert(*k);
+        } else {
+            now.remove(k);
+        }
+    }
+    let want: Vec<u32> = match order {
+        Order::Ascending => (0..=CURSOR)
+            .step_by(4)
+            .chain(now.range(CURSOR + 1..).copied())
+            .collect(),
+        Order::Descending => (CURSOR..END)
+            .step_by(4)
+            .rev()
+            .chain(now.range(..CURSOR).rev().copied())
+            .collect(),
+    };
+    assert_eq!(got, want, "{order:?} scan across a paused {point}");
+}
+
 /// Runs `check` on another thread and fails if it has not finished within [`HANG_SECONDS`]
 /// (a livelocked descent spins forever; the test must fail, not hang).
 fn within_time_bound(what: &str, check: impl FnOnce() + Send + 'static) {
@@ -258,4 +348,8 @@ fn incomplete_splits_are_completed_by_other_threads() {
     paused_merge_is_completed_by_others("merge:remove-node-installed");
     paused_merge_is_completed_by_others("merge:index-term-delete-installed");
     root_split_completed_after_the_root_came_back();
+    for order in [Order::Ascending, Order::Descending] {
+        scan_crosses_a_paused_smo(LEAF, order);
+        scan_crosses_a_paused_smo("merge:remove-node-installed", order);
+    }
 }
