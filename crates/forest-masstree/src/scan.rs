@@ -48,30 +48,43 @@ use forest_core::index::{below_lower, past_upper};
 use forest_core::sync::atomic::Ordering;
 use forest_core::{Order, Visitor};
 
-use crate::block::{self, Block};
+use crate::block::{self, BlockRef};
 use crate::key::{class_of_keylen, push_slice, slice_of, KEYLEN_LAYER, KEYLEN_SUFFIX, SLICE_BYTES};
 use crate::node::{BorderRef, Kind, NodeRef, TreeGuard};
 use crate::nodeversion::DELETED;
 use crate::Masstree;
 
-/// Records in a scan's first batch: about one border node's worth, so a scan that stops after
-/// a few records (YCSB-E's are 1-100) copies few it will not hand out.
+/// Records per batch while a scan is short: about one border node's worth. A scan cannot
+/// know where its visitor will stop, and every record copied past that point costs a cache
+/// miss on its value block, so short scans (YCSB-E's are 1-100 records) copy in small
+/// batches; a batch's re-descent from the root costs less than the records a large batch
+/// would copy for nothing.
 pub const BATCH_RECORDS_FIRST: usize = 16;
 
-/// Growth of the quota from one batch to the next.
-const BATCH_GROWTH: usize = 4;
+/// Once a scan has handed out this many records, each batch is as large as all the records
+/// handed out so far (doubling, so a long scan re-descends once per doubling), up to
+/// [`BATCH_RECORDS_MAX`].
+const BATCH_GROWTH_AFTER: usize = 128;
 
-/// The largest quota: a long scan re-descends once per this many records.
+/// The largest batch: a long scan re-descends once per this many records.
 pub const BATCH_RECORDS_MAX: usize = 1024;
 
 /// A batch also ends once its buffer holds this many bytes, so a scan of large values keeps
 /// its buffer small (one record always fits, however large).
 const BATCH_BYTES_MAX: usize = 256 * 1024;
 
+/// Cache lines of a value block prefetched (its length, header, suffix and the start of its
+/// value; a larger value streams in as it is copied).
+const BLOCK_LINES: usize = 1;
+
+/// Layers below a node whose first border node is prefetched ahead of the walk.
+const LAYERS_AHEAD: usize = 2;
+
 /// A thread keeps its buffer for the next scan only up to this capacity.
 const KEPT_BYTES_MAX: usize = 4 * BATCH_BYTES_MAX;
 
-const _: () = assert!(BATCH_RECORDS_FIRST >= 1 && BATCH_RECORDS_FIRST <= BATCH_RECORDS_MAX);
+const _: () = assert!(BATCH_RECORDS_FIRST >= 1 && BATCH_RECORDS_FIRST <= BATCH_GROWTH_AFTER);
+const _: () = assert!(BATCH_GROWTH_AFTER <= BATCH_RECORDS_MAX);
 // Lengths are stored as u32.
 const _: () = assert!(forest_core::KEY_BYTES_MAX <= u32::MAX as usize);
 
@@ -121,7 +134,7 @@ enum Item<'g, const W: usize, const F: usize> {
     Record {
         slice: u64,
         keylen: u8,
-        block: &'g Block,
+        block: BlockRef<'g>,
     },
     Layer {
         slice: u64,
@@ -150,7 +163,7 @@ fn read_node<'g, const W: usize, const F: usize>(
                 // A listed layer slot without its link is being rewritten.
                 link: n.layer[s].load(Ordering::Acquire, guard)?,
             },
-            0..=8 => match n.value[s].load(Ordering::Acquire, guard) {
+            0..=8 => match n.value[s].load_ref(Ordering::Acquire, guard) {
                 Some(block) => Item::Record {
                     slice,
                     keylen,
@@ -163,7 +176,7 @@ fn read_node<'g, const W: usize, const F: usize>(
                 slice,
                 keylen,
                 // A long key without its block is in transition.
-                block: n.value[s].load(Ordering::Acquire, guard)?,
+                block: n.value[s].load_ref(Ordering::Acquire, guard)?,
             },
             // A layer being installed: the writer has the node marked, wait for it.
             _ => return None,
@@ -224,15 +237,20 @@ struct Collect<'s, 'g, 't, const W: usize, const F: usize> {
     prefix: &'s mut Vec<u8>,
     batch: &'s mut Batch,
     quota: usize,
+    /// Whether a key was handed out in this batch (so later ones are past the near bound).
+    past_near: bool,
+    /// [`scan_pinned`]'s visitor, called under the pin as each record is reached; the batch
+    /// then holds only the last key handed out.
+    pinned: Option<&'s mut Visitor<'s>>,
 }
 
-impl<'g, const W: usize, const F: usize> Collect<'_, 'g, '_, W, F> {
+impl<'s, 'g, const W: usize, const F: usize> Collect<'s, 'g, '_, W, F> {
     /// Copies one record into the batch if it is within the bounds; `Break` when the batch
     /// is full or the scan passed its far bound.
     #[inline]
-    fn push(&mut self, slice: u64, keylen: u8, b: &Block) -> ControlFlow<Stop> {
+    fn push(&mut self, slice: u64, keylen: u8, b: BlockRef<'g>) -> ControlFlow<Stop> {
         let start = self.batch.bytes.len();
-        let (suffix, value) = block::entry(b);
+        let (suffix, value) = block::entry(b.get());
         let bytes = &mut self.batch.bytes;
         bytes.extend_from_slice(self.prefix);
         if keylen == KEYLEN_SUFFIX {
@@ -243,8 +261,14 @@ impl<'g, const W: usize, const F: usize> Collect<'_, 'g, '_, W, F> {
         }
         let key = &bytes[start..];
         let (beyond, behind) = match self.order {
-            Order::Ascending => (past_upper(key, self.upper), below_lower(key, self.lower)),
-            Order::Descending => (below_lower(key, self.lower), past_upper(key, self.upper)),
+            Order::Ascending => (
+                past_upper(key, self.upper),
+                !self.past_near && below_lower(key, self.lower),
+            ),
+            Order::Descending => (
+                below_lower(key, self.lower),
+                !self.past_near && past_upper(key, self.upper),
+            ),
         };
         if beyond || behind {
             bytes.truncate(start);
@@ -252,6 +276,17 @@ impl<'g, const W: usize, const F: usize> Collect<'_, 'g, '_, W, F> {
                 ControlFlow::Break(Stop::End)
             } else {
                 ControlFlow::Continue(())
+            };
+        }
+        // The walk hands out keys in order, so every later key is past the near bound too.
+        self.past_near = true;
+        if let Some(visit) = self.pinned.as_mut() {
+            let flow = visit(key, value.bytes);
+            // Keep this key alone: where a restart goes on from.
+            bytes.drain(..start);
+            return match flow {
+                ControlFlow::Break(()) => ControlFlow::Break(Stop::End),
+                ControlFlow::Continue(()) => ControlFlow::Continue(()),
             };
         }
         let key_len = bytes.len() - start;
@@ -269,7 +304,9 @@ impl<'g, const W: usize, const F: usize> Collect<'_, 'g, '_, W, F> {
     /// or layer 0's root) at the scan's near bound, whose prefix is `self.prefix`; `None`
     /// when the whole layer lies beyond that bound.
     fn enter(&self, link: NodeRef<'g, W, F>, layer0: bool) -> Option<Level<'g, W, F>> {
-        let at = match (self.order, self.lower, self.upper) {
+        // Once a key was handed out, the near bound lies behind the walk.
+        let near = |b: Bound<&'s [u8]>| if self.past_near { Bound::Unbounded } else { b };
+        let at = match (self.order, near(self.lower), near(self.upper)) {
             (Order::Ascending, Bound::Unbounded, _) => (0, 0),
             (Order::Ascending, Bound::Included(k) | Bound::Excluded(k), _) => {
                 match bound_slice(self.prefix, k) {
@@ -335,6 +372,46 @@ impl<'g, const W: usize, const F: usize> Collect<'_, 'g, '_, W, F> {
         }
     }
 
+    /// Starts loading what the walk of `level`'s node will read next (§4.2's prefetching,
+    /// applied to a scan): the blocks of its records still to hand out and the first layers
+    /// below it, so their cache misses overlap instead of coming one after another, and the
+    /// neighbour it moves to next.
+    #[inline]
+    fn prefetch(
+        &self,
+        level: &Level<'g, W, F>,
+        items: &[Option<Item<'g, W, F>>],
+        next: Option<BorderRef<'g, W, F>>,
+    ) {
+        let mut layers = 0;
+        let mut ahead = |item: &Item<'g, W, F>| match *item {
+            Item::Record { block, .. } => block.prefetch(BLOCK_LINES),
+            Item::Layer { link, .. } if layers < LAYERS_AHEAD => {
+                layers += 1;
+                crate::prefetch::node(link.as_ptr(), Masstree::<W, F>::PREFETCH_LINES);
+            }
+            Item::Layer { .. } => {}
+        };
+        let live = items.iter().flatten();
+        match self.order {
+            Order::Ascending => {
+                live.filter(|i| place_of(i) >= level.at)
+                    .for_each(&mut ahead);
+                if let Some(nx) = next {
+                    crate::prefetch::node(nx.as_ptr(), Masstree::<W, F>::PREFETCH_LINES);
+                }
+            }
+            Order::Descending => {
+                live.rev()
+                    .filter(|i| place_of(i) <= level.at)
+                    .for_each(&mut ahead);
+                if let Some(p) = level.node.prev.load(Ordering::Relaxed, self.guard) {
+                    crate::prefetch::node(p.as_ptr(), Masstree::<W, F>::PREFETCH_LINES);
+                }
+            }
+        }
+    }
+
     /// Walks from the tree's root (layer 0) until the batch is full, the scan passes its far
     /// bound (`Break`) or the tree ends (`Continue`).
     fn walk(&mut self, root: NodeRef<'g, W, F>) -> ControlFlow<Stop> {
@@ -353,6 +430,9 @@ impl<'g, const W: usize, const F: usize> Collect<'_, 'g, '_, W, F> {
                 self.tree.counters.restarts.incr();
                 return ControlFlow::Break(Stop::More);
             };
+            if self.tree.config.prefetch {
+                self.prefetch(level, &items[..count], next);
+            }
             let mut below = None;
             let live = items[..count].iter().flatten();
             match self.order {
@@ -467,11 +547,40 @@ pub fn scan<const W: usize, const F: usize>(
     order: Order,
     visit: &mut Visitor<'_>,
 ) {
+    run(tree, lower, upper, order, visit, false);
+}
+
+/// [`Masstree::scan_pinned`]: as [`scan`], but `visit` runs under the scan's epoch pin, on
+/// each record as the walk reaches it (key assembled in the buffer, value in place), with no
+/// batches: the visitor must not block (it holds back the reclamation of every tree).
+pub fn scan_pinned<const W: usize, const F: usize>(
+    tree: &Masstree<W, F>,
+    lower: Bound<&[u8]>,
+    upper: Bound<&[u8]>,
+    order: Order,
+    visit: &mut Visitor<'_>,
+) {
+    run(tree, lower, upper, order, visit, true);
+}
+
+fn run<const W: usize, const F: usize>(
+    tree: &Masstree<W, F>,
+    lower: Bound<&[u8]>,
+    upper: Bound<&[u8]>,
+    order: Order,
+    visit: &mut Visitor<'_>,
+    pinned: bool,
+) {
     let mut batch = BUFFER.take();
     let mut prefix = Vec::new();
     // The last key handed out, once a batch was.
     let mut resume: Option<Vec<u8>> = None;
-    let mut quota = BATCH_RECORDS_FIRST;
+    let mut handed_count = 0;
+    let mut quota = if pinned {
+        usize::MAX
+    } else {
+        BATCH_RECORDS_FIRST
+    };
     loop {
         batch.clear();
         let (lo, hi) = match (&resume, order) {
@@ -479,7 +588,7 @@ pub fn scan<const W: usize, const F: usize>(
             (Some(r), Order::Ascending) => (Bound::Excluded(&r[..]), upper),
             (Some(r), Order::Descending) => (lower, Bound::Excluded(&r[..])),
         };
-        let flow = {
+        let (flow, handed) = {
             let guard = tree.pin();
             prefix.clear();
             let mut c = Collect {
@@ -491,10 +600,23 @@ pub fn scan<const W: usize, const F: usize>(
                 prefix: &mut prefix,
                 batch: &mut batch,
                 quota,
+                past_near: false,
+                pinned: pinned.then_some(&mut *visit),
             };
-            c.walk(tree.root(&guard))
-            // The guard unpins here: the visitor runs unpinned.
+            let flow = c.walk(tree.root(&guard));
+            (flow, c.past_near)
+            // The guard unpins here: a batch's visitor runs unpinned.
         };
+        let more = matches!(flow, ControlFlow::Break(Stop::More));
+        if pinned {
+            if !more {
+                break;
+            }
+            if handed {
+                resume.get_or_insert_with(Vec::new).clone_from(&batch.bytes);
+            }
+            continue;
+        }
         let mut stopped = false;
         for (k, v) in batch.records() {
             if visit(k, v).is_break() {
@@ -502,7 +624,7 @@ pub fn scan<const W: usize, const F: usize>(
                 break;
             }
         }
-        if stopped || !matches!(flow, ControlFlow::Break(Stop::More)) {
+        if stopped || !more {
             break;
         }
         if let Some(last) = batch.last_key() {
@@ -510,7 +632,12 @@ pub fn scan<const W: usize, const F: usize>(
             r.clear();
             r.extend_from_slice(last);
         }
-        quota = (quota * BATCH_GROWTH).min(BATCH_RECORDS_MAX);
+        handed_count += batch.lens.len();
+        quota = if handed_count < BATCH_GROWTH_AFTER {
+            BATCH_RECORDS_FIRST
+        } else {
+            handed_count.min(BATCH_RECORDS_MAX)
+        };
     }
     if batch.bytes.capacity() <= KEPT_BYTES_MAX {
         batch.clear();
