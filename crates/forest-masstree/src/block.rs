@@ -45,7 +45,7 @@
 
 use std::mem::MaybeUninit;
 
-use crossbeam_epoch::{Atomic, Owned, Shared};
+use crossbeam_epoch::{Atomic, Owned, Pointer, Shared};
 use forest_core::sync::atomic::Ordering;
 
 use crate::memcheck::{POISONS, POISON_BYTE};
@@ -178,6 +178,15 @@ impl BlockSlot {
         unsafe { self.0.load(order, guard.epoch()).as_ref() }
     }
 
+    /// The slot's block, kept alive by `guard`, without reading it yet: a block's length is
+    /// stored in the block, so making a `&Block` is a cache miss, which a scan lets overlap
+    /// by loading a node's blocks first, prefetching them, and reading them afterwards.
+    #[inline]
+    pub fn load_ref<'g>(&self, order: Ordering, guard: &'g TreeGuard<'_>) -> Option<BlockRef<'g>> {
+        let b = self.0.load(order, guard.epoch());
+        (!b.is_null()).then_some(BlockRef(b))
+    }
+
     /// Whether the slot holds no block.
     pub fn is_null(&self, guard: &TreeGuard<'_>) -> bool {
         self.0.load(Ordering::Relaxed, guard.epoch()).is_null()
@@ -212,6 +221,29 @@ impl BlockSlot {
         let b = self.0.load(Ordering::Relaxed, guard.epoch());
         to.0.store(b, order);
         self.0.store(Shared::null(), order);
+    }
+}
+
+/// A block kept alive by a tree guard borrowed for `'g`, not read yet
+/// ([`BlockSlot::load_ref`]); never null.
+#[derive(Clone, Copy, Debug)]
+pub struct BlockRef<'g>(Shared<'g, Block>);
+
+impl<'g> BlockRef<'g> {
+    /// Starts loading the block's first `lines` cache lines.
+    #[inline]
+    pub fn prefetch(self, lines: usize) {
+        // Blocks are never tagged: the word is the allocation's address.
+        crate::prefetch::node(self.0.into_usize() as *const u8, lines);
+    }
+
+    /// The block.
+    #[inline]
+    pub fn get(self) -> &'g Block {
+        // SAFETY: as `BlockSlot::load`: the block was in its slot when loaded under the guard
+        // borrowed for `'g`, so it is freed, through that guard's epoch, only after it unpins
+        // (module invariants); `load_ref` made a `BlockRef` of a non-null block only.
+        unsafe { self.0.as_ref() }.expect("a BlockRef is never null")
     }
 }
 

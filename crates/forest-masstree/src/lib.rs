@@ -14,7 +14,7 @@
 //! | §4.3, §4.6.4 splits (Fig. 5) | `split` |
 //! | §4.6.5 removes | `remove`, `layer::collapse_root`, `node` (reclamation) |
 //! | §4.7 values, columns | `columns`, `insert::put_with` |
-//! | range queries | `scan` |
+//! | §3 getrange, §4.3 linked border nodes: range queries in batches | `scan` |
 //! | node lifetime, reclamation, node references | `node` |
 //! | value and suffix blocks, the row flag | `block` |
 //! | §6.2 factor-analysis knobs, §4.8 search | `config` ([`MasstreeConfig`]) |
@@ -44,9 +44,13 @@
 //! - `get:slot-matched` (§4.6.4, Fig. 7, `border::Border::lookup`): a reader matched the key
 //!   to a slot and has not yet loaded the slot's value; it holds its version snapshot.
 //! - `scan:before-copy` (`scan`): a scan holds a border node and its version snapshot and is
-//!   about to copy the node's records.
-//! - `scan:copy-failed` (`scan`): that copy met a slot mid-change (a layer being installed, a
+//!   about to read the node's slots.
+//! - `scan:copy-failed` (`scan`): that read met a slot mid-change (a layer being installed, a
 //!   block being moved) and the scan is about to try the node again.
+//! - `scan:next-node` (`scan`, ascending): a scan has handled a validated node and holds the
+//!   `next` link read in that snapshot; it has not yet looked at the next node.
+//! - `scan:prev-node` (`scan`, descending): a scan has handled a validated node and holds its
+//!   `prev` link; it has not yet walked right from there to the node below it.
 //!
 //! `unsafe` lives in `node` (node references, allocation, reclamation) and `block` (value
 //! blocks), whose module docs state the invariants that make their safe types sound, plus
@@ -209,6 +213,21 @@ impl<const W: usize, const F: usize> Masstree<W, F> {
         self.root
             .load(Ordering::Acquire, guard)
             .expect("a tree always has a root")
+    }
+
+    /// A range scan whose visitor runs under the scan's epoch pin, on each record as the walk
+    /// reaches it (the value in place, not copied): the alternative to `Index::scan`'s
+    /// copy-out batches measured for issue 14. Same order, bounds and guarantees, except
+    /// that the visitor must not block or run long: while it runs, no memory retired by any
+    /// epoch-managed structure of the process is freed. It may call into this tree.
+    pub fn scan_pinned(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        visit: &mut Visitor<'_>,
+    ) {
+        scan::scan_pinned(self, lower, upper, order, visit);
     }
 
     fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<bool> {

@@ -336,3 +336,111 @@ fn descending_scan_retrying_a_failed_copy_after_a_split() {
     let missing: Vec<_> = present.iter().filter(|k| !got.contains(k)).collect();
     assert!(missing.is_empty(), "the scan missed {missing:?}");
 }
+
+/// A scanner stopped at `point` (holding the neighbour it is about to move to) while `write`
+/// changes that neighbour; returns what the scan handed out, checked strictly ordered.
+fn scan_moving_to_a_changed_node(
+    point: &'static str,
+    order: Order,
+    t: &Arc<Masstree>,
+    write: impl FnOnce(&Masstree),
+) -> Vec<Vec<u8>> {
+    let _turn = take_turn();
+    let gate = arm(point);
+    let scanner = {
+        let t = Arc::clone(t);
+        spawn_pauser(move || {
+            let mut got = Vec::new();
+            t.scan(Bound::Unbounded, Bound::Unbounded, order, &mut |k, _| {
+                got.push(k.to_vec());
+                ControlFlow::Continue(())
+            });
+            got
+        })
+    };
+    gate.wait_paused();
+    write(t);
+    gate.release();
+    let got = scanner.join().expect("scanner");
+    disarm();
+    let ordered = match order {
+        Order::Ascending => got.windows(2).all(|w| w[0] < w[1]),
+        Order::Descending => got.windows(2).all(|w| w[0] > w[1]),
+    };
+    assert!(ordered, "{order:?}: not strictly ordered");
+    got
+}
+
+/// A tree of three full border nodes: keys 0, 10, .., 440 inserted in order (sequential
+/// inserts leave each node full, crate::split), so node 1 holds positions 0..15, node 2
+/// 15..30, node 3 30..45; values are the keys.
+fn three_nodes() -> (Arc<Masstree>, Vec<Vec<u8>>) {
+    let t = Arc::new(Masstree::new());
+    let keys: Vec<_> = (0..45).map(|i| key(i * 10)).collect();
+    for k in &keys {
+        assert!(t.insert(k, k).expect("within limits"));
+    }
+    assert_eq!(t.stats().leaf_node_count, 3);
+    (t, keys)
+}
+
+#[test]
+fn scans_moving_to_a_node_that_split_meanwhile() {
+    // Goal: a scan that holds the link to the node it moves to next (ascending: `next`;
+    // descending: `prev`) while that node splits still hands out every key present
+    // throughout, in order: ascending walks the split node and its new sibling through
+    // `next`; descending must walk right from the stale `prev` to the new sibling, which
+    // holds the keys just below the node it came from. Method: three full nodes; the scanner
+    // stops after its first node (ascending after node 1, descending after node 3), holding
+    // node 2; 20 keys inserted inside node 2's range split it (the splits counter says so);
+    // then the scan goes on.
+    for (point, order) in [
+        ("scan:next-node", Order::Ascending),
+        ("scan:prev-node", Order::Descending),
+    ] {
+        let (t, keys) = three_nodes();
+        let got = scan_moving_to_a_changed_node(point, order, &t, |t| {
+            for i in (201..).filter(|i| i % 10 != 0).take(20) {
+                let k = key(i);
+                assert!(t.insert(&k, &k).expect("within limits"));
+            }
+        });
+        assert!(
+            t.stats().counter(names::SPLITS).unwrap_or(0) >= 3,
+            "{order:?}: node 2 did not split"
+        );
+        let missing: Vec<_> = keys.iter().filter(|k| !got.contains(k)).collect();
+        assert!(missing.is_empty(), "{order:?}: the scan missed {missing:?}");
+    }
+}
+
+#[test]
+fn scans_moving_to_a_node_removed_meanwhile() {
+    // Goal: a scan that holds the link to the node it moves to next while that node is
+    // emptied and removed (§4.6.5: marked deleted, unlinked, retired while the scan is
+    // pinned) finds it deleted, goes on from past its last key by a new descent, and hands
+    // out exactly the keys of the other nodes: none twice, none of the removed node (removed
+    // before the scan read them). Method: three full nodes; the scanner stops holding node 2
+    // (as above); node 2's 15 keys are removed (the node-removal counter says it went); then
+    // the scan goes on.
+    for (point, order) in [
+        ("scan:next-node", Order::Ascending),
+        ("scan:prev-node", Order::Descending),
+    ] {
+        let (t, keys) = three_nodes();
+        let got = scan_moving_to_a_changed_node(point, order, &t, |t| {
+            for k in &keys[15..30] {
+                assert!(t.remove(k));
+            }
+        });
+        assert!(
+            t.stats().counter(names::MERGES).unwrap_or(0) >= 1,
+            "{order:?}: node 2 was not removed"
+        );
+        let mut want: Vec<_> = keys[..15].iter().chain(&keys[30..]).cloned().collect();
+        if order == Order::Descending {
+            want.reverse();
+        }
+        assert_eq!(got, want, "{order:?}");
+    }
+}
