@@ -509,7 +509,7 @@ impl<P: Persist> BzTree<P> {
                 match self.pmwcas(&guard, &targets, retire) {
                     Outcome::Succeeded => {
                         if path.len > 0 && self.underfull(leaf, new_s, &guard) {
-                            self.try_merge(&path, &guard);
+                            self.merge_around(key, &guard);
                         }
                         return true;
                     }

@@ -21,21 +21,39 @@ use crate::consolidate::Plan;
 use crate::node::{internal_bytes, Separator, HEADER_BYTES};
 use crate::{BzTree, Outcome, Path, Target};
 
+/// Merges one delete may run (`merge_around`).
+const MERGE_ROUNDS_MAX: usize = 4;
+
 impl<P: Persist> BzTree<P> {
-    /// Tries to merge the underfull leaf `path.leaf` (module doc); gives up quietly.
-    pub(crate) fn try_merge(&self, path: &Path, guard: &Guard) {
+    /// Merges around the underfull leaf holding `key` while merges succeed (a few rounds: a
+    /// leaf emptied while its siblings were full is absorbed by a later neighbor's merge).
+    pub(crate) fn merge_around(&self, key: &[u8], guard: &Guard) {
+        for _ in 0..MERGE_ROUNDS_MAX {
+            let path = self.descend(key, false, guard);
+            let s = self.status(path.leaf, guard);
+            if path.len == 0 || s.is_frozen() || !self.underfull(path.leaf, s, guard) {
+                return;
+            }
+            if !self.try_merge(&path, guard) {
+                return;
+            }
+        }
+    }
+
+    /// Tries to merge the underfull leaf `path.leaf` (module doc); gives up quietly. Returns
+    /// whether a merge was installed.
+    pub(crate) fn try_merge(&self, path: &Path, guard: &Guard) -> bool {
         let n = path.leaf;
         let Some((parent, slot)) = path.parent() else {
-            return;
+            return false;
         };
         let ps = self.status(parent, guard);
         if ps.is_frozen() || self.child(parent, slot, guard) != n {
-            return;
+            return false;
         }
         let count = self.sorted_count(parent);
         if count < 2 {
-            self.merge_lonely_parent(path, guard);
-            return;
+            return self.merge_lonely_parent(path, guard);
         }
         let n_bytes = self.live_bytes(n, guard);
         let max = self.config.max_size as u64;
@@ -52,18 +70,18 @@ impl<P: Persist> BzTree<P> {
             }
         }
         let Some((sib, sib_slot)) = choice else {
-            return;
+            return false;
         };
         let (ss, ns) = (self.status(sib, guard), self.status(n, guard));
         if ss.is_frozen() || ns.is_frozen() {
-            return;
+            return false;
         }
         let freeze = [
             Target::new(Self::status_off(sib), ss.0, ss.frozen().0),
             Target::new(Self::status_off(n), ns.0, ns.frozen().0),
         ];
         if self.pmwcas(guard, &freeze, &[]) != Outcome::Succeeded {
-            return;
+            return false;
         }
         let (left, left_slot, right, right_slot) = if sib_slot < slot {
             (sib, sib_slot, n, slot)
@@ -75,7 +93,7 @@ impl<P: Persist> BzTree<P> {
         let mut plan = Plan::default();
         let Some(merged) = self.build_leaf(&records, 0) else {
             // Out of heap: the frozen leaves are consolidated by the next writers.
-            return;
+            return false;
         };
         plan.fresh.push(merged);
         plan.retire.extend([left, right]);
@@ -100,31 +118,48 @@ impl<P: Persist> BzTree<P> {
             .is_none()
         {
             self.discard_plan(plan);
-            return;
+            return false;
         }
         forest_core::pause::pause_point("merge:prepared");
         if self.run_plan(plan, guard) == Outcome::Succeeded {
             self.counters.merges.incr();
+            return true;
         }
+        false
     }
 
-    /// The leaf's parent has a single child: merge the parent with a sibling (module doc).
-    fn merge_lonely_parent(&self, path: &Path, guard: &Guard) {
-        let depth = path.len - 1;
-        let (parent, _) = path.nodes[depth];
-        let ps = self.status(parent, guard);
-        let entries = self.internal_entries(parent, guard);
+    /// The leaf's parent has a single child: merge the lowest single-child ancestor whose own
+    /// parent has other children with one of them, or collapse a one-child root (module doc).
+    fn merge_lonely_parent(&self, path: &Path, guard: &Guard) -> bool {
+        let mut depth = path.len - 1;
+        while depth > 0 && self.sorted_count(path.nodes[depth - 1].0) < 2 {
+            depth -= 1;
+        }
+        let (node, _) = path.nodes[depth];
+        if depth > 0 && self.sorted_count(node) >= 2 {
+            return false;
+        }
+        let ns = self.status(node, guard);
+        if ns.is_frozen() {
+            return false;
+        }
+        let entries = self.internal_entries(node, guard);
         let mut plan = Plan::default();
         plan.targets
-            .push(Target::new(Self::status_off(parent), ps.0, ps.frozen().0));
-        plan.retire.push(parent);
-        match self.install_shrunk(path, depth, parent, entries, &mut plan, guard) {
+            .push(Target::new(Self::status_off(node), ns.0, ns.frozen().0));
+        plan.retire.push(node);
+        match self.install_shrunk(path, depth, node, entries, &mut plan, guard) {
             Some(true) => {
-                if self.run_plan(plan, guard) == Outcome::Succeeded {
+                let merged = self.run_plan(plan, guard) == Outcome::Succeeded;
+                if merged {
                     self.counters.merges.incr();
                 }
+                merged
             }
-            _ => self.discard_plan(plan),
+            _ => {
+                self.discard_plan(plan);
+                false
+            }
         }
     }
 
