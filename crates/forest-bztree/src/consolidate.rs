@@ -101,29 +101,40 @@ impl<P: Persist> BzTree<P> {
             std::thread::yield_now();
             return Ok(());
         }
-        self.rebuild_frozen(path, key, need, guard)
+        self.rebuild_frozen(path, key, need, need, guard)
     }
 
     /// The leaf needs room or has too much deleted space (§4.3, §5.1): freeze it and rebuild.
-    pub(crate) fn maintain(&self, path: &Path, key: &[u8], need: u64, guard: &Guard) -> Result<()> {
+    /// `need` bytes must fit after it; the live records grow by `growth` (0 for a new version
+    /// of an existing key).
+    pub(crate) fn maintain(
+        &self,
+        path: &Path,
+        key: &[u8],
+        need: u64,
+        growth: u64,
+        guard: &Guard,
+    ) -> Result<()> {
         let s = self.status(path.leaf, guard);
         if !s.is_frozen() && self.freeze(path.leaf, s, guard) != Outcome::Succeeded {
             return Ok(());
         }
-        self.rebuild_frozen(path, key, need, guard)
+        self.rebuild_frozen(path, key, need, growth, guard)
     }
 
-    /// Consolidates or splits a frozen leaf, leaving room for `need` more bytes.
+    /// Consolidates or splits a frozen leaf, leaving room for `need` more bytes; splits when
+    /// the live records, grown by `growth`, would pass `max_size` (§4.3, §5.1).
     pub(crate) fn rebuild_frozen(
         &self,
         path: &Path,
         key: &[u8],
         need: u64,
+        growth: u64,
         guard: &Guard,
     ) -> Result<()> {
         let live = self.live_records(path.leaf, guard);
         let bytes = HEADER_BYTES + live.iter().map(LiveRecord::node_bytes).sum::<u64>();
-        if live.len() >= 2 && bytes + need > self.config.max_size as u64 {
+        if live.len() >= 2 && bytes + growth > self.config.max_size as u64 {
             return self.split(path, key, &live, need, guard);
         }
         let fresh = self

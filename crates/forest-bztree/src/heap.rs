@@ -5,8 +5,8 @@
 //! §6), where the mapping moves between runs.
 //!
 //! A chunk is `[size: u64][payload]`; allocation hands out the payload's offset. Sizes are
-//! powers of two from 64 bytes; freed chunks go to a free list per size, taken first; a bump
-//! pointer serves the rest. Frees come from the pool's `FREE-ONE` policies after the epoch
+//! multiples of 64 bytes up to 4 KiB (a 1 KB node takes 1088 bytes), powers of two above;
+//! freed chunks go to a free list per size, taken first; a bump pointer serves the rest. Frees come from the pool's `FREE-ONE` policies after the epoch
 //! (§2.2, §6.3) or, for chunks no other thread ever saw (a failed SMO's new nodes, §5.2), at
 //! once. The volatile heap is an anonymous mapping, so untouched space costs nothing.
 //!
@@ -24,10 +24,13 @@ use std::sync::Mutex;
 
 use forest_pmwcas::{Recycle, Word};
 
-/// Smallest chunk (log2).
-const CLASS_SHIFT_MIN: u32 = 6;
-/// Size classes: 64 B up to 2^(6+27) (far above any node or value block).
-const CLASS_COUNT: usize = 28;
+/// Chunks up to this size come in steps of [`STEP_BYTES`]; larger ones in powers of two.
+const FINE_BYTES_MAX: u64 = 4096;
+/// Step of the fine size classes (a cache line).
+const STEP_BYTES: u64 = 64;
+/// Fine classes, then powers of two from 8 KiB to 2^34 bytes.
+const FINE_CLASSES: usize = (FINE_BYTES_MAX / STEP_BYTES) as usize;
+const CLASS_COUNT: usize = FINE_CLASSES + 22;
 /// Bytes of a chunk's size prefix.
 const PREFIX_BYTES: u64 = 8;
 
@@ -57,11 +60,17 @@ impl std::fmt::Debug for NodeHeap {
     }
 }
 
+/// The size class and chunk size of a payload of `bytes`.
 fn class_of(bytes: u64) -> (usize, u64) {
-    let size = (bytes + PREFIX_BYTES)
-        .next_power_of_two()
-        .max(1 << CLASS_SHIFT_MIN);
-    ((size.trailing_zeros() - CLASS_SHIFT_MIN) as usize, size)
+    let total = bytes + PREFIX_BYTES;
+    if total <= FINE_BYTES_MAX {
+        let steps = total.div_ceil(STEP_BYTES).max(1);
+        return ((steps - 1) as usize, steps * STEP_BYTES);
+    }
+    let size = total.next_power_of_two();
+    let class =
+        FINE_CLASSES + (size.trailing_zeros() - FINE_BYTES_MAX.trailing_zeros() - 1) as usize;
+    (class, size)
 }
 
 impl NodeHeap {
@@ -133,7 +142,7 @@ impl NodeHeap {
     pub fn free(&self, payload: u64) {
         let chunk = payload - PREFIX_BYTES;
         let size = self.atomic(chunk).load(Ordering::Relaxed);
-        debug_assert!(size.is_power_of_two() && chunk + size <= self.end);
+        debug_assert!(size.is_multiple_of(STEP_BYTES) && chunk + size <= self.end);
         let (class, _) = class_of(size - PREFIX_BYTES);
         self.in_use.fetch_sub(size, Ordering::Relaxed);
         self.free[class]
@@ -211,6 +220,25 @@ impl Recycle for HeapRecycler {
     fn free(&self, value: u64) {
         if let Some(heap) = self.0.get() {
             heap.free(value);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_classes_fit_and_round_trip() {
+        assert_eq!(class_of(1024), (16, 1088));
+        assert_eq!(class_of(1), (0, 64));
+        assert_eq!(class_of(4088), (63, 4096));
+        assert_eq!(class_of(4089), (64, 8192));
+        assert_eq!(class_of((1 << 20) + 8), (FINE_CLASSES + 8, 1 << 21));
+        for bytes in [1u64, 56, 57, 1000, 4088, 4089, 100_000, 1 << 30] {
+            let (class, size) = class_of(bytes);
+            assert!(size >= bytes + PREFIX_BYTES && class < CLASS_COUNT);
+            assert_eq!(class_of(size - PREFIX_BYTES), (class, size), "{bytes}");
         }
     }
 }

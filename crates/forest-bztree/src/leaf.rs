@@ -196,15 +196,6 @@ impl<P: Persist> BzTree<P> {
                     self.on_frozen(&path, key, need, &mut frozen_seen, &guard)?;
                     continue 'op;
                 }
-                let reserved_s = s.reserved(rec);
-                if reserved_s.is_none()
-                    || !self.has_room(leaf, s, need)
-                    || s.delete_size() > self.config.delete_size_max as u64
-                {
-                    // §5.1: an updater runs the pending SMO first.
-                    self.maintain(&path, key, need, &guard)?;
-                    continue 'op;
-                }
                 let search = self.search_leaf(leaf, s, key, SKIP_NONE, &guard);
                 recheck |= search.in_progress;
                 match (mode, search.found) {
@@ -245,6 +236,17 @@ impl<P: Persist> BzTree<P> {
                         }
                     }
                     _ => {}
+                }
+                let reserved_s = s.reserved(rec);
+                if reserved_s.is_none()
+                    || !self.has_room(leaf, s, need)
+                    || s.delete_size() > self.config.delete_size_max as u64
+                {
+                    // §5.1: an updater runs the pending SMO first. A new version of an
+                    // existing key does not grow the live records: consolidate, not split.
+                    let growth = if search.found.is_some() { 0 } else { need };
+                    self.maintain(&path, key, need, growth, &guard)?;
+                    continue 'op;
                 }
                 // Reserve (2 words).
                 let Some(new_s) = reserved_s else {
@@ -296,7 +298,9 @@ impl<P: Persist> BzTree<P> {
                     &guard,
                 )? {
                     Completion::Done(result) => {
-                        if b.is_some() {
+                        if result && b.is_some() {
+                            // Visible now: the tree owns the block. An abandoned record's
+                            // block stays ours and `put` frees it.
                             *block = None;
                         }
                         return Ok(result);
@@ -482,7 +486,7 @@ impl<P: Persist> BzTree<P> {
                     continue 'op;
                 }
                 if s.delete_size() > self.config.delete_size_max as u64 {
-                    let _ = self.maintain(&path, key, 0, &guard);
+                    let _ = self.maintain(&path, key, 0, 0, &guard);
                     continue 'op;
                 }
                 let Some(f) = self.search_leaf(leaf, s, key, SKIP_NONE, &guard).found else {

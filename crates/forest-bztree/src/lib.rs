@@ -88,7 +88,14 @@ pub struct BzTreeConfig {
     pub inline_value_max: usize,
     /// Bytes of the node heap (virtual: an anonymous mapping costs only what is touched).
     pub heap_bytes: usize,
+    /// PMwCAS descriptors in the pool (a multiple of 64, its partitions). A thread stalled
+    /// while pinned holds back every descriptor retired meanwhile, so the pool must outlast a
+    /// time slice of the other threads (§2.3 "pooled and eventually reused").
+    pub descriptor_count: usize,
 }
+
+/// Partitions of the descriptor pool (forest-pmwcas's default).
+const DESCRIPTOR_PARTITIONS: usize = 64;
 
 /// Smallest node size accepted.
 pub const NODE_SIZE_MIN: usize = 256;
@@ -106,6 +113,7 @@ impl BzTreeConfig {
             delete_size_max: node_size / 4,
             inline_value_max: node_size / 4,
             heap_bytes: 8 << 30,
+            descriptor_count: 32 * 1024,
         }
     }
 
@@ -136,6 +144,16 @@ impl BzTreeConfig {
             return bad(format!(
                 "inline_value_max {} is more than half of node_size {}",
                 self.inline_value_max, self.node_size
+            ));
+        }
+        if self.descriptor_count == 0
+            || !self.descriptor_count.is_multiple_of(DESCRIPTOR_PARTITIONS)
+            || self.descriptor_count > forest_pmwcas::word::DESCRIPTORS_MAX
+        {
+            return bad(format!(
+                "descriptor_count {} is not a multiple of {DESCRIPTOR_PARTITIONS} in 64..={}",
+                self.descriptor_count,
+                forest_pmwcas::word::DESCRIPTORS_MAX
             ));
         }
         if self.heap_bytes < 1 << 20 {
@@ -269,6 +287,8 @@ impl<P: Persist> BzTree<P> {
         config.check()?;
         let mut pool_config = PoolConfig {
             user_words: config.heap_bytes / 8,
+            partition_count: DESCRIPTOR_PARTITIONS,
+            descriptors_per_partition: config.descriptor_count / DESCRIPTOR_PARTITIONS,
             ..PoolConfig::default()
         };
         let region = Region::heap(pool_config.region_bytes().map_err(pool_error)?);

@@ -195,6 +195,46 @@ fn paused_merge_is_raced_by_helpers() {
     disarm();
 }
 
+/// Scenario 5: an update of a large value (record pointer) stops after reserving its new
+/// version; the key is deleted meanwhile; the update then finds no version to replace,
+/// abandons its record and reports false, and its value block goes back to the heap (it was
+/// leaked before: the abandoned record's block was taken for the tree's).
+fn abandoned_update_frees_its_value_block() {
+    let tree = Arc::new(
+        BzTree::with_config(BzTreeConfig {
+            inline_value_max: 16,
+            ..BzTreeConfig::with_node_size(256)
+        })
+        .unwrap(),
+    );
+    let big = vec![5u8; 1 << 20];
+    // An inline version, so the update appends a record-pointer version (no in-place swap).
+    tree.insert(b"k", b"small").unwrap();
+    let gate = arm("insert:reserved");
+    let pauser = {
+        let tree = Arc::clone(&tree);
+        let big = big.clone();
+        spawn_pauser(move || tree.update(b"k", &big).unwrap())
+    };
+    gate.wait_paused();
+    let with_block = tree.stats().memory_bytes;
+    assert!(tree.remove(b"k"));
+    gate.release();
+    assert!(
+        !pauser.join().unwrap(),
+        "the key was deleted before the update completed"
+    );
+    let mut out = Vec::new();
+    assert!(!tree.get(b"k", &mut out));
+    // The abandoned update's 2 MiB chunk comes back at once (no other thread saw it).
+    let memory = tree.stats().memory_bytes;
+    assert!(
+        memory + (2 << 20) <= with_block,
+        "value block leaked: {memory} bytes in use, {with_block} with the block"
+    );
+    disarm();
+}
+
 #[test]
 fn smo_and_reservation_pause_points() {
     let _turn = take_turn();
@@ -202,4 +242,5 @@ fn smo_and_reservation_pause_points() {
     paused_split_is_raced_by_helpers();
     paused_consolidation_is_raced_by_helpers();
     paused_merge_is_raced_by_helpers();
+    abandoned_update_frees_its_value_block();
 }

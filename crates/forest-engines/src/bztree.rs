@@ -22,6 +22,12 @@ const PARAMS: &[Param] = &[
         default: "8192",
         meaning: "node heap in MiB: the pool region's user area (§3.1), virtual until touched",
     },
+    Param {
+        key: "descriptors",
+        values: "N",
+        default: "32768",
+        meaning: "PMwCAS descriptors in the pool (§2.3), a multiple of 64",
+    },
 ];
 
 pub(crate) const ENTRY: EngineEntry = EngineEntry {
@@ -36,15 +42,18 @@ pub(crate) const ENTRY: EngineEntry = EngineEntry {
 fn config(spec: &EngineSpec) -> Result<BzTreeConfig> {
     let mut node = 1024usize;
     let mut heap_mib = 8192usize;
+    let mut descriptors = 32768usize;
     for (k, v) in &spec.params {
         match k.as_str() {
             "node" => node = number(NAME, k, v)?,
             "heap_mib" => heap_mib = number(NAME, k, v)?,
+            "descriptors" => descriptors = number(NAME, k, v)?,
             _ => return Err(unknown_param(NAME, k, PARAMS)),
         }
     }
     let config = BzTreeConfig {
         heap_bytes: heap_mib.saturating_mul(1 << 20),
+        descriptor_count: descriptors,
         ..BzTreeConfig::with_node_size(node)
     };
     config.check()?;
@@ -56,6 +65,7 @@ fn resolve(spec: &EngineSpec) -> Result<Resolved> {
     Ok(vec![
         ("node", config.node_size.to_string()),
         ("heap_mib", (config.heap_bytes >> 20).to_string()),
+        ("descriptors", config.descriptor_count.to_string()),
     ])
 }
 
