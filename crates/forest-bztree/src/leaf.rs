@@ -185,7 +185,11 @@ impl<P: Persist> BzTree<P> {
         let rec = record_block_bytes(total);
         let need = METADATA_BYTES + rec;
         let mut frozen_seen = 0;
+        let mut first = true;
         'op: loop {
+            if !std::mem::take(&mut first) {
+                self.counters.restarts.incr();
+            }
             let guard = self.pool.pin();
             let path = self.descend(key, false, &guard);
             let leaf = path.leaf;
@@ -469,7 +473,11 @@ impl<P: Persist> BzTree<P> {
     /// Delete (§4.2.2): 2 words, the entry invisible and the status's delete size.
     pub(crate) fn delete(&self, key: &[u8]) -> bool {
         let mut frozen_seen = 0;
+        let mut first = true;
         'op: loop {
+            if !std::mem::take(&mut first) {
+                self.counters.restarts.incr();
+            }
             let guard = self.pool.pin();
             let path = self.descend(key, false, &guard);
             let leaf = path.leaf;
