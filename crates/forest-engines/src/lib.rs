@@ -11,6 +11,7 @@
 //! into its config and builds it; one [`EngineEntry`] in [`ENGINES`]. Nothing else names it.
 
 mod bwtree;
+mod bztree;
 mod lockbtree;
 mod masstree;
 mod registry;

@@ -3,7 +3,7 @@
 use forest_core::{Error, Index, Result};
 
 use crate::spec::EngineSpec;
-use crate::{bwtree, lockbtree, masstree};
+use crate::{bwtree, bztree, lockbtree, masstree};
 
 /// One parameter of an engine, for `forest engines` and `--help`.
 #[derive(Debug)]
@@ -71,7 +71,12 @@ impl std::fmt::Debug for EngineEntry {
 }
 
 /// Every forest engine. Adding one is one entry here (see the crate doc).
-pub static ENGINES: &[EngineEntry] = &[lockbtree::ENTRY, bwtree::ENTRY, masstree::ENTRY];
+pub static ENGINES: &[EngineEntry] = &[
+    lockbtree::ENTRY,
+    bwtree::ENTRY,
+    masstree::ENTRY,
+    bztree::ENTRY,
+];
 
 /// The engine of a new store when none is named: the fastest on YCSB-B and YCSB-C
 /// (docs/BENCHMARKS.md "The default engine").

@@ -1,0 +1,63 @@
+//! Descent and internal nodes (BzTree §4.4, §4.3 "path stack"): a descent binary-searches the
+//! immutable internal nodes, reads each child pointer with the helping read, and records the
+//! path so that an SMO finds the parent and grandparent it must replace or swap into.
+
+use forest_pmwcas::{Guard, Persist};
+
+use crate::{BzTree, Path, PATH_MAX};
+
+impl<P: Persist> BzTree<P> {
+    /// The path to the leaf whose range holds `key` (or with `after`, the first leaf holding
+    /// keys above `key`, §4.2.6).
+    pub(crate) fn descend(&self, key: &[u8], after: bool, guard: &Guard) -> Path {
+        let mut path = Path {
+            nodes: [(0, 0); PATH_MAX],
+            len: 0,
+            leaf: 0,
+        };
+        let mut node = self.root(guard);
+        while self.level(node) > 0 {
+            let slot = self.child_slot(node, key, after);
+            assert!(
+                path.len < PATH_MAX,
+                "bztree: tree deeper than {PATH_MAX} levels"
+            );
+            path.nodes[path.len] = (node, slot);
+            path.len += 1;
+            node = self.child(node, slot, guard);
+        }
+        path.leaf = node;
+        path
+    }
+
+    /// Re-traverses by `key` to `target` (§4.3: "re-traverse the index to find the valid
+    /// parent"): the path whose last element is `target`'s parent (or an empty path if it is
+    /// the root), or `None` if `target` is no longer in the tree.
+    pub(crate) fn path_to(&self, target: u64, key: &[u8], guard: &Guard) -> Option<Path> {
+        let target_level = self.level(target);
+        let mut path = Path {
+            nodes: [(0, 0); PATH_MAX],
+            len: 0,
+            leaf: 0,
+        };
+        let mut node = self.root(guard);
+        loop {
+            if node == target {
+                path.leaf = node;
+                return Some(path);
+            }
+            let level = self.level(node);
+            if level <= target_level {
+                return None;
+            }
+            let slot = self.child_slot(node, key, false);
+            assert!(
+                path.len < PATH_MAX,
+                "bztree: tree deeper than {PATH_MAX} levels"
+            );
+            path.nodes[path.len] = (node, slot);
+            path.len += 1;
+            node = self.child(node, slot, guard);
+        }
+    }
+}

@@ -1,0 +1,510 @@
+//! forest-bztree: the BzTree, a latch-free B+tree whose every multi-word change is one PMwCAS
+//! (Arulraj, Levandoski, Minhas, Larson, "BzTree: A High-Performance Latch-free Range Index
+//! for Non-Volatile Memory", VLDB 2018), on `forest-pmwcas`. This crate is the volatile mode
+//! (engine `bztree`, §3.1): nodes live in the pool's region (an anonymous mapping), words hold
+//! region offsets as the persistent mode will need, and nothing is flushed.
+//! The reference implementation sfu-dis/bztree was read for orientation; nothing is copied.
+//!
+//! | module | paper | what |
+//! |---|---|---|
+//! | [`status_word`] | Fig. 2c | leaf and internal status words, const-asserted |
+//! | [`metadata`] | Fig. 2b, §4.2.1 | record metadata entries, allocation epochs |
+//! | `node` | §4.1, Fig. 2a | header, metadata array, record block; building nodes |
+//! | `heap` | §3.1, §6.3 | the node heap in the pool's region; the `FREE-ONE` recycler |
+//! | `leaf` | §4.2 | insert (reserve, copy, complete; uniqueness), delete, update, upsert, read |
+//! | `internal` | §4.4, §5.1 | descent with a path stack; in-place child swaps |
+//! | `consolidate` | §4.3, §5.4 | freeze, live records, consolidation, helping a frozen leaf |
+//! | `split` | §5.2, Fig. 3 | leaf split, parent overflow, root split |
+//! | `merge` | §5.3 | leaf merge with a sibling, internal merges, root collapse |
+//! | `scan` | §4.2.6 | range scans by leaf snapshot, both orders |
+//!
+//! PMwCAS sizes (Table 1; `stats()` reports attempts and failures by size): insert 2 + 2
+//! (reserve, complete); delete 2; update by record pointer 3; consolidation 1 (freeze) + 2;
+//! split 1 + 3; merge 2 + 3. Where this crate differs, and why:
+//! - An update or upsert of an existing key with an inline value appends a version and
+//!   completes with 3 words (its metadata visible, the old version's metadata invisible, the
+//!   status with the old size added to the delete size), not 2: with two words the old version
+//!   stays visible and a later 2-word delete would bring it back. So a leaf never holds two
+//!   visible versions of a key, and a read that finds none while the delete size moved
+//!   (a version swap ran under it) reads again.
+//! - A root split installs with 1 word (the root word) and a consolidation of the root leaf
+//!   too; a split whose parent overflows freezes every replaced ancestor in the same PMwCAS
+//!   (§7.2's split "up to the great-grandparent"): 2 + the number of replaced internal nodes.
+//! - A merge whose parent becomes underfull merges the parent with a sibling in the same
+//!   PMwCAS, up the tree; a root left with one child is replaced by that child (collapse).
+//!
+//! Thresholds (`BzTreeConfig`): a leaf is consolidated when a write finds no room or its
+//! delete size passes `delete_size_max`; it splits instead when its live bytes plus the write
+//! would pass `max_size`; a delete that leaves it below `min_size` merges it (§5.1).
+//!
+//! Pause points (feature `pause-points`, forest-core `pause`), no latch held at any:
+//! - `insert:reserved`: a record's space is reserved (2-word PMwCAS done), its bytes not yet
+//!   visible. Other inserts of the same key wait for it (bounded), then freeze the leaf.
+//! - `consolidate:prepared`: the leaf is frozen and N′ built; not installed.
+//! - `split:prepared`: N frozen, N′, O and P′ built; the 3-word install not yet run.
+//! - `merge:prepared`: L and N frozen, L′ and P′ built; not installed.
+//!   Threads meeting a frozen leaf run their own consolidation or split and race to install
+//!   (§4.3, §5.4); the paused thread's install then fails and it retries.
+//!
+//! The persistent mode (`bztree-pm`, §6) is not here; see `BzTree` for what it will add.
+//!
+//! `unsafe` lives in `heap` only.
+
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
+mod consolidate;
+mod heap;
+mod internal;
+mod leaf;
+mod merge;
+pub mod metadata;
+mod node;
+mod scan;
+mod split;
+pub mod status_word;
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use forest_core::stats::names;
+use forest_core::{Counter, Error, Index, IndexStats, Order, Result, Visitor};
+use forest_pmwcas::{Guard, NoPersist, Persist, Policy, Pool, PoolConfig, Region, ENTRIES_MAX};
+
+use crate::heap::{HeapRecycler, NodeHeap};
+
+/// Configuration of a BzTree (§5.1, §7.1, §7.7).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BzTreeConfig {
+    /// Bytes of a node (§7.1: 1 KB). Nodes holding records larger than this are larger.
+    pub node_size: usize,
+    /// Live bytes (header, metadata, records) above which a consolidation splits (§5.1).
+    pub max_size: usize,
+    /// Live bytes below which a delete merges the leaf with a sibling (§5.1).
+    pub min_size: usize,
+    /// Delete size above which a write consolidates the leaf first (§4.3).
+    pub delete_size_max: usize,
+    /// Longest value stored inline; longer ones go to a value block behind a record pointer
+    /// (§4.2.3).
+    pub inline_value_max: usize,
+    /// Bytes of the node heap (virtual: an anonymous mapping costs only what is touched).
+    pub heap_bytes: usize,
+    /// PMwCAS descriptors in the pool (a multiple of 64, its partitions). A thread stalled
+    /// while pinned holds back every descriptor retired meanwhile, so the pool must outlast a
+    /// time slice of the other threads (§2.3 "pooled and eventually reused").
+    pub descriptor_count: usize,
+}
+
+/// Partitions of the descriptor pool (forest-pmwcas's default).
+const DESCRIPTOR_PARTITIONS: usize = 64;
+
+/// Smallest node size accepted.
+pub const NODE_SIZE_MIN: usize = 256;
+/// Largest node size accepted (the offset field's reach).
+pub const NODE_SIZE_MAX: usize = 1 << 20;
+
+impl BzTreeConfig {
+    /// The thresholds derived from `node_size`: split above 3/4, merge below 1/4, consolidate
+    /// when a quarter is deleted, values inline up to a quarter.
+    pub fn with_node_size(node_size: usize) -> Self {
+        Self {
+            node_size,
+            max_size: node_size / 4 * 3,
+            min_size: node_size / 4,
+            delete_size_max: node_size / 4,
+            inline_value_max: node_size / 4,
+            heap_bytes: 8 << 30,
+            descriptor_count: 32 * 1024,
+        }
+    }
+
+    /// Checks the values against each other.
+    pub fn check(&self) -> Result<()> {
+        let bad = |what: String| Err(Error::Config(format!("bztree: {what}")));
+        if !(NODE_SIZE_MIN..=NODE_SIZE_MAX).contains(&self.node_size)
+            || !self.node_size.is_multiple_of(8)
+        {
+            return bad(format!(
+                "node_size {} is not a multiple of 8 in {NODE_SIZE_MIN}..={NODE_SIZE_MAX}",
+                self.node_size
+            ));
+        }
+        if self.max_size > self.node_size || self.max_size < self.node_size / 2 {
+            return bad(format!(
+                "max_size {} is not in node_size/2..=node_size ({})",
+                self.max_size, self.node_size
+            ));
+        }
+        if self.min_size * 2 > self.max_size {
+            return bad(format!(
+                "min_size {} is more than half of max_size {} (merges would split again)",
+                self.min_size, self.max_size
+            ));
+        }
+        if self.inline_value_max > self.node_size / 2 {
+            return bad(format!(
+                "inline_value_max {} is more than half of node_size {}",
+                self.inline_value_max, self.node_size
+            ));
+        }
+        if self.descriptor_count == 0
+            || !self.descriptor_count.is_multiple_of(DESCRIPTOR_PARTITIONS)
+            || self.descriptor_count > forest_pmwcas::word::DESCRIPTORS_MAX
+        {
+            return bad(format!(
+                "descriptor_count {} is not a multiple of {DESCRIPTOR_PARTITIONS} in 64..={}",
+                self.descriptor_count,
+                forest_pmwcas::word::DESCRIPTORS_MAX
+            ));
+        }
+        if self.heap_bytes < 1 << 20 {
+            return bad(format!("heap_bytes {} is below 1 MiB", self.heap_bytes));
+        }
+        Ok(())
+    }
+}
+
+impl Default for BzTreeConfig {
+    fn default() -> Self {
+        Self::with_node_size(1024)
+    }
+}
+
+/// Event counters (issue 16 `stats()`), beside the pool's PMwCAS counters.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub consolidations: Counter,
+    pub splits: Counter,
+    pub merges: Counter,
+    pub smo_failures: Counter,
+    pub frozen_retries: Counter,
+    pub restarts: Counter,
+    pub recheck_waits: Counter,
+    pub recheck_timeouts: Counter,
+    pub read_retries: Counter,
+}
+
+/// Most levels a descent records.
+pub(crate) const PATH_MAX: usize = 32;
+
+/// Internal nodes met by a descent, root first, with the child slot taken in each.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Path {
+    pub nodes: [(u64, u64); PATH_MAX],
+    pub len: usize,
+    pub leaf: u64,
+}
+
+impl Path {
+    pub fn parent(&self) -> Option<(u64, u64)> {
+        self.len.checked_sub(1).map(|i| self.nodes[i])
+    }
+}
+
+/// One word of a PMwCAS the tree issues.
+pub(crate) struct Target {
+    pub off: u64,
+    pub old: u64,
+    pub new: u64,
+    /// `FREE-ONE`: the old value is memory freed on success, the new one on failure.
+    pub free_one: bool,
+}
+
+impl Target {
+    pub fn new(off: u64, old: u64, new: u64) -> Self {
+        Self {
+            off,
+            old,
+            new,
+            free_one: false,
+        }
+    }
+}
+
+/// How a PMwCAS ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Succeeded,
+    Failed,
+    /// No descriptor within the bounded wait: unpin and retry the operation.
+    PoolExhausted,
+}
+
+/// The BzTree over a PMwCAS pool with persister `P` (volatile: [`NoPersist`]).
+///
+/// The persistent mode (§6, engine `bztree-pm`) will add, on the same code: the pool and heap
+/// in a mapped file whose header holds the root word (already a pool client word) and the
+/// global index epoch (already the allocation epoch of reservations, fixed here); an
+/// allocate → activate → free allocator whose activation goes through descriptor slots
+/// (`reserve_memory`/`set_new`) for every node an SMO allocates, where this mode frees the
+/// unseen nodes of a failed SMO at once; per-thread lists of unactivated chunks; flushes of
+/// record bytes and new nodes before the PMwCAS that publishes them (`persist_bytes` is
+/// already called there); and recovery that bumps the epoch so dangling reservations are
+/// skipped and dropped at the next consolidation.
+pub struct BzTree<P: Persist = NoPersist> {
+    pub(crate) pool: Pool<P>,
+    pub(crate) heap: Arc<NodeHeap>,
+    pub(crate) root_off: u64,
+    pub(crate) config: BzTreeConfig,
+    /// The global index epoch (§3.1): fixed in volatile mode.
+    pub(crate) index_epoch: u64,
+    pub(crate) counters: Counters,
+}
+
+impl<P: Persist> std::fmt::Debug for BzTree<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BzTree")
+            .field("config", &self.config)
+            .field("heap", &self.heap)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BzTree<NoPersist> {
+    /// An empty volatile tree with the default configuration.
+    pub fn new() -> Self {
+        Self::with_config(BzTreeConfig::default()).expect("the default configuration is valid")
+    }
+
+    /// An empty volatile tree.
+    pub fn with_config(config: BzTreeConfig) -> Result<Self> {
+        Self::create(config, NoPersist)
+    }
+}
+
+impl Default for BzTree<NoPersist> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn pool_error(e: forest_pmwcas::Error) -> Error {
+    Error::Config(format!("bztree: PMwCAS pool: {e}"))
+}
+
+impl<P: Persist> BzTree<P> {
+    /// An empty tree whose pool and heap live in a new anonymous region.
+    pub fn create(config: BzTreeConfig, persist: P) -> Result<Self> {
+        config.check()?;
+        let mut pool_config = PoolConfig {
+            user_words: config.heap_bytes / 8,
+            partition_count: DESCRIPTOR_PARTITIONS,
+            descriptors_per_partition: config.descriptor_count / DESCRIPTOR_PARTITIONS,
+            ..PoolConfig::default()
+        };
+        let region = Region::heap(pool_config.region_bytes().map_err(pool_error)?);
+        let base = region.base_ptr();
+        let slot = Arc::new(std::sync::OnceLock::new());
+        pool_config.recyclers = vec![Arc::new(HeapRecycler(Arc::clone(&slot)))];
+        let pool = Pool::create(region, persist, pool_config).map_err(pool_error)?;
+        let area = pool.user_area();
+        // SAFETY: the region outlives the heap: the tree owns the pool, which owns the region
+        // and runs no release once dropped (heap.rs module doc).
+        let heap = Arc::new(unsafe { NodeHeap::new(base, area.start.div_ceil(64) * 64, area.end) });
+        let _ = slot.set(Arc::clone(&heap));
+        let root_off = pool.client_header().start;
+        let tree = Self {
+            pool,
+            heap,
+            root_off,
+            config,
+            index_epoch: 1,
+            counters: Counters::default(),
+        };
+        let leaf = tree
+            .build_leaf(&[], 0)
+            .ok_or_else(|| Error::Config("bztree: node heap too small for a leaf".into()))?;
+        tree.heap.word(root_off).init(leaf);
+        tree.persist_bytes(root_off, 8);
+        Ok(tree)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &BzTreeConfig {
+        &self.config
+    }
+
+    pub(crate) fn root(&self, guard: &Guard) -> u64 {
+        self.pool.read(self.heap.word(self.root_off), guard)
+    }
+
+    pub(crate) fn heap_full(&self) -> Error {
+        Error::Config(format!(
+            "bztree: node heap of {} bytes is full (raise heap_bytes)",
+            self.heap.capacity()
+        ))
+    }
+
+    /// Runs one PMwCAS over `targets`, with `retire` (nodes or value blocks) freed after the
+    /// epoch if it succeeds (`FREE-ONE` memory entries, §6.3).
+    pub(crate) fn pmwcas(&self, guard: &Guard, targets: &[Target], retire: &[u64]) -> Outcome {
+        let mut d = match self.pool.allocate_descriptor(guard) {
+            Ok(d) => d,
+            Err(forest_pmwcas::Error::PoolExhausted { .. }) => return Outcome::PoolExhausted,
+            Err(e) => panic!("bztree: allocating a descriptor: {e}"),
+        };
+        for t in targets {
+            let word = self.heap.word(t.off);
+            let added = if t.free_one {
+                d.reserve_entry(word, t.old, Policy::FreeOne)
+                    .and_then(|slot| d.set_new(slot, t.new))
+            } else {
+                d.add_word(word, t.old, t.new)
+            };
+            if let Err(e) = added {
+                panic!("bztree: building a PMwCAS of {} words: {e}", targets.len());
+            }
+        }
+        for &m in retire {
+            if let Err(e) = d.add_memory(m, 0) {
+                panic!("bztree: retiring memory in a PMwCAS: {e}");
+            }
+        }
+        match d.execute() {
+            Ok(true) => Outcome::Succeeded,
+            Ok(false) => Outcome::Failed,
+            Err(e) => panic!("bztree: PMwCAS: {e}"),
+        }
+    }
+
+    /// Most entries (targets and memory) one PMwCAS may hold.
+    pub(crate) const ENTRIES: usize = ENTRIES_MAX;
+
+    /// Walks the tree for height and node counts (stats; quiescent use).
+    fn shape(&self) -> (u32, u64, u64, u64) {
+        let guard = self.pool.pin();
+        let root = self.root(&guard);
+        let height = self.level(root) as u32 + 1;
+        let (mut inner, mut leaves, mut keys) = (0, 0, 0);
+        let mut stack = vec![root];
+        while let Some(node) = stack.pop() {
+            if self.level(node) == 0 {
+                leaves += 1;
+                let s = self.status(node, &guard);
+                keys += (0..s.record_count())
+                    .filter(|&i| self.leaf_meta(node, i, &guard).is_visible())
+                    .count() as u64;
+            } else {
+                inner += 1;
+                for i in 0..self.sorted_count(node) {
+                    stack.push(self.child(node, i, &guard));
+                }
+            }
+        }
+        (height, inner, leaves, keys)
+    }
+}
+
+/// Counter names of PMwCAS attempts and failures by size (1..=ENTRIES_MAX).
+const ATTEMPT_NAMES: [&str; 15] = [
+    "pmwcas_0w",
+    "pmwcas_1w",
+    "pmwcas_2w",
+    "pmwcas_3w",
+    "pmwcas_4w",
+    "pmwcas_5w",
+    "pmwcas_6w",
+    "pmwcas_7w",
+    "pmwcas_8w",
+    "pmwcas_9w",
+    "pmwcas_10w",
+    "pmwcas_11w",
+    "pmwcas_12w",
+    "pmwcas_13w",
+    "pmwcas_14w",
+];
+const FAILURE_NAMES: [&str; 15] = [
+    "pmwcas_0w_failed",
+    "pmwcas_1w_failed",
+    "pmwcas_2w_failed",
+    "pmwcas_3w_failed",
+    "pmwcas_4w_failed",
+    "pmwcas_5w_failed",
+    "pmwcas_6w_failed",
+    "pmwcas_7w_failed",
+    "pmwcas_8w_failed",
+    "pmwcas_9w_failed",
+    "pmwcas_10w_failed",
+    "pmwcas_11w_failed",
+    "pmwcas_12w_failed",
+    "pmwcas_13w_failed",
+    "pmwcas_14w_failed",
+];
+const _: () = assert!(ATTEMPT_NAMES.len() == ENTRIES_MAX + 1);
+
+impl<P: Persist> Index for BzTree<P> {
+    fn name(&self) -> &'static str {
+        "bztree"
+    }
+
+    fn get(&self, key: &[u8], out: &mut Vec<u8>) -> bool {
+        self.read(key, out)
+    }
+
+    fn insert(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        forest_core::check_entry(key, value)?;
+        self.put(key, value, leaf::PutMode::Insert)
+    }
+
+    fn upsert(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        forest_core::check_entry(key, value)?;
+        self.put(key, value, leaf::PutMode::Upsert).map(|_| ())
+    }
+
+    fn update(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        forest_core::check_entry(key, value)?;
+        self.put(key, value, leaf::PutMode::Update)
+    }
+
+    fn remove(&self, key: &[u8]) -> bool {
+        if forest_core::check_key(key).is_err() {
+            return false;
+        }
+        self.delete(key)
+    }
+
+    fn scan(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        visit: &mut Visitor<'_>,
+    ) {
+        self.range_scan(lower, upper, order, visit);
+    }
+
+    fn stats(&self) -> IndexStats {
+        let (height, inner, leaves, keys) = self.shape();
+        let p = self.pool.stats();
+        let c = &self.counters;
+        let mut counters = vec![
+            (names::CONSOLIDATIONS, c.consolidations.get()),
+            (names::SPLITS, c.splits.get()),
+            (names::MERGES, c.merges.get()),
+            (names::RESTARTS, c.restarts.get()),
+            ("smo_failures", c.smo_failures.get()),
+            ("frozen_retries", c.frozen_retries.get()),
+            ("recheck_waits", c.recheck_waits.get()),
+            ("recheck_timeouts", c.recheck_timeouts.get()),
+            ("read_retries", c.read_retries.get()),
+            (names::CAS_ATTEMPTS, p.attempts()),
+            (names::CAS_FAILURES, p.failures()),
+            ("pmwcas_helps", p.helps),
+            ("pmwcas_dirty_flushes", p.dirty_flushes),
+            ("pmwcas_pool_waits", p.pool_waits),
+        ];
+        for size in 1..=ENTRIES_MAX {
+            if p.attempts_by_size[size] > 0 {
+                counters.push((ATTEMPT_NAMES[size], p.attempts_by_size[size]));
+                counters.push((FAILURE_NAMES[size], p.failures_by_size[size]));
+            }
+        }
+        IndexStats {
+            key_count: keys,
+            memory_bytes: self.heap.bytes_in_use(),
+            height,
+            inner_node_count: inner,
+            leaf_node_count: leaves,
+            counters,
+        }
+    }
+}

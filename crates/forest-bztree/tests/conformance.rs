@@ -1,0 +1,21 @@
+//! The shared conformance kit (forest-core `testkit`) on the default 1 KB nodes and on 256 B
+//! nodes, where splits, merges, internal-node overflow and root changes happen within the first
+//! few dozen keys, and on 256 B nodes with every value behind a record pointer.
+
+use forest_bztree::{BzTree, BzTreeConfig};
+
+fn small_nodes() -> BzTree {
+    BzTree::with_config(BzTreeConfig::with_node_size(256)).expect("valid config")
+}
+
+fn record_pointers() -> BzTree {
+    BzTree::with_config(BzTreeConfig {
+        inline_value_max: 0,
+        ..BzTreeConfig::with_node_size(256)
+    })
+    .expect("valid config")
+}
+
+forest_core::conformance_tests!(default_nodes, || BzTree::new());
+forest_core::conformance_tests!(small_nodes_256, || super::small_nodes());
+forest_core::conformance_tests!(record_pointer_values, || super::record_pointers());
