@@ -3,63 +3,15 @@
 //! and pipelines of pages whose replies reuse the connection's pooled buffers (each page's
 //! bytes must be its own, whatever the buffers held before).
 
+mod common;
+
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::Duration;
+use std::net::TcpStream;
 
+use common::Running;
 use forest_server::frame::{parse, Frame, Limits};
-use forest_server::shutdown::Shutdown;
-use forest_server::{Config, IoModel, Server};
-use forest_store::Durability;
+use forest_server::IoModel;
 
-struct Running {
-    addr: SocketAddr,
-    shutdown: Arc<Shutdown>,
-    thread: Option<JoinHandle<forest_core::Result<()>>>,
-}
-
-impl Running {
-    fn start(dir: &std::path::Path, io: IoModel) -> Running {
-        let config = Config {
-            dir: dir.to_path_buf(),
-            port: 0,
-            io,
-            threads: 2,
-            durability: Durability::Periodic { interval_ms: 1000 },
-            ..Config::default()
-        };
-        let server = Server::open(config).expect("open");
-        let addr = server.local_addr().expect("bound");
-        let shutdown = server.shutdown_handle();
-        let thread = std::thread::spawn(move || server.run());
-        Running {
-            addr,
-            shutdown,
-            thread: Some(thread),
-        }
-    }
-
-    fn connect(&self) -> TcpStream {
-        let stream = TcpStream::connect(self.addr).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(20)))
-            .expect("timeout");
-        stream
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(thread) = self.thread.take() {
-            self.shutdown.request(false);
-            let _ = thread.join();
-        }
-    }
-}
-
-/// Reads until `want` bytes arrived; returns them.
 fn read_exact_len(stream: &mut TcpStream, want: usize) -> Vec<u8> {
     let mut out = vec![0u8; want];
     stream.read_exact(&mut out).expect("the whole reply");
@@ -83,13 +35,7 @@ fn read_frame(stream: &mut TcpStream) -> Frame {
 
 /// A command as a RESP array of bulk strings.
 fn command(args: &[&[u8]]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
-    out
+    common::encode(args)
 }
 
 /// A flat array of bulk strings, as RESP bytes (the same in RESP2 and RESP3).
@@ -105,7 +51,7 @@ fn keysonly_with_rev_and_limit_in_resp2_and_resp3() {
     for io in [IoModel::Threads, IoModel::Tokio] {
         let dir = tempfile::tempdir().expect("tempdir");
         let server = Running::start(dir.path(), io);
-        let mut c = server.connect();
+        let mut c = server.stream();
         c.write_all(b"MSET a 1 b 22 c 333 d 4\r\n").expect("write");
         assert_eq!(read_exact_len(&mut c, 5), b"+OK\r\n");
         let queries: [&[&[u8]]; 5] = [
@@ -159,7 +105,7 @@ fn keysonly_with_rev_and_limit_in_resp2_and_resp3() {
 fn pipelined_pages_reusing_buffers_hold_their_own_bytes() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = Running::start(dir.path(), IoModel::Threads);
-    let mut c = server.connect();
+    let mut c = server.stream();
     let keys: Vec<(Vec<u8>, Vec<u8>)> = (0..300u32)
         .map(|i| {
             let key = format!("k{i:04}").into_bytes();

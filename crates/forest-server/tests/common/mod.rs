@@ -48,6 +48,15 @@ impl Running {
     pub fn client(&self) -> Client {
         Client::connect(self.addr)
     }
+
+    /// A bare connection with [`READ_TIMEOUT`], for tests that read raw bytes.
+    pub fn stream(&self) -> TcpStream {
+        let stream = TcpStream::connect(self.addr).expect("connect");
+        stream
+            .set_read_timeout(Some(READ_TIMEOUT))
+            .expect("timeout");
+        stream
+    }
 }
 
 impl Drop for Running {
