@@ -18,6 +18,9 @@
 //! - `has_removed` is set once a slot was freed by a remove; inserts into such a node mark it
 //!   inserting, so a reader holding a stale slot index retries (§4.6.5).
 //! - `prev` is protected by the previous node's lock, `next` by this node's lock.
+//! - Only a listed slot with `keylen == KEYLEN_LAYER` holds a layer link: removing the slot
+//!   or moving it to a split's sibling clears it (crate::node: a link holds null or a live
+//!   node).
 //! - Without the permuter (`MasstreeConfig::permuter == false`, §6.2's "B-tree" before
 //!   "+Permuter") the permutation is always the identity over `size` slots: the key at
 //!   position `i` is in slot `i`, and slots `size..` are free with null blocks. An insert or a
@@ -114,9 +117,9 @@ impl<const W: usize, const F: usize> Border<W, F> {
             keyslice: std::array::from_fn(|_| AtomicU64::new(0)),
             keylen: std::array::from_fn(|_| AtomicU8::new(0)),
             value: std::array::from_fn(|_| BlockSlot::empty(making)),
-            layer: std::array::from_fn(|_| Link::null()),
-            next: Link::null(),
-            prev: Link::null(),
+            layer: std::array::from_fn(|_| Link::null(making)),
+            next: Link::null(making),
+            prev: Link::null(making),
         }
     }
 
@@ -327,6 +330,9 @@ impl<const W: usize, const F: usize> Border<W, F> {
             self.permutation
                 .store(perm.remove(pos).value(), Ordering::Release);
             self.value[s].replace(None, Ordering::Release, guard);
+            // A removed layer's node is retired: its slot must not name it (a layer slot is
+            // removed with the node marked inserting, so a reader of the slot retries).
+            self.layer[s].store(None, Ordering::Release);
             return;
         }
         let n = perm.size();
@@ -384,6 +390,9 @@ impl<const W: usize, const F: usize> Border<W, F> {
             self.layer[from_s].load(Ordering::Relaxed, guard),
             Ordering::Relaxed,
         );
+        // The layer is `to`'s now, which may retire it: this slot must not name it. A reader
+        // of the slot meets the splitting mark and retries.
+        self.layer[from_s].store(None, Ordering::Release);
     }
 }
 

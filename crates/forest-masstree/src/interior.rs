@@ -8,6 +8,8 @@
 //!   a reader that read torn fields fails validation; a torn read never yields a dangling
 //!   pointer since nodes are freed only through the epoch (crate::node), and a null child is
 //!   retried.
+//! - Children past `nkeys` are null (a split and a removal clear them), so no entry names a
+//!   node that another parent owns or that was retired (crate::node).
 //! - `keyslice[i-1]` is the lowkey of the first border node under `child[i]`: splits post the
 //!   new sibling's lowkey, and a removal that shifts out a first child raises the ancestor
 //!   separator to match (§4.6.5, `crate::remove`).
@@ -18,7 +20,7 @@ use crate::node::TreeGuard;
 use forest_core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 use crate::config::NodeSearch;
-use crate::node::{InteriorRef, Link, NodeBase, NodeRef};
+use crate::node::{InteriorRef, Link, Making, NodeBase, NodeRef};
 
 /// The most children an interior node may have (bounds a split's scratch arrays).
 pub const FANOUT_MAX: usize = 32;
@@ -43,14 +45,14 @@ impl<const W: usize, const F: usize> Interior<W, F> {
     const FANOUT_OK: () = assert!(F >= FANOUT_MIN && F <= FANOUT_MAX);
 
     /// An empty interior node with the header `base`; only
-    /// [`crate::node::NodeRegistry::alloc_interior`] makes a header for it.
-    pub fn new(base: NodeBase<W, F>) -> Self {
+    /// [`crate::node::NodeRegistry::alloc_interior`] makes a header and a [`Making`] for it.
+    pub fn new(base: NodeBase<W, F>, making: &Making) -> Self {
         let () = Self::FANOUT_OK;
         Self {
             base,
             nkeys: AtomicU8::new(0),
             keyslice: std::array::from_fn(|_| AtomicU64::new(0)),
-            child: std::array::from_fn(|_| Link::null()),
+            child: std::array::from_fn(|_| Link::null(making)),
         }
     }
 
@@ -209,6 +211,11 @@ impl<const W: usize, const F: usize> Interior<W, F> {
             }
         }
         this.nkeys.store(left_keys as u8, Ordering::Release);
+        // The moved children are `p2`'s, which may remove them: no entry here names them. A
+        // reader that read the old key count meets a null child or the splitting mark.
+        for c in &this.child[left_keys + 1..] {
+            c.store(None, Ordering::Release);
+        }
         up
     }
 }

@@ -59,7 +59,7 @@
 //! through `node`'s `Ref<'g, _>` (a node kept alive by that guard, so by the pin and the tree,
 //! as crossbeam-epoch's `Shared<'g, T>` but dereferenced safely) and `block::BlockSlot`
 //! (made only inside a new border node); their only `unsafe` is `NodeRegistry::retire`, whose
-//! caller proves the node unlinked.
+//! caller proves the node unlinked, and the tree's `Drop` calling `node::Root::free_tree`.
 //!
 //! Choices the paper leaves open, and what is not done yet:
 //! - Empty border nodes, emptied interior nodes, one-child roots and empty layers are removed
@@ -109,7 +109,7 @@ pub use crate::config::{MasstreeConfig, NodeSearch, SuffixStorage};
 use crate::insert::PutMode;
 use crate::interior::Interior;
 use crate::key::{KEYLEN_LAYER, SLICE_BYTES};
-use crate::node::{free_tree, Kind, Link, NodeBase, NodeRef, NodeRegistry, TreeGuard};
+use crate::node::{Kind, NodeRef, NodeRegistry, Root, TreeGuard};
 use crate::nodeversion::ISROOT;
 
 /// Event counters (the paper's retry statistics of §4.6.4).
@@ -136,8 +136,9 @@ pub(crate) struct Counters {
 /// and [`Masstree15x32`] are the other shapes built for §6.2's factor analysis).
 #[derive(Debug)]
 pub struct Masstree<const W: usize = 15, const F: usize = 16> {
-    /// The root of layer 0 (replaced when it splits or collapses; never null).
-    pub(crate) root: Link<NodeBase<W, F>>,
+    /// The root of layer 0 (replaced when it splits or collapses; never null). Loaded only
+    /// through [`Masstree::root`], under this tree's guard.
+    root: Root<W, F>,
     pub(crate) nodes: NodeRegistry,
     pub(crate) counters: Counters,
     /// The factor-analysis knobs (fixed for the tree's life).
@@ -184,14 +185,7 @@ impl<const W: usize, const F: usize> Masstree<W, F> {
     /// An empty tree of this shape with the given knobs: one border node, root of layer 0.
     pub fn with_widths(config: MasstreeConfig) -> Self {
         let nodes = NodeRegistry::new();
-        let root = Link::null();
-        {
-            let guard = TreeGuard::pin(&nodes);
-            root.store(
-                Some(nodes.alloc_border::<W, F>(ISROOT, 0, &guard).node()),
-                Ordering::Relaxed,
-            );
-        }
+        let root = Root::new(&nodes);
         Self {
             root,
             nodes,
@@ -207,12 +201,15 @@ impl<const W: usize, const F: usize> Masstree<W, F> {
         TreeGuard::pin(&self.nodes)
     }
 
-    /// The root of layer 0.
+    /// The root of layer 0. Panics unless `guard` is this tree's (`node` invariants).
     #[inline]
     pub(crate) fn root<'g>(&self, guard: &'g TreeGuard<'_>) -> NodeRef<'g, W, F> {
-        self.root
-            .load(Ordering::Acquire, guard)
-            .expect("a tree always has a root")
+        self.root.load(&self.nodes, guard)
+    }
+
+    /// Replaces layer 0's root `old` by `new` (a split's new root, a collapse's child).
+    pub(crate) fn replace_root(&self, old: NodeRef<'_, W, F>, new: NodeRef<'_, W, F>) -> bool {
+        self.root.replace(old, new)
     }
 
     /// A range scan whose visitor runs under the scan's epoch pin, on each record as the walk
@@ -366,8 +363,9 @@ impl<const W: usize, const F: usize> Index for Masstree<W, F> {
 
 impl<const W: usize, const F: usize> Drop for Masstree<W, F> {
     fn drop(&mut self) {
-        // `&mut self`: no operation runs, so no guard holds a node of this tree.
-        free_tree(&mut self.root);
+        // SAFETY: `&mut self`: no operation runs, and every node reference is bounded by a
+        // guard borrowing this tree, so none is held (`node` invariants).
+        unsafe { self.root.free_tree() };
     }
 }
 
@@ -391,5 +389,155 @@ mod tests {
         assert_eq!(Masstree10x8::PREFETCH_LINES, 4);
         assert_eq!(lines(std::mem::size_of::<Interior<15, 32>>()), 9);
         assert_eq!(Masstree15x32::PREFETCH_LINES, 9);
+    }
+}
+
+/// Review of issue 13, finding F4: a link must hold null or a live node of its tree
+/// (`node` invariants), so links that stop naming a node (a removed layer's slot, slots moved
+/// out by a split, children moved to a new interior sibling) are cleared, not left stale.
+#[cfg(all(test, not(loom)))]
+mod stale_links {
+    use super::*;
+    use crate::node::BorderRef;
+
+    /// The border nodes of layer 0, left to right.
+    fn borders<'g, const W: usize, const F: usize>(
+        tree: &Masstree<W, F>,
+        guard: &'g TreeGuard<'_>,
+    ) -> Vec<BorderRef<'g, W, F>> {
+        let mut n = tree.root(guard);
+        let mut b = loop {
+            match n.kind() {
+                Kind::Border(b) => break b,
+                Kind::Interior(i) => {
+                    n = i.child[0]
+                        .load(Ordering::Acquire, guard)
+                        .expect("a first child")
+                }
+            }
+        };
+        let mut out = vec![b];
+        while let Some(next) = b.next.load(Ordering::Acquire, guard) {
+            out.push(next);
+            b = next;
+        }
+        out
+    }
+
+    /// Slots a node's permutation does not list that still hold a layer link.
+    fn stale_layer_slots<const W: usize, const F: usize>(
+        b: BorderRef<'_, W, F>,
+        guard: &TreeGuard<'_>,
+    ) -> Vec<usize> {
+        let perm = b.permutation();
+        let listed: Vec<usize> = (0..perm.size()).map(|i| perm.get(i)).collect();
+        (0..W)
+            .filter(|s| !listed.contains(s) && b.layer[*s].load(Ordering::Acquire, guard).is_some())
+            .collect()
+    }
+
+    /// Two keys that share their first slice `i`, so that slot becomes a layer (§4.6.3).
+    fn layered(i: u8, tail: u8) -> Vec<u8> {
+        let mut k = vec![i; 8];
+        k.extend_from_slice(&[tail; 4]);
+        k
+    }
+
+    #[test]
+    fn removed_layer_leaves_no_link_in_its_slot() {
+        // Goal: removing the last keys of a layer (§4.6.5) retires the layer's node; the
+        // parent slot, now unlisted, must not keep naming it. Method: make a layer, empty
+        // it, then look at every unlisted slot of layer 0's node.
+        let tree = Masstree::new();
+        tree.upsert(b"plain", b"v").unwrap();
+        for tail in [1, 2] {
+            tree.upsert(&layered(7, tail), b"v").unwrap();
+        }
+        assert_eq!(tree.counters.layers.get(), 1);
+        for tail in [1, 2] {
+            assert!(tree.remove(&layered(7, tail)));
+        }
+        assert_eq!(tree.counters.layer_removals.get(), 1);
+        let guard = tree.pin();
+        for b in borders(&tree, &guard) {
+            assert_eq!(stale_layer_slots(b, &guard), Vec::<usize>::new());
+        }
+    }
+
+    #[test]
+    fn border_split_leaves_no_link_in_moved_slots() {
+        // Goal: a split (§4.6.4) moves layer slots to the new sibling; the slots they left
+        // must not keep naming the layers, which the sibling alone owns now (and may retire).
+        // Method: fill layer 0 with layer slots until it splits, for both slot disciplines.
+        for permuter in [true, false] {
+            let tree = Masstree::with_config(MasstreeConfig {
+                permuter,
+                ..MasstreeConfig::default()
+            });
+            // Descending, so that splits move slots (an ascending run splits at the end).
+            for i in (0..40u8).rev() {
+                for tail in [1, 2] {
+                    tree.upsert(&layered(i, tail), b"v").unwrap();
+                }
+            }
+            assert!(tree.counters.splits.get() > 0);
+            let guard = tree.pin();
+            for b in borders(&tree, &guard) {
+                assert_eq!(
+                    stale_layer_slots(b, &guard),
+                    Vec::<usize>::new(),
+                    "permuter {permuter}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn interior_split_leaves_no_child_past_nkeys() {
+        // Goal: an interior split moves its upper children to the new sibling; the entries
+        // past the node's new key count must be null, not name the moved children. Method:
+        // grow a tree with interior splits and look at every interior node of layer 0.
+        let tree = Masstree10x8::with_widths(MasstreeConfig::default());
+        for i in 0..20_000u64 {
+            tree.upsert(&i.to_be_bytes(), b"v").unwrap();
+        }
+        let guard = tree.pin();
+        let mut stack = vec![tree.root(&guard)];
+        let mut interiors = 0;
+        while let Some(n) = stack.pop() {
+            if let Kind::Interior(i) = n.kind() {
+                interiors += 1;
+                let k = i.nkeys();
+                for c in k + 1..8 {
+                    assert!(
+                        i.child[c].load(Ordering::Acquire, &guard).is_none(),
+                        "child {c} of {k} keys"
+                    );
+                }
+                stack.extend((0..=k).filter_map(|c| i.child[c].load(Ordering::Acquire, &guard)));
+            }
+        }
+        assert!(
+            interiors > 8,
+            "{interiors} interior nodes: some of them split"
+        );
+    }
+}
+
+/// Review of issue 13, finding F1: the root is loaded only under its own tree's guard, so no
+/// node reference of one tree is tied to another tree's pin (and outlives its own tree).
+#[cfg(all(test, not(loom)))]
+mod root_guard {
+    use super::*;
+
+    #[test]
+    #[should_panic(expected = "its own tree's guard")]
+    fn root_under_another_trees_guard_panics() {
+        // Goal: `root` refuses a guard pinned for another tree. Method: load tree a's root
+        // under tree b's guard.
+        let a = Masstree::new();
+        let b = Masstree::new();
+        let guard = b.pin();
+        let _ = a.root(&guard);
     }
 }

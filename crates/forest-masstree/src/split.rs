@@ -172,12 +172,7 @@ fn ascend<'g, const W: usize, const F: usize>(
             n.parent.store(Some(r.node()), Ordering::Release);
             n.version.clear_root();
             // Layer 0's root is the tree's; deeper layers' links are found stale and climbed.
-            tree.root.compare_exchange(
-                Some(n),
-                Some(r.node()),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
+            tree.replace_root(n, r.node());
             forest_core::pause::pause_point("split:parent-updated");
             n.version.unlock();
             n2.version.unlock();
