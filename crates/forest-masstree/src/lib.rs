@@ -45,6 +45,8 @@
 //!   to a slot and has not yet loaded the slot's value; it holds its version snapshot.
 //! - `scan:before-copy` (`scan`): a scan holds a border node and its version snapshot and is
 //!   about to read the node's slots.
+//! - `scan:layer-slot-read` (`scan`): a scan reading a node's slots (the permutation
+//!   loaded) met a layer slot and has not yet loaded its link.
 //! - `scan:copy-failed` (`scan`): that read met a slot mid-change (a layer being installed, a
 //!   block being moved) and the scan is about to try the node again.
 //! - `scan:next-node` (`scan`, ascending): a scan has handled a validated node and holds the

@@ -158,11 +158,15 @@ fn read_node<'g, const W: usize, const F: usize>(
         let slice = n.keyslice[s].load(Ordering::Acquire);
         let keylen = n.keylen[s].load(Ordering::Acquire);
         let item = match keylen {
-            KEYLEN_LAYER => Item::Layer {
-                slice,
-                // A listed layer slot without its link is being rewritten.
-                link: n.layer[s].load(Ordering::Acquire, guard)?,
-            },
+            KEYLEN_LAYER => {
+                forest_core::pause::pause_point("scan:layer-slot-read");
+                Item::Layer {
+                    slice,
+                    // A listed layer slot without its link is being rewritten, or was moved
+                    // or removed since `perm` was read (its link cleared).
+                    link: n.layer[s].load(Ordering::Acquire, guard)?,
+                }
+            }
             0..=8 => match n.value[s].load_ref(Ordering::Acquire, guard) {
                 Some(block) => Item::Record {
                     slice,
