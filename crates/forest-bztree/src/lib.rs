@@ -43,6 +43,8 @@
 //! - `consolidate:prepared`: the leaf is frozen and N′ built; not installed.
 //! - `split:prepared`: N frozen, N′, O and P′ built; the 3-word install not yet run.
 //! - `merge:prepared`: L and N frozen, L′ and P′ built; not installed.
+//! - `consolidate:live-read`: a thread reading a leaf's live records (to consolidate a frozen
+//!   leaf, or to size an unfrozen one for a merge) has read a visible entry.
 //!   Threads meeting a frozen leaf run their own consolidation or split and race to install
 //!   (§4.3, §5.4); the paused thread's install then fails and it retries.
 //!

@@ -13,7 +13,9 @@ use std::ops::{Bound, ControlFlow};
 use std::sync::Arc;
 
 use forest_bztree::{BzTree, BzTreeConfig};
-use forest_core::conformance::pause::{arm, disarm, spawn_pauser, take_turn};
+use forest_core::conformance::pause::{
+    arm, arm_gates, disarm, spawn_named, spawn_pauser, take_turn, PAUSER,
+};
 use forest_core::stats::names;
 use forest_core::{Index, Order};
 
@@ -235,6 +237,56 @@ fn abandoned_update_frees_its_value_block() {
     disarm();
 }
 
+/// Scenario 6 (CI failure of `stress_disjoint_keys`, "one visible version per key"): a
+/// delete sizes its unfrozen leaf for a merge (§5.1) and reads the leaf's entries while an
+/// update of a key it already counted appends the key's new version and hides the old one in
+/// one 3-word PMwCAS. The read sees both versions visible; that is an estimate of an unfrozen
+/// leaf, not a broken leaf, and must not trip the frozen leaf's invariant.
+fn merge_sizing_meets_a_version_swap() {
+    let config = BzTreeConfig {
+        // Every leaf is underfull, so each delete sizes its leaf for a merge; no delete
+        // consolidates on its own.
+        min_size: 1536,
+        delete_size_max: 4096,
+        ..BzTreeConfig::with_node_size(4096)
+    };
+    let tree = Arc::new(BzTree::with_config(config).unwrap());
+    for i in 0..400 {
+        tree.insert(&key(i), b"old-val!").unwrap();
+    }
+    assert!(counter(&tree, names::SPLITS) > 0, "several leaves");
+    // The update of key 1 (the first visible entry of key 0's leaf) reserves its new
+    // version's entry and stops; the delete of key 0 reads the leaf's status (counting that
+    // entry) and stops at the old version; the update completes (old version hidden, new
+    // visible); the delete reads on and meets the new version.
+    let [reserved, read] = arm_gates([
+        ("insert:reserved", "updater"),
+        ("consolidate:live-read", PAUSER),
+    ]);
+    let updater = {
+        let tree = Arc::clone(&tree);
+        spawn_named("updater", move || {
+            tree.upsert(&key(1), b"new-val!").unwrap()
+        })
+    };
+    reserved.wait_paused();
+    let pauser = {
+        let tree = Arc::clone(&tree);
+        spawn_pauser(move || tree.remove(&key(0)))
+    };
+    read.wait_paused();
+    reserved.release();
+    updater.join().expect("the update completes");
+    read.release();
+    disarm();
+    assert!(pauser.join().expect("the sizing read tolerates the swap"));
+    let mut out = Vec::new();
+    assert!(tree.get(&key(1), &mut out));
+    assert_eq!(out, b"new-val!");
+    let keys: Vec<u32> = (1..400).collect();
+    check_exactly(&tree, &keys);
+}
+
 #[test]
 fn smo_and_reservation_pause_points() {
     let _turn = take_turn();
@@ -243,4 +295,5 @@ fn smo_and_reservation_pause_points() {
     paused_consolidation_is_raced_by_helpers();
     paused_merge_is_raced_by_helpers();
     abandoned_update_frees_its_value_block();
+    merge_sizing_meets_a_version_swap();
 }
