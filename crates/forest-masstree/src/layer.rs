@@ -241,7 +241,7 @@ pub fn collapse_root<'g, const W: usize, const F: usize>(
         ri.base.version.clear_root();
         ri.base.version.mark_deleted();
         c.parent.store(None, Ordering::Release);
-        tree.replace_root(r, c);
+        tree.nodes.replace_root(r, c, guard);
         ri.base.version.unlock();
         c.version.unlock();
         tree.counters.collapses.incr();

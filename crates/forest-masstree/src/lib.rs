@@ -61,7 +61,7 @@
 //! through `node`'s `Ref<'g, _>` (a node kept alive by that guard, so by the pin and the tree,
 //! as crossbeam-epoch's `Shared<'g, T>` but dereferenced safely) and `block::BlockSlot`
 //! (made only inside a new border node); their only `unsafe` is `NodeRegistry::retire`, whose
-//! caller proves the node unlinked, and the tree's `Drop` calling `node::Root::free_tree`.
+//! caller proves the node unlinked.
 //!
 //! Choices the paper leaves open, and what is not done yet:
 //! - Empty border nodes, emptied interior nodes, one-child roots and empty layers are removed
@@ -111,7 +111,7 @@ pub use crate::config::{MasstreeConfig, NodeSearch, SuffixStorage};
 use crate::insert::PutMode;
 use crate::interior::Interior;
 use crate::key::{KEYLEN_LAYER, SLICE_BYTES};
-use crate::node::{Kind, NodeRef, NodeRegistry, Root, TreeGuard};
+use crate::node::{Kind, NodeRef, NodeTree, TreeGuard};
 use crate::nodeversion::ISROOT;
 
 /// Event counters (the paper's retry statistics of §4.6.4).
@@ -138,10 +138,9 @@ pub(crate) struct Counters {
 /// and [`Masstree15x32`] are the other shapes built for §6.2's factor analysis).
 #[derive(Debug)]
 pub struct Masstree<const W: usize = 15, const F: usize = 16> {
-    /// The root of layer 0 (replaced when it splits or collapses; never null). Loaded only
-    /// through [`Masstree::root`], under this tree's guard.
-    root: Root<W, F>,
-    pub(crate) nodes: NodeRegistry,
+    /// The nodes: registry and layer-0 root (replaced when it splits or collapses; never
+    /// null), loaded only under this tree's guard. Dropping it frees the tree.
+    pub(crate) nodes: NodeTree<W, F>,
     pub(crate) counters: Counters,
     /// The factor-analysis knobs (fixed for the tree's life).
     pub(crate) config: MasstreeConfig,
@@ -186,11 +185,8 @@ impl<const W: usize, const F: usize> Masstree<W, F> {
 
     /// An empty tree of this shape with the given knobs: one border node, root of layer 0.
     pub fn with_widths(config: MasstreeConfig) -> Self {
-        let nodes = NodeRegistry::new();
-        let root = Root::new(&nodes);
         Self {
-            root,
-            nodes,
+            nodes: NodeTree::new(),
             counters: Counters::default(),
             config,
         }
@@ -200,18 +196,13 @@ impl<const W: usize, const F: usize> Masstree<W, F> {
     /// the guard lives no longer than the guard and the tree (`node` invariants).
     #[inline]
     pub(crate) fn pin(&self) -> TreeGuard<'_> {
-        TreeGuard::pin(&self.nodes)
+        self.nodes.pin()
     }
 
     /// The root of layer 0. Panics unless `guard` is this tree's (`node` invariants).
     #[inline]
     pub(crate) fn root<'g>(&self, guard: &'g TreeGuard<'_>) -> NodeRef<'g, W, F> {
-        self.root.load(&self.nodes, guard)
-    }
-
-    /// Replaces layer 0's root `old` by `new` (a split's new root, a collapse's child).
-    pub(crate) fn replace_root(&self, old: NodeRef<'_, W, F>, new: NodeRef<'_, W, F>) -> bool {
-        self.root.replace(old, new)
+        self.nodes.root(guard)
     }
 
     /// A range scan whose visitor runs under the scan's epoch pin, on each record as the walk
@@ -360,14 +351,6 @@ impl<const W: usize, const F: usize> Index for Masstree<W, F> {
                 ("collapses", self.counters.collapses.get()),
             ],
         }
-    }
-}
-
-impl<const W: usize, const F: usize> Drop for Masstree<W, F> {
-    fn drop(&mut self) {
-        // SAFETY: `&mut self`: no operation runs, and every node reference is bounded by a
-        // guard borrowing this tree, so none is held (`node` invariants).
-        unsafe { self.root.free_tree() };
     }
 }
 

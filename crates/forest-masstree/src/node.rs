@@ -18,11 +18,14 @@
 //!   an `Option<Ref<'g, N>>`; [`Link::store`] takes a `Ref` (or `None`), so a link only ever
 //!   holds null or a node.
 //! - [`NodeRef::kind`] tells a border node from an interior node; [`Ref::node`] goes back.
-//! - [`Root<W, F>`](Root): the tree's layer-0 root, the one link outside a heap node, loaded
-//!   only under the tree's own guard (asserted); [`Link::null`] takes a [`Making`], so no
-//!   other link is made outside a node. A link holds null or a live node of its tree: links
-//!   that stop naming a node (a removed or moved slot, children moved by a split) are
-//!   cleared (crate::border, crate::interior).
+//! - [`NodeTree<W, F>`](NodeTree): a tree's registry and its layer-0 root, the one link
+//!   outside a heap node, private to this module: the root is loaded and replaced only under
+//!   the tree's own guard (asserted), and dropping it frees the tree. [`Link::null`] takes a
+//!   [`Making`], so no other link is made outside a node. A link in a node reachable from
+//!   the root holds null or a node not yet retired: links that stop naming a node (a
+//!   removed or moved slot, children moved by a split) are cleared (crate::border,
+//!   crate::interior); a retired node's links are frozen at its retirement and followed only
+//!   by readers pinned before it.
 //! - [`Making`]: the proof, made only in [`NodeRegistry::alloc_border`], that the value
 //!   slots ([`crate::block::BlockSlot`]) being made belong to a new heap border node.
 //!
@@ -34,8 +37,8 @@
 //!   tree's allocations and loads); a node's kind and shape `(W, F)` are its link's type.
 //! - A node is freed only by [`NodeRegistry::retire`] (through crossbeam-epoch, once it is
 //!   unreachable from the tree and will not be linked again: its caller's duty, the one
-//!   `unsafe` step of the algorithms) or by [`Root::free_tree`] from the tree's `Drop`
-//!   (exclusive access; `unsafe` too). So a node loaded while a guard is pinned stays valid until that guard unpins.
+//!   `unsafe` step of the algorithms) or by the private `free_tree` from [`NodeTree`]'s
+//!   `Drop` (exclusive access). So a node loaded while a guard is pinned stays valid until that guard unpins.
 //! - A `TreeGuard` borrows its tree and a `Ref` never outlives its guard's borrow, so no `Ref`
 //!   outlives the pin, the operation or the tree (the borrow checker's proof). A `Ref` of one
 //!   tree is never stored in another tree's link: every operation pins one guard for one
@@ -146,7 +149,7 @@ impl<'t> TreeGuard<'t> {
 /// Proof that a node is being made by [`NodeRegistry::alloc_border`] or `alloc_interior`:
 /// only this module can make one (private field), so [`Link`]s and
 /// [`crate::block::BlockSlot`]s, which take it, exist only inside heap nodes (crate::block
-/// invariants), besides the tree's [`Root`].
+/// invariants), besides the root in [`NodeTree`].
 pub struct Making(());
 
 /// A node of kind `N` kept alive by a [`TreeGuard`] borrowed for `'g` (module invariants).
@@ -273,7 +276,8 @@ impl<N> fmt::Debug for Link<N> {
 
 impl<N> Link<N> {
     /// A null link, for a node being made (`Making`: no link exists outside a heap node but
-    /// a tree's [`Root`], so every link is reached from a root through loads under one guard).
+    /// a tree's root in [`NodeTree`], so every link is reached from a root by loads under
+    /// that tree's guard).
     pub fn null(_making: &Making) -> Self {
         Self {
             ptr: AtomicPtr::new(std::ptr::null_mut()),
@@ -440,96 +444,138 @@ impl NodeRegistry {
     }
 }
 
-/// The root link of a tree's layer 0: the one link not inside a node. It is loaded only under
-/// its own tree's guard (checked), so every node reference of a tree comes from a load under
-/// that tree's guard, and lives no longer than its borrow of the tree (module invariants).
-pub struct Root<const W: usize, const F: usize> {
-    link: Link<NodeBase<W, F>>,
+/// A tree's nodes: its registry and its layer-0 root link (the one link not inside a heap
+/// node), made together and private to this module, so the root is loaded only under this
+/// tree's own guard (checked), and every node reference of the tree comes from loads under
+/// that guard, living no longer than its borrow of the tree (module invariants). Dropping it
+/// frees the tree.
+pub struct NodeTree<const W: usize, const F: usize> {
+    registry: NodeRegistry,
+    root: Link<NodeBase<W, F>>,
 }
 
-impl<const W: usize, const F: usize> fmt::Debug for Root<W, F> {
+impl<const W: usize, const F: usize> fmt::Debug for NodeTree<W, F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Root({:?})", self.link)
+        write!(f, "NodeTree({:?}, {:?})", self.registry, self.root)
     }
 }
 
-impl<const W: usize, const F: usize> Root<W, F> {
-    /// A new tree's root: one empty border node of `nodes`, root of layer 0.
-    pub fn new(nodes: &NodeRegistry) -> Self {
-        let guard = TreeGuard::pin(nodes);
-        let link = Link::null(&Making(()));
-        link.store(
-            Some(nodes.alloc_border::<W, F>(ISROOT, 0, &guard).node()),
-            Ordering::Relaxed,
-        );
-        Self { link }
+impl<const W: usize, const F: usize> std::ops::Deref for NodeTree<W, F> {
+    type Target = NodeRegistry;
+
+    /// Allocation, retirement and counts, each checking the guard it is given.
+    fn deref(&self) -> &NodeRegistry {
+        &self.registry
+    }
+}
+
+impl<const W: usize, const F: usize> Default for NodeTree<W, F> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const W: usize, const F: usize> NodeTree<W, F> {
+    /// A new tree: one empty border node, root of layer 0.
+    pub fn new() -> Self {
+        let registry = NodeRegistry::new();
+        let root = Link::null(&Making(()));
+        {
+            let guard = TreeGuard::pin(&registry);
+            root.store(
+                Some(registry.alloc_border::<W, F>(ISROOT, 0, &guard).node()),
+                Ordering::Relaxed,
+            );
+        }
+        Self { registry, root }
     }
 
-    /// The root node. Panics unless `guard` was pinned for the tree of `nodes`, this root's
-    /// registry (the caller's: `Masstree::root` passes its own).
+    /// Pins the epoch for one operation on this tree.
     #[inline]
-    pub fn load<'g>(&self, nodes: &NodeRegistry, guard: &'g TreeGuard<'_>) -> NodeRef<'g, W, F> {
+    pub fn pin(&self) -> TreeGuard<'_> {
+        TreeGuard::pin(&self.registry)
+    }
+
+    /// The root of layer 0. Panics unless `guard` is this tree's.
+    #[inline]
+    pub fn root<'g>(&self, guard: &'g TreeGuard<'_>) -> NodeRef<'g, W, F> {
         assert!(
-            guard.is_for(nodes),
+            guard.is_for(&self.registry),
             "a tree's root is loaded under its own tree's guard"
         );
-        self.link
+        self.root
             .load(Ordering::Acquire, guard)
             .expect("a tree always has a root")
     }
 
-    /// Replaces the root `old` by `new` (a split's new root, a collapse's only child);
-    /// returns whether it was still `old`.
-    pub fn replace(&self, old: NodeRef<'_, W, F>, new: NodeRef<'_, W, F>) -> bool {
-        self.link
+    /// Replaces the root `old` by `new` (a split's new root, a collapse's only child), under
+    /// this tree's `guard`; returns whether it was still `old`.
+    pub fn replace_root(
+        &self,
+        old: NodeRef<'_, W, F>,
+        new: NodeRef<'_, W, F>,
+        guard: &TreeGuard<'_>,
+    ) -> bool {
+        assert!(
+            guard.is_for(&self.registry),
+            "a tree's root is replaced under its own tree's guard"
+        );
+        self.root
             .compare_exchange(Some(old), Some(new), Ordering::AcqRel, Ordering::Acquire)
-    }
-
-    /// Frees every node reachable from this root (layer 0): interior children, and the
-    /// layers linked from live border slots. The root is left null.
-    ///
-    /// # Safety
-    /// The tree is being dropped: no operation on it runs and no reference to its nodes or
-    /// blocks is held anywhere (each `Ref` is bounded by a guard borrowing the tree, and a
-    /// link holds only its own tree's nodes: module invariants). Not called again.
-    pub unsafe fn free_tree(&mut self) {
-        // No other thread can reach the tree (above), so the nodes loaded here cannot be
-        // retired or freed meanwhile but by this function: loads need no guard.
-        let guard = Unguarded;
-        let mut stack: Vec<NodeRef<'_, W, F>> = guard.load(&self.link).into_iter().collect();
-        self.link.store(None, Ordering::Relaxed);
-        while let Some(n) = stack.pop() {
-            match n.kind() {
-                Kind::Interior(i) => {
-                    stack.extend(i.child[..=i.nkeys()].iter().filter_map(|c| guard.load(c)));
-                }
-                Kind::Border(b) => {
-                    let perm = b.permutation();
-                    for k in 0..perm.size() {
-                        let s = perm.get(k);
-                        if b.keylen[s].load(Ordering::Relaxed) != KEYLEN_LAYER {
-                            continue;
-                        }
-                        // The link is the layer's first border node; free from its root.
-                        let Some(mut r) = guard.load(&b.layer[s]).map(|l| l.node()) else {
-                            continue;
-                        };
-                        while r.version.raw() & ISROOT == 0 {
-                            r = guard.load(&r.parent).expect("a non-root has a parent");
-                        }
-                        stack.push(r);
-                    }
-                }
-            }
-            // SAFETY: `n` came from `alloc_*`; the tree is a tree, so each node is reached
-            // once, and it is freed after its children and layers were pushed; nothing else
-            // can reach it (the caller's duty). `n` is not used again.
-            unsafe { free_node(n.ptr) };
-        }
     }
 }
 
-/// Loads for [`Root::free_tree`], which has the tree to itself.
+impl<const W: usize, const F: usize> Drop for NodeTree<W, F> {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: no operation on the tree runs, and every node reference is
+        // bounded by a guard borrowing this tree, so none is held (module invariants).
+        unsafe { free_tree(&mut self.root) };
+    }
+}
+
+/// Frees every node reachable from the tree's `root` link (layer 0): interior children, and
+/// the layers linked from live border slots. The root is left null.
+///
+/// # Safety
+/// The tree is being dropped: no operation on it runs and no reference to its nodes or
+/// blocks is held anywhere. Called once, by [`NodeTree`]'s `Drop`.
+unsafe fn free_tree<const W: usize, const F: usize>(root: &mut Link<NodeBase<W, F>>) {
+    // No other thread can reach the tree (above), so the nodes loaded here cannot be
+    // retired or freed meanwhile but by this function: loads need no guard.
+    let guard = Unguarded;
+    let mut stack: Vec<NodeRef<'_, W, F>> = guard.load(root).into_iter().collect();
+    root.store(None, Ordering::Relaxed);
+    while let Some(n) = stack.pop() {
+        match n.kind() {
+            Kind::Interior(i) => {
+                stack.extend(i.child[..=i.nkeys()].iter().filter_map(|c| guard.load(c)));
+            }
+            Kind::Border(b) => {
+                let perm = b.permutation();
+                for k in 0..perm.size() {
+                    let s = perm.get(k);
+                    if b.keylen[s].load(Ordering::Relaxed) != KEYLEN_LAYER {
+                        continue;
+                    }
+                    // The link is the layer's first border node; free from its root.
+                    let Some(mut r) = guard.load(&b.layer[s]).map(|l| l.node()) else {
+                        continue;
+                    };
+                    while r.version.raw() & ISROOT == 0 {
+                        r = guard.load(&r.parent).expect("a non-root has a parent");
+                    }
+                    stack.push(r);
+                }
+            }
+        }
+        // SAFETY: `n` came from `alloc_*`; the tree is a tree, so each node is reached
+        // once, and it is freed after its children and layers were pushed; nothing else
+        // can reach it (the caller's duty). `n` is not used again.
+        unsafe { free_node(n.ptr) };
+    }
+}
+
+/// Loads for [`free_tree`], which has the tree to itself.
 struct Unguarded;
 
 impl Unguarded {

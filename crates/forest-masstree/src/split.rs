@@ -172,7 +172,7 @@ fn ascend<'g, const W: usize, const F: usize>(
             n.parent.store(Some(r.node()), Ordering::Release);
             n.version.clear_root();
             // Layer 0's root is the tree's; deeper layers' links are found stale and climbed.
-            tree.replace_root(n, r.node());
+            tree.nodes.replace_root(n, r.node(), guard);
             forest_core::pause::pause_point("split:parent-updated");
             n.version.unlock();
             n2.version.unlock();
