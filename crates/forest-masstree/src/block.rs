@@ -27,7 +27,7 @@
 //!
 //! Invariants:
 //! - A [`BlockSlot`] is made only as a value slot of a new heap border node ([`BlockSlot::empty`]
-//!   takes a [`Making`], which only `NodeRegistry::alloc_border` makes), so a slot is dropped
+//!   takes a [`Making`], which only node allocation makes), so a slot is dropped
 //!   only with its node.
 //! - Every block is made by [`new_value`], which initializes all its bytes before the block is
 //!   shared; blocks are never written afterwards (replaced whole, freed through the epoch;

@@ -525,4 +525,16 @@ mod root_guard {
         let guard = b.pin();
         let _ = a.root(&guard);
     }
+
+    #[test]
+    #[should_panic(expected = "its own tree's guard")]
+    fn root_replaced_under_another_trees_guard_panics() {
+        // Goal: `replace_root` refuses a guard pinned for another tree. Method: replace tree
+        // a's root by itself under tree b's guard.
+        let a = Masstree::new();
+        let b = Masstree::new();
+        let (ga, gb) = (a.pin(), b.pin());
+        let r = a.root(&ga);
+        a.nodes.replace_root(r, r, &gb);
+    }
 }

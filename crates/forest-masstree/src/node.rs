@@ -26,8 +26,13 @@
 //!   removed or moved slot, children moved by a split) are cleared (crate::border,
 //!   crate::interior); a retired node's links are frozen at its retirement and followed only
 //!   by readers pinned before it.
-//! - [`Making`]: the proof, made only in [`NodeRegistry::alloc_border`], that the value
-//!   slots ([`crate::block::BlockSlot`]) being made belong to a new heap border node.
+//! - [`Making`]: the proof, made only in this module (`alloc_*`, `NodeTree::new`), that the
+//!   links and value slots ([`crate::block::BlockSlot`]) being made belong to a new heap node.
+//!
+//! The one rule the types do not prove (it would need branded lifetimes): a link or value slot
+//! of a node is loaded and stored only under the guard of that node's tree. Every operation
+//! pins one guard for one tree and reaches links and slots only from that tree's root
+//! (`NodeTree::root`, which checks the guard), so its `Ref`s and blocks are that tree's.
 //!
 //! Invariants (why dereferencing a `Ref<'g, _>` is sound while its guard is pinned):
 //! - Every node is made on the heap by [`NodeRegistry::alloc_border`] / `alloc_interior`
@@ -126,7 +131,7 @@ impl fmt::Debug for TreeGuard<'_> {
 impl<'t> TreeGuard<'t> {
     /// Pins the epoch for an operation on the tree whose registry is `nodes`.
     #[inline]
-    pub fn pin(nodes: &'t NodeRegistry) -> Self {
+    fn pin(nodes: &'t NodeRegistry) -> Self {
         Self {
             epoch: crossbeam_epoch::pin(),
             nodes,
@@ -141,7 +146,7 @@ impl<'t> TreeGuard<'t> {
 
     /// Whether this guard was pinned for the tree of `nodes`.
     #[inline]
-    pub(crate) fn is_for(&self, nodes: &NodeRegistry) -> bool {
+    fn is_for(&self, nodes: &NodeRegistry) -> bool {
         std::ptr::eq(self.nodes, nodes)
     }
 }
@@ -317,8 +322,9 @@ fn raw<N>(n: Option<Ref<'_, N>>) -> *mut N {
     n.map_or(std::ptr::null_mut(), |n| n.ptr.as_ptr())
 }
 
-/// Counts the live nodes of one tree and allocates and retires them.
-#[derive(Debug, Default)]
+/// Counts the live nodes of one tree and allocates and retires them (made only with its
+/// [`NodeTree`]).
+#[derive(Debug)]
 pub struct NodeRegistry {
     border_count: AtomicU64,
     interior_count: AtomicU64,
@@ -367,9 +373,12 @@ fn leak<'g, N>(n: N) -> Ref<'g, N> {
 }
 
 impl NodeRegistry {
-    /// An empty registry.
-    pub fn new() -> Self {
-        Self::default()
+    /// An empty registry (only a [`NodeTree`] has one).
+    fn new() -> Self {
+        Self {
+            border_count: AtomicU64::new(0),
+            interior_count: AtomicU64::new(0),
+        }
     }
 
     /// Allocates an empty border node with the version bits `version_bits` (`ISBORDER` is
