@@ -73,9 +73,11 @@ pub const BATCH_RECORDS_MAX: usize = 1024;
 /// its buffer small (one record always fits, however large).
 const BATCH_BYTES_MAX: usize = 256 * 1024;
 
-/// Cache lines of a value block prefetched (its length, header, suffix and the start of its
-/// value; a larger value streams in as it is copied).
-const BLOCK_LINES: usize = 1;
+/// Cache lines of a value block prefetched before its record is copied: its length, header,
+/// suffix and a value of about 150 bytes (YCSB's 100-byte values span 2–3 lines). One line
+/// left the rest of such a value to miss inside the copy: 3 lines made YCSB-E 32 % faster
+/// (docs/BENCHMARKS.md, issue 14); a larger value streams in as it is copied.
+const BLOCK_LINES: usize = 3;
 
 /// Layers below a node whose first border node is prefetched ahead of the walk.
 const LAYERS_AHEAD: usize = 2;
