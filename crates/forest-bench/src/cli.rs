@@ -119,6 +119,13 @@ pub struct BenchArgs {
     #[arg(long, value_name = "asc|desc")]
     pub scan_order: Option<String>,
 
+    /// Scan through `Index::scan_pinned`: the visitor runs under the engine's epoch pin on
+    /// records in place (no copy), where the engine has such a scan (masstree; the others
+    /// and the durable modes scan as without the flag). Measures what the rule "no pin while
+    /// the visitor runs" costs (issue 14).
+    #[arg(long)]
+    pub scan_pinned: bool,
+
     /// Write the results as JSON: {"results":[{"engine","workload","threads","keys","ops",
     /// "runs_ops_per_sec","median_ops_per_sec","memory_bytes","bytes_per_key","key_shape",
     /// "dist","value_size","durability","counters_per_op",...}]}; durable rows add
@@ -267,7 +274,7 @@ fn plan(args: &BenchArgs) -> anyhow::Result<Plan> {
     if args.scan_len == Some(0) {
         bail!("--scan-len must be at least 1");
     }
-    if (args.scan_len.is_some() || scan_order.is_some())
+    if (args.scan_len.is_some() || scan_order.is_some() || args.scan_pinned)
         && !workloads.iter().any(Workload::has_scans)
     {
         let with_scans: Vec<&str> = WORKLOADS
@@ -276,7 +283,8 @@ fn plan(args: &BenchArgs) -> anyhow::Result<Plan> {
             .map(|w| w.name)
             .collect();
         bail!(
-            "--scan-len and --scan-order shape scans, and no workload run has scans (those that \
+            "--scan-len, --scan-order and --scan-pinned shape scans, and no workload run has \
+             scans (those that \
              do: {})",
             with_scans.join(", ")
         );
@@ -304,6 +312,7 @@ fn plan(args: &BenchArgs) -> anyhow::Result<Plan> {
                 seed: args.seed,
                 scan_len: args.scan_len,
                 scan_order: scan_order.unwrap_or_default(),
+                scan_pinned: args.scan_pinned,
             }
         })
         .collect();

@@ -352,6 +352,7 @@ fn warmup_phase(config: &Config, threads: usize, options: &RunOptions) -> Phase 
             streams: Vec::new(),
             batch_ops: 1,
             scan_order: ScanOrder::Asc,
+            scan_pinned: false,
         };
     }
     let mut warm = *config;
@@ -417,7 +418,7 @@ pub fn run_phase(
                     let done = if phase.batch_ops > 1 {
                         run_batches(target, stream, phase.batch_ops, value, duration)
                     } else {
-                        run_stream(target, stream, phase.scan_order, value, duration)
+                        run_stream(target, stream, phase, value, duration)
                     };
                     (done, start, Instant::now())
                 })
@@ -516,6 +517,7 @@ pub fn scan(
     key: &[u8],
     len: u32,
     order: ScanOrder,
+    pinned: bool,
     visit: &mut dyn FnMut(&[u8], &[u8]),
 ) -> u64 {
     let mut left = len;
@@ -527,7 +529,7 @@ pub fn scan(
         ScanOrder::Asc => (Bound::Included(key), Bound::Unbounded),
         ScanOrder::Desc => (Bound::Unbounded, Bound::Included(key)),
     };
-    target.scan(lower, upper, order.order(), &mut |k, v| {
+    target.scan(lower, upper, order.order(), pinned, &mut |k, v| {
         visit(k, v);
         visited += 1;
         left -= 1;
@@ -544,7 +546,7 @@ pub fn scan(
 fn run_stream(
     target: &Target,
     stream: &Stream,
-    scan_order: ScanOrder,
+    phase: &Phase,
     value: &[u8],
     duration: Option<Duration>,
 ) -> anyhow::Result<StreamDone> {
@@ -579,7 +581,8 @@ fn run_stream(
                     writes += 1;
                 }
                 OpKind::Scan => {
-                    records += scan(target, key, op.scan_len, scan_order, &mut |k, v| {
+                    let (order, pinned) = (phase.scan_order, phase.scan_pinned);
+                    records += scan(target, key, op.scan_len, order, pinned, &mut |k, v| {
                         // Read each record as a consumer would (its first and last bytes),
                         // so an index that hands out values in place pays for reaching
                         // them just as one that copies them out does.
@@ -693,7 +696,7 @@ mod tests {
                                 .collect(),
                         };
                         let mut got = Vec::new();
-                        let visited = scan(&target, start, len, order, &mut |k, v| {
+                        let visited = scan(&target, start, len, order, false, &mut |k, v| {
                             got.push((k.to_vec(), v.to_vec()));
                         });
                         assert_eq!(visited, got.len() as u64, "{name}");

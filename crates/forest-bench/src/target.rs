@@ -276,9 +276,11 @@ impl Target {
         lower: Bound<&[u8]>,
         upper: Bound<&[u8]>,
         order: Order,
+        pinned: bool,
         visit: &mut Visitor<'_>,
     ) {
         match self {
+            Target::Memory(index) if pinned => index.scan_pinned(lower, upper, order, visit),
             Target::Memory(index) => index.scan(lower, upper, order, visit),
             Target::Durable { store, .. } => store.scan(lower, upper, order, visit),
         }

@@ -112,6 +112,8 @@ pub struct Phase {
     pub batch_ops: usize,
     /// The direction of every scan of the phase.
     pub scan_order: ScanOrder,
+    /// Scans through `Index::scan_pinned` (records in place) instead of `Index::scan`.
+    pub scan_pinned: bool,
 }
 
 impl Phase {
@@ -471,6 +473,8 @@ pub struct Config {
     pub scan_len: Option<u32>,
     /// Direction of every scan (`--scan-order`).
     pub scan_order: ScanOrder,
+    /// Scans through `Index::scan_pinned` (`--scan-pinned`).
+    pub scan_pinned: bool,
 }
 
 impl Config {
@@ -501,14 +505,15 @@ impl Config {
     /// None for a workload without scans or with its default scans.
     pub fn scan_label(&self) -> Option<String> {
         let max = self.workload.scan_len_max()?;
-        if self.scan_len.is_none() && self.scan_order == ScanOrder::Asc {
+        if self.scan_len.is_none() && self.scan_order == ScanOrder::Asc && !self.scan_pinned {
             return None;
         }
         let len = match self.scan_len {
             Some(n) => n.to_string(),
             None => format!("1-{max}"),
         };
-        Some(format!("scan={len},{}", self.scan_order.name()))
+        let pinned = if self.scan_pinned { ",pinned" } else { "" };
+        Some(format!("scan={len},{}{pinned}", self.scan_order.name()))
     }
 
     /// The key of `index` in this configuration.
@@ -547,6 +552,7 @@ fn puts_phase(config: &Config, threads: usize, batch_ops: usize) -> Phase {
         streams,
         batch_ops: batch_ops.max(1),
         scan_order: config.scan_order,
+        scan_pinned: config.scan_pinned,
     }
 }
 
@@ -608,6 +614,7 @@ fn mixed_phase(config: &Config, mix: &Mix, threads: usize) -> Phase {
         streams,
         batch_ops: 1,
         scan_order: config.scan_order,
+        scan_pinned: config.scan_pinned,
     }
 }
 
@@ -636,12 +643,14 @@ fn rw1_phases(config: &Config, threads: usize) -> Vec<Phase> {
             streams: puts,
             batch_ops: 1,
             scan_order: config.scan_order,
+            scan_pinned: config.scan_pinned,
         },
         Phase {
             suffix: Some("get"),
             streams: gets,
             batch_ops: 1,
             scan_order: config.scan_order,
+            scan_pinned: config.scan_pinned,
         },
     ]
 }
@@ -671,6 +680,7 @@ fn westerhoff_phase(config: &Config, threads: usize) -> Phase {
         streams,
         batch_ops: 1,
         scan_order: config.scan_order,
+        scan_pinned: config.scan_pinned,
     }
 }
 
@@ -690,6 +700,7 @@ mod tests {
             seed: 9,
             scan_len: None,
             scan_order: ScanOrder::Asc,
+            scan_pinned: false,
         }
     }
 

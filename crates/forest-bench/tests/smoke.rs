@@ -44,6 +44,7 @@ fn tiny(name: &str) -> Config {
         seed: 1,
         scan_len: None,
         scan_order: ScanOrder::Asc,
+        scan_pinned: false,
     }
 }
 
@@ -103,6 +104,30 @@ fn every_peer_runs_a_mixed_workload_and_the_hash_map_skips_scans() {
     .expect("runs");
     assert_eq!(rows.len(), 4);
     assert!(rows.iter().all(|r| r.engine != "hashmap"));
+}
+
+#[test]
+fn pinned_scans_visit_as_many_records_and_say_so_in_the_label() {
+    // Goal: --scan-pinned runs ycsb-e through `Index::scan_pinned` (masstree's in-place scan,
+    // the default scan elsewhere) with the same scans, so the records per op match the
+    // copy-out run's, and the label names it. Method: tiny runs of both, fixed length 10.
+    let _serial = serial();
+    let specs = split_list("masstree,lockbtree").expect("ok");
+    let mut config = tiny("ycsb-e");
+    config.scan_len = Some(10);
+    let copied =
+        run_workload(&config, &specs, &options(vec![1]), &ProgressBar::hidden()).expect("runs");
+    config.scan_pinned = true;
+    let pinned =
+        run_workload(&config, &specs, &options(vec![1]), &ProgressBar::hidden()).expect("runs");
+    for (c, p) in copied.iter().zip(&pinned) {
+        assert_eq!(c.workload, "ycsb-e/scan=10,asc");
+        assert_eq!(p.workload, "ycsb-e/scan=10,asc,pinned");
+        let per_op = |r: &forest_bench::report::ResultRow| {
+            r.records_per_sec.expect("records") / r.median_ops_per_sec
+        };
+        assert!((per_op(c) - per_op(p)).abs() < 0.01, "{}", c.engine);
+    }
 }
 
 #[test]
@@ -199,6 +224,7 @@ fn json_report_has_the_documented_fields() {
         value_size: None,
         scan_len: None,
         scan_order: None,
+        scan_pinned: false,
         json: Some(json.clone()),
         plot: Some(plot.clone()),
         baseline: Some("skiplist".to_string()),
@@ -264,6 +290,7 @@ fn bad_engine_spec_fails_before_running() {
         value_size: None,
         scan_len: None,
         scan_order: None,
+        scan_pinned: false,
         json: None,
         plot: None,
         baseline: None,
@@ -358,6 +385,7 @@ fn durable_json_rows_carry_fsyncs_and_latency() {
         value_size: None,
         scan_len: None,
         scan_order: None,
+        scan_pinned: false,
         json: Some(json.clone()),
         plot: None,
         baseline: None,
@@ -399,6 +427,7 @@ fn durable_mode_rejects_runs_without_a_store_engine() {
         value_size: None,
         scan_len: None,
         scan_order: None,
+        scan_pinned: false,
         json: None,
         plot: None,
         baseline: None,

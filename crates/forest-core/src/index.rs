@@ -11,7 +11,8 @@
 //!   come strictly ordered in the requested direction, never twice.
 //! - A scan never runs `visit` while holding a latch or an epoch pin: engines copy a leaf's
 //!   records, release, hand them out, and re-descend from the last key returned. So `visit`
-//!   may call back into the same index.
+//!   may call back into the same index. [`Index::scan_pinned`] is the exception a caller
+//!   opts into: records in place under the pin, for a visitor that cannot block.
 //! - Writes check sizes first ([`crate::check_entry`]); an over-long key or value is an error
 //!   and changes nothing.
 
@@ -59,6 +60,22 @@ pub trait Index: Send + Sync {
     /// `visit` returns `ControlFlow::Break`. Bounds that cross (lower above upper) give an
     /// empty scan, not an error.
     fn scan(&self, lower: Bound<&[u8]>, upper: Bound<&[u8]>, order: Order, visit: &mut Visitor<'_>);
+
+    /// As [`Index::scan`] (same records, order and guarantees), but `visit` may run while the
+    /// engine holds an epoch pin (never a latch), on records in place instead of copies. So
+    /// `visit` must not block, sleep or run long (while it runs, no memory retired by any
+    /// epoch-managed structure of the process is freed) and must not write this index. For
+    /// visitors that only copy or encode what they get. The default is [`Index::scan`];
+    /// masstree overrides it (issue 14 measures both).
+    fn scan_pinned(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        visit: &mut Visitor<'_>,
+    ) {
+        self.scan(lower, upper, order, visit);
+    }
 
     /// A snapshot of sizes and the engine's event counters. May walk the structure; not meant
     /// for the hot path.

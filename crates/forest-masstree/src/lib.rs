@@ -205,21 +205,6 @@ impl<const W: usize, const F: usize> Masstree<W, F> {
         self.nodes.root(guard)
     }
 
-    /// A range scan whose visitor runs under the scan's epoch pin, on each record as the walk
-    /// reaches it (the value in place, not copied): the alternative to `Index::scan`'s
-    /// copy-out batches measured for issue 14. Same order, bounds and guarantees, except
-    /// that the visitor must not block or run long: while it runs, no memory retired by any
-    /// epoch-managed structure of the process is freed. It may call into this tree.
-    pub fn scan_pinned(
-        &self,
-        lower: Bound<&[u8]>,
-        upper: Bound<&[u8]>,
-        order: Order,
-        visit: &mut Visitor<'_>,
-    ) {
-        scan::scan_pinned(self, lower, upper, order, visit);
-    }
-
     fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<bool> {
         check_entry(key, value)?;
         Ok(insert::put(self, key, value, mode))
@@ -324,6 +309,17 @@ impl<const W: usize, const F: usize> Index for Masstree<W, F> {
         visit: &mut Visitor<'_>,
     ) {
         scan::scan(self, lower, upper, order, visit);
+    }
+
+    /// The records in place under the scan's epoch pin, with no batches (`scan::scan_pinned`).
+    fn scan_pinned(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        visit: &mut Visitor<'_>,
+    ) {
+        scan::scan_pinned(self, lower, upper, order, visit);
     }
 
     fn stats(&self) -> IndexStats {
