@@ -210,9 +210,14 @@ impl Conn {
                 .info
                 .active_ms
                 .store(shared.uptime_ms(), Ordering::Relaxed);
+            // One lock per batch (as before), for the last command and what CLIENT LIST
+            // shows of the subscriptions and transaction.
+            let state = client.state();
+            let mut meta = client.info.meta.lock();
             if let Some(name) = name {
-                client.info.meta.lock().last_command = name;
+                meta.last_command = name;
             }
+            meta.state = state;
         }
         if let Some(err) = requests.error() {
             if step == Step::Continue {

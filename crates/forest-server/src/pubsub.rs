@@ -456,6 +456,11 @@ impl Subscriber {
         self.channels.len() + self.patterns.len()
     }
 
+    /// Channels and patterns subscribed to (CLIENT LIST's `sub` and `psub`).
+    pub fn counts(&self) -> (usize, usize) {
+        (self.channels.len(), self.patterns.len())
+    }
+
     /// The mailbox, once the client subscribed (it stays for the connection's life).
     pub fn mailbox(&self) -> Option<&Arc<Mailbox>> {
         self.mailbox.as_ref()

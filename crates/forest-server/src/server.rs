@@ -140,6 +140,43 @@ pub struct ClientMeta {
     pub lib_ver: String,
     pub last_command: &'static str,
     pub resp: u8,
+    /// The connection's state for CLIENT LIST, as of its last command batch
+    /// ([`crate::cmd::Client::publish_state`]).
+    pub state: ClientState,
+}
+
+/// What CLIENT LIST shows of a connection's subscriptions and transaction.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientState {
+    /// Channels and patterns subscribed to.
+    pub sub: usize,
+    pub psub: usize,
+    /// Commands queued since MULTI; None outside MULTI (Redis's `multi=-1`).
+    pub multi: Option<usize>,
+    /// Keys watched.
+    pub watch: usize,
+    /// A watched key was written since WATCH (flag `d`).
+    pub dirty: bool,
+}
+
+impl ClientState {
+    /// Redis's `flags=`: `P` subscribed, `x` in MULTI, `d` watched key touched; `N` none.
+    pub fn flags(&self) -> String {
+        let mut f = String::new();
+        if self.sub + self.psub > 0 {
+            f.push('P');
+        }
+        if self.multi.is_some() {
+            f.push('x');
+        }
+        if self.dirty {
+            f.push('d');
+        }
+        if f.is_empty() {
+            f.push('N');
+        }
+        f
+    }
 }
 
 /// Counters for INFO.

@@ -213,3 +213,62 @@ fn watch_increments_lose_no_update() {
         );
     }
 }
+
+// Goal: CLIENT LIST shows another connection's transaction and subscriptions as Redis does
+// (`flags=x multi=N`, `watch=N`, `flags=d` once a watched key is written, `flags=P sub= psub=`).
+// Method: one connection in MULTI with queued commands, one watching, one subscribed; a
+// fourth lists them.
+#[test]
+fn client_list_shows_transactions_and_subscriptions() {
+    for io in IO_MODELS {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let server = Running::start(dir.path(), io);
+        let mut txn = server.client();
+        txn.cmd(&["CLIENT", "SETNAME", "txn"]);
+        txn.cmd(&["WATCH", "w1", "w2"]);
+        txn.cmd(&["MULTI"]);
+        txn.cmd(&["SET", "a", "1"]);
+        txn.cmd(&["INCR", "a"]);
+        let mut sub = server.client();
+        sub.cmd(&["CLIENT", "SETNAME", "sub"]);
+        sub.send_raw(&common::encode(&[b"SUBSCRIBE", b"c1", b"c2"]));
+        sub.read();
+        sub.read();
+        sub.send_raw(&common::encode(&[b"PSUBSCRIBE", b"p*"]));
+        sub.read();
+        let mut lister = server.client();
+        let line = |l: &mut Client, name: &str| {
+            let list = l.cmd(&["CLIENT", "LIST"]).text();
+            list.lines()
+                .find(|line| line.contains(&format!(" name={name} ")))
+                .unwrap_or_else(|| panic!("{name} in {list}"))
+                .to_string()
+        };
+        let t = line(&mut lister, "txn");
+        assert!(
+            t.contains(" flags=x ") && t.contains(" multi=2 ") && t.contains(" watch=2 "),
+            "{io}: {t}"
+        );
+        let s = line(&mut lister, "sub");
+        assert!(
+            s.contains(" flags=P ") && s.contains(" sub=2 ") && s.contains(" psub=1 "),
+            "{io}: {s}"
+        );
+        assert!(
+            s.contains(" multi=-1 ") && s.contains(" watch=0 "),
+            "{io}: {s}"
+        );
+        lister.cmd(&["SET", "w1", "x"]);
+        txn.cmd(&["DISCARD"]);
+        let t = line(&mut lister, "txn");
+        assert!(
+            t.contains(" flags=N ") && t.contains(" multi=-1 ") && t.contains(" watch=0 "),
+            "{io}: {t}"
+        );
+        let me = lister.cmd(&["CLIENT", "INFO"]).text();
+        assert!(
+            me.contains(" flags=N ") && me.contains(" sub=0 "),
+            "{io}: {me}"
+        );
+    }
+}

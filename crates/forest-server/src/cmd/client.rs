@@ -22,13 +22,14 @@ pub fn set_name(ctx: &mut Ctx<'_, '_>, name: &[u8]) -> Result<(), Frame> {
 /// One CLIENT LIST line (without the newline).
 fn describe(shared: &Shared, info: &ClientInfo) -> String {
     let meta = info.meta.lock();
+    let state = meta.state;
     let now_ms = shared.uptime_ms();
     let idle_ms = now_ms.saturating_sub(info.active_ms.load(Ordering::Relaxed));
     let mut line = String::new();
     let _ = write!(
         line,
-        "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags=N db=0 sub=0 psub=0 \
-         ssub=0 multi=-1 watch=0 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 \
+        "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db=0 sub={} psub={} \
+         ssub=0 multi={} watch={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 \
          oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} \
          lib-ver={}",
         info.id,
@@ -37,6 +38,11 @@ fn describe(shared: &Shared, info: &ClientInfo) -> String {
         meta.name,
         info.created.elapsed().as_secs(),
         idle_ms / 1000,
+        state.flags(),
+        state.sub,
+        state.psub,
+        state.multi.map_or(-1, |n| n as i64),
+        state.watch,
         if meta.last_command.is_empty() {
             "NULL"
         } else {
@@ -47,6 +53,12 @@ fn describe(shared: &Shared, info: &ClientInfo) -> String {
         meta.lib_ver,
     );
     line
+}
+
+/// The caller's own line shows its state now, not as of its previous batch.
+fn publish_state(ctx: &mut Ctx<'_, '_>) {
+    let state = ctx.client.state();
+    ctx.client.info.meta.lock().state = state;
 }
 
 fn text(text: String) -> Frame {
@@ -77,8 +89,10 @@ pub fn client(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
             i64::try_from(ctx.client.info.id).unwrap_or(i64::MAX),
         ))
     } else if is_word(sub, "info") {
+        publish_state(ctx);
         Ok(text(describe(ctx.shared, &ctx.client.info) + "\n"))
     } else if is_word(sub, "list") {
+        publish_state(ctx);
         let mut clients: Vec<_> = ctx.shared.clients.lock().values().cloned().collect();
         clients.sort_by_key(|c| c.id);
         let mut out = String::new();

@@ -112,6 +112,21 @@ pub struct Client {
     pub pubsub: crate::pubsub::Subscriber,
 }
 
+impl Client {
+    /// The connection's subscriptions and transaction as CLIENT LIST shows them.
+    pub fn state(&self) -> crate::server::ClientState {
+        let (sub, psub) = self.pubsub.counts();
+        let (watch, dirty) = self.txn.watching();
+        crate::server::ClientState {
+            sub,
+            psub,
+            multi: self.txn.queued(),
+            watch,
+            dirty,
+        }
+    }
+}
+
 /// Everything a command sees.
 pub struct Ctx<'a, 's> {
     pub shared: &'a Shared,

@@ -88,6 +88,16 @@ impl TxnState {
         self.multi
     }
 
+    /// Commands queued since MULTI; None outside MULTI.
+    pub fn queued(&self) -> Option<usize> {
+        self.multi.then_some(self.queue.len())
+    }
+
+    /// Keys watched, and whether one was written since (CLIENT LIST).
+    pub fn watching(&self) -> (usize, bool) {
+        (self.watched.len(), self.dirty.load(Ordering::SeqCst))
+    }
+
     /// Forgets the queue and every watched key.
     fn clear(&mut self) {
         self.multi = false;
