@@ -59,7 +59,7 @@ pub use layout::{Geometry, ENTRIES_MAX};
 #[cfg(not(loom))]
 pub use persist::Msync;
 pub use persist::{NoPersist, Persist};
-pub use pool::{NoRecycle, Pool, PoolConfig, Recycle, RecyclerId};
+pub use pool::{descriptor_tag, NoRecycle, Pool, PoolConfig, Recycle, RecyclerId};
 pub use reclaim::Guard;
 pub use recovery::RecoveryReport;
 pub use region::Region;
