@@ -29,6 +29,11 @@
 //!   stays visible and a later 2-word delete would bring it back. So a leaf never holds two
 //!   visible versions of a key, and a read that finds none while the delete size moved
 //!   (a version swap ran under it) reads again.
+//! - A record whose value is behind a record pointer completes with one more word: its pointer
+//!   word, linked from 0 to the value block by a `FREE-ONE` entry (the "reference" a chunk is
+//!   activated into, §6.1), so a failed completion frees the block and a crash before it
+//!   leaves no block behind a dangling reservation. Memory-only entries (new and retired
+//!   nodes, §6.3) are not counted in the sizes.
 //! - A root split installs with 1 word (the root word) and a consolidation of the root leaf
 //!   too; a split whose parent overflows freezes every replaced ancestor in the same PMwCAS
 //!   (§7.2's split "up to the great-grandparent"): 2 + the number of replaced internal nodes.
