@@ -41,12 +41,21 @@ impl<P: Persist> BzTree<P> {
         if !unactivated.is_empty() {
             return Err(format!("chunks left unactivated: {unactivated:?}"));
         }
+        let listed = free.len();
         let free: HashSet<u64> = free.into_iter().collect();
+        if free.len() != listed {
+            return Err(format!(
+                "{} chunks are on the free lists twice",
+                listed - free.len()
+            ));
+        }
         audit.free_chunks = free.len() as u64;
-        let mut seen = 0u64;
-        for (chunk, size, is_free) in self.heap.chunks() {
-            seen += size;
-            match (reachable.contains(&chunk), free.contains(&chunk), is_free) {
+        let (mut matched, mut matched_free) = (0usize, 0usize);
+        for (chunk, size, is_free) in self.heap.chunks()? {
+            let r = reachable.contains(&chunk);
+            matched += usize::from(r);
+            matched_free += usize::from(is_free);
+            match (r, free.contains(&chunk), is_free) {
                 (true, false, false) | (false, true, true) => {}
                 (r, f, m) => {
                     return Err(format!(
@@ -55,11 +64,17 @@ impl<P: Persist> BzTree<P> {
                 }
             }
         }
-        if reachable.len() as u64 != audit.nodes + audit.value_blocks {
+        if matched_free != free.len() {
             return Err(format!(
-                "{} reachable chunks, {} of them not chunks of the heap ({seen} bytes walked)",
-                audit.nodes + audit.value_blocks,
-                audit.nodes + audit.value_blocks - reachable.len() as u64
+                "{} chunks on the free lists are not free chunks of the heap",
+                free.len() - matched_free
+            ));
+        }
+        if matched != reachable.len() {
+            return Err(format!(
+                "{} of {} reachable nodes and value blocks are not chunks of the heap",
+                reachable.len() - matched,
+                reachable.len()
             ));
         }
         Ok(audit)

@@ -444,20 +444,24 @@ impl NodeHeap {
 
     /// Every chunk below the bump pointer, in address order: (payload offset, chunk size,
     /// free). For audits of a quiescent heap (tests): chunks are laid end to end.
-    pub fn chunks(&self) -> Vec<(u64, u64, bool)> {
+    /// An error if a header on the way is not a chunk's or the last chunk passes the bump
+    /// pointer.
+    pub fn chunks(&self) -> Result<Vec<(u64, u64, bool)>, String> {
         let bump = self.state_word(0).load(Ordering::Relaxed);
         let mut out = Vec::new();
         let mut at = self.start;
         while at < bump {
             let header = self.header(at);
             let size = header & !FREE_BIT;
-            if class_of_size(size).is_none() {
-                break;
+            if class_of_size(size).is_none() || at + size > bump {
+                return Err(format!(
+                    "no chunk at {at} (header {header:#x}, bump {bump})"
+                ));
             }
             out.push((at + PREFIX_BYTES, size, header & FREE_BIT != 0));
             at += size;
         }
-        out
+        Ok(out)
     }
 
     /// Payload offsets on the free lists and in unactivated lists (audits, quiescent).
