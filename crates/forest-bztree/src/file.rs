@@ -68,6 +68,9 @@ pub struct OpenReport {
     pub allocator: AllocatorRecovery,
     /// Descriptor pool recovery.
     pub pool: RecoveryReport,
+    /// Frees the recoveries skipped as repeats of frees done before the crash (the chunk
+    /// free already, or freed by the same descriptor generation and perhaps reused since).
+    pub repeat_frees_skipped: u64,
     /// The global index epoch of this run.
     pub index_epoch: u64,
     /// Whether the previous open ran on this boot (a same-boot reopen: the page cache kept
@@ -366,6 +369,7 @@ impl<P: Persist> BzTree<P> {
             created: false,
             allocator,
             pool: report,
+            repeat_frees_skipped: tree.heap.repeats_skipped(),
             index_epoch,
             same_boot,
             recovery_micros: started.elapsed().as_micros() as u64,

@@ -103,6 +103,9 @@ pub struct NodeHeap {
     class_locks: [Mutex<()>; CLASS_COUNT],
     bump_lock: Mutex<()>,
     in_use: AtomicU64,
+    /// Frees skipped because the chunk was already free or freed by the same descriptor
+    /// generation (recovery's repeats, module doc).
+    repeats_skipped: AtomicU64,
 }
 
 // SAFETY: the heap only hands out offsets and accesses region memory through atomics or
@@ -172,6 +175,7 @@ impl NodeHeap {
             class_locks: std::array::from_fn(|_| Mutex::new(())),
             bump_lock: Mutex::new(()),
             in_use: AtomicU64::new(0),
+            repeats_skipped: AtomicU64::new(0),
         }
     }
 
@@ -281,6 +285,12 @@ impl NodeHeap {
     /// Bytes handed out and not freed (chunk sizes; module doc for a reopened heap).
     pub fn bytes_in_use(&self) -> u64 {
         self.in_use.load(Ordering::Relaxed)
+    }
+
+    /// Frees skipped as repeats so far: the chunk was free, or freed by the same descriptor
+    /// generation and possibly allocated again since.
+    pub fn repeats_skipped(&self) -> u64 {
+        self.repeats_skipped.load(Ordering::Relaxed)
     }
 
     /// Bytes of the heap.
@@ -415,6 +425,7 @@ impl NodeHeap {
         let header = self.header(chunk);
         if header & FREE_BIT != 0 || (by != 0 && self.raw(chunk + 8).load(Ordering::Relaxed) == by)
         {
+            self.repeats_skipped.fetch_add(1, Ordering::Relaxed);
             if unlist {
                 self.release_entry(chunk, flush);
             }

@@ -293,6 +293,11 @@ impl<P: Persist> BzTree<P> {
         Self::create_in(region, config, persist)
     }
 
+    /// Bytes of the node heap in use (chunk sizes), without the tree walk of `stats()`.
+    pub fn memory_in_use(&self) -> u64 {
+        self.heap.bytes_in_use()
+    }
+
     /// The configuration.
     pub fn config(&self) -> &BzTreeConfig {
         &self.config

@@ -325,6 +325,7 @@ const POINTS: &[(&str, u64)] = &[
     ("pmwcas:status-persisted", 400),
     ("pmwcas:phase2-word-installed", 400),
     ("pmwcas:phase2-done", 400),
+    ("pmwcas:policies-applied", 400),
     ("pmwcas:released", 400),
     ("insert:reserved", 200),
     ("consolidate:prepared", 8),

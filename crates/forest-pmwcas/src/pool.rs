@@ -760,6 +760,8 @@ impl<P: Persist> Inner<P> {
                 state == Some(State::Succeeded),
                 layout::status_count(status),
             );
+            // A crash here repeats the policies at recovery (`Recycle::free_by`).
+            forest_core::pause::pause_point("pmwcas:policies-applied");
             self.desc(index)[layout::D_STATUS]
                 .store(layout::status(gen, 0, State::Free), Ordering::SeqCst);
             self.persist_status(index);
