@@ -159,7 +159,8 @@ pub struct BenchArgs {
     pub durability: Vec<String>,
 
     /// Where durable runs create their store directories, one fresh directory per run,
-    /// removed after it. Default: the system's temp dir. Put it on the disk to measure.
+    /// removed after it, and where engines with files of their own (`bztree-pm`) put them
+    /// (their `dir=` parameter). Default: the system's temp dir. Put it on the disk to measure.
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
 

@@ -113,6 +113,21 @@ pub fn skip_reason(config: &Config, spec: &Spec, mode: Mode) -> Option<String> {
     None
 }
 
+/// `spec` with `dir=` set to `--dir` for an engine that keeps its data in files of its own
+/// (`bztree-pm`), unless the spec names one.
+fn with_dir(spec: &Spec, dir: Option<&std::path::Path>) -> Spec {
+    let mut spec = spec.clone();
+    let own_files = forest_engines::find(&spec.name).is_ok_and(|e| {
+        e.capabilities.persistent_on_its_own && e.params.iter().any(|p| p.key == "dir")
+    });
+    if let (true, Some(dir)) = (own_files, dir) {
+        if !spec.params.iter().any(|(k, _)| k == "dir") {
+            spec.params.push(("dir".into(), dir.display().to_string()));
+        }
+    }
+    spec
+}
+
 /// Builds a fresh target of `spec` under `mode`.
 fn build_target(
     spec: &Spec,
@@ -121,7 +136,10 @@ fn build_target(
     options: &RunOptions,
 ) -> anyhow::Result<Target> {
     match mode {
-        None => Ok(Target::Memory(engines::build(spec, config.key_shape)?)),
+        None => {
+            let spec = with_dir(spec, options.dir.as_deref());
+            Ok(Target::Memory(engines::build(&spec, config.key_shape)?))
+        }
         Some(durability) => Target::open_durable(&spec.label(), durability, options.dir.as_deref()),
     }
 }

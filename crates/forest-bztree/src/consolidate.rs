@@ -6,8 +6,11 @@
 //! deleted, superseded, in-progress and abandoned entries are dropped), and either splits
 //! (`split.rs`, when the live records and the pending write would pass `max_size`) or builds N′
 //! with the records sorted and installs it with a 2-word PMwCAS on the child pointer in the
-//! parent P and P's status (re-traversing when P is frozen or no longer points to N). A failed
-//! install frees N′ at once: no other thread ever saw it.
+//! parent P and P's status (re-traversing when P is frozen or no longer points to N). Every
+//! SMO names its new and retired nodes in its install descriptor (`BzTree::pmwcas_with`, §6.1,
+//! §6.3), so a failed install frees its new nodes through the `FREE-ONE` policy, after the
+//! epoch: in both modes, as the persistent mode needs them named, and one code path serves
+//! both. Nodes of a plan never installed (a stale path, no descriptor) are freed at once.
 //!
 //! A writer that meets a frozen leaf re-traverses once; meeting it again, it runs its own
 //! consolidation (or split) of the frozen leaf and races to install it (§4.3); whichever
@@ -30,9 +33,10 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
-    /// Entries (words and memory) so far.
+    /// Entries (words and memory) so far, counting each retired and new node as its own
+    /// entry: a bound, as a word swapping a retired node for a new one takes one entry.
     pub fn entries(&self) -> usize {
-        self.targets.len() + self.retire.len()
+        self.targets.len() + self.retire.len() + self.fresh.len()
     }
 }
 
@@ -190,23 +194,29 @@ impl<P: Persist> BzTree<P> {
         self.path_to(path.leaf, key, guard)
     }
 
-    /// Executes an SMO's install; frees its new nodes at once if it fails.
+    /// Executes an SMO's install, naming its new and retired nodes (module doc).
     pub(crate) fn run_plan(&self, plan: Plan, guard: &Guard) -> Outcome {
         if plan.targets.is_empty() {
             self.discard_plan(plan);
             return Outcome::Failed;
         }
-        let outcome = self.pmwcas(guard, &plan.targets, &plan.retire);
-        if outcome != Outcome::Succeeded {
-            self.counters.smo_failures.incr();
-            self.discard_plan(plan);
+        let outcome = self.pmwcas_with(guard, &plan.targets, &plan.retire, &plan.fresh);
+        match outcome {
+            Outcome::Succeeded => {}
+            // The descriptor's policy frees the new nodes after the epoch.
+            Outcome::Failed => self.counters.smo_failures.incr(),
+            Outcome::PoolExhausted => {
+                self.counters.smo_failures.incr();
+                self.discard_plan(plan);
+            }
         }
         outcome
     }
 
+    /// Frees the new nodes of a plan that no descriptor named (never seen by another thread).
     pub(crate) fn discard_plan(&self, plan: Plan) {
         for node in plan.fresh {
-            self.heap.free(node);
+            self.heap.free(node, &|r| self.flush(r));
         }
     }
 

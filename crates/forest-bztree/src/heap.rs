@@ -1,25 +1,57 @@
-//! The node heap: nodes and value blocks live in the user area of the PMwCAS pool's region, so
-//! that every word a PMwCAS changes (status words, metadata entries, child and record
-//! pointers) is a target word of the pool, and every reference is a byte offset into the
-//! region, never an address: the one representation that serves the persistent mode (§3.1,
-//! §6), where the mapping moves between runs.
+//! The node heap and its allocator (BzTree §3.1, §6.1, §6.3): nodes and value blocks live in
+//! the user area of the PMwCAS pool's region, so every word a PMwCAS changes is a target word
+//! of the pool, and every reference is a byte offset into the region, never an address (the
+//! mapping moves between runs). One code path serves both modes: in volatile mode (`none`
+//! persist) the flushes do nothing.
 //!
-//! A chunk is `[size: u64][payload]`; allocation hands out the payload's offset. Sizes are
-//! multiples of 64 bytes up to 4 KiB (a 1 KB node takes 1088 bytes), powers of two above;
-//! freed chunks go to a free list per size, taken first; a bump pointer serves the rest. Frees come from the pool's `FREE-ONE` policies after the epoch
-//! (§2.2, §6.3) or, for chunks no other thread ever saw (a failed SMO's new nodes, §5.2), at
-//! once. The volatile heap is an anonymous mapping, so untouched space costs nothing.
+//! Chunks: `[size | FREE: u64][freed by: u64][payload]`, 64-aligned; allocation hands out the
+//! payload's offset. Sizes are multiples of 64 bytes up to 4 KiB (a 1 KB node takes 1088
+//! bytes), powers of two above. A free chunk's first payload word links it to the next free
+//! chunk of its size class.
+//!
+//! Allocator state (in the pool's client header, docs/FORMAT.md): the bump pointer, one free
+//! list head per size class, and [`LISTS`] lists of [`LIST_ENTRIES`] unactivated-chunk
+//! entries. The three stages of §6.1 ("a three-stage allocator [31]"):
+//! - allocate: the chunk's offset is put in an entry of the calling thread's list (persisted),
+//!   then the chunk is marked allocated, then it leaves its free list or the bump pointer
+//!   moves (each step persisted before the next). Recovery frees every chunk left in a list.
+//! - activate ([`NodeHeap::activated`]): after the tree persisted the chunk's offset into a
+//!   descriptor slot (`ReserveEntry`/`set_new`, §6.3) or into the root word, the entry is
+//!   cleared: the chunk is now the descriptor's (its `FREE-ONE` policy frees it if the PMwCAS
+//!   fails, recovery does if it never ran), and once installed, the tree's.
+//! - free: pushed on its class's list; the chunk's header records which descriptor
+//!   generation freed it.
+//!
+//! Choices the paper leaves open (it assumes nvm_malloc [31]):
+//! - Lists of unactivated chunks are per thread (thread number modulo [`LISTS`], the next list
+//!   when full), so recovery reads `LISTS * LIST_ENTRIES` words, whatever the heap's size. No
+//!   heap walk and no tree walk: the free lists are persistent.
+//! - Each size class's list and the bump pointer are changed under a mutex (allocation is off
+//!   the record path: SMOs and large values only), so at most one push or pop per class is in
+//!   flight at a crash, always at the head. Recovery completes it: a head not marked free is
+//!   marked free (an interrupted push, or a pop that marked the chunk but did not move the head;
+//!   that chunk is also in a thread list, whose recovery then finds it free).
+//! - Frees are idempotent: a chunk already free is left alone, and one freed by descriptor
+//!   generation `g` (its header's "freed by" word) is not freed again by `g`. Recovery repeats
+//!   the policies of every descriptor not durably free, and in the window between a release's
+//!   policies and its durable `Free` status the chunk may have been allocated again by another
+//!   thread; the tag tells that repeat apart from a real free (forest-pmwcas `Recycle::free_by`).
+//! - Bytes in use are counted in memory; after a reopen the count starts at the bump pointer's
+//!   reach (chunks on free lists included), as counting them would walk the lists.
+//! - A chunk offset read from the file is checked (inside the heap, 64-aligned, a size class)
+//!   before it is used; recovery reports a bad one as a corrupt file.
 //!
 //! This is the crate's only module with `unsafe`. Invariants:
 //! - `base` is the start of the pool's region, which outlives the heap's users: the tree owns
 //!   the pool and drops the heap with it; the pool runs no release after it is dropped.
-//! - Offsets handed to the accessors lie inside a live chunk of `start..end` (checked in debug
-//!   builds), 8-aligned for words; `word` also reaches the pool's client words (the root).
+//! - Offsets handed to the accessors lie inside the region (checked in debug builds), 8-aligned
+//!   for words.
 //! - Bytes read through [`NodeHeap::bytes`] are not written while the reader holds them: record
 //!   bytes are written only into reserved space before the PMwCAS that makes them visible (or
 //!   into a node no other thread reaches yet), and chunks are reused only after the epoch.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use forest_pmwcas::{Recycle, Word};
@@ -30,18 +62,50 @@ const FINE_BYTES_MAX: u64 = 4096;
 const STEP_BYTES: u64 = 64;
 /// Fine classes, then powers of two from 8 KiB to 2^34 bytes.
 const FINE_CLASSES: usize = (FINE_BYTES_MAX / STEP_BYTES) as usize;
-const CLASS_COUNT: usize = FINE_CLASSES + 22;
-/// Bytes of a chunk's size prefix.
-const PREFIX_BYTES: u64 = 8;
+pub(crate) const CLASS_COUNT: usize = FINE_CLASSES + 22;
+/// Bytes of a chunk's prefix: size and state, then the tag of the descriptor that freed it.
+pub(crate) const PREFIX_BYTES: u64 = 16;
+/// Header bit: the chunk is free.
+const FREE_BIT: u64 = 1;
+/// Lists of unactivated chunks (one per thread, by thread number modulo this).
+pub const LISTS: usize = 64;
+/// Entries of one list: more than the chunks one operation holds unactivated (an SMO names at
+/// most a descriptor's entries of new nodes, plus a value block).
+pub const LIST_ENTRIES: usize = 16;
+/// Allocator state words: bump, heads, padding to a line, then the lists.
+const HEADS_WORD: usize = 1;
+const LISTS_WORD: usize = (HEADS_WORD + CLASS_COUNT).div_ceil(8) * 8;
+/// Words of allocator state.
+pub(crate) const STATE_WORDS: usize = LISTS_WORD + LISTS * LIST_ENTRIES;
+
+/// Persists a byte range of the region (flush and fence; nothing in volatile mode).
+pub(crate) type Flush<'a> = &'a dyn Fn(Range<usize>);
+
+/// What allocator recovery did (§6.3 "the allocator first runs its recovery algorithm").
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct AllocatorRecovery {
+    /// Chunks allocated but never activated, freed.
+    pub unactivated_freed: usize,
+    /// List entries that named a chunk the crash left unallocated (past the bump pointer, or
+    /// already free).
+    pub entries_dropped: usize,
+    /// Free-list heads whose push or pop the crash interrupted.
+    pub heads_completed: usize,
+}
 
 /// The heap over the region's user area (module doc).
 pub struct NodeHeap {
     base: *mut u8,
     start: u64,
     end: u64,
-    bump: AtomicU64,
-    free: [Mutex<Vec<u64>>; CLASS_COUNT],
+    /// Byte offset of the allocator state.
+    state: u64,
+    class_locks: [Mutex<()>; CLASS_COUNT],
+    bump_lock: Mutex<()>,
     in_use: AtomicU64,
+    /// Frees skipped because the chunk was already free or freed by the same descriptor
+    /// generation (recovery's repeats, module doc).
+    repeats_skipped: AtomicU64,
 }
 
 // SAFETY: the heap only hands out offsets and accesses region memory through atomics or
@@ -73,27 +137,160 @@ fn class_of(bytes: u64) -> (usize, u64) {
     (class, size)
 }
 
+/// The class of a chunk of exactly `size` bytes, if it is one.
+fn class_of_size(size: u64) -> Option<usize> {
+    if size < STEP_BYTES || !size.is_multiple_of(STEP_BYTES) {
+        return None;
+    }
+    let (class, s) = class_of(size - PREFIX_BYTES);
+    (s == size && class < CLASS_COUNT).then_some(class)
+}
+
+fn thread_number() -> usize {
+    thread_local! {
+        static NUMBER: usize = {
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        };
+    }
+    NUMBER.try_with(|n| *n).unwrap_or(0)
+}
+
 impl NodeHeap {
-    /// A heap over bytes `start..end` of the region at `base`.
+    /// A heap over bytes `start..end` of the region at `base`, with its allocator state at
+    /// byte `state` (`STATE_WORDS` words before `start`). Call [`NodeHeap::format`] on a new
+    /// region or [`NodeHeap::recover`] on an existing one before use.
     ///
     /// # Safety
     /// `base` must point to a region of at least `end` bytes that stays mapped, and is
     /// accessed by others only atomically, for as long as the heap is used (module doc).
-    pub unsafe fn new(base: *mut u8, start: u64, end: u64) -> Self {
-        debug_assert!(start.is_multiple_of(64));
+    pub unsafe fn new(base: *mut u8, start: u64, end: u64, state: u64) -> Self {
+        debug_assert!(start.is_multiple_of(64) && state.is_multiple_of(64));
+        debug_assert!(state + (STATE_WORDS * 8) as u64 <= start);
         Self {
             base,
             start,
             end,
-            bump: AtomicU64::new(start),
-            free: std::array::from_fn(|_| Mutex::new(Vec::new())),
+            state,
+            class_locks: std::array::from_fn(|_| Mutex::new(())),
+            bump_lock: Mutex::new(()),
             in_use: AtomicU64::new(0),
+            repeats_skipped: AtomicU64::new(0),
         }
     }
 
-    /// Bytes handed out and not freed (chunk sizes).
+    /// Byte offset of allocator state word `i`.
+    fn state_off(&self, i: usize) -> u64 {
+        self.state + (i * 8) as u64
+    }
+
+    fn state_word(&self, i: usize) -> &AtomicU64 {
+        debug_assert!(i < STATE_WORDS);
+        self.raw(self.state_off(i))
+    }
+
+    fn head(&self, class: usize) -> &AtomicU64 {
+        self.state_word(HEADS_WORD + class)
+    }
+
+    fn entry(&self, list: usize, i: usize) -> &AtomicU64 {
+        self.state_word(LISTS_WORD + list * LIST_ENTRIES + i)
+    }
+
+    fn persist_word(&self, off: u64, flush: Flush<'_>) {
+        flush(off as usize..off as usize + 8);
+    }
+
+    /// A new allocator: empty lists, the bump pointer at the heap's start.
+    pub(crate) fn format(&self, flush: Flush<'_>) {
+        for i in 0..STATE_WORDS {
+            self.state_word(i).store(0, Ordering::Relaxed);
+        }
+        self.state_word(0).store(self.start, Ordering::Relaxed);
+        flush(self.state as usize..self.state_off(STATE_WORDS) as usize);
+    }
+
+    /// Whether `chunk` may be a chunk of this heap below the bump pointer.
+    fn valid_chunk(&self, chunk: u64) -> bool {
+        chunk >= self.start
+            && chunk.is_multiple_of(STEP_BYTES)
+            && chunk < self.state_word(0).load(Ordering::Relaxed)
+            && chunk + PREFIX_BYTES + 8 <= self.end
+    }
+
+    /// Allocator recovery (§6.3, before the pool's): completes the head of each free list,
+    /// then frees every chunk left in an unactivated list. Single-threaded, before any use.
+    pub(crate) fn recover(&self, flush: Flush<'_>) -> Result<AllocatorRecovery, String> {
+        let mut report = AllocatorRecovery::default();
+        let bump = self.state_word(0).load(Ordering::Relaxed);
+        if bump < self.start || bump > self.end || !bump.is_multiple_of(STEP_BYTES) {
+            return Err(format!(
+                "allocator bump pointer {bump} is outside the heap {}..{}",
+                self.start, self.end
+            ));
+        }
+        for class in 0..CLASS_COUNT {
+            let head = self.head(class).load(Ordering::Relaxed);
+            if head == 0 {
+                continue;
+            }
+            let size = self.valid_chunk(head).then(|| self.header(head));
+            let Some(header) = size.filter(|h| class_of_size(h & !FREE_BIT) == Some(class)) else {
+                return Err(format!(
+                    "free list {class} starts at {head}, which is not a chunk of its class"
+                ));
+            };
+            if header & FREE_BIT == 0 {
+                self.raw(head).store(header | FREE_BIT, Ordering::Relaxed);
+                self.persist_word(head, flush);
+                report.heads_completed += 1;
+            }
+        }
+        for list in 0..LISTS {
+            for i in 0..LIST_ENTRIES {
+                let e = self.entry(list, i);
+                let chunk = e.load(Ordering::Relaxed);
+                if chunk == 0 {
+                    continue;
+                }
+                if chunk >= bump {
+                    report.entries_dropped += 1;
+                } else if !self.valid_chunk(chunk)
+                    || class_of_size(self.header(chunk) & !FREE_BIT).is_none()
+                {
+                    return Err(format!(
+                        "unactivated list {list} entry {i} names {chunk}, not a chunk"
+                    ));
+                } else if self.free_chunk(chunk, 0, false, flush) {
+                    report.unactivated_freed += 1;
+                } else {
+                    report.entries_dropped += 1;
+                }
+                e.store(0, Ordering::Relaxed);
+                self.persist_word(self.entry_off(list, i), flush);
+            }
+        }
+        self.in_use.store(bump - self.start, Ordering::Relaxed);
+        Ok(report)
+    }
+
+    fn entry_off(&self, list: usize, i: usize) -> u64 {
+        self.state_off(LISTS_WORD + list * LIST_ENTRIES + i)
+    }
+
+    fn header(&self, chunk: u64) -> u64 {
+        self.raw(chunk).load(Ordering::Relaxed)
+    }
+
+    /// Bytes handed out and not freed (chunk sizes; module doc for a reopened heap).
     pub fn bytes_in_use(&self) -> u64 {
         self.in_use.load(Ordering::Relaxed)
+    }
+
+    /// Frees skipped as repeats so far: the chunk was free, or freed by the same descriptor
+    /// generation and possibly allocated again since.
+    pub fn repeats_skipped(&self) -> u64 {
+        self.repeats_skipped.load(Ordering::Relaxed)
     }
 
     /// Bytes of the heap.
@@ -101,36 +298,94 @@ impl NodeHeap {
         self.end - self.start
     }
 
-    /// A chunk of at least `bytes`, zeroed if `zeroed`; `None` when the heap is full.
-    pub fn alloc(&self, bytes: u64, zeroed: bool) -> Option<u64> {
+    /// Puts `chunk` in a free entry of this thread's list (or the next with room), persisted.
+    fn claim_entry(&self, chunk: u64, flush: Flush<'_>) -> bool {
+        let home = thread_number() % LISTS;
+        for k in 0..LISTS {
+            let list = (home + k) % LISTS;
+            for i in 0..LIST_ENTRIES {
+                let e = self.entry(list, i);
+                if e.load(Ordering::Relaxed) == 0
+                    && e.compare_exchange(0, chunk, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    self.persist_word(self.entry_off(list, i), flush);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Clears the list entry holding `chunk`, persisted; false if none holds it.
+    fn release_entry(&self, chunk: u64, flush: Flush<'_>) -> bool {
+        let home = thread_number() % LISTS;
+        for k in 0..LISTS {
+            let list = (home + k) % LISTS;
+            for i in 0..LIST_ENTRIES {
+                let e = self.entry(list, i);
+                if e.load(Ordering::Relaxed) == chunk
+                    && e.compare_exchange(chunk, 0, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    self.persist_word(self.entry_off(list, i), flush);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Allocates (§6.1 stage 1) a chunk of at least `bytes`, zeroed if `zeroed`; it stays in
+    /// this thread's unactivated list until [`NodeHeap::activated`] or [`NodeHeap::free`].
+    /// `None` when the heap (or every unactivated list) is full.
+    pub(crate) fn alloc(&self, bytes: u64, zeroed: bool, flush: Flush<'_>) -> Option<u64> {
         let (class, size) = class_of(bytes);
         if class >= CLASS_COUNT {
             return None;
         }
-        let reused = self.free[class]
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .pop();
+        let reused = {
+            let _class = self.class_locks[class]
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let chunk = self.head(class).load(Ordering::Relaxed);
+            if chunk != 0 {
+                if !self.claim_entry(chunk, flush) {
+                    return None;
+                }
+                // Marked allocated before it leaves the list: a crash between leaves it the
+                // head, which recovery marks free again (module doc).
+                self.raw(chunk).store(size, Ordering::Relaxed);
+                self.persist_word(chunk, flush);
+                let next = self.raw(chunk + PREFIX_BYTES).load(Ordering::Relaxed);
+                self.head(class).store(next, Ordering::Relaxed);
+                self.persist_word(self.state_off(HEADS_WORD + class), flush);
+                Some(chunk)
+            } else {
+                None
+            }
+        };
         let chunk = match reused {
             Some(c) => c,
             None => {
-                let mut at = self.bump.load(Ordering::Relaxed);
-                loop {
-                    let next = at.checked_add(size).filter(|&n| n <= self.end)?;
-                    match self.bump.compare_exchange_weak(
-                        at,
-                        next,
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    ) {
-                        Ok(_) => break at,
-                        Err(now) => at = now,
-                    }
+                let _bump = self
+                    .bump_lock
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let at = self.state_word(0).load(Ordering::Relaxed);
+                let next = at.checked_add(size).filter(|&n| n <= self.end)?;
+                if !self.claim_entry(at, flush) {
+                    return None;
                 }
+                self.raw(at).store(size, Ordering::Relaxed);
+                self.raw(at + 8).store(0, Ordering::Relaxed);
+                flush(at as usize..(at + PREFIX_BYTES) as usize);
+                self.state_word(0).store(next, Ordering::Relaxed);
+                self.persist_word(self.state_off(0), flush);
+                at
             }
         };
         self.in_use.fetch_add(size, Ordering::Relaxed);
-        self.atomic(chunk).store(size, Ordering::Relaxed);
         let payload = chunk + PREFIX_BYTES;
         if zeroed {
             self.zero(payload, size - PREFIX_BYTES);
@@ -138,17 +393,104 @@ impl NodeHeap {
         Some(payload)
     }
 
-    /// Returns a chunk (by its payload offset) to its free list.
-    pub fn free(&self, payload: u64) {
-        let chunk = payload - PREFIX_BYTES;
-        let size = self.atomic(chunk).load(Ordering::Relaxed);
-        debug_assert!(size.is_multiple_of(STEP_BYTES) && chunk + size <= self.end);
-        let (class, _) = class_of(size - PREFIX_BYTES);
-        self.in_use.fetch_sub(size, Ordering::Relaxed);
-        self.free[class]
+    /// §6.1 stage 2: the chunk's offset is durably held elsewhere (a descriptor slot or the
+    /// root word); it leaves the unactivated list.
+    pub(crate) fn activated(&self, payload: u64, flush: Flush<'_>) {
+        let found = self.release_entry(payload - PREFIX_BYTES, flush);
+        debug_assert!(found, "chunk {payload} activated twice or never allocated");
+    }
+
+    /// Frees an unactivated chunk this thread allocated (nothing else ever named it).
+    pub(crate) fn free(&self, payload: u64, flush: Flush<'_>) {
+        self.free_chunk(payload - PREFIX_BYTES, 0, true, flush);
+    }
+
+    /// Pushes `chunk` on its free list unless it is free already or `by` (nonzero) freed it
+    /// before (module doc); true if it was pushed. With `unlist`, also clears its unactivated
+    /// entry, under the class lock: no other thread can allocate the chunk (and list it
+    /// again) before its old entry is gone.
+    fn free_chunk(&self, chunk: u64, by: u64, unlist: bool, flush: Flush<'_>) -> bool {
+        if !self.valid_chunk(chunk) {
+            debug_assert!(false, "freeing {chunk}, not a chunk of this heap");
+            return false;
+        }
+        let header = self.header(chunk);
+        let Some(class) = class_of_size(header & !FREE_BIT) else {
+            debug_assert!(false, "freeing {chunk} with header {header:#x}");
+            return false;
+        };
+        let _class = self.class_locks[class]
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(chunk);
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let header = self.header(chunk);
+        if header & FREE_BIT != 0 || (by != 0 && self.raw(chunk + 8).load(Ordering::Relaxed) == by)
+        {
+            self.repeats_skipped.fetch_add(1, Ordering::Relaxed);
+            if unlist {
+                self.release_entry(chunk, flush);
+            }
+            return false;
+        }
+        // Link, publish as the head, then tag and mark: a crash before the head is published
+        // leaves the chunk unlisted, unmarked and untagged, so its owner's recovery frees it
+        // again; after, it is listed and the head repair marks it (module doc).
+        let head = self.head(class).load(Ordering::Relaxed);
+        self.raw(chunk + PREFIX_BYTES)
+            .store(head, Ordering::Relaxed);
+        self.persist_word(chunk + PREFIX_BYTES, flush);
+        self.head(class).store(chunk, Ordering::Relaxed);
+        self.persist_word(self.state_off(HEADS_WORD + class), flush);
+        if by != 0 {
+            self.raw(chunk + 8).store(by, Ordering::Relaxed);
+            self.persist_word(chunk + 8, flush);
+        }
+        self.raw(chunk).store(header | FREE_BIT, Ordering::Relaxed);
+        self.persist_word(chunk, flush);
+        if unlist {
+            self.release_entry(chunk, flush);
+        }
+        self.in_use.fetch_sub(header, Ordering::Relaxed);
+        true
+    }
+
+    /// Every chunk below the bump pointer, in address order: (payload offset, chunk size,
+    /// free). For audits of a quiescent heap (tests): chunks are laid end to end.
+    /// An error if a header on the way is not a chunk's or the last chunk passes the bump
+    /// pointer.
+    pub fn chunks(&self) -> Result<Vec<(u64, u64, bool)>, String> {
+        let bump = self.state_word(0).load(Ordering::Relaxed);
+        let mut out = Vec::new();
+        let mut at = self.start;
+        while at < bump {
+            let header = self.header(at);
+            let size = header & !FREE_BIT;
+            if class_of_size(size).is_none() || at + size > bump {
+                return Err(format!(
+                    "no chunk at {at} (header {header:#x}, bump {bump})"
+                ));
+            }
+            out.push((at + PREFIX_BYTES, size, header & FREE_BIT != 0));
+            at += size;
+        }
+        Ok(out)
+    }
+
+    /// Payload offsets on the free lists and in unactivated lists (audits, quiescent).
+    pub fn listed(&self) -> (Vec<u64>, Vec<u64>) {
+        let mut free = Vec::new();
+        for class in 0..CLASS_COUNT {
+            let mut at = self.head(class).load(Ordering::Relaxed);
+            while at != 0 && free.len() < 1 << 26 {
+                free.push(at + PREFIX_BYTES);
+                at = self.raw(at + PREFIX_BYTES).load(Ordering::Relaxed);
+            }
+        }
+        let unactivated = (0..LISTS * LIST_ENTRIES)
+            .map(|i| self.state_word(LISTS_WORD + i).load(Ordering::Relaxed))
+            .filter(|&c| c != 0)
+            .map(|c| c + PREFIX_BYTES)
+            .collect();
+        (free, unactivated)
     }
 
     #[inline]
@@ -159,6 +501,23 @@ impl NodeHeap {
             self.start,
             self.end
         );
+    }
+
+    /// Any word of the region below the heap's end (allocator state, chunk headers).
+    #[inline]
+    fn raw(&self, off: u64) -> &AtomicU64 {
+        debug_assert!(off + 8 <= self.end && off.is_multiple_of(8));
+        // SAFETY: in bounds and 8-aligned (checked in debug builds, guaranteed by the
+        // layout); `AtomicU64` has `u64`'s size and alignment, and the region is only accessed
+        // atomically or through disjoint byte ranges (module invariants).
+        unsafe { &*(self.base.add(off as usize) as *const AtomicU64) }
+    }
+
+    /// A client word of the pool that is never a PMwCAS target (the tree's header, `file.rs`).
+    #[inline]
+    pub(crate) fn atomic_client(&self, off: u64) -> &AtomicU64 {
+        debug_assert!(off < self.state);
+        self.raw(off)
     }
 
     /// The target word at `off` (8-aligned): in the heap, or a client word of the pool
@@ -173,13 +532,11 @@ impl NodeHeap {
         unsafe { &*(self.base.add(off as usize) as *const Word) }
     }
 
-    /// A word that is never a PMwCAS target (a node's first header word, a chunk prefix).
+    /// A word that is never a PMwCAS target (a node's first header word, a value's length).
     #[inline]
     pub fn atomic(&self, off: u64) -> &AtomicU64 {
         self.check(off, 8);
-        debug_assert!(off.is_multiple_of(8));
-        // SAFETY: as in `word`.
-        unsafe { &*(self.base.add(off as usize) as *const AtomicU64) }
+        self.raw(off)
     }
 
     /// Record bytes that no thread writes while they are read (module doc).
@@ -211,16 +568,17 @@ impl NodeHeap {
     }
 }
 
-/// The pool's `FREE-ONE` callback: frees nodes and value blocks into the heap (§6.3). The
-/// heap is set right after the pool is created (it lies in the pool's region); nothing is
-/// freed before that.
-pub struct HeapRecycler(pub std::sync::Arc<std::sync::OnceLock<std::sync::Arc<NodeHeap>>>);
+/// The pool's `FREE-ONE` callback (§6.3): frees nodes and value blocks into the heap, tagged
+/// with the freeing descriptor's generation and persisted through the pool.
+pub struct HeapRecycler(pub std::sync::Arc<NodeHeap>);
 
 impl Recycle for HeapRecycler {
     fn free(&self, value: u64) {
-        if let Some(heap) = self.0.get() {
-            heap.free(value);
-        }
+        self.0.free_chunk(value - PREFIX_BYTES, 0, false, &|_| {});
+    }
+
+    fn free_by(&self, value: u64, by: u64, persist: &dyn Fn(Range<usize>)) {
+        self.0.free_chunk(value - PREFIX_BYTES, by, false, persist);
     }
 }
 
@@ -232,13 +590,16 @@ mod tests {
     fn size_classes_fit_and_round_trip() {
         assert_eq!(class_of(1024), (16, 1088));
         assert_eq!(class_of(1), (0, 64));
-        assert_eq!(class_of(4088), (63, 4096));
-        assert_eq!(class_of(4089), (64, 8192));
+        assert_eq!(class_of(4080), (63, 4096));
+        assert_eq!(class_of(4081), (64, 8192));
         assert_eq!(class_of((1 << 20) + 8), (FINE_CLASSES + 8, 1 << 21));
-        for bytes in [1u64, 56, 57, 1000, 4088, 4089, 100_000, 1 << 30] {
+        for bytes in [1u64, 48, 49, 1000, 4080, 4081, 100_000, 1 << 30] {
             let (class, size) = class_of(bytes);
             assert!(size >= bytes + PREFIX_BYTES && class < CLASS_COUNT);
             assert_eq!(class_of(size - PREFIX_BYTES), (class, size), "{bytes}");
+            assert_eq!(class_of_size(size), Some(class), "{bytes}");
         }
+        assert_eq!(class_of_size(100), None);
+        assert_eq!(class_of_size(0), None);
     }
 }

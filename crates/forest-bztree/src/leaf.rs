@@ -152,8 +152,8 @@ impl<P: Persist> BzTree<P> {
         let mut block = None;
         let result = self.put_with(key, value, mode, pointer, &mut block);
         if let Some(b) = block {
-            // Never made visible: no other thread saw it.
-            self.heap.free(b);
+            // Never made visible nor named in a descriptor: no other thread saw it.
+            self.heap.free(b, &|r| self.flush(r));
         }
         result
     }
@@ -279,8 +279,9 @@ impl<P: Persist> BzTree<P> {
                 let offset = self.node_size(leaf) - new_s.block_size();
                 let at = leaf + offset;
                 match b {
-                    Some(b) => {
-                        self.heap.word(at).init(b);
+                    Some(_) => {
+                        // The pointer is linked by the completion PMwCAS (`link_block`).
+                        self.heap.word(at).init(0);
                         self.heap.write(at + 8, key);
                     }
                     None => {
@@ -290,6 +291,10 @@ impl<P: Persist> BzTree<P> {
                 }
                 self.persist_bytes(at, total as u64);
                 let visible = Metadata::visible(offset, key.len(), total, pointer);
+                let link = Link {
+                    value,
+                    at: b.map(|_| at),
+                };
                 match self.complete(
                     &path,
                     key,
@@ -299,16 +304,12 @@ impl<P: Persist> BzTree<P> {
                     visible,
                     search.found,
                     recheck,
+                    (link, block),
                     &guard,
                 )? {
-                    Completion::Done(result) => {
-                        if result && b.is_some() {
-                            // Visible now: the tree owns the block. An abandoned record's
-                            // block stays ours and `put` frees it.
-                            *block = None;
-                        }
-                        return Ok(result);
-                    }
+                    // Visible now, the block (if any) linked by the completion; an abandoned
+                    // record's block stays ours and `put` frees it.
+                    Completion::Done(result) => return Ok(result),
                     Completion::Retry => continue 'op,
                 }
             }
@@ -327,6 +328,7 @@ impl<P: Persist> BzTree<P> {
         visible: Metadata,
         found: Option<Found>,
         mut recheck: bool,
+        (link, block): (Link<'_>, &mut Option<u64>),
         guard: &Guard,
     ) -> Result<Completion> {
         let leaf = path.leaf;
@@ -366,7 +368,7 @@ impl<P: Persist> BzTree<P> {
                 } else {
                     &[]
                 };
-                let targets = [
+                let mut targets = [
                     Target::new(Self::meta_off(leaf, idx), reservation.0, visible.0),
                     Target::new(Self::meta_off(leaf, f.index), f.meta.0, f.meta.deleted().0),
                     Target::new(
@@ -374,8 +376,22 @@ impl<P: Persist> BzTree<P> {
                         s.0,
                         s.deleted(f.meta.block_bytes()).0,
                     ),
+                    Target::new(0, 0, 0),
                 ];
-                match self.pmwcas(guard, &targets, retire) {
+                let n = match self.link_block(&link, block) {
+                    Ok(Some(t)) => {
+                        targets[3] = t;
+                        4
+                    }
+                    Ok(None) => 3,
+                    Err(e) => {
+                        self.abandon(leaf, idx, reservation, visible, guard)?;
+                        return Err(e);
+                    }
+                };
+                let outcome = self.pmwcas(guard, &targets[..n], retire);
+                Self::linked(&link, block, outcome);
+                match outcome {
                     Outcome::Succeeded => return Ok(Completion::Done(true)),
                     Outcome::Failed => continue,
                     Outcome::PoolExhausted => return Ok(Completion::Retry),
@@ -413,15 +429,54 @@ impl<P: Persist> BzTree<P> {
                     continue;
                 }
             }
-            let targets = [
+            let mut targets = [
                 Target::new(Self::meta_off(leaf, idx), reservation.0, visible.0),
                 Target::new(Self::status_off(leaf), s.0, s.0),
+                Target::new(0, 0, 0),
             ];
-            match self.pmwcas(guard, &targets, &[]) {
+            let n = match self.link_block(&link, block) {
+                Ok(Some(t)) => {
+                    targets[2] = t;
+                    3
+                }
+                Ok(None) => 2,
+                Err(e) => {
+                    self.abandon(leaf, idx, reservation, visible, guard)?;
+                    return Err(e);
+                }
+            };
+            let outcome = self.pmwcas(guard, &targets[..n], &[]);
+            Self::linked(&link, block, outcome);
+            match outcome {
                 Outcome::Succeeded => return Ok(Completion::Done(true)),
                 Outcome::Failed => continue,
                 Outcome::PoolExhausted => return Ok(Completion::Retry),
             }
+        }
+    }
+
+    /// The completion's word linking a record-pointer value's block (§6.1: the record's
+    /// pointer word is the "reference" the block is activated into): `FREE-ONE` from 0 to the
+    /// block, so a failed completion frees the block and a crash before the completion leaves
+    /// no block behind a dangling reservation.
+    fn link_block(&self, link: &Link<'_>, block: &mut Option<u64>) -> Result<Option<Target>> {
+        let Some(at) = link.at else {
+            return Ok(None);
+        };
+        let b = self.ensure_block(link.value, block)?;
+        Ok(Some(Target {
+            off: at,
+            old: 0,
+            new: b,
+            free_one: true,
+        }))
+    }
+
+    /// After a completion that linked a block: unless no descriptor was had, the block is no
+    /// longer ours (the tree's on success; the descriptor's policy frees it on failure).
+    fn linked(link: &Link<'_>, block: &mut Option<u64>, outcome: Outcome) {
+        if link.at.is_some() && outcome != Outcome::PoolExhausted {
+            *block = None;
         }
     }
 
@@ -540,6 +595,13 @@ impl<P: Persist> BzTree<P> {
         }
         self.live_bytes(leaf, guard) < min
     }
+}
+
+/// A record-pointer record's block to link at completion: the value, and the record's pointer
+/// word (`None` for an inline record).
+pub(crate) struct Link<'v> {
+    value: &'v [u8],
+    at: Option<u64>,
 }
 
 /// How a completion ended.

@@ -1,8 +1,8 @@
 //! forest-bztree: the BzTree, a latch-free B+tree whose every multi-word change is one PMwCAS
 //! (Arulraj, Levandoski, Minhas, Larson, "BzTree: A High-Performance Latch-free Range Index
-//! for Non-Volatile Memory", VLDB 2018), on `forest-pmwcas`. This crate is the volatile mode
-//! (engine `bztree`, §3.1): nodes live in the pool's region (an anonymous mapping), words hold
-//! region offsets as the persistent mode will need, and nothing is flushed.
+//! for Non-Volatile Memory", VLDB 2018), on `forest-pmwcas`, in both modes of §3.1: volatile
+//! (engine `bztree`: the pool's region is an anonymous mapping and nothing is flushed) and
+//! persistent (engine `bztree-pm`: the region maps a file). Words hold region offsets in both.
 //! The reference implementation sfu-dis/bztree was read for orientation; nothing is copied.
 //!
 //! | module | paper | what |
@@ -10,7 +10,9 @@
 //! | [`status_word`] | Fig. 2c | leaf and internal status words, const-asserted |
 //! | [`metadata`] | Fig. 2b, §4.2.1 | record metadata entries, allocation epochs |
 //! | `node` | §4.1, Fig. 2a | header, metadata array, record block; building nodes |
-//! | `heap` | §3.1, §6.3 | the node heap in the pool's region; the `FREE-ONE` recycler |
+//! | `audit` | issue 16 | full check of a quiescent tree and heap (tests after a crash) |
+//! | `file` | §3.1, §6.3 | the file: header, layout, open and create, recovery order |
+//! | `heap` | §3.1, §6.1, §6.3 | the node heap and its persistent three-stage allocator; the `FREE-ONE` recycler |
 //! | `leaf` | §4.2 | insert (reserve, copy, complete; uniqueness), delete, update, upsert, read |
 //! | `internal` | §4.4, §5.1 | descent with a path stack; in-place child swaps |
 //! | `consolidate` | §4.3, §5.4 | freeze, live records, consolidation, helping a frozen leaf |
@@ -27,6 +29,11 @@
 //!   stays visible and a later 2-word delete would bring it back. So a leaf never holds two
 //!   visible versions of a key, and a read that finds none while the delete size moved
 //!   (a version swap ran under it) reads again.
+//! - A record whose value is behind a record pointer completes with one more word: its pointer
+//!   word, linked from 0 to the value block by a `FREE-ONE` entry (the "reference" a chunk is
+//!   activated into, §6.1), so a failed completion frees the block and a crash before it
+//!   leaves no block behind a dangling reservation. Memory-only entries (new and retired
+//!   nodes, §6.3) are not counted in the sizes.
 //! - A root split installs with 1 word (the root word) and a consolidation of the root leaf
 //!   too; a split whose parent overflows freezes every replaced ancestor in the same PMwCAS
 //!   (§7.2's split "up to the great-grandparent"): 2 + the number of replaced internal nodes.
@@ -48,13 +55,19 @@
 //!   Threads meeting a frozen leaf run their own consolidation or split and race to install
 //!   (§4.3, §5.4); the paused thread's install then fails and it retries.
 //!
-//! The persistent mode (`bztree-pm`, §6) is not here; see `BzTree` for what it will add.
+//! Persistent mode (`bztree-pm`, §3.1, §6): [`BzTree::open`] maps one file (`file`: header,
+//! descriptor pool, allocator, node heap) and recovers it; `heap` is the allocate → activate →
+//! free allocator of §6.1, whose activation goes through descriptor slots (§6.3); record bytes
+//! and new nodes are flushed before the PMwCAS that makes them visible (§6.2). The same code
+//! runs in volatile mode with the `none` persister.
 //!
-//! `unsafe` lives in `heap` only.
+//! `unsafe` lives in `heap` and in `file`'s construction of the heap over the region.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+mod audit;
 mod consolidate;
+mod file;
 mod heap;
 mod internal;
 mod leaf;
@@ -70,9 +83,12 @@ use std::sync::Arc;
 
 use forest_core::stats::names;
 use forest_core::{Counter, Error, Index, IndexStats, Order, Result, Visitor};
-use forest_pmwcas::{Guard, NoPersist, Persist, Policy, Pool, PoolConfig, Region, ENTRIES_MAX};
+use forest_pmwcas::{Guard, NoPersist, Persist, Policy, Pool, Region, ENTRIES_MAX};
 
-use crate::heap::{HeapRecycler, NodeHeap};
+pub use crate::audit::Audit;
+pub use crate::file::OpenReport;
+pub use crate::heap::AllocatorRecovery;
+use crate::heap::NodeHeap;
 
 /// Configuration of a BzTree (§5.1, §7.1, §7.7).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,7 +113,7 @@ pub struct BzTreeConfig {
 }
 
 /// Partitions of the descriptor pool (forest-pmwcas's default).
-const DESCRIPTOR_PARTITIONS: usize = 64;
+pub(crate) const DESCRIPTOR_PARTITIONS: usize = 64;
 
 /// Smallest node size accepted.
 pub const NODE_SIZE_MIN: usize = 256;
@@ -231,25 +247,18 @@ pub(crate) enum Outcome {
     PoolExhausted,
 }
 
-/// The BzTree over a PMwCAS pool with persister `P` (volatile: [`NoPersist`]).
-///
-/// The persistent mode (§6, engine `bztree-pm`) will add, on the same code: the pool and heap
-/// in a mapped file whose header holds the root word (already a pool client word) and the
-/// global index epoch (already the allocation epoch of reservations, fixed here); an
-/// allocate → activate → free allocator whose activation goes through descriptor slots
-/// (`reserve_memory`/`set_new`) for every node an SMO allocates, where this mode frees the
-/// unseen nodes of a failed SMO at once; per-thread lists of unactivated chunks; flushes of
-/// record bytes and new nodes before the PMwCAS that publishes them (`persist_bytes` is
-/// already called there); and recovery that bumps the epoch so dangling reservations are
-/// skipped and dropped at the next consolidation.
+/// The BzTree over a PMwCAS pool with persister `P`: volatile ([`NoPersist`], an anonymous
+/// region, [`BzTree::create`]) or persistent (a mapped file, [`BzTree::open`], §6). One code
+/// path: the persistent mode adds only what `P` flushes.
 pub struct BzTree<P: Persist = NoPersist> {
     pub(crate) pool: Pool<P>,
     pub(crate) heap: Arc<NodeHeap>,
     pub(crate) root_off: u64,
     pub(crate) config: BzTreeConfig,
-    /// The global index epoch (§3.1): fixed in volatile mode.
+    /// The global index epoch (§3.1): 1 in volatile mode, the file's + 1 at every open.
     pub(crate) index_epoch: u64,
     pub(crate) counters: Counters,
+    pub(crate) open_report: OpenReport,
 }
 
 impl<P: Persist> std::fmt::Debug for BzTree<P> {
@@ -279,45 +288,16 @@ impl Default for BzTree<NoPersist> {
     }
 }
 
-fn pool_error(e: forest_pmwcas::Error) -> Error {
-    Error::Config(format!("bztree: PMwCAS pool: {e}"))
-}
-
 impl<P: Persist> BzTree<P> {
     /// An empty tree whose pool and heap live in a new anonymous region.
     pub fn create(config: BzTreeConfig, persist: P) -> Result<Self> {
-        config.check()?;
-        let mut pool_config = PoolConfig {
-            user_words: config.heap_bytes / 8,
-            partition_count: DESCRIPTOR_PARTITIONS,
-            descriptors_per_partition: config.descriptor_count / DESCRIPTOR_PARTITIONS,
-            ..PoolConfig::default()
-        };
-        let region = Region::heap(pool_config.region_bytes().map_err(pool_error)?);
-        let base = region.base_ptr();
-        let slot = Arc::new(std::sync::OnceLock::new());
-        pool_config.recyclers = vec![Arc::new(HeapRecycler(Arc::clone(&slot)))];
-        let pool = Pool::create(region, persist, pool_config).map_err(pool_error)?;
-        let area = pool.user_area();
-        // SAFETY: the region outlives the heap: the tree owns the pool, which owns the region
-        // and runs no release once dropped (heap.rs module doc).
-        let heap = Arc::new(unsafe { NodeHeap::new(base, area.start.div_ceil(64) * 64, area.end) });
-        let _ = slot.set(Arc::clone(&heap));
-        let root_off = pool.client_header().start;
-        let tree = Self {
-            pool,
-            heap,
-            root_off,
-            config,
-            index_epoch: 1,
-            counters: Counters::default(),
-        };
-        let leaf = tree
-            .build_leaf(&[], 0)
-            .ok_or_else(|| Error::Config("bztree: node heap too small for a leaf".into()))?;
-        tree.heap.word(root_off).init(leaf);
-        tree.persist_bytes(root_off, 8);
-        Ok(tree)
+        let region = Region::heap(Self::region_bytes(&config)?);
+        Self::create_in(region, config, persist)
+    }
+
+    /// Bytes of the node heap in use (chunk sizes), without the tree walk of `stats()`.
+    pub fn memory_in_use(&self) -> u64 {
+        self.heap.bytes_in_use()
     }
 
     /// The configuration.
@@ -336,30 +316,83 @@ impl<P: Persist> BzTree<P> {
         ))
     }
 
+    /// §6.2 flush-before-visible and the allocator's persistence: flushes and fences bytes
+    /// of the region (nothing in volatile mode).
+    pub(crate) fn flush(&self, range: std::ops::Range<usize>) {
+        self.pool.persist_range(range);
+    }
+
     /// Runs one PMwCAS over `targets`, with `retire` (nodes or value blocks) freed after the
     /// epoch if it succeeds (`FREE-ONE` memory entries, §6.3).
     pub(crate) fn pmwcas(&self, guard: &Guard, targets: &[Target], retire: &[u64]) -> Outcome {
+        self.pmwcas_with(guard, targets, retire, &[])
+    }
+
+    /// Runs one PMwCAS over `targets` that also names every chunk it retires (`retire`:
+    /// freed after the epoch if it succeeds) and every new chunk it links (`fresh`: freed if
+    /// it fails), §6.1/§6.3: a target whose old value is retired and new value fresh is one
+    /// `FREE-ONE` entry (`ReserveEntry`), the others are memory-only entries. Each new chunk,
+    /// and the new value of every `free_one` target, is activated: its offset persisted in
+    /// the descriptor slot, then dropped from the allocator's unactivated list. So unless the
+    /// outcome is `PoolExhausted` (nothing named), the descriptor owns `fresh`: the caller
+    /// must not free them.
+    pub(crate) fn pmwcas_with(
+        &self,
+        guard: &Guard,
+        targets: &[Target],
+        retire: &[u64],
+        fresh: &[u64],
+    ) -> Outcome {
         let mut d = match self.pool.allocate_descriptor(guard) {
             Ok(d) => d,
             Err(forest_pmwcas::Error::PoolExhausted { .. }) => return Outcome::PoolExhausted,
             Err(e) => panic!("bztree: allocating a descriptor: {e}"),
         };
-        for t in targets {
-            let word = self.heap.word(t.off);
-            let added = if t.free_one {
-                d.reserve_entry(word, t.old, Policy::FreeOne)
-                    .and_then(|slot| d.set_new(slot, t.new))
-            } else {
-                d.add_word(word, t.old, t.new)
-            };
-            if let Err(e) = added {
-                panic!("bztree: building a PMwCAS of {} words: {e}", targets.len());
+        let flush = |r: std::ops::Range<usize>| self.flush(r);
+        let mut retire_folded = vec![false; retire.len()];
+        let mut fresh_folded = vec![false; fresh.len()];
+        let built = (|| -> std::result::Result<(), forest_pmwcas::Error> {
+            for t in targets {
+                let word = self.heap.word(t.off);
+                let r = retire.iter().position(|&m| m == t.old && m != 0);
+                let f = fresh.iter().position(|&m| m == t.new && m != 0);
+                let fold =
+                    matches!((r, f), (Some(r), Some(f)) if !retire_folded[r] && !fresh_folded[f]);
+                if t.free_one || fold {
+                    if let (true, Some(r), Some(f)) = (fold, r, f) {
+                        retire_folded[r] = true;
+                        fresh_folded[f] = true;
+                    }
+                    let slot = d.reserve_entry(word, t.old, Policy::FreeOne)?;
+                    d.set_new(slot, t.new)?;
+                    if t.new != 0 {
+                        self.heap.activated(t.new, &flush);
+                    }
+                } else {
+                    d.add_word(word, t.old, t.new)?;
+                }
             }
-        }
-        for &m in retire {
-            if let Err(e) = d.add_memory(m, 0) {
-                panic!("bztree: retiring memory in a PMwCAS: {e}");
+            for (i, &m) in retire.iter().enumerate() {
+                if !retire_folded[i] {
+                    d.add_memory(m, 0)?;
+                }
             }
+            for (i, &m) in fresh.iter().enumerate() {
+                if !fresh_folded[i] {
+                    let slot = d.reserve_memory()?;
+                    d.set_new(slot, m)?;
+                    self.heap.activated(m, &flush);
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = built {
+            panic!(
+                "bztree: building a PMwCAS of {} words, {} retired, {} new: {e}",
+                targets.len(),
+                retire.len(),
+                fresh.len()
+            );
         }
         match d.execute() {
             Ok(true) => Outcome::Succeeded,
@@ -435,7 +468,11 @@ const _: () = assert!(ATTEMPT_NAMES.len() == ENTRIES_MAX + 1);
 
 impl<P: Persist> Index for BzTree<P> {
     fn name(&self) -> &'static str {
-        "bztree"
+        if P::DURABLE {
+            "bztree-pm"
+        } else {
+            "bztree"
+        }
     }
 
     fn get(&self, key: &[u8], out: &mut Vec<u8>) -> bool {

@@ -24,6 +24,11 @@ use crate::{BzTree, Outcome, Path, Target};
 /// Merges one delete may run (`merge_around`).
 const MERGE_ROUNDS_MAX: usize = 4;
 
+/// Entries merging one more internal level may add to a plan, with what the next level needs
+/// to close it: the merged node, the sibling's and the grandparent's freezes and
+/// retirements, then (worst) a new version of the next ancestor and its swap (2 words).
+const MERGE_LEVEL_ENTRIES: usize = 8;
+
 impl<P: Persist> BzTree<P> {
     /// Merges around the underfull leaf holding `key` while merges succeed (a few rounds: a
     /// leaf emptied while its siblings were full is absorbed by a later neighbor's merge).
@@ -197,7 +202,7 @@ impl<P: Persist> BzTree<P> {
                 return None;
             }
             let underfull = internal_bytes(&new) < self.config.min_size as u64 || new.len() < 2;
-            if underfull && plan.entries() + 6 <= Self::ENTRIES {
+            if underfull && plan.entries() + MERGE_LEVEL_ENTRIES <= Self::ENTRIES {
                 let gcount = self.sorted_count(g);
                 let candidates = [
                     gslot.checked_sub(1),

@@ -167,7 +167,9 @@ impl<P: Persist> BzTree<P> {
 
     /// A new value block holding `value`, or `None` when the heap is full.
     pub(crate) fn new_value_block(&self, value: &[u8]) -> Option<u64> {
-        let block = self.heap.alloc(8 + value.len() as u64, false)?;
+        let block = self
+            .heap
+            .alloc(8 + value.len() as u64, false, &|r| self.flush(r))?;
         self.heap
             .atomic(block)
             .store(value.len() as u64, Ordering::Relaxed);
@@ -207,7 +209,7 @@ impl<P: Persist> BzTree<P> {
         if size > OFFSET_MAX || block > BLOCK_SIZE_MAX || records.len() as u64 > RECORD_COUNT_MAX {
             return None;
         }
-        let node = self.heap.alloc(size, true)?;
+        let node = self.heap.alloc(size, true, &|r| self.flush(r))?;
         self.write_header(node, size, records.len() as u64, 0);
         let mut end = size;
         for (i, r) in records.iter().enumerate() {
@@ -245,7 +247,7 @@ impl<P: Persist> BzTree<P> {
         if size > OFFSET_MAX {
             return None;
         }
-        let node = self.heap.alloc(size, true)?;
+        let node = self.heap.alloc(size, true, &|r| self.flush(r))?;
         self.write_header(node, size, entries.len() as u64, level);
         let mut end = size;
         for (i, (key, child)) in entries.iter().enumerate() {

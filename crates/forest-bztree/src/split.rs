@@ -22,6 +22,11 @@ use crate::consolidate::Plan;
 use crate::node::{internal_bytes, LiveRecord, Separator};
 use crate::{BzTree, Path, Target};
 
+/// Entries a split of one more ancestor may add to a plan, with what the next level needs
+/// to close it: two new halves, then (worst) the next ancestor's freeze and retirement, its
+/// new version and the swap in its parent (2 words).
+const SPLIT_LEVEL_ENTRIES: usize = 7;
+
 impl<P: Persist> BzTree<P> {
     /// Splits the frozen leaf `path.leaf` whose live records are `live` (at least two).
     pub(crate) fn split(
@@ -122,7 +127,7 @@ impl<P: Persist> BzTree<P> {
             plan.retire.push(parent);
             let level = self.level(parent);
             let overflow = internal_bytes(&new) > self.config.node_size as u64 && new.len() >= 4;
-            if overflow && plan.entries() + 4 <= Self::ENTRIES {
+            if overflow && plan.entries() + SPLIT_LEVEL_ENTRIES <= Self::ENTRIES {
                 let m = new.len() / 2;
                 let a = self
                     .build_internal(&new[..m], level)

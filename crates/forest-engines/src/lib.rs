@@ -12,6 +12,7 @@
 
 mod bwtree;
 mod bztree;
+mod bztree_pm;
 mod lockbtree;
 mod masstree;
 mod registry;

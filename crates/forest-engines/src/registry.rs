@@ -3,7 +3,7 @@
 use forest_core::{Error, Index, Result};
 
 use crate::spec::EngineSpec;
-use crate::{bwtree, bztree, lockbtree, masstree};
+use crate::{bwtree, bztree, bztree_pm, lockbtree, masstree};
 
 /// One parameter of an engine, for `forest engines` and `--help`.
 #[derive(Debug)]
@@ -76,6 +76,7 @@ pub static ENGINES: &[EngineEntry] = &[
     bwtree::ENTRY,
     masstree::ENTRY,
     bztree::ENTRY,
+    bztree_pm::ENTRY,
 ];
 
 /// The engine of a new store when none is named: the fastest on YCSB-B and YCSB-C

@@ -382,7 +382,11 @@ impl<'a, P: Persist> Descriptor<'a, P> {
                 && e.new != 0
                 && e.address != layout::TOMBSTONE
             {
-                recycler.free(e.new);
+                recycler.free_by(
+                    e.new,
+                    crate::pool::descriptor_tag(self.index, self.gen),
+                    &|r| inner.persist_bytes(r),
+                );
             }
         }
         inner.free_unpublished(self.index, self.gen, P::DURABLE && self.activated_any);

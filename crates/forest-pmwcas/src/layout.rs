@@ -217,6 +217,17 @@ impl Geometry {
             * PAGE_WORDS
     }
 
+    /// Byte offset of the client header (for users that lay out their own words in it
+    /// before a pool exists, e.g. to recover an allocator before `Pool::open`).
+    pub const fn client_start_bytes(&self) -> u64 {
+        (self.client_word() * WORD_BYTES) as u64
+    }
+
+    /// Byte offset of the user area (as [`Geometry::client_start_bytes`]).
+    pub const fn user_start_bytes(&self) -> u64 {
+        (self.user_word() * WORD_BYTES) as u64
+    }
+
     /// Words the region needs.
     pub(crate) const fn total_words(&self) -> usize {
         (self.user_word() + self.user_words).div_ceil(PAGE_WORDS) * PAGE_WORDS

@@ -27,7 +27,8 @@
 //! `pmwcas:rdcss-installing`, `pmwcas:rdcss-installed`, `pmwcas:rdcss-status-read` (a
 //! completer between its status read and its CAS), `pmwcas:phase1-word-installed` (per word),
 //! `pmwcas:phase1-persisted`, `pmwcas:status-decided`, `pmwcas:status-persisted`,
-//! `pmwcas:phase2-word-installed` (per word), `pmwcas:phase2-done`, `pmwcas:released`. No
+//! `pmwcas:phase2-word-installed` (per word), `pmwcas:phase2-done`, `pmwcas:policies-applied`
+//! (a release between its policies and the durable `Free` status), `pmwcas:released`. No
 //! latch is held at any of them.
 //!
 //! `unsafe` lives in `region` (the mapping as atomic words) and `clwb` (cache-line flush
@@ -59,7 +60,7 @@ pub use layout::{Geometry, ENTRIES_MAX};
 #[cfg(not(loom))]
 pub use persist::Msync;
 pub use persist::{NoPersist, Persist};
-pub use pool::{NoRecycle, Pool, PoolConfig, Recycle, RecyclerId};
+pub use pool::{descriptor_tag, NoRecycle, Pool, PoolConfig, Recycle, RecyclerId};
 pub use reclaim::Guard;
 pub use recovery::RecoveryReport;
 pub use region::Region;

@@ -57,6 +57,23 @@ pub const PARTITIONS_MAX: usize = 1024;
 pub trait Recycle: Send + Sync {
     /// Frees `value` (never zero: zero means "no memory").
     fn free(&self, value: u64);
+
+    /// Frees `value` on behalf of the descriptor generation `by` (nonzero, unique to one
+    /// generation of one descriptor, [`descriptor_tag`]); `persist` flushes and fences bytes
+    /// of the pool's region (nothing in volatile mode). A persistent allocator records `by`
+    /// with the free and persists it before returning, so the repeat of this free by recovery
+    /// (the crash fell between the policies and the durable `Free` status) is recognised even
+    /// if the memory was allocated again meanwhile. The default forgets `by`.
+    fn free_by(&self, value: u64, by: u64, persist: &dyn Fn(std::ops::Range<usize>)) {
+        let _ = (by, persist);
+        self.free(value);
+    }
+}
+
+/// The tag [`Recycle::free_by`] receives for generation `gen` of descriptor `index`: the
+/// descriptor's reference word, nonzero and unique per generation.
+pub fn descriptor_tag(index: u32, gen: u64) -> u64 {
+    crate::word::descriptor_ref(index, gen)
 }
 
 /// A recycler that frees nothing (the default callback for words that are not pointers).
@@ -287,6 +304,72 @@ impl<P: Persist> Pool<P> {
         let report = crate::recovery::recover(&pool.inner)?;
         pool.inner.rebuild_free_lists();
         Ok((pool, report))
+    }
+
+    /// The geometry recorded in the pool header of `region`, checked (magic, version,
+    /// checksum, region size) but not recovered: what a user needs to lay out its own words
+    /// before calling [`Pool::open`] with a matching configuration.
+    pub fn read_geometry(region: &Region) -> Result<Geometry, Error> {
+        if region.len_bytes() < HEADER_WORDS * WORD_BYTES {
+            return Err(Error::Format(format!(
+                "region of {} bytes has no pool header",
+                region.len_bytes()
+            )));
+        }
+        let words = region.words();
+        let mut head = [0u64; HEADER_WORDS - 1];
+        for (h, w) in head.iter_mut().zip(words) {
+            *h = w.load(Ordering::Relaxed);
+        }
+        if head[0] != layout::MAGIC {
+            return Err(Error::Format(format!(
+                "bad magic {:#018x} at byte 0 (not a forest PMwCAS pool)",
+                head[0]
+            )));
+        }
+        if head[1] != layout::FORMAT_VERSION {
+            return Err(Error::Format(format!(
+                "format version {} at byte 8, this build reads {}",
+                head[1],
+                layout::FORMAT_VERSION
+            )));
+        }
+        if header_crc(&head) != words[HEADER_WORDS - 1].load(Ordering::Relaxed) {
+            return Err(Error::Format(
+                "pool header checksum mismatch at byte 56".into(),
+            ));
+        }
+        if head[2] != region.len_bytes() as u64 {
+            return Err(Error::Format(format!(
+                "pool header records {} bytes, the file has {}",
+                head[2],
+                region.len_bytes()
+            )));
+        }
+        if head[6] != DESCRIPTOR_WORDS as u64 {
+            return Err(Error::Format(format!(
+                "descriptors of {} words, this build uses {DESCRIPTOR_WORDS}",
+                head[6]
+            )));
+        }
+        let geometry = PoolConfig {
+            partition_count: usize::try_from(head[4]).unwrap_or(usize::MAX),
+            descriptors_per_partition: usize::try_from(head[3] / head[4].max(1))
+                .unwrap_or(usize::MAX),
+            client_words: usize::try_from(head[5]).unwrap_or(usize::MAX),
+            user_words: 0,
+            recyclers: Vec::new(),
+        }
+        .geometry()
+        .map_err(|e| Error::Format(format!("pool header geometry: {e}")))?;
+        if geometry.descriptor_count as u64 != head[3]
+            || geometry.user_start_bytes() > region.len_bytes() as u64
+        {
+            return Err(Error::Format(format!(
+                "pool header geometry {head:?} does not fit the file"
+            )));
+        }
+        Ok(geometry)
     }
 
     fn header_words(geometry: &Geometry, region_bytes: usize) -> [u64; HEADER_WORDS] {
@@ -523,6 +606,14 @@ impl<P: Persist> Inner<P> {
         }
     }
 
+    /// Flushes and fences bytes of the region (durable mode only).
+    pub(crate) fn persist_bytes(&self, range: std::ops::Range<usize>) {
+        if P::DURABLE {
+            self.persist.flush(&self.region, range);
+            self.persist.fence();
+        }
+    }
+
     /// Flushes and fences the status word of descriptor `index`.
     pub(crate) fn persist_status(&self, index: u32) {
         if P::DURABLE {
@@ -669,6 +760,8 @@ impl<P: Persist> Inner<P> {
                 state == Some(State::Succeeded),
                 layout::status_count(status),
             );
+            // A crash here repeats the policies at recovery (`Recycle::free_by`).
+            forest_core::pause::pause_point("pmwcas:policies-applied");
             self.desc(index)[layout::D_STATUS]
                 .store(layout::status(gen, 0, State::Free), Ordering::SeqCst);
             self.persist_status(index);
@@ -715,7 +808,9 @@ impl<P: Persist> Inner<P> {
             };
             let value = d[e + field].load(Ordering::Relaxed) & crate::word::VALUE_MASK;
             if value != 0 {
-                recycler.free(value);
+                recycler.free_by(value, descriptor_tag(index, gen), &|r| {
+                    self.persist_bytes(r)
+                });
                 freed += 1;
             }
         }

@@ -1,0 +1,392 @@
+//! The persistent mode's file (BzTree §3.1 "Persistence Modes", §6): one file, mapped shared,
+//! holding the PMwCAS pool's header, the tree's header and the allocator state (the pool's
+//! client words), the descriptor pool, and the node heap (the pool's user area). Volatile mode
+//! lays out an anonymous region the same way.
+//!
+//! Client words (8-byte little-endian, from byte 64; docs/FORMAT.md):
+//!
+//! | word | what |
+//! |---|---|
+//! | 0 | root: offset of the root node (a PMwCAS target word, §3.1 "Root pointer") |
+//! | 1 | magic `BZTREEPM` |
+//! | 2 | format version |
+//! | 3 | persist mode of the last open: the first 8 bytes of its name (`clwb`, `msync`, ...) |
+//! | 4 | global index epoch (§3.1): 1 at creation, + 1 at every open |
+//! | 5 | boot id of the last open (the first 64 bits of the kernel's boot id, 0 if unknown) |
+//! | 6 | node size |
+//! | 7, 8 | the heap's first and end byte offsets |
+//! | 9 | crc32c of words 1, 2, 6, 7, 8 (the fields fixed at creation) |
+//! | 10..16 | zero |
+//! | 16.. | allocator state (`heap.rs`): bump pointer, free-list heads, unactivated lists |
+//!
+//! Opening checks, in order, and names the first problem found: the pool header (magic,
+//! version, checksum, geometry), the tree's magic, version and checksum, the node size against
+//! the configuration, the heap bounds; then recovers (§6.3): the allocator first, then the
+//! descriptor pool (forest-pmwcas), then the epoch moves on by one so that every reservation of
+//! earlier runs is recognised as dangling (no tree walk). The epoch advances at every open, not
+//! only after a crash: the file does not record a clean shutdown, and a spare epoch costs
+//! nothing (27 bits last 134 M opens; it then wraps to 1).
+//!
+//! Creation writes the magic last: a file whose creation was cut short fails to open with
+//! "never completed" rather than being taken for a tree.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use forest_core::{Error, Result};
+use forest_pmwcas::{Geometry, Persist, Pool, PoolConfig, RecoveryReport, Region};
+
+use crate::heap::{AllocatorRecovery, HeapRecycler, NodeHeap, STATE_WORDS};
+use crate::metadata::EPOCH_MASK;
+use crate::{BzTree, BzTreeConfig, Counters, DESCRIPTOR_PARTITIONS};
+
+/// "BZTREEPM", little-endian.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"BZTREEPM");
+/// Version of the tree's part of the file.
+pub const VERSION: u64 = 1;
+
+const W_ROOT: u64 = 0;
+const W_MAGIC: u64 = 1;
+const W_VERSION: u64 = 2;
+const W_PERSIST: u64 = 3;
+const W_EPOCH: u64 = 4;
+const W_BOOT: u64 = 5;
+const W_NODE: u64 = 6;
+const W_HEAP_START: u64 = 7;
+const W_HEAP_END: u64 = 8;
+const W_CRC: u64 = 9;
+const W_STATE: u64 = 16;
+/// Client words of a tree's pool.
+pub(crate) const CLIENT_WORDS: usize = W_STATE as usize + STATE_WORDS;
+
+/// What an open found and did (§6.3).
+#[derive(Debug, Clone, Default)]
+pub struct OpenReport {
+    /// Whether the file was created by this open.
+    pub created: bool,
+    /// Allocator recovery (runs first).
+    pub allocator: AllocatorRecovery,
+    /// Descriptor pool recovery.
+    pub pool: RecoveryReport,
+    /// Frees the recoveries skipped as repeats of frees done before the crash (the chunk
+    /// free already, or freed by the same descriptor generation and perhaps reused since).
+    pub repeat_frees_skipped: u64,
+    /// The global index epoch of this run.
+    pub index_epoch: u64,
+    /// Whether the previous open ran on this boot (a same-boot reopen: the page cache kept
+    /// every store, whatever the persist mode).
+    pub same_boot: bool,
+    /// Wall time of the recovery steps.
+    pub recovery_micros: u64,
+}
+
+fn corrupt(path: &Path, word: u64, what: String) -> Error {
+    Error::Corrupt {
+        path: path.to_path_buf(),
+        offset: word,
+        what,
+    }
+}
+
+/// The first 64 bits of the kernel's boot id, 0 if it cannot be read.
+fn boot_id() -> u64 {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .and_then(|s| {
+            let hex: String = s.chars().filter(char::is_ascii_hexdigit).take(16).collect();
+            u64::from_str_radix(&hex, 16).ok()
+        })
+        .unwrap_or(0)
+}
+
+fn name_word(name: &str) -> u64 {
+    let mut bytes = [0u8; 8];
+    for (b, c) in bytes.iter_mut().zip(name.bytes()) {
+        *b = c;
+    }
+    u64::from_le_bytes(bytes)
+}
+
+fn fixed_crc(words: [u64; 5]) -> u64 {
+    let mut bytes = [0u8; 40];
+    for (chunk, w) in bytes.chunks_exact_mut(8).zip(words) {
+        chunk.copy_from_slice(&w.to_le_bytes());
+    }
+    u64::from(crc32c::crc32c(&bytes))
+}
+
+/// The pool configuration of a new tree.
+fn pool_config(config: &BzTreeConfig) -> PoolConfig {
+    PoolConfig {
+        user_words: config.heap_bytes / 8,
+        partition_count: DESCRIPTOR_PARTITIONS,
+        descriptors_per_partition: config.descriptor_count / DESCRIPTOR_PARTITIONS,
+        client_words: CLIENT_WORDS,
+        recyclers: Vec::new(),
+    }
+}
+
+fn pool_error(e: forest_pmwcas::Error) -> Error {
+    Error::Config(format!("bztree: PMwCAS pool: {e}"))
+}
+
+/// Reads client word `w` of a region before its pool is open.
+fn client(region: &Region, geometry: &Geometry, w: u64) -> u64 {
+    region
+        .load_for_flush(geometry.client_start_bytes() + w * 8)
+        .unwrap_or(0)
+}
+
+impl<P: Persist> BzTree<P> {
+    /// Bytes of the region (file) a new tree with `config` needs.
+    pub fn region_bytes(config: &BzTreeConfig) -> Result<usize> {
+        config.check()?;
+        pool_config(config).region_bytes().map_err(pool_error)
+    }
+
+    /// Opens the tree in the file at `path`, creating it (with `config`) if it is missing or
+    /// empty; an existing file is checked and recovered (module doc). The node size must
+    /// match the file's; heap and descriptor pool sizes are the file's.
+    pub fn open(path: &Path, config: BzTreeConfig, persist: P) -> Result<Self> {
+        let bytes = Self::region_bytes(&config)?;
+        let exists = std::fs::metadata(path)
+            .map(|m| m.len() > 0)
+            .unwrap_or(false);
+        let region = Region::map_file(path, bytes).map_err(|e| match e {
+            forest_pmwcas::Error::Io(what) => Error::Io {
+                path: path.to_path_buf(),
+                op: "map",
+                source: std::io::Error::other(what),
+            },
+            other => corrupt(path, 0, other.to_string()),
+        })?;
+        if exists {
+            Self::open_in(region, config, persist, path)
+        } else {
+            Self::create_in(region, config, persist)
+        }
+    }
+
+    /// A new tree in `region` (zeroed, at least [`BzTree::region_bytes`]).
+    pub fn create_in(region: Region, config: BzTreeConfig, persist: P) -> Result<Self> {
+        config.check()?;
+        let mut pool_config = pool_config(&config);
+        let geometry = pool_config.geometry().map_err(pool_error)?;
+        let (start, end) = (geometry.user_start_bytes(), region.len_bytes() as u64);
+        let heap = Self::heap_for(&region, &geometry, start, end);
+        pool_config.recyclers = vec![Arc::new(HeapRecycler(Arc::clone(&heap)))];
+        let pool = Pool::create(region, persist, pool_config).map_err(pool_error)?;
+        let flush = |r: std::ops::Range<usize>| pool.persist_range(r);
+        heap.format(&flush);
+        let base = geometry.client_start_bytes();
+        let mut tree = Self {
+            pool,
+            heap,
+            root_off: base + W_ROOT * 8,
+            config,
+            index_epoch: 1,
+            counters: Counters::default(),
+            open_report: OpenReport {
+                created: true,
+                index_epoch: 1,
+                ..OpenReport::default()
+            },
+        };
+        let leaf = tree
+            .build_leaf(&[], 0)
+            .ok_or_else(|| Error::Config("bztree: node heap too small for a leaf".into()))?;
+        tree.heap.word(tree.root_off).init(leaf);
+        tree.persist_bytes(tree.root_off, 8);
+        tree.heap.activated(leaf, &|r| tree.pool.persist_range(r));
+        let fixed = [MAGIC, VERSION, tree.config.node_size as u64, start, end];
+        let set = |w: u64, v: u64| {
+            tree.heap
+                .atomic_client(base + w * 8)
+                .store(v, std::sync::atomic::Ordering::Relaxed)
+        };
+        set(W_VERSION, VERSION);
+        set(W_NODE, fixed[2]);
+        set(W_HEAP_START, start);
+        set(W_HEAP_END, end);
+        set(W_CRC, fixed_crc(fixed));
+        tree.stamp_open(1);
+        tree.persist_bytes(base, W_STATE * 8);
+        set(W_MAGIC, MAGIC);
+        tree.persist_bytes(base + W_MAGIC * 8, 8);
+        tree.open_report.same_boot = true;
+        Ok(tree)
+    }
+
+    /// Records this run's epoch, boot id and persist mode (persisted by the caller).
+    fn stamp_open(&self, epoch: u64) {
+        let base = self.pool.client_header().start;
+        let set = |w: u64, v: u64| {
+            self.heap
+                .atomic_client(base + w * 8)
+                .store(v, std::sync::atomic::Ordering::Relaxed)
+        };
+        set(W_EPOCH, epoch);
+        set(W_BOOT, boot_id());
+        set(W_PERSIST, name_word(self.pool.persist().name()));
+    }
+
+    fn heap_for(region: &Region, geometry: &Geometry, start: u64, end: u64) -> Arc<NodeHeap> {
+        let state = geometry.client_start_bytes() + W_STATE * 8;
+        // SAFETY: the region outlives the heap: the tree owns the pool, which owns the region
+        // (its mapping never moves) and runs no release once dropped (heap.rs module doc).
+        Arc::new(unsafe { NodeHeap::new(region.base_ptr(), start, end, state) })
+    }
+
+    /// Opens the tree in `region` (a mapped file, or a crash image): checks and recovers it
+    /// (module doc). `path` names it in errors.
+    pub fn open_in(region: Region, config: BzTreeConfig, persist: P, path: &Path) -> Result<Self> {
+        config.check()?;
+        let started = std::time::Instant::now();
+        let geometry =
+            Pool::<P>::read_geometry(&region).map_err(|e| corrupt(path, 0, e.to_string()))?;
+        if geometry.client_words != CLIENT_WORDS {
+            return Err(corrupt(
+                path,
+                40,
+                format!(
+                    "pool has {} client words, a BzTree file has {CLIENT_WORDS} (not a bztree-pm file?)",
+                    geometry.client_words
+                ),
+            ));
+        }
+        let base = geometry.client_start_bytes();
+        let word = |w: u64| client(&region, &geometry, w);
+        let at = |w: u64| base + w * 8;
+        if word(W_MAGIC) != MAGIC {
+            return Err(corrupt(
+                path,
+                at(W_MAGIC),
+                if word(W_MAGIC) == 0 {
+                    "the tree header has no magic: its creation never completed".into()
+                } else {
+                    format!(
+                        "bad tree magic {:#018x} (not a bztree-pm file)",
+                        word(W_MAGIC)
+                    )
+                },
+            ));
+        }
+        if word(W_VERSION) != VERSION {
+            return Err(corrupt(
+                path,
+                at(W_VERSION),
+                format!(
+                    "tree format version {}, this build reads {VERSION}",
+                    word(W_VERSION)
+                ),
+            ));
+        }
+        let fixed = [
+            MAGIC,
+            VERSION,
+            word(W_NODE),
+            word(W_HEAP_START),
+            word(W_HEAP_END),
+        ];
+        if fixed_crc(fixed) != word(W_CRC) {
+            return Err(corrupt(
+                path,
+                at(W_CRC),
+                "tree header checksum mismatch".into(),
+            ));
+        }
+        if word(W_NODE) != config.node_size as u64 {
+            return Err(corrupt(
+                path,
+                at(W_NODE),
+                format!(
+                    "the file's nodes are {} bytes, the configuration asks for {}",
+                    word(W_NODE),
+                    config.node_size
+                ),
+            ));
+        }
+        let (start, end) = (word(W_HEAP_START), word(W_HEAP_END));
+        if start != geometry.user_start_bytes() || end != region.len_bytes() as u64 {
+            return Err(corrupt(
+                path,
+                at(W_HEAP_START),
+                format!(
+                    "heap {start}..{end} does not match the pool's user area {}..{}",
+                    geometry.user_start_bytes(),
+                    region.len_bytes()
+                ),
+            ));
+        }
+        let same_boot = word(W_BOOT) != 0 && word(W_BOOT) == boot_id();
+        let epoch = word(W_EPOCH);
+        let heap = Self::heap_for(&region, &geometry, start, end);
+        let allocator = {
+            let flush = |r: std::ops::Range<usize>| {
+                if P::DURABLE {
+                    persist.flush(&region, r);
+                    persist.fence();
+                }
+            };
+            heap.recover(&flush)
+                .map_err(|what| corrupt(path, at(W_STATE), what))?
+        };
+        let pool_config = PoolConfig {
+            partition_count: geometry.partition_count,
+            descriptors_per_partition: geometry.descriptor_count / geometry.partition_count,
+            client_words: CLIENT_WORDS,
+            user_words: 0,
+            recyclers: vec![Arc::new(HeapRecycler(Arc::clone(&heap)))],
+        };
+        let (pool, report) = Pool::open(region, persist, pool_config)
+            .map_err(|e| corrupt(path, 0, e.to_string()))?;
+        let index_epoch = epoch % EPOCH_MASK + 1;
+        let descriptor_count = geometry.descriptor_count;
+        let mut tree = Self {
+            pool,
+            heap,
+            root_off: at(W_ROOT),
+            config: BzTreeConfig {
+                heap_bytes: (end - start) as usize,
+                descriptor_count,
+                ..config
+            },
+            index_epoch,
+            counters: Counters::default(),
+            open_report: OpenReport::default(),
+        };
+        let root = tree.root(&tree.pool.pin());
+        if root < start || root >= end || !root.is_multiple_of(8) {
+            return Err(corrupt(
+                path,
+                at(W_ROOT),
+                format!("root {root} is outside the heap"),
+            ));
+        }
+        tree.stamp_open(index_epoch);
+        tree.persist_bytes(base, W_STATE * 8);
+        tree.open_report = OpenReport {
+            created: false,
+            allocator,
+            pool: report,
+            repeat_frees_skipped: tree.heap.repeats_skipped(),
+            index_epoch,
+            same_boot,
+            recovery_micros: started.elapsed().as_micros() as u64,
+        };
+        Ok(tree)
+    }
+
+    /// What the open that made this tree found and did.
+    pub fn open_report(&self) -> &OpenReport {
+        &self.open_report
+    }
+}
+
+impl BzTree<forest_pmwcas::Sim> {
+    /// What a power loss now could leave (forest-pmwcas `Sim::crash_image`): every flushed
+    /// line, and each word stored since its line's last flush old or new at random.
+    pub fn crash_image(&self, seed: u64) -> Vec<u64> {
+        self.pool.persist().crash_image(self.pool.region(), seed)
+    }
+}
