@@ -260,7 +260,7 @@ fn encode_bulk(out: &mut Vec<u8>, bytes: &[u8]) {
 
 /// A double as RESP3 spells it: `inf`, `-inf`, `nan`, or the shortest decimal that reads
 /// back to the same value.
-fn double_text(x: f64) -> String {
+pub(crate) fn double_text(x: f64) -> String {
     if x.is_nan() {
         "nan".to_string()
     } else if x.is_infinite() {

@@ -275,6 +275,8 @@ pub struct Shared {
     pub watches: Arc<crate::watch::Watches>,
     /// Pub/Sub's channels and patterns ([`crate::pubsub`]).
     pub pubsub: Arc<crate::pubsub::Hub>,
+    /// EVAL's interpreter and script cache ([`crate::cmd::script`]).
+    pub scripts: crate::cmd::script::Scripts,
     next_client_id: AtomicU64,
 }
 
@@ -307,6 +309,7 @@ impl Shared {
             expires,
             watches: Arc::default(),
             pubsub: Arc::default(),
+            scripts: crate::cmd::script::Scripts::default(),
             engine,
             store: Arc::new(store),
             config,

@@ -25,7 +25,7 @@ use forest_store::Durability;
 /// "transaction" (MULTI/EXEC/WATCH), "expiry" (SETEX, EXPIRE, TTL, SET EX/PX),
 /// "pubsub" (SUBSCRIBE, PSUBSCRIBE, PUBLISH), "lock" (redis-py's Lock: SET NX PX and
 /// EVALSHA/EVAL of its release/extend scripts).
-const ENABLED_PENDING: &[&str] = &["transaction", "expiry", "pubsub"];
+const ENABLED_PENDING: &[&str] = &["transaction", "expiry", "pubsub", "lock"];
 
 /// How long one script may run before the test fails.
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(180);
@@ -156,8 +156,9 @@ fn run_script(program: &str, script: &str) {
 }
 
 // Goal: redis-py, the most used Python client, works unchanged: strings, the new string and
-// keyspace commands, scan_iter, pipeline(transaction=False), every collection type, errors;
-// in RESP2 and RESP3 (redis-py 8's default). Method: tests/clients/redis_py.py.
+// keyspace commands, scan_iter, pipeline(transaction=False), every collection type, errors,
+// and (enabled groups) transactions, expiry, pub/sub and Lock (EVALSHA/EVAL scripts); in RESP2
+// and RESP3 (redis-py 8's default). Method: tests/clients/redis_py.py.
 #[test]
 fn redis_py() {
     if library_present("redis-py", "python3", &["-c", "import redis"]) {
@@ -166,7 +167,8 @@ fn redis_py() {
 }
 
 // Goal: ioredis, a Node.js client, works unchanged: the same ground through its own API
-// (scanStream, pipeline, Buffer replies). Method: tests/clients/ioredis.js.
+// (scanStream, pipeline, Buffer replies, defineCommand's scripts). Method:
+// tests/clients/ioredis.js.
 #[test]
 fn ioredis() {
     if library_present("ioredis", "node", &["-e", "require('ioredis')"]) {

@@ -8,8 +8,8 @@
 
 use super::{
     client, config, connection, dbsize, del, exists, expire, flush, get, hash, incr, info, is_word,
-    keys, keyspace, list, mget, multi, pubsub, range, save, scan, set, sets, shutdown, stream,
-    strlen, time, unknown_subcommand, zset, Ctx, Reply, Spec,
+    keys, keyspace, list, mget, multi, pubsub, range, save, scan, script, set, sets, shutdown,
+    stream, strlen, time, unknown_subcommand, zset, Ctx, Reply, Spec,
 };
 use crate::frame::Frame;
 
@@ -19,6 +19,25 @@ const R: &[&str] = &["readonly"];
 const RF: &[&str] = &["readonly", "fast"];
 const DEL: &[&str] = &["write"];
 const CONN: &[&str] = &["noscript", "loading", "stale", "fast"];
+/// Connection commands Redis lets scripts call (ECHO, SELECT).
+const CONN_SCRIPT: &[&str] = &["loading", "stale", "fast"];
+/// EVAL and EVALSHA: Redis's flags, `movablekeys` from their `numkeys` key spec.
+const EVAL: &[&str] = &[
+    "noscript",
+    "stale",
+    "skip_monitor",
+    "may_replicate",
+    "no_mandatory_keys",
+    "movablekeys",
+];
+const EVAL_RO: &[&str] = &[
+    "readonly",
+    "noscript",
+    "stale",
+    "skip_monitor",
+    "no_mandatory_keys",
+    "movablekeys",
+];
 const ADMIN: &[&str] = &["admin", "noscript"];
 const TXN: &[&str] = &["noscript", "loading", "stale", "fast", "allow_busy"];
 const PUBSUB: &[&str] = &["pubsub", "noscript", "loading", "stale"];
@@ -44,11 +63,11 @@ macro_rules! spec {
 
 /// Every command forest answers (docs/PROTOCOL.md lists the same).
 pub static COMMAND_SPECS: &[Spec] = &[
-    spec!("ping", -1, CONN, (0, 0, 0), "connection", "1.0.0", "Returns the server's liveliness response.", "[message]", connection::ping),
-    spec!("echo", 2, CONN, (0, 0, 0), "connection", "1.0.0", "Returns the given string.", "message", connection::echo),
+    spec!("ping", -1, &["fast"], (0, 0, 0), "connection", "1.0.0", "Returns the server's liveliness response.", "[message]", connection::ping),
+    spec!("echo", 2, CONN_SCRIPT, (0, 0, 0), "connection", "1.0.0", "Returns the given string.", "message", connection::echo),
     spec!("hello", -1, CONN, (0, 0, 0), "connection", "6.0.0", "Handshakes with the server: protocol version, authentication, name.", "[protover [AUTH username password] [SETNAME clientname]]", connection::hello),
     spec!("auth", -2, CONN, (0, 0, 0), "connection", "1.0.0", "Authenticates the connection.", "[username] password", connection::auth),
-    spec!("select", 2, CONN, (0, 0, 0), "connection", "1.0.0", "Changes the selected database (forest has only database 0).", "index", connection::select),
+    spec!("select", 2, CONN_SCRIPT, (0, 0, 0), "connection", "1.0.0", "Changes the selected database (forest has only database 0).", "index", connection::select),
     spec!("quit", -1, CONN, (0, 0, 0), "connection", "1.0.0", "Closes the connection.", "", connection::quit),
     spec!("client", -2, &["noscript", "loading", "stale"], (0, 0, 0), "connection", "2.4.0", "Client connection commands: SETNAME, GETNAME, ID, LIST, INFO, SETINFO.", "SETNAME|GETNAME|ID|LIST|INFO|SETINFO [arg ...]", client::client),
     spec!("get", 2, RF, (1, 1, 1), "string", "1.0.0", "Returns the string value of a key.", "key", get::get),
@@ -84,6 +103,11 @@ pub static COMMAND_SPECS: &[Spec] = &[
     spec!("randomkey", 1, R, (0, 0, 0), "generic", "1.0.0", "Returns a random key (not uniformly random).", "", super::randomkey::randomkey),
     spec!("touch", -2, RF, (1, -1, 1), "generic", "3.2.1", "Counts the given keys that exist (forest keeps no access times).", "key ...", exists::exists),
     spec!("object", -2, R, (0, 0, 0), "generic", "2.2.3", "Inspects keys: ENCODING (Redis's encoding for the key's type and size), HELP.", "ENCODING|HELP [key]", super::object::object),
+    spec!("eval", -3, EVAL, (0, 0, 0), "scripting", "2.6.0", "Runs a Lua script as one atomic batch.", "script numkeys [key ...] [arg ...]", script::eval),
+    spec!("evalsha", -3, EVAL, (0, 0, 0), "scripting", "2.6.0", "Runs a cached Lua script by its SHA1 digest.", "sha1 numkeys [key ...] [arg ...]", script::evalsha),
+    spec!("eval_ro", -3, EVAL_RO, (0, 0, 0), "scripting", "7.0.0", "Runs a read-only Lua script.", "script numkeys [key ...] [arg ...]", script::eval_ro),
+    spec!("evalsha_ro", -3, EVAL_RO, (0, 0, 0), "scripting", "7.0.0", "Runs a cached read-only Lua script by its SHA1 digest.", "sha1 numkeys [key ...] [arg ...]", script::evalsha_ro),
+    spec!("script", -2, &["noscript"], (0, 0, 0), "scripting", "2.6.0", "Script cache commands: LOAD, EXISTS, FLUSH, KILL, HELP.", "LOAD|EXISTS|FLUSH|KILL|HELP [arg ...]", script::script),
     spec!("function", -2, &["noscript"], (0, 0, 0), "scripting", "7.0.0", "Functions: FLUSH and LIST (forest loads no functions).", "FLUSH|LIST [arg ...]", super::object::function),
     spec!("del", -2, DEL, (1, -1, 1), "generic", "1.0.0", "Deletes keys; returns how many existed.", "key ...", del::del),
     spec!("unlink", -2, DEL, (1, -1, 1), "generic", "4.0.0", "Deletes keys (same as DEL in forest).", "key ...", del::del),
@@ -275,7 +299,9 @@ fn usage_arguments(usage: &str) -> Vec<Frame> {
 fn kind_of(name: &str) -> &'static str {
     match name {
         "key" => "key",
-        "count" | "increment" | "decrement" | "index" | "protover" | "cursor" => "integer",
+        "count" | "increment" | "decrement" | "index" | "protover" | "cursor" | "numkeys" => {
+            "integer"
+        }
         "pattern" => "pattern",
         "score" => "double",
         _ => "string",

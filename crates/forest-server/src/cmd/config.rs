@@ -1,7 +1,8 @@
 //! CONFIG GET / SET / RESETSTAT: the parameters redis-benchmark and client libraries ask
-//! for, answered from forest's own settings (docs/PROTOCOL.md "Server"). Nothing changes at
-//! run time: SET accepts a parameter only when the value is the current one, or for `save`
-//! (Redis's snapshot schedule, which forest has no use for: its log is always on).
+//! for, answered from forest's own settings (docs/PROTOCOL.md "Server"). Nothing else changes
+//! at run time: SET accepts a parameter only when the value is the current one, or for `save`
+//! (Redis's snapshot schedule, which forest has no use for: its log is always on), or the
+//! scripts' time limit (`busy-reply-threshold`, alias `lua-time-limit`), which it sets.
 
 use std::sync::atomic::Ordering;
 
@@ -40,6 +41,14 @@ fn parameters(ctx: &Ctx<'_, '_>) -> Vec<(&'static str, String)> {
         ),
         ("cluster-enabled", "no".into()),
         ("loglevel", "notice".into()),
+        (
+            "busy-reply-threshold",
+            ctx.shared.scripts.time_limit_ms().to_string(),
+        ),
+        (
+            "lua-time-limit",
+            ctx.shared.scripts.time_limit_ms().to_string(),
+        ),
         ("forest-engine", ctx.shared.engine.clone()),
         ("forest-durability", c.durability.to_string()),
     ]
@@ -74,12 +83,34 @@ pub fn config(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
                     "Unknown option or number of arguments for CONFIG SET - '{name}'"
                 )));
             };
+            if matches!(name.as_str(), "busy-reply-threshold" | "lua-time-limit") {
+                continue;
+            }
             if name != "save" && pair[1] != current.as_bytes() {
                 return Err(Frame::err(format!(
                     "CONFIG SET failed (possibly related to argument '{name}') - forest does \
                      not change '{name}' at run time"
                 )));
             }
+        }
+        // Checked whole before any is applied, as Redis's CONFIG SET.
+        let mut time_limit = None;
+        for pair in args.chunks_exact(2) {
+            let name = String::from_utf8_lossy(pair[0]).to_ascii_lowercase();
+            if matches!(name.as_str(), "busy-reply-threshold" | "lua-time-limit") {
+                let ms = crate::parse::parse_int(pair[1])
+                    .and_then(|ms| u64::try_from(ms).ok())
+                    .ok_or_else(|| {
+                        Frame::err(format!(
+                            "CONFIG SET failed (possibly related to argument '{name}') - \
+                             argument couldn't be parsed into an integer"
+                        ))
+                    })?;
+                time_limit = Some(ms);
+            }
+        }
+        if let Some(ms) = time_limit {
+            ctx.shared.scripts.set_time_limit_ms(ms);
         }
         Ok(Frame::ok())
     } else if is_word(sub, "resetstat") {

@@ -156,7 +156,7 @@ pub fn delete_expired(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<bool, Frame>
 
 /// A deadline change decided in a unit (see [`super::Unit`]): applied to the map by
 /// [`apply_deadlines`] once the unit's batch is visible.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct DeadlineChange {
     pub user: Vec<u8>,
     pub old: Option<u64>,

@@ -39,6 +39,7 @@ mod range;
 mod rename;
 mod save;
 mod scan;
+pub mod script;
 mod set;
 mod sets;
 mod shutdown;
@@ -144,7 +145,7 @@ pub struct Ctx<'a, 's> {
 }
 
 /// A command's decided writes (see [`Ctx::unit`]) and the state they leave, by key.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Unit {
     batch: forest_store::WriteBatch,
     overlay: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>,

@@ -12,7 +12,7 @@
 //! 1. it takes the server stripe locks (`Collections::lock_many`, stripe order) of every
 //!    key its commands name (by the command table's key positions) and of its watched keys;
 //!    a transaction holding a command whose keys are not known up front (KEYS, SCAN,
-//!    DBSIZE, FLUSHDB, FOREST.RANGE / COUNT / DELRANGE) takes all of them
+//!    DBSIZE, FLUSHDB, FOREST.RANGE / COUNT / DELRANGE, EVAL and its kin) takes all of them
 //!    (`lock_all`). Every write takes its key's stripe, so no other write of these keys
 //!    runs until EXEC ends; the locks are re-entrant, so each command takes its own again;
 //! 2. it checks the dirty flag under those locks (the watch hook runs under the writer's
@@ -23,6 +23,9 @@
 //! 4. it hands the overlay to the store as one `WriteBatch` (`Batch::write`): readers of
 //!    single keys (the stripes' seqlocks) and scans (the scan gate) see all of it or none,
 //!    and recovery keeps the batch whole or drops it whole.
+//!
+//! A script (EVAL, [`super::script`]) runs the same way, through [`begin_script`] and
+//! [`end_script`]: every stripe, one unit, one batch.
 //!
 //! Two transactions on disjoint keys share no lock (unless their stripes collide).
 //! A runtime error of one command is its own reply; the others' writes stand.
@@ -243,9 +246,14 @@ pub fn reset(ctx: &mut Ctx<'_, '_>, _argv: &[&[u8]]) -> Reply {
     Ok(Frame::Simple("RESET".into()))
 }
 
-/// Whether `spec`'s command reads or writes keys its arguments do not name.
+/// Whether `spec`'s command reads or writes keys its arguments do not name (a script, EVAL
+/// and its kin, `movablekeys`, may touch any key).
 fn keyspace_wide(spec: &Spec) -> bool {
-    spec.first_key <= 0 && spec.flags.iter().any(|f| *f == "write" || *f == "readonly")
+    spec.first_key <= 0
+        && spec
+            .flags
+            .iter()
+            .any(|f| matches!(*f, "write" | "readonly" | "movablekeys"))
 }
 
 /// The key arguments of a command, by the table's key positions.
@@ -326,6 +334,73 @@ pub fn exec(ctx: &mut Ctx<'_, '_>, _argv: &[&[u8]]) -> Reply {
     Ok(Frame::Array(replies))
 }
 
+/// A script's hold on the keyspace ([`begin_script`]).
+pub(super) struct ScriptUnit<'a> {
+    guards: Vec<crate::collection::StripeGuard<'a>>,
+    /// Inside EXEC: EXEC's unit and the count of its deferred messages before the script, to
+    /// go back to if the script's writes are dropped.
+    nested: Option<(Option<Unit>, usize)>,
+}
+
+/// Starts a script (EVAL and its kin, [`super::script`]) as EXEC starts its queue: every
+/// stripe lock (a script may touch keys it did not declare), one transaction unit whose
+/// writes its later reads see, PUBLISH deferred. Inside EXEC the script joins EXEC's unit
+/// (EXEC took every stripe already: `keyspace_wide`; the locks are re-entrant).
+pub(super) fn begin_script<'a>(ctx: &mut Ctx<'a, '_>) -> ScriptUnit<'a> {
+    let shared: &'a crate::server::Shared = ctx.shared;
+    let guards = shared.collections.lock_all();
+    if ctx.unit.as_ref().is_some_and(|u| u.txn) {
+        let before = ctx.unit.clone();
+        return ScriptUnit {
+            guards,
+            nested: Some((before, ctx.client.txn.deferred.len())),
+        };
+    }
+    ctx.unit = Some(Unit {
+        txn: true,
+        ..Unit::default()
+    });
+    ctx.client.txn.executing = true;
+    ScriptUnit {
+        guards,
+        nested: None,
+    }
+}
+
+/// Ends a script: `keep` writes its unit as one atomic batch (readers and recovery see all of
+/// it or none) and then delivers its messages; otherwise (a script stopped by its time limit
+/// or SCRIPT KILL) its writes and messages are dropped, inside EXEC too. The stripes are
+/// released before the messages go out, as EXEC does.
+pub(super) fn end_script(
+    ctx: &mut Ctx<'_, '_>,
+    script: ScriptUnit<'_>,
+    keep: bool,
+) -> Result<(), Frame> {
+    let ScriptUnit { guards, nested } = script;
+    if let Some((before, published)) = nested {
+        if !keep {
+            ctx.unit = before;
+            ctx.client.txn.deferred.truncate(published);
+        }
+        return Ok(());
+    }
+    ctx.client.txn.executing = false;
+    let deferred = std::mem::take(&mut ctx.client.txn.deferred);
+    let written = if keep {
+        write_unit(ctx)
+    } else {
+        ctx.unit = None;
+        Ok(())
+    };
+    drop(guards);
+    if keep {
+        for (channel, message) in deferred {
+            ctx.shared.pubsub.publish(&channel, &message);
+        }
+    }
+    written
+}
+
 /// Writes EXEC's overlay as one atomic batch: one op per key, its final state.
 fn write_unit(ctx: &mut Ctx<'_, '_>) -> Result<(), Frame> {
     let Some(unit) = ctx.unit.take() else {
@@ -396,8 +471,12 @@ pub fn pending_entries(ctx: &mut Ctx<'_, '_>) -> i64 {
         return 0;
     };
     let mut scratch = Vec::new();
+    // Deadline index entries are counted as reserved when the unit is applied
+    // (`expire::apply_deadlines`), not when decided: they are neither keys nor pending here.
+    let deadline_prefix = [crate::collection::RESERVED_BYTE, crate::expiry::EXPIRE_TAG];
     unit.overlay
         .iter()
+        .filter(|(key, _)| !key.starts_with(&deadline_prefix))
         .map(|(key, value)| {
             let before = i64::from(ctx.shared.store.get(key, &mut scratch));
             i64::from(value.is_some()) - before
@@ -720,6 +799,30 @@ mod tests {
         assert_eq!(r[13], Frame::Integer(0));
         assert_eq!(h.run(&["GET", "r"]), bulk("hello world"));
         assert_eq!(h.run(&["SMEMBERS", "t"]), bulks(&["m"]));
+    }
+
+    // Goal: DBSIZE inside EXEC counts keys, not the deadline entries the EXEC staged (EXPIRE
+    // adds one, PERSIST removes one). Method: DBSIZE after each inside one EXEC.
+    #[test]
+    fn dbsize_inside_exec_ignores_staged_deadlines() {
+        let mut h = Harness::new();
+        h.run(&["SET", "old", "1", "EX", "100"]);
+        h.run(&["MULTI"]);
+        for cmd in [
+            &["SET", "a", "1"][..],
+            &["EXPIRE", "a", "100"],
+            &["DBSIZE"],
+            &["PERSIST", "old"],
+            &["DBSIZE"],
+        ] {
+            h.run(cmd);
+        }
+        let Frame::Array(r) = h.run(&["EXEC"]) else {
+            panic!("array expected");
+        };
+        assert_eq!(r[2], Frame::Integer(2));
+        assert_eq!(r[4], Frame::Integer(2));
+        assert_eq!(h.run(&["DBSIZE"]), Frame::Integer(2));
     }
 
     // Goal: FLUSHDB inside EXEC removes strings and collections written earlier in it.

@@ -172,7 +172,22 @@ async function collections(r) {
   await raises("wrongtype", r.get("c:h"), "WRONGTYPE");
 }
 
-const TESTS = { strings, newStrings, keyspace, scan, pipeline, collections };
+async function scripting(r) {
+  await r.script("FLUSH");
+  r.defineCommand("bump", { numberOfKeys: 1, lua: "return redis.call('incrby', KEYS[1], ARGV[1])" });
+  check("defineCommand (EVALSHA, EVAL on NOSCRIPT)", await r.bump("sc:n", 5), 5);
+  check("defineCommand again (EVALSHA)", await r.bump("sc:n", 2), 7);
+  check("eval array", await r.eval("return {KEYS[1], ARGV[1], 3}", 1, "sc:k", "a"), ["sc:k", "a", 3]);
+  check("eval nil", await r.eval("return redis.call('get', 'sc:none')", 0), null);
+  check("eval status", await r.eval("return redis.status_reply('FINE')", 0), "FINE");
+  const sha = await r.script("LOAD", "return 'loaded'");
+  check("script exists", await r.script("EXISTS", sha), [1]);
+  check("evalsha", await r.evalsha(sha, 0), "loaded");
+  await raises("eval error", r.eval("return redis.call('nope')", 0), "Unknown Redis command called from script");
+  await raises("evalsha noscript", r.evalsha("0".repeat(40), 0), "NOSCRIPT");
+}
+
+const TESTS = { strings, newStrings, keyspace, scan, pipeline, collections, scripting };
 
 // ---- groups awaiting other branches (enabled by name from client_libraries.rs) -----------
 

@@ -269,19 +269,52 @@ def expiry(r):
 
 
 def lock(r):
-    """redis.lock.Lock: SET NX PX, then EVALSHA/EVAL of its release and extend scripts
-    (h-expiry for PX; scripting is no branch's yet)."""
+    """redis.lock.Lock: SET NX PX, then EVALSHA (SCRIPT LOAD on NOSCRIPT) of its release and
+    extend scripts."""
+    r.script_flush()
     lk = r.lock("l:name", timeout=5, blocking_timeout=1)
     check("lock acquire", lk.acquire(), True)
     check("lock owned", lk.owned(), True)
     other = r.lock("l:name", timeout=5, blocking_timeout=0.2)
     check("lock contended", other.acquire(), False)
     check("lock extend", lk.extend(5), True)
+    check("lock extended ttl", 5000 < r.pttl("l:name") <= 10000, True)
     lk.release()
     check("lock released", r.exists("l:name"), 0)
+    check("lock release twice", _raises_lock_error(lk.release), True)
     with r.lock("l:ctx", timeout=5):
         check("lock ctx held", r.exists("l:ctx"), 1)
     check("lock ctx released", r.exists("l:ctx"), 0)
+
+    # A second acquire blocks until the holder releases (from another thread: no
+    # thread-local token).
+    holder = r.lock("l:wait", timeout=10, thread_local=False)
+    check("lock holder", holder.acquire(), True)
+    threading.Timer(0.5, holder.release).start()
+    waiter = r.lock("l:wait", timeout=10, blocking_timeout=10, sleep=0.05)
+    started = time.time()
+    check("lock waited", waiter.acquire(), True)
+    check("lock waited for the release", time.time() - started >= 0.4, True)
+    waiter.release()
+
+    # An unreleased lock expires: another client takes it, the first can no longer release.
+    short = r.lock("l:short", timeout=0.3)
+    check("lock short", short.acquire(), True)
+    time.sleep(0.5)
+    check("lock expired", r.exists("l:short"), 0)
+    taker = r.lock("l:short", timeout=5, blocking_timeout=0.5)
+    check("lock taken after expiry", taker.acquire(), True)
+    check("lock expired release", _raises_lock_error(short.release), True)
+    check("lock taker owns", taker.owned(), True)
+    taker.release()
+
+
+def _raises_lock_error(fn):
+    try:
+        fn()
+    except redis.exceptions.LockError:
+        return True
+    return False
 
 
 def pubsub(r):
