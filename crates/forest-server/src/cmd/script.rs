@@ -213,9 +213,21 @@ impl Scripts {
         args: &[&[u8]],
         ro_command: bool,
     ) -> (Reply, bool) {
-        stacker::grow(SCRIPT_STACK_BYTES, || {
-            self.run_here(ctx, source, keys, args, ro_command)
-        })
+        let mut run = || {
+            stacker::grow(SCRIPT_STACK_BYTES, || {
+                self.run_here(ctx, source, keys, args, ro_command)
+            })
+        };
+        // A script may run for seconds. On the tokio I/O model, first hand this worker's
+        // queued tasks (other connections, a SCRIPT KILL) to another thread: a task in the
+        // worker's LIFO slot is not stolen, and would wait for the script (CI saw SCRIPT
+        // KILL unanswered for 30 s).
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(run)
+            }
+            _ => run(),
+        }
     }
 
     /// [`Self::run`] on the stack it is called on.
