@@ -39,7 +39,7 @@ if echo "$forest" | grep -qiE '^(ERR|Error)|error:'; then
 fi
 printf 'redis-benchmark -n %s -P %s, default tests; requests/s\n' "$n" "$pipeline"
 printf '%-40s %14s %14s %7s\n' test redis forest ratio
-echo "$redis" | awk -F'","' 'NR > 1 { gsub(/"/, ""); print $1 "\t" $2 }' >"$rdir/r.tsv"
-echo "$forest" | awk -F'","' 'NR > 1 { gsub(/"/, ""); print $1 "\t" $2 }' >"$fdir/f.tsv"
+echo "$redis" | awk -F',' 'NR > 1 { gsub(/"/, ""); print $1 "\t" $2 }' >"$rdir/r.tsv"
+echo "$forest" | awk -F',' 'NR > 1 { gsub(/"/, ""); print $1 "\t" $2 }' >"$fdir/f.tsv"
 awk -F'\t' 'NR == FNR { r[$1] = $2; next } ($1 in r) {
   printf "%-40s %14.2f %14.2f %7.2f\n", $1, r[$1], $2, $2 / r[$1] }' "$rdir/r.tsv" "$fdir/f.tsv"
