@@ -9,6 +9,8 @@
 //! activation and install, between an SMO's preparation and install.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::ExitStatusExt;
@@ -16,6 +18,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::{apply, key, value, Op};
 use forest_bztree::{BzTree, BzTreeConfig};
 use forest_core::Index;
 use forest_pmwcas::Clwb;
@@ -37,51 +40,8 @@ fn config() -> BzTreeConfig {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
-enum Op {
-    Upsert(u64, u64),
-    Remove(u64),
-}
-
-/// Operation `i` of the one deterministic sequence: mostly upserts (every ninth value behind
-/// a record pointer), a quarter removes, over a key range small enough to split and merge.
 fn op(i: u64) -> Op {
-    let mut h = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    h ^= h >> 29;
-    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h ^= h >> 32;
-    let key = h % KEYS;
-    if (h >> 40).is_multiple_of(4) {
-        Op::Remove(key)
-    } else {
-        Op::Upsert(key, i)
-    }
-}
-
-fn key(k: u64) -> [u8; 8] {
-    k.to_be_bytes()
-}
-
-fn value(version: u64) -> Vec<u8> {
-    let len = if version.is_multiple_of(9) {
-        80
-    } else {
-        8 + (version % 16) as usize
-    };
-    (0..len)
-        .map(|j| (version as u8).wrapping_add(j as u8))
-        .collect()
-}
-
-fn apply(model: &mut BTreeMap<u64, u64>, op: Op) {
-    match op {
-        Op::Upsert(k, v) => {
-            model.insert(k, v);
-        }
-        Op::Remove(k) => {
-            model.remove(&k);
-        }
-    }
+    common::op(0, i, KEYS)
 }
 
 fn run(tree: &BzTree<Clwb>, op: Op) {

@@ -6,12 +6,15 @@
 //! includes every acknowledged one.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::{apply, key, value, Op};
 use forest_bztree::{BzTree, BzTreeConfig};
 use forest_core::Index;
 use forest_pmwcas::{NoPersist, Region, Sim};
@@ -29,49 +32,8 @@ fn config() -> BzTreeConfig {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
-enum Op {
-    Upsert(u64, u64),
-    Remove(u64),
-}
-
 fn op(round: u64, i: u64) -> Op {
-    let mut h = (i ^ round << 40).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    h ^= h >> 29;
-    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h ^= h >> 32;
-    let key = h % KEYS;
-    if (h >> 40).is_multiple_of(4) {
-        Op::Remove(key)
-    } else {
-        Op::Upsert(key, i)
-    }
-}
-
-fn key(k: u64) -> [u8; 8] {
-    k.to_be_bytes()
-}
-
-fn value(version: u64) -> Vec<u8> {
-    let len = if version.is_multiple_of(9) {
-        80
-    } else {
-        8 + (version % 16) as usize
-    };
-    (0..len)
-        .map(|j| (version as u8).wrapping_add(j as u8))
-        .collect()
-}
-
-fn apply(model: &mut BTreeMap<u64, u64>, op: Op) {
-    match op {
-        Op::Upsert(k, v) => {
-            model.insert(k, v);
-        }
-        Op::Remove(k) => {
-            model.remove(&k);
-        }
-    }
+    common::op(round, i, KEYS)
 }
 
 fn contents(tree: &BzTree<NoPersist>) -> BTreeMap<u64, Vec<u8>> {
