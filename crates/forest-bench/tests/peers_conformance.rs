@@ -5,10 +5,26 @@
 
 use forest_bench::peers::{BTreeMapRwLock, HashMapPeer, SccTree, SkipList};
 
-forest_core::conformance_tests!(skiplist, || SkipList::<Box<[u8]>>::new());
-forest_core::conformance_tests!(scc_tree, || SccTree::<Box<[u8]>>::new());
-forest_core::conformance_tests!(btreemap_rwlock, || BTreeMapRwLock::<Box<[u8]>>::new());
-forest_core::conformance_tests!(hashmap, || HashMapPeer::<Box<[u8]>>::new());
+forest_core::conformance_tests!(
+    skiplist,
+    || SkipList::<Box<[u8]>>::new(),
+    sizes = forest_core::conformance::Sizes::for_variant()
+);
+forest_core::conformance_tests!(
+    scc_tree,
+    || SccTree::<Box<[u8]>>::new(),
+    sizes = forest_core::conformance::Sizes::for_variant()
+);
+forest_core::conformance_tests!(
+    btreemap_rwlock,
+    || BTreeMapRwLock::<Box<[u8]>>::new(),
+    sizes = forest_core::conformance::Sizes::for_variant()
+);
+forest_core::conformance_tests!(
+    hashmap,
+    || HashMapPeer::<Box<[u8]>>::new(),
+    sizes = forest_core::conformance::Sizes::for_variant()
+);
 
 /// `masstree-rs`: every kit check but `edge_size_limits`, since the crate stores keys of at
 /// most 256 bytes (its documented limit) and the kit round-trips 16 KiB keys; the adapter's

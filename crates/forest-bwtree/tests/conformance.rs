@@ -34,8 +34,28 @@ fn tree(
 }
 
 forest_core::conformance_tests!(default_config, || BwTree::new());
-forest_core::conformance_tests!(small_pages_config, || super::tree(4, 2, 2, 2));
-forest_core::conformance_tests!(eager_consolidation, || super::tree(4, 1, 2, 1));
-forest_core::conformance_tests!(no_merges_reads_consolidate, || super::tree(4, 2, 0, 0));
-forest_core::conformance_tests!(odd_pages_long_chains, || super::tree(7, 8, 3, 1));
-forest_core::conformance_tests!(medium_pages_long_chains, || super::tree(64, 8, 16, 8));
+forest_core::conformance_tests!(
+    small_pages_config,
+    || super::tree(4, 2, 2, 2),
+    sizes = forest_core::conformance::Sizes::for_variant()
+);
+forest_core::conformance_tests!(
+    eager_consolidation,
+    || super::tree(4, 1, 2, 1),
+    sizes = forest_core::conformance::Sizes::for_variant()
+);
+forest_core::conformance_tests!(
+    no_merges_reads_consolidate,
+    || super::tree(4, 2, 0, 0),
+    sizes = forest_core::conformance::Sizes::for_variant()
+);
+forest_core::conformance_tests!(
+    odd_pages_long_chains,
+    || super::tree(7, 8, 3, 1),
+    sizes = forest_core::conformance::Sizes::for_variant()
+);
+forest_core::conformance_tests!(
+    medium_pages_long_chains,
+    || super::tree(64, 8, 16, 8),
+    sizes = forest_core::conformance::Sizes::for_variant()
+);

@@ -17,5 +17,13 @@ fn record_pointers() -> BzTree {
 }
 
 forest_core::conformance_tests!(default_nodes, || BzTree::new());
-forest_core::conformance_tests!(small_nodes_256, || super::small_nodes());
-forest_core::conformance_tests!(record_pointer_values, || super::record_pointers());
+forest_core::conformance_tests!(
+    small_nodes_256,
+    || super::small_nodes(),
+    sizes = forest_core::conformance::Sizes::for_variant()
+);
+forest_core::conformance_tests!(
+    record_pointer_values,
+    || super::record_pointers(),
+    sizes = forest_core::conformance::Sizes::for_variant()
+);

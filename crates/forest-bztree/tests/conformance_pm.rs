@@ -17,5 +17,13 @@ fn persistent(inline_value_max: usize) -> BzTree<Clwb> {
     BzTree::open(&dir.path().join("tree.pool"), config, Clwb::detect()).expect("open")
 }
 
-forest_core::conformance_tests!(pm_small_nodes_256, || super::persistent(64));
-forest_core::conformance_tests!(pm_record_pointer_values, || super::persistent(0));
+forest_core::conformance_tests!(
+    pm_small_nodes_256,
+    || super::persistent(64),
+    sizes = forest_core::conformance::Sizes::for_variant()
+);
+forest_core::conformance_tests!(
+    pm_record_pointer_values,
+    || super::persistent(0),
+    sizes = forest_core::conformance::Sizes::for_variant()
+);

@@ -5,14 +5,22 @@ use forest_lockbtree::{LockBTree, LockBTreeConfig, NodeSearch};
 
 forest_core::conformance_tests!(default_config, || LockBTree::new());
 
-forest_core::conformance_tests!(order4_linear, || LockBTree::with_config(LockBTreeConfig {
-    order: 4,
-    search: NodeSearch::Linear,
-})
-.expect("a valid order"));
+forest_core::conformance_tests!(
+    order4_linear,
+    || LockBTree::with_config(LockBTreeConfig {
+        order: 4,
+        search: NodeSearch::Linear,
+    })
+    .expect("a valid order"),
+    sizes = forest_core::conformance::Sizes::for_variant()
+);
 
-forest_core::conformance_tests!(order5_binary, || LockBTree::with_config(LockBTreeConfig {
-    order: 5,
-    search: NodeSearch::Binary,
-})
-.expect("a valid order"));
+forest_core::conformance_tests!(
+    order5_binary,
+    || LockBTree::with_config(LockBTreeConfig {
+        order: 5,
+        search: NodeSearch::Binary,
+    })
+    .expect("a valid order"),
+    sizes = forest_core::conformance::Sizes::for_variant()
+);

@@ -643,7 +643,9 @@ impl Store {
                 continue;
             };
             rows.clear();
-            self.index.scan(lower, upper, order, &mut |k, v| {
+            // This visitor only copies into `rows`: it neither blocks nor writes, so it may
+            // run under the engine's pin on records in place (one copy, not two; issue 14).
+            self.index.scan_pinned(lower, upper, order, &mut |k, v| {
                 rows.push(k, if keys_only { &[] } else { v });
                 if rows.len() >= want {
                     ControlFlow::Break(())

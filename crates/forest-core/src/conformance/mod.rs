@@ -19,7 +19,9 @@
 //! ```
 //!
 //! Sizes are [`Sizes::for_build`]: full in optimized builds (`cfg(forest_optimized)`, i.e. the
-//! `ci` and `release` profiles), smaller in debug builds. Random checks draw their seed from
+//! `ci` and `release` profiles), smaller in debug builds; an engine's further configurations
+//! and the peers run [`Sizes::for_variant`] (a quarter of the order keys and stress ops in
+//! optimized builds). Random checks draw their seed from
 //! `FOREST_KIT_SEED` when set, else at random, and every failure message names the seed.
 //!
 //! | check | what it proves | size (debug / optimized) |
@@ -130,6 +132,27 @@ impl Sizes {
                 thread_count,
                 reentry_timeout: REENTRY_TIMEOUT,
             }
+        }
+    }
+}
+
+impl Sizes {
+    /// The sizes for a further configuration of an engine whose default configuration runs
+    /// [`Sizes::for_build`], and for third-party peers: in optimized builds a quarter of the
+    /// order keys (50 k, still several levels of the smallest nodes) and of the stress
+    /// operations (250 k), the rest as `for_build`. Every check still runs on every
+    /// configuration; only the default pays for the full sizes, which keeps CI's test run
+    /// within its time budget (docs/ARCHITECTURE.md "CI").
+    pub fn for_variant() -> Self {
+        let full = Self::for_build();
+        if cfg!(forest_optimized) {
+            Self {
+                order_key_count: full.order_key_count / 4,
+                stress_op_count: full.stress_op_count / 4,
+                ..full
+            }
+        } else {
+            full
         }
     }
 }
@@ -335,10 +358,19 @@ pub(crate) fn assert_matches_model(check: &str, index: &dyn Index, model: &Model
 /// Expands to one `#[test]` per conformance check for an index type.
 ///
 /// `$make` evaluates to a closure `Fn() -> I` with `I: forest_core::Index + 'static`; each test
-/// calls it for a fresh index. Items of the calling module are in scope for `$make`.
+/// calls it for a fresh index. Items of the calling module are in scope for `$make`. An optional
+/// third argument `sizes = expr` replaces [`Sizes::for_build`], for example
+/// [`Sizes::for_variant`] for an engine's second and later configurations.
 #[macro_export]
 macro_rules! conformance_tests {
     ($name:ident, $make:expr) => {
+        $crate::conformance_tests!(
+            $name,
+            $make,
+            sizes = $crate::conformance::Sizes::for_build()
+        );
+    };
+    ($name:ident, $make:expr, sizes = $sizes:expr) => {
         // Each test runs the kit check of the same name, whose doc states its goal and method.
         mod $name {
             #[allow(unused_imports)]
@@ -352,7 +384,7 @@ macro_rules! conformance_tests {
             }
 
             fn sizes() -> $crate::conformance::Sizes {
-                $crate::conformance::Sizes::for_build()
+                $sizes
             }
 
             #[test]
