@@ -15,11 +15,13 @@
 //! than [`Limits::hard`] bytes, or more than [`Limits::soft`] for [`Limits::soft_for`]
 //! without a pause, is killed: its queue is dropped, its socket shut down, and the
 //! connection ends. A subscriber's memory is at most the hard limit queued plus one taken
-//! chunk being written.
+//! chunk being written. The limits are the hub's [`SharedLimits`]: `CONFIG SET
+//! client-output-buffer-limit` (and `forest serve --pubsub-limit`) change them for every
+//! subscriber at once, checked at each message as Redis does.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::{Shutdown as NetShutdown, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,6 +43,101 @@ pub struct Limits {
     pub hard: usize,
     pub soft: usize,
     pub soft_for: Duration,
+}
+
+impl Limits {
+    /// Parses Redis's `HARD SOFT SECONDS` (`32mb 8mb 60`; byte counts with Redis's units
+    /// b, k, kb, m, mb, g, gb, any case; 0 turns a limit off).
+    pub fn parse(hard: &str, soft: &str, seconds: &str) -> Result<Self, String> {
+        let seconds: u64 = seconds
+            .parse()
+            .map_err(|_| format!("'{seconds}' is not a whole number of seconds"))?;
+        Ok(Self {
+            hard: memory_bytes(hard)?,
+            soft: memory_bytes(soft)?,
+            soft_for: Duration::from_secs(seconds),
+        })
+    }
+
+    /// The limit that applies: Redis's 0 means none.
+    fn bound(bytes: usize) -> usize {
+        if bytes == 0 {
+            usize::MAX
+        } else {
+            bytes
+        }
+    }
+}
+
+/// A byte count as Redis's `memtoull` reads it: digits then b, k (1000), kb (1024), m, mb, g
+/// or gb, any case.
+pub fn memory_bytes(text: &str) -> Result<usize, String> {
+    let lower = text.to_ascii_lowercase();
+    let split = lower
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(lower.len());
+    let (digits, unit) = lower.split_at(split);
+    let scale: usize = match unit {
+        "" | "b" => 1,
+        "k" => 1000,
+        "kb" => 1024,
+        "m" => 1000 * 1000,
+        "mb" => 1024 * 1024,
+        "g" => 1000 * 1000 * 1000,
+        "gb" => 1024 * 1024 * 1024,
+        _ => {
+            return Err(format!(
+                "'{text}' is not a byte count (units: b, k, kb, m, mb, g, gb)"
+            ))
+        }
+    };
+    digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or_else(|| format!("'{text}' is not a byte count (units: b, k, kb, m, mb, g, gb)"))
+}
+
+/// The pubsub class's limits, shared by the hub and every mailbox and changeable at run time
+/// (relaxed loads: a change applies from the next message on).
+#[derive(Debug)]
+pub struct SharedLimits {
+    hard: AtomicU64,
+    soft: AtomicU64,
+    soft_for_ms: AtomicU64,
+}
+
+impl SharedLimits {
+    pub fn new(limits: Limits) -> Self {
+        let shared = Self {
+            hard: AtomicU64::new(0),
+            soft: AtomicU64::new(0),
+            soft_for_ms: AtomicU64::new(0),
+        };
+        shared.set(limits);
+        shared
+    }
+
+    pub fn get(&self) -> Limits {
+        Limits {
+            hard: self.hard.load(Ordering::Relaxed) as usize,
+            soft: self.soft.load(Ordering::Relaxed) as usize,
+            soft_for: Duration::from_millis(self.soft_for_ms.load(Ordering::Relaxed)),
+        }
+    }
+
+    pub fn set(&self, limits: Limits) {
+        self.hard.store(limits.hard as u64, Ordering::Relaxed);
+        self.soft.store(limits.soft as u64, Ordering::Relaxed);
+        let ms = u64::try_from(limits.soft_for.as_millis()).unwrap_or(u64::MAX);
+        self.soft_for_ms.store(ms, Ordering::Relaxed);
+    }
+}
+
+impl Default for SharedLimits {
+    fn default() -> Self {
+        Self::new(Limits::default())
+    }
 }
 
 impl Default for Limits {
@@ -96,13 +193,13 @@ pub struct Mailbox {
     pub kill: tokio::sync::Notify,
     killed: AtomicBool,
     resp3: AtomicBool,
-    limits: Limits,
+    limits: Arc<SharedLimits>,
     /// The socket, shut down to cut the connection (threads model).
     stream: Mutex<Option<TcpStream>>,
 }
 
 impl Mailbox {
-    fn new(limits: Limits, protocol: Protocol, in_batch: bool) -> Self {
+    fn new(limits: Arc<SharedLimits>, protocol: Protocol, in_batch: bool) -> Self {
         Self {
             state: Mutex::new(MailState {
                 in_batch,
@@ -177,15 +274,16 @@ impl Mailbox {
 
     /// Checks the bound, then wakes the sender.
     fn after_push(&self, mut state: parking_lot::MutexGuard<'_, MailState>, now: Instant) {
-        let over_soft = state.bytes > self.limits.soft;
+        let limits = self.limits.get();
+        let over_soft = state.bytes > Limits::bound(limits.soft);
         if !over_soft {
             state.soft_since = None;
         }
         let soft_expired = over_soft && {
             let since = *state.soft_since.get_or_insert(now);
-            now.duration_since(since) >= self.limits.soft_for
+            now.duration_since(since) >= limits.soft_for
         };
-        if state.bytes > self.limits.hard || soft_expired {
+        if state.bytes > Limits::bound(limits.hard) || soft_expired {
             state.queue.clear();
             state.held.clear();
             state.bytes = 0;
@@ -290,7 +388,7 @@ struct HubState {
 #[derive(Debug, Default)]
 pub struct Hub {
     state: RwLock<HubState>,
-    limits: Limits,
+    limits: Arc<SharedLimits>,
 }
 
 /// The message a subscriber gets, in both protocols.
@@ -307,8 +405,18 @@ impl Hub {
     pub fn new(limits: Limits) -> Self {
         Self {
             state: RwLock::default(),
-            limits,
+            limits: Arc::new(SharedLimits::new(limits)),
         }
+    }
+
+    /// The subscribers' output limits (`CONFIG GET client-output-buffer-limit`).
+    pub fn limits(&self) -> Limits {
+        self.limits.get()
+    }
+
+    /// Changes the limits of every subscriber, present and future (`CONFIG SET`).
+    pub fn set_limits(&self, limits: Limits) {
+        self.limits.set(limits);
     }
 
     /// PUBLISH: the number of deliveries (a client subscribed by channel and pattern counts
@@ -469,10 +577,9 @@ impl Subscriber {
     /// SUBSCRIBE (`pattern` false) or PSUBSCRIBE: one confirmation per name. Runs inside
     /// a batch, so the mailbox made here holds messages until the batch's replies.
     pub fn subscribe(&mut self, pattern: bool, names: &[&[u8]], protocol: Protocol) -> Frame {
-        let mailbox = Arc::clone(
-            self.mailbox
-                .get_or_insert_with(|| Arc::new(Mailbox::new(self.hub.limits, protocol, true))),
-        );
+        let mailbox = Arc::clone(self.mailbox.get_or_insert_with(|| {
+            Arc::new(Mailbox::new(Arc::clone(&self.hub.limits), protocol, true))
+        }));
         let mut replies = Vec::with_capacity(names.len());
         for name in names {
             let set = if pattern {
@@ -589,7 +696,7 @@ mod tests {
             soft_for: Duration::from_secs(60),
         };
         let hub = Hub::new(limits);
-        let mailbox = Mailbox::new(limits, Protocol::Resp2, false);
+        let mailbox = Mailbox::new(Arc::clone(&hub.limits), Protocol::Resp2, false);
         let (a, b) = encode(vec![Frame::bulk(vec![b'x'; 60])]);
         let t0 = Instant::now();
         mailbox.deliver(&a, &b, t0);
@@ -605,7 +712,7 @@ mod tests {
         assert!(mailbox.is_killed(), "over soft for 138 s");
         assert_eq!(mailbox.queued_bytes(), 0);
 
-        let mailbox = Mailbox::new(limits, Protocol::Resp2, false);
+        let mailbox = Mailbox::new(Arc::clone(&hub.limits), Protocol::Resp2, false);
         let (a, b) = encode(vec![Frame::bulk(vec![b'x'; 600])]);
         mailbox.deliver(&a, &b, t0);
         assert!(!mailbox.is_killed());
@@ -614,5 +721,53 @@ mod tests {
         mailbox.deliver(&a, &b, t0);
         assert_eq!(mailbox.queued_bytes(), 0, "nothing queued after the cut");
         assert_eq!(hub.numpat(), 0);
+    }
+
+    // Goal: a limit changed at run time applies to a mailbox made before the change, and 0
+    // turns a limit off (Redis's CONFIG SET client-output-buffer-limit). Method: a mailbox
+    // under the default limits, then a 100-byte hard limit, then none.
+    #[test]
+    fn changed_limits_apply_to_existing_subscribers() {
+        let hub = Hub::default();
+        let mailbox = Mailbox::new(Arc::clone(&hub.limits), Protocol::Resp2, false);
+        let (a, b) = encode(vec![Frame::bulk(vec![b'x'; 60])]);
+        let t0 = Instant::now();
+        mailbox.deliver(&a, &b, t0);
+        mailbox.deliver(&a, &b, t0);
+        assert!(!mailbox.is_killed(), "120 bytes under the 32 MiB default");
+        hub.set_limits(Limits {
+            hard: 0,
+            soft: 0,
+            soft_for: Duration::ZERO,
+        });
+        mailbox.deliver(&a, &b, t0);
+        assert!(!mailbox.is_killed(), "no limits at all");
+        hub.set_limits(Limits {
+            hard: 100,
+            soft: 0,
+            soft_for: Duration::ZERO,
+        });
+        mailbox.deliver(&a, &b, t0);
+        assert!(mailbox.is_killed(), "over the new hard limit");
+    }
+
+    #[test]
+    fn memory_units_as_redis_reads_them() {
+        assert_eq!(memory_bytes("32mb"), Ok(32 << 20));
+        assert_eq!(memory_bytes("8MB"), Ok(8 << 20));
+        assert_eq!(memory_bytes("1k"), Ok(1000));
+        assert_eq!(memory_bytes("1kb"), Ok(1024));
+        assert_eq!(memory_bytes("2g"), Ok(2_000_000_000));
+        assert_eq!(memory_bytes("77"), Ok(77));
+        assert_eq!(memory_bytes("0"), Ok(0));
+        assert!(memory_bytes("12xb").is_err());
+        assert!(memory_bytes("mb").is_err());
+        assert!(memory_bytes("-1").is_err());
+        assert_eq!(
+            Limits::parse("32mb", "8mb", "60"),
+            Ok(Limits::default()),
+            "Redis's default is forest's"
+        );
+        assert!(Limits::parse("1mb", "1mb", "x").is_err());
     }
 }

@@ -98,6 +98,8 @@ pub struct Config {
     /// How long half a command may wait for its next bytes before the connection gets a
     /// protocol error and is closed.
     pub partial_frame_timeout: Duration,
+    /// Subscribers' output bound (Redis's `client-output-buffer-limit pubsub`).
+    pub pubsub_limits: crate::pubsub::Limits,
 }
 
 impl Default for Config {
@@ -114,6 +116,7 @@ impl Default for Config {
             requirepass: None,
             io: IoModel::default(),
             partial_frame_timeout: crate::connection::PARTIAL_FRAME_TIMEOUT,
+            pubsub_limits: crate::pubsub::Limits::default(),
         }
     }
 }
@@ -308,7 +311,7 @@ impl Shared {
             collections,
             expires,
             watches: Arc::default(),
-            pubsub: Arc::default(),
+            pubsub: Arc::new(crate::pubsub::Hub::new(config.pubsub_limits)),
             scripts: crate::cmd::script::Scripts::default(),
             engine,
             store: Arc::new(store),

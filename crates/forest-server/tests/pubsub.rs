@@ -163,3 +163,38 @@ fn slow_subscriber_is_disconnected() {
         assert!(got < sent, "{io}: {got} of {sent}");
     }
 }
+
+// Goal: CONFIG SET client-output-buffer-limit changes the bound of a subscriber that is
+// already subscribed (Redis applies it at the next write). Method: subscribe, lower the hard
+// limit to 1 MiB, publish 256 KiB messages to the subscriber that never reads: it is cut
+// long before the default 32 MiB bound (128 messages) would cut it; socket buffers hold a
+// few MiB more, hence the margin.
+#[test]
+fn lowered_limit_cuts_an_existing_subscriber() {
+    for io in IO_MODELS {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let server = Running::start(dir.path(), io);
+        let mut sub = server.client();
+        assert_eq!(
+            sub.cmd(&["SUBSCRIBE", "big"]),
+            confirm("subscribe", "big", 1)
+        );
+        let mut pubr = server.client();
+        assert_eq!(
+            pubr.cmd(&["CONFIG", "SET", "client-output-buffer-limit", "pubsub 1mb 0 0"]),
+            R::Simple("OK".into())
+        );
+        let payload = vec![b'x'; 256 * 1024];
+        let mut sent = 0;
+        loop {
+            assert!(sent < 100, "{io}: not cut by the lowered limit");
+            pubr.send(&[b"PUBLISH", b"big", &payload]);
+            match pubr.read() {
+                R::Int(0) => break,
+                R::Int(1) => sent += 1,
+                other => panic!("PUBLISH: {other:?}"),
+            }
+        }
+        assert!(sent >= 4, "{io}: cut after {sent} messages, before 1 MiB");
+    }
+}

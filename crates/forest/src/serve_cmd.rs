@@ -51,6 +51,21 @@ pub struct ServeArgs {
     /// --threads workers).
     #[arg(long, default_value = "threads", value_name = "MODEL")]
     pub io: IoModel,
+    /// A subscriber's output bound, as Redis's `client-output-buffer-limit pubsub`: cut at
+    /// HARD bytes queued, or over SOFT for SECONDS (units b, k, kb, m, mb, g, gb; 0: none).
+    /// CONFIG SET client-output-buffer-limit changes it at run time.
+    #[arg(long, default_value = "32mb 8mb 60", value_name = "HARD SOFT SECONDS",
+          value_parser = parse_pubsub_limit)]
+    pub pubsub_limit: forest_server::pubsub::Limits,
+}
+
+fn parse_pubsub_limit(text: &str) -> std::result::Result<forest_server::pubsub::Limits, String> {
+    match text.split_ascii_whitespace().collect::<Vec<_>>()[..] {
+        [hard, soft, seconds] => forest_server::pubsub::Limits::parse(hard, soft, seconds),
+        _ => Err(format!(
+            "'{text}': three values expected, HARD SOFT SECONDS (as '32mb 8mb 60')"
+        )),
+    }
 }
 
 /// Runs the server until it is stopped.
@@ -67,6 +82,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         max_clients: args.max_clients,
         requirepass: args.requirepass,
         io: args.io,
+        pubsub_limits: args.pubsub_limit,
         ..Config::default()
     };
     let dir = config.dir.display().to_string();

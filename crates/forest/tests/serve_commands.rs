@@ -1045,3 +1045,34 @@ fn default_data_directory() {
     let mut c = again.client();
     assert_eq!(query(&mut c, &[b"GET", b"k"]), bulk(b"v"));
 }
+
+// Goal: `--pubsub-limit` sets the subscribers' bound that CONFIG GET reports, and a malformed
+// one is refused before the server starts, with the expected shape named. Method: start with
+// "1mb 512kb 5", read it back; start with two values and with a bad unit.
+#[test]
+fn pubsub_limit_flag() {
+    let (_tmp, dir) = data_dir();
+    let server = Server::start(&dir, &["--pubsub-limit", "1mb 512kb 5"]);
+    let mut con = server.client();
+    let got = query(
+        &mut con,
+        &[b"CONFIG", b"GET", b"client-output-buffer-limit"],
+    );
+    let pairs: Vec<Value> = match got {
+        Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+        Value::Array(items) => items,
+        other => panic!("CONFIG GET: {other:?}"),
+    };
+    assert_eq!(
+        text(&pairs[1]),
+        "normal 0 0 0 slave 268435456 67108864 60 pubsub 1048576 524288 5"
+    );
+    drop(server);
+    for bad in ["1mb 2", "1qb 1mb 5"] {
+        let (_tmp, dir) = data_dir();
+        let Err(err) = Server::try_start(&dir, &["--pubsub-limit", bad]) else {
+            panic!("--pubsub-limit {bad:?} was accepted");
+        };
+        assert!(err.contains("--pubsub-limit"), "{bad}: {err}");
+    }
+}

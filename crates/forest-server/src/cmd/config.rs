@@ -1,8 +1,11 @@
 //! CONFIG GET / SET / RESETSTAT: the parameters redis-benchmark and client libraries ask
 //! for, answered from forest's own settings (docs/PROTOCOL.md "Server"). Nothing else changes
 //! at run time: SET accepts a parameter only when the value is the current one, or for `save`
-//! (Redis's snapshot schedule, which forest has no use for: its log is always on), or the
-//! scripts' time limit (`busy-reply-threshold`, alias `lua-time-limit`), which it sets.
+//! (Redis's snapshot schedule, which forest has no use for: its log is always on), the
+//! scripts' time limit (`busy-reply-threshold`, alias `lua-time-limit`), which it sets, and
+//! the pubsub class of `client-output-buffer-limit`, which bounds subscribers
+//! ([`crate::pubsub::Limits`]); its `normal` and `replica` classes stay as Redis's defaults,
+//! since forest bounds no other client's output and has no replicas.
 
 use std::sync::atomic::Ordering;
 
@@ -11,6 +14,70 @@ use forest_store::Durability;
 use super::{is_word, unknown_subcommand, wrong_arity, Ctx, Reply};
 use crate::frame::Frame;
 use crate::glob;
+use crate::pubsub::Limits;
+
+/// Redis's defaults of the classes forest does not bound.
+const NORMAL_CLASS: &str = "normal 0 0 0";
+const REPLICA_CLASS: &str = "slave 268435456 67108864 60";
+
+fn output_limits(limits: Limits) -> String {
+    format!(
+        "{NORMAL_CLASS} {REPLICA_CLASS} pubsub {} {} {}",
+        limits.hard,
+        limits.soft,
+        limits.soft_for.as_secs()
+    )
+}
+
+/// Parses `CONFIG SET client-output-buffer-limit` groups `<class> <hard> <soft> <seconds>`:
+/// the pubsub limits to apply, if the value names that class.
+fn parse_output_limits(value: &[u8]) -> Result<Option<Limits>, Frame> {
+    let fail = |why: String| {
+        Frame::err(format!(
+            "CONFIG SET failed (possibly related to argument 'client-output-buffer-limit') - {why}"
+        ))
+    };
+    let text = String::from_utf8_lossy(value);
+    let words: Vec<&str> = text.split_ascii_whitespace().collect();
+    if words.is_empty() || !words.len().is_multiple_of(4) {
+        return Err(fail(
+            "Wrong number of arguments in buffer limit configuration.".into(),
+        ));
+    }
+    let mut pubsub = None;
+    for group in words.chunks_exact(4) {
+        let limits = Limits::parse(group[1], group[2], group[3]).map_err(fail)?;
+        let class = group[0].to_ascii_lowercase();
+        let spelled = format!(
+            "{} {} {}",
+            limits.hard,
+            limits.soft,
+            limits.soft_for.as_secs()
+        );
+        match class.as_str() {
+            "pubsub" => pubsub = Some(limits),
+            "normal" if spelled == "0 0 0" => {}
+            "normal" => {
+                return Err(fail(
+                    "forest bounds the output of subscribers only: the normal class stays 0 0 0"
+                        .into(),
+                ))
+            }
+            "slave" | "replica" if spelled == "268435456 67108864 60" => {}
+            "slave" | "replica" => {
+                return Err(fail(
+                    "forest has no replicas: the replica class stays 256mb 64mb 60".into(),
+                ))
+            }
+            _ => {
+                return Err(fail(
+                    "Invalid client class specified in buffer limit configuration.".into(),
+                ))
+            }
+        }
+    }
+    Ok(pubsub)
+}
 
 /// The parameters and their values.
 fn parameters(ctx: &Ctx<'_, '_>) -> Vec<(&'static str, String)> {
@@ -49,6 +116,10 @@ fn parameters(ctx: &Ctx<'_, '_>) -> Vec<(&'static str, String)> {
             "lua-time-limit",
             ctx.shared.scripts.time_limit_ms().to_string(),
         ),
+        (
+            "client-output-buffer-limit",
+            output_limits(ctx.shared.pubsub.limits()),
+        ),
         ("forest-engine", ctx.shared.engine.clone()),
         ("forest-durability", c.durability.to_string()),
     ]
@@ -83,7 +154,10 @@ pub fn config(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
                     "Unknown option or number of arguments for CONFIG SET - '{name}'"
                 )));
             };
-            if matches!(name.as_str(), "busy-reply-threshold" | "lua-time-limit") {
+            if matches!(
+                name.as_str(),
+                "busy-reply-threshold" | "lua-time-limit" | "client-output-buffer-limit"
+            ) {
                 continue;
             }
             if name != "save" && pair[1] != current.as_bytes() {
@@ -95,8 +169,14 @@ pub fn config(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         }
         // Checked whole before any is applied, as Redis's CONFIG SET.
         let mut time_limit = None;
+        let mut pubsub_limits = None;
         for pair in args.chunks_exact(2) {
             let name = String::from_utf8_lossy(pair[0]).to_ascii_lowercase();
+            if name == "client-output-buffer-limit" {
+                if let Some(limits) = parse_output_limits(pair[1])? {
+                    pubsub_limits = Some(limits);
+                }
+            }
             if matches!(name.as_str(), "busy-reply-threshold" | "lua-time-limit") {
                 let ms = crate::parse::parse_int(pair[1])
                     .and_then(|ms| u64::try_from(ms).ok())
@@ -111,6 +191,9 @@ pub fn config(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         }
         if let Some(ms) = time_limit {
             ctx.shared.scripts.set_time_limit_ms(ms);
+        }
+        if let Some(limits) = pubsub_limits {
+            ctx.shared.pubsub.set_limits(limits);
         }
         Ok(Frame::ok())
     } else if is_word(sub, "resetstat") {
@@ -162,6 +245,59 @@ mod tests {
         assert_eq!(
             h.run(&["CONFIG", "GET"]),
             Frame::Error("ERR wrong number of arguments for 'config|get' command".into())
+        );
+    }
+
+    // Goal: the pubsub output limits read and change as Redis's client-output-buffer-limit,
+    // with Redis's units, whole-or-nothing; the classes forest does not bound refuse a change
+    // and say why. Method: GET, SET pubsub (alone and beside the default classes), then bad
+    // values, then GET again.
+    #[test]
+    fn client_output_buffer_limit() {
+        let mut h = Harness::new();
+        let get = |h: &mut Harness| h.run(&["CONFIG", "GET", "client-output-buffer-limit"]);
+        let value = |text: &str| Frame::Map(vec![(bulk("client-output-buffer-limit"), bulk(text))]);
+        assert_eq!(
+            get(&mut h),
+            value("normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60")
+        );
+        let set = |h: &mut Harness, text: &str| {
+            h.run(&["CONFIG", "SET", "client-output-buffer-limit", text])
+        };
+        assert_eq!(set(&mut h, "pubsub 1mb 512kb 10"), Frame::ok());
+        assert_eq!(
+            get(&mut h),
+            value("normal 0 0 0 slave 268435456 67108864 60 pubsub 1048576 524288 10")
+        );
+        assert_eq!(
+            set(&mut h, "normal 0 0 0 replica 256mb 64mb 60 pubsub 0 0 0"),
+            Frame::ok()
+        );
+        assert_eq!(
+            get(&mut h),
+            value("normal 0 0 0 slave 268435456 67108864 60 pubsub 0 0 0")
+        );
+        for bad in [
+            "pubsub 1mb 1mb",
+            "pubsub 1xb 1mb 60",
+            "pubsub 1mb 1mb soon",
+            "other 1 1 1",
+            "normal 1mb 0 0",
+            "replica 1mb 1mb 1",
+            "pubsub 5mb 1mb 5 normal 1 1 1",
+        ] {
+            let Frame::Error(text) = set(&mut h, bad) else {
+                panic!("{bad}: an error expected");
+            };
+            assert!(
+                text.starts_with("ERR CONFIG SET failed (possibly related to argument 'client-output-buffer-limit')"),
+                "{bad}: {text}"
+            );
+        }
+        assert_eq!(
+            get(&mut h),
+            value("normal 0 0 0 slave 268435456 67108864 60 pubsub 0 0 0"),
+            "a refused SET changed nothing"
         );
     }
 }
