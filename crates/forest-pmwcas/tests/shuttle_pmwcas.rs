@@ -17,6 +17,9 @@
 //!     the end (values are unique, so a value in place at the end was in place all along since
 //!     the op read it), and by (a) none of its values was ever seen;
 //! and each thread sees each word move only forward along its chain (its own ops included).
+//! In persistent mode (`sim`), the main thread also takes a crash image at a random point of
+//! the run: its recovery must be a consistent cut of the linearization (each op in on all its
+//! words or none) holding every op acknowledged before the image.
 //!
 //! Under `--cfg shuttle` the pool's epochs are `reclaim.rs`'s stand-in (crossbeam-epoch keys
 //! participants by OS thread; shuttle runs every thread on one), and regions are heap words of
@@ -25,7 +28,7 @@
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use forest_pmwcas::{Error, NoPersist, Persist, Pool, PoolConfig, Region, Sim, Word, VALUE_MASK};
@@ -37,9 +40,9 @@ const THREADS: usize = 4;
 const WORDS: usize = 8;
 const OPS_PER_THREAD: usize = 3;
 const WORDS_PER_OP_MAX: usize = 3;
-/// Few descriptors for 4 threads, so that descriptors are reused while others may still hold
-/// references to them (the retry on exhaustion is the documented remedy).
-const DESCRIPTORS: usize = 6;
+/// One descriptor per thread: descriptors are reused while other threads may still hold
+/// references to them, and allocations wait (the retry on exhaustion is the documented remedy).
+const DESCRIPTORS: usize = 4;
 const RANDOM_ITERATIONS: usize = 2_000;
 const PCT_ITERATIONS: usize = 1_000;
 const PCT_DEPTH: usize = 3;
@@ -137,6 +140,7 @@ fn plan() -> Vec<Vec<Vec<usize>>> {
 /// then read one more word.
 fn run_thread<P: Persist>(
     pool: &Pool<P>,
+    acked: &[AtomicBool],
     t: usize,
     ops: &[Vec<usize>],
     after: &[usize],
@@ -171,6 +175,8 @@ fn run_thread<P: Persist>(
                 None => shuttle::thread::yield_now(),
             }
         };
+        // A std atomic: shuttle runs every thread on one OS thread, so it is seen at once.
+        acked[op].store(succeeded, Ordering::Relaxed);
         if succeeded {
             log.seen.extend(entries.iter().map(|&(w, _, new)| (w, new)));
         }
@@ -312,8 +318,13 @@ fn check<P: Persist>(pool: &Pool<P>, logs: &[ThreadLog]) -> Model {
     model
 }
 
-/// Starts the threads on `pool`, joins them, and checks the outcomes against the model.
-fn run_and_check<P: Persist>(pool: &Arc<Pool<P>>, totals: &Totals) -> Model {
+/// Starts the threads on `pool`, runs `during` on this thread while they run (with the ops
+/// acknowledged as successful so far), joins them, and checks the outcomes against the model.
+fn run_and_check<P: Persist, R>(
+    pool: &Arc<Pool<P>>,
+    totals: &Totals,
+    during: impl FnOnce(&Pool<P>, &[AtomicBool]) -> R,
+) -> (Model, R) {
     for w in 0..WORDS {
         word(pool, w).init(op_value(0, w));
     }
@@ -327,34 +338,102 @@ fn run_and_check<P: Persist>(pool: &Arc<Pool<P>>, totals: &Totals) -> Model {
                 .collect()
         })
         .collect();
+    let acked: Arc<Vec<AtomicBool>> = Arc::new(
+        (0..=THREADS * OPS_PER_THREAD)
+            .map(|_| AtomicBool::new(false))
+            .collect(),
+    );
     let threads: Vec<_> = (0..THREADS)
         .map(|t| {
             let pool = Arc::clone(pool);
+            let acked = Arc::clone(&acked);
             let ops = plan[t].clone();
             let after = after[t].clone();
-            shuttle::thread::spawn(move || run_thread(&pool, t, &ops, &after))
+            shuttle::thread::spawn(move || run_thread(&pool, &acked, t, &ops, &after))
         })
         .collect();
+    let result = during(pool, &acked);
     let logs: Vec<ThreadLog> = threads.into_iter().map(|h| h.join().unwrap()).collect();
     let model = check(pool, &logs);
     totals.add(pool);
-    model
+    (model, result)
 }
 
 fn volatile_case(totals: &Totals) {
     let pool = Arc::new(Pool::create_volatile(NoPersist, config()).unwrap());
-    run_and_check(&pool, totals);
+    run_and_check(&pool, totals, |_, _| ());
 }
 
-/// Persistent mode with the `sim` persister: the same checks, then every word's durable value
-/// is its final value (acknowledged ops are durable), and a crash image of the finished run
-/// recovers to the final values.
+/// The user words of a pool recovered from a crash `image`.
+fn recover(image: &[u64]) -> Vec<u64> {
+    let region = Region::from_image(image);
+    let sim = Sim::new(&region);
+    let (recovered, _) = Pool::open(region, sim, config()).unwrap();
+    (0..WORDS).map(|w| read(&recovered, w)).collect()
+}
+
+/// A crash while the ops ran recovered to `recovered`: each word's value is on its chain, and
+/// the ops it includes are a consistent cut of the linearization: each successful op is in
+/// on all its words or on none (with the per-word chains, that makes the cut closed under
+/// precedence), and every op acknowledged before the crash is in.
+fn check_crash_cut(model: &Model, recovered: &[u64], acked: &[usize]) {
+    let at: Vec<usize> = (0..WORDS)
+        .map(|w| {
+            *model.position[w].get(&recovered[w]).unwrap_or_else(|| {
+                panic!(
+                    "(crash) word {w} recovered to {:#x}, which no successful op installed \
+                     (chain {:?})",
+                    recovered[w], model.chain[w]
+                )
+            })
+        })
+        .collect();
+    for op in 1..=THREADS * OPS_PER_THREAD {
+        // On each word of op, whether the recovered value is at or past it.
+        let included: Vec<(usize, bool)> = (0..WORDS)
+            .filter_map(|w| {
+                let i = model.chain[w].iter().position(|&o| o == op)?;
+                Some((w, i <= at[w]))
+            })
+            .collect();
+        let Some(&(_, first)) = included.first() else {
+            continue; // failed: it is on no chain
+        };
+        assert!(
+            included.iter().all(|&(_, i)| i == first),
+            "(crash) op {op} recovered on some of its words only: {included:?}"
+        );
+        assert!(
+            first || !acked.contains(&op),
+            "(crash) op {op} was acknowledged before the crash but is not in the recovered state"
+        );
+    }
+}
+
+/// Persistent mode with the `sim` persister: the same checks; meanwhile this thread takes a
+/// crash image at a random point, whose recovery must be a consistent cut holding every op
+/// acknowledged before it; at the end every word's durable value is its final value, and a
+/// crash image of the finished run recovers to the final values.
 fn sim_case(totals: &Totals) {
     let cfg = config();
     let region = Region::heap(cfg.region_bytes().unwrap());
     let sim = Sim::new(&region);
     let pool = Arc::new(Pool::create(region, sim, cfg).unwrap());
-    let model = run_and_check(&pool, totals);
+    let (model, (acked, image)) = run_and_check(&pool, totals, |pool, acked| {
+        let mut rng = thread_rng();
+        for _ in 0..rng.next_u64() % 64 {
+            shuttle::thread::yield_now();
+        }
+        // Acknowledgements first: an op acknowledged by now finished before the image.
+        let acked: Vec<usize> = (0..acked.len())
+            .filter(|&op| acked[op].load(Ordering::Relaxed))
+            .collect();
+        (
+            acked,
+            pool.persist().crash_image(pool.region(), rng.next_u64()),
+        )
+    });
+    check_crash_cut(&model, &recover(&image), &acked);
     let finals: Vec<u64> = (0..WORDS)
         .map(|w| op_value(*model.chain[w].last().unwrap(), w))
         .collect();
@@ -365,12 +444,9 @@ fn sim_case(totals: &Totals) {
     let image = pool
         .persist()
         .crash_image(pool.region(), thread_rng().next_u64());
-    let region = Region::from_image(&image);
-    let sim = Sim::new(&region);
-    let (recovered, _) = Pool::open(region, sim, config()).unwrap();
-    let recovered_words: Vec<u64> = (0..WORDS).map(|w| read(&recovered, w)).collect();
     assert_eq!(
-        recovered_words, finals,
+        recover(&image),
+        finals,
         "a crash after the run recovers the final values"
     );
 }
