@@ -1,15 +1,24 @@
 //! Atomics, cells and hints from one place, so that loom can swap them in under `--cfg loom`
-//! (STYLE.md §4; crossbeam-epoch's `primitive` module does the same).
+//! and shuttle under `--cfg shuttle` (STYLE.md §4; crossbeam-epoch's `primitive` module does
+//! the same).
 //!
 //! Engines import `forest_core::sync::atomic::*`, `forest_core::sync::cell::UnsafeCell` and
 //! `forest_core::sync::spin_loop` instead of `std`'s, and their loom tests build with
-//! `RUSTFLAGS="--cfg loom"`.
+//! `RUSTFLAGS="--cfg loom"`, their shuttle tests with `RUSTFLAGS="--cfg shuttle"`. Shuttle
+//! schedules threads at each atomic access but models every ordering as `SeqCst`, and has no
+//! checked cell: under it `UnsafeCell` is the std wrapper.
 
-#[cfg(not(loom))]
+#[cfg(all(loom, shuttle))]
+compile_error!("--cfg loom and --cfg shuttle each replace the atomics: build with one of them");
+
+#[cfg(not(any(loom, shuttle)))]
 pub use std::sync::atomic;
 
 #[cfg(loom)]
 pub use loom::sync::atomic;
+
+#[cfg(shuttle)]
+pub use shuttle::sync::atomic;
 
 /// `UnsafeCell` with loom's closure API under both builds, so call sites are the same.
 ///
@@ -63,14 +72,17 @@ pub mod cell {
     }
 }
 
-/// Busy-wait hint. Under loom a spin must yield, or the model checker would explore an
-/// unbounded loop.
+/// Busy-wait hint. Under loom and shuttle a spin must yield, or the model checker would
+/// explore an unbounded loop (shuttle: a spinning thread would never let the one it waits for
+/// run).
 #[inline]
 pub fn spin_loop() {
-    #[cfg(not(loom))]
+    #[cfg(not(any(loom, shuttle)))]
     std::hint::spin_loop();
     #[cfg(loom)]
     loom::thread::yield_now();
+    #[cfg(shuttle)]
+    shuttle::hint::spin_loop();
 }
 
 #[cfg(all(test, not(loom)))]

@@ -148,7 +148,7 @@ fn flush_line(instruction: FlushInstruction, at: *mut u8) {
 #[inline]
 fn flush_line(_instruction: FlushInstruction, _at: *mut u8) {}
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(any(loom, shuttle))))]
 mod tests {
     use super::*;
     use crate::sync::atomic::Ordering;

@@ -241,7 +241,7 @@ impl Geometry {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(any(loom, shuttle))))]
 mod tests {
     use super::*;
 

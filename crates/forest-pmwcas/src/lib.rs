@@ -11,7 +11,7 @@
 //! | `execute` | §2.3.1–2.3.2 | Phase 1, persist, decide, Phase 2; helping; the helping read |
 //! | [`descriptor`] | Fig. 1, §2.3, §6.1 | the builder API: AddWord, ReserveEntry, RemoveWord, PMwCAS, Discard |
 //! | [`pool`] | §2.3, §6.3 | the descriptor pool, partitions, allocation, epoch release, policies |
-//! | `reclaim` | §2.2 | epoch guards (crossbeam-epoch; a loom stand-in under `--cfg loom`) |
+//! | `reclaim` | §2.2 | epoch guards (crossbeam-epoch; a stand-in under `--cfg loom` / `--cfg shuttle`) |
 //! | [`recovery`] | §2.3.2, §6.3 | roll forward/back from the pool alone, then policies |
 //! | [`persist`], `clwb`, `sim` | §2.1, §3.1 | flush/fence: none, clwb/clflushopt/clflush, msync, simulated |
 //! | [`region`], [`layout`] | §6.3 | the mapped (or heap) region; where header, pool and user words lie |
@@ -57,7 +57,7 @@ pub use descriptor::{Descriptor, Policy, Slot};
 pub use error::Error;
 pub use execute::HELP_DEPTH_MAX;
 pub use layout::{Geometry, ENTRIES_MAX};
-#[cfg(not(loom))]
+#[cfg(not(any(loom, shuttle)))]
 pub use persist::Msync;
 pub use persist::{NoPersist, Persist};
 pub use pool::{descriptor_tag, NoRecycle, Pool, PoolConfig, Recycle, RecyclerId};

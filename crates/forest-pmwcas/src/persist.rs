@@ -58,11 +58,11 @@ impl Persist for NoPersist {
 
 /// Every flush is an `msync` of the pages it touches: durable on any disk at each flush.
 /// `fence` has nothing left to wait for.
-#[cfg(not(loom))]
+#[cfg(not(any(loom, shuttle)))]
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Msync;
 
-#[cfg(not(loom))]
+#[cfg(not(any(loom, shuttle)))]
 impl Persist for Msync {
     const DURABLE: bool = true;
 

@@ -44,9 +44,9 @@ use crate::word::{Word, DESCRIPTORS_MAX, TAG_MASK};
 /// Wait rounds of an allocation that finds every partition empty.
 /// Short: the waiting thread is pinned, so garbage retired in its own epoch cannot come back
 /// until it unpins; the caller's remedy is to drop its guard and retry (module doc).
-pub const ALLOCATE_WAIT_ROUNDS_MAX: usize = if cfg!(loom) { 4 } else { 1_000 };
+pub const ALLOCATE_WAIT_ROUNDS_MAX: usize = if cfg!(any(loom, shuttle)) { 4 } else { 1_000 };
 /// Bounded wait of `Drop` for pending releases, in rounds of flush and yield.
-const CLOSE_WAIT_ROUNDS_MAX: usize = if cfg!(loom) { 1 } else { 10_000 };
+const CLOSE_WAIT_ROUNDS_MAX: usize = if cfg!(any(loom, shuttle)) { 1 } else { 10_000 };
 /// Most partitions (more would only spread descriptors thinner).
 pub const PARTITIONS_MAX: usize = 1024;
 
@@ -529,7 +529,7 @@ impl<P: Persist> Drop for Pool<P> {
             if inner.pending_releases.load(StdOrdering::Acquire) == 0 {
                 break;
             }
-            #[cfg(not(loom))]
+            #[cfg(not(any(loom, shuttle)))]
             crossbeam_epoch::pin().flush();
             crate::sync::yield_now();
         }

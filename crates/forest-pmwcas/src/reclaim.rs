@@ -5,18 +5,25 @@
 //! unpinned.
 //!
 //! Normal builds use crossbeam-epoch's global collector. crossbeam-epoch is not loom-aware, so
-//! under `--cfg loom` a stand-in with the same contract runs instead: a pinned-thread count and
-//! a retired list under one loom mutex; an unpin that leaves no thread pinned runs the list.
-//! Everything retired then was retired before that moment by a thread that has since unpinned,
-//! and no thread pinned at its retirement is still pinned, which is the epoch guarantee the
-//! protocol relies on (`execute.rs`, "Reuse").
+//! under `--cfg loom` a stand-in with the same contract runs instead, and under `--cfg shuttle`
+//! too (crossbeam-epoch keys its participants by OS thread and shuttle runs every thread on
+//! one, and its global collector would run one execution's releases in a later one). The
+//! stand-in, under one mutex of the model checker's: a clock; each guard takes a stamp from it
+//! when it pins, each retirement one when it is deferred; a retirement runs at the unpin that
+//! leaves no guard with a stamp below its own. Guards stamped below a retirement are exactly
+//! those pinned at it, so this is the epoch guarantee the protocol relies on (`execute.rs`,
+//! "Reuse"). (An earlier stand-in ran retirements only when no guard at all was pinned; under
+//! shuttle's PCT scheduler four threads that kept overlapping pins never let that happen and
+//! exhausted a small pool for good, where a real epoch advances.)
 
 /// A pinned thread's protection; deferred work runs after every guard pinned before it drops.
 pub struct Guard {
-    #[cfg(not(loom))]
+    #[cfg(not(any(loom, shuttle)))]
     inner: crossbeam_epoch::Guard,
-    #[cfg(loom)]
-    domain: std::sync::Arc<loom_domain::Domain>,
+    #[cfg(any(loom, shuttle))]
+    domain: std::sync::Arc<model_domain::Domain>,
+    #[cfg(any(loom, shuttle))]
+    stamp: u64,
 }
 
 impl std::fmt::Debug for Guard {
@@ -28,23 +35,23 @@ impl std::fmt::Debug for Guard {
 /// The reclamation domain of one pool.
 #[derive(Default)]
 pub(crate) struct Domain {
-    #[cfg(loom)]
-    inner: std::sync::Arc<loom_domain::Domain>,
+    #[cfg(any(loom, shuttle))]
+    inner: std::sync::Arc<model_domain::Domain>,
 }
 
 impl Domain {
     /// Pins the calling thread.
     pub(crate) fn pin(&self) -> Guard {
-        #[cfg(not(loom))]
+        #[cfg(not(any(loom, shuttle)))]
         {
             Guard {
                 inner: crossbeam_epoch::pin(),
             }
         }
-        #[cfg(loom)]
+        #[cfg(any(loom, shuttle))]
         {
-            self.inner.pin();
             Guard {
+                stamp: self.inner.pin(),
                 domain: std::sync::Arc::clone(&self.inner),
             }
         }
@@ -54,69 +61,87 @@ impl Domain {
 impl Guard {
     /// Runs `f` once no thread pinned now is still pinned.
     pub(crate) fn defer(&self, f: impl FnOnce() + Send + 'static) {
-        #[cfg(not(loom))]
+        #[cfg(not(any(loom, shuttle)))]
         self.inner.defer(f);
-        #[cfg(loom)]
+        #[cfg(any(loom, shuttle))]
         self.domain.defer(Box::new(f));
     }
 
     /// Pushes this thread's deferred work towards running (a pool-exhaustion wait).
     pub fn flush(&self) {
-        #[cfg(not(loom))]
+        #[cfg(not(any(loom, shuttle)))]
         self.inner.flush();
     }
 
     /// Unpins and pins again, letting the epoch advance past this thread.
     pub fn repin(&mut self) {
-        #[cfg(not(loom))]
+        #[cfg(not(any(loom, shuttle)))]
         self.inner.repin();
-        #[cfg(loom)]
+        #[cfg(any(loom, shuttle))]
         {
-            self.domain.unpin();
-            self.domain.pin();
+            self.domain.unpin(self.stamp);
+            self.stamp = self.domain.pin();
         }
     }
 }
 
-#[cfg(loom)]
+#[cfg(any(loom, shuttle))]
 impl Drop for Guard {
     fn drop(&mut self) {
-        self.domain.unpin();
+        self.domain.unpin(self.stamp);
     }
 }
 
-#[cfg(loom)]
-mod loom_domain {
-    use loom::sync::Mutex;
+#[cfg(any(loom, shuttle))]
+mod model_domain {
+    use std::collections::BTreeSet;
+
+    use crate::sync::Mutex;
 
     type Deferred = Box<dyn FnOnce() + Send>;
 
     #[derive(Default)]
+    struct State {
+        clock: u64,
+        /// Stamps of the guards pinned now.
+        pinned: BTreeSet<u64>,
+        /// Deferred work with the stamp it was retired at.
+        retired: Vec<(u64, Deferred)>,
+    }
+
+    #[derive(Default)]
     pub(crate) struct Domain {
-        state: Mutex<(usize, Vec<Deferred>)>,
+        state: Mutex<State>,
     }
 
     impl Domain {
-        pub(crate) fn pin(&self) {
-            let mut state = self
-                .state
+        fn state(&self) -> impl std::ops::DerefMut<Target = State> + '_ {
+            self.state
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            state.0 += 1;
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
         }
 
-        pub(crate) fn unpin(&self) {
-            let run = {
-                let mut state = self
-                    .state
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                state.0 -= 1;
-                if state.0 == 0 {
-                    std::mem::take(&mut state.1)
-                } else {
-                    Vec::new()
-                }
+        /// Pins a guard; returns its stamp.
+        pub(crate) fn pin(&self) -> u64 {
+            let mut state = self.state();
+            state.clock += 1;
+            let stamp = state.clock;
+            state.pinned.insert(stamp);
+            stamp
+        }
+
+        /// Unpins the guard stamped `stamp`, then runs the retirements that no guard still
+        /// pinned predates (outside the lock: they may pin and retire themselves).
+        pub(crate) fn unpin(&self, stamp: u64) {
+            let run: Vec<Deferred> = {
+                let mut state = self.state();
+                state.pinned.remove(&stamp);
+                let oldest = state.pinned.first().copied().unwrap_or(u64::MAX);
+                let (run, keep) = std::mem::take(&mut state.retired)
+                    .into_iter()
+                    .partition(|&(retired, _)| retired < oldest);
+                state.retired = keep;
+                run.into_iter().map(|(_, f)| f).collect()
             };
             for f in run {
                 f();
@@ -124,11 +149,10 @@ mod loom_domain {
         }
 
         pub(crate) fn defer(&self, f: Deferred) {
-            let mut state = self
-                .state
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            state.1.push(f);
+            let mut state = self.state();
+            state.clock += 1;
+            let stamp = state.clock;
+            state.retired.push((stamp, f));
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The memory a pool lives in: one contiguous run of 8-byte words, in an anonymous mapping
 //! (volatile mode, simulated crash images), in a shared mapping of a file (persistent mode,
-//! §3.1), or on the heap as modeled atomics (loom).
+//! §3.1), or on the heap as modeled atomics (loom, shuttle).
 //!
 //! Everything in a region is addressed by byte offset from its start, never by address: a
 //! file is mapped at a different address in each run, and descriptors and target words record
@@ -16,7 +16,7 @@
 //! - The file is never truncated or remapped while a `Region` maps it (the region owns the
 //!   mapping; its length is fixed at open).
 
-#[cfg(not(loom))]
+#[cfg(not(any(loom, shuttle)))]
 use crate::error::Error;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::word::Word;
@@ -24,17 +24,17 @@ use crate::word::Word;
 /// Bytes of one word.
 pub const WORD_BYTES: usize = 8;
 /// Granularity of region sizes: a page, so that a mapped region is whole pages (a cache line
-/// under loom, where every word is a modeled atomic).
-pub const REGION_ALIGN_BYTES: usize = if cfg!(loom) { 64 } else { 4096 };
+/// under loom and shuttle, where every word is a modeled atomic).
+pub const REGION_ALIGN_BYTES: usize = if cfg!(any(loom, shuttle)) { 64 } else { 4096 };
 
 enum Storage {
-    /// Loom models: modeled atomics on the heap.
-    #[cfg(loom)]
+    /// Loom and shuttle models: modeled atomics on the heap.
+    #[cfg(any(loom, shuttle))]
     Heap(Box<[AtomicU64]>),
     /// Volatile regions and crash images: an anonymous mapping, zero pages until touched.
-    #[cfg(not(loom))]
+    #[cfg(not(any(loom, shuttle)))]
     Anonymous(memmap2::MmapMut),
-    #[cfg(not(loom))]
+    #[cfg(not(any(loom, shuttle)))]
     Mapped(memmap2::MmapMut),
 }
 
@@ -60,7 +60,7 @@ impl Region {
     /// If the system refuses the mapping (out of address space): there is no region to run on.
     pub fn heap(bytes: usize) -> Self {
         let bytes = bytes.div_ceil(REGION_ALIGN_BYTES).max(1) * REGION_ALIGN_BYTES;
-        #[cfg(not(loom))]
+        #[cfg(not(any(loom, shuttle)))]
         {
             let map = memmap2::MmapMut::map_anon(bytes)
                 .unwrap_or_else(|e| panic!("anonymous mapping of {bytes} bytes failed: {e}"));
@@ -68,7 +68,7 @@ impl Region {
                 storage: Storage::Anonymous(map),
             }
         }
-        #[cfg(loom)]
+        #[cfg(any(loom, shuttle))]
         {
             Self {
                 storage: Storage::Heap(
@@ -89,7 +89,7 @@ impl Region {
 
     /// Maps the file at `path` shared, creating it with `bytes` (rounded up to a page) if it is
     /// missing or empty; an existing file keeps its length.
-    #[cfg(not(loom))]
+    #[cfg(not(any(loom, shuttle)))]
     pub fn map_file(path: &std::path::Path, bytes: usize) -> Result<Self, Error> {
         let io =
             |what: &str, e: std::io::Error| Error::Io(format!("{what} {}: {e}", path.display()));
@@ -124,11 +124,11 @@ impl Region {
     /// Whether the region maps a file.
     pub fn is_mapped(&self) -> bool {
         match &self.storage {
-            #[cfg(loom)]
+            #[cfg(any(loom, shuttle))]
             Storage::Heap(_) => false,
-            #[cfg(not(loom))]
+            #[cfg(not(any(loom, shuttle)))]
             Storage::Anonymous(_) => false,
-            #[cfg(not(loom))]
+            #[cfg(not(any(loom, shuttle)))]
             Storage::Mapped(_) => true,
         }
     }
@@ -137,9 +137,9 @@ impl Region {
     #[inline]
     pub(crate) fn words(&self) -> &[AtomicU64] {
         match &self.storage {
-            #[cfg(loom)]
+            #[cfg(any(loom, shuttle))]
             Storage::Heap(words) => words,
-            #[cfg(not(loom))]
+            #[cfg(not(any(loom, shuttle)))]
             Storage::Anonymous(map) | Storage::Mapped(map) => {
                 // SAFETY: module invariants: the mapping is page-aligned (so 8-aligned), its
                 // length is a whole number of pages (so of words), it lives as long as `self`,
@@ -173,10 +173,13 @@ impl Region {
     #[inline]
     pub fn offset_of(&self, word: &Word) -> Option<u64> {
         let words = self.words();
+        // `WORD_BYTES` except under shuttle, whose modeled atomic is larger than its value.
+        let stride = size_of::<AtomicU64>();
         let base = words.as_ptr() as usize;
         let at = std::ptr::from_ref(word) as usize;
         let offset = at.checked_sub(base)?;
-        (offset < words.len() * WORD_BYTES && offset % WORD_BYTES == 0).then_some(offset as u64)
+        (offset < size_of_val(words) && offset % stride == 0)
+            .then_some((offset / stride * WORD_BYTES) as u64)
     }
 
     /// The raw word at byte `offset`, control bits included: for [`Persist`] implementations
@@ -208,7 +211,7 @@ impl Region {
     }
 
     /// `msync` of the pages holding `range` (bytes); heap regions have nothing to sync.
-    #[cfg(not(loom))]
+    #[cfg(not(any(loom, shuttle)))]
     pub(crate) fn sync_range(&self, range: std::ops::Range<usize>) -> std::io::Result<()> {
         match &self.storage {
             Storage::Anonymous(_) => Ok(()),

@@ -7,12 +7,11 @@
 //! The model's one simplification: a flush is durable when it returns (`fence` does nothing),
 //! so kill points placed between a flush and its fence see the flush done.
 
-use std::ops::Range;
-use std::sync::Mutex;
-
 use crate::persist::{Persist, CACHE_LINE_BYTES};
 use crate::region::{Region, WORD_BYTES};
 use crate::sync::atomic::Ordering;
+use crate::sync::Mutex;
+use std::ops::Range;
 
 /// Simulated persistence (see the module doc).
 #[derive(Debug)]

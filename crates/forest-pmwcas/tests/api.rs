@@ -2,7 +2,7 @@
 //! with no word changed, duplicate addresses, control bits, RemoveWord, ReserveEntry,
 //! Discard, policies through recyclers, stats, and the file-mapped pool reopened.
 
-#![cfg(not(loom))]
+#![cfg(not(any(loom, shuttle)))]
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
 use std::sync::{Arc, Mutex};
 

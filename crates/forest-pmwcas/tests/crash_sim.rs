@@ -10,7 +10,7 @@
 //! complete (a prefix of acknowledged operations). Tests share the process-wide hook, so they
 //! hold one lock.
 
-#![cfg(not(loom))]
+#![cfg(not(any(loom, shuttle)))]
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
 
 use std::collections::BTreeSet;

@@ -15,7 +15,7 @@
 //!    installation draws a fresh sequence number (`word.rs`, `rdcss.rs`), so C's CAS fails.
 //! 8. H resumes, finds p1 decided and rolls r' back: A = B = 0.
 
-#![cfg(not(loom))]
+#![cfg(not(any(loom, shuttle)))]
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
 
 use std::sync::atomic::{AtomicUsize, Ordering};

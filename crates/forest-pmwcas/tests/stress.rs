@@ -8,7 +8,7 @@
 //! each word equals the number of successful PMwCASes that named it (nothing lost, nothing
 //! applied twice, nothing applied by a failed PMwCAS).
 
-#![cfg(not(loom))]
+#![cfg(not(any(loom, shuttle)))]
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
 
 use std::sync::atomic::{AtomicU64, Ordering};
