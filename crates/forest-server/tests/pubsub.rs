@@ -181,7 +181,12 @@ fn lowered_limit_cuts_an_existing_subscriber() {
         );
         let mut pubr = server.client();
         assert_eq!(
-            pubr.cmd(&["CONFIG", "SET", "client-output-buffer-limit", "pubsub 1mb 0 0"]),
+            pubr.cmd(&[
+                "CONFIG",
+                "SET",
+                "client-output-buffer-limit",
+                "pubsub 1mb 0 0"
+            ]),
             R::Simple("OK".into())
         );
         let payload = vec![b'x'; 256 * 1024];

@@ -1,16 +1,34 @@
-//! Hashes: HSET, HGET, HMGET, HGETALL, HDEL, HLEN, HEXISTS, HINCRBY (docs/PROTOCOL.md
-//! "Hashes"). A field is a member entry whose value is the field's value, so HGETALL comes
-//! in field order.
+//! Hashes: HSET, HMSET, HSETNX, HGET, HMGET, HGETALL, HKEYS, HVALS, HSTRLEN, HDEL, HLEN,
+//! HEXISTS, HINCRBY, HINCRBYFLOAT, HRANDFIELD, HSCAN (docs/PROTOCOL.md "Hashes"). A field is
+//! a member entry whose value is the field's value, so HGETALL, HKEYS and HVALS come in
+//! field order, and HSCAN walks the fields in order with a cursor naming the last one.
 
+use std::collections::HashSet;
 use std::ops::Bound;
 
 use forest_core::Order;
 
-use super::coll;
+use super::{coll, float80, syntax_error};
 use super::{int_arg, Ctx, Reply};
 use crate::collection::{member_key, member_prefix, Kind};
-use crate::frame::Frame;
-use crate::parse::parse_int;
+use crate::frame::{Frame, Protocol};
+use crate::glob;
+use crate::parse::{is_word, parse_int};
+
+/// A field and its value.
+type Field = (Vec<u8>, Vec<u8>);
+
+/// HRANDFIELD reads a hash of at most this many fields whole and samples it uniformly;
+/// a larger one is sampled at random points of the field space (not uniform: a field after
+/// a wide gap between fields is drawn more often, as RANDOMKEY's keys).
+const RANDFIELD_READ_ALL_MAX: u64 = 4096;
+/// The most fields a negative HRANDFIELD count may ask for (a difference from Redis,
+/// which has no bound: docs/PROTOCOL.md).
+const RANDFIELD_REPEATS_MAX: u64 = 1 << 24;
+/// Fields examined per HSCAN call without COUNT (Redis's default).
+const HSCAN_COUNT_DEFAULT: usize = 10;
+/// The most fields one HSCAN call examines, whatever COUNT says: bounds one reply.
+const HSCAN_COUNT_MAX: usize = 100_000;
 
 /// HSET key field value [field value ...]: how many fields were new.
 pub fn hset(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
@@ -27,6 +45,342 @@ pub fn hset(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
             coll::put_member(ctx, &member_key(&prefix, &[pair[0]]), pair[1])
         })
     })
+}
+
+/// HMSET key field value [field value ...]: HSET with Redis 2.0's reply, OK.
+pub fn hmset(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    if !(argv.len() - 2).is_multiple_of(2) {
+        return Err(super::wrong_arity("hmset"));
+    }
+    hset(ctx, argv).map(|_| Frame::ok())
+}
+
+/// HSETNX key field value: 1 if the field was set, 0 if it existed (nothing changed).
+pub fn hsetnx(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let key = member_key(&member_prefix(argv[1]), &[argv[2]]);
+    coll::check_member(&key, argv[3])?;
+    coll::write(ctx, argv[1], Kind::Hash, |ctx, meta| {
+        coll::count_changes(ctx, meta, 1, [()], |ctx, ()| {
+            coll::insert_member(ctx, &key, argv[3])
+        })
+    })
+}
+
+/// Every field and value of hash `user` in field order (empty if absent; WRONGTYPE).
+fn all_fields(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<Vec<Field>, Frame> {
+    if coll::open_read(ctx, user, Kind::Hash)?.is_none() {
+        return Ok(Vec::new());
+    }
+    let prefix = member_prefix(user);
+    let end = coll::prefix_upper(&prefix);
+    let mut entries = coll::members(
+        ctx,
+        Bound::Included(&prefix),
+        Bound::Excluded(&end),
+        Order::Ascending,
+        usize::MAX,
+    );
+    for (k, _) in &mut entries {
+        k.drain(..prefix.len());
+    }
+    Ok(entries)
+}
+
+/// HKEYS key: the fields, in field order.
+pub fn hkeys(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let entries = all_fields(ctx, argv[1])?;
+    Ok(Frame::Array(
+        entries.into_iter().map(|(f, _)| Frame::Bulk(f)).collect(),
+    ))
+}
+
+/// HVALS key: the values, in field order.
+pub fn hvals(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let entries = all_fields(ctx, argv[1])?;
+    Ok(Frame::Array(
+        entries.into_iter().map(|(_, v)| Frame::Bulk(v)).collect(),
+    ))
+}
+
+/// HSTRLEN key field: the length of the field's value, 0 if there is none.
+pub fn hstrlen(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    if coll::open_read(ctx, argv[1], Kind::Hash)?.is_none() {
+        return Ok(Frame::Integer(0));
+    }
+    Ok(match field(ctx, &member_prefix(argv[1]), argv[2]) {
+        Frame::Bulk(value) => Frame::Integer(value.len() as i64),
+        _ => Frame::Integer(0),
+    })
+}
+
+/// HINCRBYFLOAT key field increment: the new value, computed and printed as Redis does
+/// (80-bit long double, `%.17Lf`; [`float80`]).
+pub fn hincrbyfloat(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let user = argv[1];
+    let increment = argv[3];
+    let not_a_float = || Frame::err("value is not a valid float");
+    // The increment is checked first: Redis refuses a bad one whatever the key holds.
+    match float80::incr_by_float(b"0", increment) {
+        Err(float80::Refusal::NotAFloat) => return Err(not_a_float()),
+        Err(float80::Refusal::NanOrInfinity) => return Err(Frame::err("value is NaN or Infinity")),
+        Ok(_) => {}
+    }
+    let key = member_key(&member_prefix(user), &[argv[2]]);
+    // The longest text `%.17Lf` prints is the member limit's concern, checked on the result.
+    coll::check_member(&key, b"")?;
+    coll::write(ctx, user, Kind::Hash, |ctx, meta| {
+        let mut value = Vec::new();
+        let present = ctx.read(&key, &mut value);
+        let old: &[u8] = if present { &value } else { b"0" };
+        let text = float80::incr_by_float(old, increment).map_err(|e| match e {
+            float80::Refusal::NotAFloat => Frame::err("hash value is not a float"),
+            float80::Refusal::NanOrInfinity => {
+                Frame::err("increment would produce NaN or Infinity")
+            }
+        })?;
+        coll::check_member(&key, text.as_bytes())?;
+        if coll::put_member(ctx, &key, text.as_bytes())? {
+            meta.count = meta.count.saturating_add(1);
+        }
+        Ok(Frame::bulk(text))
+    })
+}
+
+/// HRANDFIELD key [count [WITHVALUES]]: one random field (null if none); with a count,
+/// up to `count` distinct fields, or for a negative count exactly `-count` fields that may
+/// repeat; WITHVALUES pairs each with its value (RESP3: [field, value] arrays).
+pub fn hrandfield(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let user = argv[1];
+    let count = match argv.get(2) {
+        Some(arg) => Some(int_arg(arg)?),
+        None => None,
+    };
+    let with_values = match argv.get(3) {
+        Some(opt) if argv.len() == 4 && is_word(opt, "withvalues") => true,
+        Some(_) => return Err(syntax_error()),
+        None => false,
+    };
+    if count == Some(i64::MIN) {
+        return Err(Frame::err(
+            "value is out of range, value must between -9223372036854775807 and 9223372036854775807",
+        ));
+    }
+    // Redis refuses counts whose pairs would overflow its reply length.
+    if with_values && count.is_some_and(|c| c.unsigned_abs() > (i64::MAX as u64) / 2) {
+        return Err(Frame::err("value is out of range"));
+    }
+    // A negative count repeats fields without end; Redis would build that reply until
+    // memory runs out, forest refuses it.
+    if count.is_some_and(|c| c < 0 && c.unsigned_abs() > RANDFIELD_REPEATS_MAX) {
+        return Err(Frame::err(format!(
+            "value is out of range, forest returns at most {RANDFIELD_REPEATS_MAX} random fields"
+        )));
+    }
+    let Some(meta) = coll::open_read(ctx, user, Kind::Hash)? else {
+        return Ok(match count {
+            Some(_) => Frame::Array(vec![]),
+            None => Frame::Null,
+        });
+    };
+    let len = meta.count;
+    let picks: Vec<Field> = match count {
+        None => random_fields(ctx, user, len, 1, true),
+        Some(0) => Vec::new(),
+        Some(c) if c > 0 => random_fields(ctx, user, len, c as u64, false),
+        Some(c) => random_fields(ctx, user, len, c.unsigned_abs(), true),
+    };
+    if count.is_none() {
+        return Ok(picks
+            .into_iter()
+            .next()
+            .map_or(Frame::Null, |(f, _)| Frame::Bulk(f)));
+    }
+    let resp3 = ctx.client.protocol == Protocol::Resp3;
+    let mut out = Vec::with_capacity(picks.len() * if with_values { 2 } else { 1 });
+    for (f, v) in picks {
+        match (with_values, resp3) {
+            (false, _) => out.push(Frame::Bulk(f)),
+            (true, false) => {
+                out.push(Frame::Bulk(f));
+                out.push(Frame::Bulk(v));
+            }
+            (true, true) => out.push(Frame::Array(vec![Frame::Bulk(f), Frame::Bulk(v)])),
+        }
+    }
+    Ok(Frame::Array(out))
+}
+
+/// `want` random fields of hash `user` (`len` fields), repeating if `repeat`, else distinct
+/// (all of them if `want` >= `len`).
+fn random_fields(
+    ctx: &mut Ctx<'_, '_>,
+    user: &[u8],
+    len: u64,
+    want: u64,
+    repeat: bool,
+) -> Vec<Field> {
+    let random = || ctx.shared.collections.random();
+    if len == 0 {
+        return Vec::new();
+    }
+    if !repeat && want >= len {
+        return all_fields(ctx, user).unwrap_or_default();
+    }
+    if len <= RANDFIELD_READ_ALL_MAX {
+        let mut all = all_fields(ctx, user).unwrap_or_default();
+        if all.is_empty() {
+            return all;
+        }
+        if repeat {
+            return (0..want)
+                .map(|_| all[(random() % all.len() as u64) as usize].clone())
+                .collect();
+        }
+        // Distinct: remove random fields until `want` are left (order kept, as Redis's
+        // case of a count close to the size).
+        while all.len() as u64 > want {
+            let i = (random() % all.len() as u64) as usize;
+            all.remove(i);
+        }
+        return all;
+    }
+    let prefix = member_prefix(user);
+    let end = coll::prefix_upper(&prefix);
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    // Distinct picks at random points give up after this many tries and read the fields in
+    // order from a random point instead (a skewed field space could repeat one field).
+    let mut tries = want.saturating_mul(4);
+    while (out.len() as u64) < want {
+        let point = member_key(&prefix, &[&ctx.shared.collections.random().to_be_bytes()]);
+        let mut found = coll::members(
+            ctx,
+            Bound::Included(&point),
+            Bound::Excluded(&end),
+            Order::Ascending,
+            1,
+        );
+        if found.is_empty() {
+            found = coll::members(
+                ctx,
+                Bound::Included(&prefix),
+                Bound::Excluded(&end),
+                Order::Ascending,
+                1,
+            );
+        }
+        let Some((mut k, v)) = found.pop() else {
+            break;
+        };
+        k.drain(..prefix.len());
+        if repeat || seen.insert(k.clone()) {
+            out.push((k, v));
+        } else if tries == 0 {
+            let rest = coll::members(
+                ctx,
+                Bound::Excluded(&member_key(&prefix, &[&k])),
+                Bound::Excluded(&end),
+                Order::Ascending,
+                want as usize,
+            );
+            for (mut k, v) in rest {
+                k.drain(..prefix.len());
+                if (out.len() as u64) < want && seen.insert(k.clone()) {
+                    out.push((k, v));
+                }
+            }
+            break;
+        }
+        tries = tries.saturating_sub(1);
+    }
+    out
+}
+
+/// HSCAN key cursor [MATCH pattern] [COUNT count] [NOVALUES]: fields in field order, a few at
+/// a time, with the cursor scheme of SCAN ([`super::scan`]): a number naming the last
+/// field examined, 0 to start and at the end. Every field present for a whole iteration is
+/// returned exactly once.
+pub fn hscan(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let user = argv[1];
+    let invalid_cursor = || Frame::err("invalid cursor");
+    let cursor = std::str::from_utf8(argv[2])
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .ok_or_else(invalid_cursor)?;
+    let mut pattern: Option<&[u8]> = None;
+    let mut count = HSCAN_COUNT_DEFAULT;
+    let mut values = true;
+    let mut i = 3;
+    while i < argv.len() {
+        if is_word(argv[i], "novalues") {
+            values = false;
+            i += 1;
+            continue;
+        }
+        let Some(&value) = argv.get(i + 1) else {
+            return Err(syntax_error());
+        };
+        if is_word(argv[i], "match") {
+            pattern = Some(value);
+        } else if is_word(argv[i], "count") {
+            count = match parse_int(value) {
+                Some(n) if n >= 1 => (n as u64).min(HSCAN_COUNT_MAX as u64) as usize,
+                Some(_) => return Err(syntax_error()),
+                None => return Err(super::not_an_integer()),
+            };
+        } else {
+            return Err(syntax_error());
+        }
+        i += 2;
+    }
+    let prefix = member_prefix(user);
+    let resume = if cursor == 0 {
+        None
+    } else {
+        let key = ctx
+            .shared
+            .cursors
+            .lock()
+            .take(cursor)
+            .ok_or_else(invalid_cursor)?;
+        // A cursor of another key's scan is no cursor of this one.
+        if !key.starts_with(&prefix) {
+            return Err(invalid_cursor());
+        }
+        Some(key)
+    };
+    let done = |found: Vec<Frame>| Frame::Array(vec![Frame::bulk("0"), Frame::Array(found)]);
+    if coll::open_read(ctx, user, Kind::Hash)?.is_none() {
+        return Ok(done(vec![]));
+    }
+    let end = coll::prefix_upper(&prefix);
+    let lower = match &resume {
+        Some(key) => Bound::Excluded(key.as_slice()),
+        None => Bound::Included(prefix.as_slice()),
+    };
+    let examined = coll::members(ctx, lower, Bound::Excluded(&end), Order::Ascending, count);
+    let last = (examined.len() >= count)
+        .then(|| examined.last().map(|(k, _)| k.clone()))
+        .flatten();
+    let mut found = Vec::new();
+    for (k, v) in examined {
+        let field = &k[prefix.len()..];
+        if pattern.is_some_and(|p| !glob::matches(p, field)) {
+            continue;
+        }
+        found.push(Frame::bulk(field));
+        if values {
+            found.push(Frame::Bulk(v));
+        }
+    }
+    let next = match last {
+        Some(key) => ctx.shared.cursors.lock().remember(key),
+        None => 0,
+    };
+    Ok(Frame::Array(vec![
+        Frame::bulk(next.to_string()),
+        Frame::Array(found),
+    ]))
 }
 
 /// The value of `field` in hash `user`, or None; WRONGTYPE as Redis.
@@ -229,5 +583,247 @@ mod tests {
         );
         assert_eq!(h.run(&["EXISTS", "h"]), Frame::Integer(0));
         assert_eq!(h.run(&["HGETALL", "h"]), Frame::Map(vec![]));
+    }
+
+    fn strings(items: &[&str]) -> Frame {
+        Frame::Array(items.iter().map(|s| bulk(s)).collect())
+    }
+
+    const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+    // Goal: HMSET, HSETNX, HKEYS, HVALS, HSTRLEN and HINCRBYFLOAT reply as redis-server 7.0.15
+    // did to the same commands (run by hand against it), errors included. Method: the same
+    // sequence through the harness.
+    #[test]
+    fn more_hash_commands_as_redis() {
+        let mut h = Harness::new();
+        assert_eq!(
+            h.run(&["HSET", "h", "a", "1", "b", "2", "c", "x"]),
+            Frame::Integer(3)
+        );
+        assert_eq!(h.run(&["HMSET", "h", "d", "4"]), Frame::ok());
+        assert_eq!(h.run(&["HSETNX", "h", "a", "9"]), Frame::Integer(0));
+        assert_eq!(h.run(&["HSETNX", "h", "e", "5"]), Frame::Integer(1));
+        assert_eq!(
+            h.run(&["HGET", "h", "a"]),
+            bulk("1"),
+            "HSETNX kept the value"
+        );
+        assert_eq!(h.run(&["HKEYS", "h"]), strings(&["a", "b", "c", "d", "e"]));
+        assert_eq!(h.run(&["HVALS", "h"]), strings(&["1", "2", "x", "4", "5"]));
+        assert_eq!(h.run(&["HSTRLEN", "h", "c"]), Frame::Integer(1));
+        assert_eq!(h.run(&["HSTRLEN", "h", "zz"]), Frame::Integer(0));
+        assert_eq!(h.run(&["HSTRLEN", "nokey", "f"]), Frame::Integer(0));
+        assert_eq!(h.run(&["HKEYS", "nokey"]), Frame::Array(vec![]));
+        assert_eq!(h.run(&["HINCRBYFLOAT", "h", "a", "0.1"]), bulk("1.1"));
+        assert_eq!(
+            h.run(&["HINCRBYFLOAT", "h", "c", "1"]),
+            Frame::err("hash value is not a float")
+        );
+        assert_eq!(
+            h.run(&["HINCRBYFLOAT", "h", "a", "abc"]),
+            Frame::err("value is not a valid float")
+        );
+        assert_eq!(
+            h.run(&["HINCRBYFLOAT", "h", "a", "inf"]),
+            Frame::err("value is NaN or Infinity")
+        );
+        assert_eq!(h.run(&["HINCRBYFLOAT", "h", "n", "1e5"]), bulk("100000"));
+        assert_eq!(h.run(&["HINCRBYFLOAT", "h", "n", "5.0e3"]), bulk("105000"));
+        assert_eq!(h.run(&["HLEN", "h"]), Frame::Integer(6));
+        assert_eq!(h.run(&["SET", "s", "v"]), Frame::ok());
+        for argv in [
+            &["HINCRBYFLOAT", "s", "f", "1"][..],
+            &["HKEYS", "s"],
+            &["HVALS", "s"],
+            &["HSTRLEN", "s", "f"],
+            &["HSETNX", "s", "f", "v"],
+            &["HMSET", "s", "f", "v"],
+            &["HRANDFIELD", "s"],
+            &["HSCAN", "s", "0"],
+        ] {
+            assert_eq!(h.run(argv), Frame::Error(WRONGTYPE.into()), "{argv:?}");
+        }
+        assert_eq!(
+            h.run(&["HINCRBYFLOAT", "s", "f", "inf"]),
+            Frame::err("value is NaN or Infinity"),
+            "the increment is checked before the key's type"
+        );
+        assert_eq!(
+            h.run(&["HMSET", "h", "a"]),
+            Frame::Error("ERR wrong number of arguments for 'hmset' command".into())
+        );
+    }
+
+    // Goal: HRANDFIELD's shapes and errors as Redis 7.0's, and its picks are fields of the
+    // hash: distinct for a positive count, exactly -count for a negative one, all of them for
+    // a count above the size; WITHVALUES pairs each with its own value, flat in RESP2 and as
+    // pairs in RESP3. Method: a 5-field hash, each form many times.
+    #[test]
+    fn hrandfield_as_redis() {
+        let mut h = Harness::new();
+        let fields = ["a", "b", "c", "d", "e"];
+        for (i, f) in fields.iter().enumerate() {
+            h.run(&["HSET", "h", f, &format!("v{i}")]);
+        }
+        assert_eq!(h.run(&["HRANDFIELD", "nokey"]), Frame::Null);
+        assert_eq!(h.run(&["HRANDFIELD", "nokey", "3"]), Frame::Array(vec![]));
+        assert_eq!(h.run(&["HRANDFIELD", "h", "0"]), Frame::Array(vec![]));
+        assert_eq!(
+            h.run(&["HRANDFIELD", "h", "1", "withvalues", "x"]),
+            Frame::err("syntax error")
+        );
+        assert_eq!(
+            h.run(&["HRANDFIELD", "h", "1", "foo"]),
+            Frame::err("syntax error")
+        );
+        assert_eq!(
+            h.run(&["HRANDFIELD", "h", "x"]),
+            Frame::err("value is not an integer or out of range")
+        );
+        assert_eq!(
+            h.run(&["HRANDFIELD", "h", "-9223372036854775808"]),
+            Frame::err(
+                "value is out of range, value must between -9223372036854775807 and 9223372036854775807"
+            )
+        );
+        for count in ["4611686018427387904", "-4611686018427387904"] {
+            assert_eq!(
+                h.run(&["HRANDFIELD", "h", count, "WITHVALUES"]),
+                Frame::err("value is out of range")
+            );
+        }
+        assert_eq!(
+            h.run(&["HRANDFIELD", "h", "4611686018427387904"]),
+            strings(&fields),
+            "a huge positive count is every field"
+        );
+        assert_eq!(
+            h.run(&["HRANDFIELD", "h", "-16777217"]),
+            Frame::err("value is out of range, forest returns at most 16777216 random fields")
+        );
+        let text = |f: &Frame| match f {
+            Frame::Bulk(b) => String::from_utf8(b.clone()).expect("utf8"),
+            other => panic!("bulk expected: {other:?}"),
+        };
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..200 {
+            let one = text(&h.run(&["HRANDFIELD", "h"]));
+            assert!(fields.contains(&one.as_str()), "{one}");
+            seen.insert(one);
+            let Frame::Array(distinct) = h.run(&["HRANDFIELD", "h", "3"]) else {
+                panic!("array expected");
+            };
+            let names: std::collections::HashSet<String> = distinct.iter().map(text).collect();
+            assert_eq!((distinct.len(), names.len()), (3, 3), "{distinct:?}");
+            let Frame::Array(repeats) = h.run(&["HRANDFIELD", "h", "-7"]) else {
+                panic!("array expected");
+            };
+            assert_eq!(repeats.len(), 7);
+            assert!(repeats.iter().all(|f| fields.contains(&text(f).as_str())));
+        }
+        assert_eq!(seen.len(), 5, "every field drawn in 200 tries: {seen:?}");
+        assert_eq!(h.run(&["HRANDFIELD", "h", "9"]), strings(&fields));
+        let Frame::Array(flat) = h.run(&["HRANDFIELD", "h", "2", "WITHVALUES"]) else {
+            panic!("array expected");
+        };
+        assert_eq!(flat.len(), 4);
+        for pair in flat.chunks_exact(2) {
+            let i = fields
+                .iter()
+                .position(|f| *f == text(&pair[0]))
+                .expect("a field");
+            assert_eq!(text(&pair[1]), format!("v{i}"));
+        }
+        h.client.protocol = Protocol::Resp3;
+        let Frame::Array(pairs) = h.run(&["HRANDFIELD", "h", "-3", "withvalues"]) else {
+            panic!("array expected");
+        };
+        assert_eq!(pairs.len(), 3);
+        for pair in pairs {
+            let Frame::Array(pair) = pair else {
+                panic!("RESP3: a [field, value] pair expected");
+            };
+            let i = fields
+                .iter()
+                .position(|f| *f == text(&pair[0]))
+                .expect("a field");
+            assert_eq!(text(&pair[1]), format!("v{i}"));
+        }
+    }
+
+    // Goal: HSCAN returns every field exactly once over an iteration, with its value (or
+    // without, NOVALUES), filtered by MATCH, COUNT fields examined per call; errors as
+    // Redis's. Method: 25 fields scanned 4 at a time; a field added mid-iteration; bad
+    // cursors and options.
+    #[test]
+    fn hscan_walks_every_field_once() {
+        let mut h = Harness::new();
+        for i in 0..25 {
+            h.run(&["HSET", "h", &format!("f{i:02}"), &format!("{i}")]);
+        }
+        let mut cursor = "0".to_string();
+        let mut got = Vec::new();
+        let mut calls = 0;
+        loop {
+            let Frame::Array(reply) = h.run(&["HSCAN", "h", &cursor, "COUNT", "4"]) else {
+                panic!("array expected");
+            };
+            let (Frame::Bulk(next), Frame::Array(items)) = (&reply[0], &reply[1]) else {
+                panic!("cursor and items expected: {reply:?}");
+            };
+            assert!(items.len() <= 8);
+            for pair in items.chunks_exact(2) {
+                got.push((pair[0].clone(), pair[1].clone()));
+            }
+            if calls == 1 {
+                h.run(&["HSET", "h", "f99", "late"]);
+            }
+            calls += 1;
+            cursor = String::from_utf8(next.clone()).expect("utf8");
+            if cursor == "0" {
+                break;
+            }
+        }
+        let want: Vec<(Frame, Frame)> = (0..25)
+            .map(|i| (bulk(&format!("f{i:02}")), bulk(&format!("{i}"))))
+            .chain([(bulk("f99"), bulk("late"))])
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(calls, 7, "26 fields, 4 a call");
+        assert_eq!(
+            h.run(&["HSCAN", "h", "0", "MATCH", "f1*", "COUNT", "100", "NOVALUES"]),
+            Frame::Array(vec![
+                bulk("0"),
+                strings(&["f10", "f11", "f12", "f13", "f14", "f15", "f16", "f17", "f18", "f19"])
+            ])
+        );
+        assert_eq!(
+            h.run(&["HSCAN", "nokey", "0"]),
+            Frame::Array(vec![bulk("0"), Frame::Array(vec![])])
+        );
+        assert_eq!(h.run(&["HSCAN", "h", "abc"]), Frame::err("invalid cursor"));
+        assert_eq!(
+            h.run(&["HSCAN", "h", "0", "COUNT", "0"]),
+            Frame::err("syntax error")
+        );
+        assert_eq!(
+            h.run(&["HSCAN", "h", "0", "COUNT", "x"]),
+            Frame::err("value is not an integer or out of range")
+        );
+        assert_eq!(
+            h.run(&["HSCAN", "h", "0", "foo"]),
+            Frame::err("syntax error")
+        );
+        // A cursor of another key's iteration is not this one's.
+        let Frame::Array(reply) = h.run(&["HSCAN", "h", "0", "COUNT", "2"]) else {
+            panic!("array expected");
+        };
+        let Frame::Bulk(other) = &reply[0] else {
+            panic!("cursor expected");
+        };
+        h.run(&["HSET", "g", "x", "1"]);
+        let other = String::from_utf8(other.clone()).expect("utf8");
+        assert_eq!(h.run(&["HSCAN", "g", &other]), Frame::err("invalid cursor"));
     }
 }
