@@ -3,32 +3,15 @@
 //! a member entry whose value is the field's value, so HGETALL, HKEYS and HVALS come in
 //! field order, and HSCAN walks the fields in order with a cursor naming the last one.
 
-use std::collections::HashSet;
 use std::ops::Bound;
 
 use forest_core::Order;
 
-use super::{coll, float80, syntax_error};
+use super::{coll, float80, sample, syntax_error};
 use super::{int_arg, Ctx, Reply};
 use crate::collection::{member_key, member_prefix, Kind};
 use crate::frame::{Frame, Protocol};
-use crate::glob;
 use crate::parse::{is_word, parse_int};
-
-/// A field and its value.
-type Field = (Vec<u8>, Vec<u8>);
-
-/// HRANDFIELD reads a hash of at most this many fields whole and samples it uniformly;
-/// a larger one is sampled at random points of the field space (not uniform: a field after
-/// a wide gap between fields is drawn more often, as RANDOMKEY's keys).
-const RANDFIELD_READ_ALL_MAX: u64 = 4096;
-/// The most fields a negative HRANDFIELD count may ask for (a difference from Redis,
-/// which has no bound: docs/PROTOCOL.md).
-const RANDFIELD_REPEATS_MAX: u64 = 1 << 24;
-/// Fields examined per HSCAN call without COUNT (Redis's default).
-const HSCAN_COUNT_DEFAULT: usize = 10;
-/// The most fields one HSCAN call examines, whatever COUNT says: bounds one reply.
-const HSCAN_COUNT_MAX: usize = 100_000;
 
 /// HSET key field value [field value ...]: how many fields were new.
 pub fn hset(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
@@ -66,29 +49,9 @@ pub fn hsetnx(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     })
 }
 
-/// Every field and value of hash `user` in field order (empty if absent; WRONGTYPE).
-fn all_fields(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<Vec<Field>, Frame> {
-    if coll::open_read(ctx, user, Kind::Hash)?.is_none() {
-        return Ok(Vec::new());
-    }
-    let prefix = member_prefix(user);
-    let end = coll::prefix_upper(&prefix);
-    let mut entries = coll::members(
-        ctx,
-        Bound::Included(&prefix),
-        Bound::Excluded(&end),
-        Order::Ascending,
-        usize::MAX,
-    );
-    for (k, _) in &mut entries {
-        k.drain(..prefix.len());
-    }
-    Ok(entries)
-}
-
 /// HKEYS key: the fields, in field order.
 pub fn hkeys(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
-    let entries = all_fields(ctx, argv[1])?;
+    let entries = sample::all(ctx, argv[1], Kind::Hash)?;
     Ok(Frame::Array(
         entries.into_iter().map(|(f, _)| Frame::Bulk(f)).collect(),
     ))
@@ -96,7 +59,7 @@ pub fn hkeys(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
 
 /// HVALS key: the values, in field order.
 pub fn hvals(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
-    let entries = all_fields(ctx, argv[1])?;
+    let entries = sample::all(ctx, argv[1], Kind::Hash)?;
     Ok(Frame::Array(
         entries.into_iter().map(|(_, v)| Frame::Bulk(v)).collect(),
     ))
@@ -171,9 +134,10 @@ pub fn hrandfield(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     }
     // A negative count repeats fields without end; Redis would build that reply until
     // memory runs out, forest refuses it.
-    if count.is_some_and(|c| c < 0 && c.unsigned_abs() > RANDFIELD_REPEATS_MAX) {
+    if count.is_some_and(|c| c < 0 && c.unsigned_abs() > sample::RANDOM_REPEATS_MAX) {
         return Err(Frame::err(format!(
-            "value is out of range, forest returns at most {RANDFIELD_REPEATS_MAX} random fields"
+            "value is out of range, forest returns at most {} random fields",
+            sample::RANDOM_REPEATS_MAX
         )));
     }
     let Some(meta) = coll::open_read(ctx, user, Kind::Hash)? else {
@@ -183,11 +147,11 @@ pub fn hrandfield(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         });
     };
     let len = meta.count;
-    let picks: Vec<Field> = match count {
-        None => random_fields(ctx, user, len, 1, true),
+    let picks: Vec<sample::Field> = match count {
+        None => sample::random(ctx, user, Kind::Hash, len, 1, true),
         Some(0) => Vec::new(),
-        Some(c) if c > 0 => random_fields(ctx, user, len, c as u64, false),
-        Some(c) => random_fields(ctx, user, len, c.unsigned_abs(), true),
+        Some(c) if c > 0 => sample::random(ctx, user, Kind::Hash, len, c as u64, false),
+        Some(c) => sample::random(ctx, user, Kind::Hash, len, c.unsigned_abs(), true),
     };
     if count.is_none() {
         return Ok(picks
@@ -210,177 +174,9 @@ pub fn hrandfield(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     Ok(Frame::Array(out))
 }
 
-/// `want` random fields of hash `user` (`len` fields), repeating if `repeat`, else distinct
-/// (all of them if `want` >= `len`).
-fn random_fields(
-    ctx: &mut Ctx<'_, '_>,
-    user: &[u8],
-    len: u64,
-    want: u64,
-    repeat: bool,
-) -> Vec<Field> {
-    let random = || ctx.shared.collections.random();
-    if len == 0 {
-        return Vec::new();
-    }
-    if !repeat && want >= len {
-        return all_fields(ctx, user).unwrap_or_default();
-    }
-    if len <= RANDFIELD_READ_ALL_MAX {
-        let mut all = all_fields(ctx, user).unwrap_or_default();
-        if all.is_empty() {
-            return all;
-        }
-        if repeat {
-            return (0..want)
-                .map(|_| all[(random() % all.len() as u64) as usize].clone())
-                .collect();
-        }
-        // Distinct: remove random fields until `want` are left (order kept, as Redis's
-        // case of a count close to the size).
-        while all.len() as u64 > want {
-            let i = (random() % all.len() as u64) as usize;
-            all.remove(i);
-        }
-        return all;
-    }
-    let prefix = member_prefix(user);
-    let end = coll::prefix_upper(&prefix);
-    let mut seen = HashSet::new();
-    let mut out = Vec::new();
-    // Distinct picks at random points give up after this many tries and read the fields in
-    // order from a random point instead (a skewed field space could repeat one field).
-    let mut tries = want.saturating_mul(4);
-    while (out.len() as u64) < want {
-        let point = member_key(&prefix, &[&ctx.shared.collections.random().to_be_bytes()]);
-        let mut found = coll::members(
-            ctx,
-            Bound::Included(&point),
-            Bound::Excluded(&end),
-            Order::Ascending,
-            1,
-        );
-        if found.is_empty() {
-            found = coll::members(
-                ctx,
-                Bound::Included(&prefix),
-                Bound::Excluded(&end),
-                Order::Ascending,
-                1,
-            );
-        }
-        let Some((mut k, v)) = found.pop() else {
-            break;
-        };
-        k.drain(..prefix.len());
-        if repeat || seen.insert(k.clone()) {
-            out.push((k, v));
-        } else if tries == 0 {
-            let rest = coll::members(
-                ctx,
-                Bound::Excluded(&member_key(&prefix, &[&k])),
-                Bound::Excluded(&end),
-                Order::Ascending,
-                want as usize,
-            );
-            for (mut k, v) in rest {
-                k.drain(..prefix.len());
-                if (out.len() as u64) < want && seen.insert(k.clone()) {
-                    out.push((k, v));
-                }
-            }
-            break;
-        }
-        tries = tries.saturating_sub(1);
-    }
-    out
-}
-
-/// HSCAN key cursor [MATCH pattern] [COUNT count] [NOVALUES]: fields in field order, a few at
-/// a time, with the cursor scheme of SCAN ([`super::scan`]): a number naming the last
-/// field examined, 0 to start and at the end. Every field present for a whole iteration is
-/// returned exactly once.
+/// HSCAN key cursor [MATCH pattern] [COUNT count] [NOVALUES] ([`sample::scan`]).
 pub fn hscan(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
-    let user = argv[1];
-    let invalid_cursor = || Frame::err("invalid cursor");
-    let cursor = std::str::from_utf8(argv[2])
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .ok_or_else(invalid_cursor)?;
-    let mut pattern: Option<&[u8]> = None;
-    let mut count = HSCAN_COUNT_DEFAULT;
-    let mut values = true;
-    let mut i = 3;
-    while i < argv.len() {
-        if is_word(argv[i], "novalues") {
-            values = false;
-            i += 1;
-            continue;
-        }
-        let Some(&value) = argv.get(i + 1) else {
-            return Err(syntax_error());
-        };
-        if is_word(argv[i], "match") {
-            pattern = Some(value);
-        } else if is_word(argv[i], "count") {
-            count = match parse_int(value) {
-                Some(n) if n >= 1 => (n as u64).min(HSCAN_COUNT_MAX as u64) as usize,
-                Some(_) => return Err(syntax_error()),
-                None => return Err(super::not_an_integer()),
-            };
-        } else {
-            return Err(syntax_error());
-        }
-        i += 2;
-    }
-    let prefix = member_prefix(user);
-    let resume = if cursor == 0 {
-        None
-    } else {
-        let key = ctx
-            .shared
-            .cursors
-            .lock()
-            .take(cursor)
-            .ok_or_else(invalid_cursor)?;
-        // A cursor of another key's scan is no cursor of this one.
-        if !key.starts_with(&prefix) {
-            return Err(invalid_cursor());
-        }
-        Some(key)
-    };
-    let done = |found: Vec<Frame>| Frame::Array(vec![Frame::bulk("0"), Frame::Array(found)]);
-    if coll::open_read(ctx, user, Kind::Hash)?.is_none() {
-        return Ok(done(vec![]));
-    }
-    let end = coll::prefix_upper(&prefix);
-    let lower = match &resume {
-        Some(key) => Bound::Excluded(key.as_slice()),
-        None => Bound::Included(prefix.as_slice()),
-    };
-    let examined = coll::members(ctx, lower, Bound::Excluded(&end), Order::Ascending, count);
-    let last = (examined.len() >= count)
-        .then(|| examined.last().map(|(k, _)| k.clone()))
-        .flatten();
-    let mut found = Vec::new();
-    for (k, v) in examined {
-        let field = &k[prefix.len()..];
-        if pattern.is_some_and(|p| !glob::matches(p, field)) {
-            continue;
-        }
-        found.push(Frame::bulk(field));
-        if values {
-            found.push(Frame::Bulk(v));
-        }
-    }
-    let next = match last {
-        Some(key) => ctx.shared.cursors.lock().remember(key),
-        None => 0,
-    };
-    Ok(Frame::Array(vec![
-        Frame::bulk(next.to_string()),
-        Frame::Array(found),
-    ]))
+    sample::scan(ctx, argv, Kind::Hash)
 }
 
 /// The value of `field` in hash `user`, or None; WRONGTYPE as Redis.

@@ -37,6 +37,7 @@ pub mod pubsub;
 mod randomkey;
 mod range;
 mod rename;
+mod sample;
 mod save;
 mod scan;
 pub mod script;

@@ -1,0 +1,225 @@
+//! Reads over a whole collection's members shared by the types: all of them in order, random
+//! picks (HRANDFIELD, SRANDMEMBER) and cursor scans (HSCAN, SSCAN), with Redis's shapes.
+
+use std::collections::HashSet;
+use std::ops::Bound;
+
+use forest_core::Order;
+
+use super::coll;
+use super::{syntax_error, Ctx, Reply};
+use crate::collection::{member_key, member_prefix, Kind};
+use crate::frame::Frame;
+use crate::glob;
+use crate::parse::{is_word, parse_int};
+
+/// A member (a hash's field, a set's member) and its value (empty for a set).
+pub type Field = (Vec<u8>, Vec<u8>);
+
+/// A random pick reads a collection of at most this many members whole and samples it
+/// uniformly; a larger one is sampled at random points of the member space (not uniform: a
+/// member after a wide gap is drawn more often, as RANDOMKEY's keys).
+const RANDOM_READ_ALL_MAX: u64 = 4096;
+/// The most members a negative HRANDFIELD / SRANDMEMBER count may ask for (a difference
+/// from Redis, which has no bound: docs/PROTOCOL.md).
+pub const RANDOM_REPEATS_MAX: u64 = 1 << 24;
+/// Members examined per HSCAN / SSCAN call without COUNT (Redis's default).
+const SCAN_COUNT_DEFAULT: usize = 10;
+/// The most members one HSCAN / SSCAN call examines, whatever COUNT says: bounds one reply.
+const SCAN_COUNT_MAX: usize = 100_000;
+
+/// Every member of collection `user` of type `kind` with its value, in member order (empty
+/// if absent; WRONGTYPE if another type).
+pub fn all(ctx: &mut Ctx<'_, '_>, user: &[u8], kind: Kind) -> Result<Vec<Field>, Frame> {
+    if coll::open_read(ctx, user, kind)?.is_none() {
+        return Ok(Vec::new());
+    }
+    let prefix = member_prefix(user);
+    let end = coll::prefix_upper(&prefix);
+    let mut entries = coll::members(
+        ctx,
+        Bound::Included(&prefix),
+        Bound::Excluded(&end),
+        Order::Ascending,
+        usize::MAX,
+    );
+    for (k, _) in &mut entries {
+        k.drain(..prefix.len());
+    }
+    Ok(entries)
+}
+
+/// `want` random members of collection `user` (`len` members, of type `kind`), repeating if
+/// `repeat`, else distinct (all of them if `want` >= `len`).
+pub fn random(
+    ctx: &mut Ctx<'_, '_>,
+    user: &[u8],
+    kind: Kind,
+    len: u64,
+    want: u64,
+    repeat: bool,
+) -> Vec<Field> {
+    let random = || ctx.shared.collections.random();
+    if len == 0 {
+        return Vec::new();
+    }
+    if !repeat && want >= len {
+        return all(ctx, user, kind).unwrap_or_default();
+    }
+    if len <= RANDOM_READ_ALL_MAX {
+        let mut all = all(ctx, user, kind).unwrap_or_default();
+        if all.is_empty() {
+            return all;
+        }
+        if repeat {
+            return (0..want)
+                .map(|_| all[(random() % all.len() as u64) as usize].clone())
+                .collect();
+        }
+        // Distinct: remove random fields until `want` are left (order kept, as Redis's
+        // case of a count close to the size).
+        while all.len() as u64 > want {
+            let i = (random() % all.len() as u64) as usize;
+            all.remove(i);
+        }
+        return all;
+    }
+    let prefix = member_prefix(user);
+    let end = coll::prefix_upper(&prefix);
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    // Distinct picks at random points give up after this many tries and read the fields in
+    // order from a random point instead (a skewed field space could repeat one field).
+    let mut tries = want.saturating_mul(4);
+    while (out.len() as u64) < want {
+        let point = member_key(&prefix, &[&ctx.shared.collections.random().to_be_bytes()]);
+        let mut found = coll::members(
+            ctx,
+            Bound::Included(&point),
+            Bound::Excluded(&end),
+            Order::Ascending,
+            1,
+        );
+        if found.is_empty() {
+            found = coll::members(
+                ctx,
+                Bound::Included(&prefix),
+                Bound::Excluded(&end),
+                Order::Ascending,
+                1,
+            );
+        }
+        let Some((mut k, v)) = found.pop() else {
+            break;
+        };
+        k.drain(..prefix.len());
+        if repeat || seen.insert(k.clone()) {
+            out.push((k, v));
+        } else if tries == 0 {
+            let rest = coll::members(
+                ctx,
+                Bound::Excluded(&member_key(&prefix, &[&k])),
+                Bound::Excluded(&end),
+                Order::Ascending,
+                want as usize,
+            );
+            for (mut k, v) in rest {
+                k.drain(..prefix.len());
+                if (out.len() as u64) < want && seen.insert(k.clone()) {
+                    out.push((k, v));
+                }
+            }
+            break;
+        }
+        tries = tries.saturating_sub(1);
+    }
+    out
+}
+
+/// HSCAN / SSCAN key cursor [MATCH pattern] [COUNT count] [NOVALUES]: members in member
+/// order, a few at a time, with the cursor scheme of SCAN ([`super::scan`]): a number naming
+/// the last member examined, 0 to start and at the end. Every member present for a whole
+/// iteration is returned exactly once. A hash's reply pairs each field with its value
+/// (unless NOVALUES, a hash-only option); a set's lists members.
+pub fn scan(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], kind: Kind) -> Reply {
+    let user = argv[1];
+    let invalid_cursor = || Frame::err("invalid cursor");
+    let cursor = std::str::from_utf8(argv[2])
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .ok_or_else(invalid_cursor)?;
+    let mut pattern: Option<&[u8]> = None;
+    let mut count = SCAN_COUNT_DEFAULT;
+    let mut values = kind == Kind::Hash;
+    let mut i = 3;
+    while i < argv.len() {
+        if kind == Kind::Hash && is_word(argv[i], "novalues") {
+            values = false;
+            i += 1;
+            continue;
+        }
+        let Some(&value) = argv.get(i + 1) else {
+            return Err(syntax_error());
+        };
+        if is_word(argv[i], "match") {
+            pattern = Some(value);
+        } else if is_word(argv[i], "count") {
+            count = match parse_int(value) {
+                Some(n) if n >= 1 => (n as u64).min(SCAN_COUNT_MAX as u64) as usize,
+                Some(_) => return Err(syntax_error()),
+                None => return Err(super::not_an_integer()),
+            };
+        } else {
+            return Err(syntax_error());
+        }
+        i += 2;
+    }
+    let prefix = member_prefix(user);
+    let resume = if cursor == 0 {
+        None
+    } else {
+        let key = ctx
+            .shared
+            .cursors
+            .lock()
+            .take(cursor)
+            .ok_or_else(invalid_cursor)?;
+        // A cursor of another key's scan is no cursor of this one.
+        if !key.starts_with(&prefix) {
+            return Err(invalid_cursor());
+        }
+        Some(key)
+    };
+    let done = |found: Vec<Frame>| Frame::Array(vec![Frame::bulk("0"), Frame::Array(found)]);
+    if coll::open_read(ctx, user, kind)?.is_none() {
+        return Ok(done(vec![]));
+    }
+    let end = coll::prefix_upper(&prefix);
+    let lower = match &resume {
+        Some(key) => Bound::Excluded(key.as_slice()),
+        None => Bound::Included(prefix.as_slice()),
+    };
+    let examined = coll::members(ctx, lower, Bound::Excluded(&end), Order::Ascending, count);
+    let last = (examined.len() >= count)
+        .then(|| examined.last().map(|(k, _)| k.clone()))
+        .flatten();
+    let mut found = Vec::new();
+    for (k, v) in examined {
+        let field = &k[prefix.len()..];
+        if pattern.is_some_and(|p| !glob::matches(p, field)) {
+            continue;
+        }
+        found.push(Frame::bulk(field));
+        if values {
+            found.push(Frame::Bulk(v));
+        }
+    }
+    let next = match last {
+        Some(key) => ctx.shared.cursors.lock().remember(key),
+        None => 0,
+    };
+    Ok(Frame::Array(vec![
+        Frame::bulk(next.to_string()),
+        Frame::Array(found),
+    ]))
+}
