@@ -26,6 +26,7 @@
 //! - A PMwCAS with no target word (memory only) succeeds; its policies still apply.
 
 use crate::error::Error;
+use crate::execute::{Snapshot, Target};
 use crate::layout::{
     self, State, DESCRIPTOR_HEADER_WORDS, D_ORDER, D_STATUS, ENTRIES_MAX, ENTRY_WORDS, E_ADDRESS,
     E_EXPECTED, E_NEW, E_POLICY,
@@ -352,8 +353,23 @@ impl<'a, P: Persist> Descriptor<'a, P> {
         );
         inner.persist_status(self.index);
         forest_core::pause::pause_point("pmwcas:descriptor-persisted");
+        // The owner's targets as it wrote them: no read-back of the lines just flushed.
+        let mut snap = Snapshot {
+            targets: [Target::default(); ENTRIES_MAX],
+            len: target_count,
+            count: self.count,
+        };
+        for (k, &(address, slot)) in targets[..target_count].iter().enumerate() {
+            let e = &self.entries[slot];
+            snap.targets[k] = Target {
+                slot,
+                address,
+                expected: e.expected,
+                new: e.new,
+            };
+        }
         let succeeded = inner
-            .help(self.index, self.gen, 0)
+            .run(self.index, self.gen, &snap, 0)
             .expect("an owner's descriptor is not reused while it runs");
         inner.counters().attempt(target_count, succeeded);
         forest_core::pause::pause_point("pmwcas:phase2-done");
