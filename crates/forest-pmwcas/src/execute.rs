@@ -68,6 +68,7 @@ pub(crate) struct Snapshot {
 }
 
 impl Snapshot {
+    #[inline]
     pub(crate) fn targets(&self) -> &[Target] {
         &self.targets[..self.len]
     }
@@ -307,6 +308,7 @@ struct Lines {
 
 impl Lines {
     /// Whether the line of byte `offset` is new to this batch (and records it).
+    #[inline]
     fn first(&mut self, offset: u64) -> bool {
         let line = offset / CACHE_LINE_BYTES as u64;
         if self.seen[..self.len].contains(&line) {
