@@ -1,7 +1,7 @@
 //! Two quick measurements of the persistent BzTree while developing (not the benchmark
 //! harness, `forest bench`):
 //!
-//! - `recovery DIR KEYS OPENS`: builds a `bztree-pm` file of KEYS 8-byte keys in DIR, closes
+//! - `recovery DIR KEYS OPENS [DESCRIPTORS]`: builds a `bztree-pm` file of KEYS 8-byte keys in DIR, closes
 //!   it, then times `BzTree::open` of it OPENS times (the recovery scans the descriptor pool
 //!   only, BzTree §2.3.2, §6.3; the paper reports 145 us). Prints each open's wall time and its
 //!   `recovery_micros`, then the medians.
@@ -45,6 +45,13 @@ fn config(heap_mib: usize) -> BzTreeConfig {
     }
 }
 
+fn config_with(heap_mib: usize, descriptors: usize) -> BzTreeConfig {
+    BzTreeConfig {
+        descriptor_count: descriptors,
+        ..config(heap_mib)
+    }
+}
+
 fn load(tree: &dyn Index, keys: u64) {
     for i in 0..keys {
         tree.upsert(&key(i), &i.to_le_bytes()).expect("upsert");
@@ -56,18 +63,20 @@ fn median(v: &mut [u64]) -> u64 {
     v[v.len() / 2]
 }
 
-fn recovery(dir: &Path, keys: u64, opens: usize) {
+fn recovery(dir: &Path, keys: u64, opens: usize, descriptors: usize) {
     let path = dir.join(format!("bztree-pm-recovery-{}.pool", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let heap_mib = (keys as usize / 4000).max(64);
     {
-        let tree = BzTree::open(&path, config(heap_mib), Clwb::detect()).expect("create");
+        let tree = BzTree::open(&path, config_with(heap_mib, descriptors), Clwb::detect())
+            .expect("create");
         load(&tree, keys);
     }
     let (mut wall, mut recovery) = (Vec::new(), Vec::new());
     for run in 0..opens {
         let started = Instant::now();
-        let tree = BzTree::open(&path, config(heap_mib), Clwb::detect()).expect("open");
+        let tree =
+            BzTree::open(&path, config_with(heap_mib, descriptors), Clwb::detect()).expect("open");
         let us = started.elapsed().as_micros() as u64;
         let report = tree.open_report().clone();
         let mut out = Vec::new();
@@ -81,7 +90,7 @@ fn recovery(dir: &Path, keys: u64, opens: usize) {
         recovery.push(report.recovery_micros);
     }
     println!(
-        "keys {keys}: median open {} us, median recovery_micros {} us",
+        "keys {keys}, descriptors {descriptors}: median open {} us, median recovery_micros {} us",
         median(&mut wall),
         median(&mut recovery)
     );
@@ -128,10 +137,15 @@ fn main() {
     let num = |i: usize, default: u64| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default);
     let dir = Path::new(args.get(1).map_or("/tmp", String::as_str)).to_path_buf();
     match args.first().map(String::as_str) {
-        Some("recovery") => recovery(&dir, num(2, 1_000_000), num(3, 5) as usize),
+        Some("recovery") => recovery(
+            &dir,
+            num(2, 1_000_000),
+            num(3, 5) as usize,
+            num(4, BzTreeConfig::default().descriptor_count as u64) as usize,
+        ),
         Some("overhead") => overhead(&dir, num(2, 200_000), num(3, 1_000_000), num(4, 50)),
         _ => eprintln!(
-            "usage: bztree_pm recovery DIR KEYS OPENS | overhead DIR KEYS OPS WRITE_PERCENT"
+            "usage: bztree_pm recovery DIR KEYS OPENS [DESCRIPTORS] | overhead DIR KEYS OPS WRITE_PERCENT"
         ),
     }
 }
