@@ -91,6 +91,7 @@ fn detect_instruction() -> FlushInstruction {
 impl Persist for Clwb {
     const DURABLE: bool = true;
 
+    #[inline]
     fn flush(&self, region: &Region, range: Range<usize>) {
         let len = region.len_bytes();
         let start = range.start.min(len) / CACHE_LINE_BYTES * CACHE_LINE_BYTES;

@@ -4,9 +4,12 @@
 //!
 //! The owner builds the entries in its handle; nothing is written to the pool until the entries
 //! are published (at execute, or when memory is activated into a slot), so no other thread can
-//! see a half-built descriptor. Publication (durable mode) writes the entries and the address
-//! order, flushes them, fences, and only then stores and flushes the status: a durable status
-//! of a generation implies that generation's entries are durable (`recovery.rs` relies on it).
+//! see a half-built descriptor. Publication (durable mode) writes the entries, the address
+//! order and the status `Undecided`, then flushes them all and fences once: a crash before the
+//! fence may leave the status durable without the entries, but then no word refers to this
+//! generation yet, so recovery of an `Undecided` descriptor touches only words that hold its
+//! references and frees only activated entries (`recovery.rs`). A durable `Succeeded` or
+//! `Failed` status, or a durable reference, implies the generation's entries are durable.
 //!
 //! Choices the paper leaves open:
 //! - Memory-only entries (issue 16 "Persistent mode"): an SMO names every node it allocates and
@@ -26,6 +29,7 @@
 //! - A PMwCAS with no target word (memory only) succeeds; its policies still apply.
 
 use crate::error::Error;
+use crate::execute::{Snapshot, Target};
 use crate::layout::{
     self, State, DESCRIPTOR_HEADER_WORDS, D_ORDER, D_STATUS, ENTRIES_MAX, ENTRY_WORDS, E_ADDRESS,
     E_EXPECTED, E_NEW, E_POLICY,
@@ -339,21 +343,37 @@ impl<'a, P: Persist> Descriptor<'a, P> {
             layout::order_word(&slots[..target_count]),
             Ordering::Relaxed,
         );
+        d[D_STATUS].store(
+            layout::status(self.gen, self.count, State::Undecided),
+            Ordering::SeqCst,
+        );
         if P::DURABLE {
-            // The header and the entries in use: later lines hold nothing of this generation.
+            // One persist of the header, status included, and the entries in use (§2.3.2:
+            // "the descriptor be persisted before entering Phase 1"); later lines hold nothing
+            // of this generation. No word refers to it before the fence (module doc).
             let start = inner.desc_bytes(self.index).start;
             let used = (DESCRIPTOR_HEADER_WORDS + self.count * ENTRY_WORDS) * WORD_BYTES;
             inner.persist.flush(&inner.region, start..start + used);
             inner.persist.fence();
         }
-        d[D_STATUS].store(
-            layout::status(self.gen, self.count, State::Undecided),
-            Ordering::SeqCst,
-        );
-        inner.persist_status(self.index);
         forest_core::pause::pause_point("pmwcas:descriptor-persisted");
+        // The owner's targets as it wrote them: no read-back of the lines just flushed.
+        let mut snap = Snapshot {
+            targets: [Target::default(); ENTRIES_MAX],
+            len: target_count,
+            count: self.count,
+        };
+        for (k, &(address, slot)) in targets[..target_count].iter().enumerate() {
+            let e = &self.entries[slot];
+            snap.targets[k] = Target {
+                slot,
+                address,
+                expected: e.expected,
+                new: e.new,
+            };
+        }
         let succeeded = inner
-            .help(self.index, self.gen, 0)
+            .run(self.index, self.gen, &snap, 0)
             .expect("an owner's descriptor is not reused while it runs");
         inner.counters().attempt(target_count, succeeded);
         forest_core::pause::pause_point("pmwcas:phase2-done");

@@ -42,7 +42,7 @@ use crate::layout::{
     self, State, DESCRIPTOR_HEADER_WORDS, D_ORDER, D_STATUS, ENTRIES_MAX, ENTRY_WORDS, E_ADDRESS,
     E_EXPECTED, E_NEW,
 };
-use crate::persist::Persist;
+use crate::persist::{Persist, CACHE_LINE_BYTES};
 use crate::pool::Inner;
 use crate::sync::atomic::{fence, Ordering};
 use crate::word::{decode_ref, descriptor_ref, Word, DESCRIPTOR_BIT, DIRTY_BIT, RDCSS_BIT};
@@ -68,6 +68,7 @@ pub(crate) struct Snapshot {
 }
 
 impl Snapshot {
+    #[inline]
     pub(crate) fn targets(&self) -> &[Target] {
         &self.targets[..self.len]
     }
@@ -147,9 +148,16 @@ impl<P: Persist> Inner<P> {
             self.counters().help();
         }
         let snap = self.snapshot(index, gen)?;
+        self.run(index, gen, &snap, depth)
+    }
+
+    /// Runs descriptor `index` generation `gen`, whose targets are `snap`, to its end (the
+    /// rest of [`Inner::help`]). The owner passes the entries it built rather than reading
+    /// back lines it has just flushed (a flush may evict them: `clwb` does on some CPUs).
+    pub(crate) fn run(&self, index: u32, gen: u64, snap: &Snapshot, depth: usize) -> Option<bool> {
         let status_word = &self.desc(index)[D_STATUS];
         if layout::status_state(status_word.load(Ordering::SeqCst)) == Some(State::Undecided) {
-            self.phase1(index, gen, &snap, depth);
+            self.phase1(index, gen, snap, depth);
         }
         let mut status = status_word.load(Ordering::SeqCst);
         if layout::status_gen(status) != gen {
@@ -172,7 +180,7 @@ impl<P: Persist> Inner<P> {
             Some(State::Failed) => false,
             _ => return None, // released meanwhile: another thread finished it
         };
-        self.phase2(index, gen, &snap, succeeded);
+        self.phase2(index, gen, snap, succeeded);
         Some(succeeded)
     }
 
@@ -218,9 +226,10 @@ impl<P: Persist> Inner<P> {
         if all_installed && P::DURABLE {
             // Persist the dirty references before the decision (§2.3.2 "Upon completing
             // Phase 1, a thread persists the target words whose dirty bit is set").
+            let mut lines = Lines::default();
             for t in snap.targets() {
                 if let Some(word) = self.target_word(t.address) {
-                    if word.load_raw() == me | DIRTY_BIT {
+                    if word.load_raw() == me | DIRTY_BIT && lines.first(t.address) {
                         self.flush_word(word);
                     }
                 }
@@ -263,11 +272,20 @@ impl<P: Persist> Inner<P> {
             }
             forest_core::pause::pause_point("pmwcas:phase2-word-installed");
             if P::DURABLE && current == value {
-                self.flush_word(word);
                 installed[k] = value;
             }
         }
         if P::DURABLE {
+            // Flush after every word is installed, not after each: a locked instruction
+            // (the next word's CAS) waits for an earlier flush to complete, as a fence does.
+            let mut lines = Lines::default();
+            for (k, t) in snap.targets().iter().enumerate() {
+                if installed[k] != 0 && lines.first(t.address) {
+                    if let Some(word) = self.target_word(t.address) {
+                        self.flush_word(word);
+                    }
+                }
+            }
             self.persist.fence();
             for (k, t) in snap.targets().iter().enumerate() {
                 if installed[k] != 0 {
@@ -277,6 +295,30 @@ impl<P: Persist> Inner<P> {
                 }
             }
         }
+    }
+}
+
+/// The cache lines flushed so far in one batch (before one fence): a line holding two
+/// targets is flushed once.
+#[derive(Default)]
+struct Lines {
+    seen: [u64; ENTRIES_MAX],
+    len: usize,
+}
+
+impl Lines {
+    /// Whether the line of byte `offset` is new to this batch (and records it).
+    #[inline]
+    fn first(&mut self, offset: u64) -> bool {
+        let line = offset / CACHE_LINE_BYTES as u64;
+        if self.seen[..self.len].contains(&line) {
+            return false;
+        }
+        if self.len < ENTRIES_MAX {
+            self.seen[self.len] = line;
+            self.len += 1;
+        }
+        true
     }
 }
 

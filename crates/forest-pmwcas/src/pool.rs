@@ -623,15 +623,30 @@ impl<P: Persist> Inner<P> {
         }
     }
 
+    /// Links every descriptor into its partition's free list, lowest index on top. Runs at
+    /// create and open, before any other thread has the pool: plain stores, no CAS per
+    /// descriptor (open time is recovery time, §2.3.2).
     fn rebuild_free_lists(&self) {
         let per = self.geometry.descriptor_count / self.geometry.partition_count;
-        for p in self.partitions.iter() {
-            p.head.store(0, Ordering::Relaxed);
-        }
-        for index in (0..self.geometry.descriptor_count as u32).rev() {
-            let status = self.desc(index)[layout::D_STATUS].load(Ordering::Relaxed);
-            debug_assert_eq!(layout::status_state(status), Some(State::Free));
-            self.push_free(index, index as usize / per);
+        for (p, partition) in self.partitions.iter().enumerate() {
+            let first = p * per;
+            for index in first..first + per {
+                debug_assert_eq!(
+                    layout::status_state(
+                        self.desc(index as u32)[layout::D_STATUS].load(Ordering::Relaxed)
+                    ),
+                    Some(State::Free)
+                );
+                // An entry holds the next index + 1, 0 at the end (`push_free`).
+                let next = if index + 1 < first + per {
+                    index + 2
+                } else {
+                    0
+                };
+                self.next_free[index].store(next as u32, Ordering::Relaxed);
+            }
+            let head = if per > 0 { first as u64 + 1 } else { 0 };
+            partition.head.store(head, Ordering::Release);
         }
     }
 

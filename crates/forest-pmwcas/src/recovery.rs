@@ -1,7 +1,11 @@
 //! Recovery (BzTree §2.3.2 "Recovery", §6.3 "Recovery steps"): scan the descriptor pool, and
 //! only the pool, after a crash. For each descriptor in flight:
 //! - `Succeeded`: words still holding its reference roll forward to the new values;
-//! - `Undecided` or `Failed`: they roll back to the expected values;
+//! - `Undecided` or `Failed`: they roll back to the expected values; an `Undecided` status
+//!   may be durable before its entries are (publication persists both with one fence,
+//!   `descriptor.rs`), but then no word holds a reference to it, so an entry that names no
+//!   target word is skipped rather than reported, and only its activated entries are freed
+//!   (as for `Building`: those were persisted at activation);
 //! - any state: words holding one of its RDCSS references (current generation) roll back to
 //!   the entry's expected value (an RDCSS reference only ever replaced that value);
 //! - then its policies apply (`FREE-ONE`: old values after success, new values otherwise), and
@@ -15,9 +19,10 @@
 //! again. Policies may run twice across such a crash, so recyclers accept a repeated free
 //! (`pool.rs` `Recycle`).
 //!
-//! Invariants relied on (`execute.rs`, `rdcss.rs`): a durable status of generation g implies
-//! g's entries are durable; no durable word holds a reference to a descriptor of another
-//! generation than the pool's durable one.
+//! Invariants relied on (`execute.rs`, `rdcss.rs`): a durable `Succeeded` or `Failed` status of
+//! generation g, or a durable word holding a reference of g, implies g's entries are durable;
+//! no durable word holds a reference to a descriptor of another generation than the pool's
+//! durable one.
 //!
 //! A word left dirty (a value flushed but not yet cleaned) stays dirty: the first read flushes
 //! and cleans it again.
@@ -73,6 +78,8 @@ pub(crate) fn recover<P: Persist>(inner: &Inner<P>) -> Result<RecoveryReport, Er
                     )));
                 }
                 let succeeded = state == State::Succeeded;
+                // Undecided: the entries may predate this generation (module doc).
+                let decided = state != State::Undecided;
                 let me = descriptor_ref(index, gen);
                 let seq_start = d[D_SEQ_START].load(Ordering::Relaxed);
                 for slot in 0..count {
@@ -81,11 +88,14 @@ pub(crate) fn recover<P: Persist>(inner: &Inner<P>) -> Result<RecoveryReport, Er
                     if address >= layout::TOMBSTONE {
                         continue;
                     }
-                    let word = inner.target_word(address).ok_or_else(|| {
-                        Error::Format(format!(
-                            "descriptor {index} entry {slot} names byte {address}, not a target word"
-                        ))
-                    })?;
+                    let Some(word) = inner.target_word(address) else {
+                        if decided {
+                            return Err(Error::Format(format!(
+                                "descriptor {index} entry {slot} names byte {address}, not a target word"
+                            )));
+                        }
+                        continue;
+                    };
                     let value = word.load_raw() & !DIRTY_BIT;
                     let restore = if value == me {
                         if succeeded {
@@ -106,7 +116,7 @@ pub(crate) fn recover<P: Persist>(inner: &Inner<P>) -> Result<RecoveryReport, Er
                 }
                 inner.persist.fence();
                 report.values_freed +=
-                    inner.apply_policies_where(index, gen, succeeded, count, false);
+                    inner.apply_policies_where(index, gen, succeeded, count, !decided);
             }
         }
         d[D_STATUS].store(layout::status(gen, 0, State::Free), Ordering::Relaxed);

@@ -1,0 +1,151 @@
+//! Two quick measurements of the persistent BzTree while developing (not the benchmark
+//! harness, `forest bench`):
+//!
+//! - `recovery DIR KEYS OPENS [DESCRIPTORS]`: builds a `bztree-pm` file of KEYS 8-byte keys in DIR, closes
+//!   it, then times `BzTree::open` of it OPENS times (the recovery scans the descriptor pool
+//!   only, BzTree §2.3.2, §6.3; the paper reports 145 us). Prints each open's wall time and its
+//!   `recovery_micros`, then the medians.
+//! - `overhead DIR KEYS OPS WRITE_PERCENT`: loads KEYS keys into `bztree` and into `bztree-pm`
+//!   (file in DIR, `clwb`), runs OPS uniform reads and upserts of existing keys on one thread,
+//!   and prints the CPU time per op of each (from `/proc/thread-self/schedstat`, so time the
+//!   thread spent descheduled on a shared machine is not counted) and their ratio.
+//!
+//! `cargo run --release -p forest-bztree --example bztree_pm -- recovery /dev/shm/t 1000000 5`
+
+use std::path::Path;
+use std::time::Instant;
+
+use forest_bztree::{BzTree, BzTreeConfig};
+use forest_core::Index;
+use forest_pmwcas::Clwb;
+
+/// A bijection of u64 (splitmix64's finalizer): distinct, scattered keys.
+fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+fn key(i: u64) -> [u8; 8] {
+    mix(i).to_be_bytes()
+}
+
+/// Nanoseconds this thread has run on a CPU.
+fn cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn config(heap_mib: usize) -> BzTreeConfig {
+    BzTreeConfig {
+        heap_bytes: heap_mib << 20,
+        ..BzTreeConfig::default()
+    }
+}
+
+fn config_with(heap_mib: usize, descriptors: usize) -> BzTreeConfig {
+    BzTreeConfig {
+        descriptor_count: descriptors,
+        ..config(heap_mib)
+    }
+}
+
+fn load(tree: &dyn Index, keys: u64) {
+    for i in 0..keys {
+        tree.upsert(&key(i), &i.to_le_bytes()).expect("upsert");
+    }
+}
+
+fn median(v: &mut [u64]) -> u64 {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+fn recovery(dir: &Path, keys: u64, opens: usize, descriptors: usize) {
+    let path = dir.join(format!("bztree-pm-recovery-{}.pool", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let heap_mib = (keys as usize / 4000).max(64);
+    {
+        let tree = BzTree::open(&path, config_with(heap_mib, descriptors), Clwb::detect())
+            .expect("create");
+        load(&tree, keys);
+    }
+    let (mut wall, mut recovery) = (Vec::new(), Vec::new());
+    for run in 0..opens {
+        let started = Instant::now();
+        let tree =
+            BzTree::open(&path, config_with(heap_mib, descriptors), Clwb::detect()).expect("open");
+        let us = started.elapsed().as_micros() as u64;
+        let report = tree.open_report().clone();
+        let mut out = Vec::new();
+        assert!(tree.get(&key(keys / 2), &mut out), "a loaded key is found");
+        drop(tree);
+        println!(
+            "open {run}: {us} us wall, recovery_micros {}, in flight {}",
+            report.recovery_micros, report.pool.descriptors_in_flight
+        );
+        wall.push(us);
+        recovery.push(report.recovery_micros);
+    }
+    println!(
+        "keys {keys}, descriptors {descriptors}: median open {} us, median recovery_micros {} us",
+        median(&mut wall),
+        median(&mut recovery)
+    );
+    let _ = std::fs::remove_file(&path);
+}
+
+fn run_mix(tree: &dyn Index, keys: u64, ops: u64, write_percent: u64) -> f64 {
+    let mut out = Vec::new();
+    let mut x = 42u64;
+    let started = cpu_ns();
+    for _ in 0..ops {
+        x = mix(x);
+        let i = x % keys;
+        if (x >> 40) % 100 < write_percent {
+            tree.upsert(&key(i), &x.to_le_bytes()).expect("upsert");
+        } else {
+            assert!(tree.get(&key(i), &mut out));
+        }
+    }
+    (cpu_ns() - started) as f64 / ops as f64
+}
+
+fn overhead(dir: &Path, keys: u64, ops: u64, write_percent: u64) {
+    let heap_mib = (keys as usize / 2000).max(64);
+    let volatile = BzTree::with_config(config(heap_mib)).expect("volatile tree");
+    load(&volatile, keys);
+    let v = run_mix(&volatile, keys, ops, write_percent);
+    drop(volatile);
+    let path = dir.join(format!("bztree-pm-overhead-{}.pool", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let pm = BzTree::open(&path, config(heap_mib), Clwb::detect()).expect("pm tree");
+    load(&pm, keys);
+    let p = run_mix(&pm, keys, ops, write_percent);
+    drop(pm);
+    let _ = std::fs::remove_file(&path);
+    println!(
+        "{write_percent}% upserts, {keys} keys, {ops} ops: bztree {v:.0} ns/op, bztree-pm {p:.0} ns/op CPU, ratio {:.2}x",
+        v / p
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let num = |i: usize, default: u64| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default);
+    let dir = Path::new(args.get(1).map_or("/tmp", String::as_str)).to_path_buf();
+    match args.first().map(String::as_str) {
+        Some("recovery") => recovery(
+            &dir,
+            num(2, 1_000_000),
+            num(3, 5) as usize,
+            num(4, BzTreeConfig::default().descriptor_count as u64) as usize,
+        ),
+        Some("overhead") => overhead(&dir, num(2, 200_000), num(3, 1_000_000), num(4, 50)),
+        _ => eprintln!(
+            "usage: bztree_pm recovery DIR KEYS OPENS [DESCRIPTORS] | overhead DIR KEYS OPS WRITE_PERCENT"
+        ),
+    }
+}
