@@ -1,14 +1,20 @@
-//! Sets: SADD, SREM, SPOP, SMEMBERS, SCARD, SISMEMBER (docs/PROTOCOL.md "Sets"). A member
-//! is a member entry with an empty value, so SMEMBERS comes in member order.
+//! Sets: SADD, SREM, SPOP, SMEMBERS, SCARD, SISMEMBER, SMISMEMBER, SRANDMEMBER, SSCAN,
+//! SINTER, SUNION, SDIFF, SINTERCARD (docs/PROTOCOL.md "Sets"). A member is a member entry
+//! with an empty value, so SMEMBERS comes in member order. The commands over several sets
+//! hold the stripe locks of all their keys while they read, so they see no other command's
+//! write half done (Redis runs them atomically); SINTER and SDIFF read one set whole and look
+//! its members up in the others, so SINTER's cost follows its smallest set.
 
+use std::collections::BTreeSet;
 use std::ops::Bound;
 
 use forest_core::Order;
 
-use super::coll;
-use super::{Ctx, Reply};
+use super::{coll, sample};
+use super::{int_arg, syntax_error, Ctx, Reply};
 use crate::collection::{member_key, member_prefix, Kind};
 use crate::frame::Frame;
+use crate::parse::{is_word, parse_int};
 
 /// SADD key member [member ...]: how many were added.
 pub fn sadd(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
@@ -122,6 +128,183 @@ pub fn sismember(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     Ok(Frame::Integer(i64::from(present)))
 }
 
+/// SMISMEMBER key member [member ...]: 1 or 0 per member.
+pub fn smismember(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let user = argv[1];
+    let exists = coll::open_read(ctx, user, Kind::Set)?.is_some();
+    let prefix = member_prefix(user);
+    Ok(Frame::Array(
+        argv[2..]
+            .iter()
+            .map(|m| Frame::Integer(i64::from(exists && ctx.present(&member_key(&prefix, &[m])))))
+            .collect(),
+    ))
+}
+
+/// SRANDMEMBER key [count]: one random member (null if none); with a count, up to `count`
+/// distinct members, or for a negative count exactly `-count` that may repeat.
+pub fn srandmember(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let user = argv[1];
+    if argv.len() > 3 {
+        return Err(syntax_error());
+    }
+    let count = match argv.get(2) {
+        Some(arg) => Some(int_arg(arg)?),
+        None => None,
+    };
+    if count == Some(i64::MIN) {
+        return Err(Frame::err(
+            "value is out of range, value must between -9223372036854775807 and 9223372036854775807",
+        ));
+    }
+    if count.is_some_and(|c| c < 0 && c.unsigned_abs() > sample::RANDOM_REPEATS_MAX) {
+        return Err(Frame::err(format!(
+            "value is out of range, forest returns at most {} random members",
+            sample::RANDOM_REPEATS_MAX
+        )));
+    }
+    let Some(meta) = coll::open_read(ctx, user, Kind::Set)? else {
+        return Ok(match count {
+            Some(_) => Frame::Array(vec![]),
+            None => Frame::Null,
+        });
+    };
+    let picks = match count {
+        None => sample::random(ctx, user, Kind::Set, meta.count, 1, true),
+        Some(0) => Vec::new(),
+        Some(c) if c > 0 => sample::random(ctx, user, Kind::Set, meta.count, c as u64, false),
+        Some(c) => sample::random(ctx, user, Kind::Set, meta.count, c.unsigned_abs(), true),
+    };
+    let mut members = picks.into_iter().map(|(m, _)| Frame::Bulk(m));
+    Ok(match count {
+        None => members.next().unwrap_or(Frame::Null),
+        Some(_) => Frame::Array(members.collect()),
+    })
+}
+
+/// SSCAN key cursor [MATCH pattern] [COUNT count] ([`sample::scan`]).
+pub fn sscan(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    sample::scan(ctx, argv, Kind::Set)
+}
+
+/// The size of each of `keys`' sets (None: no such key); WRONGTYPE if any is not a set, as
+/// Redis checks every key before it answers.
+fn open_sets(ctx: &mut Ctx<'_, '_>, keys: &[&[u8]]) -> Result<Vec<Option<u64>>, Frame> {
+    keys.iter()
+        .map(|k| Ok(coll::open_read(ctx, k, Kind::Set)?.map(|meta| meta.count)))
+        .collect()
+}
+
+fn set_members(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> Result<Vec<Vec<u8>>, Frame> {
+    Ok(sample::all(ctx, key, Kind::Set)?
+        .into_iter()
+        .map(|(m, _)| m)
+        .collect())
+}
+
+fn is_member(ctx: &mut Ctx<'_, '_>, key: &[u8], member: &[u8]) -> bool {
+    ctx.present(&member_key(&member_prefix(key), &[member]))
+}
+
+/// The intersection of `keys`, in member order, at most `limit` members (0: no limit).
+fn intersection(ctx: &mut Ctx<'_, '_>, keys: &[&[u8]], limit: usize) -> Reply {
+    let counts = open_sets(ctx, keys)?;
+    let Some(sizes) = counts.iter().copied().collect::<Option<Vec<u64>>>() else {
+        return Ok(Frame::Array(vec![]));
+    };
+    // Read the smallest set, look its members up in the others.
+    let smallest = (0..keys.len()).min_by_key(|&i| sizes[i]).unwrap_or(0);
+    let mut out = Vec::new();
+    for member in set_members(ctx, keys[smallest])? {
+        let everywhere = (0..keys.len())
+            .filter(|&i| i != smallest)
+            .all(|i| is_member(ctx, keys[i], &member));
+        if everywhere {
+            out.push(Frame::Bulk(member));
+            if out.len() == limit {
+                break;
+            }
+        }
+    }
+    Ok(Frame::Array(out))
+}
+
+/// SINTER key [key ...]: the members in every set, in member order.
+pub fn sinter(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let keys = &argv[1..];
+    let _guards = ctx.shared.collections.lock_many(keys.iter().copied());
+    intersection(ctx, keys, 0)
+}
+
+/// SINTERCARD numkeys key [key ...] [LIMIT limit]: how many members are in every set,
+/// counting stops at `limit` (0: no limit).
+pub fn sintercard(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let numkeys = match parse_int(argv[1]) {
+        Some(n) if n > 0 => n as u64,
+        _ => return Err(Frame::err("numkeys should be greater than 0")),
+    };
+    let rest = &argv[2..];
+    if numkeys > rest.len() as u64 {
+        return Err(Frame::err(
+            "Number of keys can't be greater than number of args",
+        ));
+    }
+    let (keys, options) = rest.split_at(numkeys as usize);
+    let mut limit = 0usize;
+    let mut i = 0;
+    while i < options.len() {
+        match options.get(i + 1) {
+            Some(value) if is_word(options[i], "limit") => {
+                limit = match parse_int(value) {
+                    Some(n) if n >= 0 => usize::try_from(n).unwrap_or(usize::MAX),
+                    Some(_) => return Err(Frame::err("LIMIT can't be negative")),
+                    None => return Err(super::not_an_integer()),
+                };
+                i += 2;
+            }
+            _ => return Err(syntax_error()),
+        }
+    }
+    let _guards = ctx.shared.collections.lock_many(keys.iter().copied());
+    match intersection(ctx, keys, limit)? {
+        Frame::Array(members) => Ok(Frame::Integer(members.len() as i64)),
+        other => Ok(other),
+    }
+}
+
+/// SUNION key [key ...]: the members of any set, in member order.
+pub fn sunion(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let keys = &argv[1..];
+    let _guards = ctx.shared.collections.lock_many(keys.iter().copied());
+    open_sets(ctx, keys)?;
+    let mut all = BTreeSet::new();
+    for key in keys {
+        all.extend(set_members(ctx, key)?);
+    }
+    Ok(Frame::Array(all.into_iter().map(Frame::Bulk).collect()))
+}
+
+/// SDIFF key [key ...]: the members of the first set in none of the others, in member order.
+pub fn sdiff(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let keys = &argv[1..];
+    let _guards = ctx.shared.collections.lock_many(keys.iter().copied());
+    let counts = open_sets(ctx, keys)?;
+    if counts[0].is_none() {
+        return Ok(Frame::Array(vec![]));
+    }
+    let others: Vec<&[u8]> = (1..keys.len())
+        .filter(|&i| counts[i].is_some())
+        .map(|i| keys[i])
+        .collect();
+    let mut out = Vec::new();
+    for member in set_members(ctx, keys[0])? {
+        if !others.iter().any(|k| is_member(ctx, k, &member)) {
+            out.push(Frame::Bulk(member));
+        }
+    }
+    Ok(Frame::Array(out))
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -191,5 +374,138 @@ mod tests {
         assert_eq!(h.run(&["SPOP", "s", "2"]), bulks(&[]));
         assert_eq!(h.run(&["SPOP", "s"]), Frame::Null);
         assert_eq!(h.run(&["SMEMBERS", "s"]), bulks(&[]));
+    }
+
+    const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+    fn wrongtype() -> Frame {
+        Frame::Error(WRONGTYPE.into())
+    }
+
+    // Goal: SINTER, SUNION, SDIFF, SINTERCARD, SMISMEMBER, SRANDMEMBER and SSCAN reply as
+    // redis-server 7.0.15 did to the same commands (run by hand against it), in member order
+    // where Redis's order is its hash table's; errors as Redis's, WRONGTYPE checked on every
+    // key before a missing one empties the answer. Method: the same sequence.
+    #[test]
+    fn set_algebra_as_redis() {
+        let mut h = Harness::new();
+        h.run(&["SADD", "s1", "a", "b", "c", "d"]);
+        h.run(&["SADD", "s2", "b", "c", "e"]);
+        h.run(&["SET", "str", "v"]);
+        assert_eq!(h.run(&["SINTER", "s1", "s2"]), bulks(&["b", "c"]));
+        assert_eq!(h.run(&["SINTER", "s1", "missing"]), bulks(&[]));
+        for argv in [
+            &["SINTER", "s1", "missing", "str"][..],
+            &["SINTER", "str", "missing"],
+            &["SUNION", "s1", "str"],
+            &["SDIFF", "s1", "str"],
+            &["SDIFF", "missing", "str"],
+            &["SINTERCARD", "2", "missing", "str"],
+            &["SMISMEMBER", "str", "a"],
+            &["SRANDMEMBER", "str"],
+            &["SSCAN", "str", "0"],
+        ] {
+            assert_eq!(h.run(argv), wrongtype(), "{argv:?}");
+        }
+        assert_eq!(
+            h.run(&["SUNION", "s1", "s2", "missing"]),
+            bulks(&["a", "b", "c", "d", "e"])
+        );
+        assert_eq!(h.run(&["SDIFF", "s1", "s2"]), bulks(&["a", "d"]));
+        assert_eq!(h.run(&["SDIFF", "missing", "s1"]), bulks(&[]));
+        assert_eq!(
+            h.run(&["SDIFF", "s1", "missing"]),
+            bulks(&["a", "b", "c", "d"])
+        );
+        let int = Frame::Integer;
+        assert_eq!(h.run(&["SINTERCARD", "2", "s1", "s2"]), int(2));
+        assert_eq!(
+            h.run(&["SINTERCARD", "2", "s1", "s2", "LIMIT", "1"]),
+            int(1)
+        );
+        assert_eq!(
+            h.run(&["SINTERCARD", "2", "s1", "s2", "limit", "0"]),
+            int(2)
+        );
+        assert_eq!(h.run(&["SINTERCARD", "1", "missing"]), int(0));
+        let err = |t: &str| Frame::err(t);
+        assert_eq!(
+            h.run(&["SINTERCARD", "0", "s1"]),
+            err("numkeys should be greater than 0")
+        );
+        assert_eq!(
+            h.run(&["SINTERCARD", "x", "s1"]),
+            err("numkeys should be greater than 0")
+        );
+        assert_eq!(
+            h.run(&["SINTERCARD", "3", "s1", "s2"]),
+            err("Number of keys can't be greater than number of args")
+        );
+        assert_eq!(
+            h.run(&["SINTERCARD", "1", "s1", "LIMIT", "-1"]),
+            err("LIMIT can't be negative")
+        );
+        assert_eq!(
+            h.run(&["SINTERCARD", "1", "s1", "foo", "1"]),
+            err("syntax error")
+        );
+        assert_eq!(
+            h.run(&["SINTERCARD", "1", "missing", "str"]),
+            err("syntax error")
+        );
+        assert_eq!(
+            h.run(&["SMISMEMBER", "s1", "a", "z", "c"]),
+            Frame::Array(vec![int(1), int(0), int(1)])
+        );
+        assert_eq!(
+            h.run(&["SMISMEMBER", "missing", "a"]),
+            Frame::Array(vec![int(0)])
+        );
+        assert_eq!(h.run(&["SRANDMEMBER", "missing"]), Frame::Null);
+        assert_eq!(h.run(&["SRANDMEMBER", "missing", "2"]), bulks(&[]));
+        assert_eq!(h.run(&["SRANDMEMBER", "s1", "0"]), bulks(&[]));
+        assert_eq!(
+            h.run(&["SRANDMEMBER", "s1", "x"]),
+            err("value is not an integer or out of range")
+        );
+        assert_eq!(
+            h.run(&["SRANDMEMBER", "s1", "-9223372036854775808"]),
+            err("value is out of range, value must between -9223372036854775807 and 9223372036854775807")
+        );
+        assert_eq!(
+            h.run(&["SRANDMEMBER", "s1", "9"]),
+            bulks(&["a", "b", "c", "d"])
+        );
+        for _ in 0..50 {
+            let Frame::Bulk(one) = h.run(&["SRANDMEMBER", "s1"]) else {
+                panic!("a member expected");
+            };
+            assert!(["a", "b", "c", "d"].contains(&std::str::from_utf8(&one).expect("utf8")));
+            let Frame::Array(three) = h.run(&["SRANDMEMBER", "s1", "3"]) else {
+                panic!("array expected");
+            };
+            let distinct: BTreeSet<_> = three.iter().map(|f| format!("{f:?}")).collect();
+            assert_eq!(distinct.len(), 3);
+            let Frame::Array(six) = h.run(&["SRANDMEMBER", "s1", "-6"]) else {
+                panic!("array expected");
+            };
+            assert_eq!(six.len(), 6);
+        }
+        assert_eq!(
+            h.run(&["SSCAN", "s1", "0"]),
+            Frame::Array(vec![bulk("0"), bulks(&["a", "b", "c", "d"])])
+        );
+        assert_eq!(
+            h.run(&["SSCAN", "s1", "0", "MATCH", "[ab]"]),
+            Frame::Array(vec![bulk("0"), bulks(&["a", "b"])])
+        );
+        assert_eq!(
+            h.run(&["SSCAN", "s1", "0", "novalues"]),
+            err("syntax error")
+        );
+        assert_eq!(
+            h.run(&["SSCAN", "missing", "0"]),
+            Frame::Array(vec![bulk("0"), bulks(&[])])
+        );
     }
 }
