@@ -1,25 +1,35 @@
-//! Lists: LPUSH, RPUSH, LPOP, RPOP, LRANGE, LLEN, LINDEX (docs/PROTOCOL.md "Lists").
+//! Lists: LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP, RPOP, LRANGE, LLEN, LINDEX, LSET, LPOS, LTRIM,
+//! LREM, LINSERT (docs/PROTOCOL.md "Lists").
 //!
 //! A list is the members `head..tail` of its key ([`crate::collection`]): LPUSH stores at
-//! `head - 1`, RPUSH at `tail`, so element `i` is at sequence `head + i` and LINDEX and
-//! LRANGE are one lookup or one range scan. Every command holds the key's stripe lock.
+//! `head - 1`, RPUSH at `tail`, so element `i` is at sequence `head + i` and LINDEX, LSET and
+//! LRANGE are one lookup or one range scan, LTRIM removes from the ends. LREM and LINSERT
+//! change the middle, so they renumber: the elements after the first change are rewritten
+//! (O(n) writes, as Redis's O(n)), all in the command's one atomic unit. Every command holds
+//! the key's stripe lock.
 
 use std::ops::Bound;
 
 use forest_core::Order;
 
 use super::coll::{self, null_array};
-use super::{int_arg, Ctx, Reply};
-use crate::collection::{member_key, member_prefix, seq_bytes, Kind};
+use super::{int_arg, syntax_error, Ctx, Reply};
+use crate::collection::{member_key, member_prefix, seq_bytes, Kind, Meta};
 use crate::frame::Frame;
+use crate::parse::{is_word, parse_int};
 
 fn push(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], left: bool) -> Reply {
+    push_if(ctx, argv, left, false)
+}
+
+/// LPUSH/RPUSH, or with `existing` LPUSHX/RPUSHX (0 and nothing written for a missing key).
+fn push_if(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], left: bool, existing: bool) -> Reply {
     let user = argv[1];
     let prefix = member_prefix(user);
     for element in &argv[2..] {
         coll::check_member(&member_key(&prefix, &[&[0; 8]]), element)?;
     }
-    coll::write(ctx, user, Kind::List, |ctx, meta| {
+    let change = |ctx: &mut Ctx<'_, '_>, meta: &mut Meta| {
         for element in &argv[2..] {
             let seq = if left {
                 meta.a.checked_sub(1)
@@ -38,6 +48,271 @@ fn push(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], left: bool) -> Reply {
             meta.count = meta.count.saturating_add(1);
         }
         Ok(Frame::Integer(meta.count as i64))
+    };
+    if existing {
+        coll::write_existing(ctx, user, Kind::List, Frame::Integer(0), change)
+    } else {
+        coll::write(ctx, user, Kind::List, change)
+    }
+}
+
+/// LPUSHX key element [element ...]: LPUSH only onto an existing list; 0 otherwise.
+pub fn lpushx(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    push_if(ctx, argv, true, true)
+}
+
+/// RPUSHX key element [element ...]: RPUSH only onto an existing list; 0 otherwise.
+pub fn rpushx(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    push_if(ctx, argv, false, true)
+}
+
+/// The member key of sequence `seq` of list `prefix`.
+fn element_key(prefix: &[u8], seq: i64) -> Vec<u8> {
+    member_key(prefix, &[&seq_bytes(seq)])
+}
+
+/// Every element of the list `meta` describes, in order (its unit's own writes seen).
+fn elements(ctx: &Ctx<'_, '_>, prefix: &[u8], meta: &Meta) -> Vec<Vec<u8>> {
+    let end = coll::prefix_upper(prefix);
+    coll::members(
+        ctx,
+        Bound::Included(&element_key(prefix, meta.a)),
+        Bound::Excluded(&end),
+        Order::Ascending,
+        usize::MAX,
+    )
+    .into_iter()
+    .map(|(_, v)| v)
+    .collect()
+}
+
+/// Makes the list hold `new`, which equals the old `old_len` elements up to index `from`:
+/// rewrites `from..`, removes what is past the new end, and moves the tail and count.
+fn rewrite_from(
+    ctx: &mut Ctx<'_, '_>,
+    prefix: &[u8],
+    meta: &mut Meta,
+    old_len: usize,
+    new: &[Vec<u8>],
+    from: usize,
+) -> Result<(), Frame> {
+    for (i, value) in new.iter().enumerate().skip(from) {
+        coll::put_member(ctx, &element_key(prefix, meta.a + i as i64), value)?;
+    }
+    for i in new.len()..old_len {
+        coll::remove_member(ctx, &element_key(prefix, meta.a + i as i64))?;
+    }
+    meta.b = meta.a + new.len() as i64;
+    meta.count = new.len() as u64;
+    Ok(())
+}
+
+/// LSET key index element: `+OK`; `-ERR no such key`, `-ERR index out of range`.
+pub fn lset(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let user = argv[1];
+    let index = int_arg(argv[2])?;
+    let prefix = member_prefix(user);
+    coll::check_member(&element_key(&prefix, 0), argv[3])?;
+    let shared = ctx.shared;
+    let _guard = shared.collections.lock(user);
+    super::expire::purge_due(ctx, user)?;
+    if coll::open_read(ctx, user, Kind::List)?.is_none() {
+        return Err(Frame::err("no such key"));
+    }
+    coll::write_existing(ctx, user, Kind::List, Frame::ok(), |ctx, meta| {
+        let Some((i, _)) = coll::index_range(index, index, meta.count) else {
+            return Err(Frame::err("index out of range"));
+        };
+        coll::put_member(ctx, &element_key(&prefix, meta.a + i as i64), argv[3])?;
+        Ok(Frame::ok())
+    })
+}
+
+/// LTRIM key start stop: `+OK`; keeps the elements `start..=stop` (an empty range deletes
+/// the list).
+pub fn ltrim(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let user = argv[1];
+    let (start, stop) = (int_arg(argv[2])?, int_arg(argv[3])?);
+    let prefix = member_prefix(user);
+    coll::write_existing(ctx, user, Kind::List, Frame::ok(), |ctx, meta| {
+        let (keep_from, keep_to) = match coll::index_range(start, stop, meta.count) {
+            Some((first, last)) => (first as i64, last as i64 + 1),
+            None => (0, 0),
+        };
+        let len = meta.count as i64;
+        let doomed = (0..keep_from).chain(keep_to.max(keep_from)..len);
+        for i in doomed {
+            coll::remove_member(ctx, &element_key(&prefix, meta.a + i))?;
+        }
+        let kept = (keep_to - keep_from).max(0);
+        meta.a += keep_from;
+        meta.b = meta.a + kept;
+        meta.count = kept as u64;
+        Ok(Frame::ok())
+    })
+}
+
+/// LREM key count element: how many were removed: the first `count` equal to `element`
+/// from the head, from the tail for a negative count, all of them for 0.
+pub fn lrem(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let user = argv[1];
+    let count = int_arg(argv[2])?;
+    let element = argv[3];
+    let prefix = member_prefix(user);
+    coll::write_existing(ctx, user, Kind::List, Frame::Integer(0), |ctx, meta| {
+        let old = elements(ctx, &prefix, meta);
+        let limit = if count == 0 {
+            usize::MAX
+        } else {
+            usize::try_from(count.unsigned_abs()).unwrap_or(usize::MAX)
+        };
+        let mut doomed = vec![false; old.len()];
+        let mut removed = 0usize;
+        let indexes: Box<dyn Iterator<Item = usize>> = if count < 0 {
+            Box::new((0..old.len()).rev())
+        } else {
+            Box::new(0..old.len())
+        };
+        for i in indexes {
+            if removed == limit {
+                break;
+            }
+            if old[i] == element {
+                doomed[i] = true;
+                removed += 1;
+            }
+        }
+        let Some(first) = doomed.iter().position(|&d| d) else {
+            return Ok(Frame::Integer(0));
+        };
+        let new: Vec<Vec<u8>> = old
+            .iter()
+            .zip(&doomed)
+            .filter(|(_, &d)| !d)
+            .map(|(v, _)| v.clone())
+            .collect();
+        rewrite_from(ctx, &prefix, meta, old.len(), &new, first)?;
+        Ok(Frame::Integer(removed as i64))
+    })
+}
+
+/// LINSERT key BEFORE|AFTER pivot element: the new length, -1 if the pivot is not there, 0
+/// for a missing key.
+pub fn linsert(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let user = argv[1];
+    let after = match argv[2] {
+        w if is_word(w, "before") => false,
+        w if is_word(w, "after") => true,
+        _ => return Err(syntax_error()),
+    };
+    let (pivot, element) = (argv[3], argv[4]);
+    let prefix = member_prefix(user);
+    coll::check_member(&element_key(&prefix, 0), element)?;
+    coll::write_existing(ctx, user, Kind::List, Frame::Integer(0), |ctx, meta| {
+        let old = elements(ctx, &prefix, meta);
+        let Some(at) = old.iter().position(|v| v == pivot) else {
+            return Ok(Frame::Integer(-1));
+        };
+        if meta.b == i64::MAX {
+            return Err(Frame::err("list sequence numbers exhausted"));
+        }
+        let at = at + usize::from(after);
+        let mut new = old.clone();
+        new.insert(at, element.to_vec());
+        rewrite_from(ctx, &prefix, meta, old.len(), &new, at)?;
+        Ok(Frame::Integer(meta.count as i64))
+    })
+}
+
+/// LPOS key element [RANK rank] [COUNT num-matches] [MAXLEN len]: the index of the
+/// `rank`-th match (negative: from the tail), or with COUNT an array of up to that many
+/// (0: all), looking at no more than MAXLEN elements (0: all).
+pub fn lpos(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let user = argv[1];
+    let element = argv[2];
+    let (mut rank, mut count, mut maxlen) = (1i64, None::<i64>, 0i64);
+    let mut i = 3;
+    while i < argv.len() {
+        let Some(&value) = argv.get(i + 1) else {
+            return Err(syntax_error());
+        };
+        let n = parse_int(value).ok_or_else(super::not_an_integer)?;
+        match argv[i] {
+            w if is_word(w, "rank") => {
+                if n == 0 {
+                    return Err(Frame::err(
+                        "RANK can't be zero: use 1 to start from the first match, 2 from the \
+                         second ... or use negative to start from the end of the list",
+                    ));
+                }
+                rank = n;
+            }
+            w if is_word(w, "count") => {
+                if n < 0 {
+                    return Err(Frame::err("COUNT can't be negative"));
+                }
+                count = Some(n);
+            }
+            w if is_word(w, "maxlen") => {
+                if n < 0 {
+                    return Err(Frame::err("MAXLEN can't be negative"));
+                }
+                maxlen = n;
+            }
+            _ => return Err(syntax_error()),
+        }
+        i += 2;
+    }
+    let shared = ctx.shared;
+    let _guard = shared.collections.lock(user);
+    let absent = match count {
+        Some(_) => Frame::Array(vec![]),
+        None => Frame::Null,
+    };
+    let Some(meta) = coll::open_read(ctx, user, Kind::List)? else {
+        return Ok(absent);
+    };
+    let all = elements(ctx, &member_prefix(user), &meta);
+    let len = all.len();
+    let look = if maxlen == 0 {
+        len
+    } else {
+        len.min(usize::try_from(maxlen).unwrap_or(usize::MAX))
+    };
+    let order: Box<dyn Iterator<Item = usize>> = if rank < 0 {
+        Box::new((0..len).rev().take(look))
+    } else {
+        Box::new((0..len).take(look))
+    };
+    // Matches before the rank-th are skipped. Redis 7.0 negates -2^63 into itself and then
+    // takes the first match from the tail; forest answers the same.
+    let mut skip = if rank == i64::MIN {
+        0
+    } else {
+        rank.unsigned_abs() - 1
+    };
+    let want = match count {
+        Some(0) => u64::MAX,
+        Some(n) => n as u64,
+        None => 1,
+    };
+    let mut found = Vec::new();
+    for i in order {
+        if all[i] != element {
+            continue;
+        }
+        if skip > 0 {
+            skip -= 1;
+            continue;
+        }
+        found.push(Frame::Integer(i as i64));
+        if found.len() as u64 == want {
+            break;
+        }
+    }
+    Ok(match count {
+        Some(_) => Frame::Array(found),
+        None => found.pop().unwrap_or(Frame::Null),
     })
 }
 
@@ -263,5 +538,239 @@ mod tests {
         assert_eq!(h.run(&["SET", "l", "now a string"]), Frame::ok());
         assert_eq!(h.run(&["GET", "l"]), bulk("now a string"));
         assert_eq!(h.run(&["LLEN", "l"]), wrong);
+    }
+
+    const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+    fn all(h: &mut Harness, key: &str) -> Frame {
+        h.run(&["LRANGE", key, "0", "-1"])
+    }
+
+    // Goal: LPUSHX, RPUSHX, LSET, LPOS, LREM, LINSERT and LTRIM reply as redis-server 7.0.15
+    // did to the same commands (run by hand against it), errors included. Method: the same
+    // sequence, the list checked after each change.
+    #[test]
+    fn more_list_commands_as_redis() {
+        let mut h = Harness::new();
+        let int = Frame::Integer;
+        let err = |t: &str| Frame::err(t);
+        h.run(&["RPUSH", "l", "a", "b", "c", "a", "d", "a"]);
+        h.run(&["SET", "str", "v"]);
+        assert_eq!(h.run(&["LPUSHX", "missing", "a"]), int(0));
+        assert_eq!(h.run(&["EXISTS", "missing"]), int(0));
+        assert_eq!(h.run(&["RPUSHX", "l", "z"]), int(7));
+        assert_eq!(h.run(&["LSET", "l", "0", "A"]), Frame::ok());
+        assert_eq!(h.run(&["LSET", "l", "-1", "Z"]), Frame::ok());
+        assert_eq!(h.run(&["LSET", "l", "99", "x"]), err("index out of range"));
+        assert_eq!(h.run(&["LSET", "missing", "0", "x"]), err("no such key"));
+        assert_eq!(
+            h.run(&["LSET", "l", "x", "y"]),
+            err("value is not an integer or out of range")
+        );
+        for argv in [
+            &["LPUSHX", "str", "a"][..],
+            &["LSET", "str", "0", "x"],
+            &["LINSERT", "str", "BEFORE", "a", "x"],
+            &["LTRIM", "str", "0", "1"],
+            &["LREM", "str", "0", "a"],
+            &["LPOS", "str", "a"],
+        ] {
+            assert_eq!(h.run(argv), Frame::Error(WRONGTYPE.into()), "{argv:?}");
+        }
+        assert_eq!(
+            all(&mut h, "l"),
+            bulks(&["A", "b", "c", "a", "d", "a", "Z"])
+        );
+        assert_eq!(h.run(&["LPOS", "l", "a"]), int(3));
+        assert_eq!(h.run(&["LPOS", "l", "a", "RANK", "2"]), int(5));
+        assert_eq!(h.run(&["LPOS", "l", "a", "RANK", "-1"]), int(5));
+        assert_eq!(
+            h.run(&["LPOS", "l", "a", "COUNT", "0"]),
+            Frame::Array(vec![int(3), int(5)])
+        );
+        assert_eq!(
+            h.run(&["LPOS", "l", "a", "COUNT", "2", "RANK", "-1"]),
+            Frame::Array(vec![int(5), int(3)])
+        );
+        assert_eq!(h.run(&["LPOS", "l", "a", "MAXLEN", "3"]), Frame::Null);
+        assert_eq!(
+            h.run(&["LPOS", "l", "a", "RANK", "0"]),
+            err("RANK can't be zero: use 1 to start from the first match, 2 from the second ... or use negative to start from the end of the list")
+        );
+        assert_eq!(
+            h.run(&["LPOS", "l", "a", "COUNT", "-1"]),
+            err("COUNT can't be negative")
+        );
+        assert_eq!(
+            h.run(&["LPOS", "l", "a", "MAXLEN", "-1"]),
+            err("MAXLEN can't be negative")
+        );
+        assert_eq!(h.run(&["LPOS", "l", "nope"]), Frame::Null);
+        assert_eq!(
+            h.run(&["LPOS", "l", "nope", "COUNT", "2"]),
+            Frame::Array(vec![])
+        );
+        assert_eq!(h.run(&["LPOS", "missing", "a"]), Frame::Null);
+        assert_eq!(
+            h.run(&["LPOS", "missing", "a", "COUNT", "1"]),
+            Frame::Array(vec![])
+        );
+        assert_eq!(h.run(&["LPOS", "l", "a", "foo", "1"]), err("syntax error"));
+        assert_eq!(
+            h.run(&["LPOS", "l", "a", "RANK", "-9223372036854775808"]),
+            int(5)
+        );
+        assert_eq!(h.run(&["LREM", "l", "1", "a"]), int(1));
+        assert_eq!(all(&mut h, "l"), bulks(&["A", "b", "c", "d", "a", "Z"]));
+        assert_eq!(h.run(&["LREM", "l", "-1", "a"]), int(1));
+        assert_eq!(all(&mut h, "l"), bulks(&["A", "b", "c", "d", "Z"]));
+        h.run(&["RPUSH", "l2", "x", "y", "x", "y", "x"]);
+        assert_eq!(h.run(&["LREM", "l2", "0", "x"]), int(3));
+        assert_eq!(all(&mut h, "l2"), bulks(&["y", "y"]));
+        assert_eq!(h.run(&["LLEN", "l2"]), int(2));
+        assert_eq!(h.run(&["LREM", "missing", "0", "a"]), int(0));
+        assert_eq!(
+            h.run(&["LREM", "l", "x", "a"]),
+            err("value is not an integer or out of range")
+        );
+        assert_eq!(h.run(&["LINSERT", "l", "before", "c", "NEW"]), int(6));
+        assert_eq!(all(&mut h, "l"), bulks(&["A", "b", "NEW", "c", "d", "Z"]));
+        assert_eq!(h.run(&["LINSERT", "l", "AFTER", "Z", "END"]), int(7));
+        assert_eq!(h.run(&["LINDEX", "l", "-1"]), bulk("END"));
+        assert_eq!(h.run(&["LINSERT", "l", "after", "nope", "x"]), int(-1));
+        assert_eq!(h.run(&["LINSERT", "missing", "after", "a", "x"]), int(0));
+        assert_eq!(
+            h.run(&["LINSERT", "l", "middle", "a", "x"]),
+            err("syntax error")
+        );
+        h.run(&["RPUSH", "t", "1", "2", "3", "4", "5"]);
+        assert_eq!(h.run(&["LTRIM", "t", "1", "-2"]), Frame::ok());
+        assert_eq!(all(&mut h, "t"), bulks(&["2", "3", "4"]));
+        assert_eq!(h.run(&["LINDEX", "t", "0"]), bulk("2"));
+        assert_eq!(h.run(&["LTRIM", "t", "5", "10"]), Frame::ok());
+        assert_eq!(h.run(&["EXISTS", "t"]), int(0));
+        assert_eq!(h.run(&["LTRIM", "missing", "0", "1"]), Frame::ok());
+        assert_eq!(
+            h.run(&["LTRIM", "l", "x", "1"]),
+            err("value is not an integer or out of range")
+        );
+        assert_eq!(h.run(&["LREM", "l2", "0", "y"]), int(2));
+        assert_eq!(
+            h.run(&["EXISTS", "l2"]),
+            int(0),
+            "an emptied list is deleted"
+        );
+    }
+
+    // Goal: the middle-changing commands keep a list whole: after any sequence of pushes,
+    // pops, LSET, LTRIM, LREM and LINSERT, LRANGE, LLEN and LINDEX agree with a VecDeque
+    // model. Method: a fixed pseudo-random sequence over a 6-value alphabet.
+    #[test]
+    fn middle_changes_against_model() {
+        let mut h = Harness::new();
+        let mut model: VecDeque<String> = VecDeque::new();
+        let mut x: u64 = 99;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for step in 0..800 {
+            let r = next();
+            let v = format!("v{}", r % 6);
+            let len = model.len() as i64;
+            match (r >> 8) % 8 {
+                0 | 1 => {
+                    model.push_back(v.clone());
+                    h.run(&["RPUSH", "m", &v]);
+                }
+                2 => {
+                    model.push_front(v.clone());
+                    h.run(&["LPUSH", "m", &v]);
+                }
+                3 if len > 0 => {
+                    let i = (next() % len as u64) as usize;
+                    model[i] = v.clone();
+                    assert_eq!(h.run(&["LSET", "m", &i.to_string(), &v]), Frame::ok());
+                }
+                4 => {
+                    let count = (next() % 5) as i64 - 2;
+                    let mut removed = 0;
+                    let limit = if count == 0 {
+                        usize::MAX
+                    } else {
+                        count.unsigned_abs() as usize
+                    };
+                    let idx: Vec<usize> = if count < 0 {
+                        (0..model.len()).rev().collect()
+                    } else {
+                        (0..model.len()).collect()
+                    };
+                    let mut doomed = Vec::new();
+                    for i in idx {
+                        if removed < limit && model[i] == v {
+                            doomed.push(i);
+                            removed += 1;
+                        }
+                    }
+                    doomed.sort_unstable();
+                    for i in doomed.into_iter().rev() {
+                        model.remove(i);
+                    }
+                    assert_eq!(
+                        h.run(&["LREM", "m", &count.to_string(), &v]),
+                        Frame::Integer(removed as i64)
+                    );
+                }
+                5 => {
+                    let pivot = format!("v{}", next() % 6);
+                    let after = next() % 2 == 0;
+                    let want = match model.iter().position(|e| *e == pivot) {
+                        Some(i) => {
+                            model.insert(i + usize::from(after), v.clone());
+                            model.len() as i64
+                        }
+                        None if model.is_empty() => 0,
+                        None => -1,
+                    };
+                    let side = if after { "AFTER" } else { "BEFORE" };
+                    assert_eq!(
+                        h.run(&["LINSERT", "m", side, &pivot, &v]),
+                        Frame::Integer(want)
+                    );
+                }
+                6 if len > 6 => {
+                    let (a, b) = (1i64, -2i64);
+                    let kept: VecDeque<String> = model
+                        .iter()
+                        .skip(1)
+                        .take(model.len() - 2)
+                        .cloned()
+                        .collect();
+                    model = kept;
+                    assert_eq!(
+                        h.run(&["LTRIM", "m", &a.to_string(), &b.to_string()]),
+                        Frame::ok()
+                    );
+                }
+                _ => {
+                    let want = model.pop_front().map_or(Frame::Null, |e| bulk(&e));
+                    assert_eq!(h.run(&["LPOP", "m"]), want, "step {step}");
+                }
+            }
+            assert_eq!(
+                h.run(&["LLEN", "m"]),
+                Frame::Integer(model.len() as i64),
+                "step {step}"
+            );
+            if step % 10 == 0 {
+                assert_eq!(all(&mut h, "m"), model_range(&model, 0, -1), "step {step}");
+                if let Some(last) = model.back() {
+                    assert_eq!(h.run(&["LINDEX", "m", "-1"]), bulk(last), "step {step}");
+                }
+            }
+        }
+        assert_eq!(all(&mut h, "m"), model_range(&model, 0, -1));
     }
 }
