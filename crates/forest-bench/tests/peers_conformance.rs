@@ -49,7 +49,7 @@ mod masstree_rs {
             $(
                 #[test]
                 fn $check() {
-                    $module::$check(&shared(), &Sizes::for_build());
+                    $module::$check(&shared(), &Sizes::for_variant());
                 }
             )*
         };
