@@ -280,6 +280,9 @@ pub struct Shared {
     pub pubsub: Arc<crate::pubsub::Hub>,
     /// EVAL's interpreter and script cache ([`crate::cmd::script`]).
     pub scripts: crate::cmd::script::Scripts,
+    /// Redis's encoding and memory tuning parameters, kept for CONFIG GET only
+    /// ([`crate::cmd::config`]).
+    pub tuning: Mutex<Vec<(&'static str, String)>>,
     next_client_id: AtomicU64,
 }
 
@@ -313,6 +316,7 @@ impl Shared {
             watches: Arc::default(),
             pubsub: Arc::new(crate::pubsub::Hub::new(config.pubsub_limits)),
             scripts: crate::cmd::script::Scripts::default(),
+            tuning: Mutex::new(crate::cmd::tuning_defaults()),
             engine,
             store: Arc::new(store),
             config,

@@ -5,7 +5,10 @@
 //! scripts' time limit (`busy-reply-threshold`, alias `lua-time-limit`), which it sets, and
 //! the pubsub class of `client-output-buffer-limit`, which bounds subscribers
 //! ([`crate::pubsub::Limits`]); its `normal` and `replica` classes stay as Redis's defaults,
-//! since forest bounds no other client's output and has no replicas.
+//! since forest bounds no other client's output and has no replicas. Redis's encoding and
+//! memory tuning parameters ([`TUNING`]: listpack sizes, list compression, stream node sizes,
+//! lazyfree, ...) mean nothing to forest, whose collections are ordered keys, but tools and
+//! client test suites set them: SET checks and keeps a value, GET returns it.
 
 use std::sync::atomic::Ordering;
 
@@ -15,6 +18,106 @@ use super::{is_word, unknown_subcommand, wrong_arity, Ctx, Reply};
 use crate::frame::Frame;
 use crate::glob;
 use crate::pubsub::Limits;
+
+/// What a tuning parameter's value must be.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Value {
+    /// A whole number at least this.
+    Int(i64),
+    /// A byte count in Redis's units.
+    Bytes,
+    /// yes or no.
+    YesNo,
+}
+
+/// The tuning parameters forest keeps without using them: name, Redis 7's alias (or ""),
+/// what a value must be, Redis 7's default.
+const TUNING: &[(&str, &str, Value, &str)] = &[
+    (
+        "hash-max-listpack-entries",
+        "hash-max-ziplist-entries",
+        Value::Int(0),
+        "128",
+    ),
+    (
+        "hash-max-listpack-value",
+        "hash-max-ziplist-value",
+        Value::Bytes,
+        "64",
+    ),
+    (
+        "list-max-listpack-size",
+        "list-max-ziplist-size",
+        Value::Int(-5),
+        "-2",
+    ),
+    ("list-compress-depth", "", Value::Int(0), "0"),
+    ("set-max-intset-entries", "", Value::Int(0), "512"),
+    ("set-max-listpack-entries", "", Value::Int(0), "128"),
+    ("set-max-listpack-value", "", Value::Bytes, "64"),
+    (
+        "zset-max-listpack-entries",
+        "zset-max-ziplist-entries",
+        Value::Int(0),
+        "128",
+    ),
+    (
+        "zset-max-listpack-value",
+        "zset-max-ziplist-value",
+        Value::Bytes,
+        "64",
+    ),
+    ("stream-node-max-bytes", "", Value::Bytes, "4096"),
+    ("stream-node-max-entries", "", Value::Int(0), "100"),
+    ("hll-sparse-max-bytes", "", Value::Bytes, "3000"),
+    ("activerehashing", "", Value::YesNo, "yes"),
+    ("lazyfree-lazy-eviction", "", Value::YesNo, "no"),
+    ("lazyfree-lazy-expire", "", Value::YesNo, "no"),
+    ("lazyfree-lazy-server-del", "", Value::YesNo, "no"),
+    ("lazyfree-lazy-user-del", "", Value::YesNo, "no"),
+    ("lazyfree-lazy-user-flush", "", Value::YesNo, "no"),
+    ("maxmemory-samples", "", Value::Int(1), "5"),
+    ("hz", "", Value::Int(1), "10"),
+    ("dynamic-hz", "", Value::YesNo, "yes"),
+];
+
+/// The tuning parameters' starting values ([`crate::server::Shared::tuning`]).
+pub fn tuning_defaults() -> Vec<(&'static str, String)> {
+    TUNING
+        .iter()
+        .map(|(name, _, _, default)| (*name, default.to_string()))
+        .collect()
+}
+
+/// The tuning parameter `name` is (by its name or alias), and its canonical name.
+fn tuning_entry(name: &str) -> Option<(&'static str, Value)> {
+    TUNING
+        .iter()
+        .find(|(n, alias, _, _)| *n == name || (!alias.is_empty() && *alias == name))
+        .map(|(n, _, kind, _)| (*n, *kind))
+}
+
+/// `value` checked as `kind` wants, in the form CONFIG GET shows.
+fn tuning_value(name: &str, kind: Value, value: &[u8]) -> Result<String, Frame> {
+    let text = String::from_utf8_lossy(value).to_ascii_lowercase();
+    let fail = |why: &str| {
+        Frame::err(format!(
+            "CONFIG SET failed (possibly related to argument '{name}') - {why}"
+        ))
+    };
+    match kind {
+        Value::Int(min) => match text.parse::<i64>() {
+            Ok(n) if n >= min => Ok(n.to_string()),
+            Ok(_) => Err(fail("argument must be between the parameter's bounds")),
+            Err(_) => Err(fail("argument couldn't be parsed into an integer")),
+        },
+        Value::Bytes => crate::pubsub::memory_bytes(&text)
+            .map(|n| n.to_string())
+            .map_err(|_| fail("argument must be a memory value")),
+        Value::YesNo if text == "yes" || text == "no" => Ok(text),
+        Value::YesNo => Err(fail("argument must be 'yes' or 'no'")),
+    }
+}
 
 /// Redis's defaults of the classes forest does not bound.
 const NORMAL_CLASS: &str = "normal 0 0 0";
@@ -83,7 +186,7 @@ fn parse_output_limits(value: &[u8]) -> Result<Option<Limits>, Frame> {
 fn parameters(ctx: &Ctx<'_, '_>) -> Vec<(&'static str, String)> {
     let c = &ctx.shared.config;
     let port = ctx.shared.local_addr.lock().map_or(c.port, |a| a.port());
-    vec![
+    let mut params = vec![
         ("save", String::new()),
         ("appendonly", "yes".into()),
         (
@@ -122,7 +225,19 @@ fn parameters(ctx: &Ctx<'_, '_>) -> Vec<(&'static str, String)> {
         ),
         ("forest-engine", ctx.shared.engine.clone()),
         ("forest-durability", c.durability.to_string()),
-    ]
+    ];
+    let tuning = ctx.shared.tuning.lock();
+    for (name, alias, _, _) in TUNING {
+        let value = tuning
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or_else(String::new, |(_, v)| v.clone());
+        if !alias.is_empty() {
+            params.push((*alias, value.clone()));
+        }
+        params.push((*name, value));
+    }
+    params
 }
 
 pub fn config(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
@@ -160,6 +275,10 @@ pub fn config(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
             ) {
                 continue;
             }
+            if let Some((canonical, kind)) = tuning_entry(&name) {
+                tuning_value(canonical, kind, pair[1])?;
+                continue;
+            }
             if name != "save" && pair[1] != current.as_bytes() {
                 return Err(Frame::err(format!(
                     "CONFIG SET failed (possibly related to argument '{name}') - forest does \
@@ -170,8 +289,12 @@ pub fn config(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         // Checked whole before any is applied, as Redis's CONFIG SET.
         let mut time_limit = None;
         let mut pubsub_limits = None;
+        let mut tuned = Vec::new();
         for pair in args.chunks_exact(2) {
             let name = String::from_utf8_lossy(pair[0]).to_ascii_lowercase();
+            if let Some((canonical, kind)) = tuning_entry(&name) {
+                tuned.push((canonical, tuning_value(canonical, kind, pair[1])?));
+            }
             if name == "client-output-buffer-limit" {
                 if let Some(limits) = parse_output_limits(pair[1])? {
                     pubsub_limits = Some(limits);
@@ -194,6 +317,12 @@ pub fn config(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         }
         if let Some(limits) = pubsub_limits {
             ctx.shared.pubsub.set_limits(limits);
+        }
+        let mut tuning = ctx.shared.tuning.lock();
+        for (name, value) in tuned {
+            if let Some(slot) = tuning.iter_mut().find(|(n, _)| *n == name) {
+                slot.1 = value;
+            }
         }
         Ok(Frame::ok())
     } else if is_word(sub, "resetstat") {
@@ -230,7 +359,7 @@ mod tests {
         let Frame::Map(pairs) = h.run(&["CONFIG", "GET", "max*"]) else {
             panic!("map expected");
         };
-        assert_eq!(pairs.len(), 3, "{pairs:?}");
+        assert_eq!(pairs.len(), 4, "{pairs:?}");
         assert_eq!(h.run(&["CONFIG", "SET", "save", "900 1"]), Frame::ok());
         assert_eq!(h.run(&["CONFIG", "SET", "appendonly", "yes"]), Frame::ok());
         assert!(matches!(
@@ -245,6 +374,68 @@ mod tests {
         assert_eq!(
             h.run(&["CONFIG", "GET"]),
             Frame::Error("ERR wrong number of arguments for 'config|get' command".into())
+        );
+    }
+
+    // Goal: Redis's encoding and memory tuning parameters, which mean nothing to forest, are
+    // accepted by CONFIG SET (by name or Redis 7's alias, checked whole, Redis's units) and
+    // read back by CONFIG GET, as client test suites expect. Method: GET defaults, SET some,
+    // GET them back under both names; bad values are refused and change nothing.
+    #[test]
+    fn tuning_parameters_are_kept() {
+        let mut h = Harness::new();
+        let get = |h: &mut Harness, name: &str| match h.run(&["CONFIG", "GET", name]) {
+            Frame::Map(pairs) => pairs,
+            other => panic!("map expected: {other:?}"),
+        };
+        assert_eq!(
+            get(&mut h, "hash-max-listpack-entries"),
+            vec![(bulk("hash-max-listpack-entries"), bulk("128"))]
+        );
+        assert_eq!(get(&mut h, "*-max-*-entries").len(), 6);
+        assert_eq!(
+            h.run(&[
+                "CONFIG",
+                "SET",
+                "hash-max-ziplist-entries",
+                "512",
+                "list-max-listpack-size",
+                "-4",
+                "stream-node-max-bytes",
+                "8kb",
+                "activerehashing",
+                "NO"
+            ]),
+            Frame::ok()
+        );
+        assert_eq!(
+            get(&mut h, "hash-max-*-entries"),
+            vec![
+                (bulk("hash-max-ziplist-entries"), bulk("512")),
+                (bulk("hash-max-listpack-entries"), bulk("512")),
+            ]
+        );
+        assert_eq!(get(&mut h, "list-max-listpack-size")[0].1, bulk("-4"));
+        assert_eq!(get(&mut h, "stream-node-max-bytes")[0].1, bulk("8192"));
+        assert_eq!(get(&mut h, "activerehashing")[0].1, bulk("no"));
+        for (name, value) in [
+            ("zset-max-listpack-entries", "many"),
+            ("list-max-listpack-size", "-6"),
+            ("hash-max-listpack-value", "1xb"),
+            ("lazyfree-lazy-expire", "maybe"),
+        ] {
+            let Frame::Error(text) = h.run(&["CONFIG", "SET", "hz", "20", name, value]) else {
+                panic!("{name} {value}: an error expected");
+            };
+            assert!(
+                text.contains(&format!("(possibly related to argument '{name}')")),
+                "{name} {value}: {text}"
+            );
+        }
+        assert_eq!(
+            get(&mut h, "hz")[0].1,
+            bulk("10"),
+            "a refused SET changed nothing"
         );
     }
 

@@ -16,6 +16,7 @@ mod client;
 mod coll;
 mod command;
 mod config;
+pub use config::tuning_defaults;
 mod connection;
 mod dbsize;
 mod del;
