@@ -191,6 +191,8 @@ pub static COMMAND_SPECS: &[Spec] = &[
     spec!("zmscore", -3, RF, (1, 1, 1), "sorted-set", "6.2.0", "Returns the scores of members of a sorted set.", "key member [member ...]", zset::zmscore),
     spec!("zremrangebyscore", 4, W, (1, 1, 1), "sorted-set", "1.2.0", "Removes the members within a score range.", "key min max", zset::zremrangebyscore),
     spec!("zremrangebyrank", 4, W, (1, 1, 1), "sorted-set", "2.0.0", "Removes the members within a rank range.", "key start stop", zset::zremrangebyrank),
+    spec!("zscan", -3, R, (1, 1, 1), "sorted-set", "2.8.0", "Iterates over the members and scores of a sorted set, in member order.", "key cursor [MATCH pattern] [COUNT count]", zset::zscan),
+    spec!("zrandmember", -2, R, (1, 1, 1), "sorted-set", "6.2.0", "Returns random members of a sorted set, optionally with their scores.", "key [count [WITHSCORES]]", zset::zrandmember),
     spec!("zpopmin", -2, &["write", "fast"], (1, 1, 1), "sorted-set", "5.0.0", "Removes and returns the members with the lowest scores.", "key [count]", zset::zpopmin),
     spec!("zrange", -4, R, (1, 1, 1), "sorted-set", "1.2.0", "Returns members of a sorted set by rank or score range, either direction, with LIMIT.", "key start stop [BYSCORE] [REV] [LIMIT offset count] [WITHSCORES]", zset::zrange),
     spec!("zcard", 2, RF, (1, 1, 1), "sorted-set", "1.2.0", "Returns the number of members of a sorted set.", "key", zset::zcard),

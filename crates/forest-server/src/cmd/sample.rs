@@ -1,5 +1,6 @@
 //! Reads over a whole collection's members shared by the types: all of them in order, random
-//! picks (HRANDFIELD, SRANDMEMBER) and cursor scans (HSCAN, SSCAN), with Redis's shapes.
+//! picks (HRANDFIELD, SRANDMEMBER, ZRANDMEMBER) and cursor scans (HSCAN, SSCAN, ZSCAN), with
+//! Redis's shapes.
 
 use std::collections::HashSet;
 use std::ops::Bound;
@@ -8,10 +9,29 @@ use forest_core::Order;
 
 use super::coll;
 use super::{syntax_error, Ctx, Reply};
-use crate::collection::{member_key, member_prefix, Kind};
+use crate::collection::{member_key, member_prefix, score_from, Kind};
 use crate::frame::Frame;
 use crate::glob;
 use crate::parse::{is_word, parse_int};
+
+/// Where a collection's members begin: its member prefix, and for a sorted set the entries
+/// keyed by member (`'n' <member>` -> score bytes), so a sorted set is sampled and scanned
+/// in member order as a hash is.
+fn base_prefix(user: &[u8], kind: Kind) -> Vec<u8> {
+    let mut prefix = member_prefix(user);
+    if kind == Kind::ZSet {
+        prefix.extend_from_slice(super::zset::BY_NAME);
+    }
+    prefix
+}
+
+/// A sorted set's score bytes as ZSCAN prints them.
+pub fn score_text(value: &[u8]) -> Vec<u8> {
+    match <[u8; 8]>::try_from(value) {
+        Ok(bytes) => crate::frame::double_text(score_from(bytes)).into_bytes(),
+        Err(_) => value.to_vec(),
+    }
+}
 
 /// A member (a hash's field, a set's member) and its value (empty for a set).
 pub type Field = (Vec<u8>, Vec<u8>);
@@ -34,7 +54,7 @@ pub fn all(ctx: &mut Ctx<'_, '_>, user: &[u8], kind: Kind) -> Result<Vec<Field>,
     if coll::open_read(ctx, user, kind)?.is_none() {
         return Ok(Vec::new());
     }
-    let prefix = member_prefix(user);
+    let prefix = base_prefix(user, kind);
     let end = coll::prefix_upper(&prefix);
     let mut entries = coll::members(
         ctx,
@@ -84,7 +104,7 @@ pub fn random(
         }
         return all;
     }
-    let prefix = member_prefix(user);
+    let prefix = base_prefix(user, kind);
     let end = coll::prefix_upper(&prefix);
     let mut seen = HashSet::new();
     let mut out = Vec::new();
@@ -140,7 +160,8 @@ pub fn random(
 /// order, a few at a time, with the cursor scheme of SCAN ([`super::scan`]): a number naming
 /// the last member examined, 0 to start and at the end. Every member present for a whole
 /// iteration is returned exactly once. A hash's reply pairs each field with its value
-/// (unless NOVALUES, a hash-only option); a set's lists members.
+/// (unless NOVALUES, a hash-only option), a sorted set's each member with its score; a
+/// set's lists members.
 pub fn scan(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], kind: Kind) -> Reply {
     let user = argv[1];
     let invalid_cursor = || Frame::err("invalid cursor");
@@ -150,7 +171,7 @@ pub fn scan(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], kind: Kind) -> Reply {
         .ok_or_else(invalid_cursor)?;
     let mut pattern: Option<&[u8]> = None;
     let mut count = SCAN_COUNT_DEFAULT;
-    let mut values = kind == Kind::Hash;
+    let mut values = kind != Kind::Set;
     let mut i = 3;
     while i < argv.len() {
         if kind == Kind::Hash && is_word(argv[i], "novalues") {
@@ -174,7 +195,7 @@ pub fn scan(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], kind: Kind) -> Reply {
         }
         i += 2;
     }
-    let prefix = member_prefix(user);
+    let prefix = base_prefix(user, kind);
     let resume = if cursor == 0 {
         None
     } else {
@@ -211,7 +232,11 @@ pub fn scan(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], kind: Kind) -> Reply {
         }
         found.push(Frame::bulk(field));
         if values {
-            found.push(Frame::Bulk(v));
+            found.push(Frame::Bulk(if kind == Kind::ZSet {
+                score_text(&v)
+            } else {
+                v
+            }));
         }
     }
     let next = match last {

@@ -1,7 +1,7 @@
 //! Sorted sets: ZADD (NX/XX/GT/LT/CH/INCR), ZINCRBY, ZPOPMIN, ZPOPMAX, ZRANGE (by index or
 //! BYSCORE, REV, LIMIT), ZRANGEBYSCORE, ZREVRANGEBYSCORE, ZREVRANGE, ZCARD, ZSCORE, ZMSCORE,
 //! ZRANK, ZREVRANK, ZCOUNT, ZREM, ZREMRANGEBYSCORE, ZREMRANGEBYRANK (docs/PROTOCOL.md
-//! "Sorted sets").
+//! "Sorted sets"), ZSCAN and ZRANDMEMBER (over the entries keyed by member, [`sample`]).
 //!
 //! Each member has two member entries: `'o' <score bytes> <member>` (empty value), which
 //! orders members by (score, member) as Redis does, and `'n' <member>` -> the score's
@@ -13,7 +13,7 @@ use std::ops::{Bound, ControlFlow};
 
 use forest_core::Order;
 
-use super::coll;
+use super::{coll, sample};
 use super::{int_arg, is_word, syntax_error, Ctx, Reply};
 use crate::collection::{member_key, member_prefix, score_bytes, score_from, Kind};
 use crate::frame::{Frame, Protocol};
@@ -21,7 +21,7 @@ use crate::frame::{Frame, Protocol};
 /// Sub-tag of the entries ordered by score.
 const BY_SCORE: &[u8] = b"o";
 /// Sub-tag of the entries keyed by member.
-const BY_NAME: &[u8] = b"n";
+pub const BY_NAME: &[u8] = b"n";
 
 /// A score argument as Redis reads it (`inf`, `-inf`, decimals, exponents; no NaN).
 fn parse_score(arg: &[u8]) -> Result<f64, Frame> {
@@ -614,6 +614,68 @@ fn remove_range(ctx: &mut Ctx<'_, '_>, user: &[u8], by: RangeBy) -> Reply {
     })
 }
 
+/// ZSCAN key cursor [MATCH pattern] [COUNT count]: members with their scores, in member
+/// order ([`sample::scan`]).
+pub fn zscan(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    sample::scan(ctx, argv, Kind::ZSet)
+}
+
+/// ZRANDMEMBER key [count [WITHSCORES]]: as HRANDFIELD, with scores for values.
+pub fn zrandmember(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let user = argv[1];
+    let count = match argv.get(2) {
+        Some(arg) => Some(int_arg(arg)?),
+        None => None,
+    };
+    let with_scores = match argv.get(3) {
+        Some(opt) if argv.len() == 4 && is_word(opt, "withscores") => true,
+        Some(_) => return Err(syntax_error()),
+        None => false,
+    };
+    if count == Some(i64::MIN) {
+        return Err(Frame::err(
+            "value is out of range, value must between -9223372036854775807 and 9223372036854775807",
+        ));
+    }
+    if with_scores && count.is_some_and(|c| c.unsigned_abs() > (i64::MAX as u64) / 2) {
+        return Err(Frame::err("value is out of range"));
+    }
+    if count.is_some_and(|c| c < 0 && c.unsigned_abs() > sample::RANDOM_REPEATS_MAX) {
+        return Err(Frame::err(format!(
+            "value is out of range, forest returns at most {} random members",
+            sample::RANDOM_REPEATS_MAX
+        )));
+    }
+    let Some(meta) = coll::open_read(ctx, user, Kind::ZSet)? else {
+        return Ok(match count {
+            Some(_) => Frame::Array(vec![]),
+            None => Frame::Null,
+        });
+    };
+    let picks = match count {
+        None => sample::random(ctx, user, Kind::ZSet, meta.count, 1, true),
+        Some(0) => Vec::new(),
+        Some(c) if c > 0 => sample::random(ctx, user, Kind::ZSet, meta.count, c as u64, false),
+        Some(c) => sample::random(ctx, user, Kind::ZSet, meta.count, c.unsigned_abs(), true),
+    };
+    if count.is_none() {
+        return Ok(picks
+            .into_iter()
+            .next()
+            .map_or(Frame::Null, |(m, _)| Frame::Bulk(m)));
+    }
+    if !with_scores {
+        return Ok(Frame::Array(
+            picks.into_iter().map(|(m, _)| Frame::Bulk(m)).collect(),
+        ));
+    }
+    let scored = picks
+        .into_iter()
+        .filter_map(|(m, v)| Some((m, score_from(<[u8; 8]>::try_from(v.as_slice()).ok()?))))
+        .collect();
+    Ok(scored_reply(ctx, scored, false))
+}
+
 /// ZCARD key.
 pub fn zcard(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     coll::len(ctx, argv[1], Kind::ZSet)
@@ -999,5 +1061,53 @@ mod tests {
             err("value is out of range, must be positive")
         );
         assert_eq!(h.run(&["EXISTS", "z"]), int(0));
+    }
+
+    // Goal: ZSCAN pairs members with their scores as Redis's text, in member order; ZRANDMEMBER
+    // picks members with their own scores; shapes and errors as redis-server 7.0.15's.
+    // Method: a 3-member set, replies compared to what redis-server answered by hand.
+    #[test]
+    fn zscan_and_zrandmember_as_redis() {
+        let mut h = Harness::new();
+        h.run(&["ZADD", "z", "1", "a", "2.5", "b", "inf", "c"]);
+        assert_eq!(
+            h.run(&["ZSCAN", "z", "0"]),
+            Frame::Array(vec![bulk("0"), bulks(&["a", "1", "b", "2.5", "c", "inf"])])
+        );
+        assert_eq!(
+            h.run(&["ZSCAN", "z", "0", "MATCH", "b"]),
+            Frame::Array(vec![bulk("0"), bulks(&["b", "2.5"])])
+        );
+        assert_eq!(
+            h.run(&["ZSCAN", "z", "0", "novalues"]),
+            Frame::err("syntax error")
+        );
+        assert_eq!(
+            flat(&mut h, &["ZRANDMEMBER", "z", "5", "WITHSCORES"]),
+            "a 1 b 2.5 c inf"
+        );
+        assert_eq!(h.run(&["ZRANDMEMBER", "missing"]), Frame::Null);
+        assert_eq!(
+            h.run(&["ZRANDMEMBER", "missing", "1"]),
+            Frame::Array(vec![])
+        );
+        assert_eq!(
+            h.run(&["ZRANDMEMBER", "z", "1", "foo"]),
+            Frame::err("syntax error")
+        );
+        for _ in 0..20 {
+            let pairs = flat(&mut h, &["ZRANDMEMBER", "z", "-4", "WITHSCORES"]);
+            let words: Vec<&str> = pairs.split(' ').collect();
+            assert_eq!(words.len(), 8);
+            for pair in words.chunks(2) {
+                let want = match pair[0] {
+                    "a" => "1",
+                    "b" => "2.5",
+                    "c" => "inf",
+                    other => panic!("not a member: {other}"),
+                };
+                assert_eq!(pair[1], want);
+            }
+        }
     }
 }
