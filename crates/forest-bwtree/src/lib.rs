@@ -20,8 +20,8 @@
 //!
 //! Every operation pins one crossbeam-epoch guard for its whole run (a scan: for each page
 //! copy; a pinned scan: for up to 8 pages), so PIDs on its remembered path and every state it
-//! read stay valid (§III-D). `stats()` walks the mapping table: key and page counts, height, memory bytes (states plus
-//! the table), a delta-chain length histogram of the current pages, and the counters of
+//! read stay valid (§III-D). `stats()` walks the mapping table: key and page counts, height,
+//! memory bytes (states plus the table), a delta-chain length histogram of the current pages, and the counters of
 //! [`counter_names`] and [`forest_core::stats::names`] (Table I: failed splits, consolidates
 //! and updates, with their attempts, so rates are failures / attempts).
 //!

@@ -716,7 +716,11 @@ fn leaf_edits(node: &Node) -> Option<LeafEdits<'_>> {
     let mut current = node;
     let base = loop {
         let edit = match &current.kind {
-            Kind::Base(page) => break page,
+            Kind::Base(page) => {
+                // Searched next: the prefixes' misses overlap the walk and sort of the deltas.
+                page.prefetch();
+                break page;
+            }
             Kind::Insert(r) | Kind::Modify(r) => (r.key(), Some(r.value())),
             Kind::Delete(key) => (&key[..], None),
             Kind::Split { separator, .. } => {
