@@ -275,8 +275,9 @@ fn step(
         _ => None,
     };
     let mut hint = None;
-    let stepped = match (next, revisited.is_none(), parent.take()) {
-        (Next::PastFence, true, Some(link)) => {
+    // The parent link outlives revisits of its leaf: only a step past the fence uses it up.
+    let stepped = match (next, parent.take_if(|_| next == Next::PastFence)) {
+        (Next::PastFence, Some(link)) => {
             let above = (fence_above.as_slice(), *has_fence_above);
             sibling(tree, link, ascending, above, fence, has_fence, parent)
         }

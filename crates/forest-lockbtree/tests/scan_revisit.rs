@@ -290,3 +290,41 @@ fn a_split_between_leaves_sends_the_sibling_step_down() {
         t.check_invariants().unwrap();
     }
 }
+
+#[test]
+fn a_short_scan_keeps_its_parent_link_across_revisits() {
+    // Goal: revisits of a leaf (steps cut short by the budget) keep the parent link, so the
+    // step past the fence that follows them still goes through the parent. Method: scans of
+    // 40 records (8, then 16, then 32: two revisits before the fence) from 20 starts in a
+    // three-level tree with no writes: most leaf changes are sibling steps.
+    let (t, _) = filled(0..2_000);
+    for order in BOTH {
+        let steps = counter(&t, "scan_sibling_steps");
+        let redescents = counter(&t, "scan_redescents");
+        for start in (0..2_000u64).step_by(100) {
+            let (lower, upper) = match order {
+                Order::Ascending => (Bound::Included(key(start)), Bound::Unbounded),
+                Order::Descending => (Bound::Unbounded, Bound::Included(key(start + 50))),
+            };
+            let mut count = 0;
+            let bounds = (
+                lower.as_ref().map(|k| &k[..]),
+                upper.as_ref().map(|k| &k[..]),
+            );
+            t.scan(bounds.0, bounds.1, order, &mut |_, _| {
+                count += 1;
+                if count == 40 {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            });
+        }
+        let steps = counter(&t, "scan_sibling_steps") - steps;
+        let redescents = counter(&t, "scan_redescents") - redescents;
+        assert!(
+            steps > redescents,
+            "{order:?}: {steps} sibling steps, {redescents} descents"
+        );
+    }
+}
