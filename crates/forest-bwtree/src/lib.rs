@@ -8,7 +8,7 @@
 //! | `get.rs` | §III-A page search, §IV-A index search, the descent with B-link moves |
 //! | `insert.rs` | §III-A leaf updates installed by CAS (Update-D) |
 //! | `consolidate.rs` | §III-B consolidation (Update-R), abandoned on a failed CAS |
-//! | `scan.rs` | §III-C range scans with a record vector, both orders |
+//! | `scan.rs` | §III-C range scans with a record vector, both orders; pinned scans in place |
 //! | `split.rs` | §IV-A half split, index-term delta, root split |
 //! | `merge.rs` | §IV-B remove node, index term delete and node merge deltas, root collapse |
 //! | `gc.rs` | §III-D garbage collection: states read under a guard, chains freed after their epoch drains, node allocations recycled |
@@ -19,9 +19,9 @@
 //! Use: [`BwTree::new`] or [`BwTree::with_config`], then the [`forest_core::Index`] methods.
 //!
 //! Every operation pins one crossbeam-epoch guard for its whole run (a scan: for each page
-//! copy), so PIDs on its remembered path and every state it read stay valid (§III-D).
-//! `stats()` walks the mapping table: key and page counts, height, memory bytes (states plus
-//! the table), a delta-chain length histogram of the current pages, and the counters of
+//! copy; a pinned scan: for up to 8 pages), so PIDs on its remembered path and every state it
+//! read stay valid (§III-D). `stats()` walks the mapping table: key and page counts, height,
+//! memory bytes (states plus the table), a delta-chain length histogram of the current pages, and the counters of
 //! [`counter_names`] and [`forest_core::stats::names`] (Table I: failed splits, consolidates
 //! and updates, with their attempts, so rates are failures / attempts).
 //!
@@ -378,6 +378,16 @@ impl Index for BwTree {
         visit: &mut Visitor<'_>,
     ) {
         self.scan_range(lower, upper, order, visit);
+    }
+
+    fn scan_pinned(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        visit: &mut Visitor<'_>,
+    ) {
+        self.scan_pinned_range(lower, upper, order, visit);
     }
 
     fn stats(&self) -> IndexStats {

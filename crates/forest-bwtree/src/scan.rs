@@ -35,6 +35,14 @@
 //! stack, as consolidation's fast path does), no folded view; other chains fold a view
 //! (`consolidate.rs`).
 //!
+//! The pinned scan (`Index::scan_pinned`, [`BwTree::scan_pinned_range`]) copies nothing: under
+//! one pin it walks a page's state in place (the same merge of base page and deltas) and hands
+//! `visit` slices of the base page's arena and of the deltas, which the pin keeps alive. A
+//! state is immutable, so no check runs between a page's records; the page behind is checked
+//! before the next page's first record as above. It moves on by side link (ascending) or by
+//! descent (descending) under the same pin, and pins anew every [`PAGES_PER_PIN`] pages,
+//! keeping the cursor and the page behind across the unpinned moment as `scan` does.
+//!
 //! Choices the paper leaves open:
 //! - "Has the unreturned subrange changed" is checked as "has the page's state changed", which
 //!   is cheaper than inspecting the new deltas and errs on the side of copying again. Without a
@@ -321,16 +329,8 @@ impl BwTree {
             Find::Page(pid) => self.revisit(pid, pids_freed, start, order, guard),
             Find::Descend => None,
         };
-        let (pid, state, node) = found.unwrap_or_else(|| {
-            let target = match (start, order) {
-                (Bound::Included(k) | Bound::Excluded(k), Order::Ascending) => Target::At(k),
-                (Bound::Unbounded, Order::Ascending) => Target::At(&[]),
-                (Bound::Included(k), Order::Descending) => Target::At(k),
-                (Bound::Excluded(k), Order::Descending) => Target::Below(Some(k)),
-                (Bound::Unbounded, Order::Descending) => Target::Below(None),
-            };
-            self.descend_to_leaf(target, &mut Path::new(), guard)
-        });
+        let (pid, state, node) = found
+            .unwrap_or_else(|| self.descend_to_leaf(target(start, order), &mut Path::new(), guard));
         let ending = copy_records(node, start, lower, upper, order, budget, copied, boundary);
         // The page behind had nothing more beyond the cursor when this page was read: the
         // first record here is the next one at this moment.
@@ -410,6 +410,151 @@ impl BwTree {
     }
 }
 
+/// Pages a pinned scan walks under one epoch pin before it unpins and pins again: a long scan
+/// must not hold back the reclamation of every epoch-managed structure for its whole run.
+const PAGES_PER_PIN: usize = 8;
+
+impl BwTree {
+    /// [`forest_core::Index::scan_pinned`]: the records of each page handed to `visit` in
+    /// place, from the page's base page and its deltas, under the pin its state was read with.
+    pub(crate) fn scan_pinned_range(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        visit: &mut Visitor<'_>,
+    ) {
+        let mut buffers = ScanBuffers::take();
+        self.scan_in_place(&mut buffers, lower, upper, order, visit);
+        buffers.give_back();
+    }
+
+    /// The pinned scan (see the module doc). A page's state is immutable and lives as long as
+    /// the pin, so each record handed out is in the state as the page had it when read: no
+    /// copy, and no check of the page between its records. Under one pin the scan goes from
+    /// page to page by side link (ascending) or by descent (descending), after checking, as
+    /// `scan` does, that the page behind did not change since it was read (else it reads it
+    /// again from the cursor, §III-C). Every [`PAGES_PER_PIN`] pages it unpins: the cursor
+    /// (last key out) and the page behind go on as in `scan`, by PID with the same checks.
+    fn scan_in_place(
+        &self,
+        buffers: &mut ScanBuffers,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        visit: &mut Visitor<'_>,
+    ) {
+        let ScanBuffers {
+            cursor,
+            boundary,
+            next_boundary,
+            ..
+        } = buffers;
+        let mut from = From::Start;
+        let mut find = Find::Descend;
+        // The page behind, with the count of freed PIDs read before its state was.
+        let mut behind: Option<(Mark, u64)> = None;
+        // The count of freed PIDs read before the state that `find`'s PID came from.
+        let mut pids_freed = 0;
+        loop {
+            let guard = &crossbeam_epoch::pin();
+            // Both before any state is read under this pin, as in `copy_batch`.
+            let freed_now = self.pids_freed();
+            let reuse_generation = reuse_generation();
+            // The last key handed out under this pin, in its page.
+            let mut last: Option<&[u8]> = None;
+            for _ in 0..PAGES_PER_PIN {
+                let start = match (&behind, last, from, order) {
+                    (Some(_), _, _, Order::Ascending) => Bound::Included(&boundary[..]),
+                    (Some(_), _, _, Order::Descending) => Bound::Excluded(&boundary[..]),
+                    (None, Some(key), _, _) => Bound::Excluded(key),
+                    (None, None, From::Start, Order::Ascending) => lower,
+                    (None, None, From::Start, Order::Descending) => upper,
+                    (None, None, From::After, _) => Bound::Excluded(&cursor[..]),
+                };
+                if order == Order::Descending && matches!(start, Bound::Excluded(k) if k.is_empty())
+                {
+                    return; // nothing lies below the empty key
+                }
+                let found = match find {
+                    Find::Page(pid) => self.revisit(pid, pids_freed, start, order, guard),
+                    Find::Descend => None,
+                };
+                let (pid, state, node) = found.unwrap_or_else(|| {
+                    self.descend_to_leaf(target(start, order), &mut Path::new(), guard)
+                });
+                // Consolidated first, the walk reads one base page; it holds the same records.
+                let (state, node) = match self.consolidate_after_read(pid, state, node, guard) {
+                    Some(consolidated) => (consolidated, node_ref(consolidated)),
+                    None => (state, node),
+                };
+                // The page behind had nothing more beyond the cursor when this page was read;
+                // if it changed since, it is read again from the cursor (§III-C).
+                if let Some((mut page, freed)) = behind.take() {
+                    if self.page_changed(&mut page) {
+                        find = Find::Page(page.pid);
+                        pids_freed = freed;
+                        continue;
+                    }
+                }
+                let ending = walk_page(
+                    node,
+                    start,
+                    (lower, upper, order),
+                    next_boundary,
+                    &mut |key, value| {
+                        let value = match value {
+                            Value::Alone(value) => value,
+                            Value::AfterKey(record) => &record[key.len()..],
+                        };
+                        if visit(key, value).is_break() {
+                            return Took::Stop;
+                        }
+                        last = Some(key);
+                        Took::More
+                    },
+                );
+                match ending {
+                    // Stopped by the visitor, or past the scan's range (no budget here).
+                    None | Some(Ending::Finished | Ending::Budget) => return,
+                    Some(Ending::Neighbour(side_link)) => {
+                        std::mem::swap(boundary, next_boundary);
+                        find = match order {
+                            Order::Ascending => Find::Page(side_link),
+                            Order::Descending => Find::Descend,
+                        };
+                        pids_freed = freed_now;
+                        let mark = Mark {
+                            pid,
+                            state_word: state.as_raw() as usize,
+                            stamp: node.stamp,
+                            reuse_generation,
+                        };
+                        behind = Some((mark, freed_now));
+                    }
+                }
+            }
+            // The pin ends: the cursor leaves the page it is in.
+            if let Some(key) = last {
+                cursor.clear();
+                cursor.extend_from_slice(key);
+                from = From::After;
+            }
+        }
+    }
+}
+
+/// What a descent looks for to find the page holding the keys from `start` on in `order`.
+fn target(start: Bound<&[u8]>, order: Order) -> Target<'_> {
+    match (start, order) {
+        (Bound::Included(k) | Bound::Excluded(k), Order::Ascending) => Target::At(k),
+        (Bound::Unbounded, Order::Ascending) => Target::At(&[]),
+        (Bound::Included(k), Order::Descending) => Target::At(k),
+        (Bound::Excluded(k), Order::Descending) => Target::Below(Some(k)),
+        (Bound::Unbounded, Order::Descending) => Target::Below(None),
+    }
+}
+
 /// Whether the live leaf state `node` holds the keys from `start` on in `order` (its low key
 /// at or left of them, its high key right of them).
 fn covers(node: &Node, start: Bound<&[u8]>, order: Order) -> bool {
@@ -439,34 +584,81 @@ fn copy_records(
     copied: &mut Copied,
     boundary: &mut Vec<u8>,
 ) -> Ending {
+    let ending = walk_page(
+        node,
+        start,
+        (lower, upper, order),
+        boundary,
+        &mut |key, value| {
+            if copied.ends.len() == budget {
+                return Took::Full;
+            }
+            match value {
+                Value::Alone(value) => copied.push(key, value),
+                Value::AfterKey(record) => copied.push_joined(record, key.len()),
+            }
+            Took::More
+        },
+    );
+    ending.expect("a copy never stops a walk")
+}
+
+/// What a walk's `take` did with a record.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Took {
+    /// Took it; the walk goes on.
+    More,
+    /// Did not take it: the batch is full ([`Ending::Budget`]).
+    Full,
+    /// Took it, and the scan stops here (its visitor said so).
+    Stop,
+}
+
+/// Walks `node`'s records from `start` on in `order` within the scan's range, handing each to
+/// `take`. Returns why the walk ended (on [`Ending::Neighbour`], with the page's boundary in
+/// `boundary`), or `None` when `take` stopped it.
+fn walk_page<'g>(
+    node: &'g Node,
+    start: Bound<&[u8]>,
+    (lower, upper, order): (Bound<&[u8]>, Bound<&[u8]>, Order),
+    boundary: &mut Vec<u8>,
+    take: &mut impl FnMut(&'g [u8], Value<'g>) -> Took,
+) -> Option<Ending> {
     let mut ending = None;
-    let mut emit = |key: &[u8], value: Value<'_>| -> bool {
+    let mut stopped = false;
+    let mut emit = |key: &'g [u8], value: Value<'g>| -> bool {
         let beyond = match order {
             Order::Ascending => past_upper(key, upper),
             Order::Descending => below_lower(key, lower),
         };
         if beyond {
             ending = Some(Ending::Finished);
-        } else if copied.ends.len() == budget {
-            ending = Some(Ending::Budget);
-        } else {
-            match value {
-                Value::Alone(value) => copied.push(key, value),
-                Value::AfterKey(record) => copied.push_joined(record, key.len()),
-            }
-            return true;
+            return false;
         }
-        false
+        match take(key, value) {
+            Took::More => true,
+            Took::Full => {
+                ending = Some(Ending::Budget);
+                false
+            }
+            Took::Stop => {
+                stopped = true;
+                false
+            }
+        }
     };
     match leaf_edits(node) {
         Some(edited) => edited.walk(start, order, &mut emit),
         None => walk_view(&view(node).records, start, order, &mut emit),
     }
+    if stopped {
+        return None;
+    }
     if let Some(ending) = ending {
-        return ending;
+        return Some(ending);
     }
     // The page's records beyond the cursor are all out.
-    match order {
+    Some(match order {
         Order::Ascending => match node.bounds() {
             (Some(high), side_link) if !past_upper(high, upper) => {
                 boundary.clear();
@@ -489,7 +681,7 @@ fn copy_records(
                 Ending::Neighbour(crate::base_page::NO_PID)
             }
         }
-    }
+    })
 }
 
 /// A record's value as a walk hands it to its `emit`.
@@ -524,7 +716,11 @@ fn leaf_edits(node: &Node) -> Option<LeafEdits<'_>> {
     let mut current = node;
     let base = loop {
         let edit = match &current.kind {
-            Kind::Base(page) => break page,
+            Kind::Base(page) => {
+                // Searched next: the prefixes' misses overlap the walk and sort of the deltas.
+                page.prefetch();
+                break page;
+            }
             Kind::Insert(r) | Kind::Modify(r) => (r.key(), Some(r.value())),
             Kind::Delete(key) => (&key[..], None),
             Kind::Split { separator, .. } => {
@@ -575,13 +771,13 @@ fn start_below(start: Bound<&[u8]>, order: Order, key: &[u8]) -> bool {
     }
 }
 
-impl LeafEdits<'_> {
+impl<'g> LeafEdits<'g> {
     /// Calls `emit` on the records from `start` on in `order` until it returns false.
     fn walk(
         &self,
         start: Bound<&[u8]>,
         order: Order,
-        emit: &mut impl FnMut(&[u8], Value<'_>) -> bool,
+        emit: &mut impl FnMut(&'g [u8], Value<'g>) -> bool,
     ) {
         let (base, edits) = (self.base, &self.edits[..self.len]);
         let base_record = |b: usize| {
@@ -668,11 +864,11 @@ impl LeafEdits<'_> {
 
 /// Calls `emit` on the folded view's records from `start` on in `order` until it returns
 /// false.
-fn walk_view(
-    records: &[(&[u8], &[u8])],
+fn walk_view<'g>(
+    records: &[(&'g [u8], &'g [u8])],
     start: Bound<&[u8]>,
     order: Order,
-    emit: &mut impl FnMut(&[u8], Value<'_>) -> bool,
+    emit: &mut impl FnMut(&'g [u8], Value<'g>) -> bool,
 ) {
     let at = records.partition_point(|&(k, _)| start_below(start, order, k));
     match order {

@@ -49,6 +49,7 @@ pub(crate) fn stats(tree: &LockBTree) -> IndexStats {
             (names::LATCH_WAITS, c.latch_waits.get()),
             ("scan_revisits", c.scan_revisits.get()),
             ("scan_redescents", c.scan_redescents.get()),
+            ("scan_sibling_steps", c.scan_sibling_steps.get()),
         ],
     }
 }

@@ -12,7 +12,7 @@
 //! | `insert_multipass` | §4.1, §4.2.2, Listing 4.3: `Path`, the write descent, insert/upsert/update |
 //! | `split` | §2.2.2: leaf and inner splits, root split |
 //! | `remove` | §2.2.3 with §4.1's passes: migration (borrow), merge, root collapse |
-//! | `scan` | leaf-snapshot cursor: interlocking descents between leaves (no leaf links), revisits within one |
+//! | `scan` | leaf-snapshot cursor: revisits within a leaf, to the next leaf through its revisited parent (no leaf links), else a descent |
 //! | `inspect` | stats walk and the invariant check |
 //!
 //! Get descends with interlocking read latches (§4.2.1, Listing 4.2) and copies the value into
@@ -93,6 +93,9 @@ pub(crate) struct Counters {
     pub(crate) scan_revisits: Counter,
     /// Scan steps after the first that descended from the root.
     pub(crate) scan_redescents: Counter,
+    /// Scan steps that went to the next leaf through its parent, taken again, without a
+    /// descent from the root.
+    pub(crate) scan_sibling_steps: Counter,
 }
 
 /// The lock-coupling B+tree.

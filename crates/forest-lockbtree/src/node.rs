@@ -30,9 +30,11 @@
 //!    (epochs) is needed: the latches already exclude every reader at the time of the free.
 //! 5. A new node is filled through [`OwnedNode`] (owned, unshared) and published by linking it
 //!    into an exclusively latched parent or holder; the latch release publishes its contents.
-//! 6. Revisits (a scan coming back to the leaf it copied from, [`ReadGuard::revisit`]) are the
-//!    one exception to 3: the scan holds no latch between its steps, only the leaf's pointer
-//!    and the [`Revisits`] stamp it read under the leaf's latch. Every change of a leaf's key
+//! 6. Revisits (a scan coming back to the leaf it copied from, or to that leaf's parent to
+//!    step to the next leaf, [`ReadGuard::revisit`]) are the one exception to 3: the scan
+//!    holds no latch between its steps, only the node's pointer and the [`Revisits`] stamp it
+//!    read under the node's latch. A parent's children and separators change only with a
+//!    leaf's range (a leaf split, borrow or merge) or a free, all of which bump the stamp. Every change of a leaf's key
 //!    range (split, borrow, merge) and every free bumps the stamp while the changed nodes are
 //!    held exclusively; a free then drains: it waits until its read-modify-write of each
 //!    stripe of in-flight revisits reads zero. A revisit announces itself by a
@@ -301,8 +303,9 @@ impl ReadGuard {
 }
 
 impl ReadGuard {
-    /// Takes leaf `node`'s latch again for a scan that copied from it under stamp `stamp`
-    /// ([`Revisits::stamp`], read while holding this latch), if no leaf changed its key range
+    /// Takes `node`'s latch again (a leaf a scan copied from, or that leaf's parent) for a scan
+    /// that held it under stamp `stamp` ([`Revisits::stamp`], read while holding this latch),
+    /// if no leaf changed its key range
     /// and no node was freed since, and no writer has or wants the latch; never waits.
     /// `None` sends the scan down from the root instead. Invariant 6.
     pub(crate) fn revisit(node: NodePtr, stamp: u64, revisits: &Revisits) -> Option<Self> {

@@ -19,9 +19,15 @@
 //!   no node was freed in between (a tree-wide stamp read under the leaf's latch tells) and
 //!   no writer holds the leaf; the fence is then still the leaf's. Otherwise it descends for
 //!   `Excluded(last)` and takes the fence of the leaf it lands in.
-//! - A step that copied all of its leaf's records within the bounds descends past the fence:
+//! - A step that copied all of its leaf's records within the bounds goes past the fence:
 //!   going up from `Excluded(fence)`, going down from `Included(fence)` (keys `m` left of
-//!   separator `k` have `m <= k`, §2.1).
+//!   separator `k` have `m <= k`, §2.1). The thesis' leaves have no side links, so it goes
+//!   through the leaf's parent instead ([`sibling`]): the descent remembered the parent, the
+//!   stamp read under its latch and the leaf's index; the parent is taken again as a leaf is
+//!   revisited (only if the stamp is unchanged, so its children and separators are), and the
+//!   neighbouring child is latched while the parent is held (§4.2.1). Past the parent's last
+//!   child on the scan side, or when the parent cannot be taken again, it descends from the
+//!   root for the bound.
 //!
 //! The budget is [`SCAN_BUDGET_FIRST`] records at first and doubles each step, so a scan
 //! copies fewer than twice the records it hands out plus the first budget; coming back for
@@ -159,6 +165,14 @@ struct Cursor {
     /// The leaf a cut-short step stopped inside, the stamp read under its latch, and the slot
     /// the next step starts at if the leaf is unchanged (see [`StepEnd::slot`]).
     leaf: Option<(NodePtr, u64, usize)>,
+    /// The parent of the leaf copied from, the stamp read under the parent's latch, and the
+    /// leaf's index in it: a step past the fence goes to the neighbouring child through it
+    /// (see [`sibling`]).
+    parent: Option<(NodePtr, u64, usize)>,
+    /// The fence from the levels above the parent (what the leaf's fence is when the leaf is
+    /// the parent's last child on the scan side).
+    fence_above: Vec<u8>,
+    has_fence_above: bool,
 }
 
 /// How a step ended.
@@ -244,6 +258,9 @@ fn step(
         fence,
         has_fence,
         leaf: remembered,
+        parent,
+        fence_above,
+        has_fence_above,
     } = cursor;
     let bound = match (next, ascending) {
         (Next::Start, true) => lower,
@@ -258,17 +275,36 @@ fn step(
         _ => None,
     };
     let mut hint = None;
-    let leaf = match revisited {
-        Some((leaf, slot)) => {
+    // The parent link outlives revisits of its leaf: only a step past the fence uses it up.
+    let stepped = match (next, parent.take_if(|_| next == Next::PastFence)) {
+        (Next::PastFence, Some(link)) => {
+            let above = (fence_above.as_slice(), *has_fence_above);
+            sibling(tree, link, ascending, above, fence, has_fence, parent)
+        }
+        _ => None,
+    };
+    let leaf = match (revisited, stepped) {
+        (Some((leaf, slot)), _) => {
             tree.counters.scan_revisits.incr();
             hint = Some(slot);
             leaf
         }
-        None => {
+        (None, Some(leaf)) => {
+            tree.counters.scan_sibling_steps.incr();
+            leaf
+        }
+        (None, None) => {
             if next != Next::Start {
                 tree.counters.scan_redescents.incr();
             }
-            descend(tree, bound, ascending, fence, has_fence)
+            let at = (
+                &mut *fence,
+                &mut *has_fence,
+                fence_above,
+                has_fence_above,
+                parent,
+            );
+            descend(tree, bound, ascending, at)
         }
     };
     let end = copy_leaf(
@@ -292,15 +328,20 @@ fn step(
     end
 }
 
-/// Descends to the leaf for `bound` and leaves in `fence` its fence on the scan side, if it
-/// has one (`has_fence`).
-fn descend(
-    tree: &LockBTree,
-    bound: Bound<&[u8]>,
-    ascending: bool,
-    fence: &mut Vec<u8>,
-    has_fence: &mut bool,
-) -> ReadGuard {
+/// Where [`descend`] leaves the leaf's fence on the scan side (`fence`, if it has one), the
+/// fence from above its parent, and the parent link (see [`Cursor`]).
+type Landing<'a> = (
+    &'a mut Vec<u8>,
+    &'a mut bool,
+    &'a mut Vec<u8>,
+    &'a mut bool,
+    &'a mut Option<(NodePtr, u64, usize)>,
+);
+
+/// Descends to the leaf for `bound` and leaves in `at` its fence, the fence above its parent
+/// and its parent link.
+fn descend(tree: &LockBTree, bound: Bound<&[u8]>, ascending: bool, at: Landing<'_>) -> ReadGuard {
+    let (fence, has_fence, fence_above, has_fence_above, parent) = at;
     let waits = &tree.counters.latch_waits;
     let how = tree.search;
     // Which slot to go to in a node, for the cursor's bound.
@@ -313,6 +354,7 @@ fn descend(
         }
     };
     *has_fence = false;
+    *parent = None;
     let holder = tree.tree.read(waits);
     let mut node = holder.root_read(waits);
     drop(holder);
@@ -325,6 +367,12 @@ fn descend(
         } else {
             index.checked_sub(1).map(|i| &body.keys[i])
         };
+        if node.level() == 1 {
+            // Read under the parent's latch, like a leaf's stamp (node.rs, invariant 6).
+            *parent = Some((node.ptr(), tree.tree.revisits.stamp(), index));
+            fence_above.clone_from(fence);
+            *has_fence_above = *has_fence;
+        }
         if let Some(separator) = side {
             fence.clear();
             fence.extend_from_slice(separator);
@@ -335,6 +383,51 @@ fn descend(
         node = child;
     }
     node
+}
+
+/// The leaf beside the one at `index` of the parent `link` names (right going up, left going
+/// down), latched through the parent: the parent is taken again as a leaf is revisited
+/// (`ReadGuard::revisit`: only if no leaf changed its range and no node was freed since the
+/// stamp was read under its latch, so its children and separators are as they were), and the
+/// leaf's latch is taken while the parent's is held (§4.2.1). Leaves in `fence` the leaf's
+/// fence (the parent's separator beyond it, else `above`) and in `parent` the new link.
+/// `None` when the parent cannot be taken again or has no child beyond: the scan descends.
+fn sibling(
+    tree: &LockBTree,
+    (ptr, stamp, index): (NodePtr, u64, usize),
+    ascending: bool,
+    above: (&[u8], bool),
+    fence: &mut Vec<u8>,
+    has_fence: &mut bool,
+    parent: &mut Option<(NodePtr, u64, usize)>,
+) -> Option<ReadGuard> {
+    let node = ReadGuard::revisit(ptr, stamp, &tree.tree.revisits)?;
+    let body = node.body();
+    let next = if ascending {
+        Some(index + 1).filter(|&i| i < body.children.len())?
+    } else {
+        index.checked_sub(1)?
+    };
+    let side = if ascending {
+        body.keys.get(next)
+    } else {
+        next.checked_sub(1).map(|i| &body.keys[i])
+    };
+    fence.clear();
+    match side {
+        Some(separator) => {
+            fence.extend_from_slice(separator);
+            *has_fence = true;
+        }
+        None => {
+            fence.extend_from_slice(above.0);
+            *has_fence = above.1;
+        }
+    }
+    node.prefetch_child(next, tree.order);
+    let leaf = node.read_child(next, &tree.counters.latch_waits);
+    *parent = Some((ptr, stamp, next));
+    Some(leaf)
 }
 
 /// Copies up to `budget` records of `leaf` from `bound` on within `lower..upper` in `order`.

@@ -35,10 +35,12 @@
 //! | [`scan::scan_bounds`] | every bound kind on each side (on keys, between keys, beyond both ends), both orders, against the model | 600 keys, ~3 400 scans |
 //! | [`scan::scan_crossing_and_equal_bounds`] | crossing bounds give nothing; equal bounds give the key for Included/Included and nothing otherwise | 600 keys |
 //! | [`scan::scan_early_stop`] | a visitor that breaks after 0, 1, k records stops the scan at once, with the right prefix | 600 keys |
+//! | [`scan::scan_pinned_bounds`], [`scan::scan_pinned_crossing_and_equal_bounds`], [`scan::scan_pinned_early_stop`] | the three checks above through [`Index::scan_pinned`] ([`PinnedScans`]) | as above |
 //! | [`scan::scan_visitor_reenters`] | `visit` may call get, upsert and remove on the same index without deadlock (20 s watchdog) | 600 keys |
 //! | [`stress::stress_disjoint_keys`] | threads on disjoint, interleaved key sets check every return value against their own model; at the end the index equals the union of the models | 50 k / 1 M ops |
 //! | [`stress::stress_hot_keys`] | threads upsert 16 hot keys with (thread, sequence) values; readers (gets and scans) never see a writer's sequence go back; at the end each key holds some writer's last write | 50 k / 1 M ops |
 //! | [`stress::stress_scan_during_writes`] | scans with random bounds and orders, during inserts and removes of volatile keys, are strictly ordered, stay within bounds, return every stable key and only correct values | 50 k / 1 M writes |
+//! | [`stress::stress_scan_pinned_during_writes`] | the same through [`Index::scan_pinned`] | 50 k / 1 M writes |
 //!
 //! Threads: `max(4, 2 × available_parallelism)`. When no stress thread finishes an operation
 //! for [`stress::STALL_TIMEOUT`] (60 s), the kit prints which threads are stuck and aborts the
@@ -81,6 +83,66 @@ where
     I: Index + 'static,
 {
     move || Arc::new(make()) as Arc<dyn Index>
+}
+
+/// An index whose `scan` is the wrapped index's [`Index::scan_pinned`], so that the kit's scan
+/// checks run through the pinned path (the `scan_pinned_*` checks; their messages name the scan
+/// check they run). Their visitors only copy or compare what they get, as `scan_pinned` asks.
+pub struct PinnedScans(pub Arc<dyn Index>);
+
+impl Index for PinnedScans {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+
+    fn get(&self, key: &[u8], out: &mut Vec<u8>) -> bool {
+        self.0.get(key, out)
+    }
+
+    fn insert(&self, key: &[u8], value: &[u8]) -> crate::Result<bool> {
+        self.0.insert(key, value)
+    }
+
+    fn upsert(&self, key: &[u8], value: &[u8]) -> crate::Result<()> {
+        self.0.upsert(key, value)
+    }
+
+    fn update(&self, key: &[u8], value: &[u8]) -> crate::Result<bool> {
+        self.0.update(key, value)
+    }
+
+    fn remove(&self, key: &[u8]) -> bool {
+        self.0.remove(key)
+    }
+
+    fn scan(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        visit: &mut crate::Visitor<'_>,
+    ) {
+        self.0.scan_pinned(lower, upper, order, visit);
+    }
+
+    fn scan_pinned(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        visit: &mut crate::Visitor<'_>,
+    ) {
+        self.0.scan_pinned(lower, upper, order, visit);
+    }
+
+    fn stats(&self) -> crate::IndexStats {
+        self.0.stats()
+    }
+}
+
+/// `make`, with every index it makes wrapped in [`PinnedScans`].
+pub fn pinned(make: Make<'_>) -> impl Fn() -> Arc<dyn Index> + '_ {
+    move || Arc::new(PinnedScans(make())) as Arc<dyn Index>
 }
 
 /// The fewest threads a stress check runs, so that even a 1- or 2-core machine interleaves
@@ -443,6 +505,24 @@ macro_rules! conformance_tests {
             }
 
             #[test]
+            fn scan_pinned_bounds() {
+                $crate::conformance::scan::scan_pinned_bounds(&shared(), &sizes());
+            }
+
+            #[test]
+            fn scan_pinned_crossing_and_equal_bounds() {
+                $crate::conformance::scan::scan_pinned_crossing_and_equal_bounds(
+                    &shared(),
+                    &sizes(),
+                );
+            }
+
+            #[test]
+            fn scan_pinned_early_stop() {
+                $crate::conformance::scan::scan_pinned_early_stop(&shared(), &sizes());
+            }
+
+            #[test]
             fn scan_visitor_reenters() {
                 $crate::conformance::scan::scan_visitor_reenters(&shared(), &sizes());
             }
@@ -460,6 +540,11 @@ macro_rules! conformance_tests {
             #[test]
             fn stress_scan_during_writes() {
                 $crate::conformance::stress::stress_scan_during_writes(&shared(), &sizes());
+            }
+
+            #[test]
+            fn stress_scan_pinned_during_writes() {
+                $crate::conformance::stress::stress_scan_pinned_during_writes(&shared(), &sizes());
             }
         }
     };

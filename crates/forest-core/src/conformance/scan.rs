@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 
 use crate::conformance::{
-    collect, diff_records, expected, show, show_bound, BoundPair, Make, Model, Sizes,
+    collect, diff_records, expected, pinned, show, show_bound, BoundPair, Make, Model, Sizes,
 };
 use crate::index::{in_bounds, Index, Order};
 
@@ -261,6 +261,21 @@ pub fn scan_early_stop(make: Make<'_>, _sizes: &Sizes) {
             }
         }
     }
+}
+
+/// [`scan_bounds`] through [`Index::scan_pinned`].
+pub fn scan_pinned_bounds(make: Make<'_>, sizes: &Sizes) {
+    scan_bounds(&pinned(make), sizes);
+}
+
+/// [`scan_crossing_and_equal_bounds`] through [`Index::scan_pinned`].
+pub fn scan_pinned_crossing_and_equal_bounds(make: Make<'_>, sizes: &Sizes) {
+    scan_crossing_and_equal_bounds(&pinned(make), sizes);
+}
+
+/// [`scan_early_stop`] through [`Index::scan_pinned`].
+pub fn scan_pinned_early_stop(make: Make<'_>, sizes: &Sizes) {
+    scan_early_stop(&pinned(make), sizes);
 }
 
 /// The body of [`scan_visitor_reenters`], run on a watched thread.

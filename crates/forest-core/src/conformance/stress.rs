@@ -622,6 +622,12 @@ pub fn stress_scan_during_writes(make: Make<'_>, sizes: &Sizes) {
     );
 }
 
+/// [`stress_scan_during_writes`] through [`Index::scan_pinned`] (its scanners' visitors only
+/// check and copy keys).
+pub fn stress_scan_pinned_during_writes(make: Make<'_>, sizes: &Sizes) {
+    stress_scan_during_writes(&crate::conformance::pinned(make), sizes);
+}
+
 /// One writer of [`stress_scan_during_writes`]: random inserts, removes, upserts and updates
 /// of the volatile codes it owns, each result checked. Returns the codes present at the end.
 fn write_volatile(
