@@ -40,7 +40,7 @@
 //! | [`stress::stress_disjoint_keys`] | threads on disjoint, interleaved key sets check every return value against their own model; at the end the index equals the union of the models | 50 k / 1 M ops |
 //! | [`stress::stress_hot_keys`] | threads upsert 16 hot keys with (thread, sequence) values; readers (gets and scans) never see a writer's sequence go back; at the end each key holds some writer's last write | 50 k / 1 M ops |
 //! | [`stress::stress_scan_during_writes`] | scans with random bounds and orders, during inserts and removes of volatile keys, are strictly ordered, stay within bounds, return every stable key and only correct values | 50 k / 1 M writes |
-//! | [`stress::stress_scan_pinned_during_writes`] | the same through [`Index::scan_pinned`] | 50 k / 1 M writes |
+//! | [`stress::stress_scan_pinned_during_writes`] | the same through [`Index::scan_pinned`] | a quarter of the above: 12.5 k / 250 k writes |
 //!
 //! Threads: `max(4, 2 × available_parallelism)`. When no stress thread finishes an operation
 //! for [`stress::STALL_TIMEOUT`] (60 s), the kit prints which threads are stuck and aborts the
