@@ -114,6 +114,9 @@ pub fn hincrbyfloat(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
 /// repeat; WITHVALUES pairs each with its value (RESP3: [field, value] arrays).
 pub fn hrandfield(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let user = argv[1];
+    // The key's stripe lock: its reads see every write to it whole.
+    let shared = ctx.shared;
+    let _guard = shared.collections.lock(user);
     let count = match argv.get(2) {
         Some(arg) => Some(int_arg(arg)?),
         None => None,
@@ -203,6 +206,9 @@ pub fn hget(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
 
 /// HMGET key field [field ...].
 pub fn hmget(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    // The key's stripe lock: its reads see every write to it whole.
+    let shared = ctx.shared;
+    let _guard = shared.collections.lock(argv[1]);
     if coll::open_read(ctx, argv[1], Kind::Hash)?.is_none() {
         return Ok(Frame::Array(
             argv[2..].iter().map(|_| Frame::Null).collect(),

@@ -131,6 +131,9 @@ pub fn sismember(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
 /// SMISMEMBER key member [member ...]: 1 or 0 per member.
 pub fn smismember(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let user = argv[1];
+    // The key's stripe lock: its reads see every write to it whole.
+    let shared = ctx.shared;
+    let _guard = shared.collections.lock(user);
     let exists = coll::open_read(ctx, user, Kind::Set)?.is_some();
     let prefix = member_prefix(user);
     Ok(Frame::Array(
@@ -145,6 +148,9 @@ pub fn smismember(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
 /// distinct members, or for a negative count exactly `-count` that may repeat.
 pub fn srandmember(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let user = argv[1];
+    // The key's stripe lock: its reads see every write to it whole.
+    let shared = ctx.shared;
+    let _guard = shared.collections.lock(user);
     if argv.len() > 3 {
         return Err(syntax_error());
     }

@@ -23,18 +23,23 @@ const BY_SCORE: &[u8] = b"o";
 /// Sub-tag of the entries keyed by member.
 pub const BY_NAME: &[u8] = b"n";
 
-/// A score argument as Redis reads it (`inf`, `-inf`, decimals, exponents; no NaN).
+/// A score argument as Redis reads it (`strtod` and Redis's checks): `inf`, `infinity` with
+/// either sign, decimals, exponents; no NaN, and no value that overflows to infinity or
+/// underflows to zero (Redis refuses those as out of range). Hexadecimal floats, which
+/// `strtod` reads, are refused (docs/PROTOCOL.md).
 fn parse_score(arg: &[u8]) -> Result<f64, Frame> {
     let bad = || Frame::err("value is not a valid float");
     let text = std::str::from_utf8(arg).map_err(|_| bad())?;
     let lower = text.to_ascii_lowercase();
     let score = match lower.as_str() {
-        "inf" | "+inf" => f64::INFINITY,
-        "-inf" => f64::NEG_INFINITY,
+        "inf" | "+inf" | "infinity" | "+infinity" => return Ok(f64::INFINITY),
+        "-inf" | "-infinity" => return Ok(f64::NEG_INFINITY),
         _ if lower.contains("inf") || lower.contains("nan") => return Err(bad()),
         _ => text.parse::<f64>().map_err(|_| bad())?,
     };
-    if score.is_nan() {
+    let mantissa = lower.split('e').next().unwrap_or_default();
+    let underflow = score == 0.0 && mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b));
+    if score.is_nan() || score.is_infinite() || underflow {
         return Err(bad());
     }
     Ok(score)
@@ -467,6 +472,9 @@ fn range_generic(
     limit: Option<(i64, i64)>,
     with_scores: bool,
 ) -> Reply {
+    // The key's stripe lock: a rank range's count and rows come from one state.
+    let shared = ctx.shared;
+    let _guard = shared.collections.lock(user);
     let Some(meta) = coll::open_read(ctx, user, Kind::ZSet)? else {
         return Ok(Frame::Array(vec![]));
     };
@@ -532,6 +540,9 @@ pub fn zrevrank(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
 
 fn rank_generic(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], rev: bool) -> Reply {
     let (user, member) = (argv[1], argv[2]);
+    // The key's stripe lock: its reads see every write to it whole.
+    let shared = ctx.shared;
+    let _guard = shared.collections.lock(user);
     if coll::open_read(ctx, user, Kind::ZSet)?.is_none() {
         return Ok(Frame::Null);
     }
@@ -559,6 +570,9 @@ fn rank_generic(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], rev: bool) -> Reply {
 /// ZMSCORE key member [member ...]: each member's score, or null.
 pub fn zmscore(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let user = argv[1];
+    // The key's stripe lock: its reads see every write to it whole.
+    let shared = ctx.shared;
+    let _guard = shared.collections.lock(user);
     let exists = coll::open_read(ctx, user, Kind::ZSet)?.is_some();
     let prefix = member_prefix(user);
     let mut out = Vec::with_capacity(argv.len() - 2);
@@ -623,6 +637,9 @@ pub fn zscan(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
 /// ZRANDMEMBER key [count [WITHSCORES]]: as HRANDFIELD, with scores for values.
 pub fn zrandmember(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let user = argv[1];
+    // The key's stripe lock: its reads see every write to it whole.
+    let shared = ctx.shared;
+    let _guard = shared.collections.lock(user);
     let count = match argv.get(2) {
         Some(arg) => Some(int_arg(arg)?),
         None => None,
@@ -893,6 +910,26 @@ mod tests {
         assert_eq!(
             h.run(&["ZADD", "z", "x", "a"]),
             err("value is not a valid float")
+        );
+        for out_of_range in ["1e400", "-1e400", "1e-4000"] {
+            assert_eq!(
+                h.run(&["ZADD", "z", out_of_range, "a"]),
+                err("value is not a valid float"),
+                "{out_of_range}: strtod's ERANGE, which Redis refuses"
+            );
+        }
+        assert_eq!(
+            h.run(&["ZADD", "zi", "infinity", "a", "-Infinity", "b"]),
+            int(2)
+        );
+        assert_eq!(
+            h.run(&["ZSCORE", "zi", "b"]),
+            Frame::Double(f64::NEG_INFINITY)
+        );
+        assert_eq!(
+            h.run(&["ZADD", "zi", "1e-320", "c"]),
+            int(1),
+            "subnormal: allowed"
         );
         assert_eq!(
             h.run(&["ZADD", "z", "incr", "nan", "a"]),
