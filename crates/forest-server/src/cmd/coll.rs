@@ -460,15 +460,16 @@ pub fn index_range(start: i64, stop: i64, len: u64) -> Option<(u64, u64)> {
 /// The optional count of a pop command (`key [count]`): Redis's error for a negative one,
 /// a syntax error for anything after it.
 pub fn pop_count(argv: &[&[u8]]) -> Result<Option<u64>, Frame> {
+    if argv.len() > 3 {
+        let name = String::from_utf8_lossy(argv[0]).to_ascii_lowercase();
+        return Err(super::wrong_arity(&name));
+    }
+    // Redis's one error for a count that is not a whole number >= 0.
     let count = match argv.get(2).map(|arg| crate::parse::parse_int(arg)) {
         None => None,
         Some(Some(n)) if n >= 0 => Some(n as u64),
-        Some(Some(_)) => return Err(Frame::err("value is out of range, must be positive")),
-        Some(None) => return Err(super::not_an_integer()),
+        Some(_) => return Err(Frame::err("value is out of range, must be positive")),
     };
-    if argv.len() > 3 {
-        return Err(super::syntax_error());
-    }
     Ok(count)
 }
 

@@ -22,8 +22,8 @@ use crate::pubsub::Limits;
 /// What a tuning parameter's value must be.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Value {
-    /// A whole number at least this.
-    Int(i64),
+    /// A whole number within these bounds (Redis's `int` configs).
+    Int(i64, i64),
     /// A byte count in Redis's units.
     Bytes,
     /// yes or no.
@@ -36,7 +36,7 @@ const TUNING: &[(&str, &str, Value, &str)] = &[
     (
         "hash-max-listpack-entries",
         "hash-max-ziplist-entries",
-        Value::Int(0),
+        Value::Int(0, I32_MAX),
         "128",
     ),
     (
@@ -48,17 +48,22 @@ const TUNING: &[(&str, &str, Value, &str)] = &[
     (
         "list-max-listpack-size",
         "list-max-ziplist-size",
-        Value::Int(-5),
+        Value::Int(I32_MIN, I32_MAX),
         "-2",
     ),
-    ("list-compress-depth", "", Value::Int(0), "0"),
-    ("set-max-intset-entries", "", Value::Int(0), "512"),
-    ("set-max-listpack-entries", "", Value::Int(0), "128"),
+    ("list-compress-depth", "", Value::Int(0, I32_MAX), "0"),
+    ("set-max-intset-entries", "", Value::Int(0, I32_MAX), "512"),
+    (
+        "set-max-listpack-entries",
+        "",
+        Value::Int(0, I32_MAX),
+        "128",
+    ),
     ("set-max-listpack-value", "", Value::Bytes, "64"),
     (
         "zset-max-listpack-entries",
         "zset-max-ziplist-entries",
-        Value::Int(0),
+        Value::Int(0, I32_MAX),
         "128",
     ),
     (
@@ -68,7 +73,7 @@ const TUNING: &[(&str, &str, Value, &str)] = &[
         "64",
     ),
     ("stream-node-max-bytes", "", Value::Bytes, "4096"),
-    ("stream-node-max-entries", "", Value::Int(0), "100"),
+    ("stream-node-max-entries", "", Value::Int(0, I32_MAX), "100"),
     ("hll-sparse-max-bytes", "", Value::Bytes, "3000"),
     ("activerehashing", "", Value::YesNo, "yes"),
     ("lazyfree-lazy-eviction", "", Value::YesNo, "no"),
@@ -76,10 +81,14 @@ const TUNING: &[(&str, &str, Value, &str)] = &[
     ("lazyfree-lazy-server-del", "", Value::YesNo, "no"),
     ("lazyfree-lazy-user-del", "", Value::YesNo, "no"),
     ("lazyfree-lazy-user-flush", "", Value::YesNo, "no"),
-    ("maxmemory-samples", "", Value::Int(1), "5"),
-    ("hz", "", Value::Int(1), "10"),
+    ("maxmemory-samples", "", Value::Int(1, I32_MAX), "5"),
+    ("hz", "", Value::Int(0, I32_MAX), "10"),
     ("dynamic-hz", "", Value::YesNo, "yes"),
+    ("replica-lazy-flush", "", Value::YesNo, "no"),
 ];
+
+const I32_MIN: i64 = i32::MIN as i64;
+const I32_MAX: i64 = i32::MAX as i64;
 
 /// The tuning parameters' starting values ([`crate::server::Shared::tuning`]).
 pub fn tuning_defaults() -> Vec<(&'static str, String)> {
@@ -97,8 +106,9 @@ fn tuning_entry(name: &str) -> Option<(&'static str, Value)> {
         .map(|(n, _, kind, _)| (*n, *kind))
 }
 
-/// `value` checked as `kind` wants, in the form CONFIG GET shows.
-fn tuning_value(name: &str, kind: Value, value: &[u8]) -> Result<String, Frame> {
+/// `value` checked as `kind` wants, in the form CONFIG GET shows; errors name the parameter
+/// as given (`name`: an alias stays an alias, as in Redis).
+fn tuning_value(canonical: &str, name: &str, kind: Value, value: &[u8]) -> Result<String, Frame> {
     let text = String::from_utf8_lossy(value).to_ascii_lowercase();
     let fail = |why: &str| {
         Frame::err(format!(
@@ -106,11 +116,23 @@ fn tuning_value(name: &str, kind: Value, value: &[u8]) -> Result<String, Frame> 
         ))
     };
     match kind {
-        Value::Int(min) => match text.parse::<i64>() {
-            Ok(n) if n >= min => Ok(n.to_string()),
-            Ok(_) => Err(fail("argument must be between the parameter's bounds")),
+        // Redis reads "-0" as no integer.
+        Value::Int(_, _) if text.starts_with("-0") => {
+            Err(fail("argument couldn't be parsed into an integer"))
+        }
+        Value::Int(min, max) => match text.parse::<i64>() {
+            // Redis keeps hz within 1..=500 and shows what it keeps.
+            Ok(n) if canonical == "hz" && (min..=max).contains(&n) => {
+                Ok(n.clamp(1, 500).to_string())
+            }
+            Ok(n) if (min..=max).contains(&n) => Ok(n.to_string()),
+            Ok(_) => Err(fail(&format!(
+                "argument must be between {min} and {max} inclusive"
+            ))),
             Err(_) => Err(fail("argument couldn't be parsed into an integer")),
         },
+        // An empty byte count is 0, as in Redis.
+        Value::Bytes if text.is_empty() => Ok("0".to_string()),
         Value::Bytes => crate::pubsub::memory_bytes(&text)
             .map(|n| n.to_string())
             .map_err(|_| fail("argument must be a memory value")),
@@ -149,7 +171,11 @@ fn parse_output_limits(value: &[u8]) -> Result<Option<Limits>, Frame> {
     }
     let mut pubsub = None;
     for group in words.chunks_exact(4) {
-        let limits = Limits::parse(group[1], group[2], group[3]).map_err(fail)?;
+        let limits = Limits::parse(group[1], group[2], group[3]).map_err(|_| {
+            fail(
+                "Error in hard, soft or soft_seconds setting in buffer limit configuration.".into(),
+            )
+        })?;
         let class = group[0].to_ascii_lowercase();
         let spelled = format!(
             "{} {} {}",
@@ -258,8 +284,11 @@ pub fn config(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
             .collect();
         Ok(Frame::Map(pairs))
     } else if is_word(sub, "set") {
-        if args.is_empty() || !args.len().is_multiple_of(2) {
+        if args.len() < 2 {
             return Err(wrong_arity("config|set"));
+        }
+        if !args.len().is_multiple_of(2) {
+            return Err(super::syntax_error());
         }
         let params = parameters(ctx);
         for pair in args.chunks_exact(2) {
@@ -276,7 +305,7 @@ pub fn config(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
                 continue;
             }
             if let Some((canonical, kind)) = tuning_entry(&name) {
-                tuning_value(canonical, kind, pair[1])?;
+                tuning_value(canonical, &name, kind, pair[1])?;
                 continue;
             }
             if name != "save" && pair[1] != current.as_bytes() {
@@ -293,7 +322,7 @@ pub fn config(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         for pair in args.chunks_exact(2) {
             let name = String::from_utf8_lossy(pair[0]).to_ascii_lowercase();
             if let Some((canonical, kind)) = tuning_entry(&name) {
-                tuned.push((canonical, tuning_value(canonical, kind, pair[1])?));
+                tuned.push((canonical, tuning_value(canonical, &name, kind, pair[1])?));
             }
             if name == "client-output-buffer-limit" {
                 if let Some(limits) = parse_output_limits(pair[1])? {
@@ -420,7 +449,9 @@ mod tests {
         assert_eq!(get(&mut h, "activerehashing")[0].1, bulk("no"));
         for (name, value) in [
             ("zset-max-listpack-entries", "many"),
-            ("list-max-listpack-size", "-6"),
+            ("list-max-listpack-size", "2147483648"),
+            ("maxmemory-samples", "-0"),
+            ("hash-max-ziplist-value", "-6"),
             ("hash-max-listpack-value", "1xb"),
             ("lazyfree-lazy-expire", "maybe"),
         ] {
@@ -436,6 +467,21 @@ mod tests {
             get(&mut h, "hz")[0].1,
             bulk("10"),
             "a refused SET changed nothing"
+        );
+        // Redis keeps hz within 1..=500, accepts -6 as a list size and "" as 0 bytes.
+        let set = ["CONFIG", "SET", "hz", "0", "list-max-listpack-size", "-6"];
+        assert_eq!(h.run(&set), Frame::ok());
+        assert_eq!(get(&mut h, "hz")[0].1, bulk("1"));
+        assert_eq!(h.run(&["CONFIG", "SET", "hz", "4096"]), Frame::ok());
+        assert_eq!(get(&mut h, "hz")[0].1, bulk("500"));
+        assert_eq!(
+            h.run(&["CONFIG", "SET", "stream-node-max-bytes", ""]),
+            Frame::ok()
+        );
+        assert_eq!(get(&mut h, "stream-node-max-bytes")[0].1, bulk("0"));
+        assert_eq!(
+            h.run(&["CONFIG", "SET", "hz", "1", "x"]),
+            Frame::err("syntax error")
         );
     }
 

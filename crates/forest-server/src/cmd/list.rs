@@ -236,9 +236,12 @@ pub fn lpos(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         let Some(&value) = argv.get(i + 1) else {
             return Err(syntax_error());
         };
-        let n = parse_int(value).ok_or_else(super::not_an_integer)?;
+        // The option is named before its value is read (Redis's order of errors); COUNT and
+        // MAXLEN refuse a non-number with their own "can't be negative".
+        let n = parse_int(value);
         match argv[i] {
             w if is_word(w, "rank") => {
+                let n = n.ok_or_else(super::not_an_integer)?;
                 if n == 0 {
                     return Err(Frame::err(
                         "RANK can't be zero: use 1 to start from the first match, 2 from the \
@@ -247,18 +250,14 @@ pub fn lpos(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
                 }
                 rank = n;
             }
-            w if is_word(w, "count") => {
-                if n < 0 {
-                    return Err(Frame::err("COUNT can't be negative"));
-                }
-                count = Some(n);
-            }
-            w if is_word(w, "maxlen") => {
-                if n < 0 {
-                    return Err(Frame::err("MAXLEN can't be negative"));
-                }
-                maxlen = n;
-            }
+            w if is_word(w, "count") => match n {
+                Some(n) if n >= 0 => count = Some(n),
+                _ => return Err(Frame::err("COUNT can't be negative")),
+            },
+            w if is_word(w, "maxlen") => match n {
+                Some(n) if n >= 0 => maxlen = n,
+                _ => return Err(Frame::err("MAXLEN can't be negative")),
+            },
             _ => return Err(syntax_error()),
         }
         i += 2;
@@ -653,6 +652,28 @@ mod tests {
         assert_eq!(
             h.run(&["LTRIM", "l", "x", "1"]),
             err("value is not an integer or out of range")
+        );
+        // Found by the differential run against redis-server: option names before values,
+        // Redis's wording for bad counts, and arity for extra pop arguments.
+        assert_eq!(
+            h.run(&["LPOS", "l", "a", "junk", "99999999999999999999"]),
+            err("syntax error")
+        );
+        assert_eq!(
+            h.run(&["LPOS", "l", "a", "COUNT", "x"]),
+            err("COUNT can't be negative")
+        );
+        assert_eq!(
+            h.run(&["LPOS", "l", "a", "MAXLEN", "1.0"]),
+            err("MAXLEN can't be negative")
+        );
+        assert_eq!(
+            h.run(&["LPOP", "l", "x"]),
+            err("value is out of range, must be positive")
+        );
+        assert_eq!(
+            h.run(&["LPOP", "l", "0", "extra"]),
+            err("wrong number of arguments for 'lpop' command")
         );
         assert_eq!(h.run(&["LREM", "l2", "0", "y"]), int(2));
         assert_eq!(

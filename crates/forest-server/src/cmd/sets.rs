@@ -263,8 +263,8 @@ pub fn sintercard(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
             Some(value) if is_word(options[i], "limit") => {
                 limit = match parse_int(value) {
                     Some(n) if n >= 0 => usize::try_from(n).unwrap_or(usize::MAX),
-                    Some(_) => return Err(Frame::err("LIMIT can't be negative")),
-                    None => return Err(super::not_an_integer()),
+                    // Redis says so for anything but a whole number >= 0.
+                    _ => return Err(Frame::err("LIMIT can't be negative")),
                 };
                 i += 2;
             }
@@ -454,6 +454,10 @@ mod tests {
         assert_eq!(
             h.run(&["SINTERCARD", "1", "s1", "foo", "1"]),
             err("syntax error")
+        );
+        assert_eq!(
+            h.run(&["SINTERCARD", "1", "s1", "LIMIT", "99999999999999999999"]),
+            err("LIMIT can't be negative")
         );
         assert_eq!(
             h.run(&["SINTERCARD", "1", "missing", "str"]),

@@ -382,9 +382,10 @@ pub fn zrange(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let mut i = 4;
     while i < argv.len() {
         let arg = argv[i];
-        if is_word(arg, "byscore") {
+        // BYSCORE and REV may come once each (Redis: a syntax error otherwise).
+        if is_word(arg, "byscore") && !by_score {
             by_score = true;
-        } else if is_word(arg, "rev") {
+        } else if is_word(arg, "rev") && !rev {
             rev = true;
         } else if is_word(arg, "withscores") {
             with_scores = true;
@@ -1076,6 +1077,12 @@ mod tests {
                 "syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX"
             )
         );
+        for argv in [
+            &["ZRANGE", "z", "5", "1", "REV", "REV"][..],
+            &["ZRANGE", "z", "(3", "3", "BYSCORE", "BYSCORE"],
+        ] {
+            assert_eq!(h.run(argv), err("syntax error"), "{argv:?}");
+        }
         assert_eq!(h.run(&["ZREMRANGEBYSCORE", "z", "3", "4"]), int(2));
         assert_eq!(flat(&mut h, &["ZRANGE", "z", "0", "-1"]), "newm b a");
         assert_eq!(h.run(&["ZREMRANGEBYRANK", "z", "0", "0"]), int(1));
