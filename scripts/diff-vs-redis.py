@@ -593,6 +593,14 @@ def safe_count(args):
     return len(args) > 3 and n < -(1 << 62)  # WITHVALUES's range error
 
 
+# Arguments on which forest and Redis 7.0 are known to differ (see the report); --no-quirks
+# skips commands carrying them so that deeper differences surface.
+QUIRKS = {b"infinity", b"Infinity", b"INF", b"Inf", b"0x10", b"1e400", b"1e-4000", b"1e4000",
+          b"(", b"", b"-0", b"(0x10", b"(1e400", b"99999999999999999999", b"1.0", b"x", b"abc",
+          b"-9223372036854775808", b"junk", b"TYPE", b"extra", b"1e-320"}
+SKIP_QUIRKS = False
+
+
 def run(forest, redis_addr, seed, n, proto, show, groups, totals):
     rng = random.Random(seed * 10 + proto)
     F, R = Conn(forest, proto), Conn(redis_addr, proto)
@@ -604,6 +612,8 @@ def run(forest, redis_addr, seed, n, proto, show, groups, totals):
     for i in range(n):
         args = gen.next()
         cmd = args[0].upper()
+        if SKIP_QUIRKS and (cmd == b"CONFIG" or any(a in QUIRKS for a in args[1:])):
+            continue
         if cmd in RANDOM and len(args) > 2 and not safe_count(args):
             continue  # Redis would build a reply of ~2^62 members (documented difference)
         if cmd in SCANS:
@@ -681,7 +691,11 @@ def main():
     p.add_argument("-n", type=int, default=4000, help="commands per seed and protocol")
     p.add_argument("--protos", default="2,3")
     p.add_argument("--examples", type=int, default=4, help="examples printed per group")
+    p.add_argument("--no-quirks", action="store_true",
+                   help="skip commands with arguments already known to differ (QUIRKS) and CONFIG")
     o = p.parse_args()
+    global SKIP_QUIRKS
+    SKIP_QUIRKS = o.no_quirks
     groups = defaultdict(list)
     totals = defaultdict(int)
     for seed in [int(s) for s in o.seeds.split(",")]:
