@@ -7,11 +7,11 @@ use std::ops::Bound;
 
 use forest_core::Order;
 
-use super::{coll, float80, sample, syntax_error};
+use super::{coll, float80, sample};
 use super::{int_arg, Ctx, Reply};
 use crate::collection::{member_key, member_prefix, Kind};
 use crate::frame::{Frame, Protocol};
-use crate::parse::{is_word, parse_int};
+use crate::parse::parse_int;
 
 /// HSET key field value [field value ...]: how many fields were new.
 pub fn hset(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
@@ -113,49 +113,11 @@ pub fn hincrbyfloat(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
 /// up to `count` distinct fields, or for a negative count exactly `-count` fields that may
 /// repeat; WITHVALUES pairs each with its value (RESP3: [field, value] arrays).
 pub fn hrandfield(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
-    let user = argv[1];
-    // The key's stripe lock: its reads see every write to it whole.
-    let shared = ctx.shared;
-    let _guard = shared.collections.lock(user);
-    let count = match argv.get(2) {
-        Some(arg) => Some(int_arg(arg)?),
-        None => None,
-    };
-    let with_values = match argv.get(3) {
-        Some(opt) if argv.len() == 4 && is_word(opt, "withvalues") => true,
-        Some(_) => return Err(syntax_error()),
-        None => false,
-    };
-    if count == Some(i64::MIN) {
-        return Err(Frame::err(
-            "value is out of range, value must between -9223372036854775807 and 9223372036854775807",
-        ));
-    }
-    // Redis refuses counts whose pairs would overflow its reply length.
-    if with_values && count.is_some_and(|c| c.unsigned_abs() > (i64::MAX as u64) / 2) {
-        return Err(Frame::err("value is out of range"));
-    }
-    // A negative count repeats fields without end; Redis would build that reply until
-    // memory runs out, forest refuses it.
-    if count.is_some_and(|c| c < 0 && c.unsigned_abs() > sample::RANDOM_REPEATS_MAX) {
-        return Err(Frame::err(format!(
-            "value is out of range, forest returns at most {} random fields",
-            sample::RANDOM_REPEATS_MAX
-        )));
-    }
-    let Some(meta) = coll::open_read(ctx, user, Kind::Hash)? else {
-        return Ok(match count {
-            Some(_) => Frame::Array(vec![]),
-            None => Frame::Null,
-        });
-    };
-    let len = meta.count;
-    let picks: Vec<sample::Field> = match count {
-        None => sample::random(ctx, user, Kind::Hash, len, 1, true),
-        Some(0) => Vec::new(),
-        Some(c) if c > 0 => sample::random(ctx, user, Kind::Hash, len, c as u64, false),
-        Some(c) => sample::random(ctx, user, Kind::Hash, len, c.unsigned_abs(), true),
-    };
+    let sample::Picks {
+        items: picks,
+        count,
+        with_values,
+    } = sample::random_command(ctx, argv, Kind::Hash, Some("withvalues"), "fields")?;
     if count.is_none() {
         return Ok(picks
             .into_iter()

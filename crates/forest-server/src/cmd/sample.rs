@@ -69,6 +69,76 @@ pub fn all(ctx: &mut Ctx<'_, '_>, user: &[u8], kind: Kind) -> Result<Vec<Field>,
     Ok(entries)
 }
 
+/// What HRANDFIELD, SRANDMEMBER and ZRANDMEMBER picked ([`random_command`]).
+pub struct Picks {
+    /// The members with their values, none for a missing key.
+    pub items: Vec<Field>,
+    /// The count given, if any: without one the reply is one member or null.
+    pub count: Option<i64>,
+    /// WITHVALUES / WITHSCORES was given.
+    pub with_values: bool,
+}
+
+/// HRANDFIELD, SRANDMEMBER and ZRANDMEMBER's `key [count [WITH]]` (`with`: the option's word,
+/// None where there is none): Redis's checks, then the picks, read under the key's stripe
+/// lock so they come from one state. A count above the size gives every member once, a
+/// negative one repeats; `noun` names the members in forest's own refusal.
+pub fn random_command(
+    ctx: &mut Ctx<'_, '_>,
+    argv: &[&[u8]],
+    kind: Kind,
+    with: Option<&str>,
+    noun: &str,
+) -> Result<Picks, Frame> {
+    let user = argv[1];
+    let count = match argv.get(2) {
+        Some(arg) => Some(super::int_arg(arg)?),
+        None => None,
+    };
+    let with_values = match (argv.get(3), with) {
+        (Some(opt), Some(word)) if argv.len() == 4 && is_word(opt, word) => true,
+        (Some(_), _) => return Err(syntax_error()),
+        (None, _) => false,
+    };
+    if count == Some(i64::MIN) {
+        return Err(Frame::err(
+            "value is out of range, value must between -9223372036854775807 and 9223372036854775807",
+        ));
+    }
+    // Redis refuses counts whose pairs would overflow its reply length.
+    if with_values && count.is_some_and(|c| c.unsigned_abs() > (i64::MAX as u64) / 2) {
+        return Err(Frame::err("value is out of range"));
+    }
+    // A negative count repeats without end; Redis would build that reply until memory runs
+    // out, forest refuses it.
+    if count.is_some_and(|c| c < 0 && c.unsigned_abs() > RANDOM_REPEATS_MAX) {
+        return Err(Frame::err(format!(
+            "value is out of range, forest returns at most {RANDOM_REPEATS_MAX} random {noun}"
+        )));
+    }
+    let shared = ctx.shared;
+    let _guard = shared.collections.lock(user);
+    let Some(meta) = coll::open_read(ctx, user, kind)? else {
+        return Ok(Picks {
+            items: Vec::new(),
+            count,
+            with_values,
+        });
+    };
+    let len = meta.count;
+    let items = match count {
+        None => random(ctx, user, kind, len, 1, true),
+        Some(0) => Vec::new(),
+        Some(c) if c > 0 => random(ctx, user, kind, len, c as u64, false),
+        Some(c) => random(ctx, user, kind, len, c.unsigned_abs(), true),
+    };
+    Ok(Picks {
+        items,
+        count,
+        with_values,
+    })
+}
+
 /// `want` random members of collection `user` (`len` members, of type `kind`), repeating if
 /// `repeat`, else distinct (all of them if `want` >= `len`).
 pub fn random(

@@ -11,7 +11,7 @@ use std::ops::Bound;
 use forest_core::Order;
 
 use super::{coll, sample};
-use super::{int_arg, syntax_error, Ctx, Reply};
+use super::{syntax_error, Ctx, Reply};
 use crate::collection::{member_key, member_prefix, Kind};
 use crate::frame::Frame;
 use crate::parse::{is_word, parse_int};
@@ -147,40 +147,11 @@ pub fn smismember(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
 /// SRANDMEMBER key [count]: one random member (null if none); with a count, up to `count`
 /// distinct members, or for a negative count exactly `-count` that may repeat.
 pub fn srandmember(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
-    let user = argv[1];
-    // The key's stripe lock: its reads see every write to it whole.
-    let shared = ctx.shared;
-    let _guard = shared.collections.lock(user);
-    if argv.len() > 3 {
-        return Err(syntax_error());
-    }
-    let count = match argv.get(2) {
-        Some(arg) => Some(int_arg(arg)?),
-        None => None,
-    };
-    if count == Some(i64::MIN) {
-        return Err(Frame::err(
-            "value is out of range, value must between -9223372036854775807 and 9223372036854775807",
-        ));
-    }
-    if count.is_some_and(|c| c < 0 && c.unsigned_abs() > sample::RANDOM_REPEATS_MAX) {
-        return Err(Frame::err(format!(
-            "value is out of range, forest returns at most {} random members",
-            sample::RANDOM_REPEATS_MAX
-        )));
-    }
-    let Some(meta) = coll::open_read(ctx, user, Kind::Set)? else {
-        return Ok(match count {
-            Some(_) => Frame::Array(vec![]),
-            None => Frame::Null,
-        });
-    };
-    let picks = match count {
-        None => sample::random(ctx, user, Kind::Set, meta.count, 1, true),
-        Some(0) => Vec::new(),
-        Some(c) if c > 0 => sample::random(ctx, user, Kind::Set, meta.count, c as u64, false),
-        Some(c) => sample::random(ctx, user, Kind::Set, meta.count, c.unsigned_abs(), true),
-    };
+    let sample::Picks {
+        items: picks,
+        count,
+        ..
+    } = sample::random_command(ctx, argv, Kind::Set, None, "members")?;
     let mut members = picks.into_iter().map(|(m, _)| Frame::Bulk(m));
     Ok(match count {
         None => members.next().unwrap_or(Frame::Null),

@@ -637,45 +637,11 @@ pub fn zscan(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
 
 /// ZRANDMEMBER key [count [WITHSCORES]]: as HRANDFIELD, with scores for values.
 pub fn zrandmember(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
-    let user = argv[1];
-    // The key's stripe lock: its reads see every write to it whole.
-    let shared = ctx.shared;
-    let _guard = shared.collections.lock(user);
-    let count = match argv.get(2) {
-        Some(arg) => Some(int_arg(arg)?),
-        None => None,
-    };
-    let with_scores = match argv.get(3) {
-        Some(opt) if argv.len() == 4 && is_word(opt, "withscores") => true,
-        Some(_) => return Err(syntax_error()),
-        None => false,
-    };
-    if count == Some(i64::MIN) {
-        return Err(Frame::err(
-            "value is out of range, value must between -9223372036854775807 and 9223372036854775807",
-        ));
-    }
-    if with_scores && count.is_some_and(|c| c.unsigned_abs() > (i64::MAX as u64) / 2) {
-        return Err(Frame::err("value is out of range"));
-    }
-    if count.is_some_and(|c| c < 0 && c.unsigned_abs() > sample::RANDOM_REPEATS_MAX) {
-        return Err(Frame::err(format!(
-            "value is out of range, forest returns at most {} random members",
-            sample::RANDOM_REPEATS_MAX
-        )));
-    }
-    let Some(meta) = coll::open_read(ctx, user, Kind::ZSet)? else {
-        return Ok(match count {
-            Some(_) => Frame::Array(vec![]),
-            None => Frame::Null,
-        });
-    };
-    let picks = match count {
-        None => sample::random(ctx, user, Kind::ZSet, meta.count, 1, true),
-        Some(0) => Vec::new(),
-        Some(c) if c > 0 => sample::random(ctx, user, Kind::ZSet, meta.count, c as u64, false),
-        Some(c) => sample::random(ctx, user, Kind::ZSet, meta.count, c.unsigned_abs(), true),
-    };
+    let sample::Picks {
+        items: picks,
+        count,
+        with_values: with_scores,
+    } = sample::random_command(ctx, argv, Kind::ZSet, Some("withscores"), "members")?;
     if count.is_none() {
         return Ok(picks
             .into_iter()
