@@ -12,7 +12,7 @@ use super::{syntax_error, Ctx, Reply};
 use crate::collection::{member_key, member_prefix, score_from, Kind};
 use crate::frame::Frame;
 use crate::glob;
-use crate::parse::{is_word, parse_int};
+use crate::parse::is_word;
 
 /// Where a collection's members begin: its member prefix, and for a sorted set the entries
 /// keyed by member (`'n' <member>` -> score bytes), so a sorted set is sampled and scanned
@@ -43,10 +43,6 @@ const RANDOM_READ_ALL_MAX: u64 = 4096;
 /// The most members a negative HRANDFIELD / SRANDMEMBER count may ask for (a difference
 /// from Redis, which has no bound: docs/PROTOCOL.md).
 pub const RANDOM_REPEATS_MAX: u64 = 1 << 24;
-/// Members examined per HSCAN / SSCAN call without COUNT (Redis's default).
-const SCAN_COUNT_DEFAULT: usize = 10;
-/// The most members one HSCAN / SSCAN call examines, whatever COUNT says: bounds one reply.
-const SCAN_COUNT_MAX: usize = 100_000;
 
 /// Every member of collection `user` of type `kind` with its value, in member order (empty
 /// if absent; WRONGTYPE if another type).
@@ -139,6 +135,29 @@ pub fn random_command(
     })
 }
 
+/// The first member entry at or after a random 8-byte point of `prefix..end` (wrapping to
+/// the first): random, not uniform (SPOP, and picks from large collections).
+pub fn at_random_point(ctx: &Ctx<'_, '_>, prefix: &[u8], end: &[u8]) -> Option<Field> {
+    let point = member_key(prefix, &[&ctx.shared.collections.random().to_be_bytes()]);
+    let mut found = coll::members(
+        ctx,
+        Bound::Included(&point),
+        Bound::Excluded(end),
+        Order::Ascending,
+        1,
+    );
+    if found.is_empty() {
+        found = coll::members(
+            ctx,
+            Bound::Included(prefix),
+            Bound::Excluded(end),
+            Order::Ascending,
+            1,
+        );
+    }
+    found.pop()
+}
+
 /// `want` random members of collection `user` (`len` members, of type `kind`), repeating if
 /// `repeat`, else distinct (all of them if `want` >= `len`).
 pub fn random(
@@ -182,24 +201,7 @@ pub fn random(
     // order from a random point instead (a skewed field space could repeat one field).
     let mut tries = want.saturating_mul(4);
     while (out.len() as u64) < want {
-        let point = member_key(&prefix, &[&ctx.shared.collections.random().to_be_bytes()]);
-        let mut found = coll::members(
-            ctx,
-            Bound::Included(&point),
-            Bound::Excluded(&end),
-            Order::Ascending,
-            1,
-        );
-        if found.is_empty() {
-            found = coll::members(
-                ctx,
-                Bound::Included(&prefix),
-                Bound::Excluded(&end),
-                Order::Ascending,
-                1,
-            );
-        }
-        let Some((mut k, v)) = found.pop() else {
+        let Some((mut k, v)) = at_random_point(ctx, &prefix, &end) else {
             break;
         };
         k.drain(..prefix.len());
@@ -235,12 +237,9 @@ pub fn random(
 pub fn scan(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], kind: Kind) -> Reply {
     let user = argv[1];
     let invalid_cursor = || Frame::err("invalid cursor");
-    let cursor = std::str::from_utf8(argv[2])
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .ok_or_else(invalid_cursor)?;
+    let cursor = super::scan::cursor_arg(argv[2])?;
     let mut pattern: Option<&[u8]> = None;
-    let mut count = SCAN_COUNT_DEFAULT;
+    let mut count = super::scan::SCAN_COUNT_DEFAULT;
     let mut values = kind != Kind::Set;
     let mut i = 3;
     while i < argv.len() {
@@ -255,11 +254,7 @@ pub fn scan(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], kind: Kind) -> Reply {
         if is_word(argv[i], "match") {
             pattern = Some(value);
         } else if is_word(argv[i], "count") {
-            count = match parse_int(value) {
-                Some(n) if n >= 1 => (n as u64).min(SCAN_COUNT_MAX as u64) as usize,
-                Some(_) => return Err(syntax_error()),
-                None => return Err(super::not_an_integer()),
-            };
+            count = super::scan::count_arg(value)?;
         } else {
             return Err(syntax_error());
         }

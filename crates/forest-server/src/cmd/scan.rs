@@ -15,16 +15,30 @@ use crate::frame::Frame;
 use crate::glob;
 
 /// Keys examined per SCAN call without COUNT (Redis's default).
-const SCAN_COUNT_DEFAULT: usize = 10;
+pub(super) const SCAN_COUNT_DEFAULT: usize = 10;
 /// The most keys one SCAN call examines, whatever COUNT says: bounds one reply.
 const SCAN_COUNT_MAX: usize = 100_000;
 
-pub fn scan(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
-    let invalid_cursor = || Frame::err("invalid cursor");
-    let cursor = std::str::from_utf8(argv[1])
+/// A SCAN-family cursor argument (an unsigned number), or Redis's error.
+pub(super) fn cursor_arg(arg: &[u8]) -> Result<u64, Frame> {
+    std::str::from_utf8(arg)
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
-        .ok_or_else(invalid_cursor)?;
+        .ok_or_else(|| Frame::err("invalid cursor"))
+}
+
+/// A SCAN-family COUNT value: at least 1, at most [`SCAN_COUNT_MAX`]; Redis's errors.
+pub(super) fn count_arg(value: &[u8]) -> Result<usize, Frame> {
+    match crate::parse::parse_int(value) {
+        Some(n) if n >= 1 => Ok((n as u64).min(SCAN_COUNT_MAX as u64) as usize),
+        Some(_) => Err(syntax_error()),
+        None => Err(super::not_an_integer()),
+    }
+}
+
+pub fn scan(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let invalid_cursor = || Frame::err("invalid cursor");
+    let cursor = cursor_arg(argv[1])?;
     let mut pattern: Option<&[u8]> = None;
     let mut count = SCAN_COUNT_DEFAULT;
     let mut filter: Option<&str> = None;
@@ -36,11 +50,7 @@ pub fn scan(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         if is_word(argv[i], "match") {
             pattern = Some(value);
         } else if is_word(argv[i], "count") {
-            count = match crate::parse::parse_int(value) {
-                Some(n) if n >= 1 => (n as u64).min(SCAN_COUNT_MAX as u64) as usize,
-                Some(_) => return Err(syntax_error()),
-                None => return Err(super::not_an_integer()),
-            };
+            count = count_arg(value)?;
         } else if is_word(argv[i], "type") {
             let names = ["string", "list", "set", "hash", "zset", "stream"];
             // An unknown type matches no key (Redis 7.0 does the same).

@@ -53,31 +53,13 @@ pub fn spop(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         Some(_) => Frame::Array(vec![]),
         None => Frame::Null,
     };
-    let shared = ctx.shared;
     coll::write_existing(ctx, user, Kind::Set, absent, |ctx, meta| {
         let prefix = member_prefix(user);
         let end = coll::prefix_upper(&prefix);
         let want = count.unwrap_or(1).min(meta.count);
         let mut popped = Vec::new();
         for _ in 0..want {
-            let point = member_key(&prefix, &[&shared.collections.random().to_be_bytes()]);
-            let mut found = coll::members(
-                ctx,
-                Bound::Included(&point),
-                Bound::Excluded(&end),
-                Order::Ascending,
-                1,
-            );
-            if found.is_empty() {
-                found = coll::members(
-                    ctx,
-                    Bound::Included(&prefix),
-                    Bound::Excluded(&end),
-                    Order::Ascending,
-                    1,
-                );
-            }
-            let Some((key, _)) = found.pop() else {
+            let Some((key, _)) = sample::at_random_point(ctx, &prefix, &end) else {
                 break;
             };
             if coll::remove_member(ctx, &key)? {
