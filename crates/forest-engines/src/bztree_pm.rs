@@ -33,7 +33,8 @@ const PARAMS: &[Param] = &[
         values: "PATH",
         default: "",
         meaning: "directory of the tree's file (empty: the system's temp dir); the file is \
-                  new for each engine built and removed when it drops",
+                  new for each engine built and removed when it drops (a store ignores it: \
+                  its tree is bztree-pm.pool in the store's directory, and kept)",
     },
     Param {
         key: "node",

@@ -38,6 +38,8 @@ const CHILD_ENV: &str = "FOREST_KILL_CHILD";
 /// The environment variable that sets the kill cycles per test (default `CYCLE_COUNT_DEFAULT`).
 const CYCLES_ENV: &str = "FOREST_KILL_CYCLES";
 /// 10 cycles × 9 tests = 90 kills per run: a few seconds in the `ci` profile (budget ~60 s).
+/// The two bztree-pm tests run `BZTREE_PM_CYCLES` each; msync's is disk-bound (an msync
+/// per flush): about 70 s in a debug build on a loaded 2-core machine.
 const CYCLE_COUNT_DEFAULT: u64 = 10;
 /// Writer threads in the child: more than one so group commit batches several writers.
 const THREAD_COUNT: u64 = 4;
