@@ -16,6 +16,8 @@
 //! - [`recovery`]: newest complete checkpoint plus the logs merged by LSN (masstree.md §5);
 //!   [`replay`] applies what it decodes with several threads, partitioned by key.
 //! - [`meta`]: the `META` file that records the store's engine.
+//! - `pm`: a store on the persistent BzTree (`bztree-pm`), whose file is the data; the
+//!   durability model per persist mode.
 //! - [`store`]: [`Store`], the API over all of it.
 //! - [`verify`](mod@verify): [`verify::verify`], a read-only check of every file (`forest check`).
 
@@ -24,6 +26,7 @@ pub mod durability;
 pub mod file;
 pub mod lsn;
 pub mod meta;
+mod pm;
 pub mod recovery;
 pub mod replay;
 mod scan_gate;
