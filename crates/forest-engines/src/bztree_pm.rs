@@ -64,6 +64,7 @@ pub(crate) const ENTRY: EngineEntry = EngineEntry {
         in_memory: true,
         durable_through_store: false,
         persistent_on_its_own: true,
+        store_holds_its_file: true,
         temporal: false,
     },
     resolve,

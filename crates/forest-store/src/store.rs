@@ -93,7 +93,8 @@ pub fn engine_names() -> Vec<&'static str> {
 fn store_engine(name: &str) -> Result<&'static forest_engines::EngineEntry> {
     let entry = forest_engines::find(name)?;
     // bztree-pm keeps its own file, which a store can hold as its data (`crate::pm`).
-    if !entry.capabilities.durable_through_store && entry.name != crate::pm::ENGINE_NAME {
+    let c = entry.capabilities;
+    if !c.durable_through_store && !c.store_holds_its_file {
         return Err(Error::Config(format!(
             "engine {name:?} keeps its own files and cannot be the index of a store"
         )));
