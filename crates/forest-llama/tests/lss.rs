@@ -517,3 +517,58 @@ fn os_dir_round_trip() {
     lss.mk_stable(address).unwrap();
     assert_eq!(lss.read(address).unwrap(), record);
 }
+
+// Goal: a last segment whose creation the crash cut short (a header or less) is removed at
+// open, the log ends in the segment before, and that segment, wholly durable before the next
+// one was created, must be valid to its end: damage there is an error, not a cut. Method:
+// fill two segments, cut the second to 30 bytes, reopen; then also flip a byte in the first.
+#[test]
+fn a_cut_short_segment_creation_is_removed() {
+    let sim = SimDir::new(21);
+    let config = small_config(1);
+    let lss = open(&sim, &config, 0);
+    let posted = fill_segments(&lss, &config, 2);
+    lss.close().unwrap();
+    let second = segment_file_name(1);
+    assert!(sim.damage(&second, |bytes| bytes.truncate(30)));
+    let (lss, report) = Lss::open(dir_of(&sim), config.clone(), LssAddress::current(0)).unwrap();
+    assert_eq!(report.removed.len(), 1, "{report:?}");
+    assert!(report.removed[0].starts_with(&second), "{report:?}");
+    assert!(!sim.list().unwrap().contains(&second));
+    let in_first: BTreeMap<u64, Record> = posted
+        .range(..config.segment_bytes)
+        .map(|(a, r)| (*a, r.clone()))
+        .collect();
+    assert_eq!(scan_all(&lss).unwrap(), in_first);
+    let record = make_record(4242, 3000, None);
+    let address = post(&lss, &record);
+    lss.mk_stable(address).unwrap();
+    assert_eq!(lss.read(address).unwrap(), record);
+    lss.close().unwrap();
+
+    // The same cut-short second segment over damage inside the first: an error naming the
+    // first segment's file, offset and PID, not a cut.
+    let sim = SimDir::new(22);
+    let lss = open(&sim, &config, 0);
+    let posted = fill_segments(&lss, &config, 2);
+    lss.close().unwrap();
+    assert!(sim.damage(&second, |bytes| bytes.truncate(30)));
+    let (&victim, record) = posted.iter().nth(3).unwrap();
+    let at = victim % config.segment_bytes;
+    let first = segment_file_name(0);
+    assert!(
+        sim.damage(&first, |bytes| bytes[at as usize + RECORD_HEADER_BYTES] ^=
+            1)
+    );
+    let text = Lss::open(dir_of(&sim), config.clone(), LssAddress::current(0))
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    for part in [
+        first,
+        format!("offset {at}"),
+        format!("PID {}", record.header.pid),
+    ] {
+        assert!(text.contains(&part), "{part:?} missing: {text}");
+    }
+}
