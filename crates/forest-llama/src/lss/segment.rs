@@ -164,8 +164,11 @@ pub(crate) type SegmentFile = Arc<Mutex<Box<dyn File>>>;
 pub(crate) struct Segments {
     dir: Arc<dyn Dir>,
     segment_bytes: u64,
-    /// Open handles by sequence number (files are never closed while the LSS is open).
+    /// The writers' handles by sequence number (files are never closed while the LSS is
+    /// open).
     files: Mutex<BTreeMap<u64, SegmentFile>>,
+    /// Separate handles for reads, so that a read never waits for a writer's fsync.
+    readers: Mutex<BTreeMap<u64, SegmentFile>>,
 }
 
 impl Segments {
@@ -174,6 +177,7 @@ impl Segments {
             dir,
             segment_bytes,
             files: Mutex::new(BTreeMap::new()),
+            readers: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -185,9 +189,9 @@ impl Segments {
         self.dir.path().join(segment_file_name(sequence))
     }
 
-    /// The open handle of existing segment `sequence`.
-    fn existing(&self, sequence: u64) -> Result<SegmentFile> {
-        let mut files = self.files.lock();
+    /// The read handle of existing segment `sequence`.
+    fn reader(&self, sequence: u64) -> Result<SegmentFile> {
+        let mut files = self.readers.lock();
         if let Some(file) = files.get(&sequence) {
             return Ok(Arc::clone(file));
         }
@@ -232,7 +236,7 @@ impl Segments {
                 path.display()
             )));
         }
-        let file = self.existing(sequence)?;
+        let file = self.reader(sequence)?;
         let file = file.lock();
         let available = file.len()?.min(self.segment_bytes).saturating_sub(at);
         let mut head = vec![0u8; (RECORD_HEADER_BYTES as u64).min(available) as usize];
