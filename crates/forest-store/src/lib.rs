@@ -23,7 +23,9 @@
 
 pub mod checkpoint;
 pub mod durability;
-pub mod file;
+/// The file trait, moved to the `forest-file` crate (issue 17) so that forest-llama, below
+/// this crate, can use it; re-exported here under its old path.
+pub use forest_file as file;
 pub mod lsn;
 pub mod meta;
 mod pm;
