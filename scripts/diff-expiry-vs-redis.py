@@ -4,7 +4,8 @@
 Sends the same seeded random sequences of SET (EX/PX/EXAT/PXAT/KEEPTTL/NX/XX/GET), SETEX,
 PSETEX, GETEX, EXPIRE/PEXPIRE/EXPIREAT (NX/XX/GT/LT), PERSIST, TTL/PTTL/EXPIRETIME, GET,
 MGET, MSET, DEL, GETDEL, APPEND, INCR, SETRANGE, RENAME, COPY, EXISTS, TYPE, STRLEN, KEYS,
-a full SCAN and DBSIZE to both servers and prints every reply that differs. Times left are
+a full SCAN to both servers and prints every reply that differs (DBSIZE is checked against
+forest's own KEYS: Redis's counts expired keys not yet deleted, docs/PROTOCOL.md "Expiry"). Times left are
 compared loosely (both positive and within a few seconds of each other, the test being a
 few seconds long); deadlines in the past (negative EXPIRE, EXAT 1) make keys gone at once.
 
@@ -104,12 +105,15 @@ def run(o, seed, diffs):
         if not same(args, rf, rr):
             diffs.append((seed, i, args, rf, rr))
         if i % 50 == 49:
-            for check in (["KEYS", "*"], ["DBSIZE"]):
-                a, b = f.call(*check), rd.call(*check)
-                if check[0] == "KEYS":
-                    a, b = sorted(x[1] for x in a[1]), sorted(x[1] for x in b[1])
-                if a != b:
-                    diffs.append((seed, i, check, a, b))
+            a, b = f.call("KEYS", "*"), rd.call("KEYS", "*")
+            a, b = sorted(x[1] for x in a[1]), sorted(x[1] for x in b[1])
+            if a != b:
+                diffs.append((seed, i, ["KEYS", "*"], a, b))
+            # Redis's DBSIZE counts expired keys not yet deleted, forest's does not
+            # (docs/PROTOCOL.md "Expiry"): forest's is checked against its own KEYS.
+            size = f.call("DBSIZE")
+            if size != (":", len(a)):
+                diffs.append((seed, i, ["DBSIZE"], size, (":", len(a))))
             a, b = scan_all(f), scan_all(rd)
             if a != b:
                 diffs.append((seed, i, ["SCAN"], a, b))
