@@ -1028,6 +1028,48 @@ mod tests {
         assert_eq!(h.run(&["TYPE", "s"]), Frame::Simple("stream".into()));
     }
 
+    // Goal: a stream written before consumer groups (no state entry, count = entries) is
+    // made one of today's by the repair at start: XLEN, entries-added, ids go on.
+    // Method: write the old layout straight to the store, restart, read and add.
+    #[test]
+    fn old_streams_are_migrated() {
+        use crate::collection::{type_key, Kind, Meta};
+        let mut h = Harness::new();
+        h.run(&["SET", "other", "v"]);
+        let keys = Keys::new(b"old");
+        let store = &h.shared.store;
+        for id in [(1, 0), (5, 0)] {
+            store
+                .upsert(&keys.entry(id), &encode_fields(&[b"f", b"v"]))
+                .expect("upsert");
+        }
+        let meta = Meta {
+            kind: Kind::Stream,
+            count: 2,
+            a: 5,
+            b: 0,
+        };
+        store
+            .upsert(&type_key(b"old"), &meta.encode())
+            .expect("upsert");
+        let mut h = h.restart();
+        assert_eq!(h.run(&["XLEN", "old"]), Frame::Integer(2));
+        let Frame::Map(info) = h.run(&["XINFO", "STREAM", "old"]) else {
+            panic!("map expected");
+        };
+        assert!(info.contains(&(bulk("entries-added"), Frame::Integer(2))));
+        assert_eq!(h.run(&["XADD", "old", "5-*", "g", "w"]), bulk("5-1"));
+        assert_eq!(h.run(&["XDEL", "old", "1-0", "5-0"]), Frame::Integer(2));
+        assert_eq!(
+            h.run(&["XRANGE", "old", "-", "+"]),
+            Frame::Array(vec![entry("5-1", &["g", "w"])])
+        );
+        assert_eq!(
+            crate::collection::repair(&h.shared.store).expect("repair"),
+            crate::collection::RepairReport::default()
+        );
+    }
+
     // Goal: an emptied stream stays (Redis keeps empty streams), with its last id, and its
     // group keys never show among its entries. Method: XDEL of every entry, then XADD.
     #[test]
