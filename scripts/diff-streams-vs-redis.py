@@ -7,7 +7,9 @@ XCLAIM, XAUTOCLAIM, XINFO GROUPS/CONSUMERS/STREAM) to both servers over raw RESP
 prints every reply that differs, after masking what depends on the clock (idle times,
 delivery and seen times) or on Redis's internals (radix-tree-keys/-nodes).
 
-  scripts/diff-streams-vs-redis.py --forest 127.0.0.1:P1 --redis 127.0.0.1:P2 --seeds 1,2 -n 3000
+  scripts/diff-streams-vs-redis.py --forest 127.0.0.1:P1 --redis 127.0.0.1:P2 --seeds 1,2 -n 3000 [--resp3]
+
+With --resp3 both connections speak RESP3 (HELLO 3): maps come back as ['%', k, v, ...].
 
 Not sent (documented differences, docs/PROTOCOL.md "Streams"): `~` trimming, `*` ids,
 BLOCK.
@@ -19,10 +21,12 @@ import sys
 
 
 class Conn:
-    def __init__(self, addr):
+    def __init__(self, addr, resp3=False):
         host, port = addr.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)))
         self.f = self.sock.makefile("rb")
+        if resp3:
+            self.call("HELLO", "3")
 
     def call(self, *args):
         out = [b"*%d\r\n" % len(args)]
@@ -47,6 +51,13 @@ class Conn:
         if t == "*":
             n = int(rest)
             return "NULLARRAY" if n < 0 else [self.read() for _ in range(n)]
+        if t == "_":
+            return None
+        if t == "%":
+            out = ["%"]
+            for _ in range(int(rest)):
+                out += [self.read(), self.read()]
+            return out
         raise ValueError("bad reply %r" % line)
 
 
@@ -214,8 +225,9 @@ def main():
     p.add_argument("--redis", required=True)
     p.add_argument("--seeds", default="1")
     p.add_argument("-n", type=int, default=2000)
+    p.add_argument("--resp3", action="store_true")
     a = p.parse_args()
-    f, rd = Conn(a.forest), Conn(a.redis)
+    f, rd = Conn(a.forest, a.resp3), Conn(a.redis, a.resp3)
     diffs = 0
     for seed in [int(s) for s in a.seeds.split(",")]:
         for c in (f, rd):

@@ -876,6 +876,12 @@ pub fn xpending(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let now = now_ms();
     let mut out = Vec::new();
     let mut left = count as u64;
+    // Without IDLE the first `count` entries of the range are the answer: read no more.
+    let reads = if min_idle <= 0 {
+        usize::try_from(count).unwrap_or(usize::MAX)
+    } else {
+        usize::MAX
+    };
     let wanted = |nack: &Nack| min_idle <= 0 || now.saturating_sub(nack.time) as i64 >= min_idle;
     let mut push = |id: Id, nack: &Nack| {
         out.push(Frame::Array(vec![
@@ -890,7 +896,7 @@ pub fn xpending(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
             if groups.consumer(ctx, &name)?.is_none() {
                 return Ok(Frame::Array(vec![]));
             }
-            for id in groups.consumer_ids(ctx, &name, from, to, usize::MAX)? {
+            for id in groups.consumer_ids(ctx, &name, from, to, reads)? {
                 if left == 0 {
                     break;
                 }
@@ -902,7 +908,7 @@ pub fn xpending(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
             }
         }
         None => {
-            for (id, nack) in groups.pel(ctx, from, to, usize::MAX)? {
+            for (id, nack) in groups.pel(ctx, from, to, reads)? {
                 if left == 0 {
                     break;
                 }
