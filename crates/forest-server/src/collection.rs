@@ -11,7 +11,9 @@
 //!   collection's members a range that no other key's members enter. Suffixes: a list's
 //!   signed sequence number ([`seq_bytes`]), a set's member, a hash's field, a sorted set's
 //!   `'o' <score, order-preserving> <member>` (empty value) and `'n' <member>` (value: the
-//!   score), a stream's `<ms BE> <seq BE>` id.
+//!   score), a stream's `<ms BE> <seq BE>` id (and after every id, behind 16 bytes 0xFF, its
+//!   state and consumer groups: `cmd::stream`'s module doc; a stream's count is its
+//!   entries + 1, so an emptied stream keeps its state entry and stays, as Redis's does).
 //!
 //! Invariants:
 //! - a user key is a string or a collection, never both: a collection is created only
@@ -109,7 +111,8 @@ impl Kind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Meta {
     pub kind: Kind,
-    /// Members (a sorted set's: member count, not entry count).
+    /// Members (a sorted set's: member count, not entry count; a stream's: entries + 1,
+    /// its state entry).
     pub count: u64,
     /// A list's head (first sequence number); a stream's last id's ms.
     pub a: i64,
