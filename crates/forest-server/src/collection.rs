@@ -11,7 +11,9 @@
 //!   collection's members a range that no other key's members enter. Suffixes: a list's
 //!   signed sequence number ([`seq_bytes`]), a set's member, a hash's field, a sorted set's
 //!   `'o' <score, order-preserving> <member>` (empty value) and `'n' <member>` (value: the
-//!   score), a stream's `<ms BE> <seq BE>` id.
+//!   score), a stream's `<ms BE> <seq BE>` id (and after every id, behind 16 bytes 0xFF, its
+//!   state and consumer groups: `cmd::stream`'s module doc; a stream's count is its
+//!   entries + 1, so an emptied stream keeps its state entry and stays, as Redis's does).
 //!
 //! Invariants:
 //! - a user key is a string or a collection, never both: a collection is created only
@@ -110,7 +112,8 @@ impl Kind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Meta {
     pub kind: Kind,
-    /// Members (a sorted set's: member count, not entry count).
+    /// Members (a sorted set's: member count, not entry count; a stream's: entries + 1,
+    /// its state entry).
     pub count: u64,
     /// A list's head (first sequence number); a stream's last id's ms.
     pub a: i64,
@@ -332,6 +335,8 @@ struct Seen {
     count: u64,
     /// The metadata changed (a stream's last id below a member's id).
     dirty: bool,
+    /// A stream's state entry was seen (streams written before consumer groups had none).
+    stream_state: bool,
     /// A sorted set's by-member entries not yet matched by a by-score entry ('n' sorts
     /// before 'o', so all of them come first).
     scores: std::collections::HashMap<Vec<u8>, [u8; 8]>,
@@ -381,12 +386,25 @@ pub fn repair(store: &Store) -> forest_core::Result<RepairReport> {
             puts.push((member_key(&prefix, &[b"o", &score, &member]), Vec::new()));
             report.members_added += 1;
         }
-        if meta.count != seen.count || seen.dirty {
+        let mut count = seen.count;
+        if meta.kind == Kind::Stream && !seen.stream_state && count > 0 {
+            // A stream from before consumer groups: its state entry (entries-added: as
+            // many as it holds; no deletion known) makes it one of today's.
+            let mut state = [0u8; 24];
+            state[..8].copy_from_slice(&count.to_be_bytes());
+            puts.push((
+                member_key(&prefix, &[&stream_state_suffix()]),
+                state.to_vec(),
+            ));
+            report.members_added += 1;
+            count += 1;
+        }
+        if meta.count != count || seen.dirty {
             report.metas_fixed += 1;
-            if seen.count == 0 {
+            if count == 0 {
                 removes.push(type_key(&seen.user));
             } else {
-                meta.count = seen.count;
+                meta.count = count;
                 puts.push((type_key(&seen.user), meta.encode().to_vec()));
             }
         }
@@ -410,6 +428,7 @@ pub fn repair(store: &Store) -> forest_core::Result<RepairReport> {
                     meta: metas.get(user).copied(),
                     count: 0,
                     dirty: false,
+                    stream_state: false,
                     scores: std::collections::HashMap::new(),
                 });
             }
@@ -448,12 +467,12 @@ pub fn repair(store: &Store) -> forest_core::Result<RepairReport> {
                         }
                         _ => false,
                     },
-                    Kind::Stream => {
-                        // Ids only grow: the last id must not be below a stored one.
-                        if let (Some(ms), Some(seq)) = (suffix.get(..8), suffix.get(8..16)) {
+                    Kind::Stream => match suffix.len() {
+                        16 => {
+                            // Ids only grow: the last id must not be below a stored one.
                             let id = (
-                                u64::from_be_bytes(ms.try_into().unwrap_or_default()),
-                                u64::from_be_bytes(seq.try_into().unwrap_or_default()),
+                                u64::from_be_bytes(suffix[..8].try_into().unwrap_or_default()),
+                                u64::from_be_bytes(suffix[8..].try_into().unwrap_or_default()),
                             );
                             if id > (meta.a as u64, meta.b as u64) {
                                 seen.meta = Some(Meta {
@@ -463,9 +482,20 @@ pub fn repair(store: &Store) -> forest_core::Result<RepairReport> {
                                 });
                                 seen.dirty = true;
                             }
+                            true
                         }
-                        suffix.len() == 16
-                    }
+                        // The state entry (`cmd::stream`): counted, as the stream's count
+                        // is its entries + 1.
+                        _ if suffix == stream_state_suffix() => {
+                            seen.stream_state = true;
+                            true
+                        }
+                        // Group records, consumers and PELs: kept, not counted.
+                        n if n > 16 && suffix[..16] == [0xff; 16] => {
+                            return ControlFlow::Continue(());
+                        }
+                        _ => false,
+                    },
                     Kind::Set | Kind::Hash => true,
                 },
             };
@@ -493,6 +523,14 @@ pub fn repair(store: &Store) -> forest_core::Result<RepairReport> {
         store.upsert(key, value)?;
     }
     Ok(report)
+}
+
+/// The member suffix of a stream's state entry (`cmd::stream`'s layout): 16 bytes 0xFF
+/// and `'s'`.
+fn stream_state_suffix() -> [u8; 17] {
+    let mut suffix = [0xff; 17];
+    suffix[16] = b's';
+    suffix
 }
 
 /// A member key's user key and suffix; None if it is not one.

@@ -46,6 +46,7 @@ mod set;
 mod sets;
 mod shutdown;
 mod stream;
+mod stream_group;
 mod strings;
 mod strings_scan;
 mod strlen;
