@@ -38,6 +38,9 @@ const EVAL_RO: &[&str] = &[
     "no_mandatory_keys",
     "movablekeys",
 ];
+/// Commands whose keys follow a `numkeys` argument: `movablekeys` makes EXEC take every
+/// stripe lock for them (`multi::keyspace_wide`), since their key positions are not fixed.
+const MPOP: &[&str] = &["write", "movablekeys"];
 const ADMIN: &[&str] = &["admin", "noscript"];
 const TXN: &[&str] = &["noscript", "loading", "stale", "fast", "allow_busy"];
 const PUBSUB: &[&str] = &["pubsub", "noscript", "loading", "stale"];
@@ -150,6 +153,9 @@ pub static COMMAND_SPECS: &[Spec] = &[
     spec!("lrem", 4, W, (1, 1, 1), "list", "1.0.0", "Removes elements equal to a value from a list.", "key count element", list::lrem),
     spec!("linsert", 5, W, (1, 1, 1), "list", "2.2.0", "Inserts an element before or after a pivot element of a list.", "key BEFORE|AFTER pivot element", list::linsert),
     spec!("lpos", -3, R, (1, 1, 1), "list", "6.0.6", "Returns the indexes of matching elements of a list.", "key element [RANK rank] [COUNT num-matches] [MAXLEN len]", list::lpos),
+    spec!("lmove", 5, W, (1, 2, 1), "list", "6.2.0", "Pops an element from one end of a list and pushes it at an end of another (or the same) list.", "source destination LEFT|RIGHT LEFT|RIGHT", super::lmove::lmove),
+    spec!("rpoplpush", 3, W, (1, 2, 1), "list", "1.2.0", "Pops the last element of a list and pushes it at the head of another (or the same) list.", "source destination", super::lmove::rpoplpush),
+    spec!("lmpop", -4, MPOP, (0, 0, 0), "list", "7.0.0", "Pops elements from the first non-empty list of several.", "numkeys key [key ...] LEFT|RIGHT [COUNT count]", super::lmove::lmpop),
     spec!("sadd", -3, WF, (1, 1, 1), "set", "1.0.0", "Adds members to a set; returns how many were new.", "key member ...", sets::sadd),
     spec!("srem", -3, &["write", "fast"], (1, 1, 1), "set", "1.0.0", "Removes members from a set; returns how many were there.", "key member ...", sets::srem),
     spec!("spop", -2, &["write", "fast"], (1, 1, 1), "set", "1.0.0", "Removes and returns random members of a set.", "key [count]", sets::spop),
@@ -163,6 +169,10 @@ pub static COMMAND_SPECS: &[Spec] = &[
     spec!("sintercard", -3, R, (0, 0, 0), "set", "7.0.0", "Counts the members in every given set, up to a limit.", "numkeys key [key ...] [LIMIT limit]", sets::sintercard),
     spec!("sunion", -2, R, (1, -1, 1), "set", "1.0.0", "Returns the members of any given set.", "key [key ...]", sets::sunion),
     spec!("sdiff", -2, R, (1, -1, 1), "set", "1.0.0", "Returns the members of the first set in none of the others.", "key [key ...]", sets::sdiff),
+    spec!("smove", 4, &["write", "fast"], (1, 2, 1), "set", "1.0.0", "Moves a member from one set to another.", "source destination member", super::setops::smove),
+    spec!("sinterstore", -3, W, (1, -1, 1), "set", "1.0.0", "Stores the members in every given set in a key.", "destination key [key ...]", super::setops::sinterstore),
+    spec!("sunionstore", -3, W, (1, -1, 1), "set", "1.0.0", "Stores the members of any given set in a key.", "destination key [key ...]", super::setops::sunionstore),
+    spec!("sdiffstore", -3, W, (1, -1, 1), "set", "1.0.0", "Stores the members of the first set in none of the others in a key.", "destination key [key ...]", super::setops::sdiffstore),
     spec!("hset", -4, WF, (1, 1, 1), "hash", "2.0.0", "Sets fields of a hash; returns how many were new.", "key field value ...", hash::hset),
     spec!("hget", 3, RF, (1, 1, 1), "hash", "2.0.0", "Returns the value of a field of a hash.", "key field", hash::hget),
     spec!("hmget", -3, RF, (1, 1, 1), "hash", "2.0.0", "Returns the values of fields of a hash.", "key field ...", hash::hmget),
