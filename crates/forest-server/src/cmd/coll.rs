@@ -15,7 +15,7 @@ use forest_core::{check_entry, Order};
 use forest_store::Rmw;
 
 mod many;
-pub use many::{check_keys, write_many};
+pub use many::{check_keys, write_many, Many};
 
 use super::{store_error, Ctx, Reply};
 use crate::collection::{member_prefix, type_key, Kind, Meta};

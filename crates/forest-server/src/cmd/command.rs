@@ -41,6 +41,8 @@ const EVAL_RO: &[&str] = &[
 /// Commands whose keys follow a `numkeys` argument: `movablekeys` makes EXEC take every
 /// stripe lock for them (`multi::keyspace_wide`), since their key positions are not fixed.
 const MPOP: &[&str] = &["write", "movablekeys"];
+const MOVABLE_R: &[&str] = &["readonly", "movablekeys"];
+const MOVABLE_W: &[&str] = &["write", "denyoom", "movablekeys"];
 const ADMIN: &[&str] = &["admin", "noscript"];
 const TXN: &[&str] = &["noscript", "loading", "stale", "fast", "allow_busy"];
 const PUBSUB: &[&str] = &["pubsub", "noscript", "loading", "stale"];
@@ -208,6 +210,19 @@ pub static COMMAND_SPECS: &[Spec] = &[
     spec!("zcard", 2, RF, (1, 1, 1), "sorted-set", "1.2.0", "Returns the number of members of a sorted set.", "key", zset::zcard),
     spec!("zscore", 3, RF, (1, 1, 1), "sorted-set", "1.2.0", "Returns the score of a member of a sorted set.", "key member", zset::zscore),
     spec!("zrem", -3, &["write", "fast"], (1, 1, 1), "sorted-set", "1.2.0", "Removes members from a sorted set; returns how many were there.", "key member ...", zset::zrem),
+    spec!("zmpop", -4, MPOP, (0, 0, 0), "sorted-set", "7.0.0", "Pops members with the lowest or highest scores from the first non-empty sorted set of several.", "numkeys key [key ...] MIN|MAX [COUNT count]", super::zsetops::zmpop),
+    spec!("zrangebylex", -4, R, (1, 1, 1), "sorted-set", "2.8.9", "Returns members of a sorted set within a lex range (members of equal score).", "key min max [LIMIT offset count]", super::zlex::zrangebylex),
+    spec!("zrevrangebylex", -4, R, (1, 1, 1), "sorted-set", "2.8.9", "Returns members of a sorted set within a lex range, last first.", "key max min [LIMIT offset count]", super::zlex::zrevrangebylex),
+    spec!("zlexcount", 4, RF, (1, 1, 1), "sorted-set", "2.8.9", "Counts the members of a sorted set within a lex range.", "key min max", super::zlex::zlexcount),
+    spec!("zremrangebylex", 4, &["write"], (1, 1, 1), "sorted-set", "2.8.9", "Removes the members within a lex range.", "key min max", super::zlex::zremrangebylex),
+    spec!("zrangestore", -5, W, (1, 2, 1), "sorted-set", "6.2.0", "Stores a range of a sorted set (by rank, score or lex) in a key.", "dst src min max [BYSCORE|BYLEX] [REV] [LIMIT offset count]", super::zsetops::zrangestore),
+    spec!("zunion", -3, MOVABLE_R, (0, 0, 0), "sorted-set", "6.2.0", "Returns the union of sorted sets (or sets), with WEIGHTS and AGGREGATE.", "numkeys key [key ...] [WEIGHTS weight [weight ...]] [AGGREGATE SUM|MIN|MAX] [WITHSCORES]", super::zsetops::zunion),
+    spec!("zinter", -3, MOVABLE_R, (0, 0, 0), "sorted-set", "6.2.0", "Returns the intersection of sorted sets (or sets), with WEIGHTS and AGGREGATE.", "numkeys key [key ...] [WEIGHTS weight [weight ...]] [AGGREGATE SUM|MIN|MAX] [WITHSCORES]", super::zsetops::zinter),
+    spec!("zdiff", -3, MOVABLE_R, (0, 0, 0), "sorted-set", "6.2.0", "Returns the members of the first sorted set in none of the others.", "numkeys key [key ...] [WITHSCORES]", super::zsetops::zdiff),
+    spec!("zunionstore", -4, MOVABLE_W, (0, 0, 0), "sorted-set", "2.0.0", "Stores the union of sorted sets (or sets) in a key.", "destination numkeys key [key ...] [WEIGHTS weight [weight ...]] [AGGREGATE SUM|MIN|MAX]", super::zsetops::zunionstore),
+    spec!("zinterstore", -4, MOVABLE_W, (0, 0, 0), "sorted-set", "2.0.0", "Stores the intersection of sorted sets (or sets) in a key.", "destination numkeys key [key ...] [WEIGHTS weight [weight ...]] [AGGREGATE SUM|MIN|MAX]", super::zsetops::zinterstore),
+    spec!("zdiffstore", -4, MOVABLE_W, (0, 0, 0), "sorted-set", "6.2.0", "Stores the members of the first sorted set in none of the others in a key.", "destination numkeys key [key ...]", super::zsetops::zdiffstore),
+    spec!("zintercard", -3, MOVABLE_R, (0, 0, 0), "sorted-set", "7.0.0", "Counts the members in every given sorted set, up to a limit.", "numkeys key [key ...] [LIMIT limit]", super::zsetops::zintercard),
     spec!("xadd", -5, WF, (1, 1, 1), "stream", "5.0.0", "Appends an entry to a stream (no trimming); returns its id.", "key id field value ...", stream::xadd),
     spec!("xlen", 2, RF, (1, 1, 1), "stream", "5.0.0", "Returns the number of entries of a stream.", "key", stream::xlen),
     spec!("xrange", -4, R, (1, 1, 1), "stream", "5.0.0", "Returns the entries of a stream between two ids.", "key start end [COUNT count]", stream::xrange),

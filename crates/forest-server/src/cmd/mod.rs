@@ -51,7 +51,9 @@ mod stream;
 mod strings;
 mod strlen;
 mod time;
+mod zlex;
 mod zset;
+mod zsetops;
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
