@@ -297,6 +297,11 @@ fn lex_ranges_as_redis() {
                 err("syntax error"),
             ),
             (&["ZRANGE", "z", "0", "1", "BYLEX"], bad_item.clone()),
+            (&["ZRANGE", "z", "0", "1", "LIMIT", "5", "-1"], bulks(&["a", "b"])),
+            (
+                &["ZRANGE", "z", "0", "1", "LIMIT", "5", "-2"],
+                err("syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX"),
+            ),
             (&["ZLEXCOUNT", "z", "-", "+"], R::Int(5)),
             (&["ZLEXCOUNT", "z", "(a", "[c"], R::Int(2)),
             (&["ZLEXCOUNT", "z", "a", "c"], bad_item.clone()),

@@ -452,7 +452,8 @@ pub(super) fn parse_range<'a>(
         i += 1;
     }
     let (by, rev) = (by.unwrap_or(By::Rank), rev.unwrap_or(false));
-    if limit.is_some() && by == By::Rank {
+    // Redis's "no LIMIT" is a count of -1: `LIMIT offset -1` passes by rank too.
+    if limit.is_some_and(|(_, count)| count != -1) && by == By::Rank {
         return Err(Frame::err(
             "syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
         ));
