@@ -149,6 +149,18 @@ fn lmpop_as_redis() {
             (&["LMPOP", "1", "l", "LEFT"], R::Nil),
         ],
     );
+    // Keys after numkeys are checked against forest's reserved byte too.
+    let reserved = err("keys beginning with byte 0xff are reserved by forest");
+    for argv in [
+        &[&b"LMPOP"[..], b"2", b"l", b"\xffl", b"LEFT"][..],
+        &[b"ZMPOP", b"1", b"\xffz", b"MIN"],
+        &[b"ZUNION", b"1", b"\xffz"],
+        &[b"ZUNIONSTORE", b"\xffd", b"1", b"z"],
+        &[b"ZINTERCARD", b"1", b"\xffz"],
+    ] {
+        c.send(argv);
+        assert_eq!(c.read(), reserved, "{argv:?}");
+    }
     c.send_raw(b"LMPOP 1 nokey LEFT\r\n");
     assert_eq!(c.read_bytes(5), b"*-1\r\n");
     assert!(matches!(c.cmd(&["HELLO", "3"]), R::Map(_)));
@@ -611,6 +623,11 @@ fn zunion_zinter_zdiff_as_redis() {
             ),
         ],
     );
+    // RESP3: `[member, score]` pairs with double scores, as redis-server 7.0.15.
+    assert!(matches!(c.cmd(&["HELLO", "3"]), R::Map(_)));
+    c.send_raw(b"ZINTER 2 p q WEIGHTS 1 0 AGGREGATE MIN WITHSCORES\r\n");
+    let want = b"*2\r\n*2\r\n$1\r\nb\r\n,0\r\n*2\r\n$1\r\na\r\n,inf\r\n";
+    assert_eq!(c.read_bytes(want.len()), want);
 }
 
 // Goal: SMOVE, SINTERSTORE, SUNIONSTORE and SDIFFSTORE as redis-server 7.0.15: SMOVE's 0
