@@ -399,7 +399,14 @@ fn plan(args: &BenchArgs) -> anyhow::Result<Plan> {
         bail!(
             "--durability {} needs a store engine among --engines: {} (with any parameters)",
             args.durability.join(","),
-            forest_store::engine_names().join(", ")
+            forest_engines::ENGINES
+                .iter()
+                .filter(
+                    |e| e.capabilities.durable_through_store || e.capabilities.store_holds_its_file
+                )
+                .map(|e| e.name)
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     let duration = match args.duration {

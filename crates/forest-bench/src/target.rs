@@ -133,7 +133,8 @@ impl Drop for Checkpointer {
 /// Whether `spec` can run under a durable mode: an engine that can be a store's index,
 /// with any of its parameters (the store takes the full spec).
 pub fn store_can_run(spec: &crate::engines::Spec) -> bool {
-    forest_engines::find(&spec.name).is_ok_and(|e| e.capabilities.durable_through_store)
+    forest_engines::find(&spec.name)
+        .is_ok_and(|e| e.capabilities.durable_through_store || e.capabilities.store_holds_its_file)
 }
 
 /// A benchmark's target.

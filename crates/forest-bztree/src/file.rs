@@ -16,7 +16,10 @@
 //! | 6 | node size |
 //! | 7, 8 | the heap's first and end byte offsets |
 //! | 9 | crc32c of words 1, 2, 6, 7, 8 (the fields fixed at creation) |
-//! | 10..16 | zero |
+//! | 10 | store LSN: forest-store's record of the last atomic batch wholly applied (0: none) |
+//! | 11 | store pending: the LSN of an atomic batch being applied (0: none) |
+//! | 12 | pid of the process that holds the file's lock (for the second opener's error) |
+//! | 13..16 | zero |
 //! | 16.. | allocator state (`heap.rs`): bump pointer, free-list heads, unactivated lists |
 //!
 //! Opening checks, in order, and names the first problem found: the pool header (magic,
@@ -26,6 +29,10 @@
 //! earlier runs is recognised as dangling (no tree walk). The epoch advances at every open, not
 //! only after a crash: the file does not record a clean shutdown, and a spare epoch costs
 //! nothing (27 bits last 134 M opens; it then wraps to 1).
+//!
+//! Lock: [`BzTree::open`] takes an exclusive `flock` on the file before mapping it, held
+//! until the tree drops (the kernel drops it when the process dies); a second open, in this
+//! process or another, fails at once naming the file and the holder's pid (word 12).
 //!
 //! Creation writes the magic last: a file whose creation was cut short fails to open with
 //! "never completed" rather than being taken for a tree.
@@ -55,6 +62,11 @@ const W_NODE: u64 = 6;
 const W_HEAP_START: u64 = 7;
 const W_HEAP_END: u64 = 8;
 const W_CRC: u64 = 9;
+const W_STORE_LSN: u64 = 10;
+const W_STORE_PENDING: u64 = 11;
+const W_PID: u64 = 12;
+/// Byte offset of the client words in every pool file (forest-pmwcas's fixed header).
+const CLIENT_START_BYTES: u64 = 64;
 const W_STATE: u64 = 16;
 /// Client words of a tree's pool.
 pub(crate) const CLIENT_WORDS: usize = W_STATE as usize + STATE_WORDS;
@@ -85,6 +97,43 @@ fn corrupt(path: &Path, word: u64, what: String) -> Error {
         path: path.to_path_buf(),
         offset: word,
         what,
+    }
+}
+
+/// Opens (creating it if missing) and locks the file at `path` (module doc, "Lock").
+fn lock_file(path: &Path) -> Result<std::fs::File> {
+    let io = |op: &'static str, source: std::io::Error| Error::Io {
+        path: path.to_path_buf(),
+        op,
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| io("open", e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            use std::os::unix::fs::FileExt;
+            let mut pid = [0u8; 8];
+            let holder = file
+                .read_exact_at(&mut pid, CLIENT_START_BYTES + W_PID * 8)
+                .ok()
+                .map(|()| u64::from_le_bytes(pid))
+                .filter(|&p| p != 0)
+                .map_or_else(|| "another opener".to_string(), |p| format!("pid {p}"));
+            Err(io(
+                "lock",
+                std::io::Error::new(
+                    std::io::ErrorKind::WouldBlock,
+                    format!("the BzTree file is already open ({holder} holds its lock)"),
+                ),
+            ))
+        }
+        Err(std::fs::TryLockError::Error(e)) => Err(io("lock", e)),
     }
 }
 
@@ -149,6 +198,7 @@ impl<P: Persist> BzTree<P> {
     /// match the file's; heap and descriptor pool sizes are the file's.
     pub fn open(path: &Path, config: BzTreeConfig, persist: P) -> Result<Self> {
         let bytes = Self::region_bytes(&config)?;
+        let lock = lock_file(path)?;
         let exists = std::fs::metadata(path)
             .map(|m| m.len() > 0)
             .unwrap_or(false);
@@ -160,11 +210,53 @@ impl<P: Persist> BzTree<P> {
             },
             other => corrupt(path, 0, other.to_string()),
         })?;
-        if exists {
-            Self::open_in(region, config, persist, path)
+        let mut tree = if exists {
+            Self::open_in(region, config, persist, path)?
         } else {
-            Self::create_in(region, config, persist)
-        }
+            Self::create_in(region, config, persist)?
+        };
+        debug_assert_eq!(tree.pool.client_header().start, CLIENT_START_BYTES);
+        tree.set_client(W_PID, u64::from(std::process::id()));
+        tree.file_lock = Some(lock);
+        Ok(tree)
+    }
+
+    /// Sets client word `w` and persists it.
+    fn set_client(&self, w: u64, value: u64) {
+        let off = self.pool.client_header().start + w * 8;
+        self.heap
+            .atomic_client(off)
+            .store(value, std::sync::atomic::Ordering::Release);
+        self.persist_bytes(off, 8);
+    }
+
+    fn get_client(&self, w: u64) -> u64 {
+        let off = self.pool.client_header().start + w * 8;
+        self.heap
+            .atomic_client(off)
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The store LSN (header word 10): forest-store records here, once an atomic batch is
+    /// wholly applied, its last LSN, so that a reopen redoes only later batches.
+    pub fn store_lsn(&self) -> u64 {
+        self.get_client(W_STORE_LSN)
+    }
+
+    /// Records and persists the store LSN (see [`Self::store_lsn`]).
+    pub fn set_store_lsn(&self, lsn: u64) {
+        self.set_client(W_STORE_LSN, lsn);
+    }
+
+    /// The LSN of the atomic batch forest-store was applying (header word 11; 0: none): a
+    /// nonzero value at open means the tree may hold part of that batch.
+    pub fn store_pending(&self) -> u64 {
+        self.get_client(W_STORE_PENDING)
+    }
+
+    /// Records and persists the batch being applied (see [`Self::store_pending`]).
+    pub fn set_store_pending(&self, lsn: u64) {
+        self.set_client(W_STORE_PENDING, lsn);
     }
 
     /// A new tree in `region` (zeroed, at least [`BzTree::region_bytes`]).
@@ -186,6 +278,7 @@ impl<P: Persist> BzTree<P> {
             config,
             index_epoch: 1,
             counters: Counters::default(),
+            file_lock: None,
             open_report: OpenReport {
                 created: true,
                 index_epoch: 1,
@@ -353,6 +446,7 @@ impl<P: Persist> BzTree<P> {
             },
             index_epoch,
             counters: Counters::default(),
+            file_lock: None,
             open_report: OpenReport::default(),
         };
         let root = tree.root(&tree.pool.pin());

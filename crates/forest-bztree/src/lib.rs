@@ -259,6 +259,9 @@ pub struct BzTree<P: Persist = NoPersist> {
     pub(crate) index_epoch: u64,
     pub(crate) counters: Counters,
     pub(crate) open_report: OpenReport,
+    /// The file's exclusive lock (`file` module doc), held while the tree lives; None for
+    /// anonymous regions and crash images.
+    pub(crate) file_lock: Option<std::fs::File>,
 }
 
 impl<P: Persist> std::fmt::Debug for BzTree<P> {

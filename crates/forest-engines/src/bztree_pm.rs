@@ -2,11 +2,13 @@
 //! one file, mapped shared, and recovers from it on its own. `build` makes a new, empty engine,
 //! so each build creates a fresh file in `dir` (the system's temp dir by default), removed when
 //! the engine drops: a benchmark's file is scratch space. Reopening a file is
-//! `forest_bztree::BzTree::open`.
+//! `forest_bztree::BzTree::open`; a store's tree (forest-store, a file in the store's
+//! directory that outlives the process) is a [`StoreTree`].
 
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use forest_bztree::{BzTree, BzTreeConfig};
 use forest_core::{Error, Index, IndexStats, Order, Result, Visitor};
@@ -31,7 +33,8 @@ const PARAMS: &[Param] = &[
         values: "PATH",
         default: "",
         meaning: "directory of the tree's file (empty: the system's temp dir); the file is \
-                  new for each engine built and removed when it drops",
+                  new for each engine built and removed when it drops (a store ignores it: \
+                  its tree is bztree-pm.pool in the store's directory, and kept)",
     },
     Param {
         key: "node",
@@ -61,6 +64,7 @@ pub(crate) const ENTRY: EngineEntry = EngineEntry {
         in_memory: true,
         durable_through_store: false,
         persistent_on_its_own: true,
+        store_holds_its_file: true,
         temporal: false,
     },
     resolve,
@@ -218,6 +222,136 @@ impl<P: Persist> Index for Scratch<P> {
 
     fn stats(&self) -> IndexStats {
         self.tree().stats()
+    }
+}
+
+/// The name of a store's tree file in its directory.
+pub const STORE_FILE_NAME: &str = "bztree-pm.pool";
+
+/// A tree in either persist mode.
+enum AnyTree {
+    Clwb(BzTree<Clwb>),
+    Msync(BzTree<Msync>),
+}
+
+macro_rules! with_tree {
+    ($self:expr, $t:ident => $e:expr) => {
+        match &*$self.0 {
+            AnyTree::Clwb($t) => $e,
+            AnyTree::Msync($t) => $e,
+        }
+    };
+}
+
+/// A `bztree-pm` tree that is a store's data (forest-store): opened, not created afresh, in a
+/// file the store names, kept when it drops. Clones share the tree. The spec's `dir` is not
+/// used (the store's directory holds the file).
+#[derive(Clone)]
+pub struct StoreTree(Arc<AnyTree>);
+
+impl std::fmt::Debug for StoreTree {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreTree")
+            .field("msync", &self.is_msync())
+            .finish_non_exhaustive()
+    }
+}
+
+impl StoreTree {
+    /// Opens (or creates, if missing or empty) the tree of `spec` (a `bztree-pm` spec) in
+    /// the file at `path`: checked, locked and recovered (`BzTree::open`).
+    pub fn open(spec: &EngineSpec, path: &Path) -> Result<StoreTree> {
+        if spec.name != NAME {
+            return Err(Error::Config(format!(
+                "StoreTree opens {NAME} specs, not {:?}",
+                spec.name
+            )));
+        }
+        let p = parse(spec)?;
+        Ok(StoreTree(Arc::new(match p.persist.as_str() {
+            "msync" => AnyTree::Msync(BzTree::open(path, p.config, Msync)?),
+            _ => AnyTree::Clwb(BzTree::open(path, p.config, Clwb::detect())?),
+        })))
+    }
+
+    /// Whether every flush is an msync (`persist=msync`): a write is durable on return.
+    pub fn is_msync(&self) -> bool {
+        matches!(&*self.0, AnyTree::Msync(_))
+    }
+
+    /// Whether the file was created by this open.
+    pub fn created(&self) -> bool {
+        with_tree!(self, t => t.open_report().created)
+    }
+
+    /// Whether the previous open of the file ran on this boot (its page cache is whole).
+    pub fn same_boot(&self) -> bool {
+        with_tree!(self, t => t.open_report().same_boot)
+    }
+
+    /// The open's recovery time in microseconds.
+    pub fn recovery_micros(&self) -> u64 {
+        with_tree!(self, t => t.open_report().recovery_micros)
+    }
+
+    /// `BzTree::store_lsn`.
+    pub fn store_lsn(&self) -> u64 {
+        with_tree!(self, t => t.store_lsn())
+    }
+
+    /// `BzTree::set_store_lsn`.
+    pub fn set_store_lsn(&self, lsn: u64) {
+        with_tree!(self, t => t.set_store_lsn(lsn))
+    }
+
+    /// `BzTree::store_pending`.
+    pub fn store_pending(&self) -> u64 {
+        with_tree!(self, t => t.store_pending())
+    }
+
+    /// `BzTree::set_store_pending`.
+    pub fn set_store_pending(&self, lsn: u64) {
+        with_tree!(self, t => t.set_store_pending(lsn))
+    }
+}
+
+impl Index for StoreTree {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn get(&self, key: &[u8], out: &mut Vec<u8>) -> bool {
+        with_tree!(self, t => t.get(key, out))
+    }
+
+    fn insert(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        with_tree!(self, t => t.insert(key, value))
+    }
+
+    fn upsert(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        with_tree!(self, t => t.upsert(key, value))
+    }
+
+    fn update(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        with_tree!(self, t => t.update(key, value))
+    }
+
+    fn remove(&self, key: &[u8]) -> bool {
+        with_tree!(self, t => t.remove(key))
+    }
+
+    fn scan(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        visit: &mut Visitor<'_>,
+    ) {
+        with_tree!(self, t => t.scan(lower, upper, order, visit))
+    }
+
+    fn stats(&self) -> IndexStats {
+        with_tree!(self, t => t.stats())
     }
 }
 

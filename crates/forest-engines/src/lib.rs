@@ -18,6 +18,7 @@ mod masstree;
 mod registry;
 mod spec;
 
+pub use bztree_pm::{StoreTree, STORE_FILE_NAME};
 pub use registry::{
     build, canonical, engine_names, find, Capabilities, EngineEntry, Param, Resolved, ENGINES,
     ENGINE_DEFAULT,

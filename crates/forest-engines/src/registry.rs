@@ -28,6 +28,10 @@ pub struct Capabilities {
     /// Keeps its data in files of its own and recovers from them (BzTree on PMwCAS,
     /// LLAMA's log-structured store).
     pub persistent_on_its_own: bool,
+    /// A store can hold the engine's own file as its data, inside the store's directory
+    /// (bztree-pm: `forest_store::pm`). Such an engine is not among the store's
+    /// `engine_names`, which run every test of a store engine.
+    pub store_holds_its_file: bool,
     /// Answers as-of-time reads and version history (TSBw).
     pub temporal: bool,
 }
@@ -41,6 +45,7 @@ impl Capabilities {
         in_memory: true,
         durable_through_store: true,
         persistent_on_its_own: false,
+        store_holds_its_file: false,
         temporal: false,
     };
 }

@@ -5,12 +5,15 @@
 //! |--------|-------|
 //! | [`mapping_table`] | §II-B mapping table; TSBw §II-C Allocate, Free, Read, Update-D, Update-R; §III-D epochs for states and PIDs |
 //! | [`page_state`] | §II-B: a word holds a memory pointer or (later issue) a storage offset |
+//! | [`lss`] | §II-E, §V-B, §VIII-B; TSBw §II-D: the log-structured store (segment files, records, the latch-free flush buffer, Mk-Stable, Hi-Stable) |
 //!
 //! The access method (forest-bwtree) owns the meaning of a page state: this crate only stores
 //! pointers to states of a type implementing [`PageState`], swaps them with CAS, and reclaims
-//! swapped-out states through crossbeam-epoch. Flushing, eviction and the log-structured store
-//! are a later issue.
+//! swapped-out states through crossbeam-epoch. The log-structured store ([`lss`], issue 17)
+//! is the storage layer under flushing, eviction, cleaning and recovery, which later
+//! increments of issue 17 build on it.
 
+pub mod lss;
 pub mod mapping_table;
 pub mod page_state;
 

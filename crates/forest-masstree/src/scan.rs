@@ -96,12 +96,21 @@ const _: () = assert!(forest_core::KEY_BYTES_MAX <= u32::MAX as usize);
 struct Batch {
     bytes: Vec<u8>,
     lens: Vec<(u32, u32)>,
+    /// [`scan_pinned`] only: where in `bytes` the last key handed out starts (the keys
+    /// before it are dead; they are dropped only once they pass [`PINNED_KEPT_BYTES`], so
+    /// handing a record out moves no bytes).
+    last_at: usize,
 }
+
+/// [`scan_pinned`]: dead keys in front of the last one handed out are dropped once they take
+/// this many bytes.
+const PINNED_KEPT_BYTES: usize = 4096;
 
 impl Batch {
     fn clear(&mut self) {
         self.bytes.clear();
         self.lens.clear();
+        self.last_at = 0;
     }
 
     /// The records as (key, value) pairs.
@@ -288,8 +297,13 @@ impl<'s, 'g, const W: usize, const F: usize> Collect<'s, 'g, '_, W, F> {
         self.past_near = true;
         if let Some(visit) = self.pinned.as_mut() {
             let flow = visit(key, value.bytes);
-            // Keep this key alone: where a restart goes on from.
-            bytes.drain(..start);
+            // Keep this key: where a restart goes on from.
+            if start >= PINNED_KEPT_BYTES {
+                bytes.drain(..start);
+                self.batch.last_at = 0;
+            } else {
+                self.batch.last_at = start;
+            }
             return match flow {
                 ControlFlow::Break(()) => ControlFlow::Break(Stop::End),
                 ControlFlow::Continue(()) => ControlFlow::Continue(()),
@@ -619,7 +633,9 @@ fn run<const W: usize, const F: usize>(
                 break;
             }
             if handed {
-                resume.get_or_insert_with(Vec::new).clone_from(&batch.bytes);
+                let r = resume.get_or_insert_with(Vec::new);
+                r.clear();
+                r.extend_from_slice(&batch.bytes[batch.last_at..]);
             }
             continue;
         }

@@ -20,7 +20,8 @@
 //!   removal removes the type entry, as Redis deletes empty collections);
 //! - a list's members are the sequence numbers `head..tail`, with no gaps (only the ends
 //!   change: LPUSH/LPOP at the head, RPUSH/RPOP at the tail);
-//! - `live` counts type entries and `reserved` every store entry under 0xFF; both change
+//! - `live` counts type entries and `reserved` every store entry under 0xFF but the strings
+//!   with a deadline (`FF 'x'`, [`crate::expiry`]); both change
 //!   only by what a write reports it changed, under the key's stripe lock.
 //!
 //! Choices: every read-modify-write of one collection holds a stripe lock (a striped mutex
@@ -232,7 +233,10 @@ impl Collections {
             Bound::Unbounded,
             Order::Ascending,
             &mut |key, _| {
-                reserved += 1;
+                // Strings with a deadline (`FF 'x'`) are keys, not reserved entries.
+                if key.get(1) != Some(&crate::expiry::STRING_TAG) {
+                    reserved += 1;
+                }
                 if key.get(1) == Some(&TYPE_TAG) {
                     live += 1;
                 }

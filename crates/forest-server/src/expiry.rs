@@ -8,36 +8,45 @@
 //! due, oldest first, a bounded number per tick.
 //!
 //! Layout (beside the collections', [`crate::collection`]):
-//! - `FF 'E' <deadline: u64 BE, ms since the Unix epoch> <userkey>` -> empty: one entry per
-//!   key with a deadline, string or collection. It is written in the same atomic store batch
-//!   as the write it belongs to (SET EX's value, EXPIRE's change, DEL's removal), so a
-//!   restart or a replay brings back exactly the deadlines the acknowledged writes set, and
-//!   the absolute deadline (never a relative TTL) is what is logged.
-//! - In memory, [`Expires`] maps each such key to its deadline (rebuilt from the index at
-//!   start), so a read asks "is it due?" without a second store lookup, and a write knows
-//!   which index entry to replace.
+//! - a string with a deadline is one entry, `FF 'x' <userkey>` -> `<deadline: u64 BE, ms
+//!   since the Unix epoch> <value>`, and its raw key is absent; a string without one stays
+//!   at its raw key. So SET EX writes one entry, and the deadline is written with the value
+//!   in every write: a restart or a replay brings back exactly the deadlines the
+//!   acknowledged writes set, and the absolute deadline (never a relative TTL) is logged.
+//!   A write that sets or clears a deadline moves the string between the two places in one
+//!   atomic batch ([`Expires::begin_move`]).
+//! - a collection with a deadline has the entry `FF 'E' <deadline BE> <userkey>` -> empty,
+//!   written in the same atomic batch as the change it belongs to.
+//! - In memory, [`Expires`] maps each key with a deadline to it (rebuilt from both ranges at
+//!   start), so a read knows where a string lives and whether it is due without a second
+//!   store lookup, and keeps the deadlines in time order per shard, which the active task
+//!   walks (the `FF 'x'` range is in key order, not time order).
+//! - A store written before (strings' deadlines as `FF 'E'` entries beside the raw key) is
+//!   moved over at open ([`migrate`]), a bounded batch at a time, each atomic.
 //!
 //! Invariants:
-//! - a key has at most one index entry, and has one exactly while the map holds its
-//!   deadline; both change only under the key's stripe lock ([`crate::collection::Collections::lock`]);
-//! - an index entry's key exists (a deadline in the past deletes the key instead of being
-//!   stored, and every deletion of a key removes its entry in the same batch);
-//! - a key whose deadline is at or before now is never visible: reads check the map (after
-//!   reading the value), scans filter, DBSIZE subtracts the due index entries;
+//! - a string is in one place: its raw key or `FF 'x'`, never both (every move is one
+//!   atomic batch); it is at `FF 'x'` exactly while the map holds its deadline, except
+//!   between a move's batch and the map's update, both under the key's stripe lock
+//!   ([`crate::collection::Collections::lock`]): a reader that misses the key meanwhile
+//!   reads again ([`Expires::read_string`]);
+//! - a collection has at most one `FF 'E'` entry, and has one exactly while the map holds
+//!   its deadline; an entry's collection exists;
+//! - a key whose deadline is at or before now is never visible: reads check the deadline
+//!   (a string's is in its value), scans filter, DBSIZE subtracts the due keys;
 //! - every deletion of an expired key (by a write that finds it due, by the active task, or
 //!   by a command setting a deadline in the past) goes through one function,
 //!   `cmd::expire::delete_expired`, which writes the store first and clears the map after;
-//! - a point read checks the deadline before it reads the value (so a deletion, store first,
-//!   map second, is never seen as a value without a deadline); a scan, which reads rows
-//!   before it can check their deadlines, checks [`Expires::generation`] and re-reads its rows
-//!   as point reads if a deletion may have slipped in between.
+//! - a scan, which reads rows before it can check their deadlines, checks
+//!   [`Expires::generation`] and re-reads its rows as point reads if a deletion may have
+//!   slipped in between.
 //!
 //! Choices: a write that sets or clears a deadline of a live key updates the map when it is
 //! decided, just before its batch is written (under the stripe lock); a reader that slips
 //! between the two sees a deadline still in the future either way. The map costs memory per
 //! key with a deadline (its bytes plus about 50), as Redis's `expires` dictionary does.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasher, Hasher};
 use std::ops::{Bound, ControlFlow};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -51,8 +60,19 @@ use parking_lot::Mutex;
 use crate::collection::RESERVED_BYTE;
 use crate::server::Shared;
 
-/// Tag of the deadline index entries, after [`RESERVED_BYTE`].
+/// Tag of the collections' deadline entries, after [`RESERVED_BYTE`] (and of the strings'
+/// in stores written before [`STRING_TAG`]).
 pub const EXPIRE_TAG: u8 = b'E';
+/// Tag of the strings with a deadline, after [`RESERVED_BYTE`]: `FF 'x' <user>` ->
+/// `<deadline BE> <value>`.
+pub const STRING_TAG: u8 = b'x';
+/// Bytes of the deadline before a string's value at `FF 'x'`.
+pub const DEADLINE_BYTES: usize = 8;
+/// Strings moved per atomic batch when an older store is migrated at open.
+const MIGRATE_BATCH_KEYS: usize = 256;
+/// Reads that miss a string while a move is under way try again this many times, then
+/// look in both places.
+const READ_RETRIES: usize = 64;
 /// Shards of the deadline map: enough that connections rarely meet on one, few enough to
 /// cost little when empty.
 const MAP_SHARD_COUNT: usize = 256;
@@ -72,6 +92,53 @@ pub fn index_key(deadline_ms: u64, user: &[u8]) -> Vec<u8> {
     key.extend_from_slice(&deadline_ms.to_be_bytes());
     key.extend_from_slice(user);
     key
+}
+
+/// `FF 'x' <user>`: where a string with a deadline lives.
+pub fn string_key(user: &[u8]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(user.len() + 2);
+    key.extend_from_slice(&[RESERVED_BYTE, STRING_TAG]);
+    key.extend_from_slice(user);
+    key
+}
+
+/// The user key of an `FF 'x'` entry; None if `key` is not one.
+pub fn split_string_key(key: &[u8]) -> Option<&[u8]> {
+    key.strip_prefix(&[RESERVED_BYTE, STRING_TAG][..])
+}
+
+/// The whole `FF 'x'` range: (lower, upper exclusive).
+pub fn string_bounds() -> ([u8; 2], [u8; 2]) {
+    ([RESERVED_BYTE, STRING_TAG], [RESERVED_BYTE, STRING_TAG + 1])
+}
+
+/// `<deadline BE> <value>`: what `FF 'x' <user>` holds.
+pub fn encode_string(deadline_ms: u64, value: &[u8]) -> Vec<u8> {
+    let mut stored = Vec::with_capacity(DEADLINE_BYTES + value.len());
+    stored.extend_from_slice(&deadline_ms.to_be_bytes());
+    stored.extend_from_slice(value);
+    stored
+}
+
+/// The deadline and value of what `FF 'x' <user>` holds; None if it is too short.
+pub fn decode_string(stored: &[u8]) -> Option<(u64, &[u8])> {
+    let deadline: [u8; DEADLINE_BYTES] = stored.get(..DEADLINE_BYTES)?.try_into().ok()?;
+    Some((u64::from_be_bytes(deadline), &stored[DEADLINE_BYTES..]))
+}
+
+/// Strips the deadline from a value read from `FF 'x'` in place; returns it (None, and
+/// `out` cleared, if the value is too short to hold one).
+pub fn strip_deadline(out: &mut Vec<u8>) -> Option<u64> {
+    match decode_string(out) {
+        Some((deadline, _)) => {
+            out.drain(..DEADLINE_BYTES);
+            Some(deadline)
+        }
+        None => {
+            out.clear();
+            None
+        }
+    }
 }
 
 /// An index entry's deadline and user key; None if `key` is not one.
@@ -104,8 +171,15 @@ fn unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// One shard of the deadline map: user key -> deadline (ms since the Unix epoch).
-type MapShard = Mutex<HashMap<Box<[u8]>, u64>>;
+/// One shard of the deadline map: user key -> deadline (ms since the Unix epoch), and the
+/// same pairs in time order (the active task's walk). The key's bytes are shared.
+#[derive(Debug, Default)]
+struct Shard {
+    map: HashMap<Arc<[u8]>, u64>,
+    order: BTreeSet<(u64, Arc<[u8]>)>,
+}
+
+type MapShard = Mutex<Shard>;
 
 /// The deadlines of the keys that have one (see the module doc), and expiry's counters.
 #[derive(Debug)]
@@ -129,14 +203,40 @@ pub struct Expires {
     /// forgets the deadline: a scan that read a row, then found no deadline for it, checks
     /// this to know whether the row may be a key deleted meanwhile ([`Expires::generation`]).
     generation: AtomicU64,
+    /// Moves of strings between their raw key and `FF 'x'` begun and ended
+    /// ([`Self::begin_move`]): a read that missed a string while the two differed may have
+    /// looked in the place it just left.
+    moves_begun: AtomicU64,
+    moves_ended: AtomicU64,
+    /// Whether a string may ever have moved to `FF 'x'` since start: until then a scan of
+    /// strings reads the raw range alone ([`Self::scan_untimed`]).
+    timed: AtomicBool,
+    /// Scans of the raw range alone under way ([`Self::scan_untimed`]).
+    untimed_scans: AtomicU64,
 }
 
 impl Expires {
-    /// Reads the deadline index (one scan of it at start: proportional to the keys with a
-    /// deadline). Keys whose deadline passed while the server was down stay invisible and
-    /// the active task deletes them first.
+    /// Reads the strings' deadlines (the `FF 'x'` range) and the collections' (`FF 'E'`):
+    /// one scan of each at start, proportional to the keys with a deadline. Keys whose
+    /// deadline passed while the server was down stay invisible and the active task
+    /// deletes them first. Run [`migrate`] before on a store written by an older forest.
     pub fn load(store: &Store) -> Self {
         let expires = Self::empty();
+        let (lower, upper) = string_bounds();
+        store.scan(
+            Bound::Included(&lower[..]),
+            Bound::Excluded(&upper[..]),
+            Order::Ascending,
+            &mut |key, value| {
+                if let (Some(user), Some((deadline, _))) =
+                    (split_string_key(key), decode_string(value))
+                {
+                    expires.insert(user, deadline);
+                    expires.timed.store(true, Ordering::SeqCst);
+                }
+                ControlFlow::Continue(())
+            },
+        );
         let (lower, upper) = index_bounds();
         store.scan(
             Bound::Included(&lower[..]),
@@ -157,7 +257,7 @@ impl Expires {
     fn empty() -> Self {
         Self {
             shards: (0..MAP_SHARD_COUNT)
-                .map(|_| Mutex::new(HashMap::new()))
+                .map(|_| Mutex::new(Shard::default()))
                 .collect(),
             hasher: std::collections::hash_map::RandomState::new(),
             count: AtomicI64::new(0),
@@ -167,6 +267,10 @@ impl Expires {
             clock_offset_ms: AtomicI64::new(0),
             clock_frozen_ms: AtomicU64::new(0),
             generation: AtomicU64::new(0),
+            moves_begun: AtomicU64::new(0),
+            moves_ended: AtomicU64::new(0),
+            timed: AtomicBool::new(false),
+            untimed_scans: AtomicU64::new(0),
         }
     }
 
@@ -211,7 +315,87 @@ impl Expires {
         if !self.any() {
             return None;
         }
-        self.shard(user).lock().get(user).copied()
+        self.shard(user).lock().map.get(user).copied()
+    }
+
+    /// Marks the start of a move of a string between its raw key and `FF 'x'` (a write
+    /// that sets or clears its deadline): before its batch. [`Self::end_move`] follows once
+    /// the map holds the new deadline.
+    pub(crate) fn begin_move(&self) {
+        self.moves_begun.fetch_add(1, Ordering::SeqCst);
+        if !self.timed.load(Ordering::SeqCst) {
+            // The first move: from now on scans merge both places; one that read the raw
+            // range alone ends first, so that none can miss the string moving.
+            self.timed.store(true, Ordering::SeqCst);
+            while self.untimed_scans.load(Ordering::SeqCst) > 0 {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Runs `scan` (of the raw string range alone) if no string can be at `FF 'x'`: no
+    /// deadline in the map and no string moved there since start; false (and `scan` not
+    /// run) otherwise. A move waits for such scans to end ([`Self::begin_move`]).
+    pub fn scan_untimed(&self, scan: impl FnOnce()) -> bool {
+        self.untimed_scans.fetch_add(1, Ordering::SeqCst);
+        let untimed = !self.timed.load(Ordering::SeqCst) && !self.any();
+        if untimed {
+            scan();
+        }
+        self.untimed_scans.fetch_sub(1, Ordering::SeqCst);
+        untimed
+    }
+
+    /// The end of a move ([`Self::begin_move`]).
+    pub(crate) fn end_move(&self) {
+        self.moves_ended.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Reads string `user` from where the map says it lives: its value (without the
+    /// deadline) into `out` and its deadline (None: it has none); None if absent. Due or
+    /// not: the caller compares the deadline. A hit is right as it is (a string is in one
+    /// place, and at `FF 'x'` its deadline is in its value); a miss is right unless a move
+    /// was under way between the map's answer and the store's, and then it reads again.
+    pub fn read_string(
+        &self,
+        store: &Store,
+        user: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Option<Option<u64>> {
+        let mut attempt = 0;
+        loop {
+            let ended = self.moves_ended.load(Ordering::SeqCst);
+            let found = match self.deadline(user) {
+                None => read_raw_place(store, user, out),
+                Some(_) => read_deadline_place(store, user, out),
+            };
+            if found.is_some() {
+                return found;
+            }
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if self.moves_begun.load(Ordering::SeqCst) == ended {
+                return None;
+            }
+            attempt += 1;
+            if attempt >= READ_RETRIES {
+                // Moves keep coming: look in both places.
+                return read_raw_place(store, user, out)
+                    .or_else(|| read_deadline_place(store, user, out));
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Whether a read that began when [`Self::moves_ended`] was `ended` may have missed a
+    /// string that a move put elsewhere meanwhile.
+    pub fn moved_since(&self, ended: u64) -> bool {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.moves_begun.load(Ordering::SeqCst) != ended
+    }
+
+    /// Moves ended so far (see [`Self::moved_since`]).
+    pub fn moves_ended(&self) -> u64 {
+        self.moves_ended.load(Ordering::SeqCst)
     }
 
     /// Whether `user` has a deadline at or before now: such a key is never visible.
@@ -248,7 +432,25 @@ impl Expires {
 
     /// Records `user`'s deadline (replacing any). Precondition: its stripe lock is held.
     pub(crate) fn insert(&self, user: &[u8], deadline: u64) {
-        let old = self.shard(user).lock().insert(user.into(), deadline);
+        let old = {
+            let mut shard = self.shard(user).lock();
+            let Shard { map, order } = &mut *shard;
+            match map.get_key_value(user) {
+                Some((name, &old)) => {
+                    let name = Arc::clone(name);
+                    order.remove(&(old, Arc::clone(&name)));
+                    order.insert((deadline, Arc::clone(&name)));
+                    map.insert(name, deadline);
+                    Some(old)
+                }
+                None => {
+                    let name: Arc<[u8]> = Arc::from(user);
+                    order.insert((deadline, Arc::clone(&name)));
+                    map.insert(name, deadline);
+                    None
+                }
+            }
+        };
         self.account(old, Some(deadline));
     }
 
@@ -257,9 +459,39 @@ impl Expires {
         if !self.any() {
             return None;
         }
-        let old = self.shard(user).lock().remove(user);
+        let old = {
+            let mut shard = self.shard(user).lock();
+            let Shard { map, order } = &mut *shard;
+            let removed = map.remove_entry(user);
+            if let Some((name, deadline)) = &removed {
+                order.remove(&(*deadline, Arc::clone(name)));
+            }
+            removed.map(|(_, deadline)| deadline)
+        };
         self.account(old, None);
         old
+    }
+
+    /// Up to `max` keys whose deadline is at or before `now_ms`, earliest first.
+    pub fn due(&self, now_ms: u64, max: usize) -> Vec<(u64, Vec<u8>)> {
+        if !self.any() || max == 0 {
+            return Vec::new();
+        }
+        let mut due = Vec::new();
+        for shard in self.shards.iter() {
+            let shard = shard.lock();
+            due.extend(
+                shard
+                    .order
+                    .iter()
+                    .take_while(|(deadline, _)| *deadline <= now_ms)
+                    .take(max)
+                    .map(|(deadline, user)| (*deadline, user.to_vec())),
+            );
+        }
+        due.sort_unstable();
+        due.truncate(max);
+        due
     }
 
     fn account(&self, old: Option<u64>, new: Option<u64>) {
@@ -284,8 +516,9 @@ impl Expires {
     pub(crate) fn clear(&self) {
         self.bump_generation();
         for shard in self.shards.iter() {
-            let mut map = shard.lock();
-            for (_, deadline) in map.drain() {
+            let mut shard = shard.lock();
+            shard.order.clear();
+            for (_, deadline) in shard.map.drain() {
                 self.account(Some(deadline), None);
             }
         }
@@ -327,31 +560,109 @@ impl Expires {
         self.active.load(Ordering::Relaxed)
     }
 
-    /// Keys whose deadline has passed but that are not deleted yet (one scan of the due
-    /// part of the index, which the active task keeps short).
-    pub fn due_count(&self, store: &Store) -> i64 {
+    /// Keys whose deadline has passed but that are not deleted yet (the due part of the
+    /// time order, which the active task keeps short).
+    pub fn due_count(&self) -> i64 {
         if !self.any() {
             return 0;
         }
-        let (lower, upper) = due_bounds(self.now_ms());
+        let now = self.now_ms();
         let mut due = 0i64;
-        store.scan(
-            Bound::Included(&lower[..]),
-            Bound::Excluded(&upper[..]),
-            Order::Ascending,
-            &mut |_, _| {
-                due += 1;
-                ControlFlow::Continue(())
-            },
-        );
+        for shard in self.shards.iter() {
+            let shard = shard.lock();
+            due += shard
+                .order
+                .iter()
+                .take_while(|(deadline, _)| *deadline <= now)
+                .count() as i64;
+        }
         due
     }
 }
 
-/// Removes what no forest write leaves but a hand-edited or damaged store might hold: index
-/// entries whose key does not exist, and all but the latest entry of a key with several.
+/// String `user` at its raw key, if there (no deadline).
+fn read_raw_place(store: &Store, user: &[u8], out: &mut Vec<u8>) -> Option<Option<u64>> {
+    store.get(user, out).then_some(None)
+}
+
+/// String `user` at `FF 'x'`, if there: its deadline, its value in `out`.
+fn read_deadline_place(store: &Store, user: &[u8], out: &mut Vec<u8>) -> Option<Option<u64>> {
+    if !store.get(&string_key(user), out) {
+        return None;
+    }
+    strip_deadline(out).map(Some)
+}
+
+/// Moves the strings' deadlines of a store written by an older forest (an `FF 'E'` entry
+/// beside the raw key) to the one-entry layout: the string becomes `FF 'x' <user>` ->
+/// `<deadline> <value>`, its raw key and its `FF 'E'` entry removed, at most
+/// [`MIGRATE_BATCH_KEYS`] strings per atomic batch. A crash between batches leaves some
+/// strings moved and the rest as they were (each string is whole in one place), and the
+/// next open goes on. A string whose value is too long to hold the deadline as well keeps
+/// its raw key and loses its deadline (reported on stderr). Run at start, before serving
+/// and before [`Expires::load`]; returns how many strings it moved.
+pub fn migrate(store: &Store) -> forest_core::Result<u64> {
+    let (lower, upper) = index_bounds();
+    let mut resume: Option<Vec<u8>> = None;
+    let mut moved = 0;
+    loop {
+        let mut entries: Vec<Vec<u8>> = Vec::new();
+        let from = match &resume {
+            Some(key) => Bound::Excluded(key.as_slice()),
+            None => Bound::Included(&lower[..]),
+        };
+        store.scan_up_to(
+            from,
+            Bound::Excluded(&upper[..]),
+            Order::Ascending,
+            MIGRATE_BATCH_KEYS,
+            &mut |key, _| {
+                entries.push(key.to_vec());
+                ControlFlow::Continue(())
+            },
+        );
+        let full = entries.len() >= MIGRATE_BATCH_KEYS;
+        let mut batch = forest_store::WriteBatch::new();
+        let mut value = Vec::new();
+        for entry in &entries {
+            let Some((deadline, user)) = split_index_key(entry) else {
+                continue;
+            };
+            if !store.get(user, &mut value) {
+                // A collection's deadline (or an orphan, which `repair` removes).
+                continue;
+            }
+            let stored = encode_string(deadline, &value);
+            let place = string_key(user);
+            batch.remove(entry);
+            if forest_core::check_entry(&place, &stored).is_ok() {
+                batch.remove(user);
+                batch.put(&place, &stored);
+                moved += 1;
+            } else {
+                eprintln!(
+                    "forest: key {:?} is too long to keep its deadline in this store's layout; \
+                     it stays without one",
+                    String::from_utf8_lossy(&user[..user.len().min(64)])
+                );
+            }
+        }
+        if !batch.is_empty() {
+            store.write(&batch)?;
+        }
+        match entries.pop() {
+            Some(last) if full => resume = Some(last),
+            _ => return Ok(moved),
+        }
+    }
+}
+
+/// Removes what no forest write leaves but a hand-edited or damaged store might hold:
+/// collections' deadline entries whose collection does not exist, and all but the latest
+/// entry of a key with several; first moves an older store's strings over ([`migrate`]).
 /// Run at start, before serving; returns how many entries it removed.
 pub fn repair(store: &Store) -> forest_core::Result<u64> {
+    migrate(store)?;
     let (lower, upper) = index_bounds();
     let mut latest: HashMap<Vec<u8>, u64> = HashMap::new();
     let mut entries: Vec<(u64, Vec<u8>)> = Vec::new();
@@ -371,8 +682,7 @@ pub fn repair(store: &Store) -> forest_core::Result<u64> {
     let mut removed = 0;
     let mut scratch = Vec::new();
     for (deadline, user) in entries {
-        let exists = store.get(&user, &mut scratch)
-            || store.get(&crate::collection::type_key(&user), &mut scratch);
+        let exists = store.get(&crate::collection::type_key(&user), &mut scratch);
         if !exists || latest.get(&user) != Some(&deadline) {
             store.remove(&index_key(deadline, &user))?;
             removed += 1;
@@ -421,6 +731,135 @@ mod tests {
         assert!(b >= upper);
         let (_, top) = due_bounds(u64::MAX);
         assert_eq!(top, vec![RESERVED_BYTE, EXPIRE_TAG + 1]);
+    }
+
+    // Goal: a string's place and stored value round-trip; a value too short to hold a
+    // deadline is refused, not misread.
+    #[test]
+    fn string_places_round_trip() {
+        let key = string_key(b"k");
+        assert_eq!(split_string_key(&key), Some(&b"k"[..]));
+        assert_eq!(split_string_key(b"k"), None);
+        let stored = encode_string(7, b"value");
+        assert_eq!(decode_string(&stored), Some((7, &b"value"[..])));
+        assert_eq!(decode_string(b"short"), None);
+        let mut out = stored.clone();
+        assert_eq!(strip_deadline(&mut out), Some(7));
+        assert_eq!(out, b"value");
+        let (lower, upper) = string_bounds();
+        assert!(lower.as_slice() <= key.as_slice() && key.as_slice() < upper.as_slice());
+    }
+
+    // Goal: the time order follows the map (replace, remove, clear) and `due` hands out
+    // the earliest deadlines first, at most `max`.
+    #[test]
+    fn due_keys_in_time_order() {
+        let e = Expires::empty();
+        e.insert(b"a", 30);
+        e.insert(b"b", 10);
+        e.insert(b"c", 20);
+        e.insert(b"a", 5);
+        e.insert(b"d", 1_000);
+        assert_eq!(e.remove(b"c"), Some(20));
+        assert_eq!(
+            e.due(100, 10),
+            vec![(5, b"a".to_vec()), (10, b"b".to_vec())]
+        );
+        assert_eq!(e.due(100, 1), vec![(5, b"a".to_vec())]);
+        assert_eq!(e.due(4, 10), vec![]);
+        e.clear();
+        assert_eq!(e.due(u64::MAX, 10), vec![]);
+    }
+
+    // Goal: a store written by the older layout (a string's deadline as an `FF 'E'` entry
+    // beside its raw key) opens right, also when a crash cut its migration in two (some
+    // strings moved, the rest not), and opening again changes nothing more: values,
+    // deadlines, a key due while down gone, a collection's deadline kept, DBSIZE, KEYS.
+    // Method: write both layouts by hand into one store (more strings than one migration
+    // batch), reopen twice, check every key and the store's entries.
+    #[test]
+    fn migrates_the_older_layout() {
+        use crate::cmd::testing::{bulk, bulks, Harness};
+        use crate::frame::Frame;
+        let h = Harness::new();
+        let now = unix_ms();
+        let count = MIGRATE_BATCH_KEYS * 2 + 11;
+        let name = |i: usize| format!("s{i:04}");
+        {
+            let store = &h.shared.store;
+            for i in 0..count {
+                let (key, value) = (name(i), format!("v{i}"));
+                let deadline = now + 100_000_000 + i as u64;
+                if i % 3 == 0 {
+                    // Already moved before the crash.
+                    store
+                        .upsert(
+                            &string_key(key.as_bytes()),
+                            &encode_string(deadline, value.as_bytes()),
+                        )
+                        .expect("upsert");
+                } else {
+                    store
+                        .upsert(key.as_bytes(), value.as_bytes())
+                        .expect("upsert");
+                    store
+                        .upsert(&index_key(deadline, key.as_bytes()), b"")
+                        .expect("upsert");
+                }
+            }
+            store.upsert(b"gone", b"x").expect("upsert");
+            store
+                .upsert(&index_key(now - 1_000, b"gone"), b"")
+                .expect("upsert");
+            store.upsert(b"plain", b"p").expect("upsert");
+        }
+        let mut h = h;
+        h.run(&["HSET", "h", "f", "1"]);
+        h.run(&["EXPIRE", "h", "100000"]);
+        for _ in 0..2 {
+            h = h.restart();
+            for i in 0..count {
+                let key = name(i);
+                assert_eq!(h.run(&["GET", &key]), bulk(&format!("v{i}")), "{key}");
+                let Frame::Integer(pttl) = h.run(&["PTTL", &key]) else {
+                    panic!("PTTL");
+                };
+                assert!(pttl > 99_000_000, "{key} {pttl}");
+                let mut v = Vec::new();
+                assert!(!h.shared.store.get(key.as_bytes(), &mut v), "{key} raw");
+                assert!(h.shared.store.get(&string_key(key.as_bytes()), &mut v));
+            }
+            assert_eq!(h.run(&["GET", "gone"]), Frame::Null);
+            assert_eq!(h.run(&["GET", "plain"]), bulk("p"));
+            assert_eq!(h.run(&["TTL", "plain"]), Frame::Integer(-1));
+            let Frame::Integer(ttl) = h.run(&["TTL", "h"]) else {
+                panic!("TTL");
+            };
+            assert!(ttl > 99_000, "{ttl}");
+            assert_eq!(
+                h.run(&["DBSIZE"]),
+                Frame::Integer(count as i64 + 2),
+                "the strings, plain and h"
+            );
+            let (lower, upper) = index_bounds();
+            let mut entries = Vec::new();
+            h.shared.store.scan(
+                Bound::Included(&lower[..]),
+                Bound::Excluded(&upper[..]),
+                Order::Ascending,
+                &mut |key, _| {
+                    entries.push(split_index_key(key).expect("index").1.to_vec());
+                    ControlFlow::Continue(())
+                },
+            );
+            assert_eq!(entries, vec![b"h".to_vec()], "only the collection's entry");
+            let mut keys: Vec<String> = (0..count).map(name).collect();
+            keys.push("h".into());
+            keys.push("plain".into());
+            keys.sort();
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            assert_eq!(h.run(&["KEYS", "*"]), bulks(&keys));
+        }
     }
 
     // Goal: the counters follow the map: count, avg_ttl, clear.

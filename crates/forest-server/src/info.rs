@@ -148,7 +148,7 @@ fn write_section(
             let keys = crate::cmd::key_count(shared);
             if keys > 0 {
                 let e = &shared.expires;
-                let expires = (e.count() - e.due_count(&shared.store)).max(0);
+                let expires = (e.count() - e.due_count()).max(0);
                 let avg_ttl = e.avg_ttl_ms();
                 write!(
                     out,

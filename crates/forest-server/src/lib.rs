@@ -18,7 +18,7 @@
 //! | [`info`] | INFO's sections, with the engine's counters | — |
 //! | [`collection`] | lists, sets, hashes, sorted sets, streams as key ranges under byte 0xFF; stripe locks | §3 one ordered map |
 //! | [`glob`] | Redis glob patterns for KEYS, SCAN MATCH, CONFIG GET, PSUBSCRIBE | — |
-//! | [`expiry`] | key deadlines: an index ordered by time under byte 0xFF, the active task | §3 one ordered map |
+//! | [`expiry`] | key deadlines: a string with one lives at `FF 'x'` (deadline in its value), a collection's is an `FF 'E'` entry; the time order in memory, the active task | §3 one ordered map |
 //! | [`watch`] | WATCH's registry and the hook every write calls | — |
 //! | [`pubsub`] | channels, patterns, each subscriber's bounded mailbox | — |
 //!

@@ -136,6 +136,7 @@ impl Watches {
 pub fn user_key_of(key: &[u8]) -> Option<&[u8]> {
     match key {
         [RESERVED_BYTE, TYPE_TAG, user @ ..] => Some(user),
+        [RESERVED_BYTE, crate::expiry::STRING_TAG, user @ ..] => Some(user),
         [RESERVED_BYTE, MEMBER_TAG, a, b, c, d, rest @ ..] => {
             let len = u32::from_be_bytes([*a, *b, *c, *d]) as usize;
             rest.get(..len)

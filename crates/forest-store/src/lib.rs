@@ -16,14 +16,19 @@
 //! - [`recovery`]: newest complete checkpoint plus the logs merged by LSN (masstree.md §5);
 //!   [`replay`] applies what it decodes with several threads, partitioned by key.
 //! - [`meta`]: the `META` file that records the store's engine.
+//! - `pm`: a store on the persistent BzTree (`bztree-pm`), whose file is the data; the
+//!   durability model per persist mode.
 //! - [`store`]: [`Store`], the API over all of it.
 //! - [`verify`](mod@verify): [`verify::verify`], a read-only check of every file (`forest check`).
 
 pub mod checkpoint;
 pub mod durability;
-pub mod file;
+/// The file trait, moved to the `forest-file` crate (issue 17) so that forest-llama, below
+/// this crate, can use it; re-exported here under its old path.
+pub use forest_file as file;
 pub mod lsn;
 pub mod meta;
+mod pm;
 pub mod recovery;
 pub mod replay;
 mod scan_gate;

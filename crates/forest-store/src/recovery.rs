@@ -35,6 +35,10 @@
 //!    headers. Every log is cut after its last applied record (the cut always synced), and
 //!    sealed; logs left without a header are removed. Only then may the store write.
 //!
+//! [`recover_applied`] starts instead from an index that already holds every record up to
+//! an LSN (a `bztree-pm` file, `crate::pm`): no checkpoint is loaded; steps 3-6 run as
+//! above with that LSN + 1 as the start, so only later records are applied (redo).
+//!
 //! [`RecoveryMode::ReadOnly`] (`Store::verify`, `forest check`) runs the same steps and
 //! reports the same findings, refusals included, but changes nothing.
 //!
@@ -252,6 +256,31 @@ pub fn recover(
     new_index: &dyn Fn() -> Box<dyn Index>,
     mode: RecoveryMode,
 ) -> Result<Recovered> {
+    recover_from(dir, Base::Checkpoint(new_index), mode)
+}
+
+/// Recovery onto an index that already holds every record up to `applied_through` (a
+/// persistent engine's own file, `crate::pm`): no checkpoint is loaded, the logs are read,
+/// checked and repaired exactly as by [`recover`], and only their records after
+/// `applied_through` are applied (redo), up to the cutoff.
+pub fn recover_applied(
+    dir: &dyn Dir,
+    index: Box<dyn Index>,
+    applied_through: u64,
+    mode: RecoveryMode,
+) -> Result<Recovered> {
+    recover_from(dir, Base::Applied(index, applied_through), mode)
+}
+
+/// Where recovery starts.
+enum Base<'a> {
+    /// The newest complete checkpoint, loaded into fresh indexes.
+    Checkpoint(&'a dyn Fn() -> Box<dyn Index>),
+    /// An index holding every record through this LSN.
+    Applied(Box<dyn Index>, u64),
+}
+
+fn recover_from(dir: &dyn Dir, base: Base<'_>, mode: RecoveryMode) -> Result<Recovered> {
     let began = Instant::now();
     let repair = mode != RecoveryMode::ReadOnly;
     let mut report = RecoveryReport::default();
@@ -281,6 +310,20 @@ pub fn recover(
     let mut start_lsn = 1;
     let mut checkpoint_path = None;
     let mut last_checkpoint_error = None;
+    let mut applied_base = false;
+    let no_index = || -> Box<dyn Index> { Box::new(crate::pm::NullIndex) };
+    let new_index: &dyn Fn() -> Box<dyn Index> = match base {
+        Base::Checkpoint(new_index) => new_index,
+        Base::Applied(applied, through) => {
+            // As if a checkpoint ended at `through`: later records are redone, and the loop
+            // below has no checkpoint to try.
+            applied_base = true;
+            start_lsn = through + 1;
+            starts.clear();
+            index = Some(applied);
+            &no_index
+        }
+    };
     for start in starts {
         let name = checkpoint::checkpoint_name(start);
         match load_checkpoint(dir, &name, new_index) {
@@ -305,7 +348,7 @@ pub fn recover(
             Err(e) => return Err(e),
         }
     }
-    let from_checkpoint = index.is_some();
+    let from_checkpoint = index.is_some() && !applied_base;
     let index = index.unwrap_or_else(new_index);
     report.checkpoint_elapsed = checkpoint_began.elapsed();
 
@@ -361,7 +404,7 @@ pub fn recover(
             heap.push(Reverse((lsn, i)));
         }
     }
-    if !from_checkpoint && checkpoint_files_seen {
+    if !from_checkpoint && !applied_base && checkpoint_files_seen {
         let holds_first = heap.iter().any(|Reverse((lsn, _))| *lsn == 1);
         if !holds_first {
             return Err(last_checkpoint_error.unwrap_or_else(|| Error::Corrupt {
@@ -590,7 +633,7 @@ pub fn recover(
                     .filter_map(|l| l.stream.header().map(|h| h.first_lsn)),
             )
             .min();
-        let is_covered = from_checkpoint && bound.is_some_and(|b| b <= start_lsn);
+        let is_covered = (from_checkpoint || applied_base) && bound.is_some_and(|b| b <= start_lsn);
         let set_holds = members.iter().any(|&i| holds_records(&logs[i]));
         let older = newest_with_records.is_some_and(|n| seq < n);
         for &i in members {

@@ -35,6 +35,9 @@
 //! clean close ([`Store::close`] seals every log once it is synced) none is needed, so a
 //! full disk never keeps a clean store from opening.
 //!
+//! On `bztree-pm` the engine's file is the index and, under `persist=msync`, the data: single
+//! writes skip the logs and batches are redo records (`crate::pm` has the model per mode).
+//!
 //! Choices: readers may see a write before it is durable (Masstree does too); a [`Batch`] as
 //! a whole is not atomic (a Redis pipeline is not either), only its durability wait is
 //! shared; each [`WriteBatch`] within it is. Old logs are deleted once two newer
@@ -89,7 +92,9 @@ pub fn engine_names() -> Vec<&'static str> {
 /// The registry entry of `name`, if it can be a store's index.
 fn store_engine(name: &str) -> Result<&'static forest_engines::EngineEntry> {
     let entry = forest_engines::find(name)?;
-    if !entry.capabilities.durable_through_store {
+    // bztree-pm keeps its own file, which a store can hold as its data (`crate::pm`).
+    let c = entry.capabilities;
+    if !c.durable_through_store && !c.store_holds_its_file {
         return Err(Error::Config(format!(
             "engine {name:?} keeps its own files and cannot be the index of a store"
         )));
@@ -266,6 +271,8 @@ pub struct Store {
     checkpoints: Mutex<CheckpointState>,
     checkpoint_count: AtomicU64,
     recovery: RecoveryReport,
+    /// The persistent BzTree's file, when it is the index (`crate::pm`).
+    pm: Option<crate::pm::Pm>,
     /// False while the state recovered from logs is not yet durable on its own (the open's
     /// checkpoint pending): closing then must not seal the logs as clean.
     clean_close: AtomicBool,
@@ -416,8 +423,34 @@ impl Store {
             (None, named) => resolve_engine(&dir, named.as_deref(), options.switch_engine)?,
         };
         let by_name = || new_engine(&engine).expect("the engine spec was checked");
-        let recovered = recovery::recover(&dir, make_index.unwrap_or(&by_name), mode)?;
-        let recorded = meta::read(&dir).ok().flatten();
+        let meta_read = meta::read(&dir);
+        let meta_unreadable = meta_read.is_err();
+        let recorded = meta_read.ok().flatten();
+        // A damaged META is rewritten with the engine named (`check_recorded`): a tree file
+        // present is taken as that engine's rather than removed as stale.
+        let recorded_spec = match &recorded {
+            _ if meta_unreadable => Some(engine.clone()),
+            Some(m) => Some(spec_form(&m.engine)),
+            None => None,
+        };
+        let mut pm = None;
+        let mut checkpoint_now = false;
+        let recovered = match make_index {
+            Some(make_index) => recovery::recover(&dir, make_index, mode)?,
+            None => {
+                crate::pm::prepare(&dir, recorded_spec.as_deref(), &engine, mode)?;
+                if crate::pm::is_pm(&engine) {
+                    let continuing = recorded_spec.as_deref() == Some(&engine);
+                    let (recovered, state, unclean) =
+                        crate::pm::recover(&dir, &engine, continuing, mode)?;
+                    pm = Some(state);
+                    checkpoint_now = unclean;
+                    recovered
+                } else {
+                    recovery::recover(&dir, &by_name, mode)?
+                }
+            }
+        };
         if recorded.as_ref().map(|m| &m.engine) != Some(&engine) {
             meta::write(
                 &dir,
@@ -439,7 +472,7 @@ impl Store {
         )?;
         let commit = GroupCommit::start(writers, Arc::clone(&lsns), options.durability)?;
         let lsn_end = lsns.next();
-        let replayed = report.records_replayed > 0 && !report.clean;
+        let replayed = (report.records_replayed > 0 && !report.clean) || checkpoint_now;
         let store = Self {
             dir: Box::new(dir),
             index: recovered.index,
@@ -459,6 +492,7 @@ impl Store {
             }),
             checkpoint_count: AtomicU64::new(0),
             recovery: recovered.report,
+            pm,
             clean_close: AtomicBool::new(true),
             _lock: lock,
         };
@@ -729,6 +763,23 @@ impl Store {
         } else {
             None
         };
+        if self.pm.as_ref().is_some_and(|pm| pm.msync) {
+            // Durable when the tree returns (`crate::pm`): no record, nothing to wait for
+            // (a batch under this stripe was durable before it let the stripe go).
+            let changed = match decide(old.as_deref())? {
+                Rmw::Keep => false,
+                Rmw::Put(value) => {
+                    check_entry(key, &value)?;
+                    self.index.upsert(key, &value)?;
+                    true
+                }
+                Rmw::Remove => {
+                    self.index.remove(key);
+                    true
+                }
+            };
+            return Ok((changed, None, old));
+        }
         let lsn = match decide(old.as_deref())? {
             Rmw::Keep => None,
             Rmw::Put(value) => {
@@ -930,7 +981,7 @@ impl Store {
         }
         let index = &*self.index;
         let (stripes_ref, records_ref) = (&stripes, &records);
-        let apply = move || {
+        let mut apply = Some(move || {
             // The gate is left once the batch is applied, before any fsync (declared first,
             // dropped last).
             let _pass = pass;
@@ -946,8 +997,51 @@ impl Store {
                     index.remove(key);
                 }
             }
+        });
+        let mut apply = || {
+            if let Some(apply) = apply.take() {
+                apply();
+            }
         };
-        let lsn = self.commit.log_unit(shard, &records, apply, deferred)?;
+        let lsn = match &self.pm {
+            None => self.commit.log_unit(shard, &records, apply, deferred)?,
+            Some(pm) if pm.msync && records.len() <= 1 => {
+                // One record is a single write: durable when the tree returns.
+                apply();
+                return Ok((changed, None));
+            }
+            Some(pm) if pm.msync => {
+                // A redo record, durable before the tree changes (`crate::pm`).
+                let _one_batch = pm.batch.lock();
+                let lsn = self.commit.log_unit(shard, &records, || {}, deferred)?;
+                self.commit.sync()?;
+                if let Some(lsn) = lsn {
+                    pm.tree.set_store_pending(lsn);
+                    apply();
+                    pm.tree.set_store_lsn(lsn);
+                    pm.tree.set_store_pending(0);
+                    for &i in &stripes {
+                        self.stripes.at(i).note_lsn(lsn);
+                    }
+                }
+                return Ok((changed, None));
+            }
+            Some(pm) => {
+                // clwb: a reopen must know if the tree may hold part of a batch.
+                let marked = records.len() > 1;
+                let apply = || {
+                    let _one_batch = marked.then(|| pm.batch.lock());
+                    if marked {
+                        pm.tree.set_store_pending(1);
+                    }
+                    apply();
+                    if marked {
+                        pm.tree.set_store_pending(0);
+                    }
+                };
+                self.commit.log_unit(shard, &records, apply, deferred)?
+            }
+        };
         let mut wait_for = lsn;
         for &i in &stripes {
             let stripe = self.stripes.at(i);
@@ -970,6 +1064,9 @@ impl Store {
     pub fn checkpoint(&self) -> Result<CheckpointInfo> {
         let mut state = self.checkpoints.lock();
         self.commit.check_failed()?;
+        if let Some(pm) = self.pm.as_ref().filter(|pm| pm.msync) {
+            return self.checkpoint_msync(pm, &mut state);
+        }
         let seq = state.log_seq_next;
         state.log_seq_next += 1;
         let next = self.lsns.next();
@@ -1002,6 +1099,52 @@ impl Store {
         self.checkpoint_count.fetch_add(1, Ordering::Relaxed);
         self.delete_obsolete(&mut state)?;
         Ok(info)
+    }
+
+    /// A checkpoint of a store on `bztree-pm:persist=msync` (`crate::pm`): the tree holds
+    /// every write, so the logs are rotated with no batch applying, the rotation's LSN is
+    /// recorded in the tree, and every older log and checkpoint file is deleted.
+    fn checkpoint_msync(
+        &self,
+        pm: &crate::pm::Pm,
+        state: &mut CheckpointState,
+    ) -> Result<CheckpointInfo> {
+        let _no_batch = pm.batch.lock();
+        let seq = state.log_seq_next;
+        state.log_seq_next += 1;
+        let next = self.lsns.next();
+        let fresh = create_logs(
+            &*self.dir,
+            seq,
+            self.commit.shard_count(),
+            (next, next),
+            false,
+        )?;
+        let (start_lsn, old_logs) = self.commit.rotate(fresh)?;
+        pm.tree.set_store_lsn(start_lsn - 1);
+        let mut names: Vec<String> = state.retired.drain(..).map(|(name, _)| name).collect();
+        for old in old_logs {
+            if let Some(name) = old.path().file_name().and_then(|n| n.to_str()) {
+                names.push(name.to_string());
+            }
+        }
+        names.extend(
+            self.dir
+                .list()?
+                .into_iter()
+                .filter(|n| checkpoint::parse_checkpoint_name(n).is_some()),
+        );
+        for name in &names {
+            self.dir.remove(name)?;
+        }
+        self.dir.sync_dir()?;
+        self.checkpoint_count.fetch_add(1, Ordering::Relaxed);
+        Ok(CheckpointInfo {
+            start_lsn,
+            end_lsn: start_lsn - 1,
+            entry_count: 0,
+            bytes: 0,
+        })
     }
 
     /// Deletes checkpoints older than the newest two, and retired logs below the older of

@@ -29,6 +29,10 @@ pub fn listing() -> String {
             (c.in_memory, "in memory"),
             (c.durable_through_store, "durable through the store"),
             (c.persistent_on_its_own, "persistent on its own"),
+            (
+                c.store_holds_its_file,
+                "a store engine holding its own file",
+            ),
             (c.temporal, "temporal"),
         ]
         .into_iter()

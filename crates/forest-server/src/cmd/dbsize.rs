@@ -27,7 +27,7 @@ fn count_with(shared: &crate::server::Shared, pending: i64) -> i64 {
             store.read_consistent(|| store.stats().index.key_count) as i64,
             collections.reserved_count(),
             collections.live_count(),
-            shared.expires.due_count(store),
+            shared.expires.due_count(),
         )
     };
     let mut counts = read();

@@ -7,7 +7,7 @@
 //!   SET NX succeeds, a collection starts empty);
 //! - [`delete_expired`]: the one deletion of an expired key, lazy (a write finding it due),
 //!   active ([`expire_cycle`]) or asked for (a deadline in the past);
-//! - [`stage_deadline`] / [`stage_deadline_in`]: a deadline set, changed or cleared in the
+//! - [`stage_deadline`] / [`place_string_in`]: a deadline set, changed or cleared in the
 //!   same atomic batch as the write it belongs to.
 //!
 //! Semantics and error texts follow redis `src/expire.c` (`expireGenericCommand`,
@@ -22,7 +22,7 @@ use forest_core::{check_entry, Order};
 use forest_store::WriteBatch;
 
 use super::{coll, int_arg, is_word, syntax_error, After, Buffers, Client, Ctx, Reply};
-use crate::expiry::{due_bounds, index_key, split_index_key};
+use crate::expiry::{encode_string, index_key, string_key};
 use crate::frame::Frame;
 use crate::server::Shared;
 
@@ -104,7 +104,11 @@ pub fn still_live(
     if kind != "string" {
         return shared.store.get(&crate::collection::type_key(key), scratch);
     }
-    shared.store.get(key, scratch) && value.is_none_or(|v| v == scratch.as_slice())
+    match shared.expires.read_string(&shared.store, key, scratch) {
+        Some(Some(deadline)) if deadline <= shared.expires.now_ms() => false,
+        Some(_) => value.is_none_or(|v| v == scratch.as_slice()),
+        None => false,
+    }
 }
 
 /// Drops from `keys` (listed by a scan that began when the generation of deletions was
@@ -137,7 +141,7 @@ pub fn delete_expired(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<bool, Frame>
     let deadline = ctx.deadline(user);
     let own_unit = ctx.unit.is_none();
     ctx.begin_unit();
-    let existed = delete_in_unit(ctx, user, deadline)?;
+    let (existed, reserved) = delete_in_unit(ctx, user, deadline)?;
     // The map forgets the deadline once the unit's batch is visible (EXEC's: at its end).
     if let Some(unit) = ctx.unit.as_mut() {
         unit.deadlines.push(DeadlineChange {
@@ -146,6 +150,7 @@ pub fn delete_expired(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<bool, Frame>
             new: None,
             expired: Some(existed),
             flush: false,
+            reserved,
         });
     }
     if own_unit {
@@ -166,6 +171,9 @@ pub struct DeadlineChange {
     /// FLUSHDB inside EXEC ([`flush_index`]): the map forgets every deadline (`user`,
     /// `old` and `new` unused); the unit's reads see none from here on.
     pub flush: bool,
+    /// The reserved store entries (a collection's `FF 'E'` entry) the change adds, or
+    /// removes (negative): a string's deadline is in its value, not a reserved entry.
+    pub reserved: i64,
 }
 
 /// The map takes a unit's deadline changes, in order, after its batch is written and while
@@ -184,50 +192,81 @@ pub fn apply_deadlines(shared: &Shared, changes: &[DeadlineChange]) {
                 // After the store write, before the map forgets (`Expires::generation`).
                 shared.expires.bump_generation();
                 shared.expires.remove(&change.user);
-                shared.collections.add_reserved(-1);
+                shared.collections.add_reserved(change.reserved);
                 if existed && deadline <= shared.expires.now_ms() {
                     shared.expires.note_expired();
                 }
             }
-            None => account(shared, &change.user, change.old, change.new),
+            None => account(shared, &change.user, change.new, change.reserved),
         }
     }
 }
 
+/// Removes `user` (string or collection) and a collection's deadline entry in the open
+/// unit: whether it existed, and the reserved entries removed (negative).
 fn delete_in_unit(
     ctx: &mut Ctx<'_, '_>,
     user: &[u8],
     deadline: Option<u64>,
-) -> Result<bool, Frame> {
+) -> Result<(bool, i64), Frame> {
     let mut existed = ctx.remove(user)?;
+    let mut reserved = 0;
     if !existed && ctx.shared.collections.any() {
         existed = coll::delete_locked(ctx, user)?;
     }
     if let Some(deadline) = deadline {
-        ctx.remove(&index_key(deadline, user))?;
+        if ctx.remove_at(&index_key(deadline, user))? {
+            reserved -= 1;
+        }
     }
-    Ok(existed)
+    Ok((existed, reserved))
 }
 
-/// Decides the change of `user`'s deadline to `new` (None: none) into the open unit: its
-/// index entries beside the write it belongs to, and the map's change for when the unit's
-/// batch is visible. Preconditions: a unit
-/// is open, `user`'s stripe lock is held, `new` is in the future.
+/// Decides the change of `user`'s deadline to `new` (None: none) into the open unit, and
+/// the map's change for when the unit's batch is visible. A string moves to where it lives
+/// with `new` (raw key, or `FF 'x'` with the deadline in its value); a collection's `FF 'E'`
+/// entry is replaced; a key that does not exist (yet: a command that writes it after)
+/// takes the deadline in the map, and its write goes where the deadline says.
+/// Preconditions: a unit is open, `user`'s stripe lock is held, `new` is in the future, and
+/// the command's own write of `user`, if any, is decided (so the key's kind is known).
 pub fn stage_deadline(ctx: &mut Ctx<'_, '_>, user: &[u8], new: Option<u64>) -> Result<(), Frame> {
     debug_assert!(ctx.unit.is_some(), "a unit is open");
     let old = ctx.deadline(user);
     if old == new {
         return Ok(());
     }
+    let mut value = Vec::new();
+    let string = ctx.read_raw(user, &mut value);
+    let collection = !string && ctx.present_at(&crate::collection::type_key(user));
     // Checked before anything is decided: a failure leaves the unit as it was.
     if let Some(new) = new {
-        check_entry(&index_key(new, user), b"").map_err(|e| super::store_error(&e))?;
+        let checked = if string {
+            check_entry(&string_key(user), &encode_string(new, &value))
+        } else {
+            check_entry(&index_key(new, user), b"")
+        };
+        checked.map_err(|e| super::store_error(&e))?;
     }
+    let mut reserved = 0;
+    // A collection's entry, also where a string just replaced the collection (MSET, SET
+    // KEEPTTL inside EXEC).
     if let Some(old) = old {
-        ctx.remove(&index_key(old, user))?;
+        if ctx.remove_at(&index_key(old, user))? {
+            reserved -= 1;
+        }
     }
-    if let Some(new) = new {
-        ctx.upsert(&index_key(new, user), b"")?;
+    if string {
+        match old {
+            Some(_) => ctx.remove_at(&string_key(user))?,
+            None => ctx.remove_at(user)?,
+        };
+        match new {
+            Some(new) => ctx.upsert_at(&string_key(user), &encode_string(new, &value))?,
+            None => ctx.upsert_at(user, &value)?,
+        }
+    } else if let (Some(new), true) = (new, collection) {
+        ctx.upsert_at(&index_key(new, user), b"")?;
+        reserved += 1;
     }
     let change = DeadlineChange {
         user: user.to_vec(),
@@ -235,6 +274,7 @@ pub fn stage_deadline(ctx: &mut Ctx<'_, '_>, user: &[u8], new: Option<u64>) -> R
         new,
         expired: None,
         flush: false,
+        reserved,
     };
     match ctx.unit.as_mut() {
         Some(unit) => unit.deadlines.push(change),
@@ -242,6 +282,24 @@ pub fn stage_deadline(ctx: &mut Ctx<'_, '_>, user: &[u8], new: Option<u64>) -> R
         None => apply_deadlines(ctx.shared, &[change]),
     }
     Ok(())
+}
+
+/// Whether `user` can keep deadline `deadline` (None: no deadline, always): a string
+/// (`value`) at `FF 'x'`, a collection (None) in an `FF 'E'` entry; else the store's error.
+/// For commands that must fail before they decide anything (RENAME, COPY inside EXEC).
+pub fn check_deadline_fits(
+    user: &[u8],
+    deadline: Option<u64>,
+    value: Option<&[u8]>,
+) -> Result<(), Frame> {
+    let Some(deadline) = deadline else {
+        return Ok(());
+    };
+    match value {
+        Some(value) => check_entry(&string_key(user), &encode_string(deadline, value)),
+        None => check_entry(&index_key(deadline, user), b""),
+    }
+    .map_err(|e| super::store_error(&e))
 }
 
 /// Runs `decide` in a unit: the open one (EXEC's, or the command's own), else one of its
@@ -265,39 +323,68 @@ pub fn in_unit<T>(
     result
 }
 
-/// [`stage_deadline`] into a batch the caller writes (MSET, SET's fast path); `old` is the
-/// key's deadline now.
-pub fn stage_deadline_in(
-    shared: &Shared,
+/// Adds to `batch` (which the caller writes, outside a unit: MSET, SET's fast path) string
+/// `user` set to `value` with deadline `new`, replacing what it holds now with deadline
+/// `old` (the map's): one entry where it stays in its place; where it moves, the old place
+/// removed too, and the caller brackets the write with [`crate::expiry::Expires::begin_move`]
+/// and `end_move`. Returns (whether it moves, the reserved entries it removes: a replaced
+/// collection's deadline entry). The map takes `new` through [`account`] after the write.
+pub fn place_string_in(
+    ctx: &mut Ctx<'_, '_>,
     batch: &mut WriteBatch,
     user: &[u8],
+    value: &[u8],
     old: Option<u64>,
     new: Option<u64>,
-) {
-    debug_assert_eq!(old, shared.expires.deadline(user));
-    if old == new {
-        return;
+) -> Result<(bool, i64), Frame> {
+    let mut reserved = 0;
+    let mut scratch = Vec::new();
+    if let (Some(old), true) = (old, ctx.shared.collections.any()) {
+        // A collection replaced in the same batch had its deadline here.
+        let entry = index_key(old, user);
+        if ctx.shared.store.get(&entry, &mut scratch) {
+            batch.remove(&entry);
+            reserved -= 1;
+        }
     }
-    if let Some(old) = old {
-        batch.remove(&index_key(old, user));
+    let moves = match (old, new) {
+        (Some(_), Some(_)) => false,
+        (Some(_), None) => {
+            batch.remove(&string_key(user));
+            true
+        }
+        (None, Some(_)) => {
+            let raw = ctx.shared.store.get(user, &mut scratch);
+            if raw {
+                batch.remove(user);
+            }
+            raw
+        }
+        (None, None) => false,
+    };
+    match new {
+        Some(new) => {
+            let (key, stored) = (string_key(user), encode_string(new, value));
+            check_entry(&key, &stored).map_err(|e| super::store_error(&e))?;
+            batch.put(&key, &stored);
+        }
+        None => {
+            batch.put(user, value);
+        }
     }
-    if let Some(new) = new {
-        batch.put(&index_key(new, user), b"");
-    }
-    account(shared, user, old, new);
+    Ok((moves, reserved))
 }
 
-fn account(shared: &Shared, user: &[u8], old: Option<u64>, new: Option<u64>) {
+/// The map takes `user`'s deadline `new`, and the reserved count the change of entries.
+pub(crate) fn account(shared: &Shared, user: &[u8], new: Option<u64>, reserved: i64) {
     match new {
         Some(new) => shared.expires.insert(user, new),
         None => {
             shared.expires.remove(user);
         }
     }
-    match (old, new) {
-        (None, Some(_)) => shared.collections.add_reserved(1),
-        (Some(_), None) => shared.collections.add_reserved(-1),
-        _ => {}
+    if reserved != 0 {
+        shared.collections.add_reserved(reserved);
     }
 }
 
@@ -349,12 +436,11 @@ pub fn remove_string_range(
             None => lower,
         };
         let mut chunk: Vec<Vec<u8>> = Vec::new();
-        ctx.shared
-            .store
-            .scan_up_to(from, upper, Order::Ascending, CHUNK_COUNT, &mut |key, _| {
-                chunk.push(key.to_vec());
-                ControlFlow::Continue(())
-            });
+        // Both places strings live, merged (`Ctx::scan_keys_up_to`).
+        ctx.scan_keys_up_to(from, upper, Order::Ascending, CHUNK_COUNT, &mut |key, _| {
+            chunk.push(key.to_vec());
+            ControlFlow::Continue(())
+        });
         for key in &chunk {
             if delete_key(ctx, key)? {
                 removed += 1;
@@ -373,6 +459,11 @@ pub fn remove_string_range(
 /// marker follows them in the unit, so that later commands see no deadline and the map
 /// keeps only what is staged after it.
 pub fn flush_index(ctx: &mut Ctx<'_, '_>) -> Result<(), Frame> {
+    // The strings with a deadline first (the caller removed them through the merged scan
+    // of the string range; any left are removed here), so that the staged deadlines
+    // cleared below move no string back to its raw key.
+    let (lower, upper) = crate::expiry::string_bounds();
+    super::flush::remove_range(ctx, Bound::Included(&lower), Bound::Excluded(&upper))?;
     if let Some(unit) = ctx.unit.as_ref() {
         let mut staged: Vec<Vec<u8>> = unit
             .deadlines
@@ -397,6 +488,7 @@ pub fn flush_index(ctx: &mut Ctx<'_, '_>) -> Result<(), Frame> {
             new: None,
             expired: None,
             flush: true,
+            reserved: 0,
         }),
         None => ctx.shared.expires.clear(),
     }
@@ -407,23 +499,7 @@ pub fn flush_index(ctx: &mut Ctx<'_, '_>) -> Result<(), Frame> {
 /// deadline first, each through [`delete_expired`] under its stripe lock. Returns how many
 /// index entries it handled (`max` means more may be due).
 pub fn expire_cycle(shared: &Shared, max: usize) -> usize {
-    if !shared.expires.any() {
-        return 0;
-    }
-    let (lower, upper) = due_bounds(shared.expires.now_ms());
-    let mut due: Vec<(u64, Vec<u8>)> = Vec::new();
-    shared.store.scan_up_to(
-        Bound::Included(&lower),
-        Bound::Excluded(&upper),
-        Order::Ascending,
-        max,
-        &mut |key, _| {
-            if let Some((deadline, user)) = split_index_key(key) {
-                due.push((deadline, user.to_vec()));
-            }
-            ControlFlow::Continue(())
-        },
-    );
+    let due = shared.expires.due(shared.expires.now_ms(), max);
     if due.is_empty() {
         return 0;
     }
@@ -442,12 +518,10 @@ pub fn expire_cycle(shared: &Shared, max: usize) -> usize {
         };
         for (deadline, user) in &due {
             let _guard = shared.collections.lock(user);
+            // Checked again under the lock: a write may have changed it meanwhile.
             if shared.expires.deadline(user) == Some(*deadline) {
                 // A failed write fails the store; the next start finds the key again.
                 let _ = delete_expired(&mut ctx, user);
-            } else if let Ok(true) = ctx.remove(&index_key(*deadline, user)) {
-                // An entry the map does not know (see `expiry::repair`).
-                shared.collections.add_reserved(-1);
             }
         }
     }
@@ -1316,8 +1390,8 @@ mod tests {
         let full = entries(&h);
         assert_eq!(
             full,
-            400 + 400 + 2 + 1 + 1,
-            "strings, index entries, hash, plain"
+            400 + 2 + 1 + 1,
+            "strings (each one entry with its deadline), hash, its deadline entry, plain"
         );
         assert_eq!(expire_cycle(&h.shared, 128), 0, "nothing due yet");
         h.shared.expires.advance_clock_ms(150_000);
@@ -1330,7 +1404,7 @@ mod tests {
         assert_eq!(expire_cycle(&h.shared, 128), 72);
         assert_eq!(expire_cycle(&h.shared, 128), 0);
         assert_eq!(h.run(&["DBSIZE"]), int(101));
-        assert_eq!(entries(&h), 100 + 100 + 1);
+        assert_eq!(entries(&h), 100 + 1);
         assert_eq!(h.shared.expires.expired_count(), 301);
         let info = text(h.run(&["INFO", "keyspace"]));
         assert!(info.contains("db0:keys=101,expires=100,avg_ttl="), "{info}");
@@ -1380,8 +1454,8 @@ mod tests {
         assert_eq!(pexpiretime(&mut h, "far"), far);
         assert_eq!(
             h.shared.store.stats().index.key_count,
-            3,
-            "far, its entry, kept"
+            2,
+            "far (its deadline in its value), kept"
         );
     }
 
@@ -1420,6 +1494,53 @@ mod tests {
         assert_eq!(listed, vec![(b"b".to_vec(), "string")]);
     }
 
+    // Goal: a GET never misses a string that a concurrent write moves between its raw key
+    // and `FF 'x'` (EXPIRE / PERSIST / SET EX / SET), nor MGET.
+    // Method: one thread moves the key back and forth; two read it meanwhile, and every
+    // read must find one of the values written.
+    #[test]
+    fn reads_never_miss_a_moving_string() {
+        let mut h = Harness::new();
+        h.run(&["SET", "k", "v"]);
+        h.run(&["SET", "other", "o", "EX", "1000"]);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let shared = &h.shared;
+        std::thread::scope(|scope| {
+            let stop = &stop;
+            scope.spawn(move || {
+                let mut client = shared.new_client("w".into(), "w".into(), None);
+                for round in 0..2_000 {
+                    let argv: &[&[u8]] = match round % 4 {
+                        0 => &[b"EXPIRE", b"k", b"1000"],
+                        1 => &[b"PERSIST", b"k"],
+                        2 => &[b"SET", b"k", b"v", b"EX", b"1000"],
+                        _ => &[b"SET", b"k", b"v"],
+                    };
+                    super::super::testing::run_on(shared, &mut client, argv);
+                }
+                stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            });
+            for _ in 0..2 {
+                scope.spawn(move || {
+                    let mut client = shared.new_client("r".into(), "r".into(), None);
+                    let mut reads = 0;
+                    while !stop.load(std::sync::atomic::Ordering::SeqCst) || reads < 100 {
+                        let got =
+                            super::super::testing::run_on(shared, &mut client, &[b"GET", b"k"]);
+                        assert_eq!(got, bulk("v"), "GET after {reads} reads");
+                        let got = super::super::testing::run_on(
+                            shared,
+                            &mut client,
+                            &[b"MGET", b"k", b"other"],
+                        );
+                        assert_eq!(got, bulks(&["v", "o"]), "MGET after {reads} reads");
+                        reads += 1;
+                    }
+                });
+            }
+        });
+    }
+
     mod model {
         use std::collections::BTreeMap;
         use std::ops::Bound;
@@ -1442,6 +1563,10 @@ mod tests {
             Del(u8),
             Advance(u8),
             Cycle(u8),
+            /// Close the store and open it again (the clock kept where it stood).
+            Reopen,
+            /// A plain SET of many keys at once, and GETs of them (MSET, MGET).
+            Mset(u8, u8),
         }
 
         fn op() -> impl Strategy<Value = Op> {
@@ -1453,6 +1578,8 @@ mod tests {
                 (0u8..5).prop_map(Op::Del),
                 (0u8..3).prop_map(Op::Advance),
                 (1u8..4).prop_map(Op::Cycle),
+                Just(Op::Reopen),
+                (0u8..5, 0u8..9).prop_map(|(k, v)| Op::Mset(k, v)),
             ]
         }
 
@@ -1482,12 +1609,14 @@ mod tests {
         proptest! {
             #![proptest_config(ProptestConfig::with_cases(48))]
 
-            // Goal: with deadlines set, changed, cleared and passing, every read agrees with
-            // a model in which a key is gone from its deadline on, whether or not the active
-            // task has deleted it yet: GET, PTTL, KEYS, DBSIZE, FOREST.COUNT and
-            // FOREST.RANGE with any bounds, order and limit. Method: random operations on
-            // five keys against a BTreeMap of (value, deadline), the test clock moved in
-            // steps of minutes, expire cycles of random bounds; every read after each step.
+            // Goal: with deadlines set, changed, cleared and passing, across reopens, every
+            // read agrees with a model in which a key is gone from its deadline on, whether
+            // or not the active task has deleted it yet: GET, MGET, PTTL, KEYS, SCAN, DBSIZE,
+            // FOREST.COUNT and FOREST.RANGE with any bounds, order and limit (strings with a
+            // deadline live at `FF 'x'`, merged into every scan). Method: random operations
+            // on five keys against a BTreeMap of (value, deadline), the test clock moved in
+            // steps of minutes, expire cycles of random bounds, reopens of the store; every
+            // read after each step.
             #[test]
             fn reads_match_a_model(
                 ops in proptest::collection::vec(op(), 1..40),
@@ -1542,6 +1671,19 @@ mod tests {
                         Op::Cycle(max) => {
                             expire_cycle(&h.shared, usize::from(max));
                         }
+                        Op::Reopen => {
+                            h = h.restart();
+                            h.shared.expires.freeze_clock();
+                            h.shared.expires.advance_clock_ms(now as i64);
+                        }
+                        Op::Mset(k, v) => {
+                            let (a, b) = (key(k), key((k + 1) % 5));
+                            let value = format!("m{v}");
+                            prop_assert_eq!(h.run(&["MSET", &a, &value, &b, &value]), Frame::ok());
+                            model.insert(a.clone(), (value.clone(), None));
+                            model.insert(b.clone(), (value.clone(), None));
+                            prop_assert_eq!(h.run(&["MGET", &a, &b]), bulks(&[&value, &value]));
+                        }
                     }
                     model.retain(|_, (_, d)| d.is_none_or(|d| d > now));
                     for k in 0..5 {
@@ -1569,6 +1711,35 @@ mod tests {
                 model.retain(|_, (_, d)| d.is_none_or(|d| d > now));
                 let keys: Vec<&str> = model.keys().map(String::as_str).collect();
                 prop_assert_eq!(h.run(&["KEYS", "*"]), bulks(&keys));
+                let all: Vec<String> = (0..5).map(key).collect();
+                let mut mget = vec!["MGET"];
+                mget.extend(all.iter().map(String::as_str));
+                let want = Frame::Array(
+                    all.iter().map(|k| model.get(k).map_or(Frame::Null, |(v, _)| bulk(v))).collect(),
+                );
+                prop_assert_eq!(h.run(&mget), want);
+                // SCAN with a small COUNT: every key once, across cursors.
+                let mut cursor = "0".to_string();
+                let mut scanned = Vec::new();
+                loop {
+                    let Frame::Array(reply) = h.run(&["SCAN", &cursor, "COUNT", "2"]) else {
+                        return Err(TestCaseError::fail("SCAN's reply"));
+                    };
+                    let [Frame::Bulk(next), Frame::Array(found)] = &reply[..] else {
+                        return Err(TestCaseError::fail("SCAN's reply"));
+                    };
+                    for item in found {
+                        let Frame::Bulk(k) = item else {
+                            return Err(TestCaseError::fail("SCAN's key"));
+                        };
+                        scanned.push(String::from_utf8_lossy(k).into_owned());
+                    }
+                    cursor = String::from_utf8_lossy(next).into_owned();
+                    if cursor == "0" {
+                        break;
+                    }
+                }
+                prop_assert_eq!(scanned, keys.iter().map(|k| k.to_string()).collect::<Vec<_>>());
                 prop_assert_eq!(h.run(&["DBSIZE"]), Frame::Integer(model.len() as i64));
                 let (min, max) = (bound_arg(lo.0, lo.1), bound_arg(hi.0, hi.1));
                 let want: Vec<(String, String)> = match (model_bound(&min, true), model_bound(&max, false)) {
@@ -1641,7 +1812,9 @@ mod ttl_rules {
         }
     }
 
-    /// The store's deadline index as (deadline, key), each entry checked against the map.
+    /// The store's deadlines as (deadline, key) in time order: collections' `FF 'E'`
+    /// entries and strings at `FF 'x'` (none of which also has its raw key), each checked
+    /// against the map.
     fn index(h: &Harness) -> Vec<(u64, String)> {
         let (lower, upper) = index_bounds();
         let mut entries = Vec::new();
@@ -1655,6 +1828,28 @@ mod ttl_rules {
                 ControlFlow::Continue(())
             },
         );
+        let (lower, upper) = crate::expiry::string_bounds();
+        let mut strings = Vec::new();
+        h.shared.store.scan(
+            Bound::Included(&lower[..]),
+            Bound::Excluded(&upper[..]),
+            Order::Ascending,
+            &mut |key, value| {
+                let user = crate::expiry::split_string_key(key).expect("a string's place");
+                let (deadline, _) = crate::expiry::decode_string(value).expect("a deadline");
+                strings.push((deadline, user.to_vec()));
+                ControlFlow::Continue(())
+            },
+        );
+        let mut scratch = Vec::new();
+        for (deadline, user) in strings {
+            assert!(
+                !h.shared.store.get(&user, &mut scratch),
+                "{user:?} in both places"
+            );
+            entries.push((deadline, String::from_utf8_lossy(&user).into_owned()));
+        }
+        entries.sort();
         for (deadline, user) in &entries {
             assert_eq!(
                 h.shared.expires.deadline(user.as_bytes()),

@@ -49,6 +49,7 @@ mod sets;
 mod shutdown;
 mod stream;
 mod strings;
+mod strings_scan;
 mod strlen;
 mod time;
 mod zlex;
@@ -249,13 +250,27 @@ impl Ctx<'_, '_> {
         let Some(unit) = self.unit.take() else {
             return Ok(());
         };
+        // A deadline change may move a string between its two places: readers that miss
+        // it meanwhile read again (`Expires::read_string`).
+        let moves = !unit.deadlines.is_empty();
+        if moves {
+            self.shared.expires.begin_move();
+        }
         if !unit.batch.is_empty() {
             self.wrote = true;
-            self.batch.write(&unit.batch).map_err(|e| store_error(&e))?;
+            if let Err(e) = self.batch.write(&unit.batch) {
+                if moves {
+                    self.shared.expires.end_move();
+                }
+                return Err(store_error(&e));
+            }
         }
         // Once the writes are visible, still under the command's stripe lock: the deadlines
         // (`expiry`'s invariants), then the watchers (crate::watch).
         expire::apply_deadlines(self.shared, &unit.deadlines);
+        if moves {
+            self.shared.expires.end_move();
+        }
         for key in unit.overlay.keys() {
             self.shared.watches.touched_store_key(key);
         }
@@ -301,14 +316,64 @@ impl Ctx<'_, '_> {
     }
 
     /// The value of `key` as the running command sees it (its own decided writes first), or
-    /// none if its deadline passed. The deadline first: see `expiry`'s invariants.
+    /// none if its deadline passed. A string's deadline is in its value where it has one
+    /// (`expiry`'s layout), so one store read answers both.
     pub fn read(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
+        if self.unit.is_none() && !is_reserved(key) {
+            let expires = &self.shared.expires;
+            return match expires.read_string(&self.shared.store, key, out) {
+                Some(Some(deadline)) => deadline > expires.now_ms(),
+                Some(None) => true,
+                None => false,
+            };
+        }
         !self.is_due(key) && self.read_raw(key, out)
     }
 
     /// [`Self::read`] blind to deadlines: what a write replaces (writes purge a due key
-    /// first, `expire::purge_due`, and that deletion reads the key it removes).
+    /// first, `expire::purge_due`, and that deletion reads the key it removes). A string is
+    /// read from where it lives: its raw key, or `FF 'x'` with its deadline stripped.
     pub(crate) fn read_raw(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
+        if is_reserved(key) {
+            return self.read_at(key, out);
+        }
+        let Some(overlay) = self
+            .unit
+            .as_ref()
+            .map(|u| &u.overlay)
+            .filter(|o| !o.is_empty())
+        else {
+            return self
+                .shared
+                .expires
+                .read_string(&self.shared.store, key, out)
+                .is_some();
+        };
+        let place = crate::expiry::string_key(key);
+        let (raw, timed) = (overlay.get(key), overlay.get(&place));
+        out.clear();
+        if let Some(Some(v)) = raw {
+            out.extend_from_slice(v);
+            return true;
+        }
+        if let Some(Some(v)) = timed {
+            out.extend_from_slice(v);
+            return crate::expiry::strip_deadline(out).is_some();
+        }
+        let store = &self.shared.store;
+        match (raw, timed) {
+            (None, None) => self.shared.expires.read_string(store, key, out).is_some(),
+            (None, Some(_)) => store.get(key, out),
+            (Some(_), None) => {
+                store.get(&place, out) && crate::expiry::strip_deadline(out).is_some()
+            }
+            (Some(_), Some(_)) => false,
+        }
+    }
+
+    /// The entry at store key `key` exactly (no string's place is looked up), as the running
+    /// command sees it.
+    pub(crate) fn read_at(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
         if let Some(state) = self.unit.as_ref().and_then(|u| u.overlay.get(key)) {
             out.clear();
             return match state {
@@ -320,6 +385,16 @@ impl Ctx<'_, '_> {
             };
         }
         self.shared.store.get(key, out)
+    }
+
+    /// Where string `key` lives as the running command sees it, and its deadline: its raw
+    /// key (None) or `FF 'x'` (Some). None for a reserved key, which is its own place.
+    fn place_of(&self, key: &[u8]) -> Option<(Vec<u8>, u64)> {
+        if is_reserved(key) {
+            return None;
+        }
+        self.deadline(key)
+            .map(|d| (crate::expiry::string_key(key), d))
     }
 
     /// Whether string `key` is present and not expired, as the running command sees it (its
@@ -345,6 +420,14 @@ impl Ctx<'_, '_> {
         present
     }
 
+    /// Whether store key `key` holds an entry, as the running command sees it.
+    pub(crate) fn present_at(&mut self, key: &[u8]) -> bool {
+        let mut scratch = std::mem::take(&mut self.buffers.scratch);
+        let present = self.read_at(key, &mut scratch);
+        self.buffers.scratch = scratch;
+        present
+    }
+
     /// Records a decided write in the open unit.
     fn decide(&mut self, key: &[u8], value: Option<&[u8]>) {
         let unit = self.unit.as_mut().expect("a unit is open");
@@ -355,8 +438,38 @@ impl Ctx<'_, '_> {
         unit.overlay.insert(key.to_vec(), value.map(<[u8]>::to_vec));
     }
 
-    /// Sets `key` to `value` through the batch.
+    /// Sets `key` to `value` through the batch; a string with a deadline at its place,
+    /// keeping the deadline.
     fn upsert(&mut self, key: &[u8], value: &[u8]) -> Result<(), Frame> {
+        match self.place_of(key) {
+            Some((place, d)) => self.upsert_at(&place, &crate::expiry::encode_string(d, value)),
+            None => self.upsert_at(key, value),
+        }
+    }
+
+    fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, Frame> {
+        match self.place_of(key) {
+            Some((place, d)) => self.insert_at(&place, &crate::expiry::encode_string(d, value)),
+            None => self.insert_at(key, value),
+        }
+    }
+
+    fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, Frame> {
+        match self.place_of(key) {
+            Some((place, d)) => self.update_at(&place, &crate::expiry::encode_string(d, value)),
+            None => self.update_at(key, value),
+        }
+    }
+
+    fn remove(&mut self, key: &[u8]) -> Result<bool, Frame> {
+        match self.place_of(key) {
+            Some((place, _)) => self.remove_at(&place),
+            None => self.remove_at(key),
+        }
+    }
+
+    /// Sets store key `key` exactly (see [`Self::read_at`]).
+    pub(crate) fn upsert_at(&mut self, key: &[u8], value: &[u8]) -> Result<(), Frame> {
         if self.unit.is_some() {
             check_entry(key, value).map_err(|e| store_error(&e))?;
             self.decide(key, Some(value));
@@ -368,10 +481,10 @@ impl Ctx<'_, '_> {
         Ok(())
     }
 
-    fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, Frame> {
+    fn insert_at(&mut self, key: &[u8], value: &[u8]) -> Result<bool, Frame> {
         if self.unit.is_some() {
             check_entry(key, value).map_err(|e| store_error(&e))?;
-            if self.present_raw(key) {
+            if self.present_at(key) {
                 return Ok(false);
             }
             self.decide(key, Some(value));
@@ -385,10 +498,10 @@ impl Ctx<'_, '_> {
         Ok(changed)
     }
 
-    fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, Frame> {
+    fn update_at(&mut self, key: &[u8], value: &[u8]) -> Result<bool, Frame> {
         if self.unit.is_some() {
             check_entry(key, value).map_err(|e| store_error(&e))?;
-            if !self.present_raw(key) {
+            if !self.present_at(key) {
                 return Ok(false);
             }
             self.decide(key, Some(value));
@@ -402,9 +515,10 @@ impl Ctx<'_, '_> {
         Ok(changed)
     }
 
-    fn remove(&mut self, key: &[u8]) -> Result<bool, Frame> {
+    /// Removes store key `key` exactly (see [`Self::read_at`]).
+    pub(crate) fn remove_at(&mut self, key: &[u8]) -> Result<bool, Frame> {
         if self.unit.is_some() {
-            if !self.present_raw(key) {
+            if !self.present_at(key) {
                 return Ok(false);
             }
             self.decide(key, None);
@@ -425,10 +539,41 @@ impl Ctx<'_, '_> {
         self.batch.observe(key);
     }
 
-    /// Applies `batch` atomically (after a crash too) within the pipeline's batch.
+    /// Applies `batch` atomically (after a crash too) within the pipeline's batch. Its
+    /// string keys are written where they live, with their deadlines ([`Self::upsert`]).
     fn write(&mut self, batch: &forest_store::WriteBatch) -> Result<Vec<bool>, Frame> {
         if self.unit.is_some() {
-            return multi::decide_batch(self, batch);
+            return multi::decide_batch(self, batch, true);
+        }
+        if !self.shared.expires.any() {
+            return self.write_at(batch);
+        }
+        let mut placed = forest_store::WriteBatch::new();
+        for op in batch.ops() {
+            use forest_store::BatchOp;
+            let place = self.place_of(op.key());
+            let key = place.as_ref().map_or(op.key(), |(p, _)| p.as_slice());
+            let value = |v: &[u8]| match &place {
+                Some((_, d)) => crate::expiry::encode_string(*d, v),
+                None => v.to_vec(),
+            };
+            match op {
+                BatchOp::Upsert(_, v) => placed.put(key, &value(v)),
+                BatchOp::Insert(_, v) => placed.insert(key, &value(v)),
+                BatchOp::Update(_, v) => placed.update(key, &value(v)),
+                BatchOp::Remove(_) => placed.remove(key),
+            };
+        }
+        self.write_at(&placed)
+    }
+
+    /// [`Self::write`] of store keys exactly (see [`Self::read_at`]).
+    pub(crate) fn write_at(
+        &mut self,
+        batch: &forest_store::WriteBatch,
+    ) -> Result<Vec<bool>, Frame> {
+        if self.unit.is_some() {
+            return multi::decide_batch(self, batch, false);
         }
         self.wrote = true;
         let changed = self.batch.write(batch).map_err(|e| store_error(&e))?;
@@ -445,9 +590,41 @@ impl Ctx<'_, '_> {
         key: &[u8],
         f: impl FnOnce(Option<&[u8]>) -> forest_core::Result<forest_store::Rmw>,
     ) -> Result<Option<Vec<u8>>, Frame> {
+        let Some((place, d)) = self.place_of(key) else {
+            return self.read_modify_write_at(key, f);
+        };
+        let old = self.read_modify_write_at(&place, |stored| {
+            let old = match stored {
+                Some(stored) => Some(
+                    crate::expiry::decode_string(stored)
+                        .ok_or_else(|| {
+                            Error::InvalidUse("a string's stored deadline is cut short".into())
+                        })?
+                        .1,
+                ),
+                None => None,
+            };
+            Ok(match f(old)? {
+                forest_store::Rmw::Put(value) => {
+                    forest_store::Rmw::Put(crate::expiry::encode_string(d, &value))
+                }
+                other => other,
+            })
+        })?;
+        Ok(old.map(|mut stored| {
+            crate::expiry::strip_deadline(&mut stored);
+            stored
+        }))
+    }
+
+    fn read_modify_write_at(
+        &mut self,
+        key: &[u8],
+        f: impl FnOnce(Option<&[u8]>) -> forest_core::Result<forest_store::Rmw>,
+    ) -> Result<Option<Vec<u8>>, Frame> {
         if self.unit.is_some() {
             let mut old = Vec::new();
-            let old = self.read_raw(key, &mut old).then_some(old);
+            let old = self.read_at(key, &mut old).then_some(old);
             match f(old.as_deref()).map_err(|e| store_error(&e))? {
                 forest_store::Rmw::Keep => {}
                 forest_store::Rmw::Put(value) => {
@@ -484,6 +661,11 @@ impl Ctx<'_, '_> {
             Frame::Null
         }
     }
+}
+
+/// Whether `key` is a reserved store key (a collection's, a deadline's), not a string's.
+fn is_reserved(key: &[u8]) -> bool {
+    key.first() == Some(&crate::collection::RESERVED_BYTE)
 }
 
 /// A store error as Redis-style error text (docs/PROTOCOL.md "Errors").
@@ -732,6 +914,7 @@ pub(crate) mod testing {
             )
             .expect("reopen store");
             crate::collection::repair(&store).expect("repair");
+            crate::expiry::repair(&store).expect("expiry repair");
             let shared = Shared::new(store, config);
             let client = shared.new_client("127.0.0.1:1".into(), "127.0.0.1:6379".into(), None);
             Self {

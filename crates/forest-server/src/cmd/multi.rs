@@ -413,14 +413,27 @@ fn write_unit(ctx: &mut Ctx<'_, '_>) -> Result<(), Frame> {
             None => batch.remove(key),
         };
     }
+    // Strings may move between their two places (see `Ctx::end_unit`).
+    let moves = !unit.deadlines.is_empty();
+    if moves {
+        ctx.shared.expires.begin_move();
+    }
     if !batch.is_empty() {
         ctx.wrote = true;
         // A failed write leaves the map of deadlines as it was.
-        ctx.batch.write(&batch).map_err(|e| store_error(&e))?;
+        if let Err(e) = ctx.batch.write(&batch) {
+            if moves {
+                ctx.shared.expires.end_move();
+            }
+            return Err(store_error(&e));
+        }
     }
     // Once the writes are visible, still under the stripes: the deadlines the transaction
     // changed (`crate::expiry`), then the watchers (crate::watch).
     super::expire::apply_deadlines(ctx.shared, &unit.deadlines);
+    if moves {
+        ctx.shared.expires.end_move();
+    }
     for key in unit.overlay.keys() {
         ctx.shared.watches.touched_store_key(key);
     }
@@ -440,8 +453,13 @@ pub fn defer_publish(ctx: &mut Ctx<'_, '_>, channel: &[u8], message: &[u8]) -> b
     true
 }
 
-/// `Ctx::write` inside a unit: each op decided into the overlay, in order.
-pub(super) fn decide_batch(ctx: &mut Ctx<'_, '_>, batch: &WriteBatch) -> Result<Vec<bool>, Frame> {
+/// `Ctx::write` inside a unit: each op decided into the overlay, in order; with `placed`,
+/// string keys where they live (`Ctx::upsert`), else store keys exactly (`Ctx::upsert_at`).
+pub(super) fn decide_batch(
+    ctx: &mut Ctx<'_, '_>,
+    batch: &WriteBatch,
+    placed: bool,
+) -> Result<Vec<bool>, Frame> {
     for op in batch.ops() {
         match op {
             BatchOp::Insert(k, v) | BatchOp::Upsert(k, v) | BatchOp::Update(k, v) => {
@@ -452,14 +470,15 @@ pub(super) fn decide_batch(ctx: &mut Ctx<'_, '_>, batch: &WriteBatch) -> Result<
     }
     let mut changed = Vec::with_capacity(batch.len());
     for op in batch.ops() {
-        changed.push(match op {
-            BatchOp::Upsert(k, v) => {
-                ctx.upsert(k, v)?;
-                true
-            }
-            BatchOp::Insert(k, v) => ctx.insert(k, v)?,
-            BatchOp::Update(k, v) => ctx.update(k, v)?,
-            BatchOp::Remove(k) => ctx.remove(k)?,
+        changed.push(match (op, placed) {
+            (BatchOp::Upsert(k, v), true) => ctx.upsert(k, v).map(|()| true)?,
+            (BatchOp::Upsert(k, v), false) => ctx.upsert_at(k, v).map(|()| true)?,
+            (BatchOp::Insert(k, v), true) => ctx.insert(k, v)?,
+            (BatchOp::Insert(k, v), false) => ctx.insert_at(k, v)?,
+            (BatchOp::Update(k, v), true) => ctx.update(k, v)?,
+            (BatchOp::Update(k, v), false) => ctx.update_at(k, v)?,
+            (BatchOp::Remove(k), true) => ctx.remove(k)?,
+            (BatchOp::Remove(k), false) => ctx.remove_at(k)?,
         });
     }
     Ok(changed)
@@ -497,8 +516,24 @@ impl Ctx<'_, '_> {
         self.scan_up_to(lower, upper, order, usize::MAX, visit)
     }
 
-    /// [`Self::scan_up_to`] for keys alone: outside a unit's writes, the store's keys-only
-    /// scan, which copies no values; the visitor gets each key with an empty value.
+    /// [`Self::scan_up_to`]: a range of string keys (its upper bound at or below the
+    /// reserved byte) is read from both places strings live, merged in key order, values
+    /// without their deadlines (`super::strings_scan`); any other range is read as stored.
+    pub fn scan_up_to(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        limit: usize,
+        visit: &mut Visitor<'_>,
+    ) {
+        if super::strings_scan::in_strings(upper) {
+            return self.scan_strings(lower, upper, order, limit, false, visit);
+        }
+        self.scan_up_to_at(lower, upper, order, limit, visit)
+    }
+
+    /// [`Self::scan_keys_up_to_at`], string ranges merged as [`Self::scan_up_to`].
     pub fn scan_keys_up_to(
         &self,
         lower: Bound<&[u8]>,
@@ -507,16 +542,33 @@ impl Ctx<'_, '_> {
         limit: usize,
         visit: &mut Visitor<'_>,
     ) {
+        if super::strings_scan::in_strings(upper) {
+            return self.scan_strings(lower, upper, order, limit, true, visit);
+        }
+        self.scan_keys_up_to_at(lower, upper, order, limit, visit)
+    }
+
+    /// [`Self::scan_up_to_at`] for keys alone: outside a unit's writes, the store's
+    /// keys-only scan, which copies no values; the visitor gets each key with an empty value.
+    pub(crate) fn scan_keys_up_to_at(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        limit: usize,
+        visit: &mut Visitor<'_>,
+    ) {
         if self.unit.as_ref().is_some_and(|u| !u.overlay.is_empty()) {
-            return self.scan_up_to(lower, upper, order, limit, &mut |k, _| visit(k, &[]));
+            return self.scan_up_to_at(lower, upper, order, limit, &mut |k, _| visit(k, &[]));
         }
         self.shared
             .store
             .scan_keys_up_to(lower, upper, order, limit, visit)
     }
 
-    /// [`Self::scan`] of at most `limit` entries.
-    pub fn scan_up_to(
+    /// The store's entries in a range, at most `limit`, as stored (no string's place is
+    /// looked up), within a unit its decided writes merged in key order.
+    pub(crate) fn scan_up_to_at(
         &self,
         lower: Bound<&[u8]>,
         upper: Bound<&[u8]>,

@@ -199,12 +199,18 @@ fn rename_generic(ctx: &mut Ctx<'_, '_>, from: &[u8], to: &[u8], nx: bool) -> Re
     remove_content(&mut batch, from, &content);
     // The source's deadline moves with it (a replaced destination's goes), in the same
     // batch: no entry is left under the old name to delete a later key of that name.
-    // The deadlines first: a deadline that cannot be indexed fails before anything is
-    // decided (the batch's entries were checked by `put_content`).
+    // The content first, so that the deadline goes where the key's kind keeps it (a
+    // string's in its value, a collection's in an `FF 'E'` entry); a deadline that cannot
+    // be stored fails the unit, which is then dropped whole.
+    let string = match &content {
+        Content::String(value) => Some(value.as_slice()),
+        Content::Collection { .. } => None,
+    };
+    expire::check_deadline_fits(to, deadline, string)?;
     expire::in_unit(ctx, |ctx| {
+        ctx.write(&batch)?;
         expire::stage_deadline(ctx, to, deadline)?;
-        expire::stage_deadline(ctx, from, None)?;
-        ctx.write(&batch).map(drop)
+        expire::stage_deadline(ctx, from, None)
     })?;
     // The source's reserved entries moved to the new name: the counts change only by
     // the destination replaced.
@@ -256,9 +262,14 @@ pub fn copy(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let added = put_content(&mut batch, to, &content)?;
     // The copy has the source's deadline; a replaced destination's goes.
     let deadline = ctx.deadline(from);
+    let string = match &content {
+        Content::String(value) => Some(value.as_slice()),
+        Content::Collection { .. } => None,
+    };
+    expire::check_deadline_fits(to, deadline, string)?;
     expire::in_unit(ctx, |ctx| {
-        expire::stage_deadline(ctx, to, deadline)?;
-        ctx.write(&batch).map(drop)
+        ctx.write(&batch)?;
+        expire::stage_deadline(ctx, to, deadline)
     })?;
     replaced.settle(ctx);
     if added > 0 {

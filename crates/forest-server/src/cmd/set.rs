@@ -165,32 +165,34 @@ fn set_locked(ctx: &mut Ctx<'_, '_>, key: &[u8], value: &[u8], options: SetOptio
             return set_expired(ctx, key, options);
         }
     }
+    let new = match expiry {
+        Expiry::Clear => None,
+        Expiry::Keep => old,
+        Expiry::At(deadline) => Some(deadline),
+    };
     if shared.collections.any() {
         match coll::read_meta(ctx, key)? {
             Some(_) if get => return Err(coll::wrongtype()),
             Some(_) if condition == Condition::Absent => return Ok(Frame::Null),
             Some(_) => {
                 // The collection's removal and the new string are one atomic batch (the
-                // unit ends when the command does).
+                // unit ends when the command does); its deadline entry goes with it, and
+                // the string takes `new` where strings keep deadlines.
                 ctx.begin_unit();
                 coll::delete_locked(ctx, key)?;
+                if old.is_some() {
+                    expire::stage_deadline(ctx, key, None)?;
+                    old = None;
+                }
             }
             None => {}
         }
     }
-    let new = match expiry {
-        Expiry::Clear => None,
-        Expiry::Keep => old,
-        Expiry::At(deadline) => Some(deadline),
-    };
     if new != old {
         if condition == Condition::Always && !get && ctx.unit.is_none() {
-            // The common SET EX: the value and its deadline entries in one batch.
-            let mut batch = WriteBatch::new();
-            batch.put(key, value);
-            expire::stage_deadline_in(shared, &mut batch, key, old, new);
-            ctx.write(&batch)?;
-            return Ok(Frame::ok());
+            // The common SET EX: one entry, `FF 'x' <key>` (two, and a move, where the
+            // string was at its raw key or loses its deadline).
+            return set_placed(ctx, key, value, old, new);
         }
         // The value and the deadline go in one unit, written when SET ends.
         ctx.begin_unit();
@@ -200,6 +202,35 @@ fn set_locked(ctx: &mut Ctx<'_, '_>, key: &[u8], value: &[u8], options: SetOptio
         expire::stage_deadline(ctx, key, new)?;
     }
     Ok(reply)
+}
+
+/// SET without conditions that sets or clears a deadline, outside a unit: the string where
+/// it lives with `new`, one atomic batch (one entry unless it moves), then the map.
+fn set_placed(
+    ctx: &mut Ctx<'_, '_>,
+    key: &[u8],
+    value: &[u8],
+    old: Option<u64>,
+    new: Option<u64>,
+) -> Reply {
+    let shared = ctx.shared;
+    let mut batch = WriteBatch::new();
+    let (moves, reserved) = expire::place_string_in(ctx, &mut batch, key, value, old, new)?;
+    if moves {
+        shared.expires.begin_move();
+    }
+    let written = match batch.ops() {
+        [forest_store::BatchOp::Upsert(k, v)] => ctx.upsert_at(k, v).map(drop),
+        _ => ctx.write_at(&batch).map(drop),
+    };
+    if written.is_ok() {
+        expire::account(shared, key, new, reserved);
+    }
+    if moves {
+        shared.expires.end_move();
+    }
+    written?;
+    Ok(Frame::ok())
 }
 
 /// SET's string write as its condition says: whether it wrote, and the reply.
@@ -345,12 +376,35 @@ pub fn mset(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         }
         return Ok(Frame::ok());
     }
-    for (k, v) in pairs {
-        batch.put(k, v);
-        let old = ctx.deadline(k);
-        expire::stage_deadline_in(shared, &mut batch, k, old, None);
+    // Each string at its raw key, without a deadline: a string that had one moves.
+    let mut changes = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (k, v) in &pairs {
+        // A key named again is at its raw key by then.
+        let old = if seen.insert(*k) {
+            ctx.deadline(k)
+        } else {
+            None
+        };
+        let (_, reserved) = expire::place_string_in(ctx, &mut batch, k, v, old, None)?;
+        if old.is_some() {
+            changes.push((*k, reserved));
+        }
     }
-    ctx.write(&batch)?;
+    let moves = !changes.is_empty();
+    if moves {
+        shared.expires.begin_move();
+    }
+    let written = ctx.write_at(&batch);
+    if written.is_ok() {
+        for (k, reserved) in changes {
+            expire::account(shared, k, None, reserved);
+        }
+    }
+    if moves {
+        shared.expires.end_move();
+    }
+    written?;
     for keys in replaced {
         coll::deleted(ctx, keys);
     }

@@ -119,7 +119,7 @@ impl ReadWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::file::MemFile;
+    use crate::MemFile;
 
     // Goal: the window hands out the file's true bytes at every offset and stays bounded.
     // Method: walk a 10 kB file with odd steps and small chunks, comparing with the source.

@@ -1,4 +1,5 @@
-//! The file trait: every byte the store reads or writes goes through [`Dir`] and [`File`]
+//! The file trait: every byte a store (forest-store's logs and checkpoints, LLAMA's log-structured
+//! store) reads or writes goes through [`Dir`] and [`File`]
 //! (STYLE.md §1 "all I/O through one trait"; issue 5 "I/O errors" and "Power loss").
 //!
 //! A store lives in one flat directory. [`Dir`] creates, opens, lists, renames and removes

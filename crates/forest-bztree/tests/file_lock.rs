@@ -1,0 +1,62 @@
+//! The file's lock and the store words (`file` module doc): one opener at a time, the
+//! second told the file and the holder's pid; the store LSN and pending words persist.
+
+use forest_bztree::{BzTree, BzTreeConfig};
+use forest_core::{Error, Index};
+use forest_pmwcas::{Clwb, Msync};
+
+fn config() -> BzTreeConfig {
+    BzTreeConfig {
+        heap_bytes: 16 << 20,
+        descriptor_count: 256,
+        ..BzTreeConfig::with_node_size(256)
+    }
+}
+
+// Goal: a second open of a locked file fails at once, naming the file and the holder's pid,
+// in this process too; after the holder drops, it opens. Method: open twice, drop, reopen.
+#[test]
+fn second_open_names_the_file_and_the_holder() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("tree.pool");
+    let tree = BzTree::open(&path, config(), Clwb::detect()).expect("open");
+    tree.upsert(b"k", b"v").expect("upsert");
+    let err = BzTree::open(&path, config(), Msync).expect_err("locked");
+    match &err {
+        Error::Io {
+            path: p,
+            op,
+            source,
+        } => {
+            assert_eq!(p, &path);
+            assert_eq!(*op, "lock");
+            assert_eq!(source.kind(), std::io::ErrorKind::WouldBlock);
+        }
+        other => panic!("expected a lock error, got {other}"),
+    }
+    let text = err.to_string();
+    assert!(text.contains("tree.pool"), "{text}");
+    assert!(
+        text.contains(&format!("pid {}", std::process::id())),
+        "{text}"
+    );
+    drop(tree);
+    let tree = BzTree::open(&path, config(), Msync).expect("reopen after drop");
+    let mut out = Vec::new();
+    assert!(tree.get(b"k", &mut out) && out == b"v");
+}
+
+// Goal: the store words start at 0 and keep what was set across a reopen. Method: set,
+// drop, reopen, read.
+#[test]
+fn store_words_persist() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("tree.pool");
+    let tree = BzTree::open(&path, config(), Msync).expect("open");
+    assert_eq!((tree.store_lsn(), tree.store_pending()), (0, 0));
+    tree.set_store_lsn(41);
+    tree.set_store_pending(42);
+    drop(tree);
+    let tree = BzTree::open(&path, config(), Msync).expect("reopen");
+    assert_eq!((tree.store_lsn(), tree.store_pending()), (41, 42));
+}
