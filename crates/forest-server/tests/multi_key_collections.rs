@@ -882,6 +882,23 @@ fn expired_sources_and_destinations() {
     expire_all(&mut c, &["str"]);
     assert_eq!(c.cmd(&["SUNIONSTORE", "u", "str"]), R::Int(0));
     assert_eq!(c.cmd(&["DBSIZE"]), R::Int(1));
+    // A live string with a deadline as a STORE destination: replaced, its deadline dropped.
+    assert_eq!(c.cmd(&["SET", "ts", "v", "EX", "100"]), ok());
+    assert_eq!(c.cmd(&["LMOVE", "d", "ts", "LEFT", "LEFT"]), wrong());
+    assert_eq!(c.cmd(&["SADD", "m1", "x"]), R::Int(1));
+    assert_eq!(c.cmd(&["SUNIONSTORE", "ts", "m1"]), R::Int(1));
+    assert_eq!(c.cmd(&["TTL", "ts"]), R::Int(-1));
+    assert_eq!(c.cmd(&["SMEMBERS", "ts"]), bulks(&["x"]));
+    assert_eq!(c.cmd(&["SET", "tz", "v", "PX", "100000"]), ok());
+    assert_eq!(c.cmd(&["ZUNIONSTORE", "tz", "1", "m1"]), R::Int(1));
+    assert_eq!(c.cmd(&["TTL", "tz"]), R::Int(-1));
+    assert_eq!(c.cmd(&["GET", "tz"]), wrong());
+    assert_eq!(c.cmd(&["SET", "te", "v", "PX", "100000"]), ok());
+    assert_eq!(c.cmd(&["SDIFFSTORE", "te", "nokey"]), R::Int(0));
+    assert_eq!(c.cmd(&["EXISTS", "te"]), R::Int(0));
+    assert_eq!(c.cmd(&["TTL", "te"]), R::Int(-2));
+    assert_eq!(c.cmd(&["DBSIZE"]), R::Int(4));
+    assert_eq!(c.cmd(&["KEYS", "*"]), bulks(&["d", "m1", "ts", "tz"]));
 }
 
 /// Reads `keys`' sizes at one moment (MULTI/EXEC holds all their locks).
