@@ -7,6 +7,10 @@ normalizes only the differences docs/PROTOCOL.md documents, and prints every oth
 
   scripts/diff-vs-redis.py --forest 127.0.0.1:P1 --redis 127.0.0.1:P2 --seeds 1,2,3 -n 4000
 
+Commands over several keys (LMOVE, LMPOP, ZMPOP, SMOVE, the STORE forms, ZUNION/ZINTER/ZDIFF,
+ZINTERCARD) run over the same keys, with their destinations' states compared; lex ranges run
+over zl1, whose members all score 0 (Redis leaves lex ranges over mixed scores unspecified).
+
 Normalized (documented): SMEMBERS/HKEYS/HVALS/HGETALL/SINTER/SUNION/SDIFF reply order;
 random commands (HRANDFIELD, SRANDMEMBER, ZRANDMEMBER) compared by shape and membership;
 HSCAN/SSCAN/ZSCAN compared as the union of a full iteration; HSCAN NOVALUES (Redis 7.4);
@@ -524,6 +528,82 @@ class Gen:
             groups += g
         return ["CONFIG", "SET", "client-output-buffer-limit", " ".join(groups)]
 
+    def lexbound(self):
+        r = self.rng
+        x = r.random()
+        if x < 0.15:
+            return r.choice(["-", "+"])
+        if x < 0.18:
+            return r.choice(["", "a", "-x", "+x", "["])
+        return r.choice(["[", "("]).encode() + self.mem()
+
+    def multicmd(self):
+        """Commands over several keys (issue 19's multi-key brief), and lex ranges over zl1,
+        whose members all score 0 (Redis leaves lex ranges over mixed scores unspecified)."""
+        r = self.rng
+        lk, sk, zk = (lambda: self.key("list")), (lambda: self.key("set")), (lambda: self.key("zset"))
+        end = lambda words: r.choice(words + [w.lower() for w in words] + (["up"] if r.random() < 0.03 else []))
+        c = r.choice(["LMOVE", "LMOVE", "RPOPLPUSH", "LMPOP", "ZMPOP", "SMOVE", "SMOVE", "SINTERSTORE",
+                      "SUNIONSTORE", "SDIFFSTORE", "ZADD", "ZADD", "ZRANGEBYLEX", "ZREVRANGEBYLEX",
+                      "ZLEXCOUNT", "ZREMRANGEBYLEX", "ZRANGE", "ZRANGESTORE", "ZUNION", "ZINTER",
+                      "ZDIFF", "ZUNIONSTORE", "ZINTERSTORE", "ZDIFFSTORE", "ZINTERCARD"])
+        zl = b"zl1" if r.random() < 0.9 else self.rng.choice(self.all)
+        idx = lambda: pick(r, SMALLINTS + ["0", "1", "-1", "2", "-2", "3", "5"])
+        count = lambda: (["COUNT", pick(r, ["1", "2", "5", "0", "-1", "x"])] if r.random() < 0.5 else [])
+        if c == "LMOVE":
+            return [c, lk(), lk(), end(["LEFT", "RIGHT"]), end(["LEFT", "RIGHT"])]
+        if c == "RPOPLPUSH":
+            return [c, lk(), lk()]
+        if c in ("LMPOP", "ZMPOP"):
+            keys = [lk() if c == "LMPOP" else zk() for _ in range(r.randint(1, 3))]
+            n = str(len(keys)) if r.random() < 0.9 else pick(r, ["0", "-1", "5", "x"])
+            words = ["LEFT", "RIGHT"] if c == "LMPOP" else ["MIN", "MAX"]
+            return [c, n] + keys + [end(words)] + count()
+        if c == "SMOVE":
+            return [c, sk(), sk(), self.mem()]
+        if c.startswith("S"):
+            return [c, sk()] + [sk() for _ in range(r.randint(1, 3))]
+        if c == "ZADD":
+            return [c, zl, "0", self.mem()]
+        if c in ("ZRANGEBYLEX", "ZREVRANGEBYLEX", "ZLEXCOUNT", "ZREMRANGEBYLEX"):
+            a = [c, zl, self.lexbound(), self.lexbound()]
+            if c in ("ZRANGEBYLEX", "ZREVRANGEBYLEX") and r.random() < 0.4:
+                a += ["LIMIT", idx(), idx()]
+            if r.random() < 0.05:
+                a.append(r.choice(["WITHSCORES", "REV", "BYLEX", "junk"]))
+            return a
+        if c in ("ZRANGE", "ZRANGESTORE"):
+            a = [c] + ([zk() if r.random() < 0.5 else zl] if c == "ZRANGESTORE" else []) + [zl]
+            by = r.choice(["BYLEX", "BYLEX", "BYSCORE", None])
+            if by == "BYLEX":
+                a += [self.lexbound(), self.lexbound(), by]
+            elif by == "BYSCORE":
+                a += [bound(r), bound(r), by]
+            else:
+                a += [idx(), idx()]
+            if r.random() < 0.3:
+                a.append("REV")
+            if by and r.random() < 0.4:
+                a += ["LIMIT", idx(), idx()]
+            if r.random() < 0.1:
+                a.append("WITHSCORES")
+            return a
+        store = c.endswith("STORE")
+        keys = [r.choice([zk(), zk(), sk(), zl]) for _ in range(r.randint(1, 3))]
+        n = str(len(keys)) if r.random() < 0.92 else pick(r, ["0", "-1", "5", "x"])
+        a = [c] + ([zk()] if store else []) + [n] + keys
+        if c == "ZINTERCARD":
+            if r.random() < 0.4:
+                a += ["LIMIT", pick(r, ["0", "1", "2", "-1", "x"])]
+            return a
+        if "DIFF" not in c and r.random() < 0.4:
+            a += ["WEIGHTS"] + [pick(r, ["1", "2", "-1", "0", "0.5", "inf", "-inf", "x"]) for _ in keys]
+        if "DIFF" not in c and r.random() < 0.4:
+            a += ["AGGREGATE", r.choice(["SUM", "MIN", "MAX", "min", "foo"])]
+        if not store and r.random() < 0.5:
+            a.append("WITHSCORES")
+        return a
+
     def generic(self):
         r = self.rng
         k = r.choice(self.all)
@@ -537,8 +617,10 @@ class Gen:
             a = self.setcmd()
         elif x < 0.6:
             a = self.listcmd()
-        elif x < 0.92:
+        elif x < 0.8:
             a = self.zsetcmd()
+        elif x < 0.92:
+            a = self.multicmd()
         elif x < 0.96:
             a = self.configcmd()
         else:
@@ -554,8 +636,10 @@ class Gen:
 # ---------------------------------------------------------------- the run
 def keys_of(args):
     c = args[0].upper()
-    if c in (b"SINTER", b"SUNION", b"SDIFF"):
-        return args[1:]
+    if c in (b"SINTER", b"SUNION", b"SDIFF", b"SINTERSTORE", b"SUNIONSTORE", b"SDIFFSTORE",
+             b"LMOVE", b"RPOPLPUSH", b"SMOVE", b"ZRANGESTORE", b"ZUNIONSTORE", b"ZINTERSTORE",
+             b"ZDIFFSTORE", b"LMPOP", b"ZMPOP"):
+        return [a for a in args[1:] if a in KEYSET]
     if c == b"SINTERCARD":
         return [a for a in args[2:] if a in KEYSET]
     if c == b"CONFIG":
@@ -563,7 +647,7 @@ def keys_of(args):
     return args[1:2]
 
 
-KEYSET = {b"h1", b"h2", b"s1", b"s2", b"s3", b"l1", b"l2", b"z1", b"z2", b"str", b"nokey"}
+KEYSET = {b"h1", b"h2", b"s1", b"s2", b"s3", b"l1", b"l2", b"z1", b"z2", b"zl1", b"str", b"nokey"}
 
 
 def documented(args, rf, rr):
