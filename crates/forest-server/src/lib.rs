@@ -21,12 +21,14 @@
 //! | [`expiry`] | key deadlines: an index ordered by time under byte 0xFF, the active task | §3 one ordered map |
 //! | [`watch`] | WATCH's registry and the hook every write calls | — |
 //! | [`pubsub`] | channels, patterns, each subscriber's bounded mailbox | — |
+//! | [`blocking`] | clients blocked on keys (BLPOP...): per-key queues, each waiter's wake-up | — |
 //!
 //! The store does the logging (forest-store: group commit, `periodic` acknowledges at once
 //! as Masstree does). No `unsafe` in this crate.
 
 #![forbid(unsafe_code)]
 
+pub mod blocking;
 pub mod cmd;
 pub mod collection;
 pub mod connection;

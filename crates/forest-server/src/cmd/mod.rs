@@ -12,6 +12,7 @@
 //! helpers stop at the first error with `?`; [`execute`] sends either side alike.
 
 mod bits;
+pub mod blocking;
 mod client;
 mod coll;
 mod command;
@@ -113,6 +114,9 @@ pub struct Client {
     pub txn: multi::TxnState,
     /// Pub/Sub subscriptions and the mailbox of their messages ([`crate::pubsub`]).
     pub pubsub: crate::pubsub::Subscriber,
+    /// The blocking command waiting, and the keys the running command made ready
+    /// ([`crate::blocking`]).
+    pub blocking: crate::blocking::ClientBlock,
 }
 
 impl Client {
@@ -126,6 +130,7 @@ impl Client {
             multi: self.txn.queued(),
             watch,
             dirty,
+            blocked: self.blocking.is_blocked(),
         }
     }
 }
@@ -341,8 +346,18 @@ impl Ctx<'_, '_> {
         present
     }
 
+    /// The write hook of blocking commands: a collection's type entry was written (under
+    /// its stripe lock), so a client waiting on it is woken once this command is done
+    /// ([`crate::blocking`]). One atomic load while nobody is blocked.
+    fn touched_type_entry(&mut self, key: &[u8]) {
+        if let Some(user) = self.shared.blocking.waits_on_store_key(key) {
+            self.client.blocking.note(user);
+        }
+    }
+
     /// Records a decided write in the open unit.
     fn decide(&mut self, key: &[u8], value: Option<&[u8]>) {
+        self.touched_type_entry(key);
         let unit = self.unit.as_mut().expect("a unit is open");
         match value {
             Some(v) => unit.batch.put(key, v),
@@ -361,6 +376,7 @@ impl Ctx<'_, '_> {
         self.wrote = true;
         self.batch.upsert(key, value).map_err(|e| store_error(&e))?;
         self.shared.watches.touched_store_key(key);
+        self.touched_type_entry(key);
         Ok(())
     }
 
@@ -377,6 +393,7 @@ impl Ctx<'_, '_> {
         let changed = self.batch.insert(key, value).map_err(|e| store_error(&e))?;
         if changed {
             self.shared.watches.touched_store_key(key);
+            self.touched_type_entry(key);
         }
         Ok(changed)
     }
@@ -394,6 +411,7 @@ impl Ctx<'_, '_> {
         let changed = self.batch.update(key, value).map_err(|e| store_error(&e))?;
         if changed {
             self.shared.watches.touched_store_key(key);
+            self.touched_type_entry(key);
         }
         Ok(changed)
     }
@@ -410,6 +428,7 @@ impl Ctx<'_, '_> {
         let changed = self.batch.remove(key).map_err(|e| store_error(&e))?;
         if changed {
             self.shared.watches.touched_store_key(key);
+            self.touched_type_entry(key);
         }
         Ok(changed)
     }
@@ -431,6 +450,7 @@ impl Ctx<'_, '_> {
         for (op, changed) in batch.ops().iter().zip(&changed) {
             if *changed {
                 self.shared.watches.touched_store_key(op.key());
+                self.touched_type_entry(op.key());
             }
         }
         Ok(changed)
@@ -466,6 +486,7 @@ impl Ctx<'_, '_> {
             .map_err(|e| store_error(&e))?;
         if changed {
             self.shared.watches.touched_store_key(key);
+            self.touched_type_entry(key);
         }
         Ok(old)
     }
@@ -613,6 +634,9 @@ fn has_reserved_key(spec: &Spec, argv: &[&[u8]]) -> bool {
 /// Runs one command (`argv[0]` is its name; `argv` is not empty): its reply, or its error.
 pub fn execute(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
     let (Ok(reply) | Err(reply)) = dispatch(ctx, argv);
+    // Once the command (a whole EXEC) is done: the clients waiting on the keys it made
+    // ready, in the order it made them ready (crate::blocking).
+    ctx.client.blocking.flush(&ctx.shared.blocking);
     reply
 }
 
