@@ -14,6 +14,9 @@ use std::ops::{Bound, ControlFlow};
 use forest_core::{check_entry, Order};
 use forest_store::Rmw;
 
+mod many;
+pub use many::{check_keys, write_many, Many};
+
 use super::{store_error, Ctx, Reply};
 use crate::collection::{member_prefix, type_key, Kind, Meta};
 use crate::frame::Frame;
@@ -205,9 +208,18 @@ fn open_write_in_unit(ctx: &mut Ctx<'_, '_>, user: &[u8], kind: Kind) -> Result<
 /// Writes `open`'s metadata back: removes the type entry of an emptied collection, keeps
 /// the counts exact. Precondition: the stripe lock taken for [`open_write`] is still held.
 fn finish(ctx: &mut Ctx<'_, '_>, user: &[u8], open: Open) -> Result<(), Frame> {
+    let result = settle(ctx, user, open);
+    // The unit is written here, under the caller's stripe lock, whatever happened above.
+    let written = ctx.end_unit();
+    result.and(written)
+}
+
+/// [`finish`]'s decisions, into the open unit: the type entry written back or removed, the
+/// counts moved. Precondition: `user`'s stripe lock is held and the unit is open.
+fn settle(ctx: &mut Ctx<'_, '_>, user: &[u8], open: Open) -> Result<(), Frame> {
     let key = type_key(user);
     let collections = &ctx.shared.collections;
-    let result = match (open.meta.count, open.existed) {
+    match (open.meta.count, open.existed) {
         (0, false) => {
             collections.add_live(-1);
             Ok(())
@@ -229,10 +241,7 @@ fn finish(ctx: &mut Ctx<'_, '_>, user: &[u8], open: Open) -> Result<(), Frame> {
             }
             result
         }
-    };
-    // The unit is written here, under the caller's stripe lock, whatever happened above.
-    let written = ctx.end_unit();
-    result.and(written)
+    }
 }
 
 /// A collection's member count as a reply (HLEN, SCARD, LLEN, ZCARD, XLEN): 0 if absent.
@@ -335,15 +344,29 @@ pub fn prefix_upper(prefix: &[u8]) -> Vec<u8> {
     crate::glob::prefix_end(prefix).unwrap_or_else(|| vec![0xff; prefix.len() + 1])
 }
 
-/// Removes every member entry of `user`; keeps the reserved count exact.
+/// Removes every member entry of `user`; keeps the reserved count exact. Precondition:
+/// `user`'s stripe lock is held, which covers its members: no member entry's own stripe
+/// is taken (a caller holding several stripes, `write_many`, must wait for no other).
 fn clear_members(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<(), Frame> {
     let prefix = member_prefix(user);
     let end = prefix_upper(&prefix);
-    let removed = super::flush::remove_range(
-        ctx,
+    let mut keys = Vec::new();
+    ctx.scan_keys_up_to(
         Bound::Included(prefix.as_slice()),
         Bound::Excluded(end.as_slice()),
-    )?;
+        Order::Ascending,
+        usize::MAX,
+        &mut |key, _| {
+            keys.push(key.to_vec());
+            ControlFlow::Continue(())
+        },
+    );
+    let mut removed = 0;
+    for key in &keys {
+        if ctx.remove(key)? {
+            removed += 1;
+        }
+    }
     ctx.shared.collections.add_reserved(-removed);
     Ok(())
 }

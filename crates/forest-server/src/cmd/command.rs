@@ -38,6 +38,11 @@ const EVAL_RO: &[&str] = &[
     "no_mandatory_keys",
     "movablekeys",
 ];
+/// Commands whose keys follow a `numkeys` argument: `movablekeys` makes EXEC take every
+/// stripe lock for them (`multi::keyspace_wide`), since their key positions are not fixed.
+const MPOP: &[&str] = &["write", "movablekeys"];
+const MOVABLE_R: &[&str] = &["readonly", "movablekeys"];
+const MOVABLE_W: &[&str] = &["write", "denyoom", "movablekeys"];
 const ADMIN: &[&str] = &["admin", "noscript"];
 const TXN: &[&str] = &["noscript", "loading", "stale", "fast", "allow_busy"];
 /// Blocking pops: Redis 7.0 refuses them in scripts.
@@ -157,6 +162,9 @@ pub static COMMAND_SPECS: &[Spec] = &[
     spec!("lrem", 4, W, (1, 1, 1), "list", "1.0.0", "Removes elements equal to a value from a list.", "key count element", list::lrem),
     spec!("linsert", 5, W, (1, 1, 1), "list", "2.2.0", "Inserts an element before or after a pivot element of a list.", "key BEFORE|AFTER pivot element", list::linsert),
     spec!("lpos", -3, R, (1, 1, 1), "list", "6.0.6", "Returns the indexes of matching elements of a list.", "key element [RANK rank] [COUNT num-matches] [MAXLEN len]", list::lpos),
+    spec!("lmove", 5, W, (1, 2, 1), "list", "6.2.0", "Pops an element from one end of a list and pushes it at an end of another (or the same) list.", "source destination LEFT|RIGHT LEFT|RIGHT", super::lmove::lmove),
+    spec!("rpoplpush", 3, W, (1, 2, 1), "list", "1.2.0", "Pops the last element of a list and pushes it at the head of another (or the same) list.", "source destination", super::lmove::rpoplpush),
+    spec!("lmpop", -4, MPOP, (0, 0, 0), "list", "7.0.0", "Pops elements from the first non-empty list of several.", "numkeys key [key ...] LEFT|RIGHT [COUNT count]", super::lmove::lmpop),
     spec!("sadd", -3, WF, (1, 1, 1), "set", "1.0.0", "Adds members to a set; returns how many were new.", "key member ...", sets::sadd),
     spec!("srem", -3, &["write", "fast"], (1, 1, 1), "set", "1.0.0", "Removes members from a set; returns how many were there.", "key member ...", sets::srem),
     spec!("spop", -2, &["write", "fast"], (1, 1, 1), "set", "1.0.0", "Removes and returns random members of a set.", "key [count]", sets::spop),
@@ -170,6 +178,10 @@ pub static COMMAND_SPECS: &[Spec] = &[
     spec!("sintercard", -3, R, (0, 0, 0), "set", "7.0.0", "Counts the members in every given set, up to a limit.", "numkeys key [key ...] [LIMIT limit]", sets::sintercard),
     spec!("sunion", -2, R, (1, -1, 1), "set", "1.0.0", "Returns the members of any given set.", "key [key ...]", sets::sunion),
     spec!("sdiff", -2, R, (1, -1, 1), "set", "1.0.0", "Returns the members of the first set in none of the others.", "key [key ...]", sets::sdiff),
+    spec!("smove", 4, &["write", "fast"], (1, 2, 1), "set", "1.0.0", "Moves a member from one set to another.", "source destination member", super::setops::smove),
+    spec!("sinterstore", -3, W, (1, -1, 1), "set", "1.0.0", "Stores the members in every given set in a key.", "destination key [key ...]", super::setops::sinterstore),
+    spec!("sunionstore", -3, W, (1, -1, 1), "set", "1.0.0", "Stores the members of any given set in a key.", "destination key [key ...]", super::setops::sunionstore),
+    spec!("sdiffstore", -3, W, (1, -1, 1), "set", "1.0.0", "Stores the members of the first set in none of the others in a key.", "destination key [key ...]", super::setops::sdiffstore),
     spec!("hset", -4, WF, (1, 1, 1), "hash", "2.0.0", "Sets fields of a hash; returns how many were new.", "key field value ...", hash::hset),
     spec!("hget", 3, RF, (1, 1, 1), "hash", "2.0.0", "Returns the value of a field of a hash.", "key field", hash::hget),
     spec!("hmget", -3, RF, (1, 1, 1), "hash", "2.0.0", "Returns the values of fields of a hash.", "key field ...", hash::hmget),
@@ -205,6 +217,19 @@ pub static COMMAND_SPECS: &[Spec] = &[
     spec!("zcard", 2, RF, (1, 1, 1), "sorted-set", "1.2.0", "Returns the number of members of a sorted set.", "key", zset::zcard),
     spec!("zscore", 3, RF, (1, 1, 1), "sorted-set", "1.2.0", "Returns the score of a member of a sorted set.", "key member", zset::zscore),
     spec!("zrem", -3, &["write", "fast"], (1, 1, 1), "sorted-set", "1.2.0", "Removes members from a sorted set; returns how many were there.", "key member ...", zset::zrem),
+    spec!("zmpop", -4, MPOP, (0, 0, 0), "sorted-set", "7.0.0", "Pops members with the lowest or highest scores from the first non-empty sorted set of several.", "numkeys key [key ...] MIN|MAX [COUNT count]", super::zsetops::zmpop),
+    spec!("zrangebylex", -4, R, (1, 1, 1), "sorted-set", "2.8.9", "Returns members of a sorted set within a lex range (members of equal score).", "key min max [LIMIT offset count]", super::zlex::zrangebylex),
+    spec!("zrevrangebylex", -4, R, (1, 1, 1), "sorted-set", "2.8.9", "Returns members of a sorted set within a lex range, last first.", "key max min [LIMIT offset count]", super::zlex::zrevrangebylex),
+    spec!("zlexcount", 4, RF, (1, 1, 1), "sorted-set", "2.8.9", "Counts the members of a sorted set within a lex range.", "key min max", super::zlex::zlexcount),
+    spec!("zremrangebylex", 4, &["write"], (1, 1, 1), "sorted-set", "2.8.9", "Removes the members within a lex range.", "key min max", super::zlex::zremrangebylex),
+    spec!("zrangestore", -5, W, (1, 2, 1), "sorted-set", "6.2.0", "Stores a range of a sorted set (by rank, score or lex) in a key.", "dst src min max [BYSCORE|BYLEX] [REV] [LIMIT offset count]", super::zsetops::zrangestore),
+    spec!("zunion", -3, MOVABLE_R, (0, 0, 0), "sorted-set", "6.2.0", "Returns the union of sorted sets (or sets), with WEIGHTS and AGGREGATE.", "numkeys key [key ...] [WEIGHTS weight [weight ...]] [AGGREGATE SUM|MIN|MAX] [WITHSCORES]", super::zsetops::zunion),
+    spec!("zinter", -3, MOVABLE_R, (0, 0, 0), "sorted-set", "6.2.0", "Returns the intersection of sorted sets (or sets), with WEIGHTS and AGGREGATE.", "numkeys key [key ...] [WEIGHTS weight [weight ...]] [AGGREGATE SUM|MIN|MAX] [WITHSCORES]", super::zsetops::zinter),
+    spec!("zdiff", -3, MOVABLE_R, (0, 0, 0), "sorted-set", "6.2.0", "Returns the members of the first sorted set in none of the others.", "numkeys key [key ...] [WITHSCORES]", super::zsetops::zdiff),
+    spec!("zunionstore", -4, MOVABLE_W, (0, 0, 0), "sorted-set", "2.0.0", "Stores the union of sorted sets (or sets) in a key.", "destination numkeys key [key ...] [WEIGHTS weight [weight ...]] [AGGREGATE SUM|MIN|MAX]", super::zsetops::zunionstore),
+    spec!("zinterstore", -4, MOVABLE_W, (0, 0, 0), "sorted-set", "2.0.0", "Stores the intersection of sorted sets (or sets) in a key.", "destination numkeys key [key ...] [WEIGHTS weight [weight ...]] [AGGREGATE SUM|MIN|MAX]", super::zsetops::zinterstore),
+    spec!("zdiffstore", -4, MOVABLE_W, (0, 0, 0), "sorted-set", "6.2.0", "Stores the members of the first sorted set in none of the others in a key.", "destination numkeys key [key ...]", super::zsetops::zdiffstore),
+    spec!("zintercard", -3, MOVABLE_R, (0, 0, 0), "sorted-set", "7.0.0", "Counts the members in every given sorted set, up to a limit.", "numkeys key [key ...] [LIMIT limit]", super::zsetops::zintercard),
     spec!("xadd", -5, WF, (1, 1, 1), "stream", "5.0.0", "Appends an entry to a stream (no trimming); returns its id.", "key id field value ...", stream::xadd),
     spec!("xlen", 2, RF, (1, 1, 1), "stream", "5.0.0", "Returns the number of entries of a stream.", "key", stream::xlen),
     spec!("xrange", -4, R, (1, 1, 1), "stream", "5.0.0", "Returns the entries of a stream between two ids.", "key start end [COUNT count]", stream::xrange),

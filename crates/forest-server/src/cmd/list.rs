@@ -31,21 +31,7 @@ fn push_if(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], left: bool, existing: bool) ->
     }
     let change = |ctx: &mut Ctx<'_, '_>, meta: &mut Meta| {
         for element in &argv[2..] {
-            let seq = if left {
-                meta.a.checked_sub(1)
-            } else {
-                Some(meta.b)
-            };
-            let Some(seq) = seq.filter(|s| *s < i64::MAX) else {
-                return Err(Frame::err("list sequence numbers exhausted"));
-            };
-            coll::put_member(ctx, &member_key(&prefix, &[&seq_bytes(seq)]), element)?;
-            if left {
-                meta.a = seq;
-            } else {
-                meta.b = seq + 1;
-            }
-            meta.count = meta.count.saturating_add(1);
+            push_element(ctx, &prefix, meta, left, element)?;
         }
         Ok(Frame::Integer(meta.count as i64))
     };
@@ -54,6 +40,79 @@ fn push_if(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], left: bool, existing: bool) ->
     } else {
         coll::write(ctx, user, Kind::List, change)
     }
+}
+
+/// The sequence number the next element pushed at the head (`left`) or tail of the list
+/// `meta` describes takes.
+pub(super) fn next_seq(meta: &Meta, left: bool) -> Result<i64, Frame> {
+    let seq = if left {
+        meta.a.checked_sub(1)
+    } else {
+        Some(meta.b)
+    };
+    seq.filter(|s| *s < i64::MAX)
+        .ok_or_else(|| Frame::err("list sequence numbers exhausted"))
+}
+
+/// Pushes `element` at the head (`left`) or tail of list `prefix`, which `meta` describes.
+pub(super) fn push_element(
+    ctx: &mut Ctx<'_, '_>,
+    prefix: &[u8],
+    meta: &mut Meta,
+    left: bool,
+    element: &[u8],
+) -> Result<(), Frame> {
+    let seq = next_seq(meta, left)?;
+    coll::put_member(ctx, &element_key(prefix, seq), element)?;
+    if left {
+        meta.a = seq;
+    } else {
+        meta.b = seq + 1;
+    }
+    meta.count = meta.count.saturating_add(1);
+    Ok(())
+}
+
+/// Pops up to `want` elements from the head (`left`) or tail of list `prefix`, which `meta`
+/// describes, in the order popped.
+pub(super) fn pop_elements(
+    ctx: &mut Ctx<'_, '_>,
+    prefix: &[u8],
+    meta: &mut Meta,
+    left: bool,
+    want: u64,
+) -> Result<Vec<Vec<u8>>, Frame> {
+    let want = want.min(meta.count);
+    let mut keys = Vec::new();
+    let mut popped = Vec::new();
+    for _ in 0..want {
+        let seq = if left {
+            meta.a
+        } else {
+            meta.b.saturating_sub(1)
+        };
+        let key = element_key(prefix, seq);
+        let mut value = Vec::new();
+        // Members head..tail always exist; only a type entry written by hand under the
+        // reserved byte could say otherwise, and then the hole is skipped.
+        let present = ctx.read(&key, &mut value);
+        if left {
+            meta.a = meta.a.saturating_add(1);
+        } else {
+            meta.b = meta.b.saturating_sub(1);
+        }
+        meta.count = meta.count.saturating_sub(1);
+        if present {
+            keys.push(key);
+            popped.push(value);
+        }
+    }
+    // The members' removal and the new metadata are one unit, written by the caller's
+    // `coll::write`.
+    for key in &keys {
+        coll::remove_member(ctx, key)?;
+    }
+    Ok(popped)
 }
 
 /// LPUSHX key element [element ...]: LPUSH only onto an existing list; 0 otherwise.
@@ -334,36 +393,11 @@ fn pop(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], left: bool) -> Reply {
     };
     coll::write_existing(ctx, user, Kind::List, absent, |ctx, meta| {
         let prefix = member_prefix(user);
-        let want = count.unwrap_or(1).min(meta.count);
-        let mut keys = Vec::new();
-        let mut popped = Vec::new();
-        for _ in 0..want {
-            let seq = if left {
-                meta.a
-            } else {
-                meta.b.saturating_sub(1)
-            };
-            let key = member_key(&prefix, &[&seq_bytes(seq)]);
-            let mut value = Vec::new();
-            // Members head..tail always exist; only a type entry written by hand under the
-            // reserved byte could say otherwise, and then the hole is skipped.
-            let present = ctx.read(&key, &mut value);
-            if left {
-                meta.a = meta.a.saturating_add(1);
-            } else {
-                meta.b = meta.b.saturating_sub(1);
-            }
-            meta.count = meta.count.saturating_sub(1);
-            if present {
-                keys.push(key);
-                popped.push(Frame::Bulk(value));
-            }
-        }
-        // The members' removal and the new metadata are one unit, written by `coll::write`.
-        for key in &keys {
-            coll::remove_member(ctx, key)?;
-        }
-        Ok(coll::popped_reply(count, popped))
+        let popped = pop_elements(ctx, &prefix, meta, left, count.unwrap_or(1))?;
+        Ok(coll::popped_reply(
+            count,
+            popped.into_iter().map(Frame::Bulk).collect(),
+        ))
     })
 }
 

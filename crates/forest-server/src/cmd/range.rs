@@ -15,9 +15,9 @@ use forest_core::Order;
 use super::{is_word, syntax_error, Ctx, Reply};
 use crate::frame::Frame;
 
-/// One side of a lex range.
+/// One side of a lex range (also ZRANGEBYLEX's, [`super::zlex`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum LexBound<'a> {
+pub(super) enum LexBound<'a> {
     /// `-`
     Lowest,
     /// `+`
@@ -28,7 +28,8 @@ enum LexBound<'a> {
     Excluded(&'a [u8]),
 }
 
-fn lex_bound(arg: &[u8]) -> Result<LexBound<'_>, Frame> {
+/// `-`, `+`, `[key` or `(key`, else Redis's `-ERR min or max not valid string range item`.
+pub(super) fn lex_bound(arg: &[u8]) -> Result<LexBound<'_>, Frame> {
     match arg {
         b"-" => Ok(LexBound::Lowest),
         b"+" => Ok(LexBound::Highest),
@@ -62,14 +63,18 @@ fn bounds<'a>(min: &'a [u8], max: &'a [u8]) -> Result<Option<ScanBounds<'a>>, Fr
         LexBound::Included(k) => Bound::Included(k),
         LexBound::Excluded(k) => Bound::Excluded(k),
     };
-    let empty = match (lower, upper) {
+    Ok((!empty_between(lower, upper)).then_some((lower, upper)))
+}
+
+/// Whether no key can lie between `lower` and `upper` (an inverted or empty range).
+pub(super) fn empty_between(lower: Bound<&[u8]>, upper: Bound<&[u8]>) -> bool {
+    match (lower, upper) {
         (Bound::Included(a), Bound::Included(b)) => a > b,
         (Bound::Included(a), Bound::Excluded(b))
         | (Bound::Excluded(a), Bound::Included(b))
         | (Bound::Excluded(a), Bound::Excluded(b)) => a >= b,
         _ => false,
-    };
-    Ok((!empty).then_some((lower, upper)))
+    }
 }
 
 /// Records whose reply slots are reserved ahead: a page as clients ask for (LIMIT 10 ... 100)

@@ -166,10 +166,14 @@ fn is_member(ctx: &mut Ctx<'_, '_>, key: &[u8], member: &[u8]) -> bool {
 }
 
 /// The intersection of `keys`, in member order, at most `limit` members (0: no limit).
-fn intersection(ctx: &mut Ctx<'_, '_>, keys: &[&[u8]], limit: usize) -> Reply {
+pub(super) fn intersection(
+    ctx: &mut Ctx<'_, '_>,
+    keys: &[&[u8]],
+    limit: usize,
+) -> Result<Vec<Vec<u8>>, Frame> {
     let counts = open_sets(ctx, keys)?;
     let Some(sizes) = counts.iter().copied().collect::<Option<Vec<u64>>>() else {
-        return Ok(Frame::Array(vec![]));
+        return Ok(Vec::new());
     };
     // Read the smallest set, look its members up in the others.
     let smallest = (0..keys.len()).min_by_key(|&i| sizes[i]).unwrap_or(0);
@@ -179,20 +183,21 @@ fn intersection(ctx: &mut Ctx<'_, '_>, keys: &[&[u8]], limit: usize) -> Reply {
             .filter(|&i| i != smallest)
             .all(|i| is_member(ctx, keys[i], &member));
         if everywhere {
-            out.push(Frame::Bulk(member));
+            out.push(member);
             if out.len() == limit {
                 break;
             }
         }
     }
-    Ok(Frame::Array(out))
+    Ok(out)
 }
 
 /// SINTER key [key ...]: the members in every set, in member order.
 pub fn sinter(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let keys = &argv[1..];
     let _guards = ctx.shared.collections.lock_many(keys.iter().copied());
-    intersection(ctx, keys, 0)
+    let members = intersection(ctx, keys, 0)?;
+    Ok(Frame::Array(members.into_iter().map(Frame::Bulk).collect()))
 }
 
 /// SINTERCARD numkeys key [key ...] [LIMIT limit]: how many members are in every set,
@@ -225,31 +230,41 @@ pub fn sintercard(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         }
     }
     let _guards = ctx.shared.collections.lock_many(keys.iter().copied());
-    match intersection(ctx, keys, limit)? {
-        Frame::Array(members) => Ok(Frame::Integer(members.len() as i64)),
-        other => Ok(other),
-    }
+    let members = intersection(ctx, keys, limit)?;
+    Ok(Frame::Integer(members.len() as i64))
 }
 
 /// SUNION key [key ...]: the members of any set, in member order.
 pub fn sunion(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let keys = &argv[1..];
     let _guards = ctx.shared.collections.lock_many(keys.iter().copied());
+    let members = union(ctx, keys)?;
+    Ok(Frame::Array(members.into_iter().map(Frame::Bulk).collect()))
+}
+
+/// The union of `keys`, in member order.
+pub(super) fn union(ctx: &mut Ctx<'_, '_>, keys: &[&[u8]]) -> Result<Vec<Vec<u8>>, Frame> {
     open_sets(ctx, keys)?;
     let mut all = BTreeSet::new();
     for key in keys {
         all.extend(set_members(ctx, key)?);
     }
-    Ok(Frame::Array(all.into_iter().map(Frame::Bulk).collect()))
+    Ok(all.into_iter().collect())
 }
 
 /// SDIFF key [key ...]: the members of the first set in none of the others, in member order.
 pub fn sdiff(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let keys = &argv[1..];
     let _guards = ctx.shared.collections.lock_many(keys.iter().copied());
+    let members = difference(ctx, keys)?;
+    Ok(Frame::Array(members.into_iter().map(Frame::Bulk).collect()))
+}
+
+/// The members of the first of `keys` in none of the others, in member order.
+pub(super) fn difference(ctx: &mut Ctx<'_, '_>, keys: &[&[u8]]) -> Result<Vec<Vec<u8>>, Frame> {
     let counts = open_sets(ctx, keys)?;
     if counts[0].is_none() {
-        return Ok(Frame::Array(vec![]));
+        return Ok(Vec::new());
     }
     let others: Vec<&[u8]> = (1..keys.len())
         .filter(|&i| counts[i].is_some())
@@ -258,10 +273,10 @@ pub fn sdiff(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let mut out = Vec::new();
     for member in set_members(ctx, keys[0])? {
         if !others.iter().any(|k| is_member(ctx, k, &member)) {
-            out.push(Frame::Bulk(member));
+            out.push(member);
         }
     }
-    Ok(Frame::Array(out))
+    Ok(out)
 }
 
 #[cfg(test)]

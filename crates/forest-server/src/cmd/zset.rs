@@ -1,7 +1,8 @@
-//! Sorted sets: ZADD (NX/XX/GT/LT/CH/INCR), ZINCRBY, ZPOPMIN, ZPOPMAX, ZRANGE (by index or
-//! BYSCORE, REV, LIMIT), ZRANGEBYSCORE, ZREVRANGEBYSCORE, ZREVRANGE, ZCARD, ZSCORE, ZMSCORE,
-//! ZRANK, ZREVRANK, ZCOUNT, ZREM, ZREMRANGEBYSCORE, ZREMRANGEBYRANK (docs/PROTOCOL.md
-//! "Sorted sets"), ZSCAN and ZRANDMEMBER (over the entries keyed by member, [`sample`]).
+//! Sorted sets: ZADD (NX/XX/GT/LT/CH/INCR), ZINCRBY, ZPOPMIN, ZPOPMAX, ZRANGE (by index,
+//! BYSCORE or BYLEX, REV, LIMIT), ZRANGEBYSCORE, ZREVRANGEBYSCORE, ZREVRANGE, ZCARD, ZSCORE,
+//! ZMSCORE, ZRANK, ZREVRANK, ZCOUNT, ZREM, ZREMRANGEBYSCORE, ZREMRANGEBYRANK (docs/PROTOCOL.md
+//! "Sorted sets"), ZSCAN and ZRANDMEMBER (over the entries keyed by member, [`sample`]). Lex
+//! ranges are in [`super::zlex`], the commands over several keys in [`super::zsetops`].
 //!
 //! Each member has two member entries: `'o' <score bytes> <member>` (empty value), which
 //! orders members by (score, member) as Redis does, and `'n' <member>` -> the score's
@@ -13,13 +14,14 @@ use std::ops::{Bound, ControlFlow};
 
 use forest_core::Order;
 
+use super::range::{lex_bound, LexBound};
 use super::{coll, sample};
 use super::{int_arg, is_word, syntax_error, Ctx, Reply};
 use crate::collection::{member_key, member_prefix, score_bytes, score_from, Kind};
 use crate::frame::{Frame, Protocol};
 
 /// Sub-tag of the entries ordered by score.
-const BY_SCORE: &[u8] = b"o";
+pub const BY_SCORE: &[u8] = b"o";
 /// Sub-tag of the entries keyed by member.
 pub const BY_NAME: &[u8] = b"n";
 
@@ -27,7 +29,7 @@ pub const BY_NAME: &[u8] = b"n";
 /// either sign, decimals, exponents; no NaN, and no value that overflows to infinity or
 /// underflows to zero (Redis refuses those as out of range). Hexadecimal floats, which
 /// `strtod` reads, are refused (docs/PROTOCOL.md).
-fn parse_score(arg: &[u8]) -> Result<f64, Frame> {
+pub(super) fn parse_score(arg: &[u8]) -> Result<f64, Frame> {
     let bad = || Frame::err("value is not a valid float");
     let text = std::str::from_utf8(arg).map_err(|_| bad())?;
     let lower = text.to_ascii_lowercase();
@@ -166,7 +168,11 @@ fn add_generic(ctx: &mut Ctx<'_, '_>, user: &[u8], flags: AddFlags, elements: &[
 }
 
 /// The score of `member` in the sorted set of `prefix`, if it is one.
-fn score_of(ctx: &mut Ctx<'_, '_>, prefix: &[u8], member: &[u8]) -> Result<Option<f64>, Frame> {
+pub(super) fn score_of(
+    ctx: &mut Ctx<'_, '_>,
+    prefix: &[u8],
+    member: &[u8],
+) -> Result<Option<f64>, Frame> {
     let mut value = Vec::new();
     if !ctx.read(&member_key(prefix, &[BY_NAME, member]), &mut value) {
         return Ok(None);
@@ -200,7 +206,7 @@ fn set_score(
 }
 
 /// Removes `member`; true if it was there.
-fn remove(ctx: &mut Ctx<'_, '_>, prefix: &[u8], member: &[u8]) -> Result<bool, Frame> {
+pub(super) fn remove(ctx: &mut Ctx<'_, '_>, prefix: &[u8], member: &[u8]) -> Result<bool, Frame> {
     let name_key = member_key(prefix, &[BY_NAME, member]);
     let mut old = Vec::new();
     if !ctx.read(&name_key, &mut old) {
@@ -219,7 +225,11 @@ fn by_score_entry(prefix_len: usize, key: &[u8]) -> Option<(Vec<u8>, f64)> {
 
 /// Members with scores as Redis 7 replies them: RESP2 flat `m s m s`; RESP3 pairs
 /// `[[m, s], ...]`, or one flat pair when `flat_single` (ZPOPMIN without a count).
-fn scored_reply(ctx: &Ctx<'_, '_>, items: Vec<(Vec<u8>, f64)>, flat_single: bool) -> Frame {
+pub(super) fn scored_reply(
+    ctx: &Ctx<'_, '_>,
+    items: Vec<(Vec<u8>, f64)>,
+    flat_single: bool,
+) -> Frame {
     if ctx.client.protocol == Protocol::Resp3 && !flat_single {
         return Frame::Array(
             items
@@ -251,20 +261,32 @@ fn pop(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], order: Order) -> Reply {
     let count = coll::pop_count(argv)?;
     coll::write_existing(ctx, user, Kind::ZSet, Frame::Array(vec![]), |ctx, meta| {
         let prefix = member_prefix(user);
-        let want = count.unwrap_or(1).min(meta.count);
-        let want = usize::try_from(want).unwrap_or(usize::MAX);
-        let popped = in_rank_order(ctx, &prefix, order, 0, want);
-        for (member, _) in &popped {
-            if remove(ctx, &prefix, member)? {
-                meta.count = meta.count.saturating_sub(1);
-            }
-        }
+        let popped = pop_members(ctx, &prefix, meta, order, count.unwrap_or(1))?;
         Ok(scored_reply(ctx, popped, count.is_none()))
     })
 }
 
+/// Removes up to `want` members from one end (`order`: the lowest scores first, or the
+/// highest) of sorted set `prefix`, which `meta` describes; returns them with their scores.
+pub(super) fn pop_members(
+    ctx: &mut Ctx<'_, '_>,
+    prefix: &[u8],
+    meta: &mut crate::collection::Meta,
+    order: Order,
+    want: u64,
+) -> Result<Vec<(Vec<u8>, f64)>, Frame> {
+    let want = usize::try_from(want.min(meta.count)).unwrap_or(usize::MAX);
+    let popped = in_rank_order(ctx, prefix, order, 0, want);
+    for (member, _) in &popped {
+        if remove(ctx, prefix, member)? {
+            meta.count = meta.count.saturating_sub(1);
+        }
+    }
+    Ok(popped)
+}
+
 /// Members with scores from one end (`order`), skipping `skip`, at most `take`.
-fn in_rank_order(
+pub(super) fn in_rank_order(
     ctx: &Ctx<'_, '_>,
     prefix: &[u8],
     order: Order,
@@ -277,7 +299,7 @@ fn in_rank_order(
 
 /// A score bound as Redis reads it: `(x` excludes x; `-inf`, `+inf`.
 #[derive(Clone, Copy, Debug)]
-struct ScoreBound {
+pub(super) struct ScoreBound {
     score: f64,
     exclusive: bool,
 }
@@ -368,54 +390,100 @@ fn in_score_order(
 }
 
 /// How ZRANGE and its older forms select.
-enum RangeBy {
+pub(super) enum RangeBy<'a> {
     /// Ranks `start..=stop`, negative from the end.
     Rank(i64, i64),
     /// Scores within bounds, with LIMIT offset count.
     Score(ScoreBound, ScoreBound),
+    /// Members within lex bounds, with LIMIT offset count ([`super::zlex`]).
+    Lex(LexBound<'a>, LexBound<'a>),
 }
 
-/// ZRANGE key start stop [BYSCORE] [REV] [LIMIT offset count] [WITHSCORES].
-pub fn zrange(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
-    let (mut by_score, mut rev, mut with_scores) = (false, false, false);
-    let mut limit = None;
-    let mut i = 4;
-    while i < argv.len() {
-        let arg = argv[i];
-        // BYSCORE and REV may come once each (Redis: a syntax error otherwise).
-        if is_word(arg, "byscore") && !by_score {
-            by_score = true;
-        } else if is_word(arg, "rev") && !rev {
-            rev = true;
-        } else if is_word(arg, "withscores") {
+/// The selection ZRANGE's options choose, or a command fixes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum By {
+    Rank,
+    Score,
+    Lex,
+}
+
+/// Members with their scores, in the order of a range.
+pub(super) type Scored = Vec<(Vec<u8>, f64)>;
+
+/// A parsed ZRANGE-family request.
+pub(super) struct RangeQuery<'a> {
+    pub by: RangeBy<'a>,
+    pub rev: bool,
+    pub limit: Option<(i64, i64)>,
+    pub with_scores: bool,
+}
+
+/// Parses `min max [BYSCORE|BYLEX] [REV] [LIMIT offset count] [WITHSCORES]` (`args`: what
+/// follows the key) as Redis's zrangeGenericCommand: the options first (BYSCORE/BYLEX once
+/// and only where the command does not fix the selection, `by`; REV once and only where it
+/// does not fix the direction, `rev`; WITHSCORES not for ZRANGESTORE, `store`: else a
+/// syntax error), then their conflicts, then the bounds (with REV, BYSCORE and BYLEX take
+/// the maximum first).
+pub(super) fn parse_range<'a>(
+    args: &[&'a [u8]],
+    store: bool,
+    by: Option<By>,
+    rev: Option<bool>,
+) -> Result<RangeQuery<'a>, Frame> {
+    let (mut by, mut rev) = (by, rev);
+    let (mut with_scores, mut limit) = (false, None);
+    let mut i = 2;
+    while i < args.len() {
+        let arg = args[i];
+        if !store && is_word(arg, "withscores") {
             with_scores = true;
-        } else if is_word(arg, "limit") && i + 2 < argv.len() {
-            limit = Some((int_arg(argv[i + 1])?, int_arg(argv[i + 2])?));
+        } else if is_word(arg, "limit") && i + 2 < args.len() {
+            limit = Some((int_arg(args[i + 1])?, int_arg(args[i + 2])?));
             i += 2;
-        } else if is_word(arg, "bylex") {
-            return Err(Frame::err("forest does not support ZRANGE BYLEX yet"));
+        } else if rev.is_none() && is_word(arg, "rev") {
+            rev = Some(true);
+        } else if by.is_none() && is_word(arg, "bylex") {
+            by = Some(By::Lex);
+        } else if by.is_none() && is_word(arg, "byscore") {
+            by = Some(By::Score);
         } else {
             return Err(syntax_error());
         }
         i += 1;
     }
-    if limit.is_some() && !by_score {
+    let (by, rev) = (by.unwrap_or(By::Rank), rev.unwrap_or(false));
+    if limit.is_some() && by == By::Rank {
         return Err(Frame::err(
             "syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
         ));
     }
-    let by = if by_score {
-        // With REV the first bound is the maximum.
-        let (a, b) = (ScoreBound::parse(argv[2])?, ScoreBound::parse(argv[3])?);
-        if rev {
-            RangeBy::Score(b, a)
-        } else {
-            RangeBy::Score(a, b)
-        }
+    if with_scores && by == By::Lex {
+        return Err(Frame::err(
+            "syntax error, WITHSCORES not supported in combination with BYLEX",
+        ));
+    }
+    let (low, high) = if rev && by != By::Rank {
+        (args[1], args[0])
     } else {
-        RangeBy::Rank(int_arg(argv[2])?, int_arg(argv[3])?)
+        (args[0], args[1])
     };
-    range_generic(ctx, argv[1], by, rev, limit, with_scores)
+    let by = match by {
+        By::Rank => RangeBy::Rank(int_arg(args[0])?, int_arg(args[1])?),
+        By::Score => RangeBy::Score(ScoreBound::parse(low)?, ScoreBound::parse(high)?),
+        By::Lex => RangeBy::Lex(lex_bound(low)?, lex_bound(high)?),
+    };
+    Ok(RangeQuery {
+        by,
+        rev,
+        limit,
+        with_scores,
+    })
+}
+
+/// ZRANGE key start stop [BYSCORE|BYLEX] [REV] [LIMIT offset count] [WITHSCORES].
+pub fn zrange(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let query = parse_range(&argv[2..], false, None, None)?;
+    range_generic(ctx, argv[1], query)
 }
 
 /// ZREVRANGE key start stop [WITHSCORES].
@@ -426,7 +494,13 @@ pub fn zrevrange(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         _ => return Err(syntax_error()),
     };
     let by = RangeBy::Rank(int_arg(argv[2])?, int_arg(argv[3])?);
-    range_generic(ctx, argv[1], by, true, None, with_scores)
+    let query = RangeQuery {
+        by,
+        rev: true,
+        limit: None,
+        with_scores,
+    };
+    range_generic(ctx, argv[1], query)
 }
 
 /// ZRANGEBYSCORE key min max [WITHSCORES] [LIMIT offset count].
@@ -455,38 +529,58 @@ fn by_score_generic(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], rev: bool) -> Reply {
             return Err(syntax_error());
         }
     }
-    range_generic(
-        ctx,
-        argv[1],
-        RangeBy::Score(min, max),
+    let query = RangeQuery {
+        by: RangeBy::Score(min, max),
         rev,
         limit,
         with_scores,
-    )
+    };
+    range_generic(ctx, argv[1], query)
 }
 
-fn range_generic(
-    ctx: &mut Ctx<'_, '_>,
-    user: &[u8],
-    by: RangeBy,
-    rev: bool,
-    limit: Option<(i64, i64)>,
-    with_scores: bool,
-) -> Reply {
+/// Runs `query` on `user` and replies with the members, with their scores if asked.
+pub(super) fn range_generic(ctx: &mut Ctx<'_, '_>, user: &[u8], query: RangeQuery<'_>) -> Reply {
     // The key's stripe lock: a rank range's count and rows come from one state.
     let shared = ctx.shared;
     let _guard = shared.collections.lock(user);
+    let items = range_items(ctx, user, &query)?.unwrap_or_default();
+    if query.with_scores {
+        Ok(scored_reply(ctx, items, false))
+    } else {
+        Ok(Frame::Array(
+            items.into_iter().map(|(m, _)| Frame::Bulk(m)).collect(),
+        ))
+    }
+}
+
+/// The members with scores `query` selects from sorted set `user`, in its order; None if
+/// `user` is missing, WRONGTYPE if it holds another type. Precondition: `user`'s stripe
+/// lock is held.
+pub(super) fn range_items(
+    ctx: &mut Ctx<'_, '_>,
+    user: &[u8],
+    query: &RangeQuery<'_>,
+) -> Result<Option<Scored>, Frame> {
     let Some(meta) = coll::open_read(ctx, user, Kind::ZSet)? else {
-        return Ok(Frame::Array(vec![]));
+        return Ok(None);
     };
     let prefix = member_prefix(user);
-    let order = if rev {
+    let order = if query.rev {
         Order::Descending
     } else {
         Order::Ascending
     };
-    let items = match by {
-        RangeBy::Rank(start, stop) => match coll::index_range(start, stop, meta.count) {
+    // LIMIT: a negative offset gives nothing, a negative count everything after it.
+    let (skip, take) = match query.limit {
+        None => (0, usize::MAX),
+        Some((offset, _)) if offset < 0 => (0, 0),
+        Some((offset, count)) => (
+            usize::try_from(offset).unwrap_or(usize::MAX),
+            usize::try_from(count).unwrap_or(usize::MAX),
+        ),
+    };
+    Ok(Some(match &query.by {
+        RangeBy::Rank(start, stop) => match coll::index_range(*start, *stop, meta.count) {
             Some((first, last)) => in_rank_order(
                 ctx,
                 &prefix,
@@ -496,26 +590,11 @@ fn range_generic(
             ),
             None => Vec::new(),
         },
-        RangeBy::Score(min, max) => {
-            // LIMIT: a negative offset gives nothing, a negative count everything after it.
-            let (skip, take) = match limit {
-                None => (0, usize::MAX),
-                Some((offset, _)) if offset < 0 => (0, 0),
-                Some((offset, count)) => (
-                    usize::try_from(offset).unwrap_or(usize::MAX),
-                    usize::try_from(count).unwrap_or(usize::MAX),
-                ),
-            };
-            in_score_order(ctx, &prefix, (min, max), order, skip, take)
+        RangeBy::Score(min, max) => in_score_order(ctx, &prefix, (*min, *max), order, skip, take),
+        RangeBy::Lex(min, max) => {
+            super::zlex::in_lex_order(ctx, &prefix, (*min, *max), order, skip, take)
         }
-    };
-    if with_scores {
-        Ok(scored_reply(ctx, items, false))
-    } else {
-        Ok(Frame::Array(
-            items.into_iter().map(|(m, _)| Frame::Bulk(m)).collect(),
-        ))
-    }
+    }))
 }
 
 /// ZCOUNT key min max: how many members score within the bounds.
@@ -600,7 +679,7 @@ pub fn zremrangebyrank(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     remove_range(ctx, argv[1], by)
 }
 
-fn remove_range(ctx: &mut Ctx<'_, '_>, user: &[u8], by: RangeBy) -> Reply {
+pub(super) fn remove_range(ctx: &mut Ctx<'_, '_>, user: &[u8], by: RangeBy<'_>) -> Reply {
     coll::write_existing(ctx, user, Kind::ZSet, Frame::Integer(0), |ctx, meta| {
         let prefix = member_prefix(user);
         let doomed = match by {
@@ -616,6 +695,9 @@ fn remove_range(ctx: &mut Ctx<'_, '_>, user: &[u8], by: RangeBy) -> Reply {
             },
             RangeBy::Score(min, max) => {
                 in_score_order(ctx, &prefix, (min, max), Order::Ascending, 0, usize::MAX)
+            }
+            RangeBy::Lex(min, max) => {
+                super::zlex::in_lex_order(ctx, &prefix, (min, max), Order::Ascending, 0, usize::MAX)
             }
         };
         let mut removed = 0i64;

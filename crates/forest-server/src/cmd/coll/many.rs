@@ -1,0 +1,147 @@
+//! Commands that change two or more collections as one atomic unit (LMOVE, RPOPLPUSH, LMPOP,
+//! ZMPOP, SMOVE, and the STORE forms, which replace their destination).
+//!
+//! [`write_many`] is [`super::write`] for several keys: it takes the stripe locks of all of
+//! them at once, in stripe order ([`crate::collection::Collections::lock_many`], as RENAME
+//! and EXEC do: two such callers take common stripes in the same order, and every other
+//! caller holds one stripe and waits for none meanwhile, so no cycle of waits can form),
+//! deletes the due ones, and opens one unit. The handler opens the collections it changes
+//! through [`Many`] (each once, whatever the number of times it names it), decides its
+//! writes, and [`write_many`] then writes every opened collection's metadata back
+//! (removing the emptied ones, keeping the counts exact) and the unit as one batch, under
+//! the locks. So a crash keeps the whole command or none of it: no member leaves one
+//! collection without reaching the other, and no count disagrees with its members. Inside
+//! EXEC or a script the unit is theirs (their locks cover the keys: LMOVE and SMOVE name
+//! theirs by key position; the `numkeys` commands are `movablekeys`, for which EXEC takes
+//! every stripe), and is written when they end.
+
+use super::super::expire;
+use super::{
+    clear_members, delete_in_unit, open_read, open_write_in_unit, settle, wrongtype, Ctx, Frame,
+    Kind, Meta, Open, Reply,
+};
+use crate::server::Shared;
+
+/// A collection opened in a [`Many`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot(usize);
+
+/// The collections a [`write_many`] handler opened.
+pub struct Many {
+    /// Each key with its collection and the metadata it had when opened (an existing
+    /// collection left as it was is not written back).
+    opened: Vec<(Vec<u8>, Open, Meta)>,
+}
+
+/// Runs a change of several collections as one atomic unit: under the stripe locks of all
+/// `keys` (which must name every key `change` reads or writes), after deleting the due
+/// ones, `change` opens collections through [`Many`] and decides its writes; then every
+/// opened collection's metadata is written back and the unit written as one batch. A
+/// handler checks every key's type before it changes anything (Redis changes nothing on
+/// WRONGTYPE); if it fails later, what it decided is still written, whole, with the
+/// metadata as it left it, and its error is the reply (as [`super::write`]). The caller
+/// must hold no stripe lock outside EXEC or a script.
+pub fn write_many<'a, 's>(
+    ctx: &mut Ctx<'a, 's>,
+    keys: &[&[u8]],
+    change: impl FnOnce(&mut Ctx<'a, 's>, &mut Many) -> Reply,
+) -> Reply {
+    let shared: &'a Shared = ctx.shared;
+    let _guards = shared.collections.lock_many(keys.iter().copied());
+    for key in keys {
+        expire::purge_due(ctx, key)?;
+    }
+    ctx.begin_unit();
+    let mut many = Many { opened: Vec::new() };
+    let reply = change(ctx, &mut many);
+    let mut settled = Ok(());
+    for (user, open, before) in many.opened {
+        if open.existed && open.meta == before {
+            continue;
+        }
+        let result = settle(ctx, &user, open);
+        settled = settled.and(result);
+    }
+    // Written here, under the locks, whatever happened above.
+    let written = ctx.end_unit();
+    settled.and(written)?;
+    reply
+}
+
+/// `-ERR keys beginning with byte 0xff are reserved by forest` if any of `keys` is one: for
+/// the `numkeys` commands, whose key positions the command table cannot name.
+pub fn check_keys(keys: &[&[u8]]) -> Result<(), Frame> {
+    if keys
+        .iter()
+        .any(|k| k.first() == Some(&crate::collection::RESERVED_BYTE))
+    {
+        return Err(super::reserved_key());
+    }
+    Ok(())
+}
+
+impl Many {
+    fn find(&self, user: &[u8]) -> Option<usize> {
+        self.opened.iter().position(|(u, _, _)| u == user)
+    }
+
+    /// `user` opened for a write of a `kind` command, created (in memory only) if absent;
+    /// WRONGTYPE if it holds a string or another type. A key opened before gives its slot
+    /// again (LMOVE of a list onto itself).
+    pub fn open(&mut self, ctx: &mut Ctx<'_, '_>, user: &[u8], kind: Kind) -> Result<Slot, Frame> {
+        if let Some(i) = self.find(user) {
+            return if self.opened[i].1.meta.kind == kind {
+                Ok(Slot(i))
+            } else {
+                Err(wrongtype())
+            };
+        }
+        let open = open_write_in_unit(ctx, user, kind)?;
+        let before = open.meta;
+        self.opened.push((user.to_vec(), open, before));
+        Ok(Slot(self.opened.len() - 1))
+    }
+
+    /// `user` opened if it is a `kind` collection; None, and nothing opened, if it is
+    /// absent; WRONGTYPE if it holds a string or another type.
+    pub fn existing(
+        &mut self,
+        ctx: &mut Ctx<'_, '_>,
+        user: &[u8],
+        kind: Kind,
+    ) -> Result<Option<Slot>, Frame> {
+        if self.find(user).is_none() && open_read(ctx, user, kind)?.is_none() {
+            return Ok(None);
+        }
+        self.open(ctx, user, kind).map(Some)
+    }
+
+    /// `user` made an empty `kind` collection whatever it held (a string, a collection of any
+    /// type), without a deadline: a STORE command's destination, which stays deleted if the
+    /// handler adds nothing (Redis deletes the destination of an empty result).
+    pub fn replace(
+        &mut self,
+        ctx: &mut Ctx<'_, '_>,
+        user: &[u8],
+        kind: Kind,
+    ) -> Result<Slot, Frame> {
+        if let Some(i) = self.find(user) {
+            clear_members(ctx, user)?;
+            self.opened[i].1.meta = Meta::new(kind);
+            expire::stage_deadline(ctx, user, None)?;
+            return Ok(Slot(i));
+        }
+        if ctx.present(user) {
+            ctx.remove(user)?;
+        } else if ctx.shared.collections.any() {
+            delete_in_unit(ctx, user)?;
+        }
+        expire::stage_deadline(ctx, user, None)?;
+        self.open(ctx, user, kind)
+    }
+
+    /// The metadata of an opened collection, to change as members are added or removed.
+    pub fn meta(&mut self, slot: Slot) -> &mut Meta {
+        &mut self.opened[slot.0].1.meta
+    }
+}
