@@ -1,4 +1,5 @@
-//! Blocking commands' registry (BLPOP, BRPOP, BZPOPMIN, BZPOPMAX; redis src/blocked.c):
+//! Blocking commands' registry (BLPOP, BRPOP, BZPOPMIN, BZPOPMAX, BLMOVE, BRPOPLPUSH, BLMPOP,
+//! BZMPOP; redis src/blocked.c):
 //! which clients wait on which keys, in the order they began to wait, and each waiting
 //! client's [`Waiter`], the condition its connection sleeps on.
 //!
@@ -307,12 +308,22 @@ impl Drop for Blocked {
 }
 
 /// What a blocked command does when it is woken (see `cmd::blocking`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Pop {
     /// BLPOP (`left`) or BRPOP.
     List { left: bool },
     /// BZPOPMAX (`max`) or BZPOPMIN.
     ZSet { max: bool },
+    /// BLMOVE and BRPOPLPUSH: from one end of the source to an end of `dest`.
+    Move {
+        dest: Vec<u8>,
+        from_left: bool,
+        to_left: bool,
+    },
+    /// BLMPOP: up to `count` elements from one end.
+    ListMany { left: bool, count: u64 },
+    /// BZMPOP: up to `count` members from one end.
+    ZSetMany { max: bool, count: u64 },
 }
 
 /// A waiting command: its registration, what it pops, from which keys, until when.

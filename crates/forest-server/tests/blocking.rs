@@ -109,8 +109,9 @@ fn push_wakes_the_blocked_client() {
 }
 
 // Goal: EXEC's pushes wake the waiter once EXEC is done, by the key that became ready
-// first, as Redis (BLPOP k1 k2 with MULTI; RPUSH k2 x; RPUSH k1 y; EXEC -> k2 x). RENAME
-// onto a waited key wakes too. Method: one waiter, one transaction.
+// first, as Redis (BLPOP k1 k2 with MULTI; RPUSH k2 x; RPUSH k1 y; EXEC -> k2 x). RENAME,
+// a script's pushes (served once the script is done: the first element), ZUNIONSTORE and
+// COPY onto a waited key wake too. Method: one waiter, another client writing.
 #[test]
 fn exec_and_rename_wake_in_order_of_readiness() {
     for io in IO_MODELS {
@@ -135,6 +136,32 @@ fn exec_and_rename_wake_in_order_of_readiness() {
             R::Simple("OK".into())
         );
         assert_eq!(waiter.read(), pair("dest", "q"), "{io}");
+
+        // A script's push, once the script is done.
+        send(&mut waiter, &["BLPOP", "lk", "0"]);
+        until_blocked(&mut other, 1);
+        let script = "redis.call('RPUSH', KEYS[1], 'a'); return redis.call('RPUSH', KEYS[1], 'b')";
+        assert_eq!(other.cmd(&["EVAL", script, "1", "lk"]), R::Int(2));
+        assert_eq!(waiter.read(), pair("lk", "a"), "{io}");
+
+        // ZUNIONSTORE and COPY onto a waited key.
+        send(&mut waiter, &["BZPOPMIN", "zu", "0"]);
+        until_blocked(&mut other, 1);
+        assert_eq!(other.cmd(&["ZADD", "za", "1", "m"]), R::Int(1));
+        assert_eq!(other.cmd(&["ZUNIONSTORE", "zu", "1", "za"]), R::Int(1));
+        assert_eq!(
+            waiter.read(),
+            R::Arr(vec![R::bulk("zu"), R::bulk("m"), R::bulk("1")]),
+            "{io}"
+        );
+        send(&mut waiter, &["BZPOPMAX", "zc", "0"]);
+        until_blocked(&mut other, 1);
+        assert_eq!(other.cmd(&["COPY", "za", "zc"]), R::Int(1));
+        assert_eq!(
+            waiter.read(),
+            R::Arr(vec![R::bulk("zc"), R::bulk("m"), R::bulk("1")]),
+            "{io}"
+        );
     }
 }
 
@@ -384,5 +411,127 @@ fn stop_with_a_blocked_client() {
             None,
             "{io}: the connection ends without a reply"
         );
+    }
+}
+
+// Goal: BLMOVE, BRPOPLPUSH, BLMPOP and BZMPOP wait and are served as LMOVE, RPOPLPUSH, LMPOP
+// and ZMPOP; a move into a list someone waits on wakes that client too (a chain of queues);
+// timeouts, EXEC and argument errors answer byte for byte as redis-server 7.0.15.
+// Method: waiters served by another client's pushes; raw replies.
+#[test]
+fn move_and_mpop_forms() {
+    for io in IO_MODELS {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let server = Running::start(dir.path(), io);
+        let mut a = server.client();
+        let mut b = server.client();
+        let mut probe = server.client();
+        send(&mut b, &["BLPOP", "working", "0"]);
+        until_blocked(&mut probe, 1);
+        send(&mut a, &["BLMOVE", "jobs", "working", "RIGHT", "LEFT", "0"]);
+        until_blocked(&mut probe, 2);
+        assert_eq!(probe.cmd(&["LPUSH", "jobs", "j1"]), R::Int(1));
+        assert_eq!(a.read(), R::bulk("j1"), "{io}");
+        assert_eq!(b.read(), pair("working", "j1"), "{io}");
+        assert_eq!(probe.cmd(&["EXISTS", "jobs", "working"]), R::Int(0));
+
+        send(&mut a, &["BRPOPLPUSH", "src", "dst", "0"]);
+        until_blocked(&mut probe, 1);
+        assert_eq!(probe.cmd(&["RPUSH", "src", "x", "y"]), R::Int(2));
+        assert_eq!(a.read(), R::bulk("y"), "{io}");
+        assert_eq!(
+            probe.cmd(&["LRANGE", "dst", "0", "-1"]).items(),
+            vec![R::bulk("y")]
+        );
+
+        // Woken with a destination of another type: WRONGTYPE, the wait ends, the element
+        // stays (as Redis).
+        send(&mut a, &["BLMOVE", "s1", "str", "LEFT", "RIGHT", "0"]);
+        until_blocked(&mut probe, 1);
+        assert_eq!(probe.cmd(&["SET", "str", "v"]), R::Simple("OK".into()));
+        assert_eq!(probe.cmd(&["RPUSH", "s1", "e"]), R::Int(1));
+        assert_eq!(
+            a.read(),
+            R::Err("WRONGTYPE Operation against a key holding the wrong kind of value".into()),
+            "{io}"
+        );
+        assert_eq!(
+            probe.cmd(&["LRANGE", "s1", "0", "-1"]).items(),
+            vec![R::bulk("e")]
+        );
+        until_blocked(&mut probe, 0);
+
+        send(
+            &mut a,
+            &["BLMPOP", "0", "2", "l1", "l2", "RIGHT", "COUNT", "5"],
+        );
+        until_blocked(&mut probe, 1);
+        assert_eq!(probe.cmd(&["RPUSH", "l2", "a", "b", "c"]), R::Int(3));
+        assert_eq!(
+            a.read(),
+            R::Arr(vec![
+                R::bulk("l2"),
+                R::Arr(vec![R::bulk("c"), R::bulk("b"), R::bulk("a")])
+            ]),
+            "{io}"
+        );
+
+        send(&mut a, &["BZMPOP", "0", "1", "z", "MAX", "COUNT", "2"]);
+        until_blocked(&mut probe, 1);
+        assert_eq!(
+            probe.cmd(&["ZADD", "z", "1", "m", "2", "n", "3", "o"]),
+            R::Int(3)
+        );
+        let pair_of = |m: &str, s: &str| R::Arr(vec![R::bulk(m), R::bulk(s)]);
+        assert_eq!(
+            a.read(),
+            R::Arr(vec![
+                R::bulk("z"),
+                R::Arr(vec![pair_of("o", "3"), pair_of("n", "2")])
+            ]),
+            "{io}"
+        );
+        assert_eq!(probe.cmd(&["ZCARD", "z"]), R::Int(1));
+
+        let cases: [(&[&str], &[u8]); 10] = [
+            (&["BLMOVE", "e", "f", "LEFT", "RIGHT", "0.02"], b"*-1\r\n"),
+            (&["BRPOPLPUSH", "e", "f", "0.02"], b"*-1\r\n"),
+            (&["BLMPOP", "0.02", "1", "e", "LEFT"], b"*-1\r\n"),
+            (&["BZMPOP", "0.02", "2", "e", "f", "MIN"], b"*-1\r\n"),
+            (&["BLMPOP", "x", "1", "e", "foo"], b"-ERR syntax error\r\n"),
+            (
+                &["BZMPOP", "x", "1", "e", "MIN", "COUNT", "0"],
+                b"-ERR count should be greater than 0\r\n",
+            ),
+            (
+                &["BZMPOP", "x", "0", "e", "MIN"],
+                b"-ERR numkeys should be greater than 0\r\n",
+            ),
+            (
+                &["BLMPOP", "x", "1", "e", "LEFT"],
+                b"-ERR timeout is not a float or out of range\r\n",
+            ),
+            (
+                &["BLMOVE", "e", "f", "up", "RIGHT", "x"],
+                b"-ERR syntax error\r\n",
+            ),
+            (
+                &["BRPOPLPUSH", "e", "f", "x"],
+                b"-ERR timeout is not a float or out of range\r\n",
+            ),
+        ];
+        for (argv, reply) in cases {
+            send(&mut a, argv);
+            assert_eq!(a.read_bytes(reply.len()), reply.to_vec(), "{io} {argv:?}");
+        }
+        a.cmd(&["MULTI"]);
+        a.cmd(&["BLMOVE", "e", "f", "LEFT", "RIGHT", "0"]);
+        a.cmd(&["BRPOPLPUSH", "e", "f", "0"]);
+        a.cmd(&["BLMPOP", "0", "1", "e", "LEFT"]);
+        a.cmd(&["BZMPOP", "0", "1", "e", "MIN"]);
+        send(&mut a, &["EXEC"]);
+        let expected = b"*4\r\n$-1\r\n$-1\r\n*-1\r\n*-1\r\n".to_vec();
+        assert_eq!(a.read_bytes(expected.len()), expected, "{io}");
+        assert_eq!(blocked_clients(&mut probe), 0);
     }
 }

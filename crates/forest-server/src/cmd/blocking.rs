@@ -1,8 +1,10 @@
-//! BLPOP, BRPOP, BZPOPMIN, BZPOPMAX and CLIENT UNBLOCK (docs/PROTOCOL.md "Blocking pops";
-//! the registry and the order of service are [`crate::blocking`]'s).
+//! BLPOP, BRPOP, BZPOPMIN, BZPOPMAX, BLMOVE, BRPOPLPUSH, BLMPOP, BZMPOP and CLIENT UNBLOCK
+//! (docs/PROTOCOL.md "Blocking pops"; the registry and the order of service are
+//! [`crate::blocking`]'s).
 //!
 //! A blocking pop first tries its keys in argument order under the stripe locks of all of
-//! them, each as the non-blocking pop would (LPOP, ZPOPMIN...); if all are empty it registers
+//! them (and of a move's destination), each as the non-blocking form would (LPOP, ZPOPMIN,
+//! LMOVE, LMPOP, ZMPOP, whose cores `lmove` and `zsetops` share); if all are empty it registers
 //! the client as waiting on them, still under those locks, and the connection holds its reply
 //! (and the commands pipelined after it) until [`resume`] answers: served when a key became
 //! ready, or null at the timeout. Inside EXEC it answers null at once, as Redis does; Redis
@@ -10,9 +12,13 @@
 
 use std::time::{Duration, Instant};
 
-use super::coll::null_array;
-use super::{int_arg, is_word, list, printable, wrong_arity, zset, Ctx, Reply};
+use forest_core::Order;
+
+use super::coll::{self, null_array};
+use super::lmove::{self, mpop_args, End};
+use super::{int_arg, is_word, list, printable, wrong_arity, zset, zsetops, Ctx, Reply};
 use crate::blocking::{Pop, Unblock, Waiting, Wake};
+use crate::collection::Kind;
 use crate::frame::Frame;
 
 /// `i64::MAX` as a double: Redis converts the milliseconds to a `long long`, and a value
@@ -35,14 +41,22 @@ pub fn timeout_arg(arg: &[u8]) -> Result<Option<Duration>, Frame> {
     Ok((ms > 0.0).then(|| Duration::from_millis(ms as u64)))
 }
 
-/// Pops one element for `pop` from `key`: the reply (`[key, element]`, or `[key, member,
-/// score]`), or None if the key is empty or absent. Takes `key`'s stripe lock (re-entrant:
-/// callers hold it already).
-fn pop_from(ctx: &mut Ctx<'_, '_>, pop: Pop, key: &[u8]) -> Result<Option<Frame>, Frame> {
+/// Serves `pop` from `key`: the reply (`[key, element]`, `[key, member, score]`, the element
+/// moved, `[key, [...]]`), or None if the key is empty or absent. Takes the key's stripe
+/// lock, and the destination's for a move (re-entrant: callers hold them already).
+fn pop_from(ctx: &mut Ctx<'_, '_>, pop: &Pop, key: &[u8]) -> Result<Option<Frame>, Frame> {
+    let end = |left: bool| if left { End::Left } else { End::Right };
+    let order = |max: bool| {
+        if max {
+            Order::Descending
+        } else {
+            Order::Ascending
+        }
+    };
     match pop {
         Pop::List { left } => {
             let argv: [&[u8]; 2] = [b"lpop", key];
-            let value = if left {
+            let value = if *left {
                 list::lpop(ctx, &argv)?
             } else {
                 list::rpop(ctx, &argv)?
@@ -54,7 +68,7 @@ fn pop_from(ctx: &mut Ctx<'_, '_>, pop: Pop, key: &[u8]) -> Result<Option<Frame>
         }
         Pop::ZSet { max } => {
             let argv: [&[u8]; 2] = [b"zpopmin", key];
-            let popped = if max {
+            let popped = if *max {
                 zset::zpopmax(ctx, &argv)?
             } else {
                 zset::zpopmin(ctx, &argv)?
@@ -67,26 +81,45 @@ fn pop_from(ctx: &mut Ctx<'_, '_>, pop: Pop, key: &[u8]) -> Result<Option<Frame>
                 _ => None,
             })
         }
+        Pop::Move {
+            dest,
+            from_left,
+            to_left,
+        } => {
+            let moved = lmove::move_element(ctx, key, dest, end(*from_left), end(*to_left))?;
+            Ok(moved.map(Frame::Bulk))
+        }
+        Pop::ListMany { left, count } => lmove::pop_first(ctx, &[key], end(*left), *count),
+        Pop::ZSetMany { max, count } => zsetops::pop_first(ctx, &[key], order(*max), *count),
     }
 }
 
-/// `B*POP key [key ...] timeout` (see the module doc).
-fn blocking_pop(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], pop: Pop) -> Reply {
-    let (timeout, keys) = argv[1..]
-        .split_last()
-        .ok_or_else(|| wrong_arity(&String::from_utf8_lossy(argv[0]).to_ascii_lowercase()))?;
-    // Redis reads the timeout before it looks at any key.
-    let timeout = timeout_arg(timeout)?;
+/// The keys whose stripes a blocked `pop` on `keys` holds: the destination of a move too.
+fn lock_keys<'k>(keys: &'k [&'k [u8]], pop: &'k Pop) -> impl Iterator<Item = &'k [u8]> {
+    let dest = match pop {
+        Pop::Move { dest, .. } => Some(dest.as_slice()),
+        _ => None,
+    };
+    keys.iter().copied().chain(dest)
+}
+
+/// A blocking command with its arguments parsed (see the module doc): serves it from the
+/// first non-empty key in argument order, or registers the client as waiting.
+fn block_on(ctx: &mut Ctx<'_, '_>, keys: &[&[u8]], timeout: Option<Duration>, pop: Pop) -> Reply {
     let shared = ctx.shared;
-    let _guards = shared.collections.lock_many(keys.iter().copied());
+    let _guards = shared.collections.lock_many(lock_keys(keys, &pop));
     for key in keys {
-        if let Some(reply) = pop_from(ctx, pop, key)? {
+        if let Some(reply) = pop_from(ctx, &pop, key)? {
             return Ok(reply);
         }
     }
-    // EXEC runs it as the non-blocking form (Redis's CLIENT_DENY_BLOCKING).
+    // EXEC runs it as the non-blocking form (Redis's CLIENT_DENY_BLOCKING): LMOVE's null,
+    // the others' null array.
     if ctx.unit.as_ref().is_some_and(|u| u.txn) {
-        return Ok(null_array(ctx));
+        return Ok(match pop {
+            Pop::Move { .. } => Frame::Null,
+            _ => null_array(ctx),
+        });
     }
     let blocked = shared.blocking.register(ctx.client.info.id, keys);
     ctx.client.blocking.waiting = Some(Waiting {
@@ -99,12 +132,22 @@ fn blocking_pop(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], pop: Pop) -> Reply {
     Ok(Frame::Null)
 }
 
+/// `B*POP key [key ...] timeout`.
+fn blocking_pop(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], pop: Pop) -> Reply {
+    let (timeout, keys) = argv[1..]
+        .split_last()
+        .ok_or_else(|| wrong_arity(&String::from_utf8_lossy(argv[0]).to_ascii_lowercase()))?;
+    // Redis reads the timeout before it looks at any key.
+    let timeout = timeout_arg(timeout)?;
+    block_on(ctx, keys, timeout, pop)
+}
+
 /// Goes on with the connection's blocked command after `wake`: its reply (the wait is
 /// over and the client deregistered), or None if it still waits (what woke it was taken
 /// by another client first; it stays first in line).
 pub fn resume(ctx: &mut Ctx<'_, '_>, wake: Wake) -> Option<Frame> {
     let waiting = ctx.client.blocking.waiting.as_ref()?;
-    let (pop, keys) = (waiting.pop, waiting.keys.clone());
+    let (pop, keys) = (waiting.pop.clone(), waiting.keys.clone());
     let ready = match wake {
         Wake::Ready(ready) => ready,
         Wake::Timeout | Wake::Unblocked(Unblock::Timeout) | Wake::Stopped => {
@@ -119,7 +162,8 @@ pub fn resume(ctx: &mut Ctx<'_, '_>, wake: Wake) -> Option<Frame> {
         }
     };
     let shared = ctx.shared;
-    let _guards = shared.collections.lock_many(keys.iter().map(Vec::as_slice));
+    let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    let _guards = shared.collections.lock_many(lock_keys(&key_refs, &pop));
     // The keys in the order they became ready, then the others (a key is offered to one
     // waiter at a time, so another may hold an element too).
     let order = ready
@@ -127,12 +171,25 @@ pub fn resume(ctx: &mut Ctx<'_, '_>, wake: Wake) -> Option<Frame> {
         .filter(|k| keys.contains(k))
         .chain(keys.iter().filter(|k| !ready.contains(k)));
     for key in order {
-        // A key that is now of another type is passed over: the client keeps waiting, as
-        // in Redis.
-        if let Ok(Some(reply)) = pop_from(ctx, pop, key) {
-            // Deregisters; the next waiter of the key is woken for what is left.
-            ctx.client.blocking.waiting = None;
-            return Some(reply);
+        match pop_from(ctx, &pop, key) {
+            Ok(Some(reply)) => {
+                // Deregisters; the next waiter of the key is woken for what is left.
+                ctx.client.blocking.waiting = None;
+                return Some(reply);
+            }
+            Ok(None) => {}
+            // A move whose destination is now of another type: Redis answers WRONGTYPE
+            // and ends the wait (the element stays in the source).
+            Err(error)
+                if matches!(pop, Pop::Move { .. })
+                    && matches!(coll::open_read(ctx, key, Kind::List), Ok(Some(_))) =>
+            {
+                ctx.client.blocking.waiting = None;
+                return Some(error);
+            }
+            // A key that is now of another type is passed over: the client keeps waiting,
+            // as in Redis.
+            Err(_) => {}
         }
     }
     None
@@ -158,6 +215,56 @@ pub fn bzpopmin(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
 /// BZPOPMAX key [key ...] timeout: as BZPOPMIN, the highest score.
 pub fn bzpopmax(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     blocking_pop(ctx, argv, Pop::ZSet { max: true })
+}
+
+/// BLMOVE source destination LEFT|RIGHT LEFT|RIGHT timeout: LMOVE, waiting while the source
+/// is empty; the element moved, or a null array at the timeout (null inside EXEC).
+pub fn blmove(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    // Redis's order of errors: the ends, then the timeout.
+    let (from, to) = (End::parse(argv[3])?, End::parse(argv[4])?);
+    let timeout = timeout_arg(argv[5])?;
+    let pop = Pop::Move {
+        dest: argv[2].to_vec(),
+        from_left: from == End::Left,
+        to_left: to == End::Left,
+    };
+    block_on(ctx, &argv[1..2], timeout, pop)
+}
+
+/// BRPOPLPUSH source destination timeout: BLMOVE source destination RIGHT LEFT timeout.
+pub fn brpoplpush(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let timeout = timeout_arg(argv[3])?;
+    let pop = Pop::Move {
+        dest: argv[2].to_vec(),
+        from_left: false,
+        to_left: true,
+    };
+    block_on(ctx, &argv[1..2], timeout, pop)
+}
+
+/// BLMPOP timeout numkeys key [key ...] LEFT|RIGHT [COUNT count]: LMPOP, waiting while every
+/// list is empty; `[key, [element ...]]`, or a null array at the timeout.
+pub fn blmpop(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    // Redis checks the rest of the line before the timeout.
+    let args = mpop_args(&argv[2..], ["left", "right"])?;
+    let timeout = timeout_arg(argv[1])?;
+    let pop = Pop::ListMany {
+        left: !args.second,
+        count: args.count,
+    };
+    block_on(ctx, args.keys, timeout, pop)
+}
+
+/// BZMPOP timeout numkeys key [key ...] MIN|MAX [COUNT count]: ZMPOP, waiting while every
+/// sorted set is empty; `[key, [[member, score], ...]]`, or a null array at the timeout.
+pub fn bzmpop(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let args = mpop_args(&argv[2..], ["min", "max"])?;
+    let timeout = timeout_arg(argv[1])?;
+    let pop = Pop::ZSetMany {
+        max: args.second,
+        count: args.count,
+    };
+    block_on(ctx, args.keys, timeout, pop)
 }
 
 /// CLIENT UNBLOCK client-id [TIMEOUT|ERROR] (`args` after the subcommand `sub`): 1 if that

@@ -48,6 +48,8 @@ const TXN: &[&str] = &["noscript", "loading", "stale", "fast", "allow_busy"];
 /// Blocking pops: Redis 7.0 refuses them in scripts.
 const BLOCKING: &[&str] = &["write", "noscript", "blocking"];
 const BLOCKING_FAST: &[&str] = &["write", "noscript", "blocking", "fast"];
+const BLOCKING_MOVE: &[&str] = &["write", "denyoom", "noscript", "blocking"];
+const BLOCKING_MPOP: &[&str] = &["write", "noscript", "blocking", "movablekeys"];
 const PUBSUB: &[&str] = &["pubsub", "noscript", "loading", "stale"];
 
 macro_rules! spec {
@@ -162,6 +164,9 @@ pub static COMMAND_SPECS: &[Spec] = &[
     spec!("lrem", 4, W, (1, 1, 1), "list", "1.0.0", "Removes elements equal to a value from a list.", "key count element", list::lrem),
     spec!("linsert", 5, W, (1, 1, 1), "list", "2.2.0", "Inserts an element before or after a pivot element of a list.", "key BEFORE|AFTER pivot element", list::linsert),
     spec!("lpos", -3, R, (1, 1, 1), "list", "6.0.6", "Returns the indexes of matching elements of a list.", "key element [RANK rank] [COUNT num-matches] [MAXLEN len]", list::lpos),
+    spec!("blmove", 6, BLOCKING_MOVE, (1, 2, 1), "list", "6.2.0", "Pops an element from one end of a list and pushes it at an end of another (or the same) list, or blocks until one is available.", "source destination LEFT|RIGHT LEFT|RIGHT timeout", blocking::blmove),
+    spec!("brpoplpush", 4, BLOCKING_MOVE, (1, 2, 1), "list", "2.2.0", "Pops the last element of a list and pushes it at the head of another (or the same) list, or blocks until one is available.", "source destination timeout", blocking::brpoplpush),
+    spec!("blmpop", -5, BLOCKING_MPOP, (0, 0, 0), "list", "7.0.0", "Pops elements from the first non-empty list of several, or blocks until one is available.", "timeout numkeys key [key ...] LEFT|RIGHT [COUNT count]", blocking::blmpop),
     spec!("lmove", 5, W, (1, 2, 1), "list", "6.2.0", "Pops an element from one end of a list and pushes it at an end of another (or the same) list.", "source destination LEFT|RIGHT LEFT|RIGHT", super::lmove::lmove),
     spec!("rpoplpush", 3, W, (1, 2, 1), "list", "1.2.0", "Pops the last element of a list and pushes it at the head of another (or the same) list.", "source destination", super::lmove::rpoplpush),
     spec!("lmpop", -4, MPOP, (0, 0, 0), "list", "7.0.0", "Pops elements from the first non-empty list of several.", "numkeys key [key ...] LEFT|RIGHT [COUNT count]", super::lmove::lmpop),
@@ -217,6 +222,7 @@ pub static COMMAND_SPECS: &[Spec] = &[
     spec!("zcard", 2, RF, (1, 1, 1), "sorted-set", "1.2.0", "Returns the number of members of a sorted set.", "key", zset::zcard),
     spec!("zscore", 3, RF, (1, 1, 1), "sorted-set", "1.2.0", "Returns the score of a member of a sorted set.", "key member", zset::zscore),
     spec!("zrem", -3, &["write", "fast"], (1, 1, 1), "sorted-set", "1.2.0", "Removes members from a sorted set; returns how many were there.", "key member ...", zset::zrem),
+    spec!("bzmpop", -5, BLOCKING_MPOP, (0, 0, 0), "sorted-set", "7.0.0", "Pops members with the lowest or highest scores from the first non-empty sorted set of several, or blocks until one is available.", "timeout numkeys key [key ...] MIN|MAX [COUNT count]", blocking::bzmpop),
     spec!("zmpop", -4, MPOP, (0, 0, 0), "sorted-set", "7.0.0", "Pops members with the lowest or highest scores from the first non-empty sorted set of several.", "numkeys key [key ...] MIN|MAX [COUNT count]", super::zsetops::zmpop),
     spec!("zrangebylex", -4, R, (1, 1, 1), "sorted-set", "2.8.9", "Returns members of a sorted set within a lex range (members of equal score).", "key min max [LIMIT offset count]", super::zlex::zrangebylex),
     spec!("zrevrangebylex", -4, R, (1, 1, 1), "sorted-set", "2.8.9", "Returns members of a sorted set within a lex range, last first.", "key max min [LIMIT offset count]", super::zlex::zrevrangebylex),
