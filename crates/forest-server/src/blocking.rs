@@ -29,14 +29,15 @@
 //!   either came before the registration (and the pop saw it) or sees the waiter.
 //! - A waiter is in the registry exactly while its connection's [`Blocked`] lives: dropping
 //!   it (served, timeout, disconnect, connection end in any I/O model) deregisters it.
-//! - Lock order: the registry's lock, then a waiter's; a waiter's lock alone otherwise.
+//! - Lock order: the registry's lock (read or write), then a waiter's; a waiter's lock alone
+//!   otherwise.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::collection::{RESERVED_BYTE, TYPE_TAG};
 
@@ -169,7 +170,9 @@ pub struct Blocking {
     /// Waiters registered: writes skip the registry while it is 0.
     count: AtomicUsize,
     stopped: AtomicBool,
-    registry: Mutex<Registry>,
+    /// Read-locked by the write hook and wake-ups (many at once), write-locked to register
+    /// and deregister.
+    registry: RwLock<Registry>,
 }
 
 impl Blocking {
@@ -187,7 +190,7 @@ impl Blocking {
                 distinct.push(key.to_vec());
             }
         }
-        let mut registry = self.registry.lock();
+        let mut registry = self.registry.write();
         // A stop that came first must still reach this waiter.
         let waiter = Arc::new(Waiter::new(
             client,
@@ -212,7 +215,7 @@ impl Blocking {
     /// Whether a client waits on user key `user` (the write hook; one atomic load while
     /// nobody is blocked).
     pub fn waits_on(&self, user: &[u8]) -> bool {
-        self.count.load(Ordering::SeqCst) > 0 && self.registry.lock().keys.contains_key(user)
+        self.count.load(Ordering::SeqCst) > 0 && self.registry.read().keys.contains_key(user)
     }
 
     /// [`Self::waits_on`] for a store key: true only for the type entry of a collection
@@ -230,7 +233,7 @@ impl Blocking {
     /// Wakes the first waiter of each of `keys`, in order (after the command that made
     /// them ready).
     pub fn signal(&self, keys: &[Vec<u8>]) {
-        let registry = self.registry.lock();
+        let registry = self.registry.read();
         for key in keys {
             if let Some(first) = registry.keys.get(key).and_then(VecDeque::front) {
                 first.signal(key);
@@ -240,7 +243,7 @@ impl Blocking {
 
     /// CLIENT UNBLOCK: ends client `client`'s wait; whether it was waiting.
     pub fn unblock(&self, client: u64, how: Unblock) -> bool {
-        let registry = self.registry.lock();
+        let registry = self.registry.read();
         let Some(waiter) = registry.clients.get(&client) else {
             return false;
         };
@@ -257,7 +260,9 @@ impl Blocking {
 
     /// The server stops: every waiter, present and future, wakes with [`Wake::Stopped`].
     pub fn stop_all(&self) {
-        let registry = self.registry.lock();
+        // Read-locked: a registration (write-locked) before it is woken here, one after it
+        // sees the flag.
+        let registry = self.registry.read();
         self.stopped.store(true, Ordering::SeqCst);
         for waiter in registry.clients.values() {
             waiter.wake(|state| state.stopped = true);
@@ -265,7 +270,7 @@ impl Blocking {
     }
 
     fn remove(&self, waiter: &Arc<Waiter>) {
-        let mut registry = self.registry.lock();
+        let mut registry = self.registry.write();
         let pass_on = waiter.state.lock().signaled;
         for key in &waiter.keys {
             let Some(queue) = registry.keys.get_mut(key) else {
