@@ -147,6 +147,7 @@ impl Conn {
             let mut reply_bytes = 0;
             let mut executed = 0;
             let mut cut = false;
+            let mut blocked = false;
             let mut batch = shared.store.batch();
             let mut argv: Vec<&[u8]> = Vec::with_capacity(8);
             for i in 0..requests.len() {
@@ -163,6 +164,13 @@ impl Conn {
                 let reply = cmd::execute(&mut ctx, &argv);
                 let (wrote, after) = (ctx.wrote, ctx.after);
                 executed = i + 1;
+                if client.blocking.is_blocked() {
+                    // A blocking command waits: its reply comes from `resume`, and the
+                    // commands after it wait behind it in the input (as in Redis).
+                    buffers.recycle(reply);
+                    blocked = true;
+                    break;
+                }
                 reply_bytes += reply_len(&reply);
                 match after {
                     After::Continue => replies.push((reply, wrote, client.protocol)),
@@ -185,9 +193,9 @@ impl Conn {
                 .first()
                 .and_then(|n| cmd::lookup(n))
                 .map(|spec| spec.name);
-            if cut {
+            if cut || blocked {
                 consumed = requests.cut(executed);
-                *more = true;
+                *more = cut || consumed < input.len();
             }
             let waited = if replies.iter().any(|&(_, wrote, _)| wrote) {
                 wait(batch)
@@ -240,6 +248,77 @@ impl Conn {
         step
     }
 
+    /// Whether a blocking command waits (the I/O loop sleeps on
+    /// [`crate::cmd::Client::blocking`]'s waiter, then calls [`Self::resume_with`]).
+    pub fn is_blocked(&self) -> bool {
+        self.client.blocking.is_blocked()
+    }
+
+    /// Goes on with the blocked command after `wake` (`crate::blocking`): appends its reply
+    /// to the output once its pop is durable (`wait`, as [`Self::process_with`]), or leaves
+    /// it waiting. Returns whether it still waits.
+    pub fn resume_with(
+        &mut self,
+        shared: &Shared,
+        wake: crate::blocking::Wake,
+        wait: impl FnOnce(Batch<'_>) -> forest_core::Result<()>,
+    ) -> bool {
+        let Conn {
+            client,
+            input,
+            output,
+            buffers,
+            more,
+            ..
+        } = self;
+        let mut batch = shared.store.batch();
+        let (reply, wrote) = {
+            let mut ctx = Ctx {
+                shared,
+                client,
+                batch: &mut batch,
+                unit: None,
+                wrote: false,
+                after: After::Continue,
+                buffers,
+            };
+            let reply = cmd::blocking::resume(&mut ctx, wake);
+            (reply, ctx.wrote)
+        };
+        client.blocking.flush(&shared.blocking);
+        let Some(reply) = reply else {
+            // A retry that found nothing may still have written (an expired key purged).
+            if wrote {
+                let _ = wait(batch);
+            }
+            return true;
+        };
+        let waited = if wrote { wait(batch) } else { batch.wait() };
+        match waited {
+            Err(err) if wrote => Frame::err(format_args!("write not acknowledged: {err}"))
+                .encode_to(client.protocol, output),
+            _ => reply.encode_to(client.protocol, output),
+        }
+        buffers.recycle(reply);
+        client
+            .info
+            .active_ms
+            .store(shared.uptime_ms(), Ordering::Relaxed);
+        let state = client.state();
+        client.info.meta.lock().state = state;
+        if let Some(mailbox) = client.pubsub.mailbox() {
+            mailbox.end_batch(output, client.protocol);
+        }
+        // What was pipelined behind the blocked command (or read while it waited) runs next.
+        *more = !input.is_empty();
+        false
+    }
+
+    /// [`Self::resume_with`] waiting for durability on the calling thread.
+    pub fn resume(&mut self, shared: &Shared, wake: crate::blocking::Wake) -> bool {
+        self.resume_with(shared, wake, |batch| batch.wait())
+    }
+
     /// After the output was sent: gives back an unusually large output buffer.
     pub fn sent(&mut self) {
         self.output.clear();
@@ -278,6 +357,18 @@ pub fn serve_blocking(shared: &Shared, mut stream: TcpStream) {
     let mut writer: Option<std::thread::JoinHandle<()>> = None;
     // A stop that began before this client registered would not cut its read side.
     while step == Step::Continue && !shared.shutdown.is_requested() {
+        if conn.is_blocked() {
+            if !wait_blocked(shared, &mut conn, &stream) {
+                break;
+            }
+            if !conn.output.is_empty() {
+                if stream.write_all(&conn.output).is_err() {
+                    break;
+                }
+                conn.sent();
+            }
+            continue;
+        }
         if conn.has_more() {
             step = conn.process(shared);
             if writer.is_none() {
@@ -332,6 +423,56 @@ pub fn serve_blocking(shared: &Shared, mut stream: TcpStream) {
     if let Step::Shutdown { save } = step {
         shared.shutdown.request(save);
     }
+}
+
+/// Bytes a blocked connection reads ahead (commands pipelined behind the blocking one)
+/// before it stops reading until it is served.
+pub const BLOCKED_INPUT_BYTES_MAX: usize = 1024 * 1024;
+
+/// Threads model: sleeps on the connection's waiter until its blocked command is answered
+/// (no polling; `crate::blocking`); false if the connection must end (stop, or the client
+/// left). The thread is not reading meanwhile, so a client that left is noticed when it is
+/// woken, before it is served: it takes no element, which goes to the next waiter.
+fn wait_blocked(shared: &Shared, conn: &mut Conn, stream: &TcpStream) -> bool {
+    while let Some(waiter) = conn.client.blocking.waiter() {
+        match waiter.wait(conn.client.blocking.deadline()) {
+            crate::blocking::Wake::Stopped => return false,
+            // A subscriber's writer thread shares the socket: no non-blocking read then.
+            crate::blocking::Wake::Ready(_)
+                if conn.client.pubsub.mailbox().is_none()
+                    && client_left(stream, &mut conn.input) =>
+            {
+                return false
+            }
+            wake => {
+                conn.resume(shared, wake);
+            }
+        }
+    }
+    true
+}
+
+/// Whether the peer closed the connection: reads what it sent meanwhile (without waiting)
+/// into `input`, up to [`BLOCKED_INPUT_BYTES_MAX`].
+fn client_left(stream: &TcpStream, input: &mut Vec<u8>) -> bool {
+    if stream.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let mut chunk = [0u8; READ_BYTES];
+    let mut reader = stream;
+    let left = loop {
+        if input.len() >= BLOCKED_INPUT_BYTES_MAX {
+            break false;
+        }
+        match reader.read(&mut chunk) {
+            Ok(0) => break true,
+            Ok(n) => input.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => break e.kind() != ErrorKind::WouldBlock,
+        }
+    };
+    let _ = stream.set_nonblocking(false);
+    left
 }
 
 /// Starts the writer thread of a connection that just subscribed.

@@ -75,7 +75,11 @@ fn write_section(
             write!(out, "# Clients\r\n")?;
             write!(out, "connected_clients:{}\r\n", shared.clients.lock().len())?;
             write!(out, "maxclients:{}\r\n", config.max_clients)?;
-            write!(out, "blocked_clients:0\r\n")?;
+            write!(
+                out,
+                "blocked_clients:{}\r\n",
+                shared.blocking.blocked_clients()
+            )?;
         }
         "memory" => {
             let bytes = stats.index.memory_bytes;

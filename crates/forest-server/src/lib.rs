@@ -21,12 +21,14 @@
 //! | [`expiry`] | key deadlines: a string with one lives at `FF 'x'` (deadline in its value), a collection's is an `FF 'E'` entry; the time order in memory, the active task | §3 one ordered map |
 //! | [`watch`] | WATCH's registry and the hook every write calls | — |
 //! | [`pubsub`] | channels, patterns, each subscriber's bounded mailbox | — |
+//! | [`blocking`] | clients blocked on keys (BLPOP...): per-key queues, each waiter's wake-up | — |
 //!
 //! The store does the logging (forest-store: group commit, `periodic` acknowledges at once
 //! as Masstree does). No `unsafe` in this crate.
 
 #![forbid(unsafe_code)]
 
+pub mod blocking;
 pub mod cmd;
 pub mod collection;
 pub mod connection;

@@ -160,10 +160,13 @@ pub struct ClientState {
     pub watch: usize,
     /// A watched key was written since WATCH (flag `d`).
     pub dirty: bool,
+    /// A blocking command waits (flag `b`).
+    pub blocked: bool,
 }
 
 impl ClientState {
-    /// Redis's `flags=`: `P` subscribed, `x` in MULTI, `d` watched key touched; `N` none.
+    /// Redis's `flags=`: `P` subscribed, `x` in MULTI, `b` blocked, `d` watched key
+    /// touched; `N` none.
     pub fn flags(&self) -> String {
         let mut f = String::new();
         if self.sub + self.psub > 0 {
@@ -171,6 +174,9 @@ impl ClientState {
         }
         if self.multi.is_some() {
             f.push('x');
+        }
+        if self.blocked {
+            f.push('b');
         }
         if self.dirty {
             f.push('d');
@@ -278,6 +284,8 @@ pub struct Shared {
     pub watches: Arc<crate::watch::Watches>,
     /// Pub/Sub's channels and patterns ([`crate::pubsub`]).
     pub pubsub: Arc<crate::pubsub::Hub>,
+    /// Clients blocked on keys ([`crate::blocking`]).
+    pub blocking: Arc<crate::blocking::Blocking>,
     /// EVAL's interpreter and script cache ([`crate::cmd::script`]).
     pub scripts: crate::cmd::script::Scripts,
     /// Redis's encoding and memory tuning parameters, kept for CONFIG GET only
@@ -315,6 +323,7 @@ impl Shared {
             expires,
             watches: Arc::default(),
             pubsub: Arc::new(crate::pubsub::Hub::new(config.pubsub_limits)),
+            blocking: Arc::default(),
             scripts: crate::cmd::script::Scripts::default(),
             tuning: Mutex::new(crate::cmd::tuning_defaults()),
             engine,
@@ -360,6 +369,7 @@ impl Shared {
             authenticated: self.config.requirepass.is_none(),
             txn: crate::cmd::multi::TxnState::default(),
             pubsub: crate::pubsub::Subscriber::new(Arc::clone(&self.pubsub), id),
+            blocking: crate::blocking::ClientBlock::default(),
         }
     }
 
@@ -559,6 +569,8 @@ fn run_threads(shared: &Arc<Shared>, listener: TcpListener) {
     }
     drop(listener);
     let _ = stopper.join();
+    // Blocked connections sleep on their waiter, not in a read: wake them to end.
+    shared.blocking.stop_all();
     stop_connections(shared, handles);
 }
 

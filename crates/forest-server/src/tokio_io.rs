@@ -18,7 +18,8 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::connection::{Conn, Step, READ_BYTES};
+use crate::blocking::Wake;
+use crate::connection::{Conn, Step, BLOCKED_INPUT_BYTES_MAX, READ_BYTES};
 use crate::pubsub::Mailbox;
 use crate::server::{Shared, STOP_GRACE};
 
@@ -138,6 +139,96 @@ async fn send_mailbox(stream: &mut TcpStream, mailbox: &Mailbox) -> bool {
     }
 }
 
+/// What ended one round of a blocked connection's wait.
+enum Event {
+    Woken,
+    Wake(Wake),
+    Read,
+    Left,
+    Message,
+    Stopped,
+}
+
+/// Awaits the connection's waiter until its blocked command is answered (`crate::blocking`),
+/// beside the socket (a client that leaves ends the wait at once; what it pipelines is kept
+/// for after), the stop, and a subscriber's messages. False if the connection must end.
+async fn wait_blocked(
+    shared: &Shared,
+    conn: &mut Conn,
+    stream: &mut TcpStream,
+    stopped: &mut (impl std::future::Future + Unpin),
+    may_block: bool,
+) -> bool {
+    while let Some(waiter) = conn.client.blocking.waiter() {
+        let event = match waiter.poll() {
+            Some(wake) => Event::Wake(wake),
+            None => {
+                let deadline = conn.client.blocking.deadline();
+                let mailbox = conn.client.pubsub.mailbox().cloned();
+                let room = conn.input.len() < BLOCKED_INPUT_BYTES_MAX;
+                if room && conn.input.capacity() - conn.input.len() < READ_BYTES / 4 {
+                    conn.input.reserve(READ_BYTES);
+                }
+                let timeout = async {
+                    match deadline {
+                        Some(at) => tokio::time::sleep_until(at.into()).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                let read = async {
+                    if room {
+                        stream.read_buf(&mut conn.input).await
+                    } else {
+                        std::future::pending().await
+                    }
+                };
+                let message = async {
+                    match &mailbox {
+                        Some(mailbox) => mailbox.data.notified().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                // The socket before the waiter: a client that left is noticed before it
+                // is served (it would take an element it never reads).
+                tokio::select! {
+                    biased;
+                    _ = &mut *stopped => Event::Stopped,
+                    n = read => match n {
+                        Ok(0) => Event::Left,
+                        Ok(_) => Event::Read,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Event::Read,
+                        Err(_) => Event::Left,
+                    },
+                    () = waiter.notify.notified() => Event::Woken,
+                    () = timeout => Event::Wake(Wake::Timeout),
+                    () = message => Event::Message,
+                }
+            }
+        };
+        match event {
+            Event::Woken | Event::Read => {}
+            Event::Left | Event::Stopped | Event::Wake(Wake::Stopped) => return false,
+            Event::Message => {
+                if let Some(mailbox) = conn.client.pubsub.mailbox().cloned() {
+                    if !send_mailbox(stream, &mailbox).await {
+                        return false;
+                    }
+                }
+            }
+            Event::Wake(wake) => {
+                conn.resume_with(shared, wake, |batch| {
+                    if may_block {
+                        tokio::task::block_in_place(|| batch.wait())
+                    } else {
+                        batch.wait()
+                    }
+                });
+            }
+        }
+    }
+    true
+}
+
 /// Serves one connection until it closes or the server stops.
 async fn serve(shared: &Arc<Shared>, mut stream: TcpStream, mut stop: watch::Receiver<bool>) {
     let _ = stream.set_nodelay(true);
@@ -167,6 +258,16 @@ async fn serve(shared: &Arc<Shared>, mut stream: TcpStream, mut stop: watch::Rec
             if !send_mailbox(&mut stream, mailbox).await {
                 break;
             }
+        }
+        if conn.is_blocked() {
+            if !wait_blocked(shared, &mut conn, &mut stream, &mut stopped, may_block).await {
+                break;
+            }
+            if stream.write_all(&conn.output).await.is_err() {
+                break;
+            }
+            conn.sent();
+            continue;
         }
         if conn.has_more() {
             step = process(&mut conn, shared, may_block);

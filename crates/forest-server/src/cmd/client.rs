@@ -101,6 +101,8 @@ pub fn client(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
             out.push('\n');
         }
         Ok(text(out))
+    } else if is_word(sub, "unblock") {
+        super::blocking::client_unblock(ctx, sub, args)
     } else if is_word(sub, "setinfo") {
         let [attr, value] = args else {
             return Err(wrong_arity("client|setinfo"));

@@ -7,9 +7,9 @@
 //! asserts that they are.
 
 use super::{
-    client, config, connection, dbsize, del, exists, expire, flush, get, hash, incr, info, is_word,
-    keys, keyspace, list, mget, multi, pubsub, range, save, scan, script, set, sets, shutdown,
-    stream, strlen, time, unknown_subcommand, zset, Ctx, Reply, Spec,
+    blocking, client, config, connection, dbsize, del, exists, expire, flush, get, hash, incr,
+    info, is_word, keys, keyspace, list, mget, multi, pubsub, range, save, scan, script, set, sets,
+    shutdown, stream, strlen, time, unknown_subcommand, zset, Ctx, Reply, Spec,
 };
 use crate::frame::Frame;
 
@@ -45,6 +45,11 @@ const MOVABLE_R: &[&str] = &["readonly", "movablekeys"];
 const MOVABLE_W: &[&str] = &["write", "denyoom", "movablekeys"];
 const ADMIN: &[&str] = &["admin", "noscript"];
 const TXN: &[&str] = &["noscript", "loading", "stale", "fast", "allow_busy"];
+/// Blocking pops: Redis 7.0 refuses them in scripts.
+const BLOCKING: &[&str] = &["write", "noscript", "blocking"];
+const BLOCKING_FAST: &[&str] = &["write", "noscript", "blocking", "fast"];
+const BLOCKING_MOVE: &[&str] = &["write", "denyoom", "noscript", "blocking"];
+const BLOCKING_MPOP: &[&str] = &["write", "noscript", "blocking", "movablekeys"];
 const PUBSUB: &[&str] = &["pubsub", "noscript", "loading", "stale"];
 
 macro_rules! spec {
@@ -74,7 +79,7 @@ pub static COMMAND_SPECS: &[Spec] = &[
     spec!("auth", -2, CONN, (0, 0, 0), "connection", "1.0.0", "Authenticates the connection.", "[username] password", connection::auth),
     spec!("select", 2, CONN_SCRIPT, (0, 0, 0), "connection", "1.0.0", "Changes the selected database (forest has only database 0).", "index", connection::select),
     spec!("quit", -1, CONN, (0, 0, 0), "connection", "1.0.0", "Closes the connection.", "", connection::quit),
-    spec!("client", -2, &["noscript", "loading", "stale"], (0, 0, 0), "connection", "2.4.0", "Client connection commands: SETNAME, GETNAME, ID, LIST, INFO, SETINFO.", "SETNAME|GETNAME|ID|LIST|INFO|SETINFO [arg ...]", client::client),
+    spec!("client", -2, &["noscript", "loading", "stale"], (0, 0, 0), "connection", "2.4.0", "Client connection commands: SETNAME, GETNAME, ID, LIST, INFO, SETINFO, UNBLOCK.", "SETNAME|GETNAME|ID|LIST|INFO|SETINFO|UNBLOCK [arg ...]", client::client),
     spec!("get", 2, RF, (1, 1, 1), "string", "1.0.0", "Returns the string value of a key.", "key", get::get),
     spec!("set", -3, W, (1, 1, 1), "string", "1.0.0", "Sets the string value of a key; NX only if absent, XX only if present, GET returns the old value; EX/PX/EXAT/PXAT set a deadline, KEEPTTL keeps it.", "key value [NX|XX] [GET] [EX seconds] [PX milliseconds] [EXAT unix-time-seconds] [PXAT unix-time-milliseconds] [KEEPTTL]", set::set),
     spec!("setex", 4, W, (1, 1, 1), "string", "2.0.0", "Sets a key with a deadline in seconds.", "key seconds value", expire::setex),
@@ -143,6 +148,10 @@ pub static COMMAND_SPECS: &[Spec] = &[
     spec!("time", 1, &["loading", "stale", "fast"], (0, 0, 0), "server", "2.6.0", "Returns the server time.", "", time::time),
     spec!("lpush", -3, WF, (1, 1, 1), "list", "1.0.0", "Prepends elements to a list; returns its length.", "key element ...", list::lpush),
     spec!("rpush", -3, WF, (1, 1, 1), "list", "1.0.0", "Appends elements to a list; returns its length.", "key element ...", list::rpush),
+    spec!("blpop", -3, BLOCKING, (1, -2, 1), "list", "2.0.0", "Removes and returns the first element of the first non-empty list, or blocks until one is available.", "key [key ...] timeout", blocking::blpop),
+    spec!("brpop", -3, BLOCKING, (1, -2, 1), "list", "2.0.0", "Removes and returns the last element of the first non-empty list, or blocks until one is available.", "key [key ...] timeout", blocking::brpop),
+    spec!("bzpopmin", -3, BLOCKING_FAST, (1, -2, 1), "sorted-set", "5.0.0", "Removes and returns the member with the lowest score of the first non-empty sorted set, or blocks until one is available.", "key [key ...] timeout", blocking::bzpopmin),
+    spec!("bzpopmax", -3, BLOCKING_FAST, (1, -2, 1), "sorted-set", "5.0.0", "Removes and returns the member with the highest score of the first non-empty sorted set, or blocks until one is available.", "key [key ...] timeout", blocking::bzpopmax),
     spec!("lpop", -2, WF, (1, 1, 1), "list", "1.0.0", "Removes and returns the first elements of a list.", "key [count]", list::lpop),
     spec!("rpop", -2, WF, (1, 1, 1), "list", "1.0.0", "Removes and returns the last elements of a list.", "key [count]", list::rpop),
     spec!("lrange", 4, R, (1, 1, 1), "list", "1.0.0", "Returns a range of elements of a list by index.", "key start stop", list::lrange),
@@ -155,6 +164,9 @@ pub static COMMAND_SPECS: &[Spec] = &[
     spec!("lrem", 4, W, (1, 1, 1), "list", "1.0.0", "Removes elements equal to a value from a list.", "key count element", list::lrem),
     spec!("linsert", 5, W, (1, 1, 1), "list", "2.2.0", "Inserts an element before or after a pivot element of a list.", "key BEFORE|AFTER pivot element", list::linsert),
     spec!("lpos", -3, R, (1, 1, 1), "list", "6.0.6", "Returns the indexes of matching elements of a list.", "key element [RANK rank] [COUNT num-matches] [MAXLEN len]", list::lpos),
+    spec!("blmove", 6, BLOCKING_MOVE, (1, 2, 1), "list", "6.2.0", "Pops an element from one end of a list and pushes it at an end of another (or the same) list, or blocks until one is available.", "source destination LEFT|RIGHT LEFT|RIGHT timeout", blocking::blmove),
+    spec!("brpoplpush", 4, BLOCKING_MOVE, (1, 2, 1), "list", "2.2.0", "Pops the last element of a list and pushes it at the head of another (or the same) list, or blocks until one is available.", "source destination timeout", blocking::brpoplpush),
+    spec!("blmpop", -5, BLOCKING_MPOP, (0, 0, 0), "list", "7.0.0", "Pops elements from the first non-empty list of several, or blocks until one is available.", "timeout numkeys key [key ...] LEFT|RIGHT [COUNT count]", blocking::blmpop),
     spec!("lmove", 5, W, (1, 2, 1), "list", "6.2.0", "Pops an element from one end of a list and pushes it at an end of another (or the same) list.", "source destination LEFT|RIGHT LEFT|RIGHT", super::lmove::lmove),
     spec!("rpoplpush", 3, W, (1, 2, 1), "list", "1.2.0", "Pops the last element of a list and pushes it at the head of another (or the same) list.", "source destination", super::lmove::rpoplpush),
     spec!("lmpop", -4, MPOP, (0, 0, 0), "list", "7.0.0", "Pops elements from the first non-empty list of several.", "numkeys key [key ...] LEFT|RIGHT [COUNT count]", super::lmove::lmpop),
@@ -210,6 +222,7 @@ pub static COMMAND_SPECS: &[Spec] = &[
     spec!("zcard", 2, RF, (1, 1, 1), "sorted-set", "1.2.0", "Returns the number of members of a sorted set.", "key", zset::zcard),
     spec!("zscore", 3, RF, (1, 1, 1), "sorted-set", "1.2.0", "Returns the score of a member of a sorted set.", "key member", zset::zscore),
     spec!("zrem", -3, &["write", "fast"], (1, 1, 1), "sorted-set", "1.2.0", "Removes members from a sorted set; returns how many were there.", "key member ...", zset::zrem),
+    spec!("bzmpop", -5, BLOCKING_MPOP, (0, 0, 0), "sorted-set", "7.0.0", "Pops members with the lowest or highest scores from the first non-empty sorted set of several, or blocks until one is available.", "timeout numkeys key [key ...] MIN|MAX [COUNT count]", blocking::bzmpop),
     spec!("zmpop", -4, MPOP, (0, 0, 0), "sorted-set", "7.0.0", "Pops members with the lowest or highest scores from the first non-empty sorted set of several.", "numkeys key [key ...] MIN|MAX [COUNT count]", super::zsetops::zmpop),
     spec!("zrangebylex", -4, R, (1, 1, 1), "sorted-set", "2.8.9", "Returns members of a sorted set within a lex range (members of equal score).", "key min max [LIMIT offset count]", super::zlex::zrangebylex),
     spec!("zrevrangebylex", -4, R, (1, 1, 1), "sorted-set", "2.8.9", "Returns members of a sorted set within a lex range, last first.", "key max min [LIMIT offset count]", super::zlex::zrevrangebylex),

@@ -546,6 +546,7 @@ fn internal_client(shared: &Shared) -> Client {
         authenticated: true,
         txn: super::multi::TxnState::default(),
         pubsub: crate::pubsub::Subscriber::new(Arc::clone(&shared.pubsub), 0),
+        blocking: crate::blocking::ClientBlock::default(),
     }
 }
 

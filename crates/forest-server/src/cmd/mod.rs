@@ -12,6 +12,7 @@
 //! helpers stop at the first error with `?`; [`execute`] sends either side alike.
 
 mod bits;
+pub mod blocking;
 mod client;
 mod coll;
 mod command;
@@ -119,6 +120,9 @@ pub struct Client {
     pub txn: multi::TxnState,
     /// Pub/Sub subscriptions and the mailbox of their messages ([`crate::pubsub`]).
     pub pubsub: crate::pubsub::Subscriber,
+    /// The blocking command waiting, and the keys the running command made ready
+    /// ([`crate::blocking`]).
+    pub blocking: crate::blocking::ClientBlock,
 }
 
 impl Client {
@@ -132,6 +136,7 @@ impl Client {
             multi: self.txn.queued(),
             watch,
             dirty,
+            blocked: self.blocking.is_blocked(),
         }
     }
 }
@@ -429,8 +434,18 @@ impl Ctx<'_, '_> {
         present
     }
 
+    /// The write hook of blocking commands: a collection's type entry was written (under
+    /// its stripe lock), so a client waiting on it is woken once this command is done
+    /// ([`crate::blocking`]). One atomic load while nobody is blocked.
+    fn touched_type_entry(&mut self, key: &[u8]) {
+        if let Some(user) = self.shared.blocking.waits_on_store_key(key) {
+            self.client.blocking.note(user);
+        }
+    }
+
     /// Records a decided write in the open unit.
     fn decide(&mut self, key: &[u8], value: Option<&[u8]>) {
+        self.touched_type_entry(key);
         let unit = self.unit.as_mut().expect("a unit is open");
         match value {
             Some(v) => unit.batch.put(key, v),
@@ -479,6 +494,7 @@ impl Ctx<'_, '_> {
         self.wrote = true;
         self.batch.upsert(key, value).map_err(|e| store_error(&e))?;
         self.shared.watches.touched_store_key(key);
+        self.touched_type_entry(key);
         Ok(())
     }
 
@@ -495,6 +511,7 @@ impl Ctx<'_, '_> {
         let changed = self.batch.insert(key, value).map_err(|e| store_error(&e))?;
         if changed {
             self.shared.watches.touched_store_key(key);
+            self.touched_type_entry(key);
         }
         Ok(changed)
     }
@@ -512,6 +529,7 @@ impl Ctx<'_, '_> {
         let changed = self.batch.update(key, value).map_err(|e| store_error(&e))?;
         if changed {
             self.shared.watches.touched_store_key(key);
+            self.touched_type_entry(key);
         }
         Ok(changed)
     }
@@ -529,6 +547,7 @@ impl Ctx<'_, '_> {
         let changed = self.batch.remove(key).map_err(|e| store_error(&e))?;
         if changed {
             self.shared.watches.touched_store_key(key);
+            self.touched_type_entry(key);
         }
         Ok(changed)
     }
@@ -581,6 +600,7 @@ impl Ctx<'_, '_> {
         for (op, changed) in batch.ops().iter().zip(&changed) {
             if *changed {
                 self.shared.watches.touched_store_key(op.key());
+                self.touched_type_entry(op.key());
             }
         }
         Ok(changed)
@@ -648,6 +668,7 @@ impl Ctx<'_, '_> {
             .map_err(|e| store_error(&e))?;
         if changed {
             self.shared.watches.touched_store_key(key);
+            self.touched_type_entry(key);
         }
         Ok(old)
     }
@@ -800,6 +821,9 @@ fn has_reserved_key(spec: &Spec, argv: &[&[u8]]) -> bool {
 /// Runs one command (`argv[0]` is its name; `argv` is not empty): its reply, or its error.
 pub fn execute(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
     let (Ok(reply) | Err(reply)) = dispatch(ctx, argv);
+    // Once the command (a whole EXEC) is done: the clients waiting on the keys it made
+    // ready, in the order it made them ready (crate::blocking).
+    ctx.client.blocking.flush(&ctx.shared.blocking);
     reply
 }
 

@@ -263,6 +263,30 @@ def more_collections(r):
     check("zpopmax", [tuple(p) for p in popped], [(b"cy", 30.0)])
 
 
+def blocking(r):
+    """A job queue as RQ and Celery run one: a worker blocked in BRPOP is served the
+    producer's LPUSHes in order; BLPOP's timeout answers None; BZPOPMIN for a schedule."""
+    r.delete("b:q", "b:z")
+    check("blpop timeout", r.blpop(["b:q"], timeout=0.1), None)
+    jobs = []
+
+    # The worker's BRPOP takes a connection of its own from the client's pool.
+    def work():
+        for _ in range(3):
+            jobs.append(r.brpop(["b:q"], timeout=20))
+
+    t = threading.Thread(target=work, daemon=True)
+    t.start()
+    for job in ("j1", "j2", "j3"):
+        r.lpush("b:q", job)
+    t.join(30)
+    check("brpop jobs", [tuple(j) for j in jobs if j], [(b"b:q", b"j1"), (b"b:q", b"j2"), (b"b:q", b"j3")])
+    r.zadd("b:z", {"later": 2, "soon": 1.5})
+    check("bzpopmin", tuple(r.bzpopmin(["b:z"], timeout=1)), (b"b:z", b"soon", 1.5))
+    check("bzpopmax", tuple(r.bzpopmax(["b:none", "b:z"], timeout=1)), (b"b:z", b"later", 2.0))
+    check("blpop several", r.blpop(["b:none", "b:z2"], timeout=0.05), None)
+
+
 TESTS = {
     "strings": strings,
     "new_strings": new_strings,
@@ -271,6 +295,7 @@ TESTS = {
     "pipeline": pipeline,
     "collections": collections,
     "more_collections": more_collections,
+    "blocking": blocking,
 }
 
 # ---- groups awaiting other branches (enabled by name from client_libraries.rs) -----------
