@@ -31,3 +31,10 @@ forest_core::conformance_tests!(
     || super::tree(3, 5, 1, 10),
     sizes = forest_core::conformance::Sizes::for_variant()
 );
+
+forest_core::temporal_conformance_tests!(temporal_default, || TsbTree::new());
+forest_core::temporal_conformance_tests!(
+    temporal_small_pages,
+    || super::tree(4, 4, 2, 33),
+    sizes = forest_core::conformance::Sizes::for_variant()
+);

@@ -4,7 +4,11 @@
 use forest_tsbtree::{split_versions, SplitOutcome, Version};
 
 fn v(key: &str, ts: u64) -> Version {
-    (key.as_bytes().to_vec(), ts, Some(format!("{key}@{ts}").into_bytes()))
+    (
+        key.as_bytes().to_vec(),
+        ts,
+        Some(format!("{key}@{ts}").into_bytes()),
+    )
 }
 
 // Goal: the historical page holds <k1,t1>, <k2,t2>, <k4,t1>, <k4,t2> and the current page
@@ -26,7 +30,13 @@ fn time_split_reproduces_fig3() {
         outcome,
         SplitOutcome {
             historical: vec![v("k1", t1), v("k2", t2), v("k4", t1), v("k4", t2)],
-            current: vec![v("k1", t1), v("k1", t3), v("k2", t2), v("k3", t3), v("k4", t2)],
+            current: vec![
+                v("k1", t1),
+                v("k1", t3),
+                v("k2", t2),
+                v("k3", t3),
+                v("k4", t2)
+            ],
         }
     );
 }
