@@ -17,6 +17,7 @@ mod lockbtree;
 mod masstree;
 mod registry;
 mod spec;
+mod tsbtree;
 
 pub use registry::{
     build, canonical, engine_names, find, Capabilities, EngineEntry, Param, Resolved, ENGINES,
