@@ -101,6 +101,7 @@ impl TsbTree {
                 if let Some((_, term)) = &parent {
                     let start = page::leaf_start(head);
                     if term.ts < start {
+                        self.stats.smo_helps.incr();
                         self.help_time_split(pid, head, &term.key, guard);
                     }
                 }
