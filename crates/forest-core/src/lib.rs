@@ -8,6 +8,8 @@
 //! - [`stats`]: [`IndexStats`] and the sharded event counters engines keep (the Bw-tree
 //!   paper's Table I figures: CAS failures, consolidations, splits, merges, retries).
 //! - [`sync`]: the atomics shim that loom swaps in under `--cfg loom`.
+//! - [`temporal`]: the [`TemporalIndex`] extension trait: reads as of a past time and version
+//!   histories (TSBw-tree, issue 18).
 //! - [`pause`]: test-only pause points between the steps of an engine's structure changes
 //!   (feature `pause-points`; a no-op without it).
 //! - `conformance` (feature `testkit`): the one test kit every engine passes.
@@ -18,6 +20,7 @@ pub mod limits;
 pub mod pause;
 pub mod stats;
 pub mod sync;
+pub mod temporal;
 
 #[cfg(feature = "testkit")]
 pub mod conformance;
@@ -26,3 +29,4 @@ pub use error::{Error, Result};
 pub use index::{Index, Order, Visitor};
 pub use limits::{check_entry, check_key, KEY_BYTES_MAX, VALUE_BYTES_MAX};
 pub use stats::{Counter, IndexStats};
+pub use temporal::{HistoryVisitor, TemporalIndex, Timestamp};

@@ -17,6 +17,7 @@ mod lockbtree;
 mod masstree;
 mod registry;
 mod spec;
+mod tsbtree;
 
 pub use bztree_pm::{StoreTree, STORE_FILE_NAME};
 pub use registry::{

@@ -3,7 +3,7 @@
 use forest_core::{Error, Index, Result};
 
 use crate::spec::EngineSpec;
-use crate::{bwtree, bztree, bztree_pm, lockbtree, masstree};
+use crate::{bwtree, bztree, bztree_pm, lockbtree, masstree, tsbtree};
 
 /// One parameter of an engine, for `forest engines` and `--help`.
 #[derive(Debug)]
@@ -82,6 +82,7 @@ pub static ENGINES: &[EngineEntry] = &[
     masstree::ENTRY,
     bztree::ENTRY,
     bztree_pm::ENTRY,
+    tsbtree::ENTRY,
 ];
 
 /// The engine of a new store when none is named: the fastest on YCSB-B and YCSB-C
@@ -273,6 +274,22 @@ mod tests {
         assert!(bad("bwtree:read_consolidate=many").contains("read_consolidate"));
         assert!(bad("bwtree:read_consolidate=2000").contains("read_consolidate_threshold"));
         assert!(bad("bwtree:chain=3").contains("page, consolidate, read_consolidate, merge"));
+    }
+
+    // Goal: tsbtree's parameters build, it says it is temporal, and bad values are named.
+    #[test]
+    fn tsbtree_knobs_parse() {
+        let entry = find("tsbtree").expect("registered");
+        assert!(entry.capabilities.temporal && entry.capabilities.in_memory);
+        assert!(!entry.capabilities.durable_through_store);
+        build(&spec(
+            "tsbtree:page=4,index_page=4,consolidate=2,time_split=50",
+        ))
+        .expect("valid");
+        let bad = |text: &str| build(&spec(text)).err().expect("refused").to_string();
+        assert!(bad("tsbtree:page=2").contains("max_records_per_page"));
+        assert!(bad("tsbtree:time_split=100").contains("time_split_percent"));
+        assert!(bad("tsbtree:merge=3").contains("page, index_page, consolidate, time_split"));
     }
 
     // Goal: lockbtree's parameters build and bad ones are named.

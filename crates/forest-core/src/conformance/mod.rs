@@ -48,6 +48,9 @@
 //! prints its shrunk op sequence as Rust source that [`model::replay`] runs, so it becomes a
 //! named regression test (STYLE.md §5).
 //!
+//! Temporal engines also run [`temporal`] (the temporal model test, issue 18) through
+//! [`crate::temporal_conformance_tests!`].
+//!
 //! With feature `pause-points` too, [`pause`] holds the helpers that stop a named thread at
 //! a pause point ([`crate::pause`]) for an engine's tests of half-done structure changes.
 //!
@@ -63,6 +66,7 @@ pub mod pause;
 pub mod reference;
 pub mod scan;
 pub mod stress;
+pub mod temporal;
 
 use std::collections::BTreeMap;
 use std::ops::{Bound, ControlFlow};

@@ -1,0 +1,65 @@
+//! The `TemporalIndex` extension trait: reads as of a past time and a key's version history
+//! (TSBw-tree §III-A1, issue 18). Implemented by engines that keep every version (`tsbtree`).
+//!
+//! Contract:
+//! - Every write gets a timestamp: a `u64`, strictly increasing over all writes of the index
+//!   (wall-clock microseconds when the clock allows, `max(now, last + 1)`). An update inserts a
+//!   version; a delete inserts a tombstone version that ends the key's lifetime.
+//! - `get_as_of(key, t)` answers with the version of `key` whose timestamp is the largest at or
+//!   below `t`, absent when there is none or it is a tombstone. `t = u64::MAX` is the current
+//!   state. A version whose write has not returned yet may or may not be seen; once every
+//!   write with a timestamp at or below `t` has returned, the answer for `t` never changes.
+//! - `scan_as_of` is [`crate::Index::scan`] at time `t` (same bounds, orders and per-record
+//!   guarantees); `history(key, from, to, order, visit)` hands out every version of `key` with
+//!   a timestamp in `from..=to`, once each (a version a time split copied into two pages is
+//!   still one version), tombstones as `None`.
+
+use std::ops::{Bound, ControlFlow};
+
+use crate::error::Result;
+use crate::index::{Index, Order, Visitor};
+
+/// A version's timestamp (microseconds since the Unix epoch, made strictly increasing).
+pub type Timestamp = u64;
+
+/// The callback of [`TemporalIndex::history`]: a version's timestamp and its value, `None` for
+/// a tombstone; returns `ControlFlow::Break(())` to stop.
+pub type HistoryVisitor<'a> = dyn FnMut(Timestamp, Option<&[u8]>) -> ControlFlow<()> + 'a;
+
+/// An index that keeps every version of every key (see the module doc).
+pub trait TemporalIndex: Index {
+    /// A timestamp at or above every timestamp handed out so far and below every later one:
+    /// reads as of it see every write that returned before the call.
+    fn now(&self) -> Timestamp;
+
+    /// The value of `key` as of time `t` into `out` (replacing its contents); false when the
+    /// key had no live version then.
+    fn get_as_of(&self, key: &[u8], t: Timestamp, out: &mut Vec<u8>) -> bool;
+
+    /// [`Index::scan`] as of time `t`.
+    fn scan_as_of(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        t: Timestamp,
+        visit: &mut Visitor<'_>,
+    );
+
+    /// Every version of `key` with a timestamp in `from..=to`, in `order` of timestamps.
+    fn history(
+        &self,
+        key: &[u8],
+        from: Timestamp,
+        to: Timestamp,
+        order: Order,
+        visit: &mut HistoryVisitor<'_>,
+    );
+
+    /// [`Index::upsert`], returning the new version's timestamp.
+    fn upsert_stamped(&self, key: &[u8], value: &[u8]) -> Result<Timestamp>;
+
+    /// [`Index::remove`], returning the tombstone's timestamp (`None`: the key was absent and
+    /// no version was written).
+    fn remove_stamped(&self, key: &[u8]) -> Option<Timestamp>;
+}

@@ -1,0 +1,477 @@
+//! The TSBw-tree (Lomet, Hong, Nehme, Zhang: "High Performance Temporal Indexing on Modern
+//! Hardware", ICDE 2015): a time-split B-tree on LLAMA's mapping table, kept latch-free the
+//! Bw-tree's way. Engine `tsbtree`. This is issue 18's first increment: the in-memory core.
+//!
+//! | module | paper |
+//! |--------|-------|
+//! | `version.rs` | §III-A1 versioned records, tombstones; §III-B updates insert versions; the engine's clock |
+//! | `node.rs` | §II-C page states: delta chains over base pages (Update-D / Update-R); the only `unsafe` |
+//! | `page.rs` | folding a chain into a view; consolidation (Bw-tree §III-B) |
+//! | `as_of.rs` | §III-A1 search by key at the current time or at time t; history links (forest's design) |
+//! | `descend.rs` | descents; Bw-tree §IV-C help-along for half-done splits |
+//! | `key_split.rs` | §III-A2 key splits of leaves and index pages as Algorithm 1's two steps; root growth |
+//! | `time_split.rs` | §III-A3 time splits as Algorithm 1's two steps, Fig. 3; §IV-B1 split time (the hook) |
+//! | `scan.rs` | current and as-of range scans, both orders |
+//! | `history.rs` | a key's versions in a time range, each once |
+//! | forest-llama | §II-B mapping table; §II-C Allocate, Free, Read, Update-D, Update-R; epochs |
+//!
+//! Choices the paper leaves open or contradicts (each argued in its module):
+//! - Deletes write a tombstone version (`version.rs`).
+//! - A time split keeps P's PID for the current page; history gets the new PID (`time_split.rs`).
+//! - History links, copied by key splits, reach history that no index term names
+//!   (`as_of.rs`).
+//! - Algorithm 1 uses Read and Update-R inside a system transaction (§II-E forbids them) and
+//!   both aborts and retries the index delta; in memory, Q is installed before the one CAS and
+//!   the index delta is retried, and any search that meets the half-done split completes it
+//!   (`key_split.rs`).
+//! - No merges: the paper has none, and historical pages never merge; in this increment
+//!   current pages do not merge either (an emptied page stays, holding its history link).
+//! - Index pages key split only (terms of all times stay in current index pages); index time
+//!   splits and §IV-B2's list of active time splits come with the storage increments.
+//! - Split policy (§VI-A): a page over `max_records_per_page` versions time-splits when at
+//!   least `time_split_percent` % of a full page is historical (superseded versions and
+//!   tombstones), else key-splits; after a time split it key-splits too if the current part
+//!   still fills more than `100 - time_split_percent` % of a page.
+//!
+//! Pause points (feature `pause-points`): `key_split:leaf-split-installed`,
+//! `key_split:index-split-installed`, `time_split:leaf-split-installed`, each after step 1's
+//! CAS and before step 2.
+//!
+//! Not built yet (later increments of issue 18): LSNs and the store's EOSL-TS, LSS-C / LSS-H,
+//! migration, archive GC, index time splits.
+
+mod as_of;
+mod descend;
+mod history;
+mod key_split;
+mod node;
+mod page;
+mod scan;
+mod time_split;
+mod version;
+
+use std::ops::Bound;
+
+use crossbeam_epoch::{Guard, Shared};
+use forest_core::limits::KEY_BYTES_MAX;
+use forest_core::stats::names;
+use forest_core::sync::atomic::{AtomicU64, Ordering};
+use forest_core::{
+    check_entry, Counter, Error, HistoryVisitor, Index, IndexStats, Order, Result, TemporalIndex,
+    Timestamp, Visitor,
+};
+use forest_llama::{MappingTable, Pid};
+
+use crate::as_of::Target;
+use crate::node::{Kind, LeafBase, Node, INFINITY};
+use crate::version::{Clock, Record};
+
+pub use time_split::{split_versions_pub as split_versions, SplitOutcome, Version};
+
+/// Tuning of a [`TsbTree`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TsbConfig {
+    /// Versions a leaf holds before it splits.
+    pub max_records_per_page: usize,
+    /// Terms an index page holds before it splits.
+    pub max_index_entries: usize,
+    /// Delta chain length at which a writer consolidates its leaf (§VI-A: ten).
+    pub consolidate_threshold: u32,
+    /// Percent of a full page that must be historical for a time split (§VI-A: a third).
+    pub time_split_percent: u32,
+}
+
+impl Default for TsbConfig {
+    fn default() -> Self {
+        Self {
+            max_records_per_page: 128,
+            max_index_entries: 128,
+            consolidate_threshold: 8,
+            time_split_percent: 33,
+        }
+    }
+}
+
+/// Counter names beyond [`forest_core::stats::names`].
+pub mod counter_names {
+    pub const KEY_SPLITS: &str = "key_splits";
+    pub const TIME_SPLITS: &str = "time_splits";
+    pub const SPLIT_ATTEMPTS: &str = "split_attempts";
+    pub const FAILED_SPLITS: &str = "failed_splits";
+    pub const SMO_HELPS: &str = "smo_helps";
+    pub const HISTORICAL_PAGES: &str = "historical_pages";
+    pub const VERSIONS: &str = "versions";
+}
+
+#[derive(Default)]
+struct Stats {
+    cas_attempts: Counter,
+    cas_failures: Counter,
+    restarts: Counter,
+    consolidations: Counter,
+    key_splits: Counter,
+    time_splits: Counter,
+    split_attempts: Counter,
+    failed_splits: Counter,
+    smo_helps: Counter,
+}
+
+/// The TSBw-tree (see the crate doc).
+pub struct TsbTree {
+    table: MappingTable<Node>,
+    root: AtomicU64,
+    clock: Clock,
+    config: TsbConfig,
+    stats: Stats,
+}
+
+/// What a write does.
+#[derive(Clone, Copy)]
+enum Write<'a> {
+    Insert(&'a [u8]),
+    Upsert(&'a [u8]),
+    Update(&'a [u8]),
+    Remove,
+}
+
+impl Default for TsbTree {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TsbTree {
+    /// A tree with the default configuration.
+    pub fn new() -> Self {
+        Self::build(TsbConfig::default())
+    }
+
+    /// A tree with `config`, or an error naming the value out of range.
+    pub fn with_config(config: TsbConfig) -> Result<Self> {
+        if config.max_records_per_page < 3 {
+            return Err(Error::Config(format!(
+                "tsbtree: max_records_per_page is {}, at least 3 are needed to split",
+                config.max_records_per_page
+            )));
+        }
+        if config.max_index_entries < 4 {
+            return Err(Error::Config(format!(
+                "tsbtree: max_index_entries is {}, at least 4 are needed to split",
+                config.max_index_entries
+            )));
+        }
+        if !(1..=99).contains(&config.time_split_percent) {
+            return Err(Error::Config(format!(
+                "tsbtree: time_split_percent is {}, must be 1..=99",
+                config.time_split_percent
+            )));
+        }
+        if config.consolidate_threshold == 0 {
+            return Err(Error::Config(
+                "tsbtree: consolidate_threshold must be at least 1".to_string(),
+            ));
+        }
+        Ok(Self::build(config))
+    }
+
+    fn build(config: TsbConfig) -> Self {
+        let table = MappingTable::new();
+        let guard = &crossbeam_epoch::pin();
+        let pid = table.allocate();
+        let base = LeafBase {
+            low: Box::default(),
+            high: None,
+            side: None,
+            start: 0,
+            end: INFINITY,
+            history: None,
+            records: Vec::new(),
+        };
+        table.install_new(pid, Node::base(Kind::Leaf(base), 0, 0), guard);
+        Self {
+            table,
+            root: AtomicU64::new(pid),
+            clock: Clock::new(),
+            config,
+            stats: Stats::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &TsbConfig {
+        &self.config
+    }
+
+    pub(crate) fn root_pid(&self) -> Pid {
+        self.root.load(Ordering::Acquire)
+    }
+
+    /// Replaces the root `old` by `new`; false when the root is no longer `old`.
+    pub(crate) fn swap_root(&self, old: Pid, new: Pid) -> bool {
+        self.root
+            .compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Upsert returning the new version's timestamp.
+    pub fn upsert_ts(&self, key: &[u8], value: &[u8]) -> Result<Timestamp> {
+        check_entry(key, value)?;
+        Ok(self
+            .write(key, Write::Upsert(value))
+            .expect("an upsert always writes"))
+    }
+
+    /// Insert-if-absent returning the version's timestamp (None: present, nothing written).
+    pub fn insert_ts(&self, key: &[u8], value: &[u8]) -> Result<Option<Timestamp>> {
+        check_entry(key, value)?;
+        Ok(self.write(key, Write::Insert(value)))
+    }
+
+    /// Update-if-present returning the version's timestamp (None: absent, nothing written).
+    pub fn update_ts(&self, key: &[u8], value: &[u8]) -> Result<Option<Timestamp>> {
+        check_entry(key, value)?;
+        Ok(self.write(key, Write::Update(value)))
+    }
+
+    /// Remove returning the tombstone's timestamp (None: absent, nothing written).
+    pub fn remove_ts(&self, key: &[u8]) -> Option<Timestamp> {
+        if key.len() > KEY_BYTES_MAX {
+            return None; // no such key can have been written
+        }
+        self.write(key, Write::Remove)
+    }
+
+    /// One write: find the current leaf, decide from its state, take a timestamp, CAS a
+    /// version delta onto that state (`version.rs` explains the order); then consolidate or
+    /// split the leaf if needed.
+    fn write(&self, key: &[u8], op: Write<'_>) -> Option<Timestamp> {
+        let guard = &crossbeam_epoch::pin();
+        loop {
+            let hit = self.find_leaf_for_write(key, guard);
+            let present = matches!(as_of::version_at(hit.head, key, u64::MAX), Some(Some(_)));
+            let value = match op {
+                Write::Insert(_) if present => return None,
+                Write::Update(_) | Write::Remove if !present => return None,
+                Write::Insert(v) | Write::Upsert(v) | Write::Update(v) => Some(v),
+                Write::Remove => None,
+            };
+            let ts = self.clock.tick();
+            let delta = Node::delta(
+                hit.head,
+                hit.state,
+                Kind::Version(Record::new(key, ts, value)),
+                hit.head.record_count as usize + 1,
+            );
+            self.stats.cas_attempts.incr();
+            match self.table.update_d(hit.pid, hit.state, delta, guard) {
+                Ok(state) => {
+                    self.after_write(hit.pid, state, guard);
+                    return Some(ts);
+                }
+                Err(_) => self.stats.cas_failures.incr(),
+            }
+        }
+    }
+
+    /// Splits a leaf over its limit (§VI-A policy, crate doc), else consolidates a long chain.
+    fn after_write(&self, pid: Pid, state: Shared<'_, Node>, guard: &Guard) {
+        let Some(head) = node::state_ref(state, guard) else {
+            return;
+        };
+        let max = self.config.max_records_per_page;
+        if head.record_count as usize > max {
+            let view = page::leaf_view(head);
+            let historical = version::historical_count(&view.records);
+            let pct = self.config.time_split_percent as usize;
+            if historical * 100 >= max * pct {
+                let Some(current) = self.time_split_leaf(pid, head, state, &view, guard) else {
+                    return;
+                };
+                if let Some((state, head)) = node::read(&self.table, pid, guard) {
+                    self.consolidate(pid, state, head, guard);
+                }
+                if current * 100 > max * (100 - pct) {
+                    if let Some((state, head)) = node::read(&self.table, pid, guard) {
+                        let view = page::leaf_view(head);
+                        self.key_split_leaf(pid, head, state, &view, guard);
+                    }
+                }
+            } else if !self.key_split_leaf(pid, head, state, &view, guard) && historical > 0 {
+                // One key's versions only: history is all a split can move out.
+                self.time_split_leaf(pid, head, state, &view, guard);
+            }
+        } else if head.delta_count >= self.config.consolidate_threshold {
+            self.consolidate(pid, state, head, guard);
+        }
+    }
+
+    /// Update-R of the folded state; a failed CAS drops the new page (Bw-tree §III-B).
+    pub(crate) fn consolidate(
+        &self,
+        pid: Pid,
+        state: Shared<'_, Node>,
+        head: &Node,
+        guard: &Guard,
+    ) {
+        debug_assert!(
+            !matches!(&head.base_node().kind, Kind::Leaf(b) if b.end != INFINITY),
+            "a historical page is never updated"
+        );
+        let new = if head.level == 0 {
+            let view = page::leaf_view(head);
+            let n = view.records.len();
+            Node::base(Kind::Leaf(view.into_base()), 0, n)
+        } else {
+            let view = page::index_view(head);
+            let n = view.entries.len();
+            Node::base(Kind::Index(view.into_base()), head.level, n)
+        };
+        if self.table.update_r(pid, state, new, guard).is_ok() {
+            self.stats.consolidations.incr();
+        }
+    }
+}
+
+impl Index for TsbTree {
+    fn name(&self) -> &'static str {
+        "tsbtree"
+    }
+
+    fn get(&self, key: &[u8], out: &mut Vec<u8>) -> bool {
+        self.get_as_of(key, u64::MAX, out)
+    }
+
+    fn insert(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        Ok(self.insert_ts(key, value)?.is_some())
+    }
+
+    fn upsert(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.upsert_ts(key, value).map(|_| ())
+    }
+
+    fn update(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        Ok(self.update_ts(key, value)?.is_some())
+    }
+
+    fn remove(&self, key: &[u8]) -> bool {
+        self.remove_ts(key).is_some()
+    }
+
+    fn scan(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        visit: &mut Visitor<'_>,
+    ) {
+        self.scan_at(lower, upper, order, u64::MAX, visit);
+    }
+
+    fn stats(&self) -> IndexStats {
+        let guard = &crossbeam_epoch::pin();
+        let mut stats = IndexStats {
+            memory_bytes: self.table.memory_bytes() as u64,
+            ..IndexStats::default()
+        };
+        let mut historical_pages = 0u64;
+        let mut versions = 0u64;
+        self.table.for_each_state(guard, |_, state| {
+            let Some(head) = node::state_ref(state, guard) else {
+                return;
+            };
+            if head.level > 0 {
+                stats.inner_node_count += 1;
+                return;
+            }
+            let view = page::leaf_view(head);
+            stats.memory_bytes += page::record_bytes(&view.records) as u64;
+            versions += view.records.len() as u64;
+            if view.is_historical() {
+                historical_pages += 1;
+                return;
+            }
+            stats.leaf_node_count += 1;
+            let live = view
+                .records
+                .iter()
+                .enumerate()
+                .filter(|(i, r)| {
+                    r.value.is_some() && view.records.get(i + 1).is_none_or(|n| n.key != r.key)
+                })
+                .count();
+            stats.key_count += live as u64;
+        });
+        stats.height = self.root(guard).2.level + 1;
+        let s = &self.stats;
+        stats.counters = vec![
+            (names::CAS_ATTEMPTS, s.cas_attempts.get()),
+            (names::CAS_FAILURES, s.cas_failures.get()),
+            (names::RESTARTS, s.restarts.get()),
+            (names::SPLITS, s.key_splits.get() + s.time_splits.get()),
+            (names::CONSOLIDATIONS, s.consolidations.get()),
+            (counter_names::KEY_SPLITS, s.key_splits.get()),
+            (counter_names::TIME_SPLITS, s.time_splits.get()),
+            (counter_names::SPLIT_ATTEMPTS, s.split_attempts.get()),
+            (counter_names::FAILED_SPLITS, s.failed_splits.get()),
+            (counter_names::SMO_HELPS, s.smo_helps.get()),
+            (counter_names::HISTORICAL_PAGES, historical_pages),
+            (counter_names::VERSIONS, versions),
+        ];
+        stats
+    }
+}
+
+impl TemporalIndex for TsbTree {
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    fn get_as_of(&self, key: &[u8], t: Timestamp, out: &mut Vec<u8>) -> bool {
+        if key.len() > KEY_BYTES_MAX {
+            return false;
+        }
+        let guard = &crossbeam_epoch::pin();
+        let (_, head) = self.find_leaf_as_of(Target::At(key), t, guard);
+        match as_of::version_at(head, key, t) {
+            Some(Some(v)) => {
+                out.clear();
+                out.extend_from_slice(v);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn scan_as_of(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        t: Timestamp,
+        visit: &mut Visitor<'_>,
+    ) {
+        self.scan_at(lower, upper, order, t, visit);
+    }
+
+    fn history(
+        &self,
+        key: &[u8],
+        from: Timestamp,
+        to: Timestamp,
+        order: Order,
+        visit: &mut HistoryVisitor<'_>,
+    ) {
+        if key.len() > KEY_BYTES_MAX {
+            return;
+        }
+        self.history_of(key, from, to, order, visit);
+    }
+
+    fn upsert_stamped(&self, key: &[u8], value: &[u8]) -> Result<Timestamp> {
+        self.upsert_ts(key, value)
+    }
+
+    fn remove_stamped(&self, key: &[u8]) -> Option<Timestamp> {
+        self.remove_ts(key)
+    }
+}
