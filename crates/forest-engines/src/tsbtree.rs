@@ -44,6 +44,7 @@ pub(crate) const ENTRY: EngineEntry = EngineEntry {
         in_memory: true,
         durable_through_store: false,
         persistent_on_its_own: false,
+        store_holds_its_file: false,
         temporal: true,
     },
     resolve,

@@ -95,8 +95,14 @@ fn store_engine(name: &str) -> Result<&'static forest_engines::EngineEntry> {
     // bztree-pm keeps its own file, which a store can hold as its data (`crate::pm`).
     let c = entry.capabilities;
     if !c.durable_through_store && !c.store_holds_its_file {
+        let why = if c.persistent_on_its_own {
+            "keeps its own files"
+        } else {
+            "is not durable through a store's logs (yet)"
+        };
         return Err(Error::Config(format!(
-            "engine {name:?} keeps its own files and cannot be the index of a store"
+            "engine {name:?} {why} and cannot be the index of a store (`forest engines` lists \
+             each engine's capabilities)"
         )));
     }
     Ok(entry)
