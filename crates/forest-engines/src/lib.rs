@@ -19,6 +19,7 @@ mod registry;
 mod spec;
 
 pub use bztree_pm::{StoreTree, STORE_FILE_NAME};
+pub use forest_bztree::{peek_header, HeaderPeek};
 pub use registry::{
     build, canonical, engine_names, find, Capabilities, EngineEntry, Param, Resolved, ENGINES,
     ENGINE_DEFAULT,

@@ -433,6 +433,12 @@ impl Store {
             Some(m) => Some(spec_form(&m.engine)),
             None => None,
         };
+        // An msync tree file is the data: with no META to say so, its header does.
+        let recorded_spec = if make_index.is_none() && (meta_unreadable || recorded.is_none()) {
+            crate::pm::unrecorded(&dir, &engine, recorded_spec)?
+        } else {
+            recorded_spec
+        };
         let mut pm = None;
         let mut checkpoint_now = false;
         let recovered = match make_index {

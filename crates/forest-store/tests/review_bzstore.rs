@@ -1,6 +1,5 @@
 //! Review of the store on the persistent BzTree (`bztree-pm`, merge d5b77bc): tests that
-//! confirm the defects found. Each failing one is `#[ignore]`d with its finding's number
-//! (run them with `--ignored`).
+//! confirmed the defects found (findings F1-F5, F7), each failing before its fix.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
@@ -105,7 +104,6 @@ fn poke(dir: &Path, at: u64, value: u64) {
 // checkpoint + logs, as a new boot's file is. Method: write, close, zero the file keeping
 // its length, reopen.
 #[test]
-#[ignore = "review finding F1: clwb open fails on a tree file a power loss left unwritten instead of rebuilding"]
 fn clwb_rebuilds_a_tree_file_lost_to_power_loss() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut model = Map::new();
@@ -133,7 +131,6 @@ fn clwb_rebuilds_a_tree_file_lost_to_power_loss() {
 // word); make the first reopen fail before its rebuild starts (a rename recovery cannot do:
 // any transient error, or a SIGKILL, in that window does the same); clear it and reopen.
 #[test]
-#[ignore = "review finding F2: a clwb open that fails before its rebuild stamps this boot into a stale file, which the next open trusts"]
 fn clwb_failed_open_on_a_new_boot_does_not_make_the_file_trusted() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut model = Map::new();
@@ -171,7 +168,6 @@ fn clwb_failed_open_on_a_new_boot_does_not_make_the_file_trusted() {
 // single writes only (no batch, so no LSN), close, delete the file, reopen: an error, or
 // everything.
 #[test]
-#[ignore = "review finding F3: msync store with its tree file missing opens silently without its single writes"]
 fn msync_missing_tree_file_is_refused_not_silently_rebuilt() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut model = Map::new();
@@ -193,7 +189,6 @@ fn msync_missing_tree_file_is_refused_not_silently_rebuilt() {
 // ignore an msync tree file (the only copy of its single writes). Method: write on msync,
 // close, damage META, open naming another engine: an error, or everything.
 #[test]
-#[ignore = "review finding F3: with a damaged META an open naming another engine ignores the msync tree file"]
 fn damaged_meta_does_not_hide_the_msync_tree() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut model = Map::new();
@@ -311,4 +306,28 @@ fn clwb_full_heap_is_an_error_not_a_panic() {
         failure.as_ref().is_ok_and(|t| t.contains("full")),
         "{failure:?}"
     );
+}
+
+// F7. Goal: `forest check` of a bztree-pm store reads its logs and checkpoints without
+// building a scratch tree file (a heap-sized file in the temp dir, or the spec's `dir`).
+// Method: verify a clwb store naming a spec whose `dir` does not exist: it must stay absent,
+// and the check must find no problem.
+#[test]
+fn check_of_a_bztree_pm_store_makes_no_scratch_tree() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut model = Map::new();
+    let store = open(tmp.path(), &clwb());
+    write_acked(&store, &mut model);
+    store.close().expect("close");
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let never = scratch.path().join("never-made");
+    let engine = format!("bztree-pm:dir={},{SIZES}", never.display());
+    let report = Store::verify_path(tmp.path(), Some(&engine)).expect("verify");
+    assert!(
+        !never.exists(),
+        "verify built a scratch tree in {}",
+        never.display()
+    );
+    let recovered = report.recovery.as_ref().expect("recovery checked");
+    assert_eq!(recovered.keys_recovered, model.len() as u64);
 }
