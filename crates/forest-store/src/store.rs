@@ -798,8 +798,11 @@ impl Store {
                     // Limits were checked before logging; a tree can still be full.
                     let _untrusted = self.pm.as_ref().map(|pm| UntrustOnPanic(&pm.tree));
                     if let Err(e) = index.upsert(key, &value) {
+                        let e = self.fail_logged_unapplied(e);
                         if let Some(pm) = &self.pm {
-                            // Logged, not applied: only a rebuild from the logs is right.
+                            // Logged, not applied: only a rebuild from the logs is right. Under
+                            // the batch lock and after the failure, so no batch clears it.
+                            let _one_batch = pm.batch.lock();
                             pm.tree.set_store_pending(1);
                         }
                         refused = Some(e);
@@ -826,7 +829,7 @@ impl Store {
             }
         };
         if let Some(e) = refused {
-            return Err(self.fail_logged_unapplied(e));
+            return Err(e);
         }
         if let Some(lsn) = lsn {
             stripe.note_lsn(lsn);
@@ -1040,9 +1043,16 @@ impl Store {
         };
         let mut refused = None;
         let lsn = match &self.pm {
-            None => self
-                .commit
-                .log_unit(shard, &records, || refused = apply().err(), deferred)?,
+            None => self.commit.log_unit(
+                shard,
+                &records,
+                || {
+                    refused = apply()
+                        .err()
+                        .map(|e| self.fail_logged_unapplied(e.into_inner()))
+                },
+                deferred,
+            )?,
             Some(pm) if pm.msync && records.len() <= 1 => {
                 // One record is a single write: durable when the tree returns.
                 let _guard = FailOnPanic::new(&self.commit, "writing to the msync tree");
@@ -1084,20 +1094,23 @@ impl Store {
                     if marked {
                         pm.tree.set_store_pending(1);
                     }
-                    refused = apply().err();
-                    if marked && refused.is_none() {
-                        pm.tree.set_store_pending(0);
-                    }
+                    refused = apply()
+                        .err()
+                        .map(|e| self.fail_logged_unapplied(e.into_inner()));
                     if refused.is_some() {
-                        // Logged, not applied: only a rebuild from the logs is right.
+                        // Logged, not applied: only a rebuild from the logs is right. Under
+                        // the batch lock and after the failure, so no batch clears it.
+                        let _one_batch = (!marked).then(|| pm.batch.lock());
                         pm.tree.set_store_pending(1);
+                    } else if marked && !self.commit.is_failed() {
+                        pm.tree.set_store_pending(0);
                     }
                 };
                 self.commit.log_unit(shard, &records, apply, deferred)?
             }
         };
         if let Some(e) = refused {
-            return Err(self.fail_logged_unapplied(e.into_inner()));
+            return Err(e);
         }
         let mut wait_for = lsn;
         for &i in &stripes {
