@@ -148,6 +148,76 @@ fn boot_id() -> u64 {
         .unwrap_or(0)
 }
 
+/// A tree file's header words as a plain read finds them: no lock, no mapping, no recovery
+/// and nothing written (an open stamps this boot's id; a store decides first whether to trust
+/// the file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderPeek {
+    /// Whether the tree's magic word is there (a file whose creation completed).
+    pub magic: bool,
+    /// The persist mode of the last open (`clwb`, `msync`, ...; empty if unset).
+    pub persist: String,
+    /// Whether the last open ran on this boot (boot id word nonzero and the kernel's).
+    pub same_boot: bool,
+    /// Word 10, `store LSN`.
+    pub store_lsn: u64,
+    /// Word 11, `store pending`.
+    pub store_pending: u64,
+}
+
+/// Reads the header words of the tree file at `path` (module doc) without opening it as a
+/// tree; `None` if the file does not exist. A file too short for them reads as no magic.
+pub fn peek_header(path: &Path) -> Result<Option<HeaderPeek>> {
+    use std::io::Read;
+    let mut file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(Error::Io {
+                path: path.to_path_buf(),
+                op: "open",
+                source,
+            })
+        }
+    };
+    let mut bytes = vec![0u8; (CLIENT_START_BYTES + 8 * W_PID) as usize];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        match file.read(&mut bytes[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(source) => {
+                return Err(Error::Io {
+                    path: path.to_path_buf(),
+                    op: "read",
+                    source,
+                })
+            }
+        }
+    }
+    if filled < bytes.len() {
+        bytes.fill(0);
+    }
+    let word = |w: u64| {
+        let at = (CLIENT_START_BYTES + 8 * w) as usize;
+        u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
+    };
+    let persist = word(W_PERSIST)
+        .to_le_bytes()
+        .iter()
+        .take_while(|&&b| b != 0)
+        .map(|&b| b as char)
+        .collect();
+    Ok(Some(HeaderPeek {
+        magic: word(W_MAGIC) == MAGIC,
+        persist,
+        same_boot: word(W_BOOT) != 0 && word(W_BOOT) == boot_id(),
+        store_lsn: word(W_STORE_LSN),
+        store_pending: word(W_STORE_PENDING),
+    }))
+}
+
 fn name_word(name: &str) -> u64 {
     let mut bytes = [0u8; 8];
     for (b, c) in bytes.iter_mut().zip(name.bytes()) {

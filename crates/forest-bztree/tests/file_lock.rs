@@ -60,3 +60,36 @@ fn store_words_persist() {
     let tree = BzTree::open(&path, config(), Msync).expect("reopen");
     assert_eq!((tree.store_lsn(), tree.store_pending()), (41, 42));
 }
+
+// Goal: `peek_header` reads the header words with no open (no lock, no stamping): a missing
+// file is None, a zeroed one has no magic, a tree's shows its persist mode, this boot and
+// the store words, and reading it changes nothing. Method: peek at each state, also while
+// the tree is open (its lock does not stop a plain read).
+#[test]
+fn peek_header_reads_the_words_without_opening() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("tree.pool");
+    assert_eq!(forest_bztree::peek_header(&path).expect("peek"), None);
+    std::fs::write(&path, vec![0u8; 4096]).expect("zeros");
+    let zeroed = forest_bztree::peek_header(&path)
+        .expect("peek")
+        .expect("a file");
+    assert!(!zeroed.magic && !zeroed.same_boot, "{zeroed:?}");
+    std::fs::remove_file(&path).expect("remove");
+    let tree = BzTree::open(&path, config(), Msync).expect("open");
+    tree.set_store_lsn(7);
+    tree.set_store_pending(9);
+    let open = forest_bztree::peek_header(&path)
+        .expect("peek")
+        .expect("a file");
+    assert!(open.magic, "{open:?}");
+    assert_eq!(open.persist, "msync");
+    assert_eq!((open.store_lsn, open.store_pending), (7, 9));
+    let on_linux = std::path::Path::new("/proc/sys/kernel/random/boot_id").exists();
+    assert_eq!(open.same_boot, on_linux);
+    drop(tree);
+    let again = forest_bztree::peek_header(&path)
+        .expect("peek")
+        .expect("a file");
+    assert_eq!(again, open);
+}

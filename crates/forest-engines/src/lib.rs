@@ -20,6 +20,7 @@ mod spec;
 mod tsbtree;
 
 pub use bztree_pm::{StoreTree, STORE_FILE_NAME};
+pub use forest_bztree::{peek_header, HeaderPeek};
 pub use registry::{
     build, canonical, engine_names, find, Capabilities, EngineEntry, Param, Resolved, ENGINES,
     ENGINE_DEFAULT,

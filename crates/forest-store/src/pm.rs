@@ -12,7 +12,9 @@
 //!   `store LSN` is set to its LSN once it is whole, still under its keys' stripes, so no
 //!   later write to its keys can precede that mark. An open redoes the logged batches after
 //!   `store LSN` (at most the one that was applying), which is idempotent, and cannot undo a
-//!   later write. Cost per batch: one log fsync, one msync per record and two of the header,
+//!   later write. A batch the tree refuses part way (a full heap) is undone and marked done,
+//!   so it is whole or absent and never redone; a panic there (an msync that failed) fails the
+//!   store, and the reopen's redo completes it. Cost per batch: one log fsync, one msync per record and two of the header,
 //!   and batches do not overlap one another (single writes do). A checkpoint writes no
 //!   snapshot: it rotates the logs, records the rotation's LSN as `store LSN` and deletes
 //!   every older log and checkpoint file (the tree holds all of it).
@@ -27,13 +29,20 @@
 //!   writes, so that a later rebuild from checkpoint + logs reproduces what readers saw. A
 //!   new boot (lines may be lost) or a batch marked as applying (part of it may be in the
 //!   tree, and its log record may not have been written) rebuilds the file from checkpoint +
-//!   logs, as a memory engine rebuilds its index. A rebuild marks the file as rebuilding
-//!   until it is complete, so a rebuild cut short is never trusted.
+//!   logs, as a memory engine rebuilds its index. Whether to trust the file is decided from
+//!   its header words read plainly (the open stamps this boot's id): a file not trusted, or
+//!   one that fails to open, is removed before anything else and rebuilt, so an open cut
+//!   short never leaves a stale file that looks current. A rebuild marks the file as
+//!   rebuilding until it is complete, so a rebuild cut short is never trusted. A write the
+//!   tree refuses after it was logged (a full heap) fails the store with that error and
+//!   marks the file to be rebuilt.
 //!
 //! Engine switches: leaving `bztree-pm:persist=msync` first exports the tree into a
 //! checkpoint (the logs hold only its batches); leaving either mode, or coming to it from
 //! another spec, removes the file, which is then rebuilt from checkpoint + logs. A missing or
-//! empty file is rebuilt the same way. Power loss: the file is mapped, so the simulated disk
+//! empty clwb file is rebuilt the same way; a missing or empty msync file is refused as
+//! corrupt (it held the only copy of the single writes). With META missing or unreadable, an
+//! msync file (its header says so) is continued by an msync spec and refused for any other. Power loss: the file is mapped, so the simulated disk
 //! (`file::SimDir`) does not cover it; forest-bztree's `sim` persister tests cover the tree's
 //! own crash states, and nothing covers the two together.
 
@@ -139,7 +148,7 @@ pub(crate) fn prepare(
 fn export(dir: &dyn Dir, spec: &str, mode: RecoveryMode) -> Result<()> {
     let path = file_path(dir)?;
     if !holds_data(&path) {
-        return Ok(());
+        return Err(missing_msync_file(&path));
     }
     let tree = StoreTree::open(&spec_of(spec)?, &path)?;
     if tree.store_pending() == REBUILDING {
@@ -174,28 +183,92 @@ pub(crate) fn recover(
         msync,
         batch: Mutex::new(()),
     };
-    if continuing && holds_data(&path) {
+    if continuing && msync && !holds_data(&path) {
+        // The file is the only copy of the single writes: never rebuilt from the logs.
+        return Err(missing_msync_file(&path));
+    }
+    if continuing && msync {
         let tree = StoreTree::open(&spec, &path)?;
-        if msync && tree.store_pending() != REBUILDING {
+        if tree.store_pending() != REBUILDING {
             let applied = tree.store_lsn();
             let recovered = recovery::recover_applied(dir, Box::new(tree.clone()), applied, mode)?;
             tree.set_store_lsn(recovered.report.cutoff_lsn.max(applied));
             tree.set_store_pending(0);
             return Ok((recovered, pm(tree), false));
         }
-        if tree.same_boot() && tree.store_pending() == 0 {
-            let mut recovered = recovery::recover(dir, &|| Box::new(NullIndex), mode)?;
-            recovered.report.keys_recovered = tree.stats().key_count;
-            recovered.index = Box::new(tree.clone());
-            let unclean = !recovered.report.clean;
-            return Ok((recovered, pm(tree), unclean));
-        }
         drop(tree);
+    } else if continuing && holds_data(&path) {
+        // clwb: the header is read before the open, which stamps this boot's id into it.
+        let trusted = forest_engines::peek_header(&path)?
+            .is_some_and(|h| h.magic && h.same_boot && h.store_pending == 0);
+        if trusted {
+            match StoreTree::open(&spec, &path) {
+                Ok(tree) if tree.same_boot() && tree.store_pending() == 0 => {
+                    let mut recovered = recovery::recover(dir, &|| Box::new(NullIndex), mode)?;
+                    recovered.report.keys_recovered = tree.stats().key_count;
+                    recovered.index = Box::new(tree.clone());
+                    let unclean = !recovered.report.clean;
+                    return Ok((recovered, pm(tree), unclean));
+                }
+                Ok(_) => {}
+                // Another opener holds it: not a damaged file, and not ours to remove.
+                Err(e @ Error::Io { op: "lock", .. }) => return Err(e),
+                // Damaged (zeroed by a power loss, say): the logs are the truth, rebuild.
+                Err(_) => {}
+            }
+        }
+    }
+    if !msync {
+        // Removed before anything else: an open or rebuild cut short from here on finds no
+        // file, never a stale one that this boot's open stamped.
+        remove_file(dir, &path)?;
     }
     let (recovered, tree) = rebuild(dir, &spec, &path, mode)?;
+    dir.sync_dir()?;
     tree.set_store_lsn(recovered.report.cutoff_lsn);
     tree.set_store_pending(0);
     Ok((recovered, pm(tree), false))
+}
+
+fn missing_msync_file(path: &Path) -> Error {
+    Error::Corrupt {
+        path: path.to_path_buf(),
+        offset: 0,
+        what: format!(
+            "the store's META names {ENGINE_NAME} with persist=msync, whose tree file holds \
+             the only copy of its single writes, and the file is missing or empty"
+        ),
+    }
+}
+
+/// The spec to take as recorded when META is unreadable or absent (`fallback`: what the
+/// open would take otherwise): a tree file of persist=msync holds the only copy of its single
+/// writes, so it is continued by an msync `engine` and refused for any other (never removed
+/// as stale).
+pub(crate) fn unrecorded(
+    dir: &dyn Dir,
+    engine: &str,
+    fallback: Option<String>,
+) -> Result<Option<String>> {
+    if !dir.path().is_dir() {
+        return Ok(fallback);
+    }
+    let path = dir.path().join(STORE_FILE_NAME);
+    let Some(header) = forest_engines::peek_header(&path)? else {
+        return Ok(fallback);
+    };
+    if !header.magic || header.persist != "msync" {
+        return Ok(fallback);
+    }
+    if is_msync(engine) {
+        return Ok(Some(engine.to_string()));
+    }
+    Err(Error::Config(format!(
+        "the store's META is missing or unreadable and {} is a {ENGINE_NAME} tree of \
+         persist=msync (the only copy of its single writes): open it with a {ENGINE_NAME} \
+         persist=msync engine spec, not {engine}",
+        path.display()
+    )))
 }
 
 /// Recovery from checkpoint + logs into a new file (each index recovery asks for is a new

@@ -439,6 +439,12 @@ impl Store {
             Some(m) => Some(spec_form(&m.engine)),
             None => None,
         };
+        // An msync tree file is the data: with no META to say so, its header does.
+        let recorded_spec = if make_index.is_none() && (meta_unreadable || recorded.is_none()) {
+            crate::pm::unrecorded(&dir, &engine, recorded_spec)?
+        } else {
+            recorded_spec
+        };
         let mut pm = None;
         let mut checkpoint_now = false;
         let recovered = match make_index {
@@ -771,7 +777,9 @@ impl Store {
         };
         if self.pm.as_ref().is_some_and(|pm| pm.msync) {
             // Durable when the tree returns (`crate::pm`): no record, nothing to wait for
-            // (a batch under this stripe was durable before it let the stripe go).
+            // (a batch under this stripe was durable before it let the stripe go). A panic in
+            // the tree (an msync that failed) leaves its durability unknown: fail the store.
+            let _guard = FailOnPanic::new(&self.commit, "writing to the msync tree");
             let changed = match decide(old.as_deref())? {
                 Rmw::Keep => false,
                 Rmw::Put(value) => {
@@ -786,15 +794,25 @@ impl Store {
             };
             return Ok((changed, None, old));
         }
+        let mut refused = None;
         let lsn = match decide(old.as_deref())? {
             Rmw::Keep => None,
             Rmw::Put(value) => {
                 check_entry(key, &value)?;
                 let index = &*self.index;
                 let apply = || {
-                    index
-                        .upsert(key, &value)
-                        .expect("limits were checked before logging");
+                    // Limits were checked before logging; a tree can still be full.
+                    let _untrusted = self.pm.as_ref().map(|pm| UntrustOnPanic(&pm.tree));
+                    if let Err(e) = index.upsert(key, &value) {
+                        let e = self.fail_logged_unapplied(e);
+                        if let Some(pm) = &self.pm {
+                            // Logged, not applied: only a rebuild from the logs is right. Under
+                            // the batch lock and after the failure, so no batch clears it.
+                            let _one_batch = pm.batch.lock();
+                            pm.tree.set_store_pending(1);
+                        }
+                        refused = Some(e);
+                    }
                 };
                 Some(if deferred {
                     self.commit
@@ -816,6 +834,9 @@ impl Store {
                 })
             }
         };
+        if let Some(e) = refused {
+            return Err(e);
+        }
         if let Some(lsn) = lsn {
             stripe.note_lsn(lsn);
         }
@@ -986,34 +1007,62 @@ impl Store {
             }
         }
         let index = &*self.index;
-        let (stripes_ref, records_ref) = (&stripes, &records);
-        let mut apply = Some(move || {
+        let msync = self.pm.as_ref().is_some_and(|pm| pm.msync);
+        // An msync batch that the tree refuses part way (a full heap) is undone, so it is
+        // whole or absent (`crate::pm`): each key's value before the batch.
+        let before: BTreeMap<&[u8], Option<Vec<u8>>> = if msync && records.len() > 1 {
+            records
+                .iter()
+                .map(|&(_, key, _)| {
+                    let mut value = Vec::new();
+                    (key, index.get(key, &mut value).then_some(value))
+                })
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        let (stripes_ref, records_ref, before_ref) = (&stripes, &records, &before);
+        let mut apply = Some(move || -> std::result::Result<(), Refused> {
             // The gate is left once the batch is applied, before any fsync (declared first,
             // dropped last).
             let _pass = pass;
             // Odd while the batch applies; even again on return and on unwinding (an engine
             // panic fails the store, but readers must not wait for ever).
             let _applying = Applying::begin(&self.stripes, stripes_ref);
-            for &(op, key, value) in records_ref {
+            for (n, &(op, key, value)) in records_ref.iter().enumerate() {
                 if op == Op::Put {
-                    index
-                        .upsert(key, value)
-                        .expect("limits were checked before logging");
+                    // Limits were checked before logging; a tree can still be full.
+                    if let Err(e) = index.upsert(key, value) {
+                        return Err(undo(index, &records_ref[..n], before_ref, e));
+                    }
                 } else {
                     index.remove(key);
                 }
             }
+            Ok(())
         });
-        let mut apply = || {
-            if let Some(apply) = apply.take() {
-                apply();
+        let mut apply = || -> std::result::Result<(), Refused> {
+            match apply.take() {
+                Some(apply) => apply(),
+                None => Ok(()),
             }
         };
+        let mut refused = None;
         let lsn = match &self.pm {
-            None => self.commit.log_unit(shard, &records, apply, deferred)?,
+            None => self.commit.log_unit(
+                shard,
+                &records,
+                || {
+                    refused = apply()
+                        .err()
+                        .map(|e| self.fail_logged_unapplied(e.into_inner()))
+                },
+                deferred,
+            )?,
             Some(pm) if pm.msync && records.len() <= 1 => {
                 // One record is a single write: durable when the tree returns.
-                apply();
+                let _guard = FailOnPanic::new(&self.commit, "writing to the msync tree");
+                apply().map_err(|e| e.into_inner())?;
                 return Ok((changed, None));
             }
             Some(pm) if pm.msync => {
@@ -1022,13 +1071,23 @@ impl Store {
                 let lsn = self.commit.log_unit(shard, &records, || {}, deferred)?;
                 self.commit.sync()?;
                 if let Some(lsn) = lsn {
+                    // A panic here (an msync that failed) leaves the batch half applied: the
+                    // store refuses writes until a reopen redoes it.
+                    let _guard = FailOnPanic::new(&self.commit, "applying an msync batch");
                     pm.tree.set_store_pending(lsn);
-                    apply();
+                    let applied = apply();
+                    if let Err(Refused::NotUndone(e)) = applied {
+                        // `store pending` stays: the store fails, the redo at reopen completes
+                        // the batch.
+                        return Err(self.fail_logged_unapplied(e));
+                    }
+                    // Whole, or undone (the tree as before it): either way never redone.
                     pm.tree.set_store_lsn(lsn);
                     pm.tree.set_store_pending(0);
                     for &i in &stripes {
                         self.stripes.at(i).note_lsn(lsn);
                     }
+                    applied.map_err(|e| e.into_inner())?;
                 }
                 return Ok((changed, None));
             }
@@ -1036,18 +1095,29 @@ impl Store {
                 // clwb: a reopen must know if the tree may hold part of a batch.
                 let marked = records.len() > 1;
                 let apply = || {
+                    let _untrusted = UntrustOnPanic(&pm.tree);
                     let _one_batch = marked.then(|| pm.batch.lock());
                     if marked {
                         pm.tree.set_store_pending(1);
                     }
-                    apply();
-                    if marked {
+                    refused = apply()
+                        .err()
+                        .map(|e| self.fail_logged_unapplied(e.into_inner()));
+                    if refused.is_some() {
+                        // Logged, not applied: only a rebuild from the logs is right. Under
+                        // the batch lock and after the failure, so no batch clears it.
+                        let _one_batch = (!marked).then(|| pm.batch.lock());
+                        pm.tree.set_store_pending(1);
+                    } else if marked && !self.commit.is_failed() {
                         pm.tree.set_store_pending(0);
                     }
                 };
                 self.commit.log_unit(shard, &records, apply, deferred)?
             }
         };
+        if let Some(e) = refused {
+            return Err(e);
+        }
         let mut wait_for = lsn;
         for &i in &stripes {
             let stripe = self.stripes.at(i);
@@ -1057,6 +1127,18 @@ impl Store {
             wait_for = wait_for.max(Some(stripe.last_lsn()).filter(|&l| l > 0));
         }
         Ok((changed, wait_for))
+    }
+
+    /// Fails the store after the index refused a logged write (a full heap): the log holds
+    /// a record the index lacks, so nothing more may be acknowledged until a reopen (which
+    /// replays the logs; a clwb tree was marked to be rebuilt). Returns the error to give.
+    fn fail_logged_unapplied(&self, error: Error) -> Error {
+        let error = Error::Config(format!(
+            "{error}: the write was logged but not applied, so the store refuses writes until \
+             it is reopened"
+        ));
+        self.commit.fail(&error);
+        error
     }
 
     /// Makes every write so far durable (in any mode).
@@ -1239,6 +1321,97 @@ impl Store {
             },
         );
         out
+    }
+}
+
+/// Why a tree refused (part of) a write that limits allowed: a full heap, for one.
+enum Refused {
+    /// An msync batch's applied part was undone: the tree is as before the batch.
+    Undone(Error),
+    /// Part of the write may be applied (or, logged first, none of it is).
+    NotUndone(Error),
+}
+
+impl Refused {
+    fn into_inner(self) -> Error {
+        match self {
+            Refused::Undone(e) => Error::Config(format!(
+                "{e}: the atomic batch was undone, none of it is applied"
+            )),
+            Refused::NotUndone(e) => e,
+        }
+    }
+}
+
+/// Undoes the `applied` records of an msync batch the tree refused with `error`, restoring
+/// each key's value `before` the batch (empty: no undo possible).
+fn undo(
+    index: &dyn Index,
+    applied: &[(Op, &[u8], &[u8])],
+    before: &BTreeMap<&[u8], Option<Vec<u8>>>,
+    error: Error,
+) -> Refused {
+    if before.is_empty() {
+        return Refused::NotUndone(error);
+    }
+    let mut keys: Vec<&[u8]> = applied.iter().map(|&(_, key, _)| key).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    for key in keys {
+        match before.get(key) {
+            Some(Some(value)) => {
+                if let Err(again) = index.upsert(key, value) {
+                    return Refused::NotUndone(Error::Config(format!(
+                        "{error}; undoing the batch's applied part failed too: {again}"
+                    )));
+                }
+            }
+            Some(None) => {
+                index.remove(key);
+            }
+            None => return Refused::NotUndone(error),
+        }
+    }
+    Refused::Undone(error)
+}
+
+/// Fails the store if the thread unwinds while this lives: a tree operation panicked (an
+/// msync that failed), so what the file holds is unknown until a reopen.
+struct FailOnPanic<'a> {
+    commit: &'a GroupCommit,
+    what: &'static str,
+}
+
+impl<'a> FailOnPanic<'a> {
+    fn new(commit: &'a GroupCommit, what: &'static str) -> Self {
+        Self { commit, what }
+    }
+}
+
+impl Drop for FailOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.commit.fail(&Error::Io {
+                path: PathBuf::from("<store>"),
+                op: "write",
+                source: std::io::Error::other(format!(
+                    "a panic while {}: the tree may be half changed; reopen the store",
+                    self.what
+                )),
+            });
+        }
+    }
+}
+
+/// Marks a clwb tree as not to be trusted (a reopen rebuilds it from the logs) if the thread
+/// unwinds while this lives: a logged write may be missing from it.
+struct UntrustOnPanic<'a>(&'a forest_engines::StoreTree);
+
+impl Drop for UntrustOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.set_store_pending(1);
+        }
     }
 }
 
