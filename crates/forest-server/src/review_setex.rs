@@ -351,3 +351,56 @@ fn listed_new_key_is_readable() {
         &misses[..misses.len().min(3)]
     );
 }
+
+// Goal: writes keep or clear a string's deadline as Redis 7.0 does, the value written
+// where the string lives, before and after a restart; RENAME onto itself keeps it.
+// Method: one key per write command, each with a deadline first; TTL's sign and GET.
+#[test]
+fn writes_keep_or_clear_deadlines_across_restart() {
+    let mut h = Harness::new();
+    let setups: [(&str, &[&str], &str, bool); 11] = [
+        ("ap", &["APPEND", "ap", "x"], "vx", true),
+        ("in", &["INCR", "in"], "2", true),
+        ("gs", &["GETSET", "gs", "w"], "w", false),
+        ("kt", &["SET", "kt", "w", "KEEPTTL"], "w", true),
+        ("ms", &["MSET", "ms", "w", "other", "o"], "w", false),
+        ("r2", &["RENAME", "r", "r2"], "v", true),
+        ("self", &["RENAME", "self", "self"], "v", true),
+        ("c2", &["COPY", "c", "c2"], "v", true),
+        ("sr", &["SETRANGE", "sr", "0", "J"], "Jello", true),
+        ("sb", &["SETBIT", "sb", "7", "1"], "\u{1}", true),
+        ("pl", &["SET", "pl", "w"], "w", false),
+    ];
+    for (key, _, _, _) in &setups {
+        let init = match *key {
+            "in" => "1",
+            "sr" => "hello",
+            "sb" => "\u{0}",
+            _ => "v",
+        };
+        let source = match *key {
+            "r2" => "r",
+            "c2" => "c",
+            k => k,
+        };
+        assert_eq!(h.run(&["SET", source, init, "EX", "1000"]), Frame::ok());
+    }
+    for (_, write, _, _) in &setups {
+        let reply = h.run(write);
+        assert!(!matches!(reply, Frame::Error(_)), "{write:?}: {reply:?}");
+    }
+    for round in 0..2 {
+        for (key, write, value, keeps) in &setups {
+            assert_eq!(h.run(&["GET", key]), bulk(value), "{write:?} round {round}");
+            let Frame::Integer(ttl) = h.run(&["TTL", key]) else {
+                panic!("TTL");
+            };
+            assert_eq!(ttl > 0, *keeps, "{write:?} round {round}: TTL {ttl}");
+        }
+        assert_eq!(h.run(&["EXISTS", "r"]), Frame::Integer(0));
+        // The 11 keys, c and other.
+        assert_eq!(h.run(&["DBSIZE"]), Frame::Integer(13), "round {round}");
+        assert_eq!(timed_keys(&h).len(), 9, "round {round}: strings at FF 'x' (c too)");
+        h = h.restart();
+    }
+}
