@@ -663,6 +663,7 @@ pub fn migrate(store: &Store) -> forest_core::Result<u64> {
 /// Run at start, before serving; returns how many entries it removed.
 pub fn repair(store: &Store) -> forest_core::Result<u64> {
     migrate(store)?;
+    let mut removed = settle_strings(store)?;
     let (lower, upper) = index_bounds();
     let mut latest: HashMap<Vec<u8>, u64> = HashMap::new();
     let mut entries: Vec<(u64, Vec<u8>)> = Vec::new();
@@ -679,12 +680,40 @@ pub fn repair(store: &Store) -> forest_core::Result<u64> {
             ControlFlow::Continue(())
         },
     );
-    let mut removed = 0;
     let mut scratch = Vec::new();
     for (deadline, user) in entries {
         let exists = store.get(&crate::collection::type_key(&user), &mut scratch);
         if !exists || latest.get(&user) != Some(&deadline) {
             store.remove(&index_key(deadline, &user))?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+/// Removes the `FF 'x'` entry of every string also at its raw key (no forest write leaves
+/// both; an older FLUSHDB racing SET EX could leave an `FF 'x'` entry the map did not know,
+/// and a plain SET over it then wrote the raw key). The raw key wins: there is no version
+/// to compare, and a raw key beside an `FF 'x'` entry can only have been written after
+/// it, by a write that did not see it. Returns how many entries it removed.
+fn settle_strings(store: &Store) -> forest_core::Result<u64> {
+    let (lower, upper) = string_bounds();
+    let mut timed: Vec<Vec<u8>> = Vec::new();
+    store.scan(
+        Bound::Included(&lower[..]),
+        Bound::Excluded(&upper[..]),
+        Order::Ascending,
+        &mut |key, _| {
+            timed.push(key.to_vec());
+            ControlFlow::Continue(())
+        },
+    );
+    let mut removed = 0;
+    let mut scratch = Vec::new();
+    for key in &timed {
+        let user = split_string_key(key).unwrap_or_default();
+        if store.get(user, &mut scratch) {
+            store.remove(key)?;
             removed += 1;
         }
     }
