@@ -41,9 +41,10 @@
 //!   [`Expires::generation`] and re-reads its rows as point reads if a deletion may have
 //!   slipped in between.
 //!
-//! Choices: a write that sets or clears a deadline of a live key updates the map when it is
-//! decided, just before its batch is written (under the stripe lock); a reader that slips
-//! between the two sees a deadline still in the future either way. The map costs memory per
+//! Choices: a write that sets or clears a deadline (a new key's first one included) updates
+//! the map after its batch is visible, under the stripe lock, the two bracketed by
+//! [`Expires::begin_move`] / [`Expires::end_move`]: a reader that misses the string between
+//! them reads again, and one that finds it sees its deadline in its value. The map costs memory per
 //! key with a deadline (its bytes plus about 50), as Redis's `expires` dictionary does.
 
 use std::collections::{BTreeSet, HashMap};

@@ -241,7 +241,6 @@ fn key_moved_by_others_is_always_visible() {
 // Method: a writer alternates EXPIRE a (a moves to `FF 'x'`) and MSET a i b i (a moves
 // back); a reader's MGET a b must return equal values.
 #[test]
-#[ignore = "review finding F3: MGET re-reads a key missed during a move on its own, so it can pair that key's value from a later MSET with the others' older values"]
 fn mget_sees_mset_whole_while_a_key_moves() {
     let h = Harness::new();
     let shared = &h.shared;
@@ -305,7 +304,6 @@ fn set_over_orphan_survives_restart() {
 // Method: a writer SETs new keys with EX in key order; a reader takes the last key
 // FOREST.RANGE lists and GETs it at once.
 #[test]
-#[ignore = "review finding F4: a new key's SET EX is visible to scans before GET (no begin_move around set_placed's one-entry write)"]
 fn listed_new_key_is_readable() {
     let h = Harness::new();
     let shared = &h.shared;
