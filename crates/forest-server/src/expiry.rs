@@ -599,13 +599,15 @@ fn read_deadline_place(store: &Store, user: &[u8], out: &mut Vec<u8>) -> Option<
 /// `<deadline> <value>`, its raw key and its `FF 'E'` entry removed, at most
 /// [`MIGRATE_BATCH_KEYS`] strings per atomic batch. A crash between batches leaves some
 /// strings moved and the rest as they were (each string is whole in one place), and the
-/// next open goes on. A string whose value is too long to hold the deadline as well keeps
-/// its raw key and loses its deadline (reported on stderr). Run at start, before serving
+/// next open goes on. A string whose value is too long to hold the deadline as well is
+/// deleted if its deadline has passed; otherwise it keeps its raw key and loses its
+/// deadline (reported on stderr; the store's value limit leaves no room for it). Run at start, before serving
 /// and before [`Expires::load`]; returns how many strings it moved.
 pub fn migrate(store: &Store) -> forest_core::Result<u64> {
     let (lower, upper) = index_bounds();
     let mut resume: Option<Vec<u8>> = None;
     let mut moved = 0;
+    let now = unix_ms();
     loop {
         let mut entries: Vec<Vec<u8>> = Vec::new();
         let from = match &resume {
@@ -640,6 +642,10 @@ pub fn migrate(store: &Store) -> forest_core::Result<u64> {
                 batch.remove(user);
                 batch.put(&place, &stored);
                 moved += 1;
+            } else if deadline <= now {
+                // Expired while the server was down: gone, as it would have been (review
+                // F2), rather than back without a deadline.
+                batch.remove(user);
             } else {
                 eprintln!(
                     "forest: key {:?} is too long to keep its deadline in this store's layout; \

@@ -134,12 +134,10 @@ fn value_at_limit_takes_a_deadline() {
 }
 
 // Goal: a store of the older layout whose string at the value limit had a deadline that
-// passed while the server was down does not bring the key back (nor lose a future
-// deadline).
+// passed while the server was down does not bring the key back.
 // Method: write the older layout by hand (raw key + `FF 'E'` entry), restart (migration),
-// GET and PTTL.
+// GET and KEYS.
 #[test]
-#[ignore = "review finding F2 (migration): migrate drops the deadline of a value within 8 bytes of the limit, so a key expired while down comes back, without a deadline, for good"]
 fn migration_keeps_deadline_of_value_at_limit() {
     let h = Harness::new();
     let value = value_at_limit();
@@ -149,10 +147,6 @@ fn migration_keeps_deadline_of_value_at_limit() {
     store
         .upsert(&index_key(now - 1_000, b"expired"), b"")
         .expect("upsert");
-    store.upsert(b"future", value.as_bytes()).expect("upsert");
-    store
-        .upsert(&index_key(now + 1_000_000, b"future"), b"")
-        .expect("upsert");
     let mut h = h.restart();
     let got = h.run(&["GET", "expired"]);
     assert!(
@@ -160,6 +154,23 @@ fn migration_keeps_deadline_of_value_at_limit() {
         "expired while down, yet GET answers a value: {}",
         matches!(got, Frame::Bulk(_))
     );
+    assert_eq!(h.run(&["KEYS", "*"]), Frame::Array(Vec::new()));
+}
+
+// Goal: the same for a deadline still to come: the key keeps it across the migration.
+// Method: the older layout by hand, restart, PTTL.
+#[test]
+#[ignore = "review finding F2 (migration, future deadline): a value within 8 bytes of the limit cannot take its deadline into the one-entry layout; migrate keeps it without one"]
+fn migration_keeps_future_deadline_of_value_at_limit() {
+    let h = Harness::new();
+    let value = value_at_limit();
+    let now = h.shared.expires.now_ms();
+    let store = &h.shared.store;
+    store.upsert(b"future", value.as_bytes()).expect("upsert");
+    store
+        .upsert(&index_key(now + 1_000_000, b"future"), b"")
+        .expect("upsert");
+    let mut h = h.restart();
     let Frame::Integer(pttl) = h.run(&["PTTL", "future"]) else {
         panic!("PTTL");
     };
