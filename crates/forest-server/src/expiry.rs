@@ -41,9 +41,10 @@
 //!   [`Expires::generation`] and re-reads its rows as point reads if a deletion may have
 //!   slipped in between.
 //!
-//! Choices: a write that sets or clears a deadline of a live key updates the map when it is
-//! decided, just before its batch is written (under the stripe lock); a reader that slips
-//! between the two sees a deadline still in the future either way. The map costs memory per
+//! Choices: a write that sets or clears a deadline (a new key's first one included) updates
+//! the map after its batch is visible, under the stripe lock, the two bracketed by
+//! [`Expires::begin_move`] / [`Expires::end_move`]: a reader that misses the string between
+//! them reads again, and one that finds it sees its deadline in its value. The map costs memory per
 //! key with a deadline (its bytes plus about 50), as Redis's `expires` dictionary does.
 
 use std::collections::{BTreeSet, HashMap};
@@ -598,13 +599,15 @@ fn read_deadline_place(store: &Store, user: &[u8], out: &mut Vec<u8>) -> Option<
 /// `<deadline> <value>`, its raw key and its `FF 'E'` entry removed, at most
 /// [`MIGRATE_BATCH_KEYS`] strings per atomic batch. A crash between batches leaves some
 /// strings moved and the rest as they were (each string is whole in one place), and the
-/// next open goes on. A string whose value is too long to hold the deadline as well keeps
-/// its raw key and loses its deadline (reported on stderr). Run at start, before serving
+/// next open goes on. A string whose value is too long to hold the deadline as well is
+/// deleted if its deadline has passed; otherwise it keeps its raw key and loses its
+/// deadline (reported on stderr; the store's value limit leaves no room for it). Run at start, before serving
 /// and before [`Expires::load`]; returns how many strings it moved.
 pub fn migrate(store: &Store) -> forest_core::Result<u64> {
     let (lower, upper) = index_bounds();
     let mut resume: Option<Vec<u8>> = None;
     let mut moved = 0;
+    let now = unix_ms();
     loop {
         let mut entries: Vec<Vec<u8>> = Vec::new();
         let from = match &resume {
@@ -639,6 +642,10 @@ pub fn migrate(store: &Store) -> forest_core::Result<u64> {
                 batch.remove(user);
                 batch.put(&place, &stored);
                 moved += 1;
+            } else if deadline <= now {
+                // Expired while the server was down: gone, as it would have been (review
+                // F2), rather than back without a deadline.
+                batch.remove(user);
             } else {
                 eprintln!(
                     "forest: key {:?} is too long to keep its deadline in this store's layout; \
@@ -663,6 +670,7 @@ pub fn migrate(store: &Store) -> forest_core::Result<u64> {
 /// Run at start, before serving; returns how many entries it removed.
 pub fn repair(store: &Store) -> forest_core::Result<u64> {
     migrate(store)?;
+    let mut removed = settle_strings(store)?;
     let (lower, upper) = index_bounds();
     let mut latest: HashMap<Vec<u8>, u64> = HashMap::new();
     let mut entries: Vec<(u64, Vec<u8>)> = Vec::new();
@@ -679,12 +687,40 @@ pub fn repair(store: &Store) -> forest_core::Result<u64> {
             ControlFlow::Continue(())
         },
     );
-    let mut removed = 0;
     let mut scratch = Vec::new();
     for (deadline, user) in entries {
         let exists = store.get(&crate::collection::type_key(&user), &mut scratch);
         if !exists || latest.get(&user) != Some(&deadline) {
             store.remove(&index_key(deadline, &user))?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+/// Removes the `FF 'x'` entry of every string also at its raw key (no forest write leaves
+/// both; an older FLUSHDB racing SET EX could leave an `FF 'x'` entry the map did not know,
+/// and a plain SET over it then wrote the raw key). The raw key wins: there is no version
+/// to compare, and a raw key beside an `FF 'x'` entry can only have been written after
+/// it, by a write that did not see it. Returns how many entries it removed.
+fn settle_strings(store: &Store) -> forest_core::Result<u64> {
+    let (lower, upper) = string_bounds();
+    let mut timed: Vec<Vec<u8>> = Vec::new();
+    store.scan(
+        Bound::Included(&lower[..]),
+        Bound::Excluded(&upper[..]),
+        Order::Ascending,
+        &mut |key, _| {
+            timed.push(key.to_vec());
+            ControlFlow::Continue(())
+        },
+    );
+    let mut removed = 0;
+    let mut scratch = Vec::new();
+    for key in &timed {
+        let user = split_string_key(key).unwrap_or_default();
+        if store.get(user, &mut scratch) {
+            store.remove(key)?;
             removed += 1;
         }
     }

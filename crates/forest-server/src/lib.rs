@@ -43,5 +43,8 @@ pub mod shutdown;
 pub mod tokio_io;
 pub mod watch;
 
+#[cfg(test)]
+mod review_setex;
+
 pub use frame::{Frame, FrameError, Limits};
 pub use server::{Config, IoModel, Server};

@@ -57,6 +57,11 @@ pub fn flushdb(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         [_, mode] if is_word(mode, "async") || is_word(mode, "sync") => {}
         _ => return Err(syntax_error()),
     }
+    // Every stripe for the whole flush (re-entrant: EXEC and scripts hold them already):
+    // a write landing between the removal of `FF 'x'` and the clearing of the deadline map
+    // would leave a string at `FF 'x'` the map does not know (review F1).
+    let shared = ctx.shared;
+    let _guards = shared.collections.lock_all();
     let strings_end = [RESERVED_BYTE];
     remove_range(ctx, Bound::Unbounded, Bound::Excluded(&strings_end))?;
     remove_collections(ctx)?;

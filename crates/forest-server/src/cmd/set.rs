@@ -216,6 +216,10 @@ fn set_placed(
     let shared = ctx.shared;
     let mut batch = WriteBatch::new();
     let (moves, reserved) = expire::place_string_in(ctx, &mut batch, key, value, old, new)?;
+    // A new key's SET EX moves nothing but also changes where reads look (the map learns
+    // the deadline after the write): bracketed too, so that a read missing it between the
+    // two reads again (review F4).
+    let moves = moves || old.is_none() != new.is_none();
     if moves {
         shared.expires.begin_move();
     }
