@@ -9,6 +9,8 @@
 //! (and the commands pipelined after it) until [`resume`] answers: served when a key became
 //! ready, or null at the timeout. Inside EXEC it answers null at once, as Redis does; Redis
 //! 7.0 refuses these commands in scripts (flag `noscript`), and so does forest.
+//! XREAD and XREADGROUP with BLOCK (`stream::read_or_block`) wait the same way and are
+//! resumed here too ([`Pop::Stream`]).
 
 use std::time::{Duration, Instant};
 
@@ -91,6 +93,7 @@ fn pop_from(ctx: &mut Ctx<'_, '_>, pop: &Pop, key: &[u8]) -> Result<Option<Frame
         }
         Pop::ListMany { left, count } => lmove::pop_first(ctx, &[key], end(*left), *count),
         Pop::ZSetMany { max, count } => zsetops::pop_first(ctx, &[key], order(*max), *count),
+        Pop::Stream(args) => super::stream::read_one(ctx, args, key),
     }
 }
 
