@@ -174,7 +174,7 @@ fn one_xadd_serves_every_reader() {
 // Goal: a blocked XREADGROUP `>` is woken by XADD, delivered the new entry and the entry is
 // in the PEL (XPENDING); a second consumer of the group blocked behind it gets nothing of
 // that entry and keeps waiting (served in turn), then gets the next; NOACK adds nothing to
-// the PEL. Method: two consumers, two XADDs.
+// the PEL; XGROUP SETID wakes nobody. Method: two consumers, XADDs.
 #[test]
 fn xreadgroup_wake_delivers_and_adds_to_the_pel() {
     for io in IO_MODELS {
@@ -253,6 +253,39 @@ fn xreadgroup_wake_delivers_and_adds_to_the_pel() {
             one_stream("s", vec![entry("3-0", &["f", "x"])])
         );
         assert_eq!(writer.cmd(&["XPENDING", "s", "g"]).items()[0], R::Int(2));
+
+        // XGROUP SETID wakes nobody (Redis signals only XADD and the like); the next XADD
+        // serves from the group's new last id, old entries included.
+        writer.cmd(&["XGROUP", "CREATE", "s", "h", "$"]);
+        send(
+            &mut alice,
+            &[
+                "XREADGROUP",
+                "GROUP",
+                "h",
+                "alice",
+                "BLOCK",
+                "0",
+                "STREAMS",
+                "s",
+                ">",
+            ],
+        );
+        until_blocked(&mut writer, 1);
+        assert_eq!(
+            writer.cmd(&["XGROUP", "SETID", "s", "h", "2-0"]),
+            R::Simple("OK".into())
+        );
+        assert_silent(&mut alice);
+        writer.cmd(&["XADD", "s", "4-0", "f", "y"]);
+        assert_eq!(
+            alice.read(),
+            one_stream(
+                "s",
+                vec![entry("3-0", &["f", "x"]), entry("4-0", &["f", "y"])]
+            ),
+            "{io}"
+        );
     }
 }
 

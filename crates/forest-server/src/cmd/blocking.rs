@@ -149,6 +149,22 @@ fn blocking_pop(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], pop: Pop) -> Reply {
 /// over and the client deregistered), or None if it still waits (what woke it was taken
 /// by another client first; it stays first in line).
 pub fn resume(ctx: &mut Ctx<'_, '_>, wake: Wake) -> Option<Frame> {
+    let reader = matches!(
+        ctx.client.blocking.waiting.as_ref().map(|w| &w.pop),
+        Some(Pop::Stream(_))
+    );
+    let noted = ctx.client.blocking.ready.len();
+    let reply = resume_pop(ctx, wake);
+    // A stream read's own writes (XREADGROUP's PEL and consumer records) add no entry:
+    // they wake nobody, as in Redis; else a reader that found nothing would wake itself
+    // again and again.
+    if reader {
+        ctx.client.blocking.ready.truncate(noted);
+    }
+    reply
+}
+
+fn resume_pop(ctx: &mut Ctx<'_, '_>, wake: Wake) -> Option<Frame> {
     let waiting = ctx.client.blocking.waiting.as_ref()?;
     let (pop, keys) = (waiting.pop.clone(), waiting.keys.clone());
     let ready = match wake {

@@ -777,6 +777,10 @@ pub struct ReadArgs {
     pub noack: bool,
     pub keys: Vec<Vec<u8>>,
     pub from: Vec<ReadFrom>,
+    /// A blocked XREADGROUP's streams' last ids when it blocked (None: no stream): it reads
+    /// again only once one changed (an XADD), not after other writes (XGROUP SETID), as
+    /// Redis wakes it only then. Empty until it blocks.
+    pub tops: Vec<Option<Id>>,
 }
 
 /// Parses XREAD (`group` false) or XREADGROUP arguments and checks each key (its type, its
@@ -791,6 +795,7 @@ pub fn prepare_read(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], group: bool) -> Resul
         noack: false,
         keys: Vec::new(),
         from: Vec::new(),
+        tops: Vec::new(),
     };
     let mut streams_at = None;
     let mut i = 1;
@@ -906,6 +911,13 @@ pub(super) fn read_or_block(ctx: &mut Ctx<'_, '_>, args: ReadArgs) -> Reply {
     if let Some(reply) = read_streams(ctx, &args)? {
         return Ok(reply);
     }
+    let tops = match args.group {
+        Some(_) => keys
+            .iter()
+            .map(|key| last_id(ctx, key))
+            .collect::<Result<_, _>>()?,
+        None => Vec::new(),
+    };
     // XREAD takes nothing away: every XADD serves all its readers. XREADGROUP's `>` takes
     // entries from its group: its readers are served in turn, as pops (Redis serves them
     // in the order they blocked, and a later one reads what the earlier left).
@@ -921,11 +933,20 @@ pub(super) fn read_or_block(ctx: &mut Ctx<'_, '_>, args: ReadArgs) -> Reply {
     ctx.client.blocking.waiting = Some(Waiting {
         blocked,
         keys: args.keys.clone(),
-        pop: Pop::Stream(Box::new(args)),
+        pop: Pop::Stream(Box::new(ReadArgs { tops, ..args })),
         deadline,
     });
     // Not sent: the connection answers when the wait ends (`cmd::blocking::resume`).
     Ok(Frame::Null)
+}
+
+/// `key`'s last id, None if it is not a stream (or another type).
+fn last_id(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> Result<Option<Id>, Frame> {
+    match coll::open_read(ctx, key, Kind::Stream) {
+        Ok(meta) => Ok(meta.map(|m| (m.a as u64, m.b as u64))),
+        Err(error) if error == coll::wrongtype() => Ok(None),
+        Err(error) => Err(error),
+    }
 }
 
 /// A woken reader's read of `key` alone (one of `args`' keys, with its id): Some(reply)
@@ -948,6 +969,9 @@ pub(super) fn read_one(
             return Ok(Some(Frame::Error(
                 "NOGROUP the consumer group this client was blocked on no longer exists".into(),
             )));
+        }
+        if args.tops.get(at).copied().flatten() == last_id(ctx, key)? {
+            return Ok(None);
         }
     }
     let one = ReadArgs {
