@@ -1,5 +1,5 @@
 //! Blocking commands' registry (BLPOP, BRPOP, BZPOPMIN, BZPOPMAX, BLMOVE, BRPOPLPUSH, BLMPOP,
-//! BZMPOP; redis src/blocked.c):
+//! BZMPOP, XREAD and XREADGROUP with BLOCK; redis src/blocked.c):
 //! which clients wait on which keys, in the order they began to wait, and each waiting
 //! client's [`Waiter`], the condition its connection sleeps on.
 //!
@@ -22,6 +22,11 @@
 //! elements of a push of several go one each to the waiters in their order, and an element
 //! a waiter did not take (it left meanwhile) is offered to the next: none is lost or given
 //! twice.
+//!
+//! XREAD's readers take nothing away from the key, so they are not served in turn: every
+//! write of a stream wakes all of them (Redis serves every XREAD waiter of an XADD), and each
+//! reads again after the id it waits for; they never count as a key's first in line.
+//! XREADGROUP's `>` takes entries from its group, so its readers wait in turn as pops do.
 //!
 //! Invariants:
 //! - A waiter registers under the stripe locks of all its keys, after finding them all
@@ -79,6 +84,8 @@ struct WaitState {
 #[derive(Debug)]
 pub struct Waiter {
     pub client: u64,
+    /// An XREAD reader: woken by every write of its keys, not in turn (module doc).
+    every: bool,
     /// The keys waited on, each once.
     keys: Vec<Vec<u8>>,
     state: Mutex<WaitState>,
@@ -89,9 +96,10 @@ pub struct Waiter {
 }
 
 impl Waiter {
-    fn new(client: u64, keys: Vec<Vec<u8>>, stopped: bool) -> Self {
+    fn new(client: u64, keys: Vec<Vec<u8>>, every: bool, stopped: bool) -> Self {
         Self {
             client,
+            every,
             keys,
             state: Mutex::new(WaitState {
                 stopped,
@@ -184,6 +192,16 @@ impl Blocking {
     /// Registers client `client` as waiting on `keys` (last in line on each). Call it under
     /// the stripe locks of every key, having found them all empty.
     pub fn register(self: &Arc<Self>, client: u64, keys: &[&[u8]]) -> Blocked {
+        self.register_as(client, keys, false)
+    }
+
+    /// [`Self::register`] for an XREAD reader: woken by every write of its keys, whatever
+    /// waits before it.
+    pub fn register_reader(self: &Arc<Self>, client: u64, keys: &[&[u8]]) -> Blocked {
+        self.register_as(client, keys, true)
+    }
+
+    fn register_as(self: &Arc<Self>, client: u64, keys: &[&[u8]], every: bool) -> Blocked {
         let mut distinct: Vec<Vec<u8>> = Vec::with_capacity(keys.len());
         for key in keys {
             if !distinct.iter().any(|k| k == key) {
@@ -195,6 +213,7 @@ impl Blocking {
         let waiter = Arc::new(Waiter::new(
             client,
             distinct,
+            every,
             self.stopped.load(Ordering::SeqCst),
         ));
         for key in &waiter.keys {
@@ -230,12 +249,18 @@ impl Blocking {
         }
     }
 
-    /// Wakes the first waiter of each of `keys`, in order (after the command that made
-    /// them ready).
+    /// Wakes the first waiter of each of `keys`, in order, and every XREAD reader of them
+    /// (after the command that made them ready).
     pub fn signal(&self, keys: &[Vec<u8>]) {
         let registry = self.registry.read();
         for key in keys {
-            if let Some(first) = registry.keys.get(key).and_then(VecDeque::front) {
+            let Some(queue) = registry.keys.get(key) else {
+                continue;
+            };
+            for reader in queue.iter().filter(|w| w.every) {
+                reader.signal(key);
+            }
+            if let Some(first) = first_in_turn(queue) {
                 first.signal(key);
             }
         }
@@ -271,21 +296,22 @@ impl Blocking {
 
     fn remove(&self, waiter: &Arc<Waiter>) {
         let mut registry = self.registry.write();
-        let pass_on = waiter.state.lock().signaled;
+        // An XREAD reader took nothing: it has nothing to pass on.
+        let pass_on = !waiter.every && waiter.state.lock().signaled;
         for key in &waiter.keys {
             let Some(queue) = registry.keys.get_mut(key) else {
                 continue;
             };
-            let was_first = queue.front().is_some_and(|w| Arc::ptr_eq(w, waiter));
+            let was_first = first_in_turn(queue).is_some_and(|w| Arc::ptr_eq(w, waiter));
             queue.retain(|w| !Arc::ptr_eq(w, waiter));
-            match queue.front() {
-                None => {
-                    registry.keys.remove(key);
-                }
-                // What this waiter was offered and did not take, or what its pop left, is
-                // the next one's to try.
-                Some(next) if was_first && pass_on => next.signal(key),
-                Some(_) => {}
+            if queue.is_empty() {
+                registry.keys.remove(key);
+                continue;
+            }
+            // What this waiter was offered and did not take, or what its pop left, is the
+            // next one's to try.
+            if let Some(next) = first_in_turn(queue).filter(|_| was_first && pass_on) {
+                next.signal(key);
             }
         }
         if registry
@@ -297,6 +323,11 @@ impl Blocking {
         }
         self.count.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// The first waiter of a key that is served in turn (not an XREAD reader).
+fn first_in_turn(queue: &VecDeque<Arc<Waiter>>) -> Option<&Arc<Waiter>> {
+    queue.iter().find(|w| !w.every)
 }
 
 /// A connection's registration while its blocking command waits; dropping it deregisters.
@@ -329,6 +360,8 @@ pub enum Pop {
     ListMany { left: bool, count: u64 },
     /// BZMPOP: up to `count` members from one end.
     ZSetMany { max: bool, count: u64 },
+    /// XREAD or XREADGROUP with BLOCK: read again with the same arguments (`$` resolved).
+    Stream(Box<crate::cmd::stream::ReadArgs>),
 }
 
 /// A waiting command: its registration, what it pops, from which keys, until when.
@@ -349,6 +382,8 @@ pub struct ClientBlock {
     pub ready: Vec<Vec<u8>>,
     /// The blocking command that waits, if any.
     pub waiting: Option<Waiting>,
+    /// A script's command runs: XREAD and XREADGROUP refuse BLOCK, as Redis 7.0.
+    pub in_script: bool,
 }
 
 impl ClientBlock {
@@ -419,6 +454,30 @@ mod tests {
         drop(b);
         assert_eq!(blocking.blocked_clients(), 0);
         assert!(!blocking.waits_on(b"k") && !blocking.waits_on(b"j"));
+    }
+
+    // Goal: XREAD readers are all woken by a signal, whatever their place in line, and never
+    // count as first: the pop behind them is woken too, and a reader leaving passes nothing
+    // on. Method: a reader, a pop, a reader on one key.
+    #[test]
+    fn readers_are_all_woken_and_not_in_turn() {
+        let blocking = Arc::new(Blocking::default());
+        let r1 = blocking.register_reader(1, &[b"s"]);
+        let pop = blocking.register(2, &[b"s"]);
+        let r2 = blocking.register_reader(3, &[b"s"]);
+        let pop2 = blocking.register(4, &[b"s"]);
+        blocking.signal(&[b"s".to_vec()]);
+        assert_eq!(r1.waiter.poll(), Some(ready(&["s"])));
+        assert_eq!(pop.waiter.poll(), Some(ready(&["s"])));
+        assert_eq!(r2.waiter.poll(), Some(ready(&["s"])));
+        assert_eq!(pop2.waiter.poll(), None, "only the first pop");
+        drop(r1);
+        assert_eq!(pop2.waiter.poll(), None, "a reader passes nothing on");
+        drop(pop);
+        assert_eq!(pop2.waiter.poll(), Some(ready(&["s"])), "passed on");
+        drop((r2, pop2));
+        assert_eq!(blocking.blocked_clients(), 0);
+        assert!(!blocking.waits_on(b"s"));
     }
 
     // Goal: CLIENT UNBLOCK, timeouts and the stop wake a sleeping thread.

@@ -9,6 +9,8 @@
 //! (and the commands pipelined after it) until [`resume`] answers: served when a key became
 //! ready, or null at the timeout. Inside EXEC it answers null at once, as Redis does; Redis
 //! 7.0 refuses these commands in scripts (flag `noscript`), and so does forest.
+//! XREAD and XREADGROUP with BLOCK (`stream::read_or_block`) wait the same way and are
+//! resumed here too ([`Pop::Stream`]).
 
 use std::time::{Duration, Instant};
 
@@ -91,6 +93,7 @@ fn pop_from(ctx: &mut Ctx<'_, '_>, pop: &Pop, key: &[u8]) -> Result<Option<Frame
         }
         Pop::ListMany { left, count } => lmove::pop_first(ctx, &[key], end(*left), *count),
         Pop::ZSetMany { max, count } => zsetops::pop_first(ctx, &[key], order(*max), *count),
+        Pop::Stream(args) => super::stream::read_one(ctx, args, key),
     }
 }
 
@@ -146,6 +149,22 @@ fn blocking_pop(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], pop: Pop) -> Reply {
 /// over and the client deregistered), or None if it still waits (what woke it was taken
 /// by another client first; it stays first in line).
 pub fn resume(ctx: &mut Ctx<'_, '_>, wake: Wake) -> Option<Frame> {
+    let reader = matches!(
+        ctx.client.blocking.waiting.as_ref().map(|w| &w.pop),
+        Some(Pop::Stream(_))
+    );
+    let noted = ctx.client.blocking.ready.len();
+    let reply = resume_pop(ctx, wake);
+    // A stream read's own writes (XREADGROUP's PEL and consumer records) add no entry:
+    // they wake nobody, as in Redis; else a reader that found nothing would wake itself
+    // again and again.
+    if reader {
+        ctx.client.blocking.ready.truncate(noted);
+    }
+    reply
+}
+
+fn resume_pop(ctx: &mut Ctx<'_, '_>, wake: Wake) -> Option<Frame> {
     let waiting = ctx.client.blocking.waiting.as_ref()?;
     let (pop, keys) = (waiting.pop.clone(), waiting.keys.clone());
     let ready = match wake {

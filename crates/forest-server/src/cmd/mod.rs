@@ -48,7 +48,7 @@ mod set;
 mod setops;
 mod sets;
 mod shutdown;
-mod stream;
+pub(crate) mod stream;
 mod stream_group;
 mod strings;
 mod strings_scan;

@@ -691,7 +691,9 @@ fn call(ctx: &mut Ctx<'_, '_>, argv: &[Vec<u8>], read_only: bool) -> Frame {
         return Frame::err("Write commands are not allowed from read-only scripts.");
     }
     let argv: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+    ctx.client.blocking.in_script = true;
     let (Ok(reply) | Err(reply)) = super::run(ctx, spec, &argv);
+    ctx.client.blocking.in_script = false;
     reply
 }
 

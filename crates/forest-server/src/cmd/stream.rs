@@ -25,11 +25,13 @@
 //! consumer's index entry or the counts that count it.
 
 use std::ops::Bound;
+use std::time::{Duration, Instant};
 
 use forest_core::Order;
 
 use super::coll;
 use super::{int_arg, is_word, syntax_error, Ctx, Reply};
+use crate::blocking::{Pop, Waiting};
 use crate::collection::{member_prefix, Kind, Meta};
 use crate::frame::{Frame, Protocol};
 
@@ -775,11 +777,10 @@ pub struct ReadArgs {
     pub noack: bool,
     pub keys: Vec<Vec<u8>>,
     pub from: Vec<ReadFrom>,
-}
-
-/// Redis's error for a BLOCK read that finds nothing (blocking is not built yet).
-pub fn block_unsupported() -> Frame {
-    Frame::err("BLOCK is not supported yet by forest")
+    /// A blocked XREADGROUP's streams' last ids when it blocked (None: no stream): it reads
+    /// again only once one changed (an XADD), not after other writes (XGROUP SETID), as
+    /// Redis wakes it only then. Empty until it blocks.
+    pub tops: Vec<Option<Id>>,
 }
 
 /// Parses XREAD (`group` false) or XREADGROUP arguments and checks each key (its type, its
@@ -794,6 +795,7 @@ pub fn prepare_read(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], group: bool) -> Resul
         noack: false,
         keys: Vec::new(),
         from: Vec::new(),
+        tops: Vec::new(),
     };
     let mut streams_at = None;
     let mut i = 1;
@@ -801,6 +803,14 @@ pub fn prepare_read(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], group: bool) -> Resul
         let more = argv.len() - 1 - i;
         let opt = argv[i];
         if is_word(opt, "block") && more > 0 {
+            // Redis 7.0 refuses BLOCK in scripts (before reading the timeout), with the
+            // command's name as called.
+            if ctx.client.blocking.in_script {
+                return Err(Frame::err(format!(
+                    "{} command is not allowed with BLOCK option from scripts",
+                    String::from_utf8_lossy(argv[0])
+                )));
+            }
             let ms = crate::parse::parse_int(argv[i + 1])
                 .ok_or_else(|| Frame::err("timeout is not an integer or out of range"))?;
             if ms < 0 {
@@ -884,15 +894,92 @@ pub fn prepare_read(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], group: bool) -> Resul
     Ok(args)
 }
 
-/// The reply of a read that found nothing: a null array, or with BLOCK the error that
-/// says blocking is not built yet (inside MULTI, where Redis does not block either, and
-/// inside a script: a null array).
-pub(super) fn nothing_read(ctx: &Ctx<'_, '_>, args: &ReadArgs) -> Reply {
+/// Reads what `args` asks for; if nothing is there: a null array without BLOCK (and inside
+/// MULTI, where Redis does not block), else the client waits on the keys
+/// ([`crate::blocking`]) until a write of one of them lets it read something
+/// ([`read_one`], from `cmd::blocking::resume`) or the timeout answers a null array.
+pub(super) fn read_or_block(ctx: &mut Ctx<'_, '_>, args: ReadArgs) -> Reply {
     let in_transaction = ctx.unit.as_ref().is_some_and(|u| u.txn);
-    if args.block.is_some() && !in_transaction {
-        return Err(block_unsupported());
+    let Some(ms) = args.block.filter(|_| !in_transaction) else {
+        return Ok(read_streams(ctx, &args)?.unwrap_or_else(|| coll::null_array(ctx)));
+    };
+    let shared = ctx.shared;
+    let keys: Vec<&[u8]> = args.keys.iter().map(Vec::as_slice).collect();
+    // Read and register under the keys' stripe locks: an XADD comes before the read (and
+    // is read) or sees the waiter.
+    let _guards = shared.collections.lock_many(keys.iter().copied());
+    if let Some(reply) = read_streams(ctx, &args)? {
+        return Ok(reply);
     }
-    Ok(coll::null_array(ctx))
+    let tops = match args.group {
+        Some(_) => keys
+            .iter()
+            .map(|key| last_id(ctx, key))
+            .collect::<Result<_, _>>()?,
+        None => Vec::new(),
+    };
+    // XREAD takes nothing away: every XADD serves all its readers. XREADGROUP's `>` takes
+    // entries from its group: its readers are served in turn, as pops (Redis serves them
+    // in the order they blocked, and a later one reads what the earlier left).
+    let blocked = if args.group.is_some() {
+        shared.blocking.register(ctx.client.info.id, &keys)
+    } else {
+        shared.blocking.register_reader(ctx.client.info.id, &keys)
+    };
+    let deadline = match ms {
+        0 => None,
+        ms => Instant::now().checked_add(Duration::from_millis(ms)),
+    };
+    ctx.client.blocking.waiting = Some(Waiting {
+        blocked,
+        keys: args.keys.clone(),
+        pop: Pop::Stream(Box::new(ReadArgs { tops, ..args })),
+        deadline,
+    });
+    // Not sent: the connection answers when the wait ends (`cmd::blocking::resume`).
+    Ok(Frame::Null)
+}
+
+/// `key`'s last id, None if it is not a stream (or another type).
+fn last_id(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> Result<Option<Id>, Frame> {
+    match coll::open_read(ctx, key, Kind::Stream) {
+        Ok(meta) => Ok(meta.map(|m| (m.a as u64, m.b as u64))),
+        Err(error) if error == coll::wrongtype() => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+/// A woken reader's read of `key` alone (one of `args`' keys, with its id): Some(reply)
+/// ends the wait, None keeps it (nothing new, or the key is not a stream now). As Redis
+/// 7.0 serves a woken reader: one stream per reply; XREADGROUP whose group is gone from a
+/// stream that exists answers NOGROUP.
+pub(super) fn read_one(
+    ctx: &mut Ctx<'_, '_>,
+    args: &ReadArgs,
+    key: &[u8],
+) -> Result<Option<Frame>, Frame> {
+    let Some(at) = args.keys.iter().position(|k| k == key) else {
+        return Ok(None);
+    };
+    if let Some((group, _)) = &args.group {
+        if coll::open_read(ctx, key, Kind::Stream)?.is_none() {
+            return Ok(None);
+        }
+        if !super::stream_group::group_exists(ctx, key, group)? {
+            return Ok(Some(Frame::Error(
+                "NOGROUP the consumer group this client was blocked on no longer exists".into(),
+            )));
+        }
+        if args.tops.get(at).copied().flatten() == last_id(ctx, key)? {
+            return Ok(None);
+        }
+    }
+    let one = ReadArgs {
+        keys: vec![key.to_vec()],
+        from: vec![args.from[at]],
+        ..args.clone()
+    };
+    read_streams(ctx, &one)
 }
 
 /// The reply of a read that served streams: RESP2 `[[key, entries], ...]`, RESP3 a map.
@@ -954,10 +1041,7 @@ pub fn read_streams(ctx: &mut Ctx<'_, '_>, args: &ReadArgs) -> Result<Option<Fra
 /// XREAD [COUNT count] [BLOCK milliseconds] STREAMS key [key ...] id [id ...].
 pub fn xread(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let args = prepare_read(ctx, argv, false)?;
-    match read_streams(ctx, &args)? {
-        Some(reply) => Ok(reply),
-        None => nothing_read(ctx, &args),
-    }
+    read_or_block(ctx, args)
 }
 
 #[cfg(test)]

@@ -593,6 +593,10 @@ pub fn xgroup(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
             if found.is_none() {
                 return Ok(Frame::Integer(0));
             }
+            // Its blocked readers wake and answer NOGROUP (Redis 7.0).
+            if ctx.shared.blocking.waits_on(user) {
+                ctx.client.blocking.note(user);
+            }
             coll::remove_member(ctx, &keys.group(&groups.name))?;
             remove_prefixed(ctx, &keys.group_data(&groups.name))?;
             return Ok(Frame::Integer(1));
@@ -650,10 +654,7 @@ pub fn xgroup(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
 /// [key ...] id [id ...].
 pub fn xreadgroup(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let args = super::stream::prepare_read(ctx, argv, true)?;
-    match read_group(ctx, &args)? {
-        Some(reply) => Ok(reply),
-        None => super::stream::nothing_read(ctx, &args),
-    }
+    super::stream::read_or_block(ctx, args)
 }
 
 /// Whether `user` (a stream) has group `name`.
