@@ -9,10 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Client, Running, IO_MODELS, R};
-
-/// Upper bound for anything that should happen at once (a loaded machine is slow).
-const PATIENCE: Duration = Duration::from_secs(30);
+use common::{assert_silent, blocked_clients, send, until_blocked, Client, Running, IO_MODELS, R};
 
 fn b(s: &str) -> R {
     R::bulk(s)
@@ -30,41 +27,6 @@ fn entry(id: &str, fields: &[&str]) -> R {
 /// A RESP2 read reply of one stream.
 fn one_stream(key: &str, entries: Vec<R>) -> R {
     arr(vec![arr(vec![b(key), arr(entries)])])
-}
-
-/// INFO's `blocked_clients`.
-fn blocked_clients(c: &mut Client) -> usize {
-    let info = c.cmd(&["INFO", "clients"]).text();
-    info.lines()
-        .find_map(|l| l.strip_prefix("blocked_clients:"))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("blocked_clients line")
-}
-
-/// Waits until `n` clients are blocked.
-fn until_blocked(c: &mut Client, n: usize) {
-    let start = Instant::now();
-    while blocked_clients(c) != n {
-        assert!(start.elapsed() < PATIENCE, "never {n} blocked clients");
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
-fn send(c: &mut Client, argv: &[&str]) {
-    let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
-    c.send(&argv);
-}
-
-/// Asserts that no reply arrives within a short while (the client is still blocked).
-fn assert_silent(c: &mut Client) {
-    c.stream
-        .set_read_timeout(Some(Duration::from_millis(150)))
-        .expect("timeout");
-    let got = c.try_read();
-    c.stream
-        .set_read_timeout(Some(common::READ_TIMEOUT))
-        .expect("timeout");
-    assert_eq!(got, None, "a blocked client got a reply");
 }
 
 // Goal: XADD from another client wakes a blocked XREAD in both I/O models, with only the

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use forest_server::shutdown::Shutdown;
 use forest_server::{Config, IoModel, Server};
@@ -209,4 +209,44 @@ pub fn encode(argv: &[&[u8]]) -> Vec<u8> {
         out.extend_from_slice(b"\r\n");
     }
     out
+}
+
+/// Upper bound for anything that should happen at once in the blocking tests (a loaded
+/// machine is slow).
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// INFO's `blocked_clients`.
+pub fn blocked_clients(c: &mut Client) -> usize {
+    let info = c.cmd(&["INFO", "clients"]).text();
+    info.lines()
+        .find_map(|l| l.strip_prefix("blocked_clients:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("blocked_clients line")
+}
+
+/// Waits until `n` clients are blocked (so that the next one is behind them in line).
+pub fn until_blocked(c: &mut Client, n: usize) {
+    let start = Instant::now();
+    while blocked_clients(c) != n {
+        assert!(start.elapsed() < PATIENCE, "never {n} blocked clients");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Sends a command without reading its reply.
+pub fn send(c: &mut Client, argv: &[&str]) {
+    let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
+    c.send(&argv);
+}
+
+/// Asserts that no reply arrives within a short while (the client is still blocked).
+pub fn assert_silent(c: &mut Client) {
+    c.stream
+        .set_read_timeout(Some(Duration::from_millis(150)))
+        .expect("timeout");
+    let got = c.try_read();
+    c.stream
+        .set_read_timeout(Some(READ_TIMEOUT))
+        .expect("timeout");
+    assert_eq!(got, None, "a blocked client got a reply");
 }
