@@ -11,7 +11,8 @@
 #   the stable toolchain. `--target` keeps build scripts and proc macros uninstrumented.
 # - A debug build: debug assertions on (poisoning, version-word checks) and the tests' debug
 #   sizes (forest-core's conformance kit: 50 k stress ops). FOREST_STRESS_SECONDS bounds
-#   forest-bwtree's stress rounds (default here 2 s per test).
+#   forest-bwtree's stress rounds (default here 2 s per test), FOREST_STRESS_KEYS their keys
+#   (default here 5 000: two rounds of 20 000 took 15 s a test under ASan).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +28,7 @@ export RUSTFLAGS="--cfg forest_memcheck --cfg crossbeam_sanitize -Zsanitizer=add
 export CARGO_TARGET_DIR=target/asan
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}"
 export FOREST_STRESS_SECONDS="${FOREST_STRESS_SECONDS:-2}"
+export FOREST_STRESS_KEYS="${FOREST_STRESS_KEYS:-5000}"
 
 # Runs one crate's test binaries under ASan; arguments after `--` filter test names.
 asan_test() {
@@ -42,15 +44,17 @@ cargo test -q -p forest-masstree -p forest-lockbtree -p forest-bwtree --target "
   --features forest-masstree/pause-points,forest-bwtree/pause-points --no-run
 built=$(date +%s)
 
-asan_test forest-masstree --features pause-points --test pause_points --test memcheck_poison
+# forest-masstree's integration tests are one binary (`it`); its modules are the test files.
+asan_test forest-masstree --features pause-points --test it -- pause_points:: memcheck_poison::
 # The default, the layer-per-slice and the narrow-node configurations: the others share their
 # memory paths (the full set ran 27 stress tests for no new frees).
-asan_test forest-masstree --test conformance -- default_config::stress_ suffix_layers::stress_ \
-  fanout_10x8::stress_
-asan_test forest-masstree --test removal -- racing churn shift_and_shrink
+asan_test forest-masstree --test it -- conformance::default_config::stress_ \
+  conformance::suffix_layers::stress_ conformance::fanout_10x8::stress_
+asan_test forest-masstree --test it -- removal::removed_ removal::factor_analysis_variants_under \
+  removal::owned_keys_under_churn removal::stats_walk_
 # Scans racing splits and layer creation, and slot shifts under readers (gets racing splits are
 # the conformance stress's and the removal races' too).
-asan_test forest-masstree --test hard_cases -- scans_during_ shift_under_readers
+asan_test forest-masstree --test it -- scans_during_splits_and_new_layers hard_cases::sorted_nodes_shift
 asan_test forest-lockbtree --test conformance -- stress_
 asan_test forest-lockbtree --test structure -- concurrent
 asan_test forest-bwtree --features pause-points --lib --test pause_points --test stress \

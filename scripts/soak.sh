@@ -20,8 +20,8 @@ run() {
 }
 
 echo "== store: SIGKILL cycles ($store_kills per engine x mode)"
-FOREST_KILL_CYCLES=$store_kills run -p forest-store --test crash_kill
+FOREST_KILL_CYCLES=$store_kills run -p forest-store --test it -E "test(crash_kill::)"
 echo "== forest serve: SIGKILL cycles ($serve_kills per engine x mode x pipelining)"
-FOREST_KILL_CYCLES=$serve_kills run -p forest --test serve_crash
+FOREST_KILL_CYCLES=$serve_kills run -p forest --test it -E "test(serve_crash::)"
 echo "== store: simulated power losses while writing ($power_losses)"
-FOREST_POWER_LOSS_CYCLES=$power_losses run -p forest-store --test power_loss
+FOREST_POWER_LOSS_CYCLES=$power_losses run -p forest-store --test it -E "test(power_loss::)"

@@ -8,6 +8,9 @@
 //! passed, and always runs at least [`ROUNDS_MIN`]. The default keeps the crate's `ci`-profile
 //! run near one minute; set e.g. `FOREST_STRESS_SECONDS=600` for a soak. A watchdog fails the
 //! process if a test is still running [`STALL_SECONDS_MAX`] seconds past that bound.
+//! `FOREST_STRESS_KEYS` (default [`KEY_COUNT_DEFAULT`]) sets the keys the writers share; the
+//! AddressSanitizer run (scripts/memcheck.sh) takes fewer, since its [`ROUNDS_MIN`] rounds of
+//! the default took 15 s a test there.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
 
 use std::ops::{Bound, ControlFlow};
@@ -19,7 +22,17 @@ use forest_bwtree::{counter_names, BwTree, BwTreeConfig};
 use forest_core::stats::names;
 use forest_core::{Index, Order};
 
-const KEY_COUNT: u32 = 20_000;
+const KEY_COUNT_DEFAULT: u32 = 20_000;
+
+/// The keys the writers share (see the crate doc above).
+fn key_count() -> u32 {
+    match std::env::var("FOREST_STRESS_KEYS") {
+        Ok(text) => text
+            .parse()
+            .unwrap_or_else(|_| panic!("FOREST_STRESS_KEYS={text:?} is not a whole number")),
+        Err(_) => KEY_COUNT_DEFAULT,
+    }
+}
 /// Rounds every writer runs whatever the time bound: both drain orders, at least once.
 const ROUNDS_MIN: u32 = 2;
 /// Seconds of rounds per test unless `FOREST_STRESS_SECONDS` says otherwise: two tests of
@@ -120,11 +133,12 @@ fn fill_and_drain(config: BwTreeConfig) {
             })
         })
         .collect();
+    let key_count = key_count();
     let writers: Vec<_> = (0..threads)
         .map(|t| {
             let tree = Arc::clone(&tree);
             std::thread::spawn(move || {
-                let mine: Vec<[u8; 4]> = (0..KEY_COUNT)
+                let mine: Vec<[u8; 4]> = (0..key_count)
                     .filter(|k| k % threads == t)
                     .map(u32::to_be_bytes)
                     .collect();

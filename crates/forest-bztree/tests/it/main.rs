@@ -1,0 +1,14 @@
+//! forest-bztree's integration tests in one binary: each module is one test file (a binary per
+//! file instantiated the engines' generic code again for each, which cost CI minutes of build).
+//! One file's tests: `cargo test -p forest-bztree --test it -- NAME::`.
+
+mod common;
+mod conformance;
+mod conformance_pm;
+mod file_lock;
+mod kill;
+mod pause_points;
+mod persistent;
+mod power_loss;
+mod reuse_race;
+mod structure;

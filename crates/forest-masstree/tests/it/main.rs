@@ -1,0 +1,13 @@
+//! forest-masstree's integration tests in one binary: each module is one test file (a binary per
+//! file instantiated the engines' generic code again for each, which cost CI minutes of build).
+//! One file's tests: `cargo test -p forest-masstree --test it -- NAME::`.
+
+mod cleared_links;
+mod columns;
+mod conformance;
+mod hard_cases;
+mod memcheck_poison;
+mod pause_points;
+mod removal;
+mod review13_refs;
+mod scan_batches;

@@ -1,0 +1,20 @@
+//! forest-server's integration tests in one binary: each module is one test file (a binary per file
+//! compiled the shared helpers and dependencies' generic code again for each, which cost CI
+//! minutes of build). One file's tests: `cargo test -p forest-server --test it -- NAME::`.
+
+mod blocking;
+mod client_libraries;
+mod collection_reads;
+mod common;
+mod frame_proptest;
+mod multi_key_collections;
+mod protocol_doc;
+mod pubsub;
+mod range;
+mod redis_benchmark;
+mod scripting;
+mod server;
+mod stream_blocking;
+mod streams;
+mod string_keyspace;
+mod transactions;

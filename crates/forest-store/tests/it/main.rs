@@ -1,0 +1,18 @@
+//! forest-store's integration tests in one binary: each module is one test file (a binary per
+//! file instantiated the engines' generic code again for each, which cost CI minutes of build).
+//! One file's tests: `cargo test -p forest-store --test it -- NAME::`.
+
+mod batch;
+mod bztree_pm;
+mod correctness;
+mod crash_kill;
+mod crash_sim;
+mod decode_proptest;
+mod power_loss;
+mod review13_meta;
+mod review_bzstore;
+mod review_regressions;
+mod review_scan_gate;
+mod scan_batches;
+mod store;
+mod verify;

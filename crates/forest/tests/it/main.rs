@@ -1,0 +1,17 @@
+//! forest's integration tests in one binary: each module is one test file (a binary per file
+//! compiled the shared helpers and dependencies' generic code again for each, which cost CI
+//! minutes of build). One file's tests: `cargo test -p forest --test it -- NAME::`.
+
+mod cli;
+mod common;
+mod serve_blocking_crash;
+mod serve_collections;
+mod serve_commands;
+mod serve_crash;
+mod serve_durability;
+mod serve_expiry;
+mod serve_multi_key_crash;
+mod serve_ranges;
+mod serve_raw;
+mod serve_redis_tools;
+mod serve_transactions;
