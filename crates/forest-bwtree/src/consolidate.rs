@@ -12,11 +12,12 @@
 //! takes a fast path that copies the base page's unchanged runs wholesale
 //! ([`BasePage::with_edits`]) instead of folding a view record by record.
 
-use crossbeam_epoch::{Guard, Shared};
+use crossbeam_epoch::{Guard, Owned, Shared};
+use forest_llama::flush::FlushDelta;
 use forest_llama::Pid;
 
 use crate::base_page::{key_cmp, key_eq, key_prefix, BasePage, Edit};
-use crate::delta::{Kind, Node};
+use crate::delta::{Kind, Lsn48, Node, Record};
 use crate::BwTree;
 
 /// A page's records at one state, borrowed from the chain.
@@ -27,10 +28,31 @@ pub(crate) struct View<'g> {
     pub(crate) side_link: Pid,
 }
 
+/// A record delta left out of a view because its LSN is above the ESL the view was taken at
+/// (Bw-tree §V-A).
+#[derive(Clone, Copy)]
+pub(crate) struct Held<'g> {
+    pub(crate) key: &'g [u8],
+    /// The value, `None` for a delete.
+    pub(crate) value: Option<&'g [u8]>,
+    pub(crate) lsn: u64,
+}
+
 /// Folds the chain from `node` into a sorted view.
 pub(crate) fn view(node: &Node) -> View<'_> {
+    view_at(node, u64::MAX).0
+}
+
+/// Folds the chain from `node` into a sorted view of the record deltas with LSN <= `esl`
+/// (and every other delta), and returns every record delta with LSN above `esl` apart,
+/// newest first (§V-A: consolidation and flushes keep those out). All of them, not the
+/// newest per key: a later ESL between two held LSNs of one key needs the older one. Per
+/// key, LSN order is chain order (the store orders two writes of a key), so a key's held
+/// deltas are newer than all of its deltas in the view.
+pub(crate) fn view_at(node: &Node, esl: u64) -> (View<'_>, Vec<Held<'_>>) {
     // Newest first: (key, value or None for a delete).
     let mut deltas: Vec<(&[u8], Option<&[u8]>)> = Vec::with_capacity(node.delta_count as usize);
+    let mut held: Vec<Held<'_>> = Vec::new();
     // The page's bounds come from the newest split or merge delta, else the base page.
     let (high, side_link) = node.bounds();
     // Entries older than a split or merge delta hold only keys below its separator: the rest
@@ -46,7 +68,7 @@ pub(crate) fn view(node: &Node) -> View<'_> {
             Kind::Base(page) => break page,
             Kind::Insert(r) | Kind::Modify(r) => Some((r.key(), Some(r.value()))),
             Kind::IndexTerm { term, .. } => Some((term.key(), Some(term.value()))),
-            Kind::Delete(key) => Some((&**key, None)),
+            Kind::Delete(key, _) => Some((&**key, None)),
             Kind::IndexTermDelete { separator, .. } => Some((&**separator, None)),
             Kind::Split { separator, .. } => {
                 if below(separator, limit) {
@@ -57,23 +79,30 @@ pub(crate) fn view(node: &Node) -> View<'_> {
             // The absorbed page's records are older than the deltas above the merge and
             // disjoint from those below it (§IV-B: its state "is now logically part of L").
             Kind::NodeMerge(merge) => {
-                let right = view(merge.right()).records;
+                let (right, right_held) = view_at(merge.right(), esl);
                 deltas.extend(
                     right
+                        .records
                         .into_iter()
                         .filter(|(k, _)| below(k, limit))
                         .map(|(k, v)| (k, Some(v))),
                 );
+                held.extend(right_held.into_iter().filter(|h| below(h.key, limit)));
                 if below(&merge.separator, limit) {
                     limit = Some(&merge.separator);
                 }
                 None
             }
-            Kind::RemoveNode { .. } => None,
+            Kind::RemoveNode { .. } | Kind::Flush(_) => None,
         };
         if let Some((key, value)) = entry {
             if below(key, limit) {
-                deltas.push((key, value));
+                let lsn = current.lsn();
+                if lsn > esl {
+                    held.push(Held { key, value, lsn });
+                } else {
+                    deltas.push((key, value));
+                }
             }
         }
         current = current.next().expect("a chain ends in a base page");
@@ -113,19 +142,97 @@ pub(crate) fn view(node: &Node) -> View<'_> {
         records.push((bk, bv));
     });
     records.extend(d.filter_map(|(dk, dv)| Some((dk, dv?))));
-    View {
+    let view = View {
         records,
         low: base.low(),
         high,
         side_link,
+    };
+    (view, held)
+}
+
+/// The newest flush delta of the chain from `node` if a consolidation at `esl` folds only
+/// deltas that flushes already wrote, so that the new base page equals the page's LSS state
+/// and the flush delta may sit on it (the next flush stays incremental). `None` if the chain
+/// has no flush delta, holds a structure delta (not a plain leaf chain), or would fold a
+/// delta no flush wrote: one above the newest flush delta, or one below it that it held
+/// back (LSN above its ESL, kept in its annotation) and that is now at or below `esl`.
+pub(crate) fn clean_flush(node: &Node, esl: u64) -> Option<FlushDelta> {
+    let mut flushed: Option<FlushDelta> = None;
+    let mut current = node;
+    loop {
+        match &current.kind {
+            Kind::Base(_) => return flushed,
+            Kind::Insert(_) | Kind::Modify(_) | Kind::Delete(..) => {
+                let lsn = current.lsn();
+                let unflushed = flushed.is_none_or(|f| lsn > f.annotation);
+                if unflushed && lsn <= esl {
+                    return None;
+                }
+            }
+            Kind::Flush(f) => {
+                flushed.get_or_insert(*f);
+            }
+            _ => return None,
+        }
+        current = current.next()?;
     }
+}
+
+/// A new page state: `page` (at `level`), topped by a flush delta for `flushed` if given,
+/// then by the `held` deltas (newest first, as [`view_at`] returns them; installed oldest
+/// first, so the newest ends on top). A held write becomes an insert or a modify as its key
+/// is absent or present at that point; a held delete of an absent key changes nothing at any
+/// ESL and is dropped.
+pub(crate) fn build_state(
+    level: u32,
+    page: BasePage,
+    flushed: Option<FlushDelta>,
+    held: &[Held<'_>],
+) -> Owned<Node> {
+    // Each node is leaked into the next one, which owns it from then on (`gc.rs` frees the
+    // chain as a whole, or `drop_unpublished` if it is never installed).
+    fn push(top: Box<Node>, record_count: u32, kind: Kind) -> Box<Node> {
+        let below: &Node = Box::leak(top);
+        Box::new(Node::delta(below, record_count, kind))
+    }
+    let mut count = u32::try_from(page.len()).expect("page record count fits u32");
+    // Whether each held key is on the page below the delta about to be pushed.
+    let mut present: std::collections::BTreeMap<&[u8], bool> = held
+        .iter()
+        .map(|h| (h.key, page.search(h.key).is_ok()))
+        .collect();
+    let mut top = Box::new(Node::base(level, page));
+    if let Some(f) = flushed {
+        top = push(top, count, Kind::Flush(f));
+    }
+    for h in held.iter().rev() {
+        let here = present
+            .get_mut(h.key)
+            .expect("every held key was looked up");
+        let was_present = std::mem::replace(here, h.value.is_some());
+        let kind = match (h.value, was_present) {
+            (Some(v), true) => Kind::Modify(Record::with_lsn(h.key, v, h.lsn)),
+            (Some(v), false) => {
+                count += 1;
+                Kind::Insert(Record::with_lsn(h.key, v, h.lsn))
+            }
+            (None, true) => {
+                count -= 1;
+                Kind::Delete(h.key.into(), Lsn48::new(h.lsn))
+            }
+            (None, false) => continue,
+        };
+        top = push(top, count, kind);
+    }
+    Owned::from(top)
 }
 
 /// The record deltas of a chain of at most [`EDITS_MAX`] that holds nothing else (the common
 /// leaf case), sorted by key with the newest per key kept, and its base page; `None` for any
 /// other chain. Gathered on the stack: a consolidation follows most writes on small pages
 /// (readers' threshold), so it allocates nothing but the new page.
-fn record_edits(node: &Node) -> Option<(&BasePage, Edits<'_>)> {
+fn record_edits(node: &Node, esl: u64) -> Option<(&BasePage, Edits<'_>)> {
     if node.delta_count as usize > EDITS_MAX {
         return None;
     }
@@ -138,9 +245,12 @@ fn record_edits(node: &Node) -> Option<(&BasePage, Edits<'_>)> {
         let edit = match &current.kind {
             Kind::Base(page) => break page,
             Kind::Insert(r) | Kind::Modify(r) => (r.key(), Some(r.value())),
-            Kind::Delete(key) => (&key[..], None),
+            Kind::Delete(key, _) => (&key[..], None),
             _ => return None,
         };
+        if current.lsn() > esl {
+            return None; // held above ESL: the folding path keeps it on top
+        }
         // delta_count bounds the chain's length, checked above.
         edits.items[edits.len] = edit;
         edits.len += 1;
@@ -265,26 +375,35 @@ impl BwTree {
         if node.delta_count <= threshold || matches!(node.kind, Kind::RemoveNode { .. }) {
             return None;
         }
-        let page = match record_edits(node) {
+        // Read after the state: ESL only grows, so it is at least any flush delta's in it.
+        let esl = self.esl();
+        let page = match record_edits(node, esl) {
             Some((base, edits)) => base.with_edits(&edits),
             None => None,
         };
-        let page = page.unwrap_or_else(|| {
-            let v = view(node);
-            BasePage::build(v.low, v.high, v.side_link, v.records.iter().copied())
-        });
-        debug_assert_eq!(page.len(), node.record_count as usize);
-        let base = Node::base(node.level, page).into_owned();
+        let new_state = match page {
+            Some(page) => {
+                debug_assert_eq!(page.len(), node.record_count as usize);
+                Node::base(node.level, page).into_owned()
+            }
+            None => {
+                // §V-A: only deltas with LSN <= ESL are folded; the rest stay on top.
+                let (v, held) = view_at(node, esl);
+                let page = BasePage::build(v.low, v.high, v.side_link, v.records.iter().copied());
+                build_state(node.level, page, clean_flush(node, esl), &held)
+            }
+        };
+        debug_assert_eq!(new_state.record_count, node.record_count);
         self.stats.consolidate_attempts.incr();
         self.stats.cas_attempts.incr();
-        match self.table.update_r(pid, state, base, guard) {
+        match self.table.update_r(pid, state, new_state, guard) {
             Ok(installed) => {
                 self.stats.consolidations.incr();
                 Some(installed)
             }
             Err((abandoned, _)) => {
                 // §III-B: "the thread abandons the operation by deallocating the new page".
-                drop(abandoned);
+                crate::gc::drop_unpublished(abandoned);
                 self.stats.failed_consolidates.incr();
                 self.stats.cas_failures.incr();
                 None
@@ -315,7 +434,11 @@ mod tests {
         );
         let d1 = Box::new(Node::delta(&base, 5, Kind::Insert(Record::new(b"b", b"2"))));
         let d2 = Box::new(Node::delta(&d1, 5, Kind::Modify(Record::new(b"c", b"33"))));
-        let d3 = Box::new(Node::delta(&d2, 4, Kind::Delete(b"a".as_slice().into())));
+        let d3 = Box::new(Node::delta(
+            &d2,
+            4,
+            Kind::Delete(b"a".as_slice().into(), Default::default()),
+        ));
         let d4 = Box::new(Node::delta(&d3, 5, Kind::Insert(Record::new(b"a", b"11"))));
         let d5 = Box::new(Node::delta(
             &d4,
@@ -363,7 +486,10 @@ mod tests {
                 let present = crate::get::lookup_found(top, &key).is_some();
                 let count = top.record_count;
                 let (kind, count) = match (next(3), present) {
-                    (0, true) => (Kind::Delete(key.as_slice().into()), count - 1),
+                    (0, true) => (
+                        Kind::Delete(key.as_slice().into(), Default::default()),
+                        count - 1,
+                    ),
                     (_, true) => (Kind::Modify(Record::new(&key, &[7; 8])), count),
                     (_, false) => (Kind::Insert(Record::new(&key, &key)), count + 1),
                 };
@@ -373,7 +499,7 @@ mod tests {
             let top = chain.last().expect("a chain");
             let v = view(top);
             let want = BasePage::build(v.low, v.high, v.side_link, v.records.iter().copied());
-            let (base, edits) = record_edits(top).expect("record deltas only");
+            let (base, edits) = record_edits(top, u64::MAX).expect("record deltas only");
             match base.with_edits(&edits) {
                 Some(got) => {
                     fast += 1;
@@ -429,7 +555,7 @@ mod tests {
         let right_del = Box::new(Node::delta(
             &right_mod,
             1,
-            Kind::Delete(b"d".as_slice().into()),
+            Kind::Delete(b"d".as_slice().into(), Default::default()),
         ));
         let merge = NodeMerge::new(b"c", &right_del, None, 11);
         let merged = Box::new(Node::delta(&split, 3, Kind::NodeMerge(merge)));

@@ -13,6 +13,11 @@
 //! | `RemoveNode` | any | the page is being merged into its left sibling (§IV-B "Marking for Delete"); once `committed`, the merge can no longer be withdrawn (merge.rs) |
 //! | `NodeMerge` | any | the right sibling's state is part of this page from separator up (§IV-B "Merging Children") |
 //! | `IndexTermDelete` | index | separator is no longer a boundary: its keys belong to the child left of it (§IV-B "Parent Update") |
+//! | `Flush` | any | the state below was written to the LSS at an address (§V-B, TSBw §II-D; flush.rs) |
+//!
+//! Insert, modify and delete deltas carry the LSN of their update (§III-A: "All update deltas
+//! contain an LSN provided by the client"; 0 when the caller gave none), in 48 bits kept in
+//! the record's padding so that a delta stays one 64-byte node ([`LSN_MAX`]).
 //!
 //! Invariants:
 //! - A node is immutable once published by a CAS or by `install_new`.
@@ -34,9 +39,36 @@
 //! `right` are dereferenced; both are sound by the ownership invariants above for as long as
 //! the state they are reached from is (a guard keeps it: `gc.rs`).
 
+use forest_llama::flush::FlushDelta;
 use forest_llama::Pid;
 
 use crate::base_page::{copy_bytes, BasePage};
+
+/// The largest LSN a delta holds: 2^48 - 1 (28 years of a million updates a second).
+pub const LSN_MAX: u64 = (1 << 48) - 1;
+
+/// An LSN in 48 bits, 2-byte aligned, so it fills a record's padding (see [`Record`]).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Lsn48([u16; 3]);
+const _: () = assert!(std::mem::size_of::<Lsn48>() == 6);
+
+impl Lsn48 {
+    /// `lsn`, which the caller checked against [`LSN_MAX`].
+    pub(crate) fn new(lsn: u64) -> Self {
+        debug_assert!(lsn <= LSN_MAX, "LSN {lsn} above LSN_MAX");
+        let b = lsn.to_le_bytes();
+        Self([
+            u16::from_le_bytes([b[0], b[1]]),
+            u16::from_le_bytes([b[2], b[3]]),
+            u16::from_le_bytes([b[4], b[5]]),
+        ])
+    }
+
+    pub(crate) fn get(self) -> u64 {
+        let [a, b, c] = self.0.map(u16::to_le_bytes);
+        u64::from_le_bytes([a[0], a[1], b[0], b[1], c[0], c[1], 0, 0])
+    }
+}
 
 /// One element of a page state.
 pub(crate) struct Node {
@@ -98,7 +130,7 @@ pub(crate) enum Kind {
     Base(BasePage),
     Insert(Record),
     Modify(Record),
-    Delete(Bytes),
+    Delete(Bytes, Lsn48),
     Split {
         separator: Box<[u8]>,
         side_link: Pid,
@@ -116,6 +148,9 @@ pub(crate) enum Kind {
     IndexTermDelete {
         separator: Box<[u8]>,
     },
+    /// The state below was flushed (flush.rs): the piece's address, the highest LSN in it,
+    /// and as annotation the ESL the flush used.
+    Flush(FlushDelta),
 }
 
 /// A node merge delta: the removed right sibling's frozen state, now part of this page.
@@ -221,20 +256,36 @@ impl From<&[u8]> for Bytes {
     }
 }
 
-/// A key and value in one byte string (inline in the node when short).
+/// A key and value in one byte string (inline in the node when short), and the LSN of the
+/// update that wrote it (0: none; index entries have none).
 pub(crate) struct Record {
     bytes: Bytes,
     key_len: u16,
+    lsn: Lsn48,
 }
+// The LSN lives in the padding: a record is as large as without it.
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<Record>() == 32);
 // Key lengths fit the u16 of `Record::key_len` and of a base page slot.
 const _: () = assert!(forest_core::limits::KEY_BYTES_MAX <= u16::MAX as usize);
 
 impl Record {
     pub(crate) fn new(key: &[u8], value: &[u8]) -> Self {
+        Self::with_lsn(key, value, 0)
+    }
+
+    /// A record written by the update with LSN `lsn` (at most [`LSN_MAX`]).
+    pub(crate) fn with_lsn(key: &[u8], value: &[u8], lsn: u64) -> Self {
         Self {
             bytes: Bytes::concat([key, value]),
             key_len: u16::try_from(key.len()).expect("key length within KEY_BYTES_MAX"),
+            lsn: Lsn48::new(lsn),
         }
+    }
+
+    #[inline]
+    pub(crate) fn lsn(&self) -> u64 {
+        self.lsn.get()
     }
 
     #[inline]
@@ -321,13 +372,23 @@ impl Node {
         }
     }
 
+    /// The LSN of a record update delta (insert, modify, delete); 0 for any other node.
+    #[inline]
+    pub(crate) fn lsn(&self) -> u64 {
+        match &self.kind {
+            Kind::Insert(r) | Kind::Modify(r) => r.lsn(),
+            Kind::Delete(_, lsn) => lsn.get(),
+            _ => 0,
+        }
+    }
+
     /// Bytes this node takes, alone.
     pub(crate) fn own_bytes(&self) -> usize {
         std::mem::size_of::<Self>()
             + match &self.kind {
                 Kind::Base(page) => page.heap_bytes(),
                 Kind::Insert(r) | Kind::Modify(r) => r.bytes.heap_bytes(),
-                Kind::Delete(key) => key.heap_bytes(),
+                Kind::Delete(key, _) => key.heap_bytes(),
                 Kind::Split { separator, .. } => separator.len(),
                 Kind::IndexTerm { term, high } => {
                     std::mem::size_of::<Record>()
@@ -342,6 +403,7 @@ impl Node {
                         + merge.right().chain_bytes()
                 }
                 Kind::IndexTermDelete { separator } => separator.len(),
+                Kind::Flush(_) => 0,
             }
     }
 

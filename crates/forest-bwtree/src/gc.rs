@@ -164,6 +164,15 @@ fn recycle(node: Box<Node>) {
     }
 }
 
+/// Frees a chain built for an install whose CAS failed (a consolidation's new base page with
+/// the deltas kept on top of it): never published, so no epoch is needed.
+pub(crate) fn drop_unpublished(state: crossbeam_epoch::Owned<Node>) {
+    let ptr = Box::into_raw(state.into_box());
+    // SAFETY: the chain was built by this thread and never published; each node is owned by
+    // the one above it (or by `state` for the first), so it is freed once here.
+    unsafe { free_chain(ptr) }
+}
+
 /// Frees `ptr` and the chain it owns.
 ///
 /// # Safety

@@ -135,7 +135,11 @@ pub(crate) fn route<'g>(node: &'g Node, target: Target<'_>) -> Route<'g> {
                 );
                 return Route::Child(decode_pid(page.value(count.saturating_sub(1))));
             }
-            Kind::Insert(_) | Kind::Modify(_) | Kind::Delete(_) | Kind::RemoveNode { .. } => {}
+            Kind::Insert(_)
+            | Kind::Modify(_)
+            | Kind::Delete(..)
+            | Kind::RemoveNode { .. }
+            | Kind::Flush(_) => {}
         }
         current = current.next().expect("a chain ends in a base page");
     }
@@ -182,7 +186,7 @@ pub(crate) fn lookup<'g>(node: &'g Node, key: &[u8]) -> Lookup<'g> {
             Kind::Insert(r) | Kind::Modify(r) if key_eq(r.key(), key) => {
                 return Lookup::Found(r.value())
             }
-            Kind::Delete(k) if key_eq(k, key) => return Lookup::Absent,
+            Kind::Delete(k, _) if key_eq(k, key) => return Lookup::Absent,
             Kind::Split {
                 separator,
                 side_link,

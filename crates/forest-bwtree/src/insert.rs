@@ -11,7 +11,7 @@
 //! (§IV-A), merges it if it has shrunk below the merge threshold (§IV-B), or consolidates it
 //! if the chain is long (§III-B).
 
-use crate::delta::{Kind, Node, Record};
+use crate::delta::{Kind, Lsn48, Node, Record};
 use crate::gc::node_ref;
 use crate::get::{lookup, Lookup, Path};
 use crate::BwTree;
@@ -31,6 +31,12 @@ pub(crate) enum Write<'a> {
 impl BwTree {
     /// Applies `write` to `key`; returns whether it changed the tree.
     pub(crate) fn write(&self, key: &[u8], write: Write<'_>) -> bool {
+        self.write_lsn(key, write, 0)
+    }
+
+    /// Applies `write` to `key` with the delta tagged `lsn` (at most
+    /// [`crate::delta::LSN_MAX`], checked by the caller); returns whether it changed the tree.
+    pub(crate) fn write_lsn(&self, key: &[u8], write: Write<'_>, lsn: u64) -> bool {
         let guard = &crossbeam_epoch::pin();
         let mut path = Path::new();
         // The delta's payload is built once and kept across retries.
@@ -56,14 +62,17 @@ impl BwTree {
                         return false;
                     }
                     (Write::Insert(v) | Write::Upsert(v), false) => (
-                        Kind::Insert(take_record(&mut payload, key, v)),
+                        Kind::Insert(take_record(&mut payload, key, v, lsn)),
                         node.record_count + 1,
                     ),
                     (Write::Upsert(v) | Write::Update(v), true) => (
-                        Kind::Modify(take_record(&mut payload, key, v)),
+                        Kind::Modify(take_record(&mut payload, key, v, lsn)),
                         node.record_count,
                     ),
-                    (Write::Remove, true) => (Kind::Delete(key.into()), node.record_count - 1),
+                    (Write::Remove, true) => (
+                        Kind::Delete(key.into(), Lsn48::new(lsn)),
+                        node.record_count - 1,
+                    ),
                 };
                 let delta = Node::delta(node, record_count, kind).into_owned();
                 self.stats.update_attempts.incr();
@@ -114,9 +123,9 @@ impl BwTree {
 }
 
 /// The record for a retry: reuses the payload of the failed delta when it had one.
-fn take_record(payload: &mut Option<Kind>, key: &[u8], value: &[u8]) -> Record {
+fn take_record(payload: &mut Option<Kind>, key: &[u8], value: &[u8], lsn: u64) -> Record {
     match payload.take() {
         Some(Kind::Insert(r) | Kind::Modify(r)) => r,
-        _ => Record::new(key, value),
+        _ => Record::with_lsn(key, value, lsn),
     }
 }

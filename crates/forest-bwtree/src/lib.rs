@@ -11,6 +11,7 @@
 //! | `scan.rs` | §III-C range scans with a record vector, both orders; pinned scans in place |
 //! | `split.rs` | §IV-A half split, index-term delta, root split |
 //! | `merge.rs` | §IV-B remove node, index term delete and node merge deltas, root collapse |
+//! | [`flush`] | §V-A LSNs and ESL, §V-B page marshalling and incremental flushing: pieces for LLAMA's Flush (forest-llama `flush.rs`) |
 //! | `gc.rs` | §III-D garbage collection: states read under a guard, chains freed after their epoch drains, node allocations recycled |
 //! | `page_buffers.rs` | §III-B/§III-D: freed base pages' buffers reused by the next consolidations |
 //! | [`memcheck`] | the memory-tool build (`--cfg forest_memcheck`): no recycling, freed memory poisoned |
@@ -51,12 +52,19 @@
 //! - `merge:node-merge-installed`: node merge delta, before the PID is freed;
 //! - `merge:root-remove-installed`: a one-child root frozen, before the root PID swap.
 //!
-//! Not built (the paper's later sections, other issues): LSNs on deltas, flush deltas,
-//! eviction and the log-structured store (§V).
+//! - `flush:reserved` (forest-llama): a flush reserved its piece's room, before its CAS;
+//! - `flush:installed` (forest-llama): its flush delta is installed, before the copy.
+//!
+//! §V (issue 17, increment 2): record deltas carry the caller's LSN ([`BwTree::upsert_with_lsn`]
+//! and its siblings; the [`forest_core::Index`] methods write LSN 0), the ESL comes from an
+//! [`EslSource`], consolidation and splits fold only deltas with LSN <= ESL and keep the rest on
+//! top (§V-A), and [`BwTree::flush_page`] posts a page to the LSS (`flush.rs`). Not built yet:
+//! eviction, reading pages back, cleaning, checkpoints, recovery.
 
 mod base_page;
 mod consolidate;
 mod delta;
+pub mod flush;
 mod gc;
 mod get;
 mod insert;
@@ -67,6 +75,7 @@ mod scan;
 mod split;
 
 use std::ops::Bound;
+use std::sync::Arc;
 
 use crossbeam_epoch::{Guard, Owned};
 use forest_core::limits::KEY_BYTES_MAX;
@@ -193,6 +202,30 @@ pub mod counter_names {
     ];
 }
 
+/// Where a tree reads the ESL, the end of stable log (Bw-tree §V-A: "ESL is an LSN such that
+/// all lower valued LSNs are definitely in the stable log"; here: at or below). The store
+/// publishes it; tests set an atomic. It must never decrease.
+pub trait EslSource: Send + Sync {
+    fn esl(&self) -> u64;
+}
+
+impl EslSource for std::sync::atomic::AtomicU64 {
+    fn esl(&self) -> u64 {
+        self.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+pub use crate::delta::LSN_MAX;
+
+fn check_lsn(lsn: u64) -> Result<()> {
+    if lsn > LSN_MAX {
+        return Err(Error::InvalidUse(format!(
+            "LSN {lsn} is above the Bw-tree's largest, {LSN_MAX} (48 bits)"
+        )));
+    }
+    Ok(())
+}
+
 /// Bits of the root word that hold the root PID; the bits above count root changes.
 ///
 /// The root PID alone would let a CAS succeed after the root went from X to a new root and
@@ -212,6 +245,8 @@ fn root_word_pid(word: u64) -> Pid {
 /// The Bw-tree index.
 pub struct BwTree {
     table: MappingTable<Node>,
+    /// Where the ESL comes from; none: every LSN counts as stable (memory mode).
+    esl: Option<Arc<dyn EslSource>>,
     /// The root word: the root page's PID in the low [`ROOT_PID_BITS`] bits, the number of
     /// root changes above; replaced by a CAS when the root splits or collapses.
     root: AtomicU64,
@@ -280,11 +315,59 @@ impl BwTree {
         table.install_new(root, Owned::new(Node::base(0, leaf)), guard);
         Self {
             table,
+            esl: None,
             root: AtomicU64::new(root),
             config,
             stats: Stats::default(),
             pids_freed: AtomicU64::new(0),
         }
+    }
+
+    /// This tree with its ESL read from `source` (Bw-tree §V-A): consolidations, splits and
+    /// flushes then leave record deltas with LSN above it out of base pages and flushed pieces.
+    /// `source` must only grow.
+    pub fn with_esl_source(mut self, source: Arc<dyn EslSource>) -> Self {
+        self.esl = Some(source);
+        self
+    }
+
+    /// The ESL now: every LSN at or below it is on the stable log (`u64::MAX` without a
+    /// source).
+    #[inline]
+    pub(crate) fn esl(&self) -> u64 {
+        self.esl.as_ref().map_or(u64::MAX, |source| source.esl())
+    }
+
+    /// Insert (only if absent) with the write's LSN (§III-A: "All update deltas contain an
+    /// LSN provided by the client"); at most [`LSN_MAX`], 0 for none.
+    pub fn insert_with_lsn(&self, key: &[u8], value: &[u8], lsn: u64) -> Result<bool> {
+        check_entry(key, value)?;
+        check_lsn(lsn)?;
+        Ok(self.write_lsn(key, Write::Insert(value), lsn))
+    }
+
+    /// Upsert with the write's LSN (see [`Self::insert_with_lsn`]).
+    pub fn upsert_with_lsn(&self, key: &[u8], value: &[u8], lsn: u64) -> Result<()> {
+        check_entry(key, value)?;
+        check_lsn(lsn)?;
+        self.write_lsn(key, Write::Upsert(value), lsn);
+        Ok(())
+    }
+
+    /// Update (only if present) with the write's LSN (see [`Self::insert_with_lsn`]).
+    pub fn update_with_lsn(&self, key: &[u8], value: &[u8], lsn: u64) -> Result<bool> {
+        check_entry(key, value)?;
+        check_lsn(lsn)?;
+        Ok(self.write_lsn(key, Write::Update(value), lsn))
+    }
+
+    /// Remove with the write's LSN (see [`Self::insert_with_lsn`]).
+    pub fn remove_with_lsn(&self, key: &[u8], lsn: u64) -> Result<bool> {
+        check_lsn(lsn)?;
+        if key.len() > KEY_BYTES_MAX {
+            return Ok(false); // as in `remove`
+        }
+        Ok(self.write_lsn(key, Write::Remove, lsn))
     }
 
     /// Frees `pid` (LLAMA Free: its state retired, the PID reused after the epoch), then

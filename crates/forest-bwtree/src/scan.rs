@@ -722,7 +722,7 @@ fn leaf_edits(node: &Node) -> Option<LeafEdits<'_>> {
                 break page;
             }
             Kind::Insert(r) | Kind::Modify(r) => (r.key(), Some(r.value())),
-            Kind::Delete(key) => (&key[..], None),
+            Kind::Delete(key, _) => (&key[..], None),
             Kind::Split { separator, .. } => {
                 if below(separator, limit) {
                     limit = Some(separator);

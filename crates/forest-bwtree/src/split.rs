@@ -25,8 +25,8 @@ use crossbeam_epoch::{Guard, Owned, Shared};
 use forest_core::pause::pause_point;
 use forest_llama::Pid;
 
-use crate::base_page::{BasePage, NO_PID};
-use crate::consolidate::view;
+use crate::base_page::{key_cmp, BasePage, NO_PID};
+use crate::consolidate::{build_state, view, view_at};
 use crate::delta::{Kind, Node, Record};
 use crate::gc::{node_ref, read_node};
 use crate::get::{route, Path, Route, Target};
@@ -50,21 +50,43 @@ impl BwTree {
                 self.stats.smo_helps.incr();
             }
         }
-        let v = view(node);
-        if v.records.len() < 2 {
+        // §V-A: Q's base page holds only records with LSN <= ESL; deltas above ESL stay
+        // deltas on top of it (the same rule as consolidation's).
+        let (v, held) = view_at(node, self.esl());
+        let full_view;
+        let full = if held.is_empty() {
+            &v
+        } else {
+            full_view = view(node);
+            &full_view
+        };
+        if full.records.len() < 2 {
             return;
         }
-        let middle = v.records.len() / 2;
-        let separator = v.records[middle].0;
+        let middle = full.records.len() / 2;
+        let separator = full.records[middle].0;
+        let first_right = v
+            .records
+            .partition_point(|(k, _)| key_cmp(k, separator).is_lt());
         let right = BasePage::build(
             separator,
             v.high,
             v.side_link,
-            v.records[middle..].iter().copied(),
+            v.records[first_right..].iter().copied(),
         );
+        let q_state = if held.is_empty() {
+            Owned::new(Node::base(node.level, right))
+        } else {
+            let held_right: Vec<_> = held
+                .iter()
+                .filter(|h| key_cmp(h.key, separator).is_ge())
+                .copied()
+                .collect();
+            build_state(node.level, right, None, &held_right)
+        };
+        debug_assert_eq!(q_state.record_count as usize, full.records.len() - middle);
         let q = self.table.allocate();
-        self.table
-            .install_new(q, Owned::new(Node::base(node.level, right)), guard);
+        self.table.install_new(q, q_state, guard);
         let kind = Kind::Split {
             separator: separator.into(),
             side_link: q,

@@ -5,6 +5,7 @@
 //! |--------|-------|
 //! | [`mapping_table`] | §II-B mapping table; TSBw §II-C Allocate, Free, Read, Update-D, Update-R; §III-D epochs for states and PIDs |
 //! | [`page_state`] | §II-B: a word holds a memory pointer or (later issue) a storage offset |
+//! | [`flush`] | TSBw §II-D Flush: reserve, CAS the flush delta, copy the piece or write a failed-flush filler; §V-B page marshalling is the access method's |
 //! | [`lss`] | §II-E, §V-B, §VIII-B; TSBw §II-D: the log-structured store (segment files, records, the latch-free flush buffer, Mk-Stable, Hi-Stable) |
 //!
 //! The access method (forest-bwtree) owns the meaning of a page state: this crate only stores
@@ -13,6 +14,7 @@
 //! is the storage layer under flushing, eviction, cleaning and recovery, which later
 //! increments of issue 17 build on it.
 
+pub mod flush;
 pub mod lss;
 pub mod mapping_table;
 pub mod page_state;
