@@ -8,7 +8,14 @@
 //! time of level L's active splits, or, when none is active, the newest split time the list
 //! ever held (level 0; see below for index levels). Every later level-L split registers a
 //! time at or after it, so every level-L term still to be posted is at or after the index
-//! page's split time.
+//! page's split time. Forest reads only the active splits whose keys lie in the index page's
+//! key range: an entry's key is its term's key, so the others' terms go to other pages (the
+//! paper keeps the key in each entry but bounds by the whole level; under load, one thread
+//! descheduled inside a split then held back every index page of the level). It also leaves
+//! out an entry whose page has since started at a later time (another split of that page got
+//! in first): that split's CAS is on a state that is gone, so it will fail and post nothing;
+//! otherwise a thread descheduled between registering and its CAS held its index page's
+//! split time back while the page's other writers went on splitting the page.
 //!
 //! **Entries.** `⟨next, key, timestamp, PID⟩` as in the paper: the page's low key, the split
 //! time and the page's PID (forest's time split keeps the current page's PID, so these are the
@@ -54,8 +61,6 @@ pub(crate) const CONSOLIDATE_AT: usize = 8;
 
 /// One active time split: the fields of the index term it will post.
 pub(crate) struct Entry {
-    // The paper's field: read by no one in memory; the persisted form will need it.
-    #[allow(dead_code)]
     pub key: Box<[u8]>,
     pub ts: u64,
     pub pid: Pid,
@@ -145,10 +150,12 @@ impl SplitList {
         (shared, header)
     }
 
-    /// The latest time at which a page one level up may split (module doc): the smallest
-    /// time of the active splits, else the newest time an ordered list ever held (an
-    /// unordered one bounds nothing then: [`u64::MAX`]).
-    pub fn bound(&self) -> u64 {
+    /// The latest time at which a page one level up with key range `[low, high)` may split
+    /// (module doc): the smallest time of the active splits whose keys (so whose terms) fall
+    /// in that range, leaving out those that `doomed(pid, ts)` says can no longer install;
+    /// else the newest time an ordered list ever held (an unordered one bounds nothing then:
+    /// [`u64::MAX`]).
+    pub fn bound(&self, low: &[u8], high: Option<&[u8]>, doomed: impl Fn(Pid, u64) -> bool) -> u64 {
         let guard = &crossbeam_epoch::pin();
         let (_, header) = self.header(guard);
         let idle = if self.ordered {
@@ -159,6 +166,8 @@ impl SplitList {
         header
             .links()
             .filter(|l| !l.entry.deleted.load(Ordering::Acquire))
+            .filter(|l| *l.entry.key >= *low && high.is_none_or(|h| *l.entry.key < *h))
+            .filter(|l| !doomed(l.entry.pid, l.entry.ts))
             .map(|l| l.entry.ts)
             .min()
             .unwrap_or(idle)
@@ -270,14 +279,18 @@ mod tests {
     #[test]
     fn bound_is_the_oldest_active_split_else_the_newest_ever() {
         let list = SplitList::new(true);
-        assert_eq!(list.bound(), 0);
+        assert_eq!(list.bound(b"", None, |_, _| false), 0);
         let a = list.begin(b"a", 1, || Some(10)).expect("in order");
         let b = list.begin(b"b", 2, || Some(20)).expect("in order");
-        assert_eq!(list.bound(), 10);
+        assert_eq!(list.bound(b"", None, |_, _| false), 10);
         a.finish();
-        assert_eq!(list.bound(), 20);
+        assert_eq!(list.bound(b"", None, |_, _| false), 20);
         b.finish();
-        assert_eq!(list.bound(), 20, "empty: the newest time it held");
+        assert_eq!(
+            list.bound(b"", None, |_, _| false),
+            20,
+            "empty: the newest time it held"
+        );
         assert!(list.begin(b"c", 3, || Some(15)).is_none(), "out of order");
         assert!(list.begin(b"c", 3, || None).is_none());
     }
@@ -285,14 +298,35 @@ mod tests {
     #[test]
     fn an_unordered_list_takes_any_time_and_bounds_only_while_active() {
         let list = SplitList::new(false);
-        assert_eq!(list.bound(), u64::MAX);
+        assert_eq!(list.bound(b"", None, |_, _| false), u64::MAX);
         let a = list.begin(b"a", 1, || Some(20)).expect("any order");
         let b = list.begin(b"b", 2, || Some(10)).expect("any order");
-        assert_eq!(list.bound(), 10);
+        assert_eq!(list.bound(b"", None, |_, _| false), 10);
         b.finish();
-        assert_eq!(list.bound(), 20);
+        assert_eq!(list.bound(b"", None, |_, _| false), 20);
         a.finish();
-        assert_eq!(list.bound(), u64::MAX);
+        assert_eq!(list.bound(b"", None, |_, _| false), u64::MAX);
+    }
+
+    #[test]
+    fn bound_reads_only_the_splits_whose_keys_are_in_range() {
+        let list = SplitList::new(true);
+        let _a = list.begin(b"a", 1, || Some(10)).expect("in order");
+        let _m = list.begin(b"m", 2, || Some(20)).expect("in order");
+        assert_eq!(list.bound(b"", None, |_, _| false), 10);
+        assert_eq!(list.bound(b"b", None, |_, _| false), 20);
+        assert_eq!(list.bound(b"", Some(b"m"), |_, _| false), 10);
+        assert_eq!(
+            list.bound(b"b", Some(b"m"), |_, _| false),
+            20,
+            "none active here: the newest"
+        );
+        assert_eq!(list.bound(b"m", Some(b"n"), |_, _| false), 20);
+        assert_eq!(
+            list.bound(b"", None, |pid, _| pid == 1),
+            20,
+            "a doomed one is left out"
+        );
     }
 
     #[test]
@@ -302,12 +336,12 @@ mod tests {
         let _other = list.begin(b"b", 8, || Some(20)).expect("in order");
         list.finish_posted(7, 11);
         assert_eq!(
-            list.bound(),
+            list.bound(b"", None, |_, _| false),
             10,
             "another split of the page is not this one"
         );
         list.finish_posted(7, 10);
-        assert_eq!(list.bound(), 20);
+        assert_eq!(list.bound(b"", None, |_, _| false), 20);
         owner.finish();
         assert_eq!(list.counts(), (1, 2));
     }
@@ -322,9 +356,9 @@ mod tests {
         assert_eq!(list.counts(), (1, 1 + CONSOLIDATE_AT));
         let last = list.begin(b"y", 2, || Some(100)).expect("in order");
         assert_eq!(list.counts(), (2, 2), "the marked ones are gone");
-        assert_eq!(list.bound(), 1);
+        assert_eq!(list.bound(b"", None, |_, _| false), 1);
         keep.finish();
         last.finish();
-        assert_eq!(list.bound(), 100);
+        assert_eq!(list.bound(b"", None, |_, _| false), 100);
     }
 }

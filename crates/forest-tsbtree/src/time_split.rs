@@ -56,9 +56,13 @@
 //! The paper says both "earlier than" and "= min" for the split time; forest takes "= min"
 //! (a term at exactly T belongs to I, whose range `[T, ∞)` includes T).
 //!
-//! An index time split of one key's terms can be pinned: by a split below stopped between its
-//! steps until a writer completes it, and by a child that never time-splits again (its term's
-//! time is the oldest). The page then key-splits if it can, else stays over its limit until a
+//! An index page's split time can be held back by a child whose time split is half done (its
+//! current term still at its old start): an index page over its limit first posts that
+//! split's term (help-along, [`crate::TsbTree::split_index`]), as a writer of the child's keys
+//! would; only the child's own writers reach it otherwise, and a hot key has one writer
+//! whose thread may be descheduled. It can also be held back by a child that never
+//! time-splits again (its term's time is the oldest) and, briefly, by an active split below
+//! in another page. The page then key-splits if it can, else stays over its limit until a
 //! later post.
 
 use crossbeam_epoch::{Guard, Shared};
@@ -162,15 +166,15 @@ impl TsbTree {
     /// `low`): the parent's current term for it moves to the historical page and a new
     /// current term at the split time is added. A root grows a new root over the historical
     /// page and itself, so that as-of searches never walk a root's history links.
-    pub(crate) fn help_time_split(&self, pid: Pid, head: &Node, low: &[u8], guard: &Guard) {
+    pub(crate) fn help_time_split(&self, pid: Pid, head: &Node, low: &[u8], guard: &Guard) -> bool {
         let Some((t, hist)) = newest_time_split(head) else {
-            return;
+            return false;
         };
         let level = head.level;
         loop {
             let Some((ppid, state, parent)) = self.find_node(low, level + 1, guard) else {
                 if self.root_pid() != pid {
-                    return; // a right page whose own term is not posted yet: see below
+                    return false; // a right page whose own term is not posted yet: see below
                 }
                 let entries = vec![
                     Term {
@@ -186,7 +190,7 @@ impl TsbTree {
                 ];
                 if self.install_root(pid, level, entries, guard) {
                     self.split_list(level).finish_posted(pid, t);
-                    return;
+                    return true;
                 }
                 continue; // the root grew meanwhile: post on the new root
             };
@@ -195,11 +199,11 @@ impl TsbTree {
                 // Not this parent's child yet: a right page whose key-split term is pending.
                 // That term is posted with the page's start as it is then, and the history
                 // link covers the times before.
-                return;
+                return false;
             };
             if current.ts >= t || view.entries.iter().any(|e| e.pid == hist) {
                 self.split_list(level).finish_posted(pid, t);
-                return;
+                return false;
             }
             self.check_post(&view, t, current.ts);
             let delta = Node::delta(
@@ -217,7 +221,7 @@ impl TsbTree {
             if self.table.update_d(ppid, state, delta, guard).is_ok() {
                 self.split_list(level).finish_posted(pid, t);
                 self.after_post(ppid, guard);
-                return;
+                return true;
             }
             self.stats.cas_failures.incr();
         }
@@ -247,7 +251,13 @@ impl TsbTree {
     ///   i.e. the smallest time of the page's current terms (each key's latest), so that no
     ///   term leading to a current page is copied into the historical index page (module doc).
     pub(crate) fn index_split_time(&self, level: u32, view: &IndexView) -> u64 {
-        let below = self.split_list(level - 1).bound();
+        let guard = &crossbeam_epoch::pin();
+        let doomed = |pid, ts| {
+            node::read(&self.table, pid, guard).is_some_and(|(_, page)| page::page_start(page) > ts)
+        };
+        let below = self
+            .split_list(level - 1)
+            .bound(&view.low, view.high.as_deref(), doomed);
         let oldest_current = view
             .entries
             .iter()
@@ -270,6 +280,9 @@ impl TsbTree {
             return;
         };
         let view = page::index_view(head);
+        if self.help_oldest_child(&view, guard) {
+            return; // the help posted on this page, and that post split it as needed
+        }
         let max = self.config.max_index_entries;
         let pct = self.config.time_split_percent as usize;
         let t = self.index_split_time(head.level, &view);
@@ -292,6 +305,32 @@ impl TsbTree {
         } else if !self.key_split_index(pid, guard) && movable > 0 {
             self.time_split_index(pid, guard);
         }
+    }
+
+    /// Help-along (Bw-tree §IV-C) for the page's split time: when the oldest current term of
+    /// `view` leads to a child whose time split is half done (the term older than the child's
+    /// start), posts that split's term, which would otherwise hold the page's split time back
+    /// until the split's own thread comes back (no other thread may write the child's keys).
+    /// Returns whether it posted.
+    fn help_oldest_child(&self, view: &IndexView, guard: &Guard) -> bool {
+        let oldest = view
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(i, e)| view.entries.get(i + 1).is_none_or(|n| n.key != e.key))
+            .map(|(_, e)| e)
+            .min_by_key(|e| e.ts);
+        let Some(term) = oldest else {
+            return false;
+        };
+        let Some((_, child)) = node::read(&self.table, term.pid, guard) else {
+            return false;
+        };
+        if page::is_historical(child) || page::page_start(child) <= term.ts {
+            return false;
+        }
+        self.stats.smo_helps.incr();
+        self.help_time_split(term.pid, child, &term.key, guard)
     }
 
     /// Time-splits index page `pid` at [`Self::index_split_time`] (module doc). Returns the
