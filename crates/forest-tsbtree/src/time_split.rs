@@ -37,8 +37,9 @@
 //! **The index split time** ([`crate::TsbTree::index_split_time`]) is the smaller of two
 //! bounds; both keep a historical index page free of any term that could still change:
 //! - §IV-B2 (`split_list.rs`): no later than the smallest split time of the level below's
-//!   active time splits (for leaves, else the newest they had), so a term still to come from below
-//!   is at or after T and goes to the current page I, never to Q.
+//!   active time splits whose terms go to I (for leaves, else the newest they had), so a
+//!   term still to come from below is at or after T and goes to the current page I, never
+//!   to Q.
 //! - The TSB-tree's rule (§IV-A1): no later than the oldest current child's start (the
 //!   smallest time among I's current terms). Forest needs it because the current page keeps
 //!   its PID: the next time split of a child whose current term crossed T would repoint that
@@ -48,9 +49,10 @@
 //!
 //! Every current term's time is its child's start (time terms, key terms and root growth all
 //! post it so), and a child's next split is after its start, so under the second rule every
-//! later term posted on I is at or after T: in forest the second rule implies the first, and
-//! the list is the paper's guard kept alongside (it also pins the bound while a split below is
-//! half done, as `tests/pause_points.rs` shows). [`crate::TsbTree::check_post`] counts any
+//! later term posted on I is at or after T: in forest the second rule implies the first (an
+//! active split's time is after its page's start, so the list never binds below the second
+//! rule), and the list is the paper's guard kept alongside, at one CAS per time split and a
+//! scan of the active splits per index time split. [`crate::TsbTree::check_post`] counts any
 //! term posted before its page's start (`late_terms`, asserted 0 by the tests), and
 //! [`crate::TsbTree::check_structure`] that no historical index page leads to a current page.
 //! The paper says both "earlier than" and "= min" for the split time; forest takes "= min"
@@ -61,9 +63,8 @@
 //! split's term (help-along, [`crate::TsbTree::split_index`]), as a writer of the child's keys
 //! would; only the child's own writers reach it otherwise, and a hot key has one writer
 //! whose thread may be descheduled. It can also be held back by a child that never
-//! time-splits again (its term's time is the oldest) and, briefly, by an active split below
-//! in another page. The page then key-splits if it can, else stays over its limit until a
-//! later post.
+//! time-splits again (its term's time is the oldest). The page then key-splits if it can,
+//! else stays over its limit until a later post.
 
 use crossbeam_epoch::{Guard, Shared};
 use forest_llama::Pid;
