@@ -18,12 +18,18 @@
 //! history when the parent's term for a time split is not posted yet, after consolidation
 //! folded the time-split delta into a base page (the link is in the base), and after a key
 //! split moved versions to a new page (the new page has the link, and the new page holds
-//! every version of its keys since the old page's start). The root grows from a leaf with the
-//! left term at time 0, which the leaf's history links make true.
+//! every version of its keys since the old page's start). A new root's left term starts at
+//! the old root's start, and a term at time 0 to the old root's history link takes the times
+//! before (`key_split.rs`, `time_split.rs`).
 //!
 //! Order of checks at a leaf: key range (side link) before time (history link), because a
 //! historical page covers the key range its page had when it was split, which may be wider
 //! than the page's current range but never narrower than what a search reached it for.
+//!
+//! **Index pages** have time ranges and history links too (`time_split.rs`, index time
+//! splits), and the same order of checks: key range, then time, then the term. So a search at
+//! time `t` that reaches a current index page which time-split after `t` goes on to its
+//! historical index page, whether or not the parent's term for that page is posted yet.
 
 use forest_llama::Pid;
 
@@ -75,34 +81,48 @@ pub(crate) enum Route {
     Child(Term),
     /// Right, through a side link (a split whose term is maybe not posted yet).
     Right(Pid),
+    /// To the page's latest historical index page (`t` is before the page's start).
+    History(Pid),
 }
 
-/// Routes `target` at time `t` through an index state.
+/// Routes `target` at time `t` through an index state: key range first (split deltas, then
+/// the base's high key), then time (the newest index time split, else the base's start and
+/// history link), then the term the rule picks (module doc).
 pub(crate) fn route_index(head: &Node, target: Target<'_>, t: u64) -> Route {
-    // Split deltas first: the newest split has the smallest separator.
+    let mut time: Option<(u64, Option<Pid>)> = None;
+    let mut base = None;
     for n in head.chain() {
-        if let Kind::IndexSplit { sep, q } = &n.kind {
-            if target.goes_right(sep) {
-                return Route::Right(*q);
+        match &n.kind {
+            // The newest split has the smallest separator.
+            Kind::IndexSplit { sep, q } if target.goes_right(sep) => return Route::Right(*q),
+            Kind::IndexTimeSplit { t: split, h } if time.is_none() => {
+                time = Some((*split, Some(*h)));
             }
+            Kind::Index(b) => base = Some(b),
+            _ => {}
         }
     }
-    let pick = |entries: &[Term], high: &Option<Box<[u8]>>, side: Option<Pid>| {
-        if let (Some(high), Some(side)) = (high, side) {
-            if target.goes_right(high) {
-                return Route::Right(side);
-            }
+    let Some(b) = base else {
+        panic!("index chain ends in a non-index base")
+    };
+    if let (Some(high), Some(side)) = (&b.high, b.side) {
+        if target.goes_right(high) {
+            return Route::Right(side);
         }
+    }
+    let (start, history) = time.unwrap_or((b.start, b.history));
+    if let (true, Some(h)) = (t < start, history) {
+        return Route::History(h);
+    }
+    let pick = |entries: &[Term]| {
         let term = select(entries, target, t)
             .unwrap_or_else(|| panic!("index page has no term for {target:?} at {t}"));
         Route::Child(term.clone())
     };
-    match &head.kind {
-        Kind::Index(b) => pick(&b.entries, &b.high, b.side),
-        _ => {
-            let view = page::index_view(head);
-            pick(&view.entries, &view.high, view.side)
-        }
+    if head.next().is_none() {
+        pick(&b.entries)
+    } else {
+        pick(&page::index_view(head).entries)
     }
 }
 

@@ -41,7 +41,7 @@ impl TsbTree {
             let next = if head.level > 0 {
                 match as_of::route_index(head, target, t) {
                     Route::Child(term) => term.pid,
-                    Route::Right(q) => q,
+                    Route::Right(q) | Route::History(q) => q,
                 }
             } else {
                 match as_of::locate(head, target, t) {
@@ -82,11 +82,21 @@ impl TsbTree {
                             self.stats.restarts.incr();
                             continue 'restart;
                         }
+                        Route::History(_) => unreachable!("the current time is after every start"),
                     }
                     let Some((s, h)) = node::read(&self.table, pid, guard) else {
                         continue 'restart;
                     };
                     (state, head) = (s, h);
+                    if head.level > 0 {
+                        // An index page whose time split's term is not posted yet: post it.
+                        if let Some((_, term)) = &parent {
+                            if term.ts < page::page_start(head) {
+                                self.stats.smo_helps.incr();
+                                self.help_time_split(pid, head, &term.key, guard);
+                            }
+                        }
+                    }
                     continue;
                 }
                 match as_of::locate(head, Target::At(key), u64::MAX) {
@@ -99,7 +109,7 @@ impl TsbTree {
                     Locate::History(_) => unreachable!("the current time is after every start"),
                 }
                 if let Some((_, term)) = &parent {
-                    let start = page::leaf_start(head);
+                    let start = page::page_start(head);
                     if term.ts < start {
                         self.stats.smo_helps.incr();
                         self.help_time_split(pid, head, &term.key, guard);
@@ -144,7 +154,7 @@ impl TsbTree {
                     return Some((pid, state, head));
                 }
                 let Route::Child(term) = as_of::route_index(head, Target::At(key), u64::MAX) else {
-                    continue 'restart;
+                    continue 'restart; // not reached: the current time is after every start
                 };
                 pid = term.pid;
                 let Some((s, h)) = node::read(&self.table, pid, guard) else {
@@ -160,11 +170,7 @@ impl TsbTree {
     pub(crate) fn help_split(&self, pid: Pid, head: &Node, guard: &Guard) {
         self.stats.smo_helps.incr();
         let (sep, q) = newest_split(head);
-        let q_start = if head.level == 0 {
-            page::leaf_start(self.read_live(q, guard))
-        } else {
-            0
-        };
+        let q_start = page::page_start(self.read_live(q, guard));
         self.complete_split(pid, head.level, &sep, q, q_start, guard);
     }
 }

@@ -143,6 +143,9 @@ impl TsbTree {
             low: sep.clone(),
             high: view.high.clone(),
             side: view.side,
+            start: view.start,
+            end: INFINITY,
+            history: view.history,
             entries: right,
         };
         self.table
@@ -163,7 +166,7 @@ impl TsbTree {
         }
         self.stats.key_splits.incr();
         forest_core::pause::pause_point("key_split:index-split-installed");
-        self.complete_split(pid, head.level, &sep, q, 0, guard);
+        self.complete_split(pid, head.level, &sep, q, view.start, guard);
         true
     }
 
@@ -199,6 +202,7 @@ impl TsbTree {
             if view.entries.iter().any(|e| e.pid == right) {
                 return;
             }
+            self.check_post(&view, right_start, right_start);
             let term = Term {
                 key: sep.into(),
                 ts: right_start,
@@ -215,6 +219,9 @@ impl TsbTree {
     }
 
     /// A new root one level up over `left` and `right`; false when the root changed first.
+    /// The left page's current term starts at the left page's start, like every current term
+    /// (the index time split's bound relies on it, `time_split.rs`), and a term at time 0 to
+    /// its history link takes the times before, as the left page's own link would.
     fn grow_root(
         &self,
         left: Pid,
@@ -224,29 +231,64 @@ impl TsbTree {
         right_start: u64,
         guard: &Guard,
     ) -> bool {
-        let entries = vec![
-            // Time 0: the left page's history links cover the times before its start.
-            Term {
+        let (left_start, left_history) = match node::read(&self.table, left, guard) {
+            Some((_, head)) => time_range_start(head),
+            None => (0, None),
+        };
+        let mut entries = Vec::with_capacity(3);
+        match left_history {
+            Some(h) => {
+                entries.push(Term {
+                    key: Box::default(),
+                    ts: 0,
+                    pid: h,
+                });
+                entries.push(Term {
+                    key: Box::default(),
+                    ts: left_start,
+                    pid: left,
+                });
+            }
+            None => entries.push(Term {
                 key: Box::default(),
                 ts: 0,
                 pid: left,
-            },
+            }),
+        }
+        page::insert_term(
+            &mut entries,
             Term {
                 key: sep.into(),
                 ts: right_start,
                 pid: right,
             },
-        ];
+        );
+        self.install_root(left, level, entries, guard)
+    }
+
+    /// Installs a new root at `level + 1` with `entries` in place of the root `old`; false
+    /// (and the new page freed) when the root is no longer `old`.
+    pub(crate) fn install_root(
+        &self,
+        old: Pid,
+        level: u32,
+        entries: Vec<Term>,
+        guard: &Guard,
+    ) -> bool {
         let pid = self.table.allocate();
+        let count = entries.len();
         let base = IndexBase {
             low: Box::default(),
             high: None,
             side: None,
+            start: 0,
+            end: INFINITY,
+            history: None,
             entries,
         };
         self.table
-            .install_new(pid, Node::base(Kind::Index(base), level + 1, 2), guard);
-        if self.swap_root(left, pid) {
+            .install_new(pid, Node::base(Kind::Index(base), level + 1, count), guard);
+        if self.swap_root(old, pid) {
             true
         } else {
             self.table.free(pid, guard);
@@ -254,16 +296,29 @@ impl TsbTree {
         }
     }
 
-    /// After a term was posted on index page `pid`: consolidates it (index pages are read by
-    /// every search), and splits it when it is too full.
+    /// After a term was posted on index page `pid`: splits it when it is too full (by time or
+    /// key, `time_split.rs`), else consolidates it (index pages are read by every search).
     pub(crate) fn after_post(&self, pid: Pid, guard: &Guard) {
         let Some((state, head)) = node::read(&self.table, pid, guard) else {
             return;
         };
         if head.record_count as usize > self.config.max_index_entries {
-            self.key_split_index(pid, guard);
+            self.split_index(pid, guard);
         } else if head.delta_count > 0 {
             self.consolidate(pid, state, head, guard);
         }
     }
+}
+
+/// A page state's start and history link (the newest time split's, else the base's).
+pub(crate) fn time_range_start(head: &Node) -> (u64, Option<Pid>) {
+    for n in head.chain() {
+        match &n.kind {
+            Kind::TimeSplit { t, h } | Kind::IndexTimeSplit { t, h } => return (*t, Some(*h)),
+            Kind::Leaf(b) => return (b.start, b.history),
+            Kind::Index(b) => return (b.start, b.history),
+            _ => {}
+        }
+    }
+    unreachable!("a chain ends in a base page")
 }

@@ -5,12 +5,13 @@
 //! | module | paper |
 //! |--------|-------|
 //! | `version.rs` | §III-A1 versioned records, tombstones; §III-B updates insert versions; the engine's clock |
-//! | `node.rs` | §II-C page states: delta chains over base pages (Update-D / Update-R); the only `unsafe` |
+//! | `node.rs` | §II-C page states: delta chains over base pages (Update-D / Update-R); `unsafe` here and in `split_list.rs` only |
 //! | `page.rs` | folding a chain into a view; consolidation (Bw-tree §III-B) |
 //! | `as_of.rs` | §III-A1 search by key at the current time or at time t; history links (forest's design) |
 //! | `descend.rs` | descents; Bw-tree §IV-C help-along for half-done splits |
 //! | `key_split.rs` | §III-A2 key splits of leaves and index pages as Algorithm 1's two steps; root growth |
-//! | `time_split.rs` | §III-A3 time splits as Algorithm 1's two steps, Fig. 3; §IV-B1 split time (the hook) |
+//! | `time_split.rs` | §III-A3 time splits of leaves and index pages as Algorithm 1's two steps, Fig. 3; §IV-B1 split time (the hook); §IV-B2 index split time; root growth by time |
+//! | `split_list.rs` | §IV-B2 per-level latch-free lists of active time splits |
 //! | `scan.rs` | current and as-of range scans, both orders |
 //! | `history.rs` | a key's versions in a time range, each once |
 //! | forest-llama | §II-B mapping table; §II-C Allocate, Free, Read, Update-D, Update-R; epochs |
@@ -26,19 +27,22 @@
 //!   (`key_split.rs`).
 //! - No merges: the paper has none, and historical pages never merge; in this increment
 //!   current pages do not merge either (an emptied page stays, holding its history link).
-//! - Index pages key split only (terms of all times stay in current index pages); index time
-//!   splits and §IV-B2's list of active time splits come with the storage increments.
+//! - Index pages time-split like leaves (`time_split.rs`): the current index page keeps its
+//!   PID, the terms that ended before the split time go to a historical index page; the split
+//!   time is the smaller of §IV-B2's bound (the level below's active time splits,
+//!   `split_list.rs`) and the TSB-tree's (the oldest current child's start), the latter
+//!   needed because the current page keeps its PID. A root's time split grows the tree.
 //! - Split policy (§VI-A): a page over `max_records_per_page` versions time-splits when at
 //!   least `time_split_percent` % of a full page is historical (superseded versions and
 //!   tombstones), else key-splits; after a time split it key-splits too if the current part
 //!   still fills more than `100 - time_split_percent` % of a page.
 //!
 //! Pause points (feature `pause-points`): `key_split:leaf-split-installed`,
-//! `key_split:index-split-installed`, `time_split:leaf-split-installed`, each after step 1's
-//! CAS and before step 2.
+//! `key_split:index-split-installed`, `time_split:leaf-split-installed`,
+//! `time_split:index-split-installed`, each after step 1's CAS and before step 2.
 //!
 //! Not built yet (later increments of issue 18): LSNs and the store's EOSL-TS, LSS-C / LSS-H,
-//! migration, archive GC, index time splits.
+//! migration, archive GC.
 
 mod as_of;
 mod descend;
@@ -47,6 +51,7 @@ mod key_split;
 mod node;
 mod page;
 mod scan;
+mod split_list;
 mod time_split;
 mod version;
 
@@ -101,6 +106,15 @@ pub mod counter_names {
     pub const SMO_HELPS: &str = "smo_helps";
     pub const HISTORICAL_PAGES: &str = "historical_pages";
     pub const VERSIONS: &str = "versions";
+    /// Time splits of index pages (`TIME_SPLITS` counts the leaves').
+    pub const INDEX_TIME_SPLITS: &str = "index_time_splits";
+    /// Historical index pages (`HISTORICAL_PAGES` counts the leaves).
+    pub const HISTORICAL_INDEX_PAGES: &str = "historical_index_pages";
+    /// Active time splits on the §IV-B2 lists of all levels (0 when no split is under way).
+    pub const ACTIVE_TIME_SPLITS: &str = "active_time_splits";
+    /// Terms posted on an index page before its start (would belong in a historical index
+    /// page, §IV-B): the split-time rules keep this at 0.
+    pub const LATE_TERMS: &str = "late_terms";
 }
 
 #[derive(Default)]
@@ -114,7 +128,13 @@ struct Stats {
     split_attempts: Counter,
     failed_splits: Counter,
     smo_helps: Counter,
+    index_time_splits: Counter,
+    late_terms: Counter,
 }
+
+/// Levels with a list of active time splits of their own; deeper levels (never reached: a
+/// tree that high holds more than 2^64 pages) share the last.
+const SPLIT_LIST_LEVELS: usize = 64;
 
 /// The TSBw-tree (see the crate doc).
 pub struct TsbTree {
@@ -123,6 +143,8 @@ pub struct TsbTree {
     clock: Clock,
     config: TsbConfig,
     stats: Stats,
+    /// §IV-B2: per level, the active time splits (`split_list.rs`).
+    split_lists: Box<[split_list::SplitList]>,
 }
 
 /// What a write does.
@@ -194,7 +216,16 @@ impl TsbTree {
             clock: Clock::new(),
             config,
             stats: Stats::default(),
+            split_lists: (0..SPLIT_LIST_LEVELS)
+                .map(|level| split_list::SplitList::new(level == 0))
+                .collect(),
         }
+    }
+
+    /// Level `level`'s list of active time splits.
+    pub(crate) fn split_list(&self, level: u32) -> &split_list::SplitList {
+        let at = (level as usize).min(SPLIT_LIST_LEVELS - 1);
+        &self.split_lists[at]
     }
 
     /// The configuration.
@@ -314,7 +345,7 @@ impl TsbTree {
         guard: &Guard,
     ) {
         debug_assert!(
-            !matches!(&head.base_node().kind, Kind::Leaf(b) if b.end != INFINITY),
+            !page::is_historical(head),
             "a historical page is never updated"
         );
         let new = if head.level == 0 {
@@ -328,6 +359,132 @@ impl TsbTree {
         };
         if self.table.update_r(pid, state, new, guard).is_ok() {
             self.stats.consolidations.incr();
+        }
+    }
+}
+
+/// What [`TsbTree::check_structure`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Structure {
+    /// Terms of the fullest current index page.
+    pub max_current_index_terms: usize,
+    /// Terms of the fullest historical index page.
+    pub max_historical_index_terms: usize,
+    pub current_index_pages: usize,
+    pub historical_index_pages: usize,
+    /// Versions of the fullest current leaf.
+    pub max_current_leaf_versions: usize,
+}
+
+impl TsbTree {
+    /// Walks every page (while no thread writes) and checks the time-split invariants:
+    /// no historical index page holds a term leading to a current page (so no historical
+    /// page is ever to be updated for one, and as-of searches through it never go stale);
+    /// every term of a historical index page starts before the page ends; and every page's
+    /// history link leads to a historical page of its level ending where the page starts.
+    /// Returns the pages' sizes, or the first breach found.
+    pub fn check_structure(&self) -> std::result::Result<Structure, String> {
+        let guard = &crossbeam_epoch::pin();
+        let mut shape = Structure::default();
+        let mut breach = None;
+        self.table.for_each_state(guard, |pid, state| {
+            if breach.is_some() {
+                return;
+            }
+            let Some(head) = node::state_ref(state, guard) else {
+                return;
+            };
+            let (start, end, history) = if head.level == 0 {
+                let view = page::leaf_view(head);
+                if !view.is_historical() {
+                    shape.max_current_leaf_versions =
+                        shape.max_current_leaf_versions.max(view.records.len());
+                }
+                (view.start, view.end, view.history)
+            } else {
+                let view = page::index_view(head);
+                let n = view.entries.len();
+                if view.is_historical() {
+                    shape.historical_index_pages += 1;
+                    shape.max_historical_index_terms = shape.max_historical_index_terms.max(n);
+                    for e in &view.entries {
+                        let current = node::read(&self.table, e.pid, guard)
+                            .is_some_and(|(_, child)| !page::is_historical(child));
+                        if current {
+                            breach = Some(format!(
+                                "historical index page {pid} (level {}) has a term ({:?}, {}) \
+                                 leading to current page {}",
+                                head.level, e.key, e.ts, e.pid
+                            ));
+                        } else if e.ts >= view.end {
+                            breach = Some(format!(
+                                "historical index page {pid} ends at {} but has a term at {}",
+                                view.end, e.ts
+                            ));
+                        }
+                    }
+                } else {
+                    shape.current_index_pages += 1;
+                    shape.max_current_index_terms = shape.max_current_index_terms.max(n);
+                }
+                (view.start, view.end, view.history)
+            };
+            if start >= end {
+                breach = Some(format!(
+                    "page {pid} has the empty time range [{start}, {end})"
+                ));
+            }
+            if let Some(h) = history {
+                match node::read(&self.table, h, guard) {
+                    Some((_, old)) if old.level == head.level && page::is_historical(old) => {
+                        let (_, old_end) = page::time_range(old);
+                        if old_end != start {
+                            breach = Some(format!(
+                                "page {pid} starts at {start}, its history page {h} ends at \
+                                 {old_end}"
+                            ));
+                        }
+                    }
+                    _ => {
+                        breach = Some(format!(
+                            "page {pid}'s history link {h} is not a historical page of level {}",
+                            head.level
+                        ))
+                    }
+                }
+            }
+        });
+        match breach {
+            Some(b) => Err(b),
+            None => Ok(shape),
+        }
+    }
+
+    /// The start times of the current pages on `key`'s path now, root first, leaf last (for
+    /// tests: which pages time-split, and when).
+    pub fn path_starts(&self, key: &[u8]) -> Vec<Timestamp> {
+        let guard = &crossbeam_epoch::pin();
+        let (_, _, mut head) = self.root(guard);
+        let mut starts = Vec::new();
+        loop {
+            let next = if head.level == 0 {
+                match as_of::locate(head, Target::At(key), u64::MAX) {
+                    as_of::Locate::Right(q) => q,
+                    _ => {
+                        starts.push(page::page_start(head));
+                        return starts;
+                    }
+                }
+            } else {
+                match as_of::route_index(head, Target::At(key), u64::MAX) {
+                    as_of::Route::Child(term) => {
+                        starts.push(page::page_start(head));
+                        term.pid
+                    }
+                    as_of::Route::Right(q) | as_of::Route::History(q) => q,
+                }
+            };
+            head = self.read_live(next, guard);
         }
     }
 }
@@ -374,6 +531,7 @@ impl Index for TsbTree {
             ..IndexStats::default()
         };
         let mut historical_pages = 0u64;
+        let mut historical_index_pages = 0u64;
         let mut versions = 0u64;
         self.table.for_each_state(guard, |_, state| {
             let Some(head) = node::state_ref(state, guard) else {
@@ -381,6 +539,9 @@ impl Index for TsbTree {
             };
             if head.level > 0 {
                 stats.inner_node_count += 1;
+                if page::is_historical(head) {
+                    historical_index_pages += 1;
+                }
                 return;
             }
             let view = page::leaf_view(head);
@@ -407,7 +568,10 @@ impl Index for TsbTree {
             (names::CAS_ATTEMPTS, s.cas_attempts.get()),
             (names::CAS_FAILURES, s.cas_failures.get()),
             (names::RESTARTS, s.restarts.get()),
-            (names::SPLITS, s.key_splits.get() + s.time_splits.get()),
+            (
+                names::SPLITS,
+                s.key_splits.get() + s.time_splits.get() + s.index_time_splits.get(),
+            ),
             (names::CONSOLIDATIONS, s.consolidations.get()),
             (counter_names::KEY_SPLITS, s.key_splits.get()),
             (counter_names::TIME_SPLITS, s.time_splits.get()),
@@ -416,6 +580,16 @@ impl Index for TsbTree {
             (counter_names::SMO_HELPS, s.smo_helps.get()),
             (counter_names::HISTORICAL_PAGES, historical_pages),
             (counter_names::VERSIONS, versions),
+            (counter_names::INDEX_TIME_SPLITS, s.index_time_splits.get()),
+            (
+                counter_names::HISTORICAL_INDEX_PAGES,
+                historical_index_pages,
+            ),
+            (counter_names::LATE_TERMS, s.late_terms.get()),
+            (
+                counter_names::ACTIVE_TIME_SPLITS,
+                self.split_lists.iter().map(|l| l.counts().0 as u64).sum(),
+            ),
         ];
         stats
     }

@@ -4,8 +4,8 @@
 //! A page state is a chain `delta -> ... -> base`, newest first, installed in the mapping
 //! table. Leaf deltas: a [`Kind::Version`] (a new version, never an overwrite: §III-B), a
 //! [`Kind::KeySplit`] and a [`Kind::TimeSplit`] (the split deltas of Algorithm 1 line 10).
-//! Index deltas: [`Kind::IndexSplit`], and the index-entry deltas of Algorithm 1 line 17,
-//! [`Kind::KeyTerm`] and [`Kind::TimeTerm`].
+//! Index deltas: the split deltas [`Kind::IndexSplit`] and [`Kind::IndexTimeSplit`], and the
+//! index-entry deltas of Algorithm 1 line 17, [`Kind::KeyTerm`] and [`Kind::TimeTerm`].
 //!
 //! Invariants (what makes the `unsafe` below sound):
 //! - A node is immutable once published by a CAS or `install_new`.
@@ -57,6 +57,9 @@ pub(crate) enum Kind {
     Index(IndexBase),
     /// Index key split: keys `>= sep` are now on index page `q`.
     IndexSplit { sep: Box<[u8]>, q: Pid },
+    /// Index time split at `t` (`time_split.rs`): the terms not alive from `t` on are on the
+    /// historical index page `h`; the page keeps the terms alive at `t` and starts at `t`.
+    IndexTimeSplit { t: u64, h: Pid },
     /// A new index term (Algorithm 1 line 17 after a key split).
     KeyTerm(Term),
     /// The index change of a time split: the current term of `cur` (key `key`) now leads to
@@ -96,12 +99,20 @@ pub(crate) struct Term {
     pub pid: Pid,
 }
 
-/// An index base page: key range `[low, high)`, all times (index pages only key split in this
-/// increment), entries sorted by (key, ts).
+/// An index base page: key range `[low, high)` and time range `[start, end)` like a leaf's,
+/// entries sorted by (key, ts).
 pub(crate) struct IndexBase {
     pub low: Box<[u8]>,
     pub high: Option<Box<[u8]>>,
+    /// B-link side link to the right sibling (current pages only).
     pub side: Option<Pid>,
+    /// The page's terms route every time in `[start, end)` for its keys.
+    pub start: u64,
+    /// [`INFINITY`] for a current page, the split time for a historical one.
+    pub end: u64,
+    /// The latest historical index page of this page's keys before `start`; copied to the
+    /// right page by a key split (as for leaves, `as_of.rs`).
+    pub history: Option<Pid>,
     pub entries: Vec<Term>,
 }
 

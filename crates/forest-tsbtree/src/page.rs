@@ -94,6 +94,9 @@ pub(crate) struct IndexView {
     pub low: Box<[u8]>,
     pub high: Option<Box<[u8]>>,
     pub side: Option<Pid>,
+    pub start: u64,
+    pub end: u64,
+    pub history: Option<Pid>,
     /// Sorted by (key, ts).
     pub entries: Vec<Term>,
 }
@@ -104,8 +107,16 @@ impl IndexView {
             low: self.low,
             high: self.high,
             side: self.side,
+            start: self.start,
+            end: self.end,
+            history: self.history,
             entries: self.entries,
         }
+    }
+
+    /// Whether this is a historical index page (its end is a split time).
+    pub fn is_historical(&self) -> bool {
+        self.end != INFINITY
     }
 }
 
@@ -128,6 +139,9 @@ pub(crate) fn index_view(head: &Node) -> IndexView {
         low: b.low.clone(),
         high: b.high.clone(),
         side: b.side,
+        start: b.start,
+        end: b.end,
+        history: b.history,
         entries: b.entries.clone(),
     };
     for delta in deltas.iter().rev() {
@@ -151,23 +165,66 @@ pub(crate) fn index_view(head: &Node) -> IndexView {
                 view.high = Some(sep.clone());
                 view.side = Some(*q);
             }
+            Kind::IndexTimeSplit { t, h } => {
+                view.entries = terms_alive_from(&view.entries, *t);
+                view.start = *t;
+                view.history = Some(*h);
+            }
             _ => panic!("leaf delta on an index chain"),
         }
     }
     view
 }
 
-/// Where a key range of a leaf state starts in time: the newest time split's time, else the
+/// The terms of sorted `entries` alive at time `t` or later: per key, the latest term before
+/// `t` unless a term of that key starts at or before `t`, and every term from `t` on (the
+/// current page of an index time split at `t`). A term superseded exactly at `t` is dropped:
+/// the search rule never picks it at `t` or later.
+pub(crate) fn terms_alive_from(entries: &[Term], t: u64) -> Vec<Term> {
+    entries
+        .iter()
+        .enumerate()
+        .filter(|(i, e)| {
+            e.ts >= t
+                || !entries
+                    .get(i + 1)
+                    .is_some_and(|n| n.key == e.key && n.ts <= t)
+        })
+        .map(|(_, e)| e.clone())
+        .collect()
+}
+
+/// Where a page state (leaf or index) starts in time: the newest time split's time, else the
 /// base's start.
-pub(crate) fn leaf_start(head: &Node) -> u64 {
+pub(crate) fn page_start(head: &Node) -> u64 {
     for n in head.chain() {
         match &n.kind {
-            Kind::TimeSplit { t, .. } => return *t,
+            Kind::TimeSplit { t, .. } | Kind::IndexTimeSplit { t, .. } => return *t,
             Kind::Leaf(b) => return b.start,
+            Kind::Index(b) => return b.start,
             _ => {}
         }
     }
-    unreachable!("a leaf chain ends in a leaf base")
+    unreachable!("a chain ends in a base page")
+}
+
+/// A historical page's time range `[start, end)` as its base holds it (historical pages have
+/// no deltas); for a current page, its base's.
+pub(crate) fn time_range(head: &Node) -> (u64, u64) {
+    match &head.base_node().kind {
+        Kind::Leaf(b) => (b.start, b.end),
+        Kind::Index(b) => (b.start, b.end),
+        _ => unreachable!("a chain ends in a base page"),
+    }
+}
+
+/// Whether a page state is historical (its base ends at a split time; only bases can be).
+pub(crate) fn is_historical(head: &Node) -> bool {
+    match &head.base_node().kind {
+        Kind::Leaf(b) => b.end != INFINITY,
+        Kind::Index(b) => b.end != INFINITY,
+        _ => false,
+    }
 }
 
 /// Bytes a view's records take (for stats).

@@ -1,6 +1,6 @@
-//! Time splits (TSBw-tree §III-A3, §IV-B1) of leaves, as Algorithm 1's two steps: a
-//! time-split delta on the current page P pointing to the new historical page Q, then a
-//! time-term delta on the parent.
+//! Time splits (TSBw-tree §III-A3, §IV-B) of leaves and index pages, as Algorithm 1's two
+//! steps: a time-split delta on the current page P pointing to the new historical page Q,
+//! then a time-term delta on the parent.
 //!
 //! - Which page keeps P's PID: the current one, as in the TSB-tree. History goes to the new
 //!   PID Q (`h` in the delta); the current page keeps its PID, so the current index term and
@@ -10,23 +10,67 @@
 //!   began before the split time T; the current page gets every version alive at T or later,
 //!   so versions that cross T are in both. A historical page is installed once and never
 //!   updated (debug builds assert that no delta is ever prepended to one).
-//! - The split time: in memory, a tick of the engine's clock taken after reading P, so every
-//!   version on P is before it and every later write to P (which must CAS onto a state that
-//!   includes the split delta) is after it. With a store, §IV-B1's EOSL-TS replaces it
-//!   ([`crate::TsbTree::split_time`] is the hook).
+//! - The split time of a leaf: in memory, a tick of the engine's clock taken after reading P,
+//!   so every version on P is before it and every later write to P (which must CAS onto a
+//!   state that includes the split delta) is after it. With a store, §IV-B1's EOSL-TS
+//!   replaces it ([`crate::TsbTree::split_time`] is the hook).
 //! - The parent's change: the term that led to P (P's current term) now leads to Q, and a new
 //!   current term `(P's low key, T, P)` is added. It is skipped when P's current term is
 //!   already at or after T (a later time split of P got there first), so terms never go back
-//!   in time.
-//! - Index pages do not time split in this increment (they key split only and hold terms of
-//!   all times), so no current term ever has to go into a historical index page (§IV-B2's
-//!   concern); §IV-B2's per-level list of active time splits comes with index time splits.
+//!   in time. A root has no parent: its time split grows a new root over `(ε, 0, Q)` and
+//!   `(ε, T, P)`, so that an as-of search never walks a root's chain of history links (a
+//!   single hot key on a root leaf would otherwise make every old read walk all its splits).
+//!
+//! **Index time splits** (the paper's index terms `(key, ts, PID)`, several per key, at most
+//! one current: each key's latest). An index page I time-splits at T like a leaf
+//! ([`page::terms_alive_from`]): the historical index page Q gets every term that began before
+//! T; I keeps the terms alive at T or later (each key's latest term before T unless a term
+//! of that key starts at or before T, and every term from T on), keeps its PID, and starts at
+//! T with a history link to Q. I's parent changes as for a leaf. A search at time t reaches Q
+//! through the parent's term once it is moved, or through I's history link before (`as_of.rs`:
+//! key range, then time, then term), and in Q picks the term the rule picks in I before the
+//! split. An index page over `max_index_entries` terms follows the leaves' policy
+//! ([`crate::TsbTree::split_index`]), so one key's terms, which a key split cannot divide,
+//! move to historical index pages, and a root's time split grows the tree: the index pages
+//! stay bounded and the height grows with the log of the history (`tests/index_time_split.rs`).
+//!
+//! **The index split time** ([`crate::TsbTree::index_split_time`]) is the smaller of two
+//! bounds; both keep a historical index page free of any term that could still change:
+//! - §IV-B2 (`split_list.rs`): no later than the smallest split time of the level below's
+//!   active time splits whose terms go to I (for leaves, else the newest they had), so a
+//!   term still to come from below is at or after T and goes to the current page I, never
+//!   to Q.
+//! - The TSB-tree's rule (§IV-A1): no later than the oldest current child's start (the
+//!   smallest time among I's current terms). Forest needs it because the current page keeps
+//!   its PID: the next time split of a child whose current term crossed T would repoint that
+//!   term, also in Q, which must not change; and a stale term in Q would make as-of searches
+//!   through it walk the child's history links, one per split since. The paper's TSBw-tree
+//!   avoids the rule by never changing historical terms (§IV-A2), a choice forest did not make.
+//!
+//! Every current term's time is its child's start (time terms, key terms and root growth all
+//! post it so), and a child's next split is after its start, so under the second rule every
+//! later term posted on I is at or after T: in forest the second rule implies the first (an
+//! active split's time is after its page's start, so the list never binds below the second
+//! rule), and the list is the paper's guard kept alongside, at one CAS per time split and a
+//! scan of the active splits per index time split. [`crate::TsbTree::check_post`] counts any
+//! term posted before its page's start (`late_terms`, asserted 0 by the tests), and
+//! [`crate::TsbTree::check_structure`] that no historical index page leads to a current page.
+//! The paper says both "earlier than" and "= min" for the split time; forest takes "= min"
+//! (a term at exactly T belongs to I, whose range `[T, ∞)` includes T).
+//!
+//! An index page's split time can be held back by a child whose time split is half done (its
+//! current term still at its old start): an index page over its limit first posts that
+//! split's term (help-along, [`crate::TsbTree::split_index`]), as a writer of the child's keys
+//! would; only the child's own writers reach it otherwise, and a hot key has one writer
+//! whose thread may be descheduled. It can also be held back by a child that never
+//! time-splits again (its term's time is the oldest). The page then key-splits if it can,
+//! else stays over its limit until a later post.
 
 use crossbeam_epoch::{Guard, Shared};
 use forest_llama::Pid;
 
-use crate::node::{Kind, LeafBase, Node};
-use crate::page::LeafView;
+use crate::node::{self, IndexBase, Kind, LeafBase, Node, Term};
+use crate::page::{self, IndexView, LeafView};
 use crate::version::{self, Record};
 use crate::TsbTree;
 
@@ -75,7 +119,7 @@ impl TsbTree {
     }
 
     /// Time-splits leaf `pid` (state `state`, folded into `view`). Returns the current page's
-    /// version count after the split, or None when the CAS failed.
+    /// version count after the split, or None when it did not split (the CAS failed).
     pub(crate) fn time_split_leaf(
         &self,
         pid: Pid,
@@ -84,7 +128,11 @@ impl TsbTree {
         view: &LeafView,
         guard: &Guard,
     ) -> Option<usize> {
-        let t = self.split_time();
+        // §IV-B2: on level 0's list before the split begins, with its time chosen there.
+        let active = self
+            .split_list(0)
+            .begin(&view.low, pid, || Some(self.split_time()))?;
+        let t = active.ts();
         let (historical, current) = split_versions(&view.records, t);
         self.stats.split_attempts.incr();
         let q = self.table.allocate();
@@ -105,32 +153,60 @@ impl TsbTree {
         if self.table.update_d(pid, state, delta, guard).is_err() {
             self.table.free(q, guard);
             self.stats.failed_splits.incr();
+            active.finish();
             return None;
         }
         self.stats.time_splits.incr();
         forest_core::pause::pause_point("time_split:leaf-split-installed");
         self.help_time_split(pid, self.read_live(pid, guard), &view.low, guard);
+        active.finish();
         Some(current_count)
     }
 
-    /// Step 2 of leaf `pid`'s newest time split (its state `head`, its low key `low`): the
-    /// parent's current term for it moves to the historical page and a new current term at
-    /// the split time is added. Nothing to do for a root leaf.
-    pub(crate) fn help_time_split(&self, pid: Pid, head: &Node, low: &[u8], guard: &Guard) {
+    /// Step 2 of page `pid`'s newest time split (leaf or index; its state `head`, its low key
+    /// `low`): the parent's current term for it moves to the historical page and a new
+    /// current term at the split time is added. A root grows a new root over the historical
+    /// page and itself, so that as-of searches never walk a root's history links.
+    pub(crate) fn help_time_split(&self, pid: Pid, head: &Node, low: &[u8], guard: &Guard) -> bool {
         let Some((t, hist)) = newest_time_split(head) else {
-            return;
+            return false;
         };
+        let level = head.level;
         loop {
-            let Some((ppid, state, parent)) = self.find_node(low, 1, guard) else {
-                return; // a root leaf: its history link is the only path, and enough
+            let Some((ppid, state, parent)) = self.find_node(low, level + 1, guard) else {
+                if self.root_pid() != pid {
+                    return false; // a right page whose own term is not posted yet: see below
+                }
+                let entries = vec![
+                    Term {
+                        key: Box::default(),
+                        ts: 0,
+                        pid: hist,
+                    },
+                    Term {
+                        key: Box::default(),
+                        ts: t,
+                        pid,
+                    },
+                ];
+                if self.install_root(pid, level, entries, guard) {
+                    self.split_list(level).finish_posted(pid, t);
+                    return true;
+                }
+                continue; // the root grew meanwhile: post on the new root
             };
             let view = crate::page::index_view(parent);
             let Some(current) = view.entries.iter().find(|e| e.pid == pid) else {
-                return; // not this parent's child (a root leaf that just grew a root: retried by the next writer)
+                // Not this parent's child yet: a right page whose key-split term is pending.
+                // That term is posted with the page's start as it is then, and the history
+                // link covers the times before.
+                return false;
             };
             if current.ts >= t || view.entries.iter().any(|e| e.pid == hist) {
-                return;
+                self.split_list(level).finish_posted(pid, t);
+                return false;
             }
+            self.check_post(&view, t, current.ts);
             let delta = Node::delta(
                 parent,
                 state,
@@ -144,20 +220,187 @@ impl TsbTree {
             );
             self.stats.cas_attempts.incr();
             if self.table.update_d(ppid, state, delta, guard).is_ok() {
+                self.split_list(level).finish_posted(pid, t);
                 self.after_post(ppid, guard);
-                return;
+                return true;
             }
             self.stats.cas_failures.incr();
         }
     }
+
+    /// Checks a post on index page `view`: the new term's time `ts` and the time `repointed`
+    /// of the term a time split repoints are at or after the page's start. Otherwise the term
+    /// would belong in the page's historical index page, which is never updated (§IV-B); the
+    /// split-time rules below make it impossible, and this counts (and in debug builds
+    /// panics on) any breach.
+    pub(crate) fn check_post(&self, view: &IndexView, ts: u64, repointed: u64) {
+        if ts < view.start || repointed < view.start {
+            self.stats.late_terms.incr();
+            debug_assert!(
+                false,
+                "a term at {ts} (repointing one at {repointed}) posted on an index page \
+                 starting at {}: it belongs in a historical index page",
+                view.start
+            );
+        }
+    }
+
+    /// The latest time at which index page `view` (at `level` >= 1) may time-split:
+    /// - §IV-B2: no later than [`crate::split_list::SplitList::bound`] of the level below, so
+    ///   that every term still to come from a time split below is at or after it;
+    /// - the TSB-tree's rule (§IV-A1): no later than the start of its oldest current child,
+    ///   i.e. the smallest time of the page's current terms (each key's latest), so that no
+    ///   term leading to a current page is copied into the historical index page (module doc).
+    pub(crate) fn index_split_time(&self, level: u32, view: &IndexView) -> u64 {
+        let guard = &crossbeam_epoch::pin();
+        let doomed = |pid, ts| {
+            node::read(&self.table, pid, guard).is_some_and(|(_, page)| page::page_start(page) > ts)
+        };
+        let below = self
+            .split_list(level - 1)
+            .bound(&view.low, view.high.as_deref(), doomed);
+        let oldest_current = view
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(i, e)| view.entries.get(i + 1).is_none_or(|n| n.key != e.key))
+            .map(|(_, e)| e.ts)
+            .min()
+            .unwrap_or(0);
+        below.min(oldest_current)
+    }
+
+    /// Splits an index page over its limit, by the leaves' policy (crate doc): time when at
+    /// least `time_split_percent` % of a full page would move to a historical index page,
+    /// then key too if the current part is still more than `100 - time_split_percent` % full;
+    /// else key, and time when key cannot (one key's terms only). Neither may be possible
+    /// (one key, and a split below pinning the split time): the page then stays over its
+    /// limit until the next post tries again.
+    pub(crate) fn split_index(&self, pid: Pid, guard: &Guard) {
+        let Some((_, head)) = node::read(&self.table, pid, guard) else {
+            return;
+        };
+        let view = page::index_view(head);
+        if self.help_oldest_child(&view, guard) {
+            return; // the help posted on this page, and that post split it as needed
+        }
+        let max = self.config.max_index_entries;
+        let pct = self.config.time_split_percent as usize;
+        let t = self.index_split_time(head.level, &view);
+        let movable = if t > view.start {
+            view.entries.len() - page::terms_alive_from(&view.entries, t).len()
+        } else {
+            0
+        };
+        if movable * 100 >= max * pct {
+            let Some(current) = self.time_split_index(pid, guard) else {
+                self.key_split_index(pid, guard);
+                return;
+            };
+            if let Some((state, head)) = node::read(&self.table, pid, guard) {
+                self.consolidate(pid, state, head, guard);
+            }
+            if current * 100 > max * (100 - pct) {
+                self.key_split_index(pid, guard);
+            }
+        } else if !self.key_split_index(pid, guard) && movable > 0 {
+            self.time_split_index(pid, guard);
+        }
+    }
+
+    /// Help-along (Bw-tree §IV-C) for the page's split time: when the oldest current term of
+    /// `view` leads to a child whose time split is half done (the term older than the child's
+    /// start), posts that split's term, which would otherwise hold the page's split time back
+    /// until the split's own thread comes back (no other thread may write the child's keys).
+    /// Returns whether it posted.
+    fn help_oldest_child(&self, view: &IndexView, guard: &Guard) -> bool {
+        let oldest = view
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(i, e)| view.entries.get(i + 1).is_none_or(|n| n.key != e.key))
+            .map(|(_, e)| e)
+            .min_by_key(|e| e.ts);
+        let Some(term) = oldest else {
+            return false;
+        };
+        let Some((_, child)) = node::read(&self.table, term.pid, guard) else {
+            return false;
+        };
+        if page::is_historical(child) || page::page_start(child) <= term.ts {
+            return false;
+        }
+        self.stats.smo_helps.incr();
+        self.help_time_split(term.pid, child, &term.key, guard)
+    }
+
+    /// Time-splits index page `pid` at [`Self::index_split_time`] (module doc). Returns the
+    /// current page's term count after the split, or None when it did not split (nothing to
+    /// move, a split time out of its level's order, or the CAS failed).
+    pub(crate) fn time_split_index(&self, pid: Pid, guard: &Guard) -> Option<usize> {
+        let (state, head) = node::read(&self.table, pid, guard)?;
+        let level = head.level;
+        let view = page::index_view(head);
+        debug_assert!(
+            !view.is_historical(),
+            "a historical index page never splits"
+        );
+        // §IV-B2: registered on this level's list before the split begins; the time is chosen
+        // after the list's header was read, so entries stay in time order.
+        let active = self.split_list(level).begin(&view.low, pid, || {
+            let t = self.index_split_time(level, &view);
+            (t > view.start).then_some(t)
+        })?;
+        let t = active.ts();
+        let historical: Vec<Term> = view.entries.iter().filter(|e| e.ts < t).cloned().collect();
+        let current = page::terms_alive_from(&view.entries, t);
+        if current.len() == view.entries.len() {
+            active.finish();
+            return None; // nothing would move
+        }
+        debug_assert!(
+            historical
+                .iter()
+                .all(|e| view.entries.iter().any(|n| n.key == e.key && n.ts > e.ts)),
+            "a historical index page never holds a current term"
+        );
+        self.stats.split_attempts.incr();
+        let q = self.table.allocate();
+        let count = historical.len();
+        let base = IndexBase {
+            low: view.low.clone(),
+            high: view.high.clone(),
+            side: None,
+            start: view.start,
+            end: t,
+            history: view.history,
+            entries: historical,
+        };
+        self.table
+            .install_new(q, Node::base(Kind::Index(base), level, count), guard);
+        let current_count = current.len();
+        let delta = Node::delta(head, state, Kind::IndexTimeSplit { t, h: q }, current_count);
+        if self.table.update_d(pid, state, delta, guard).is_err() {
+            self.table.free(q, guard);
+            self.stats.failed_splits.incr();
+            active.finish();
+            return None;
+        }
+        self.stats.index_time_splits.incr();
+        forest_core::pause::pause_point("time_split:index-split-installed");
+        self.help_time_split(pid, self.read_live(pid, guard), &view.low, guard);
+        active.finish();
+        Some(current_count)
+    }
 }
 
-/// The time and historical page of the newest time split in a leaf chain (or its base).
+/// The time and historical page of the newest time split in a chain (or its base's link).
 fn newest_time_split(head: &Node) -> Option<(u64, Pid)> {
     for n in head.chain() {
         match &n.kind {
-            Kind::TimeSplit { t, h } => return Some((*t, *h)),
+            Kind::TimeSplit { t, h } | Kind::IndexTimeSplit { t, h } => return Some((*t, *h)),
             Kind::Leaf(b) => return b.history.map(|h| (b.start, h)),
+            Kind::Index(b) => return b.history.map(|h| (b.start, h)),
             _ => {}
         }
     }

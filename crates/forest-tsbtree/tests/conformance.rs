@@ -7,6 +7,9 @@
 //! | `default_config` | 128 / 128 | 8 | 33 % historical |
 //! | `small_pages_config` | 4 / 4 | 2 | 33 % |
 //! | `tiny_pages_eager_time_splits` | 3 / 5 | 1 | 10 % |
+//!
+//! The temporal kit runs on the default configuration, on small pages (4 / 4 / 2 / 33 %) and
+//! on tiny ones (3 / 5 / 1 / 33 %), where index pages time-split often.
 
 use forest_tsbtree::{TsbConfig, TsbTree};
 
@@ -66,5 +69,11 @@ forest_core::temporal_conformance_tests!(
 forest_core::temporal_conformance_tests!(
     temporal_small_pages,
     || super::tree(4, 4, 2, 33),
+    sizes = super::small_sizes()
+);
+// Tiny pages: index pages time-split often, under one thread and several.
+forest_core::temporal_conformance_tests!(
+    temporal_tiny_pages,
+    || super::tree(3, 5, 1, 33),
     sizes = super::small_sizes()
 );

@@ -28,10 +28,12 @@ fn history(tree: &TsbTree, key: &[u8]) -> Vec<(u64, Option<Vec<u8>>)> {
 
 // Goal: as-of gets and histories reach versions that a time split moved to a historical page
 // after consolidation absorbed the split delta, and versions of a key that a later key split
-// moved to a new page. Method: on the root leaf (no parent term at all), write "x" five times
-// (the fifth write time-splits the page, which is then consolidated), then four new keys (a
-// key split moves "x" to the new right page Q with the copied history link); check every
-// version of "x" by as-of get and by history, and the split counters.
+// moved to a new page. Method: on the root leaf, write "x" five times (the fifth write
+// time-splits the page, which is then consolidated, and grows a root over the historical page
+// and the leaf), then four new keys (a key split moves "x" to the new right page Q with the
+// copied history link); check every version of "x" by as-of get (through the root's terms)
+// and by history (which walks the history links: the consolidated base's, then the copied
+// one), and the split counters.
 #[test]
 fn history_is_reached_after_consolidation_and_after_a_key_split() {
     let tree = small();
@@ -42,6 +44,7 @@ fn history_is_reached_after_consolidation_and_after_a_key_split() {
     let stats = tree.stats();
     assert_eq!(stats.counter(counter_names::TIME_SPLITS), Some(1));
     assert_eq!(stats.counter(counter_names::HISTORICAL_PAGES), Some(1));
+    assert_eq!(stats.height, 2, "the root leaf's time split grew a root");
     let mut out = Vec::new();
     for (i, &ts) in stamps.iter().enumerate() {
         assert!(tree.get_as_of(b"x", ts, &mut out), "x at {ts}");
@@ -53,7 +56,7 @@ fn history_is_reached_after_consolidation_and_after_a_key_split() {
     }
     let stats = tree.stats();
     assert_eq!(stats.counter(counter_names::KEY_SPLITS), Some(1));
-    assert_eq!(stats.height, 2, "the root leaf grew a root");
+    assert_eq!(stats.height, 2, "the root grew once, at the time split");
     // "x" now lives on the key split's right page; its older versions only on the
     // historical page that the right page's copied link names.
     let want: Vec<(u64, Option<Vec<u8>>)> = stamps
