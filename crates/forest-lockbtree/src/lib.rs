@@ -7,7 +7,7 @@
 //! |---|---|
 //! | [`latch`] | §4.2, Listing 4.1: the 32-bit RW spin latch |
 //! | `node` | §2.1, Listings 2.1–2.2: `Node`/`Leaf`, the `BTree` holder; latch guards and scan revisits (the only `unsafe`) |
-//! | `bytes` | §2.1's inline keys and data, for byte strings: short ones in the slot, long ones boxed |
+//! | `bytes` | §2.1's inline keys and data, for byte strings: keys up to 30 bytes and values up to 22 in the slot, longer ones boxed |
 //! | `search` | §2.2 Listing 2.3 (linear) and §2.4 Listing 2.7 (binary) in-node search |
 //! | `insert_multipass` | §4.1, §4.2.2, Listing 4.3: `Path`, the write descent, insert/upsert/update |
 //! | `split` | §2.2.2: leaf and inner splits, root split |
@@ -272,3 +272,5 @@ impl Index for LockBTree {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_keys;
