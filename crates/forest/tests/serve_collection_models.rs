@@ -6,7 +6,9 @@
 mod collection_models;
 mod common;
 
-use collection_models::{hashes::Hashes, lists::Lists, run, sets::Sets, zsets::Zsets};
+use collection_models::{
+    hashes::Hashes, lists::Lists, run, sets::Sets, streams::Streams, zsets::Zsets,
+};
 
 /// Commands per run; two runs per type.
 const STEPS: usize = 400;
@@ -56,6 +58,17 @@ fn zset_model_group() {
     run::<Zsets>("group", STEPS);
 }
 
+// Goal: as for lists, for streams (XLEN against XRANGE; the last-generated id survives too).
+#[test]
+fn stream_model_sync() {
+    run::<Streams>("sync", STEPS);
+}
+
+#[test]
+fn stream_model_group() {
+    run::<Streams>("group", STEPS);
+}
+
 // Goal: the models are Redis's semantics, so that a disagreement with forest is forest's.
 // Method: each model's commands against a redis-server on PATH (not in CI, which has only
 // redis-tools; run with --ignored where redis-server is installed).
@@ -71,4 +84,5 @@ fn models_agree_with_redis_server() {
     assert!(against_redis_server::<Sets>(steps));
     assert!(against_redis_server::<Hashes>(steps));
     assert!(against_redis_server::<Zsets>(steps));
+    assert!(against_redis_server::<Streams>(steps));
 }

@@ -21,6 +21,7 @@
 pub mod hashes;
 pub mod lists;
 pub mod sets;
+pub mod streams;
 pub mod zsets;
 
 use std::collections::BTreeMap;
