@@ -14,8 +14,9 @@
 //!   the server shows (if neither explains it, the test fails);
 //! - stops it cleanly (SIGTERM) and restarts it, after which the state must be the model's.
 //!
-//! The seed is printed first and named in every failure; `FOREST_MODEL_SEED` replays one,
-//! `FOREST_MODEL_STEPS` sets the number of commands per run. The engine is picked by the seed
+//! The seed is printed first and named in every failure; `FOREST_MODEL_SEED` replays one
+//! (the same commands, kill points and delays; whether the command in flight lands before
+//! the kill is up to timing), `FOREST_MODEL_STEPS` sets the number of commands per run. The engine is picked by the seed
 //! among the store's engines (`FOREST_MODEL_ENGINE` overrides it).
 
 pub mod hashes;
