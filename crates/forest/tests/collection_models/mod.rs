@@ -5,13 +5,14 @@
 //! type (its [`Kind`]) plus the commands every type shares (DEL, RENAME, COPY, EXISTS, TYPE,
 //! SAVE, BGSAVE) one at a time to a real `forest serve`, applies each acknowledged one to the
 //! model, and among them:
-//! - SIGKILLs the server with a command in flight (after no delay, a spin of up to 0.5 ms or
-//!   a sleep of up to 3 ms), reads the reply if it came before the kill, restarts the server
-//!   on the same directory and reads every key back: each collection's count (LLEN, SCARD,
-//!   HLEN, ZCARD) must equal its members, DBSIZE the number of collections, and the whole
-//!   state the model's. A command whose reply came is acknowledged, so its effect must be
-//!   there; the unacknowledged one may or may not have applied, and the model takes whichever
-//!   the server shows (if neither explains it, the test fails);
+//! - SIGKILLs the server with a command, or half the time a pipeline of up to 9, in flight
+//!   (after no delay, a spin of up to 0.5 ms or a sleep of up to 3 ms), reads the replies that
+//!   came before the kill, restarts the server on the same directory and reads every key
+//!   back: each collection's count (LLEN, SCARD, HLEN, ZCARD, XLEN) must equal its members,
+//!   DBSIZE the number of collections, and the whole state the model's. A command whose
+//!   reply came is acknowledged, so its effect must be there; of the unacknowledged ones a
+//!   prefix (none, some, all) may have applied, and the model takes the one the server shows
+//!   (if no prefix explains it, the test fails);
 //! - stops it cleanly (SIGTERM) and restarts it, after which the state must be the model's.
 //!
 //! The seed is printed first and named in every failure; `FOREST_MODEL_SEED` replays one
@@ -172,6 +173,10 @@ pub trait Kind {
     fn explains(before: &State<Self::Coll>, args: &[String], after: &State<Self::Coll>) -> bool {
         let mut state = before.clone();
         Self::apply(&mut state, args, None).is_ok() && state == *after
+    }
+    /// Whether `args`'s effect depends on its reply (a random pick: SPOP).
+    fn needs_reply(_args: &[String]) -> bool {
+        false
     }
     /// Reads `key`'s collection back, checking its count command against its members.
     fn read(con: &mut redis::Connection, key: &str) -> Result<Self::Coll, String>;
@@ -424,12 +429,27 @@ pub fn run<K: Kind>(mode: &str, default_steps: usize) {
             assert_eq!(got, state, "{}", at("the state after a clean restart"));
         }
         if roll >= 1000 - KILLS_PER_MILLE {
+            // One command, or a pipeline of several (only the first may be one whose effect
+            // depends on its reply, since a prefix of the rest is matched without replies).
+            let mut batch = vec![args];
+            if rng.random_bool(0.5) && !K::needs_reply(&batch[0]) {
+                for _ in 0..rng.random_range(1..=8) {
+                    let args = if rng.random_range(0..10) == 0 {
+                        gen_shared::<K>(&mut rng)
+                    } else {
+                        K::gen(&state, &mut rng)
+                    };
+                    if !K::needs_reply(&args) {
+                        batch.push(args);
+                    }
+                }
+            }
             kill_during::<K>(
                 &mut run,
                 &mut con,
                 &mut rng,
                 &mut state,
-                &args,
+                &batch,
                 step,
                 &mut unacked_applied,
             );
@@ -444,31 +464,37 @@ pub fn run<K: Kind>(mode: &str, default_steps: usize) {
         read_state::<K>(&mut con).unwrap_or_else(|m| panic!("{}: at the end: {m}", run.label));
     assert_eq!(got, state, "{}: the state at the end", run.label);
     println!(
-        "{total} commands, {kills} SIGKILLs ({unacked_applied} with the unacknowledged command \
+        "{total} commands, {kills} SIGKILLs ({unacked_applied} with unacknowledged commands \
          applied), {reopens} clean restarts, {} keys at the end, {:.1} s",
         state.len(),
         began.elapsed().as_secs_f64()
     );
 }
 
-/// Sends `args`, SIGKILLs the server after a random short delay, restarts it and checks the
-/// recovered state against the model (module doc).
+/// Sends `batch` as one pipeline, SIGKILLs the server after a random short delay, restarts
+/// it and checks the recovered state against the model (module doc): the commands whose
+/// replies came are applied; of the rest, a prefix may have landed (the server writes a
+/// pipeline's commands in order), and the model takes the one the server shows.
 fn kill_during<K: Kind>(
     run: &mut Run,
     con: &mut redis::Connection,
     rng: &mut StdRng,
     state: &mut State<K::Coll>,
-    args: &[String],
+    batch: &[Vec<String>],
     step: usize,
     unacked_applied: &mut usize,
 ) {
-    let at =
-        |label: &str, what: &str| format!("{label}, step {step} (SIGKILL during {args:?}): {what}");
-    let mut cmd = redis::Cmd::new();
-    for a in args {
-        cmd.arg(a.as_str());
+    let at = |label: &str, what: &str| {
+        format!("{label}, step {step} (SIGKILL during the pipeline {batch:?}): {what}")
+    };
+    let mut pipe = redis::pipe();
+    for args in batch {
+        let cmd = pipe.cmd(&args[0]);
+        for a in &args[1..] {
+            cmd.arg(a.as_str());
+        }
     }
-    con.send_packed_command(&cmd.get_packed_command())
+    con.send_packed_command(&pipe.get_packed_pipeline())
         .unwrap_or_else(|e| panic!("{}", at(&run.label, &format!("send: {e}"))));
     match rng.random_range(0..3) {
         0 => {}
@@ -481,43 +507,73 @@ fn kill_during<K: Kind>(
         _ => std::thread::sleep(Duration::from_micros(rng.random_range(0..3000))),
     }
     run.server().kill();
-    // A reply that left the server before the kill still arrives: that command was
+    // Replies that left the server before the kill still arrive: those commands were
     // acknowledged.
-    let reply = match con.recv_response() {
-        Ok(v) => Some(R::from_value(v)),
-        Err(e) if e.code().is_some() => Some(R::Err(err_text(&e))),
-        Err(_) => None,
-    };
-    let before = state.clone();
-    if let Some(reply) = &reply {
-        apply::<K>(state, args, Some(reply)).unwrap_or_else(|m| panic!("{}", at(&run.label, &m)));
+    let mut replies = Vec::new();
+    while replies.len() < batch.len() {
+        match con.recv_response() {
+            Ok(v) => replies.push(R::from_value(v)),
+            Err(e) if e.code().is_some() => replies.push(R::Err(err_text(&e))),
+            Err(_) => break,
+        }
+    }
+    for (args, reply) in batch.iter().zip(&replies) {
+        apply::<K>(state, args, Some(reply))
+            .unwrap_or_else(|m| panic!("{}", at(&run.label, &format!("{args:?}: {m}"))));
     }
     *con = run.start();
     let got = read_state::<K>(con).unwrap_or_else(|m| panic!("{}", at(&run.label, &m)));
-    if reply.is_some() {
+    let unacked = &batch[replies.len()..];
+    if unacked.is_empty() {
         assert_eq!(
             got,
             *state,
             "{}",
-            at(&run.label, "the acknowledged command's state")
+            at(&run.label, "the acknowledged commands' state")
         );
-    } else if got != before {
-        let mut applied = before.clone();
-        let explained = match apply_shared::<K>(&mut applied, args, None) {
-            Some(result) => result.is_ok() && applied == got,
-            None => K::explains(&before, args, &got),
+        return;
+    }
+    // The state after 0, 1, ... of the unacknowledged commands, until one needs its reply.
+    let mut candidate = state.clone();
+    let mut landed = (got == candidate).then_some(0);
+    for (i, args) in unacked.iter().enumerate() {
+        if landed.is_some() {
+            break;
+        }
+        let mut next = candidate.clone();
+        let explained = match apply_shared::<K>(&mut next, args, None) {
+            Some(result) => result.is_ok() && next == got,
+            None => K::explains(&candidate, args, &got),
         };
-        assert!(
-            explained,
+        if explained {
+            landed = Some(i + 1);
+            break;
+        }
+        let mut next = candidate.clone();
+        if apply::<K>(&mut next, args, None).is_err() {
+            break;
+        }
+        candidate = next;
+    }
+    let Some(landed) = landed else {
+        panic!(
             "{}",
             at(
                 &run.label,
-                &format!("the state after recovery is neither the one before the unacknowledged command nor one it leads to:\nbefore: {before:?}\nafter:  {got:?}")
+                &format!(
+                    "{} of {} acknowledged; the state after recovery is not the one after any \
+                     prefix of the unacknowledged commands:\nacknowledged: {state:?}\nafter:  \
+                     {got:?}",
+                    replies.len(),
+                    batch.len()
+                )
             )
-        );
+        )
+    };
+    if landed > 0 {
         *unacked_applied += 1;
-        *state = got;
     }
+    *state = got;
 }
 
 /// Runs the model of `K` against a redis-server on PATH (no kills, no restarts): the check

@@ -308,6 +308,10 @@ impl Kind for Sets {
         }
     }
 
+    fn needs_reply(args: &[String]) -> bool {
+        args[0] == "SPOP"
+    }
+
     fn explains(before: &State<Set>, args: &[String], after: &State<Set>) -> bool {
         if args[0] != "SPOP" {
             let mut state = before.clone();
