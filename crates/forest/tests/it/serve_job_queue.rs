@@ -13,7 +13,7 @@
 //! Without python3 and RQ the test prints why and passes, unless FOREST_REQUIRE_REDIS_TOOLS=1
 //! (CI sets it), which makes that a failure.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};

@@ -1,10 +1,9 @@
 //! Model tests of the collection types through a real `forest serve` (issue 19 "Tests": "a
 //! model test per type (random commands against an in-memory model of the type, with reopen
-//! and SIGKILL among them)"). The driver and the models are in `collection_models/`; each test
+//! and SIGKILL among them)"). The driver and the models are in `collection_models/` (a module of this binary); each test
 //! runs one type under `--durability sync` and under the default mode, `group`.
 
-mod collection_models;
-mod common;
+use crate::collection_models;
 
 use collection_models::{
     hashes::Hashes, lists::Lists, run, sets::Sets, streams::Streams, zsets::Zsets,
