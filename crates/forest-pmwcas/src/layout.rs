@@ -7,6 +7,7 @@
 //! |---|---|
 //! | 0..8 | pool header: magic, version, region bytes, descriptor count, partitions, client words, descriptor words, crc32c of words 0..7 |
 //! | 8..8+client | client header words (the user's root, epochs...: target words) |
+//! | marks..marks+partitions | high-water marks, one per partition (`pool.rs`): descriptors of the partition ever handed out |
 //! | pool..pool+count*DESCRIPTOR_WORDS | descriptors, each cache-line aligned |
 //! | user.. | user area (node heap: target words and bytes), page aligned |
 //!
@@ -30,8 +31,9 @@ use crate::word::{SLOTS_MAX, TAG_MASK};
 
 /// "FORESTPM", little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"FORESTPM");
-/// Version of the pool format in this file.
-pub const FORMAT_VERSION: u64 = 1;
+/// Version of the pool format in this file. 2: the high-water marks (version 1 had none, and
+/// its recovery scanned the whole pool).
+pub const FORMAT_VERSION: u64 = 2;
 /// Words of the pool header.
 pub(crate) const HEADER_WORDS: usize = 8;
 /// Words per cache line: descriptors start on a line.
@@ -201,9 +203,19 @@ impl Geometry {
         HEADER_WORDS
     }
 
+    /// Word of partition 0's high-water mark; partition `p`'s is `p` words on.
+    pub(crate) const fn marks_word(&self) -> usize {
+        HEADER_WORDS + self.client_words
+    }
+
     /// First word of the descriptors.
     pub(crate) const fn pool_word(&self) -> usize {
-        (HEADER_WORDS + self.client_words).div_ceil(LINE_WORDS) * LINE_WORDS
+        (self.marks_word() + self.partition_count).div_ceil(LINE_WORDS) * LINE_WORDS
+    }
+
+    /// Descriptors in each partition (partition `p` holds `p * per .. (p + 1) * per`).
+    pub(crate) const fn per_partition(&self) -> usize {
+        self.descriptor_count / self.partition_count
     }
 
     /// First word of descriptor `index`.
@@ -221,6 +233,17 @@ impl Geometry {
     /// before a pool exists, e.g. to recover an allocator before `Pool::open`).
     pub const fn client_start_bytes(&self) -> u64 {
         (self.client_word() * WORD_BYTES) as u64
+    }
+
+    /// Byte offset of partition 0's high-water mark (one u64 per partition follows): for tests
+    /// and tools that inspect a crash image.
+    pub const fn marks_start_bytes(&self) -> u64 {
+        (self.marks_word() * WORD_BYTES) as u64
+    }
+
+    /// Byte offset of descriptor `index` (its status word), as [`Geometry::marks_start_bytes`].
+    pub const fn descriptor_start_bytes(&self, index: usize) -> u64 {
+        (self.descriptor_word(index) * WORD_BYTES) as u64
     }
 
     /// Byte offset of the user area (as [`Geometry::client_start_bytes`]).
@@ -273,13 +296,17 @@ mod tests {
             client_words: 3,
             user_words: 5,
         };
-        assert!(g.pool_word() >= HEADER_WORDS + 3);
+        assert_eq!(g.marks_word(), HEADER_WORDS + 3);
+        assert!(g.pool_word() >= g.marks_word() + 2);
         assert_eq!(g.pool_word() % LINE_WORDS, 0);
+        assert_eq!(g.per_partition(), 5);
         assert!(g.user_word() >= g.descriptor_word(10));
         assert_eq!(g.user_word() % PAGE_WORDS, 0);
         assert!(g.total_words() >= g.user_word() + 5);
         assert!(g.is_target_word(HEADER_WORDS, g.total_words()));
         assert!(!g.is_target_word(g.pool_word(), g.total_words()));
+        assert!(!g.is_target_word(g.marks_word(), g.total_words()));
+        assert!(!g.is_target_word(g.marks_word() + 1, g.total_words()));
         assert!(!g.is_target_word(0, g.total_words()));
     }
 }

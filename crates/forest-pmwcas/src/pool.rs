@@ -19,10 +19,27 @@
 //! - The free lists are volatile: they are rebuilt from the statuses at open.
 //! - A released descriptor keeps its generation; allocation advances it, so references made
 //!   before the reuse never match (`word.rs`).
+//! - High-water marks (issue 16's recovery bar, not in the paper or the reference library,
+//!   whose recovery scans the whole pool): each partition has a durable mark in the region,
+//!   the number of its descriptors, counted from its first, that may ever have left the free
+//!   list. Recovery scans only those (`recovery.rs`), so its time follows the descriptors
+//!   in use, not the pool's size. A free list hands out its descriptors lowest first and takes
+//!   back only its own, so the descriptors ever handed out in a run are a prefix of the
+//!   partition and the mark moves once per new descriptor: before a descriptor above the
+//!   mark is first used, the mark is raised to cover it, flushed and fenced
+//!   (`Inner::cover`). After warm-up every descriptor handed out is below the mark, and the
+//!   check is one load of a line the allocation touches anyway. Marks never go down (a run
+//!   that used many descriptors keeps later recoveries scanning them); lowering them at open,
+//!   after recovery freed everything below them, would be safe but gains little once a
+//!   workload has warmed up. Stopping a scan at the first never-used descriptor instead would
+//!   be unsafe: descriptor k + 1 may be in flight with k already free again.
 //!
 //! Invariants:
 //! - A descriptor is in at most one free list, and only with state `Free`.
 //! - A descriptor's release runs once, after its owner retired it under a guard.
+//! - A descriptor whose status is not `Free` (in memory, so possibly durable) lies below its
+//!   partition's durable mark, and the volatile copy of a mark (`Partition::mark`) never
+//!   exceeds the durable one.
 //! - Dropping the pool waits (bounded) for pending releases, then marks it closed: a release
 //!   that runs later does nothing, and the decided descriptor it leaves is recovered at the
 //!   next open, as after a crash.
@@ -162,9 +179,11 @@ impl PoolConfig {
     }
 }
 
-/// One partition's free stack: head = tag << 32 | (index + 1), 0 when empty.
+/// One partition's free stack: head = tag << 32 | (index + 1), 0 when empty; and its
+/// high-water mark as known durable (module doc).
 struct Partition {
     head: AtomicU64,
+    mark: AtomicU64,
 }
 
 /// The shared state of a pool.
@@ -239,7 +258,7 @@ impl<P: Persist> Pool<P> {
         for (i, &w) in header.iter().enumerate() {
             words[i].store(w, Ordering::Relaxed);
         }
-        for w in &words[geometry.pool_word()..geometry.user_word()] {
+        for w in &words[geometry.marks_word()..geometry.user_word()] {
             w.store(0, Ordering::Relaxed);
         }
         persist.flush(&region, 0..geometry.user_word() * WORD_BYTES);
@@ -407,6 +426,7 @@ impl<P: Persist> Pool<P> {
                 .map(|_| {
                     CachePadded::new(Partition {
                         head: AtomicU64::new(0),
+                        mark: AtomicU64::new(0),
                     })
                 })
                 .collect(),
@@ -480,6 +500,14 @@ impl<P: Persist> Pool<P> {
         Ok(crate::Descriptor::new(self, guard, index, gen))
     }
 
+    /// Each partition's high-water mark as the region holds it: how many of its descriptors,
+    /// from its first, recovery would scan (module doc).
+    pub fn high_water_marks(&self) -> Vec<u64> {
+        (0..self.inner.geometry.partition_count)
+            .map(|p| self.inner.mark_word(p).load(Ordering::Acquire))
+            .collect()
+    }
+
     /// The pool's counters.
     pub fn stats(&self) -> PmwcasStats {
         PmwcasStats::sum(self.inner.counters.iter().map(|c| &**c))
@@ -546,6 +574,11 @@ impl<P: Persist> Inner<P> {
     pub(crate) fn desc(&self, index: u32) -> &[AtomicU64] {
         let start = self.geometry.descriptor_word(index as usize);
         &self.region.words()[start..start + DESCRIPTOR_WORDS]
+    }
+
+    /// The region word holding partition `p`'s high-water mark.
+    pub(crate) fn mark_word(&self, p: usize) -> &AtomicU64 {
+        &self.region.words()[self.geometry.marks_word() + p]
     }
 
     /// Byte range of descriptor `index`.
@@ -623,19 +656,25 @@ impl<P: Persist> Inner<P> {
         }
     }
 
-    /// Links every descriptor into its partition's free list, lowest index on top. Runs at
-    /// create and open, before any other thread has the pool: plain stores, no CAS per
-    /// descriptor (open time is recovery time, §2.3.2).
+    /// Links every descriptor into its partition's free list, lowest index on top, and loads
+    /// the durable marks. Runs at create and open, before any other thread has the pool:
+    /// plain stores, no CAS per descriptor (open time is recovery time, §2.3.2).
     fn rebuild_free_lists(&self) {
-        let per = self.geometry.descriptor_count / self.geometry.partition_count;
+        let per = self.geometry.per_partition();
         for (p, partition) in self.partitions.iter().enumerate() {
+            // Recovery refused a mark above `per`; the region's value is durable at open.
+            let mark = self.mark_word(p).load(Ordering::Relaxed).min(per as u64);
+            partition.mark.store(mark, Ordering::Relaxed);
             let first = p * per;
             for index in first..first + per {
-                debug_assert_eq!(
-                    layout::status_state(
-                        self.desc(index as u32)[layout::D_STATUS].load(Ordering::Relaxed)
-                    ),
-                    Some(State::Free)
+                // Recovery freed those below the mark; those above are not read (their pages
+                // stay untouched until used).
+                debug_assert!(
+                    index >= first + mark as usize
+                        || layout::status_state(
+                            self.desc(index as u32)[layout::D_STATUS].load(Ordering::Relaxed)
+                        ) == Some(State::Free),
+                    "descriptor {index} below the mark is not free after recovery"
                 );
                 // An entry holds the next index + 1, 0 at the end (`push_free`).
                 let next = if index + 1 < first + per {
@@ -687,6 +726,7 @@ impl<P: Persist> Inner<P> {
         for round in 0..=ALLOCATE_WAIT_ROUNDS_MAX {
             for k in 0..partitions {
                 if let Some(index) = self.pop_free((home + k) % partitions) {
+                    self.cover(index);
                     return Ok((index, self.start_generation(index, recycler)));
                 }
             }
@@ -703,6 +743,44 @@ impl<P: Persist> Inner<P> {
             descriptors: self.geometry.descriptor_count,
             rounds: ALLOCATE_WAIT_ROUNDS_MAX,
         })
+    }
+
+    /// Makes sure descriptor `index`'s partition mark durably covers it before its status
+    /// leaves `Free` (module doc): after warm-up, one load.
+    #[inline]
+    fn cover(&self, index: u32) {
+        let per = self.geometry.per_partition();
+        let (p, need) = (index as usize / per, (index as usize % per + 1) as u64);
+        if self.partitions[p].mark.load(Ordering::Acquire) < need {
+            self.raise_mark(p, need);
+        }
+    }
+
+    /// Raises partition `p`'s durable mark to at least `need`: the region word first (several
+    /// threads may raise one partition's mark at once, so by CAS, never lowering it), flushed
+    /// and fenced, and only then the volatile copy that lets later allocations skip the flush.
+    #[cold]
+    fn raise_mark(&self, p: usize, need: u64) {
+        let word = self.mark_word(p);
+        let mut current = word.load(Ordering::Acquire);
+        while current < need {
+            match word.compare_exchange_weak(current, need, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(c) => current = c,
+            }
+        }
+        // The flush writes the line as it is now, with a value >= `need` whoever stored it.
+        let at = (self.geometry.marks_word() + p) * WORD_BYTES;
+        self.persist_bytes(at..at + WORD_BYTES);
+        let known = &self.partitions[p].mark;
+        let mut current = known.load(Ordering::Acquire);
+        while current < need {
+            match known.compare_exchange_weak(current, need, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(c) => current = c,
+            }
+        }
+        forest_core::pause::pause_point("pmwcas:mark-raised");
     }
 
     fn start_generation(&self, index: u32, recycler: RecyclerId) -> u64 {
