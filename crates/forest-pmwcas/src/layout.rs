@@ -20,7 +20,8 @@
 //! | 2 | seq start: the install counter's value when this generation began |
 //! | 3 | install counter: the next RDCSS installation's sequence number |
 //! | 4 | recycler: index of the free callback (§2.3 `AllocateDescriptor(callback)`) |
-//! | 5-7 | zero |
+//! | 5 | free-list link while on its partition's stack: the next one's index + 1 (volatile: stale after a restart, never read by recovery) |
+//! | 6-7 | zero |
 //! | 8+4i.. | entry i: address (byte offset, or `MEMORY_ONLY`/`TOMBSTONE`), expected, new, policy |
 //!
 //! Policy word: policy (bits 0-7: 0 `NONE`, 1 `FREE-ONE`), activated (bit 8), generation of
@@ -73,6 +74,7 @@ pub(crate) const D_ORDER: usize = 1;
 pub(crate) const D_SEQ_START: usize = 2;
 pub(crate) const D_INSTALL_SEQ: usize = 3;
 pub(crate) const D_RECYCLER: usize = 4;
+pub(crate) const D_FREE_NEXT: usize = 5;
 // Entry word indices.
 pub(crate) const E_ADDRESS: usize = 0;
 pub(crate) const E_EXPECTED: usize = 1;

@@ -16,16 +16,21 @@
 //!   drop its guard, pin again and retry its operation. It happens when a pinned thread stalls
 //!   (descheduled) while the others run through the whole pool, or when guards are held
 //!   across many operations.
-//! - The free lists are volatile: they are rebuilt from the statuses at open.
+//! - The free lists are volatile. A partition's free list is a stack of the descriptors it took
+//!   back, above a cursor over the ones not yet handed out in this run, in index order: the
+//!   stack first, then the cursor. At open (after recovery freed every descriptor) the stack
+//!   is empty and the cursor at the partition's first descriptor, so opening costs nothing
+//!   per descriptor, and a run hands out the same descriptors a list of all of them, lowest on
+//!   top, would.
 //! - A released descriptor keeps its generation; allocation advances it, so references made
 //!   before the reuse never match (`word.rs`).
 //! - High-water marks (issue 16's recovery bar, not in the paper or the reference library,
 //!   whose recovery scans the whole pool): each partition has a durable mark in the region,
 //!   the number of its descriptors, counted from its first, that may ever have left the free
 //!   list. Recovery scans only those (`recovery.rs`), so its time follows the descriptors
-//!   in use, not the pool's size. A free list hands out its descriptors lowest first and takes
-//!   back only its own, so the descriptors ever handed out in a run are a prefix of the
-//!   partition and the mark moves once per new descriptor: before a descriptor above the
+//!   in use, not the pool's size. A partition takes back only its own descriptors and its
+//!   cursor moves in index order, so the descriptors ever handed out in a run are a prefix of
+//!   the partition and the mark moves once per new descriptor: before a descriptor above the
 //!   mark is first used, the mark is raised to cover it, flushed and fenced
 //!   (`Inner::cover`). After warm-up every descriptor handed out is below the mark, and the
 //!   check is one load of a line the allocation touches anyway. Marks never go down (a run
@@ -35,7 +40,8 @@
 //!   be unsafe: descriptor k + 1 may be in flight with k already free again.
 //!
 //! Invariants:
-//! - A descriptor is in at most one free list, and only with state `Free`.
+//! - A descriptor is in at most one free list, and only with state `Free`: on its partition's
+//!   stack, or at or above its partition's cursor (never handed out in this run).
 //! - A descriptor's release runs once, after its owner retired it under a guard.
 //! - A descriptor whose status is not `Free` (in memory, so possibly durable) lies below its
 //!   partition's durable mark, and the volatile copy of a mark (`Partition::mark`) never
@@ -55,7 +61,7 @@ use crate::persist::Persist;
 use crate::reclaim::{Domain, Guard};
 use crate::region::{Region, WORD_BYTES};
 use crate::stats::{Counters, PmwcasStats};
-use crate::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use crate::sync::atomic::{fence, AtomicU64, Ordering};
 use crate::word::{Word, DESCRIPTORS_MAX, TAG_MASK};
 
 /// Wait rounds of an allocation that finds every partition empty.
@@ -179,10 +185,12 @@ impl PoolConfig {
     }
 }
 
-/// One partition's free stack: head = tag << 32 | (index + 1), 0 when empty; and its
-/// high-water mark as known durable (module doc).
+/// One partition's free list (module doc): the stack of descriptors taken back, head = tag <<
+/// 32 | (index + 1), 0 when empty; the cursor, how many of its descriptors were handed out in
+/// this run; and its high-water mark as known durable.
 struct Partition {
     head: AtomicU64,
+    cursor: AtomicU64,
     mark: AtomicU64,
 }
 
@@ -192,7 +200,6 @@ pub(crate) struct Inner<P: Persist> {
     pub(crate) persist: P,
     pub(crate) geometry: Geometry,
     partitions: Box<[CachePadded<Partition>]>,
-    next_free: Box<[AtomicU32]>,
     counters: Box<[CachePadded<Counters>]>,
     recyclers: Vec<Arc<dyn Recycle>>,
     pub(crate) domain: Domain,
@@ -264,7 +271,7 @@ impl<P: Persist> Pool<P> {
         persist.flush(&region, 0..geometry.user_word() * WORD_BYTES);
         persist.fence();
         let pool = Self::assemble(region, persist, geometry, config.recyclers);
-        pool.inner.rebuild_free_lists();
+        pool.inner.reset_free_lists();
         Ok(pool)
     }
 
@@ -321,7 +328,7 @@ impl<P: Persist> Pool<P> {
         }
         let pool = Self::assemble(region, persist, geometry, config.recyclers);
         let report = crate::recovery::recover(&pool.inner)?;
-        pool.inner.rebuild_free_lists();
+        pool.inner.reset_free_lists();
         Ok((pool, report))
     }
 
@@ -426,12 +433,10 @@ impl<P: Persist> Pool<P> {
                 .map(|_| {
                     CachePadded::new(Partition {
                         head: AtomicU64::new(0),
+                        cursor: AtomicU64::new(0),
                         mark: AtomicU64::new(0),
                     })
                 })
-                .collect(),
-            next_free: (0..geometry.descriptor_count)
-                .map(|_| AtomicU32::new(0))
                 .collect(),
             counters: (0..geometry.partition_count)
                 .map(|_| CachePadded::new(Counters::default()))
@@ -656,36 +661,29 @@ impl<P: Persist> Inner<P> {
         }
     }
 
-    /// Links every descriptor into its partition's free list, lowest index on top, and loads
+    /// Empties the stacks, puts the cursors at each partition's first descriptor, and loads
     /// the durable marks. Runs at create and open, before any other thread has the pool:
-    /// plain stores, no CAS per descriptor (open time is recovery time, §2.3.2).
-    fn rebuild_free_lists(&self) {
+    /// nothing per descriptor (open time is recovery time, §2.3.2).
+    fn reset_free_lists(&self) {
         let per = self.geometry.per_partition();
         for (p, partition) in self.partitions.iter().enumerate() {
             // Recovery refused a mark above `per`; the region's value is durable at open.
             let mark = self.mark_word(p).load(Ordering::Relaxed).min(per as u64);
             partition.mark.store(mark, Ordering::Relaxed);
-            let first = p * per;
-            for index in first..first + per {
-                // Recovery freed those below the mark; those above are not read (their pages
-                // stay untouched until used).
-                debug_assert!(
-                    index >= first + mark as usize
-                        || layout::status_state(
-                            self.desc(index as u32)[layout::D_STATUS].load(Ordering::Relaxed)
-                        ) == Some(State::Free),
+            partition.cursor.store(0, Ordering::Relaxed);
+            partition.head.store(0, Ordering::Release);
+            // Recovery freed those below the mark; those above are not read (their pages
+            // stay untouched until used).
+            #[cfg(debug_assertions)]
+            for index in p * per..p * per + mark as usize {
+                assert_eq!(
+                    layout::status_state(
+                        self.desc(index as u32)[layout::D_STATUS].load(Ordering::Relaxed)
+                    ),
+                    Some(State::Free),
                     "descriptor {index} below the mark is not free after recovery"
                 );
-                // An entry holds the next index + 1, 0 at the end (`push_free`).
-                let next = if index + 1 < first + per {
-                    index + 2
-                } else {
-                    0
-                };
-                self.next_free[index].store(next as u32, Ordering::Relaxed);
             }
-            let head = if per > 0 { first as u64 + 1 } else { 0 };
-            partition.head.store(head, Ordering::Release);
         }
     }
 
@@ -693,7 +691,11 @@ impl<P: Persist> Inner<P> {
         let head = &self.partitions[partition].head;
         let mut current = head.load(Ordering::Acquire);
         loop {
-            self.next_free[index as usize].store(current as u32, Ordering::Relaxed);
+            // The link lives in the descriptor (its line is written by the release anyway),
+            // so a pool needs no volatile array per descriptor, which at open would cost a
+            // fresh allocation's page faults.
+            self.desc(index)[layout::D_FREE_NEXT]
+                .store(u64::from(current as u32), Ordering::Relaxed);
             let new = ((current >> 32).wrapping_add(1) << 32) | u64::from(index + 1);
             match head.compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return,
@@ -702,18 +704,40 @@ impl<P: Persist> Inner<P> {
         }
     }
 
+    /// A free descriptor of `partition`: from its stack, else the cursor's next.
     fn pop_free(&self, partition: usize) -> Option<u32> {
         let head = &self.partitions[partition].head;
         let mut current = head.load(Ordering::Acquire);
         loop {
             let top = (current & 0xffff_ffff) as u32;
             if top == 0 {
-                return None;
+                return self.take_unused(partition);
             }
-            let next = self.next_free[top as usize - 1].load(Ordering::Relaxed);
+            let next = self.desc(top - 1)[layout::D_FREE_NEXT].load(Ordering::Relaxed) as u32;
             let new = ((current >> 32).wrapping_add(1) << 32) | u64::from(next);
             match head.compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return Some(top - 1),
+                Err(c) => current = c,
+            }
+        }
+    }
+
+    /// The next descriptor of `partition` not yet handed out in this run, if any.
+    fn take_unused(&self, partition: usize) -> Option<u32> {
+        let per = self.geometry.per_partition() as u64;
+        let cursor = &self.partitions[partition].cursor;
+        let mut current = cursor.load(Ordering::Relaxed);
+        loop {
+            if current >= per {
+                return None;
+            }
+            match cursor.compare_exchange_weak(
+                current,
+                current + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Some((partition as u64 * per + current) as u32),
                 Err(c) => current = c,
             }
         }
