@@ -652,6 +652,14 @@ impl<P: Persist> Inner<P> {
         }
     }
 
+    /// Flushes the status word of descriptor `index`, without a fence.
+    pub(crate) fn flush_status(&self, index: u32) {
+        if P::DURABLE {
+            let at = self.desc_bytes(index).start;
+            self.persist.flush(&self.region, at..at + WORD_BYTES);
+        }
+    }
+
     /// Flushes and fences the status word of descriptor `index`.
     pub(crate) fn persist_status(&self, index: u32) {
         if P::DURABLE {

@@ -12,7 +12,11 @@
 //! - any state: words holding one of its RDCSS references (current generation) roll back to
 //!   the entry's expected value (an RDCSS reference only ever replaced that value);
 //! - then its policies apply (`FREE-ONE`: old values after success, new values otherwise), and
-//!   it is marked free, durably.
+//!   it is marked free, durably: each status is flushed, and one fence at the end makes them
+//!   all durable (a crash before it repeats policies, which recyclers accept; nothing is
+//!   allocated before recovery returns). Restored words are fenced before the policies only
+//!   when there are any: most descriptors found after a crash are retired ones waiting for
+//!   their epoch, which no word holds.
 //!
 //! A `Building` descriptor never executed: no word refers to it, and only its activated
 //! entries of the current generation are freed (`descriptor.rs`, activation).
@@ -74,6 +78,10 @@ pub(crate) fn recover<P: Persist>(inner: &Inner<P>) -> Result<RecoveryReport, Er
             recover_descriptor(inner, index as u32, &mut report)?;
         }
     }
+    // The `Free` statuses, flushed one by one, become durable together: a crash before this
+    // only repeats policies, which recyclers accept (module doc), and nothing is allocated
+    // before recovery returns.
+    inner.persist.fence();
     Ok(report)
 }
 
@@ -110,6 +118,7 @@ fn recover_descriptor<P: Persist>(
             let decided = state != State::Undecided;
             let me = descriptor_ref(index, gen);
             let seq_start = d[D_SEQ_START].load(Ordering::Relaxed);
+            let mut restored = 0usize;
             for slot in 0..count {
                 let e = DESCRIPTOR_HEADER_WORDS + slot * ENTRY_WORDS;
                 let address = d[e + E_ADDRESS].load(Ordering::Relaxed);
@@ -141,14 +150,19 @@ fn recover_descriptor<P: Persist>(
                 };
                 word.store_raw(restore);
                 inner.flush_word(word);
+                restored += 1;
             }
-            inner.persist.fence();
+            // Words before policies; a retired descriptor (no word holds it) needs no fence.
+            if restored > 0 {
+                inner.persist.fence();
+            }
             report.values_freed +=
                 inner.apply_policies_where(index, gen, succeeded, count, !decided);
         }
     }
     d[D_STATUS].store(layout::status(gen, 0, State::Free), Ordering::Relaxed);
-    inner.persist_status(index);
+    // Fenced once for all at the end of `recover`.
+    inner.flush_status(index);
     Ok(())
 }
 
