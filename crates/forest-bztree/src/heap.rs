@@ -28,9 +28,15 @@
 //!   heap walk and no tree walk: the free lists are persistent.
 //! - Each size class's list and the bump pointer are changed under a mutex (allocation is off
 //!   the record path: SMOs and large values only), so at most one push or pop per class is in
-//!   flight at a crash, always at the head. Recovery completes it: a head not marked free is
-//!   marked free (an interrupted push, or a pop that marked the chunk but did not move the head;
-//!   that chunk is also in a thread list, whose recovery then finds it free).
+//!   flight at a crash, always at the head. It is completed by the first use of the class
+//!   after the open, under its lock and before anything else touches the list: a head not
+//!   marked free is marked free (an interrupted push, or a pop that marked the chunk but did
+//!   not move the head; that chunk is also in a thread list, whose recovery then finds it
+//!   free). Lazily, not in recovery: reading each head's chunk costs a page fault in a
+//!   freshly mapped file, about as long as the rest of recovery for a few dozen classes
+//!   (issue 16's 145 us bar); the first use of a class is recovery's own list frees, the
+//!   pool's policy repeats, an allocation, a free or an audit, and until then nothing reads
+//!   the list or its head's header.
 //! - Frees are idempotent: a chunk already free is left alone, and one freed by descriptor
 //!   generation `g` (its header's "freed by" word) is not freed again by `g`. Recovery repeats
 //!   the policies of every descriptor not durably free, and in the window between a release's
@@ -51,7 +57,7 @@
 //!   into a node no other thread reaches yet), and chunks are reused only after the epoch.
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use forest_pmwcas::{Recycle, Word};
@@ -89,7 +95,8 @@ pub struct AllocatorRecovery {
     /// List entries that named a chunk the crash left unallocated (past the bump pointer, or
     /// already free).
     pub entries_dropped: usize,
-    /// Free-list heads whose push or pop the crash interrupted.
+    /// Free-list heads whose push or pop the crash interrupted, completed by recovery's own
+    /// frees (the other heads are settled at their class's first use, module doc).
     pub heads_completed: usize,
 }
 
@@ -101,6 +108,11 @@ pub struct NodeHeap {
     /// Byte offset of the allocator state.
     state: u64,
     class_locks: [Mutex<()>; CLASS_COUNT],
+    /// Whether the class's head was settled in this run (module doc); read and set under the
+    /// class's lock.
+    heads_settled: [AtomicBool; CLASS_COUNT],
+    /// Heads settled that a crash had left unmarked.
+    heads_completed: AtomicUsize,
     bump_lock: Mutex<()>,
     in_use: AtomicU64,
     /// Frees skipped because the chunk was already free or freed by the same descriptor
@@ -173,6 +185,8 @@ impl NodeHeap {
             end,
             state,
             class_locks: std::array::from_fn(|_| Mutex::new(())),
+            heads_settled: std::array::from_fn(|_| AtomicBool::new(false)),
+            heads_completed: AtomicUsize::new(0),
             bump_lock: Mutex::new(()),
             in_use: AtomicU64::new(0),
             repeats_skipped: AtomicU64::new(0),
@@ -229,21 +243,14 @@ impl NodeHeap {
                 self.start, self.end
             ));
         }
+        // Heads are settled at their class's first use (module doc); here only their offsets
+        // are checked, which reads no chunk.
         for class in 0..CLASS_COUNT {
             let head = self.head(class).load(Ordering::Relaxed);
-            if head == 0 {
-                continue;
-            }
-            let size = self.valid_chunk(head).then(|| self.header(head));
-            let Some(header) = size.filter(|h| class_of_size(h & !FREE_BIT) == Some(class)) else {
+            if head != 0 && !self.valid_chunk(head) {
                 return Err(format!(
-                    "free list {class} starts at {head}, which is not a chunk of its class"
+                    "free list {class} starts at {head}, which is not a chunk of this heap"
                 ));
-            };
-            if header & FREE_BIT == 0 {
-                self.raw(head).store(header | FREE_BIT, Ordering::Relaxed);
-                self.persist_word(head, flush);
-                report.heads_completed += 1;
             }
         }
         for list in 0..LISTS {
@@ -271,6 +278,7 @@ impl NodeHeap {
             }
         }
         self.in_use.store(bump - self.start, Ordering::Relaxed);
+        report.heads_completed = self.heads_completed.load(Ordering::Relaxed);
         Ok(report)
     }
 
@@ -280,6 +288,39 @@ impl NodeHeap {
 
     fn header(&self, chunk: u64) -> u64 {
         self.raw(chunk).load(Ordering::Relaxed)
+    }
+
+    /// Completes an interrupted push or pop at the head of `class` once per run, before
+    /// anything else uses the list (module doc). The caller holds the class's lock.
+    fn settle_head(&self, class: usize, flush: Flush<'_>) {
+        if self.heads_settled[class].load(Ordering::Relaxed) {
+            return;
+        }
+        let head = self.head(class).load(Ordering::Relaxed);
+        if head != 0 {
+            let header = self.header(head);
+            debug_assert_eq!(
+                class_of_size(header & !FREE_BIT),
+                Some(class),
+                "free list {class} starts at {head} with header {header:#x}"
+            );
+            if header & FREE_BIT == 0 && class_of_size(header) == Some(class) {
+                self.raw(head).store(header | FREE_BIT, Ordering::Relaxed);
+                self.persist_word(head, flush);
+                self.heads_completed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.heads_settled[class].store(true, Ordering::Relaxed);
+    }
+
+    /// Settles every class's head (for audits, which read the lists and the headers).
+    pub(crate) fn settle_heads(&self, flush: Flush<'_>) {
+        for class in 0..CLASS_COUNT {
+            let _class = self.class_locks[class]
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.settle_head(class, flush);
+        }
     }
 
     /// Bytes handed out and not freed (chunk sizes; module doc for a reopened heap).
@@ -348,6 +389,7 @@ impl NodeHeap {
             let _class = self.class_locks[class]
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.settle_head(class, flush);
             let chunk = self.head(class).load(Ordering::Relaxed);
             if chunk != 0 {
                 if !self.claim_entry(chunk, flush) {
@@ -422,6 +464,8 @@ impl NodeHeap {
         let _class = self.class_locks[class]
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // First: `chunk` may be this head, left unmarked by a crash (a repeated free).
+        self.settle_head(class, flush);
         let header = self.header(chunk);
         if header & FREE_BIT != 0 || (by != 0 && self.raw(chunk + 8).load(Ordering::Relaxed) == by)
         {
@@ -601,5 +645,82 @@ mod tests {
         }
         assert_eq!(class_of_size(100), None);
         assert_eq!(class_of_size(0), None);
+    }
+
+    /// A heap over `region` as a tree file lays it out: state at byte 64, then the heap.
+    fn heap_over(region: &forest_pmwcas::Region) -> NodeHeap {
+        let state = 64;
+        let start = (state + (STATE_WORDS * 8) as u64).div_ceil(64) * 64;
+        assert!(start + (256 << 10) <= region.len_bytes() as u64);
+        // SAFETY: the region is mapped for the heap's whole range (asserted) and outlives the
+        // heap; only this test's heaps touch it, one at a time.
+        unsafe { NodeHeap::new(region.base_ptr(), start, start + (256 << 10), state) }
+    }
+
+    fn is_marked_free(heap: &NodeHeap, payload: u64) -> bool {
+        heap.header(payload - PREFIX_BYTES) & FREE_BIT != 0
+    }
+
+    // Goal: a free-list head that a crash left unmarked (an interrupted pop, or a push cut
+    // after the head was published) is completed before its list is used again, now that it
+    // happens at the class's first use rather than in recovery (module doc). Method: build
+    // those states by hand, "reopen" with a new heap over the same bytes, then recover and
+    // use the class; the lists hold each chunk once, marked free, and never a cycle.
+    #[test]
+    fn a_head_left_unmarked_is_settled_before_its_list_is_used() {
+        let none: Flush<'_> = &|_| {};
+        let region = forest_pmwcas::Region::heap(1 << 20);
+
+        // An interrupted pop: `a` is the head, claimed by a thread's list and marked
+        // allocated, but the head did not move.
+        let heap = heap_over(&region);
+        heap.format(none);
+        let a = heap.alloc(100, false, none).unwrap();
+        heap.free(a, none);
+        assert_eq!(heap.listed().0, vec![a]);
+        let chunk = a - PREFIX_BYTES;
+        assert!(heap.claim_entry(chunk, none));
+        heap.raw(chunk)
+            .store(heap.header(chunk) & !FREE_BIT, Ordering::Relaxed);
+        let heap = heap_over(&region);
+        let report = heap.recover(none).unwrap();
+        assert_eq!((report.heads_completed, report.entries_dropped), (1, 1));
+        assert_eq!(heap.listed(), (vec![a], vec![]));
+        assert!(is_marked_free(&heap, a));
+        assert_eq!(heap.alloc(100, false, none), Some(a), "popped once");
+        assert_ne!(heap.alloc(100, false, none), Some(a));
+
+        // A push by descriptor tag 7 cut after the head and the tag were stored, before the
+        // mark; then another free of the class comes first, then the policy's repeat.
+        let heap = heap_over(&region);
+        heap.format(none);
+        let a = heap.alloc(100, false, none).unwrap();
+        let b = heap.alloc(100, false, none).unwrap();
+        heap.activated(a, none);
+        heap.activated(b, none);
+        let (chunk, class) = (a - PREFIX_BYTES, class_of(100).0);
+        heap.raw(chunk + PREFIX_BYTES).store(0, Ordering::Relaxed);
+        heap.head(class).store(chunk, Ordering::Relaxed);
+        heap.raw(chunk + 8).store(7, Ordering::Relaxed);
+        let heap = heap_over(&region);
+        let report = heap.recover(none).unwrap();
+        assert_eq!(
+            report.heads_completed, 0,
+            "not settled by recovery: no list entry"
+        );
+        assert!(
+            !is_marked_free(&heap, a),
+            "untouched until the class is used"
+        );
+        assert!(heap.free_chunk(b - PREFIX_BYTES, 9, false, none));
+        assert!(is_marked_free(&heap, a), "settled before b was pushed");
+        assert!(
+            !heap.free_chunk(chunk, 7, false, none),
+            "the repeat is skipped"
+        );
+        assert_eq!(heap.listed(), (vec![b, a], vec![]));
+        assert!(is_marked_free(&heap, b));
+        let chunks = heap.chunks().unwrap();
+        assert!(chunks.iter().all(|&(_, _, free)| free), "{chunks:?}");
     }
 }

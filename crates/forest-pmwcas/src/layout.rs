@@ -7,6 +7,7 @@
 //! |---|---|
 //! | 0..8 | pool header: magic, version, region bytes, descriptor count, partitions, client words, descriptor words, crc32c of words 0..7 |
 //! | 8..8+client | client header words (the user's root, epochs...: target words) |
+//! | marks..marks+partitions | high-water marks, one per partition (`pool.rs`): descriptors of the partition ever handed out |
 //! | pool..pool+count*DESCRIPTOR_WORDS | descriptors, each cache-line aligned |
 //! | user.. | user area (node heap: target words and bytes), page aligned |
 //!
@@ -19,7 +20,8 @@
 //! | 2 | seq start: the install counter's value when this generation began |
 //! | 3 | install counter: the next RDCSS installation's sequence number |
 //! | 4 | recycler: index of the free callback (§2.3 `AllocateDescriptor(callback)`) |
-//! | 5-7 | zero |
+//! | 5 | free-list link while on its partition's stack: the next one's index + 1 (volatile: stale after a restart, never read by recovery) |
+//! | 6-7 | zero |
 //! | 8+4i.. | entry i: address (byte offset, or `MEMORY_ONLY`/`TOMBSTONE`), expected, new, policy |
 //!
 //! Policy word: policy (bits 0-7: 0 `NONE`, 1 `FREE-ONE`), activated (bit 8), generation of
@@ -30,8 +32,9 @@ use crate::word::{SLOTS_MAX, TAG_MASK};
 
 /// "FORESTPM", little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"FORESTPM");
-/// Version of the pool format in this file.
-pub const FORMAT_VERSION: u64 = 1;
+/// Version of the pool format in this file. 2: the high-water marks (version 1 had none, and
+/// its recovery scanned the whole pool).
+pub const FORMAT_VERSION: u64 = 2;
 /// Words of the pool header.
 pub(crate) const HEADER_WORDS: usize = 8;
 /// Words per cache line: descriptors start on a line.
@@ -71,6 +74,7 @@ pub(crate) const D_ORDER: usize = 1;
 pub(crate) const D_SEQ_START: usize = 2;
 pub(crate) const D_INSTALL_SEQ: usize = 3;
 pub(crate) const D_RECYCLER: usize = 4;
+pub(crate) const D_FREE_NEXT: usize = 5;
 // Entry word indices.
 pub(crate) const E_ADDRESS: usize = 0;
 pub(crate) const E_EXPECTED: usize = 1;
@@ -201,9 +205,19 @@ impl Geometry {
         HEADER_WORDS
     }
 
+    /// Word of partition 0's high-water mark; partition `p`'s is `p` words on.
+    pub(crate) const fn marks_word(&self) -> usize {
+        HEADER_WORDS + self.client_words
+    }
+
     /// First word of the descriptors.
     pub(crate) const fn pool_word(&self) -> usize {
-        (HEADER_WORDS + self.client_words).div_ceil(LINE_WORDS) * LINE_WORDS
+        (self.marks_word() + self.partition_count).div_ceil(LINE_WORDS) * LINE_WORDS
+    }
+
+    /// Descriptors in each partition (partition `p` holds `p * per .. (p + 1) * per`).
+    pub(crate) const fn per_partition(&self) -> usize {
+        self.descriptor_count / self.partition_count
     }
 
     /// First word of descriptor `index`.
@@ -221,6 +235,17 @@ impl Geometry {
     /// before a pool exists, e.g. to recover an allocator before `Pool::open`).
     pub const fn client_start_bytes(&self) -> u64 {
         (self.client_word() * WORD_BYTES) as u64
+    }
+
+    /// Byte offset of partition 0's high-water mark (one u64 per partition follows): for tests
+    /// and tools that inspect a crash image.
+    pub const fn marks_start_bytes(&self) -> u64 {
+        (self.marks_word() * WORD_BYTES) as u64
+    }
+
+    /// Byte offset of descriptor `index` (its status word), as [`Geometry::marks_start_bytes`].
+    pub const fn descriptor_start_bytes(&self, index: usize) -> u64 {
+        (self.descriptor_word(index) * WORD_BYTES) as u64
     }
 
     /// Byte offset of the user area (as [`Geometry::client_start_bytes`]).
@@ -273,13 +298,17 @@ mod tests {
             client_words: 3,
             user_words: 5,
         };
-        assert!(g.pool_word() >= HEADER_WORDS + 3);
+        assert_eq!(g.marks_word(), HEADER_WORDS + 3);
+        assert!(g.pool_word() >= g.marks_word() + 2);
         assert_eq!(g.pool_word() % LINE_WORDS, 0);
+        assert_eq!(g.per_partition(), 5);
         assert!(g.user_word() >= g.descriptor_word(10));
         assert_eq!(g.user_word() % PAGE_WORDS, 0);
         assert!(g.total_words() >= g.user_word() + 5);
         assert!(g.is_target_word(HEADER_WORDS, g.total_words()));
         assert!(!g.is_target_word(g.pool_word(), g.total_words()));
+        assert!(!g.is_target_word(g.marks_word(), g.total_words()));
+        assert!(!g.is_target_word(g.marks_word() + 1, g.total_words()));
         assert!(!g.is_target_word(0, g.total_words()));
     }
 }

@@ -23,7 +23,8 @@
 //! addresses, in both modes (the mapping moves between runs).
 //!
 //! Pause (kill) points, feature `pause-points` (forest-core `pause`), in the order a PMwCAS
-//! reaches them: `pmwcas:activation-persisted`, `pmwcas:descriptor-persisted`,
+//! reaches them: `pmwcas:mark-raised` (an allocation that raised its partition's high-water
+//! mark, `pool.rs`), `pmwcas:activation-persisted`, `pmwcas:descriptor-persisted`,
 //! `pmwcas:rdcss-installing`, `pmwcas:rdcss-installed`, `pmwcas:rdcss-status-read` (a
 //! completer between its status read and its CAS), `pmwcas:phase1-word-installed` (per word),
 //! `pmwcas:phase1-persisted`, `pmwcas:status-decided`, `pmwcas:status-persisted`,

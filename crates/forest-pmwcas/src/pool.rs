@@ -16,13 +16,36 @@
 //!   drop its guard, pin again and retry its operation. It happens when a pinned thread stalls
 //!   (descheduled) while the others run through the whole pool, or when guards are held
 //!   across many operations.
-//! - The free lists are volatile: they are rebuilt from the statuses at open.
+//! - The free lists are volatile. A partition's free list is a stack of the descriptors it took
+//!   back, above a cursor over the ones not yet handed out in this run, in index order: the
+//!   stack first, then the cursor. At open (after recovery freed every descriptor) the stack
+//!   is empty and the cursor at the partition's first descriptor, so opening costs nothing
+//!   per descriptor, and a run hands out the same descriptors a list of all of them, lowest on
+//!   top, would.
 //! - A released descriptor keeps its generation; allocation advances it, so references made
 //!   before the reuse never match (`word.rs`).
+//! - High-water marks (issue 16's recovery bar, not in the paper or the reference library,
+//!   whose recovery scans the whole pool): each partition has a durable mark in the region,
+//!   the number of its descriptors, counted from its first, that may ever have left the free
+//!   list. Recovery scans only those (`recovery.rs`), so its time follows the descriptors
+//!   in use, not the pool's size. A partition takes back only its own descriptors and its
+//!   cursor moves in index order, so the descriptors ever handed out in a run are a prefix of
+//!   the partition and the mark moves once per new descriptor: before a descriptor above the
+//!   mark is first used, the mark is raised to cover it, flushed and fenced
+//!   (`Inner::cover`). After warm-up every descriptor handed out is below the mark, and the
+//!   check is one load of a line the allocation touches anyway. Marks never go down (a run
+//!   that used many descriptors keeps later recoveries scanning them); lowering them at open,
+//!   after recovery freed everything below them, would be safe but gains little once a
+//!   workload has warmed up. Stopping a scan at the first never-used descriptor instead would
+//!   be unsafe: descriptor k + 1 may be in flight with k already free again.
 //!
 //! Invariants:
-//! - A descriptor is in at most one free list, and only with state `Free`.
+//! - A descriptor is in at most one free list, and only with state `Free`: on its partition's
+//!   stack, or at or above its partition's cursor (never handed out in this run).
 //! - A descriptor's release runs once, after its owner retired it under a guard.
+//! - A descriptor whose status is not `Free` (in memory, so possibly durable) lies below its
+//!   partition's durable mark, and the volatile copy of a mark (`Partition::mark`) never
+//!   exceeds the durable one.
 //! - Dropping the pool waits (bounded) for pending releases, then marks it closed: a release
 //!   that runs later does nothing, and the decided descriptor it leaves is recovered at the
 //!   next open, as after a crash.
@@ -38,7 +61,7 @@ use crate::persist::Persist;
 use crate::reclaim::{Domain, Guard};
 use crate::region::{Region, WORD_BYTES};
 use crate::stats::{Counters, PmwcasStats};
-use crate::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use crate::sync::atomic::{fence, AtomicU64, Ordering};
 use crate::word::{Word, DESCRIPTORS_MAX, TAG_MASK};
 
 /// Wait rounds of an allocation that finds every partition empty.
@@ -162,9 +185,13 @@ impl PoolConfig {
     }
 }
 
-/// One partition's free stack: head = tag << 32 | (index + 1), 0 when empty.
+/// One partition's free list (module doc): the stack of descriptors taken back, head = tag <<
+/// 32 | (index + 1), 0 when empty; the cursor, how many of its descriptors were handed out in
+/// this run; and its high-water mark as known durable.
 struct Partition {
     head: AtomicU64,
+    cursor: AtomicU64,
+    mark: AtomicU64,
 }
 
 /// The shared state of a pool.
@@ -173,7 +200,6 @@ pub(crate) struct Inner<P: Persist> {
     pub(crate) persist: P,
     pub(crate) geometry: Geometry,
     partitions: Box<[CachePadded<Partition>]>,
-    next_free: Box<[AtomicU32]>,
     counters: Box<[CachePadded<Counters>]>,
     recyclers: Vec<Arc<dyn Recycle>>,
     pub(crate) domain: Domain,
@@ -239,13 +265,13 @@ impl<P: Persist> Pool<P> {
         for (i, &w) in header.iter().enumerate() {
             words[i].store(w, Ordering::Relaxed);
         }
-        for w in &words[geometry.pool_word()..geometry.user_word()] {
+        for w in &words[geometry.marks_word()..geometry.user_word()] {
             w.store(0, Ordering::Relaxed);
         }
         persist.flush(&region, 0..geometry.user_word() * WORD_BYTES);
         persist.fence();
         let pool = Self::assemble(region, persist, geometry, config.recyclers);
-        pool.inner.rebuild_free_lists();
+        pool.inner.reset_free_lists();
         Ok(pool)
     }
 
@@ -302,7 +328,7 @@ impl<P: Persist> Pool<P> {
         }
         let pool = Self::assemble(region, persist, geometry, config.recyclers);
         let report = crate::recovery::recover(&pool.inner)?;
-        pool.inner.rebuild_free_lists();
+        pool.inner.reset_free_lists();
         Ok((pool, report))
     }
 
@@ -407,11 +433,10 @@ impl<P: Persist> Pool<P> {
                 .map(|_| {
                     CachePadded::new(Partition {
                         head: AtomicU64::new(0),
+                        cursor: AtomicU64::new(0),
+                        mark: AtomicU64::new(0),
                     })
                 })
-                .collect(),
-            next_free: (0..geometry.descriptor_count)
-                .map(|_| AtomicU32::new(0))
                 .collect(),
             counters: (0..geometry.partition_count)
                 .map(|_| CachePadded::new(Counters::default()))
@@ -478,6 +503,14 @@ impl<P: Persist> Pool<P> {
         }
         let (index, gen) = self.inner.allocate(recycler, guard)?;
         Ok(crate::Descriptor::new(self, guard, index, gen))
+    }
+
+    /// Each partition's high-water mark as the region holds it: how many of its descriptors,
+    /// from its first, recovery would scan (module doc).
+    pub fn high_water_marks(&self) -> Vec<u64> {
+        (0..self.inner.geometry.partition_count)
+            .map(|p| self.inner.mark_word(p).load(Ordering::Acquire))
+            .collect()
     }
 
     /// The pool's counters.
@@ -548,6 +581,11 @@ impl<P: Persist> Inner<P> {
         &self.region.words()[start..start + DESCRIPTOR_WORDS]
     }
 
+    /// The region word holding partition `p`'s high-water mark.
+    pub(crate) fn mark_word(&self, p: usize) -> &AtomicU64 {
+        &self.region.words()[self.geometry.marks_word() + p]
+    }
+
     /// Byte range of descriptor `index`.
     pub(crate) fn desc_bytes(&self, index: u32) -> std::ops::Range<usize> {
         let start = self.geometry.descriptor_word(index as usize) * WORD_BYTES;
@@ -614,6 +652,14 @@ impl<P: Persist> Inner<P> {
         }
     }
 
+    /// Flushes the status word of descriptor `index`, without a fence.
+    pub(crate) fn flush_status(&self, index: u32) {
+        if P::DURABLE {
+            let at = self.desc_bytes(index).start;
+            self.persist.flush(&self.region, at..at + WORD_BYTES);
+        }
+    }
+
     /// Flushes and fences the status word of descriptor `index`.
     pub(crate) fn persist_status(&self, index: u32) {
         if P::DURABLE {
@@ -623,30 +669,29 @@ impl<P: Persist> Inner<P> {
         }
     }
 
-    /// Links every descriptor into its partition's free list, lowest index on top. Runs at
-    /// create and open, before any other thread has the pool: plain stores, no CAS per
-    /// descriptor (open time is recovery time, §2.3.2).
-    fn rebuild_free_lists(&self) {
-        let per = self.geometry.descriptor_count / self.geometry.partition_count;
+    /// Empties the stacks, puts the cursors at each partition's first descriptor, and loads
+    /// the durable marks. Runs at create and open, before any other thread has the pool:
+    /// nothing per descriptor (open time is recovery time, §2.3.2).
+    fn reset_free_lists(&self) {
+        let per = self.geometry.per_partition();
         for (p, partition) in self.partitions.iter().enumerate() {
-            let first = p * per;
-            for index in first..first + per {
-                debug_assert_eq!(
+            // Recovery refused a mark above `per`; the region's value is durable at open.
+            let mark = self.mark_word(p).load(Ordering::Relaxed).min(per as u64);
+            partition.mark.store(mark, Ordering::Relaxed);
+            partition.cursor.store(0, Ordering::Relaxed);
+            partition.head.store(0, Ordering::Release);
+            // Recovery freed those below the mark; those above are not read (their pages
+            // stay untouched until used).
+            #[cfg(debug_assertions)]
+            for index in p * per..p * per + mark as usize {
+                assert_eq!(
                     layout::status_state(
                         self.desc(index as u32)[layout::D_STATUS].load(Ordering::Relaxed)
                     ),
-                    Some(State::Free)
+                    Some(State::Free),
+                    "descriptor {index} below the mark is not free after recovery"
                 );
-                // An entry holds the next index + 1, 0 at the end (`push_free`).
-                let next = if index + 1 < first + per {
-                    index + 2
-                } else {
-                    0
-                };
-                self.next_free[index].store(next as u32, Ordering::Relaxed);
             }
-            let head = if per > 0 { first as u64 + 1 } else { 0 };
-            partition.head.store(head, Ordering::Release);
         }
     }
 
@@ -654,7 +699,11 @@ impl<P: Persist> Inner<P> {
         let head = &self.partitions[partition].head;
         let mut current = head.load(Ordering::Acquire);
         loop {
-            self.next_free[index as usize].store(current as u32, Ordering::Relaxed);
+            // The link lives in the descriptor (its line is written by the release anyway),
+            // so a pool needs no volatile array per descriptor, which at open would cost a
+            // fresh allocation's page faults.
+            self.desc(index)[layout::D_FREE_NEXT]
+                .store(u64::from(current as u32), Ordering::Relaxed);
             let new = ((current >> 32).wrapping_add(1) << 32) | u64::from(index + 1);
             match head.compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return,
@@ -663,18 +712,40 @@ impl<P: Persist> Inner<P> {
         }
     }
 
+    /// A free descriptor of `partition`: from its stack, else the cursor's next.
     fn pop_free(&self, partition: usize) -> Option<u32> {
         let head = &self.partitions[partition].head;
         let mut current = head.load(Ordering::Acquire);
         loop {
             let top = (current & 0xffff_ffff) as u32;
             if top == 0 {
-                return None;
+                return self.take_unused(partition);
             }
-            let next = self.next_free[top as usize - 1].load(Ordering::Relaxed);
+            let next = self.desc(top - 1)[layout::D_FREE_NEXT].load(Ordering::Relaxed) as u32;
             let new = ((current >> 32).wrapping_add(1) << 32) | u64::from(next);
             match head.compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return Some(top - 1),
+                Err(c) => current = c,
+            }
+        }
+    }
+
+    /// The next descriptor of `partition` not yet handed out in this run, if any.
+    fn take_unused(&self, partition: usize) -> Option<u32> {
+        let per = self.geometry.per_partition() as u64;
+        let cursor = &self.partitions[partition].cursor;
+        let mut current = cursor.load(Ordering::Relaxed);
+        loop {
+            if current >= per {
+                return None;
+            }
+            match cursor.compare_exchange_weak(
+                current,
+                current + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Some((partition as u64 * per + current) as u32),
                 Err(c) => current = c,
             }
         }
@@ -687,6 +758,7 @@ impl<P: Persist> Inner<P> {
         for round in 0..=ALLOCATE_WAIT_ROUNDS_MAX {
             for k in 0..partitions {
                 if let Some(index) = self.pop_free((home + k) % partitions) {
+                    self.cover(index);
                     return Ok((index, self.start_generation(index, recycler)));
                 }
             }
@@ -703,6 +775,44 @@ impl<P: Persist> Inner<P> {
             descriptors: self.geometry.descriptor_count,
             rounds: ALLOCATE_WAIT_ROUNDS_MAX,
         })
+    }
+
+    /// Makes sure descriptor `index`'s partition mark durably covers it before its status
+    /// leaves `Free` (module doc): after warm-up, one load.
+    #[inline]
+    fn cover(&self, index: u32) {
+        let per = self.geometry.per_partition();
+        let (p, need) = (index as usize / per, (index as usize % per + 1) as u64);
+        if self.partitions[p].mark.load(Ordering::Acquire) < need {
+            self.raise_mark(p, need);
+        }
+    }
+
+    /// Raises partition `p`'s durable mark to at least `need`: the region word first (several
+    /// threads may raise one partition's mark at once, so by CAS, never lowering it), flushed
+    /// and fenced, and only then the volatile copy that lets later allocations skip the flush.
+    #[cold]
+    fn raise_mark(&self, p: usize, need: u64) {
+        let word = self.mark_word(p);
+        let mut current = word.load(Ordering::Acquire);
+        while current < need {
+            match word.compare_exchange_weak(current, need, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(c) => current = c,
+            }
+        }
+        // The flush writes the line as it is now, with a value >= `need` whoever stored it.
+        let at = (self.geometry.marks_word() + p) * WORD_BYTES;
+        self.persist_bytes(at..at + WORD_BYTES);
+        let known = &self.partitions[p].mark;
+        let mut current = known.load(Ordering::Acquire);
+        while current < need {
+            match known.compare_exchange_weak(current, need, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(c) => current = c,
+            }
+        }
+        forest_core::pause::pause_point("pmwcas:mark-raised");
     }
 
     fn start_generation(&self, index: u32, recycler: RecyclerId) -> u64 {

@@ -54,8 +54,25 @@ fn run(tree: &BzTree<Clwb>, op: Op) {
 }
 
 /// The child: runs operations from `start` on, printing `ack <i>` after each returns.
+/// Opens the tree, waiting (bounded) for its lock: the other test's thread may be forking
+/// its own child just now, and until that process execs it shares the parent's descriptors,
+/// so the lock of a file the parent just closed may still be held for a moment.
+fn open_waiting(path: &Path) -> BzTree<Clwb> {
+    let mut tries = 0;
+    loop {
+        match BzTree::open(path, config(), Clwb::detect()) {
+            Ok(tree) => return tree,
+            Err(forest_core::Error::Io { op: "lock", .. }) if tries < 500 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("open {}: {e}", path.display()),
+        }
+    }
+}
+
 fn child(path: &Path, start: u64) -> ! {
-    let tree = BzTree::open(path, config(), Clwb::detect()).unwrap();
+    let tree = open_waiting(path);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     // The test harness's "test ... " line has no newline yet.
@@ -105,7 +122,7 @@ enum Death {
 
 impl Run {
     fn new(path: std::path::PathBuf) -> Self {
-        drop(BzTree::open(&path, config(), Clwb::detect()).unwrap());
+        drop(open_waiting(&path));
         Self {
             path,
             model: BTreeMap::new(),
@@ -196,7 +213,7 @@ impl Run {
             apply(&mut self.model, op(i));
         }
         let in_flight = self.next + acks.len() as u64;
-        let tree = BzTree::open(&self.path, config(), Clwb::detect()).unwrap();
+        let tree = open_waiting(&self.path);
         self.recovery_micros
             .push(tree.open_report().recovery_micros);
         let audit = tree
