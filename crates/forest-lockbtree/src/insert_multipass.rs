@@ -34,7 +34,7 @@
 
 use std::cmp::Ordering;
 
-use crate::bytes::Bytes;
+use crate::bytes::{Key, Value};
 use crate::node::{Guard, HolderWrite, Latched, NodeBody, WriteGuard};
 use crate::search::{self, prefix_of, SearchKey};
 use crate::{split, LockBTree};
@@ -370,6 +370,6 @@ pub(crate) fn insert_record(leaf: &mut NodeBody, pos: usize, key: &[u8], value: 
     debug_assert!(pos == 0 || leaf.keys[pos - 1][..].cmp(key) == Ordering::Less);
     debug_assert!(pos == leaf.len() || leaf.keys[pos][..].cmp(key) == Ordering::Greater);
     leaf.prefixes.insert(pos, prefix_of(key));
-    leaf.keys.insert(pos, Bytes::new(key));
-    leaf.values.insert(pos, Bytes::new(value));
+    leaf.keys.insert(pos, Key::new(key));
+    leaf.values.insert(pos, Value::new(value));
 }

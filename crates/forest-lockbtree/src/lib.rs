@@ -7,7 +7,7 @@
 //! |---|---|
 //! | [`latch`] | §4.2, Listing 4.1: the 32-bit RW spin latch |
 //! | `node` | §2.1, Listings 2.1–2.2: `Node`/`Leaf`, the `BTree` holder; latch guards and scan revisits (the only `unsafe`) |
-//! | `bytes` | §2.1's inline keys and data, for byte strings: short ones in the slot, long ones boxed |
+//! | `bytes` | §2.1's inline keys and data, for byte strings: keys up to 30 bytes and values up to 22 in the slot, longer ones boxed |
 //! | `search` | §2.2 Listing 2.3 (linear) and §2.4 Listing 2.7 (binary) in-node search |
 //! | `insert_multipass` | §4.1, §4.2.2, Listing 4.3: `Path`, the write descent, insert/upsert/update |
 //! | `split` | §2.2.2: leaf and inner splits, root split |
@@ -23,6 +23,13 @@
 //! - Capacity: a node of order `m` holds up to `m - 1` keys, and an inner node `m` children
 //!   (§2.1). Minimums: a leaf `floor(m / 2)` records, an inner node `ceil(m / 2)` children;
 //!   the root has none (an inner root keeps two children).
+//! - Slot widths (`bytes`): a key slot is 32 bytes and holds keys up to 30 bytes in place, so
+//!   YCSB's 23–24-byte keys are neither a heap box a scan copies from nor a pointer a prefix
+//!   tie chases; a value slot stays 24 bytes (22 in place). Per record that is about 12 bytes
+//!   less for 23–30-byte keys (no 24-byte box; `forest bench` YCSB, 100 000 keys: 206.6 →
+//!   193.5 B/key) and about 11 bytes more for keys up to 22 or over 30 bytes (8 slot bytes
+//!   over a leaf's capacity at ~70 % fill); the argument against a per-leaf key arena is in
+//!   `bytes`.
 //! - `key_count` is counted by a walk at stats time, not kept in a shared counter, which would
 //!   bounce one cache line between all writers.
 
@@ -272,3 +279,5 @@ impl Index for LockBTree {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_keys;

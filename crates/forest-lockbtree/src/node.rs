@@ -59,7 +59,7 @@ use forest_core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use forest_core::sync::cell::UnsafeCell;
 use forest_core::sync::spin_loop;
 
-use crate::bytes::Bytes;
+use crate::bytes::{Key, Value};
 use crate::latch::Latch;
 
 /// The contents of a node, guarded by its latch. `repr(C)`: the fields a descent reads
@@ -72,9 +72,9 @@ pub(crate) struct NodeBody {
     /// Inner nodes: `keys.len() + 1` children. Empty in leaves.
     pub(crate) children: Vec<NodePtr>,
     /// Sorted, strictly increasing. Leaf: the records' keys. Inner: separators.
-    pub(crate) keys: Vec<Bytes>,
+    pub(crate) keys: Vec<Key>,
     /// Leaves: one value per key. Empty in inner nodes.
-    pub(crate) values: Vec<Bytes>,
+    pub(crate) values: Vec<Value>,
 }
 
 impl NodeBody {
@@ -87,11 +87,11 @@ impl NodeBody {
     /// Heap bytes of this body (vectors' capacities and boxed keys and values), for stats.
     pub(crate) fn heap_bytes(&self) -> u64 {
         let vectors = self.prefixes.capacity() * size_of::<u64>()
-            + self.keys.capacity() * size_of::<Bytes>()
+            + self.keys.capacity() * size_of::<Key>()
             + self.children.capacity() * size_of::<NodePtr>()
-            + self.values.capacity() * size_of::<Bytes>();
-        let keys: usize = self.keys.iter().map(Bytes::heap_bytes).sum();
-        let values: usize = self.values.iter().map(Bytes::heap_bytes).sum();
+            + self.values.capacity() * size_of::<Value>();
+        let keys: usize = self.keys.iter().map(Key::heap_bytes).sum();
+        let values: usize = self.values.iter().map(Value::heap_bytes).sum();
         (vectors + keys + values) as u64
     }
 }

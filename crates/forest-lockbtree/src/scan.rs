@@ -49,7 +49,7 @@ use std::ops::Bound;
 use forest_core::index::{below_lower, past_upper};
 use forest_core::{Order, Visitor};
 
-use crate::bytes::Bytes;
+use crate::bytes::Key;
 use crate::node::{Latched, NodeBody, NodePtr, ReadGuard};
 use crate::search::{lower_bound, upper_bound, SearchKey};
 use crate::LockBTree;
@@ -345,7 +345,7 @@ fn descend(tree: &LockBTree, bound: Bound<&[u8]>, ascending: bool, at: Landing<'
     let waits = &tree.counters.latch_waits;
     let how = tree.search;
     // Which slot to go to in a node, for the cursor's bound.
-    let position = |prefixes: &[u64], keys: &[Bytes]| match bound {
+    let position = |prefixes: &[u64], keys: &[Key]| match bound {
         Bound::Unbounded if ascending => 0,
         Bound::Unbounded => keys.len(),
         Bound::Excluded(k) if ascending => upper_bound(how, prefixes, keys, &SearchKey::new(k)),

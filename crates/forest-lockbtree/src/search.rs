@@ -11,7 +11,7 @@
 //! only on a prefix tie a look at the full keys:
 //! - if either key is at most 8 bytes long, equal padded prefixes mean the shorter key is a
 //!   prefix of the longer (the padding is zeros), so the lengths decide without touching the
-//!   key bytes (the length sits in the slot's fat pointer);
+//!   key bytes (the length sits in the slot: its length byte, or the box's fat pointer);
 //! - otherwise the bytes after the first 8 decide.
 //!
 //! Padded big-endian prefixes order like the keys: where they differ at byte `p`, either both
@@ -20,7 +20,7 @@
 
 use std::cmp::Ordering;
 
-use crate::bytes::Bytes;
+use crate::bytes::Key;
 
 /// Bytes of a key held in its slot's prefix.
 pub(crate) const PREFIX_BYTES: usize = 8;
@@ -87,7 +87,7 @@ impl<'k> SearchKey<'k> {
 pub(crate) fn lower_bound(
     how: NodeSearch,
     prefixes: &[u64],
-    keys: &[Bytes],
+    keys: &[Key],
     key: &SearchKey<'_>,
 ) -> usize {
     let first = prefix_lower_bound(how, prefixes, key);
@@ -99,7 +99,7 @@ pub(crate) fn lower_bound(
 pub(crate) fn upper_bound(
     how: NodeSearch,
     prefixes: &[u64],
-    keys: &[Bytes],
+    keys: &[Key],
     key: &SearchKey<'_>,
 ) -> usize {
     let first = prefix_lower_bound(how, prefixes, key);
@@ -125,7 +125,7 @@ pub(crate) fn prefix_lower_bound(how: NodeSearch, prefixes: &[u64], key: &Search
 pub(crate) fn tie_bound(
     how: NodeSearch,
     prefixes: &[u64],
-    keys: &[Bytes],
+    keys: &[Key],
     key: &SearchKey<'_>,
     first: usize,
     strict: bool,
@@ -149,7 +149,7 @@ pub(crate) fn tie_bound(
 /// Whether a tie search steps past slot `i`: same prefix and key below the search key (or
 /// equal, when `strict`).
 #[inline(always)]
-fn tie_past(prefixes: &[u64], keys: &[Bytes], key: &SearchKey<'_>, strict: bool, i: usize) -> bool {
+fn tie_past(prefixes: &[u64], keys: &[Key], key: &SearchKey<'_>, strict: bool, i: usize) -> bool {
     prefixes[i] == key.prefix && {
         let order = key.cmp_tie(&keys[i]);
         order == Ordering::Greater || (strict && order == Ordering::Equal)
@@ -187,9 +187,9 @@ fn binary(len: usize, past: impl Fn(usize) -> bool) -> usize {
 mod tests {
     use super::*;
 
-    fn slots(keys: &[&[u8]]) -> (Vec<u64>, Vec<Bytes>) {
+    fn slots(keys: &[&[u8]]) -> (Vec<u64>, Vec<Key>) {
         let prefixes = keys.iter().map(|k| prefix_of(k)).collect();
-        let keys = keys.iter().map(|k| Bytes::new(k)).collect();
+        let keys = keys.iter().map(|k| Key::new(k)).collect();
         (prefixes, keys)
     }
 

@@ -15,7 +15,7 @@
 //! Each node is released as soon as its part is done: its parent is still held exclusively,
 //! so no thread can reach it or its unlinked new sibling before the parent is consistent.
 
-use crate::bytes::Bytes;
+use crate::bytes::Key;
 use crate::insert_multipass::{insert_record, Descent, Path};
 use crate::node::{Latched, NodeBody, NodePtr, OwnedNode, WriteGuard};
 use crate::search::prefix_of;
@@ -84,14 +84,14 @@ pub(crate) fn insert_with_splits(
 }
 
 /// Puts `separator` and `right` into an inner node after child `index` (the split child).
-fn insert_child(node: &mut NodeBody, index: usize, separator: Bytes, right: NodePtr) {
+fn insert_child(node: &mut NodeBody, index: usize, separator: Key, right: NodePtr) {
     node.prefixes.insert(index, prefix_of(&separator));
     node.keys.insert(index, separator);
     node.children.insert(index + 1, right);
 }
 
 /// Splits `node` if it is over capacity; returns the separator and the new right sibling.
-fn split_if_over(tree: &LockBTree, node: &mut WriteGuard) -> Option<(Bytes, NodePtr)> {
+fn split_if_over(tree: &LockBTree, node: &mut WriteGuard) -> Option<(Key, NodePtr)> {
     if node.body().len() <= tree.key_count_max() {
         return None;
     }
@@ -112,7 +112,7 @@ fn split_if_over(tree: &LockBTree, node: &mut WriteGuard) -> Option<(Bytes, Node
 
 /// Moves the upper half of a leaf of `order` records to `right`; the left keeps the larger
 /// half (`ceil(order / 2)`), the right gets `floor(order / 2)`, the leaf minimum.
-fn split_leaf(left: &mut NodeBody, right: &mut NodeBody) -> Bytes {
+fn split_leaf(left: &mut NodeBody, right: &mut NodeBody) -> Key {
     let kept = left.len().div_ceil(2);
     right.prefixes.extend(left.prefixes.drain(kept..));
     right.keys.extend(left.keys.drain(kept..));
@@ -123,7 +123,7 @@ fn split_leaf(left: &mut NodeBody, right: &mut NodeBody) -> Bytes {
 /// Splits an inner node of `order` separators (`order + 1` children): the left keeps
 /// `ceil((order + 1) / 2)` children, the right the rest (at least `ceil(order / 2)`), and the
 /// separator between them moves up.
-fn split_inner(left: &mut NodeBody, right: &mut NodeBody) -> Bytes {
+fn split_inner(left: &mut NodeBody, right: &mut NodeBody) -> Key {
     let kept_children = left.children.len().div_ceil(2);
     right.prefixes.extend(left.prefixes.drain(kept_children..));
     right.keys.extend(left.keys.drain(kept_children..));

@@ -101,10 +101,12 @@ fn height_grows_with_inserts_and_shrinks_back_after_removing_all() {
 /// A random key: short or long, sharing prefixes across the 8-byte boundary.
 fn random_key(rng: &mut StdRng) -> Vec<u8> {
     let n: u32 = rng.random_range(0..400);
-    match rng.random_range(0..4) {
+    match rng.random_range(0..5) {
         0 => n.to_be_bytes().to_vec(),
         1 => format!("prefix{n}").into_bytes(),
         2 => format!("sharedprefix/{n:05}").into_bytes(),
+        // 19 to 42 bytes: around the key slot's inline limit (30).
+        3 => format!("sharedprefix/{n:05}/{}", "x".repeat(n as usize % 24)).into_bytes(),
         _ => vec![b'a'; (n % 12) as usize],
     }
 }
