@@ -47,7 +47,6 @@ fn force_consolidations(tree: &BwTree, count: u32) {
 // newer LSN-0 delta into the base page and re-creates the older held delta on top of it
 // (consolidate.rs `view_at` / `build_state`), reversing the two writes' order.
 #[test]
-#[ignore = "finding F1 (rev1): consolidation puts a held older write above a newer LSN-0 write of the same key"]
 fn index_upsert_after_a_held_write_survives_consolidation() {
     let (tree, _esl) = tree_with_esl(one_page(2), 10);
     tree.upsert_with_lsn(b"k", b"old", 100).unwrap();
@@ -69,7 +68,6 @@ fn index_upsert_after_a_held_write_survives_consolidation() {
 // Index::remove. The key comes back (or, in a debug build, the consolidation's record-count
 // check fails first: the rebuilt state counts the resurrected key).
 #[test]
-#[ignore = "finding F1 (rev1): consolidation resurrects a key removed by an LSN-0 remove after a held insert"]
 fn index_remove_after_a_held_insert_survives_consolidation() {
     let (tree, _esl) = tree_with_esl(one_page(2), 10);
     assert!(tree.insert_with_lsn(b"k", b"v", 100).unwrap());
@@ -88,7 +86,6 @@ fn index_remove_after_a_held_insert_survives_consolidation() {
 // same rule). Method: pages of 4 records, ESL 10; held write of k, then an LSN-0 upsert of k,
 // then enough keys around k to split its page (and consolidate); get(k) must say `new`.
 #[test]
-#[ignore = "finding F1 (rev1): a split's new page puts a held older write above a newer LSN-0 write"]
 fn index_upsert_after_a_held_write_survives_a_split() {
     let config = BwTreeConfig {
         max_records_per_page: 4,
@@ -124,7 +121,6 @@ fn index_upsert_after_a_held_write_survives_a_split() {
 // writes k = old: `plan` (flush.rs) takes the older held delta as unflushed and the newer
 // LSN-0 one as flushed, so the rebuilt page says old while memory says new.
 #[test]
-#[ignore = "finding F1 (rev1): a delta run writes a held older write over a newer flushed LSN-0 write"]
 fn flush_run_after_an_index_write_over_a_held_write_matches_memory() {
     let sim = SimDir::new(11);
     let lss = open_lss(&sim, LssAddress::current(0));
