@@ -80,6 +80,13 @@ pub(crate) fn view_at(node: &Node, esl: u64) -> (View<'_>, Vec<Held<'_>>) {
             // disjoint from those below it (§IV-B: its state "is now logically part of L").
             Kind::NodeMerge(merge) => {
                 let (right, right_held) = view_at(merge.right(), esl);
+                // Before the absorbed page's records join `deltas`: only the deltas above
+                // the merge are newer than its held ones.
+                held.extend(
+                    right_held
+                        .into_iter()
+                        .filter(|h| below(h.key, limit) && !folded_newer(&deltas, h.key)),
+                );
                 deltas.extend(
                     right
                         .records
@@ -87,7 +94,6 @@ pub(crate) fn view_at(node: &Node, esl: u64) -> (View<'_>, Vec<Held<'_>>) {
                         .filter(|(k, _)| below(k, limit))
                         .map(|(k, v)| (k, Some(v))),
                 );
-                held.extend(right_held.into_iter().filter(|h| below(h.key, limit)));
                 if below(&merge.separator, limit) {
                     limit = Some(&merge.separator);
                 }
@@ -99,7 +105,11 @@ pub(crate) fn view_at(node: &Node, esl: u64) -> (View<'_>, Vec<Held<'_>>) {
             if below(key, limit) {
                 let lsn = current.lsn();
                 if lsn > esl {
-                    held.push(Held { key, value, lsn });
+                    // Shadowed by a newer folded write of the key (one whose LSN is lower,
+                    // e.g. an `Index` write's 0): re-created on top, it would undo that write.
+                    if !folded_newer(&deltas, key) {
+                        held.push(Held { key, value, lsn });
+                    }
                 } else {
                     deltas.push((key, value));
                 }
@@ -149,6 +159,12 @@ pub(crate) fn view_at(node: &Node, esl: u64) -> (View<'_>, Vec<Held<'_>>) {
         side_link,
     };
     (view, held)
+}
+
+/// Whether `deltas` (the folded entries newer than the one being looked at) hold `key`.
+/// Linear: asked only for deltas above ESL, which exist only with an ESL source.
+fn folded_newer(deltas: &[(&[u8], Option<&[u8]>)], key: &[u8]) -> bool {
+    deltas.iter().any(|(k, _)| key_eq(k, key))
 }
 
 /// The newest flush delta of the chain from `node` if a consolidation at `esl` folds only

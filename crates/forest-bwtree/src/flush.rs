@@ -353,6 +353,10 @@ fn plan(node: &Node, esl: u64) -> Plan<'_> {
     let mut newest_flush: Option<FlushDelta> = None;
     // Newest first (the type of a held delta: key, value or None, LSN).
     let mut included: Vec<Held<'_>> = Vec::new();
+    // Keys whose newest delta with LSN <= ESL has been met: that delta is the key's state at
+    // ESL, so older ones are shadowed even when unflushed (a write with a lower LSN, e.g. an
+    // `Index` write's 0, installed after one with a higher LSN).
+    let mut decided: std::collections::HashSet<&[u8]> = std::collections::HashSet::new();
     let mut current = node;
     loop {
         let (key, value) = match &current.kind {
@@ -368,9 +372,11 @@ fn plan(node: &Node, esl: u64) -> Plan<'_> {
             _ => return Plan::Image,
         };
         let lsn = current.lsn();
-        let unflushed = newest_flush.is_none_or(|f| lsn > f.annotation);
-        if unflushed && lsn <= esl {
-            included.push(Held { key, value, lsn });
+        if lsn <= esl && decided.insert(key) {
+            let unflushed = newest_flush.is_none_or(|f| lsn > f.annotation);
+            if unflushed {
+                included.push(Held { key, value, lsn });
+            }
         }
         current = current.next().expect("a chain ends in a base page");
     }
