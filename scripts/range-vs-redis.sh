@@ -16,7 +16,10 @@
 #   forest-keysonly  FOREST.RANGE [key:__rand_int__ + LIMIT LIMIT KEYSONLY (keys only)
 # each with redis-benchmark, CLIENTS clients, N requests (N_P1 at -P 1), a random start key per
 # request. Prints every measurement as `LABEL: requests/s`, with the ratios to redis of the
-# same round and the machine's load, then per label the median over rounds
+# same round and the machine's load, and the server's CPU time per request as `cpu-us LABEL:
+# microseconds` (user + system time of the server process over the measurement, from
+# /proc/PID/stat, divided by the requests: on a loaded machine a steadier figure than
+# requests/s), then per label the median over rounds
 # (scripts/ab-median.sh) and the ratios of the medians. The bars: forest >= 1.5x redis at
 # -P 16 and >= 1.0x at -P 1.
 #
@@ -153,6 +156,26 @@ zfirst=$(redis-cli -p "$redis_port" ZRANGEBYLEX zset '[key:000000000100' + LIMIT
 }
 echo "range-vs-redis: $(head -1 "$work/forest.log"); redis $(redis-server --version | awk '{ print $3 }') on port $redis_port" >&2
 
+hz=$(getconf CLK_TCK)
+cpu_ticks() { # pid -> user + system time in clock ticks (all threads)
+    awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
+}
+redis_pid=${pids[0]}
+forest_pid=${pids[1]}
+forest_b_pid=${pids[2]:-}
+
+# measure PID PIPELINE PORT command... -> "requests/s cpu-us-per-request"
+measure() {
+    local pid=$1 pipeline=$2 port=$3 t0 t1 r n=$N
+    shift 3
+    [ "$pipeline" = 1 ] && n=$N_P1
+    t0=$(cpu_ticks "$pid")
+    r=$(rps "$port" "$pipeline" "$@")
+    t1=$(cpu_ticks "$pid")
+    awk -v r="$r" -v t="$((t1 - t0))" -v hz="$hz" -v n="$n" \
+        'BEGIN { printf "%s %.2f\n", r, t / hz / n * 1e6 }'
+}
+
 rps() { # port pipeline command... -> requests per second
     local port=$1 pipeline=$2 n=$N
     shift 2
@@ -166,15 +189,17 @@ out="$work/results"
 for round in $(seq "$rounds"); do
     echo "round $round of $rounds, load average $(uptime | sed "s/.*load average: //")" | tee -a "$out"
     for p in $PIPELINES; do
-        r=$(rps "$redis_port" "$p" ZRANGEBYLEX zset '[key:__rand_int__' + LIMIT 0 "$LIMIT")
-        f=$(rps "$forest_port" "$p" FOREST.RANGE '[key:__rand_int__' + LIMIT "$LIMIT")
-        k=$(rps "$forest_port" "$p" FOREST.RANGE '[key:__rand_int__' + LIMIT "$LIMIT" KEYSONLY)
+        read -r r rc < <(measure "$redis_pid" "$p" "$redis_port" ZRANGEBYLEX zset '[key:__rand_int__' + LIMIT 0 "$LIMIT")
+        read -r f fc < <(measure "$forest_pid" "$p" "$forest_port" FOREST.RANGE '[key:__rand_int__' + LIMIT "$LIMIT")
+        read -r k kc < <(measure "$forest_pid" "$p" "$forest_port" FOREST.RANGE '[key:__rand_int__' + LIMIT "$LIMIT" KEYSONLY)
         if [ -n "${FOREST_B_BIN:-}" ]; then
-            fb=$(rps "$forest_b_port" "$p" FOREST.RANGE '[key:__rand_int__' + LIMIT "$LIMIT")
-            kb=$(rps "$forest_b_port" "$p" FOREST.RANGE '[key:__rand_int__' + LIMIT "$LIMIT" KEYSONLY)
+            read -r fb fbc < <(measure "$forest_b_pid" "$p" "$forest_b_port" FOREST.RANGE '[key:__rand_int__' + LIMIT "$LIMIT")
+            read -r kb kbc < <(measure "$forest_b_pid" "$p" "$forest_b_port" FOREST.RANGE '[key:__rand_int__' + LIMIT "$LIMIT" KEYSONLY)
             {
                 echo "forest-b P=$p: $fb"
                 echo "forest-b-keysonly P=$p: $kb"
+                echo "cpu-us forest-b P=$p: $fbc"
+                echo "cpu-us forest-b-keysonly P=$p: $kbc"
                 awk -v r="$r" -v f="$fb" -v k="$kb" -v p="$p" 'BEGIN {
                     printf "ratio forest-b/redis P=%s: %.3f\n", p, f / r
                     printf "ratio forest-b-keysonly/redis P=%s: %.3f\n", p, k / r
@@ -185,6 +210,9 @@ for round in $(seq "$rounds"); do
             echo "redis P=$p: $r"
             echo "forest P=$p: $f"
             echo "forest-keysonly P=$p: $k"
+            echo "cpu-us redis P=$p: $rc"
+            echo "cpu-us forest P=$p: $fc"
+            echo "cpu-us forest-keysonly P=$p: $kc"
             awk -v r="$r" -v f="$f" -v k="$k" -v p="$p" 'BEGIN {
                 printf "ratio forest/redis P=%s: %.3f\n", p, f / r
                 printf "ratio forest-keysonly/redis P=%s: %.3f\n", p, k / r

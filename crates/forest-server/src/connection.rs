@@ -3,20 +3,24 @@
 //! forced in the background; DESIGN.md "Server").
 //!
 //! [`Conn::process`] is the I/O-free core both I/O models use: decode the buffer's complete
-//! commands, run them through one [`forest_store::Batch`], wait once for the batch's
-//! durability, then encode the replies. A write's reply therefore goes out only after the
-//! write is durable under the store's mode; if the wait fails, every write reply of the batch
-//! becomes an error (reads are unaffected). No lock is held across the wait.
+//! commands, run them through one [`forest_store::Batch`], each reply encoded into the output
+//! as its command ends (FOREST.RANGE writes its own there, `cmd::execute_into`), then wait
+//! once for the batch's durability. The output goes out only after that wait, so a write's
+//! reply goes out only after the write is durable under the store's mode; if the wait fails,
+//! every write reply of the batch is replaced by an error (reads are unaffected). No lock is
+//! held across the wait.
 //!
 //! Invariants:
 //! - Replies are in command order, each encoded in the protocol the connection spoke when
-//!   the command ran (HELLO 3 answers in RESP3).
+//!   the command ran (HELLO 3 answers in RESP3); `Conn::writes` holds where each write's
+//!   reply is until the wait.
 //! - The input buffer holds at most one partial command plus one read; the output buffer
 //!   one batch's replies; both shrink back after an unusually large batch.
 //! - A protocol error ends the connection after the replies of the commands before it.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown as NetShutdown, TcpStream};
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -65,29 +69,30 @@ pub struct Conn {
     /// Replies not yet sent.
     pub output: Vec<u8>,
     buffers: Buffers,
-    replies: Vec<(Frame, bool, Protocol)>,
+    /// Where this batch's write replies are in `output`, and the protocol each was encoded
+    /// in: replaced by an error if the batch's durability wait fails.
+    writes: Vec<(Range<usize>, Protocol)>,
     /// The last batch ended early: complete commands wait in the input.
     more: bool,
 }
 
-/// About how many bytes `frame` takes encoded (headers counted generously).
-fn reply_len(frame: &Frame) -> usize {
-    const HEADER: usize = 16;
-    match frame {
-        Frame::Bulk(b) | Frame::Verbatim { text: b, .. } => b.len() + HEADER,
-        Frame::Simple(s) | Frame::Error(s) => s.len() + HEADER,
-        Frame::Array(items) | Frame::Push(items) | Frame::Sequence(items) => {
-            items.iter().map(reply_len).sum::<usize>() + HEADER
-        }
-        Frame::Map(pairs) => {
-            pairs
-                .iter()
-                .map(|(k, v)| reply_len(k) + reply_len(v))
-                .sum::<usize>()
-                + HEADER
-        }
-        _ => HEADER,
+/// `output` with each write reply at `writes` replaced by `write not acknowledged` (a
+/// batch whose durability wait failed; rare, so it may copy).
+fn unacknowledge(
+    output: &mut Vec<u8>,
+    writes: &[(Range<usize>, Protocol)],
+    err: &forest_core::Error,
+) {
+    let mut rebuilt = Vec::with_capacity(output.len());
+    let mut at = 0;
+    for (span, protocol) in writes {
+        rebuilt.extend_from_slice(&output[at..span.start]);
+        Frame::err(format_args!("write not acknowledged: {err}"))
+            .encode_to(*protocol, &mut rebuilt);
+        at = span.end;
     }
+    rebuilt.extend_from_slice(&output[at..]);
+    *output = rebuilt;
 }
 
 impl Conn {
@@ -98,7 +103,7 @@ impl Conn {
             input: Vec::new(),
             output: Vec::new(),
             buffers: Buffers::default(),
-            replies: Vec::new(),
+            writes: Vec::new(),
             more: false,
         }
     }
@@ -133,7 +138,7 @@ impl Conn {
             input,
             output,
             buffers,
-            replies,
+            writes,
             more,
         } = self;
         let mut consumed = requests.decode(input);
@@ -144,7 +149,10 @@ impl Conn {
             mailbox.begin_batch();
         }
         if !requests.is_empty() {
-            let mut reply_bytes = 0;
+            // Replies are encoded as their commands end, in order, so that a command may
+            // write its reply straight into the output (`cmd::execute_into`); a write's reply
+            // is kept track of until the batch's durability wait says whether it stands.
+            let batch_start = output.len();
             let mut executed = 0;
             let mut cut = false;
             let mut blocked = false;
@@ -161,30 +169,36 @@ impl Conn {
                     after: After::Continue,
                     buffers,
                 };
-                let reply = cmd::execute(&mut ctx, &argv);
+                let start = output.len();
+                let reply = cmd::execute_into(&mut ctx, &argv, output);
                 let (wrote, after) = (ctx.wrote, ctx.after);
                 executed = i + 1;
-                if client.blocking.is_blocked() {
+                blocked = client.blocking.is_blocked();
+                if blocked || matches!(after, After::Shutdown { .. }) {
                     // A blocking command waits: its reply comes from `resume`, and the
-                    // commands after it wait behind it in the input (as in Redis).
-                    buffers.recycle(reply);
-                    blocked = true;
+                    // commands after it wait behind it in the input (as in Redis). SHUTDOWN
+                    // answers nothing.
+                    output.truncate(start);
+                    if let Some(reply) = reply {
+                        buffers.recycle(reply);
+                    }
+                    if let (false, After::Shutdown { save }) = (blocked, after) {
+                        step = Step::Shutdown { save };
+                    }
                     break;
                 }
-                reply_bytes += reply_len(&reply);
-                match after {
-                    After::Continue => replies.push((reply, wrote, client.protocol)),
-                    After::Close => {
-                        replies.push((reply, wrote, client.protocol));
-                        step = Step::Close;
-                        break;
-                    }
-                    After::Shutdown { save } => {
-                        step = Step::Shutdown { save };
-                        break;
-                    }
+                if let Some(reply) = reply {
+                    reply.encode_to(client.protocol, output);
+                    buffers.recycle(reply);
                 }
-                if reply_bytes > BATCH_REPLY_BYTES_MAX && executed < requests.len() {
+                if wrote {
+                    writes.push((start..output.len(), client.protocol));
+                }
+                if after == After::Close {
+                    step = Step::Close;
+                    break;
+                }
+                if output.len() - batch_start > BATCH_REPLY_BYTES_MAX && executed < requests.len() {
                     cut = true;
                     break;
                 }
@@ -197,19 +211,13 @@ impl Conn {
                 consumed = requests.cut(executed);
                 *more = cut || consumed < input.len();
             }
-            let waited = if replies.iter().any(|&(_, wrote, _)| wrote) {
-                wait(batch)
-            } else {
-                batch.wait()
-            };
-            for (reply, wrote, protocol) in replies.drain(..) {
-                match &waited {
-                    Err(err) if wrote => Frame::err(format_args!("write not acknowledged: {err}"))
-                        .encode_to(protocol, output),
-                    _ => reply.encode_to(protocol, output),
-                }
-                buffers.recycle(reply);
+            if writes.is_empty() {
+                // Checks only that the store has not failed; a read's reply stands either way.
+                let _ = batch.wait();
+            } else if let Err(err) = wait(batch) {
+                unacknowledge(output, writes, &err);
             }
+            writes.clear();
             shared
                 .stats
                 .commands_processed
@@ -238,8 +246,8 @@ impl Conn {
         if input.capacity() > BUFFER_BYTES_KEPT && input.len() < READ_BYTES {
             input.shrink_to(READ_BYTES);
         }
-        if replies.capacity() > REPLIES_KEPT_COUNT {
-            *replies = Vec::new();
+        if writes.capacity() > REPLIES_KEPT_COUNT {
+            *writes = Vec::new();
         }
         requests.shrink();
         if let Some(mailbox) = client.pubsub.mailbox() {
@@ -566,6 +574,59 @@ mod tests {
         assert_eq!(out, b"+PONG\r\n");
         let mut value = Vec::new();
         assert!(!h.shared.store.get(b"x", &mut value));
+    }
+
+    // Goal: when a batch's durability wait fails, each write's reply becomes `write not
+    // acknowledged` in its place, in the protocol it was encoded in, while the replies of
+    // reads (a FOREST.RANGE written straight into the output among them) stand.
+    // Method: a store over a simulated disk whose next fsync fails (`sync` durability: the
+    // batch's own wait runs the flush); one pipeline of writes and reads, HELLO 3 midway.
+    #[test]
+    fn a_failed_wait_turns_only_the_write_replies_into_errors() {
+        use forest_store::file::{FaultPlan, SimDir};
+        use forest_store::{Durability, Store, StoreOptions};
+        let dir = SimDir::new(7);
+        let store = Store::open(
+            dir.clone(),
+            StoreOptions {
+                engine: Some("lockbtree".into()),
+                durability: Durability::Sync,
+                shards: 1,
+                switch_engine: false,
+            },
+        )
+        .expect("open store");
+        let shared = Shared::new(
+            store,
+            crate::server::Config {
+                durability: Durability::Sync,
+                ..crate::server::Config::default()
+            },
+        );
+        let client = shared.new_client("a".into(), "b".into(), None);
+        let mut conn = Conn::new(client);
+        let (_, out) = run(&mut conn, &shared, b"SET a 1\r\n");
+        assert_eq!(out, b"+OK\r\n");
+        dir.set_faults(FaultPlan::sync(1));
+        let (step, out) = run(
+            &mut conn,
+            &shared,
+            b"GET a\r\nSET b 2\r\nFOREST.RANGE - +\r\nHELLO 3\r\nINCR n\r\nGET a\r\n",
+        );
+        assert_eq!(step, Step::Continue);
+        let text = String::from_utf8_lossy(&out).into_owned();
+        let (before, hello) = text.split_once('%').expect("HELLO 3's map");
+        let mut lines = before.split("\r\n");
+        assert_eq!(lines.next(), Some("$1"));
+        assert_eq!(lines.next(), Some("1"));
+        let error = lines.next().expect("SET's reply");
+        assert!(error.starts_with("-ERR write not acknowledged: "), "{text}");
+        assert_eq!(
+            lines.collect::<Vec<_>>().join("\r\n"),
+            "*4\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$1\r\n2\r\n"
+        );
+        let tail = format!("{error}\r\n$1\r\n1\r\n");
+        assert!(hello.ends_with(&tail), "{text}");
     }
 
     // Goal: a pipeline of large reads is answered in rounds of bounded output, all of it,

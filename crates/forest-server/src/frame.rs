@@ -252,10 +252,45 @@ fn encode_len(out: &mut Vec<u8>, tag: u8, len: usize) {
     encode_number(out, tag, i64::try_from(len).unwrap_or(i64::MAX));
 }
 
-fn encode_bulk(out: &mut Vec<u8>, bytes: &[u8]) {
+/// A bulk string (`$len`, the bytes, CRLF), the same in RESP2 and RESP3: for replies that
+/// write their elements straight into the output (`crate::cmd::range`).
+pub(crate) fn encode_bulk(out: &mut Vec<u8>, bytes: &[u8]) {
     encode_len(out, b'$', bytes.len());
     out.extend_from_slice(bytes);
     out.extend_from_slice(b"\r\n");
+}
+
+/// An array's header, `*len` and CRLF, on the stack: for a reply whose elements are written
+/// before their count is known (`crate::cmd::range` fills a placeholder with it).
+pub(crate) struct ArrayHeader {
+    bytes: [u8; 24],
+    len: usize,
+}
+
+impl ArrayHeader {
+    pub(crate) fn new(len: usize) -> Self {
+        let mut bytes = [0u8; 24];
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        let mut m = len;
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (m % 10) as u8;
+            m /= 10;
+            if m == 0 {
+                break;
+            }
+        }
+        let n = digits.len() - i;
+        bytes[0] = b'*';
+        bytes[1..=n].copy_from_slice(&digits[i..]);
+        bytes[n + 1..n + 3].copy_from_slice(b"\r\n");
+        Self { bytes, len: n + 3 }
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
 }
 
 /// A double as Redis 7.2 prints it (its `fpconv_dtoa`): `inf`, `-inf`, `nan`, or the shortest

@@ -827,6 +827,62 @@ pub fn execute(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
     reply
 }
 
+/// A handler that writes its reply straight into the connection's output, the bytes its
+/// [`Frame`] would encode to in the connection's protocol (a flat array of bulk strings:
+/// the same in RESP2 and RESP3), with no [`Frame`] per element and no second copy. On `Err`
+/// it has written nothing.
+pub(crate) type Encoder = fn(&mut Ctx<'_, '_>, &[&[u8]], &mut Vec<u8>) -> Result<(), Frame>;
+
+/// The commands with an [`Encoder`], used only for a connection's top-level command: within
+/// EXEC or a script a command's reply is a [`Frame`] inside another reply.
+fn encoder(spec: &Spec) -> Option<Encoder> {
+    match spec.name {
+        "forest.range" => Some(range::range_into),
+        "zrangebylex" => Some(zlex::zrangebylex_into),
+        "zrevrangebylex" => Some(zlex::zrevrangebylex_into),
+        _ => None,
+    }
+}
+
+/// [`execute`] for a connection's top-level command, whose reply goes to `out` after the
+/// replies before it: a command with an [`Encoder`] writes its reply into `out` and returns
+/// None; any other returns its reply, for the caller to encode.
+pub fn execute_into(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], out: &mut Vec<u8>) -> Option<Frame> {
+    let reply = dispatch_into(ctx, argv, out);
+    ctx.client.blocking.flush(&ctx.shared.blocking);
+    match reply {
+        Ok(reply) => reply,
+        Err(reply) => Some(reply),
+    }
+}
+
+/// [`dispatch`], a command with an [`Encoder`] writing into `out` (Ok(None)).
+fn dispatch_into(
+    ctx: &mut Ctx<'_, '_>,
+    argv: &[&[u8]],
+    out: &mut Vec<u8>,
+) -> Result<Option<Frame>, Frame> {
+    let spec = check(ctx, argv).map_err(|e| multi::reject(ctx, e))?;
+    if let Some(reply) = multi::intercept(ctx, spec, argv) {
+        return reply.map(Some);
+    }
+    let Some(encode) = encoder(spec) else {
+        return run(ctx, spec, argv).map(Some);
+    };
+    if has_reserved_key(spec, argv) {
+        return Err(coll::reserved_key());
+    }
+    let start = out.len();
+    let written = encode(ctx, argv, out);
+    // As `run`: a unit left open is written whatever the reply, and its error wins.
+    let ended = ctx.end_unit();
+    if written.is_err() || ended.is_err() {
+        out.truncate(start);
+    }
+    ended?;
+    written.map(|()| None)
+}
+
 /// The checks in Redis's order: the command's name, its arity, authentication.
 fn check(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Result<&'static Spec, Frame> {
     let name = argv.first().ok_or_else(|| Frame::err("empty command"))?;

@@ -15,7 +15,7 @@ use std::ops::{Bound, ControlFlow};
 use forest_core::Order;
 
 use super::coll;
-use super::range::{empty_between, lex_bound, LexBound};
+use super::range::{empty_between, lex_bound, ArrayInto, LexBound, RESERVED_RECORDS_MAX};
 use super::zset::{self, By, RangeBy, BY_NAME};
 use super::{Ctx, Reply};
 use crate::collection::{member_key, member_prefix, score_from, Kind};
@@ -107,6 +107,88 @@ pub fn zrevrangebylex(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     zset::range_generic(ctx, argv[1], query)
 }
 
+/// ZRANGEBYLEX for a connection's top-level command (`super::Encoder`): the members are
+/// written straight into `out` from the store's scan rows, no [`Frame`] per member
+/// ([`super::range::ArrayInto`]); the same bytes as [`zrangebylex`]'s reply.
+pub fn zrangebylex_into(
+    ctx: &mut Ctx<'_, '_>,
+    argv: &[&[u8]],
+    out: &mut Vec<u8>,
+) -> Result<(), Frame> {
+    let query = zset::parse_range(&argv[2..], false, Some(By::Lex), Some(false))?;
+    lex_into(ctx, argv[1], query, out)
+}
+
+/// ZREVRANGEBYLEX as [`zrangebylex_into`].
+pub fn zrevrangebylex_into(
+    ctx: &mut Ctx<'_, '_>,
+    argv: &[&[u8]],
+    out: &mut Vec<u8>,
+) -> Result<(), Frame> {
+    let query = zset::parse_range(&argv[2..], false, Some(By::Lex), Some(true))?;
+    lex_into(ctx, argv[1], query, out)
+}
+
+/// The members of sorted set `user` that lex query `query` selects, written into `out` as
+/// `zset::range_generic` would reply: under the key's stripe lock, missing key empty,
+/// another type WRONGTYPE, damaged scores skipped as [`in_lex_order`] skips them.
+fn lex_into(
+    ctx: &mut Ctx<'_, '_>,
+    user: &[u8],
+    query: zset::RangeQuery<'_>,
+    out: &mut Vec<u8>,
+) -> Result<(), Frame> {
+    let RangeBy::Lex(min, max) = query.by else {
+        // Not a lex range (parse_range gives one for these commands): the frame's bytes.
+        let reply = zset::range_generic(ctx, user, query)?;
+        reply.encode_to(ctx.client.protocol, out);
+        return Ok(());
+    };
+    let shared = ctx.shared;
+    let _guard = shared.collections.lock(user);
+    if coll::open_read(ctx, user, Kind::ZSet)?.is_none() {
+        ArrayInto::empty(out);
+        return Ok(());
+    }
+    let (mut skip, take) = zset::skip_take(query.limit);
+    let prefix = member_prefix(user);
+    let (Some((lower, upper)), true) = (entry_bounds(&prefix, (min, max)), take > 0) else {
+        ArrayInto::empty(out);
+        return Ok(());
+    };
+    let order = if query.rev {
+        Order::Descending
+    } else {
+        Order::Ascending
+    };
+    let start = prefix.len() + BY_NAME.len();
+    let mut array = ArrayInto::begin(out, take.min(RESERVED_RECORDS_MAX));
+    let mut taken = 0usize;
+    ctx.scan_up_to(
+        as_ref(&lower),
+        as_ref(&upper),
+        order,
+        skip.saturating_add(take),
+        &mut |key, value| {
+            if skip > 0 {
+                skip -= 1;
+                return ControlFlow::Continue(());
+            }
+            if let (Some(member), 8) = (key.get(start..), value.len()) {
+                array.bulk(member);
+                taken += 1;
+            }
+            if taken >= take {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        },
+    );
+    array.finish();
+    Ok(())
+}
+
 /// ZLEXCOUNT key min max: how many members are within the lex bounds (a keys-only scan of
 /// them: O(members counted), where Redis's skiplist is O(log n)).
 pub fn zlexcount(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
@@ -137,4 +219,99 @@ pub fn zlexcount(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
 pub fn zremrangebylex(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let (min, max) = (lex_bound(argv[2])?, lex_bound(argv[3])?);
     zset::remove_range(ctx, argv[1], RangeBy::Lex(min, max))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::super::range::tests::{both_ways, conn, PROTOCOLS};
+    use super::super::testing::*;
+
+    fn lex_arg(kind: u8, member: &str) -> String {
+        match kind % 4 {
+            0 => "-".into(),
+            1 => "+".into(),
+            2 => format!("[{member}"),
+            _ => format!("({member}"),
+        }
+    }
+
+    // Goal: ZRANGEBYLEX and ZREVRANGEBYLEX written straight into the output give the bytes
+    // of their frames, in the cases apart from the ranges: a missing key, another type,
+    // LIMIT 0, a negative offset or count, bad bounds and syntax, an empty member.
+    // Method: each both ways, in RESP2 and RESP3.
+    #[test]
+    fn direct_lex_replies_equal_framed_ones() {
+        let mut h = Harness::new();
+        h.run(&[
+            "ZADD", "z", "0", "a", "0", "b", "0", "c", "0", "", "0", "dd",
+        ]);
+        h.run(&["SET", "s", "x"]);
+        let queries: &[&[&str]] = &[
+            &["ZRANGEBYLEX", "z", "-", "+"],
+            &["ZRANGEBYLEX", "missing", "-", "+"],
+            &["ZRANGEBYLEX", "s", "-", "+"],
+            &["ZRANGEBYLEX", "z", "-", "+", "LIMIT", "0", "0"],
+            &["ZRANGEBYLEX", "z", "-", "+", "LIMIT", "1", "2"],
+            &["ZRANGEBYLEX", "z", "-", "+", "LIMIT", "-1", "2"],
+            &["ZRANGEBYLEX", "z", "-", "+", "LIMIT", "2", "-1"],
+            &["ZRANGEBYLEX", "z", "(a", "[c"],
+            &["ZRANGEBYLEX", "z", "[c", "(a"],
+            &["ZRANGEBYLEX", "z", "a", "+"],
+            &["ZRANGEBYLEX", "z", "-", "+", "WITHSCORES"],
+            &["ZRANGEBYLEX", "z", "-", "+", "LIMIT", "x", "1"],
+            &["ZREVRANGEBYLEX", "z", "+", "-"],
+            &["ZREVRANGEBYLEX", "z", "[c", "(a", "LIMIT", "1", "5"],
+            &["ZREVRANGEBYLEX", "s", "+", "-"],
+        ];
+        for protocol in PROTOCOLS {
+            let mut c = conn(&h, protocol);
+            for query in queries {
+                let argv: Vec<&[u8]> = query.iter().map(|a| a.as_bytes()).collect();
+                let (direct, framed) = both_ways(&mut h, &mut c, &argv);
+                assert_eq!(
+                    String::from_utf8_lossy(&direct),
+                    String::from_utf8_lossy(&framed),
+                    "{query:?} in {protocol:?}"
+                );
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        // Goal: the direct ZRANGEBYLEX / ZREVRANGEBYLEX bytes equal the frame path's for
+        // any members, bounds and LIMIT, in RESP2 and RESP3. Method: random members of one
+        // score, random lex bounds, offsets and counts (negative ones included).
+        #[test]
+        fn direct_lex_bytes_match_the_frame_path(
+            members in proptest::collection::btree_set("[a-e]{0,4}", 1..40),
+            lo in (0u8..4, "[a-e]{0,3}"),
+            hi in (0u8..4, "[a-e]{0,3}"),
+            rev in any::<bool>(),
+            limit in proptest::option::of((-1i64..5, -1i64..200)),
+        ) {
+            let mut h = Harness::new();
+            let mut zadd = vec!["ZADD".to_string(), "z".to_string()];
+            for m in &members {
+                zadd.extend(["0".to_string(), m.clone()]);
+            }
+            let zadd: Vec<&str> = zadd.iter().map(String::as_str).collect();
+            h.run(&zadd);
+            let (a, b) = (lex_arg(lo.0, &lo.1), lex_arg(hi.0, &hi.1));
+            let name = if rev { "ZREVRANGEBYLEX" } else { "ZRANGEBYLEX" };
+            let limit_text = limit.map(|(o, n)| (o.to_string(), n.to_string()));
+            let mut argv: Vec<&[u8]> = vec![name.as_bytes(), b"z", a.as_bytes(), b.as_bytes()];
+            if let Some((o, n)) = &limit_text {
+                argv.extend([&b"LIMIT"[..], o.as_bytes(), n.as_bytes()]);
+            }
+            for protocol in PROTOCOLS {
+                let mut c = conn(&h, protocol);
+                let (direct, framed) = both_ways(&mut h, &mut c, &argv);
+                prop_assert_eq!(direct, framed);
+            }
+        }
+    }
 }

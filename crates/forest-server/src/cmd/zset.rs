@@ -571,15 +571,7 @@ pub(super) fn range_items(
     } else {
         Order::Ascending
     };
-    // LIMIT: a negative offset gives nothing, a negative count everything after it.
-    let (skip, take) = match query.limit {
-        None => (0, usize::MAX),
-        Some((offset, _)) if offset < 0 => (0, 0),
-        Some((offset, count)) => (
-            usize::try_from(offset).unwrap_or(usize::MAX),
-            usize::try_from(count).unwrap_or(usize::MAX),
-        ),
-    };
+    let (skip, take) = skip_take(query.limit);
     Ok(Some(match &query.by {
         RangeBy::Rank(start, stop) => match coll::index_range(*start, *stop, meta.count) {
             Some((first, last)) => in_rank_order(
@@ -596,6 +588,19 @@ pub(super) fn range_items(
             super::zlex::in_lex_order(ctx, &prefix, (*min, *max), order, skip, take)
         }
     }))
+}
+
+/// LIMIT offset count as members to skip and to take: a negative offset gives nothing, a
+/// negative count everything after it; no LIMIT, everything.
+pub(super) fn skip_take(limit: Option<(i64, i64)>) -> (usize, usize) {
+    match limit {
+        None => (0, usize::MAX),
+        Some((offset, _)) if offset < 0 => (0, 0),
+        Some((offset, count)) => (
+            usize::try_from(offset).unwrap_or(usize::MAX),
+            usize::try_from(count).unwrap_or(usize::MAX),
+        ),
+    }
 }
 
 /// ZCOUNT key min max: how many members score within the bounds.
