@@ -27,6 +27,9 @@ pub mod conformance;
 
 pub use error::{Error, Result};
 pub use index::{Index, Order, Visitor};
-pub use limits::{check_entry, check_key, KEY_BYTES_MAX, VALUE_BYTES_MAX};
+pub use limits::{
+    check_entry, check_key, value_bytes_max, KEY_BYTES_MAX, STAMPED_KEY_PREFIX, STAMP_BYTES,
+    STORED_VALUE_BYTES_MAX, VALUE_BYTES_MAX,
+};
 pub use stats::{Counter, IndexStats};
 pub use temporal::{HistoryVisitor, TemporalIndex, Timestamp};

@@ -29,7 +29,8 @@
 //!   atomic batch); it is at `FF 'x'` exactly while the map holds its deadline, except
 //!   between a move's batch and the map's update, both under the key's stripe lock
 //!   ([`crate::collection::Collections::lock`]): a reader that misses the key meanwhile
-//!   reads again ([`Expires::read_string`]);
+//!   reads again ([`Expires::read_string`]); and except between a new key's deadline in
+//!   the map and its first write (SET EX of an absent key), where the key is absent;
 //! - a collection has at most one `FF 'E'` entry, and has one exactly while the map holds
 //!   its deadline; an entry's collection exists;
 //! - a key whose deadline is at or before now is never visible: reads check the deadline
@@ -41,14 +42,22 @@
 //!   [`Expires::generation`] and re-reads its rows as point reads if a deletion may have
 //!   slipped in between.
 //!
-//! Choices: a write that sets or clears a deadline (a new key's first one included) updates
-//! the map after its batch is visible, under the stripe lock, the two bracketed by
-//! [`Expires::begin_move`] / [`Expires::end_move`]: a reader that misses the string between
-//! them reads again, and one that finds it sees its deadline in its value. The map costs memory per
-//! key with a deadline (its bytes plus about 50), as Redis's `expires` dictionary does.
+//! Choices: a write that sets or clears a deadline updates the map after its batch is
+//! visible, under the stripe lock, the two bracketed by [`Expires::begin_move`] /
+//! [`Expires::end_move`]: a reader that misses the string between them reads again, and one
+//! that finds it sees its deadline in its value. A new key's SET EX (no deadline, no entry
+//! before) is the exception: the map learns the deadline first, then the entry is written,
+//! so a reader in between looks at `FF 'x'` and misses a key that is not set yet, without
+//! the two shared counters of a move. The map costs memory per key with a deadline (its
+//! bytes plus about 90: the map, its entry in the time order, and stale entries of changed
+//! deadlines up to as many again plus a few per shard), as Redis's `expires` dictionary does.
 
-use std::collections::{BTreeSet, HashMap};
+mod time_order;
+
+use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
+
+use hashbrown::HashTable;
 use std::ops::{Bound, ControlFlow};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -60,15 +69,18 @@ use parking_lot::Mutex;
 
 use crate::collection::RESERVED_BYTE;
 use crate::server::Shared;
+use time_order::{Entry, TimeOrder};
 
 /// Tag of the collections' deadline entries, after [`RESERVED_BYTE`] (and of the strings'
 /// in stores written before [`STRING_TAG`]).
 pub const EXPIRE_TAG: u8 = b'E';
 /// Tag of the strings with a deadline, after [`RESERVED_BYTE`]: `FF 'x' <user>` ->
-/// `<deadline BE> <value>`.
-pub const STRING_TAG: u8 = b'x';
+/// `<deadline BE> <value>`. The store lets these entries hold the deadline beyond the value
+/// limit (forest-core's stamped keys), so a value at the limit takes a deadline too.
+pub const STRING_TAG: u8 = forest_core::STAMPED_KEY_PREFIX[1];
 /// Bytes of the deadline before a string's value at `FF 'x'`.
-pub const DEADLINE_BYTES: usize = 8;
+pub const DEADLINE_BYTES: usize = forest_core::STAMP_BYTES;
+const _: () = assert!(RESERVED_BYTE == forest_core::STAMPED_KEY_PREFIX[0]);
 /// Strings moved per atomic batch when an older store is migrated at open.
 const MIGRATE_BATCH_KEYS: usize = 256;
 /// Reads that miss a string while a move is under way try again this many times, then
@@ -172,12 +184,126 @@ fn unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// Stale entries a shard's time order may hold beyond its live ones before it is rebuilt.
+const ORDER_SLACK: usize = 64;
+
 /// One shard of the deadline map: user key -> deadline (ms since the Unix epoch), and the
-/// same pairs in time order (the active task's walk). The key's bytes are shared.
+/// same pairs in time order (the active task's walk, [`TimeOrder`]), where a key's entry is
+/// the one with its stamp; the others are stale. The key's bytes are shared. The map is a
+/// table keyed by the key's hash, computed once per call ([`Expires::hash`]; it also picks
+/// the shard) and kept in the items, so a probe compares hashes before it reads a key's
+/// bytes and a resize hashes nothing.
 #[derive(Debug, Default)]
 struct Shard {
-    map: HashMap<Arc<[u8]>, u64>,
-    order: BTreeSet<(u64, Arc<[u8]>)>,
+    map: HashTable<Item>,
+    order: TimeOrder,
+    next_stamp: u64,
+    /// The sum of the map's deadlines, wrapping (INFO's avg_ttl: the true sum of the TTLs
+    /// is small, so wrapping arithmetic gives it exactly).
+    deadline_sum: u64,
+}
+
+/// A key with a deadline, and the stamp of its entry in the time order.
+#[derive(Debug)]
+struct Item {
+    hash: u64,
+    key: Box<[u8]>,
+    deadline: u64,
+    stamp: u64,
+}
+
+impl Shard {
+    fn get(&self, hash: u64, user: &[u8]) -> Option<&Item> {
+        self.map.find(hash, |i| i.hash == hash && *i.key == *user)
+    }
+
+    /// Sets `user`'s deadline; returns the one it replaces.
+    fn set(&mut self, hash: u64, user: &[u8], deadline: u64) -> Option<u64> {
+        let stamp = self.next_stamp;
+        let old = match self
+            .map
+            .find_mut(hash, |i| i.hash == hash && *i.key == *user)
+        {
+            Some(item) if item.deadline == deadline => return Some(deadline),
+            Some(item) => {
+                let old = item.deadline;
+                item.deadline = deadline;
+                item.stamp = stamp;
+                Some(old)
+            }
+            None => {
+                let item = Item {
+                    hash,
+                    key: Box::from(user),
+                    deadline,
+                    stamp,
+                };
+                self.map.insert_unique(hash, item, |i| i.hash);
+                None
+            }
+        };
+        self.next_stamp += 1;
+        self.deadline_sum = self
+            .deadline_sum
+            .wrapping_sub(old.unwrap_or(0))
+            .wrapping_add(deadline);
+        self.order.push(Entry {
+            deadline,
+            stamp,
+            hash,
+        });
+        if self.order.len() > 2 * self.map.len() + ORDER_SLACK {
+            self.order.rebuild(self.map.iter().map(|i| Entry {
+                deadline: i.deadline,
+                stamp: i.stamp,
+                hash: i.hash,
+            }));
+        }
+        old
+    }
+
+    /// Forgets `user`'s deadline (its entry in the order goes stale); returns it.
+    fn unset(&mut self, hash: u64, user: &[u8]) -> Option<u64> {
+        let old = match self
+            .map
+            .find_entry(hash, |i| i.hash == hash && *i.key == *user)
+        {
+            Ok(entry) => Some(entry.remove().0.deadline),
+            Err(_) => None,
+        };
+        self.deadline_sum = self.deadline_sum.wrapping_sub(old.unwrap_or(0));
+        if self.map.is_empty() {
+            self.order.clear();
+        }
+        old
+    }
+
+    /// The key of an entry of the order while it is live: while the map holds its stamp
+    /// (stamps are never reused in a shard).
+    fn item_of<'m>(map: &'m HashTable<Item>, e: &Entry) -> Option<&'m Item> {
+        map.find(e.hash, |i| i.stamp == e.stamp)
+    }
+
+    /// The order with its stale entries due at `now` dropped from the top, and the test of
+    /// liveness.
+    fn pruned(&mut self, now: u64) -> (&TimeOrder, impl Fn(&Entry) -> bool + '_) {
+        let Shard { map, order, .. } = self;
+        let map = &*map;
+        let live = move |e: &Entry| Self::item_of(map, e).is_some();
+        order.prune_top(now, live);
+        (&*order, live)
+    }
+
+    /// Up to `max` live keys due at `now`, earliest first.
+    fn due(&mut self, now: u64, max: usize) -> Vec<(u64, Vec<u8>)> {
+        let (order, live) = self.pruned(now);
+        let entries = order.earliest(now, max, live);
+        entries
+            .iter()
+            .filter_map(|e| Self::item_of(&self.map, e))
+            .map(|i| (i.deadline, i.key.to_vec()))
+            .collect()
+    }
 }
 
 type MapShard = Mutex<Shard>;
@@ -187,11 +313,10 @@ type MapShard = Mutex<Shard>;
 pub struct Expires {
     shards: Box<[MapShard]>,
     hasher: std::collections::hash_map::RandomState,
-    /// Keys with a deadline (entries of the map).
-    count: AtomicI64,
-    /// The sum of their deadlines, wrapping (INFO's avg_ttl: the true sum of the TTLs is
-    /// small, so wrapping arithmetic gives it exactly).
-    deadline_sum: AtomicU64,
+    /// Shards whose map is not empty: changes only when a shard empties or fills, so the
+    /// check every command makes ([`Self::any`]) reads a line that writes rarely touch
+    /// (the count of keys and the sum of deadlines are per shard, under its lock).
+    nonempty: AtomicI64,
     /// Keys deleted because their deadline passed (INFO's `expired_keys`).
     expired: AtomicU64,
     /// Whether the active task runs (DEBUG SET-ACTIVE-EXPIRE).
@@ -261,8 +386,7 @@ impl Expires {
                 .map(|_| Mutex::new(Shard::default()))
                 .collect(),
             hasher: std::collections::hash_map::RandomState::new(),
-            count: AtomicI64::new(0),
-            deadline_sum: AtomicU64::new(0),
+            nonempty: AtomicI64::new(0),
             expired: AtomicU64::new(0),
             active: AtomicBool::new(true),
             clock_offset_ms: AtomicI64::new(0),
@@ -275,10 +399,16 @@ impl Expires {
         }
     }
 
-    fn shard(&self, user: &[u8]) -> &MapShard {
+    /// `user`'s hash: picks its shard (bits 48..56, which the table's probe does not use
+    /// alone) and keys it in the shard's table.
+    fn hash(&self, user: &[u8]) -> u64 {
         let mut hasher = self.hasher.build_hasher();
         hasher.write(user);
-        &self.shards[(hasher.finish() % MAP_SHARD_COUNT as u64) as usize]
+        hasher.finish()
+    }
+
+    fn shard(&self, hash: u64) -> &MapShard {
+        &self.shards[(hash >> 48) as usize % MAP_SHARD_COUNT]
     }
 
     /// Now, in milliseconds since the Unix epoch (the clock deadlines are compared with).
@@ -303,12 +433,27 @@ impl Expires {
 
     /// Whether any key may have a deadline: reads check deadlines only then.
     pub fn any(&self) -> bool {
-        self.count.load(Ordering::SeqCst) > 0
+        self.nonempty.load(Ordering::SeqCst) > 0
     }
 
-    /// Keys with a deadline (due ones included until they are deleted).
+    /// Keys with a deadline (due ones included until they are deleted): a pass over the
+    /// shards (INFO).
     pub fn count(&self) -> i64 {
-        self.count.load(Ordering::SeqCst).max(0)
+        self.totals().0
+    }
+
+    /// Keys with a deadline and the wrapping sum of their deadlines, over all shards.
+    fn totals(&self) -> (i64, u64) {
+        if !self.any() {
+            return (0, 0);
+        }
+        self.shards.iter().fold((0, 0u64), |(count, sum), shard| {
+            let shard = shard.lock();
+            (
+                count + shard.map.len() as i64,
+                sum.wrapping_add(shard.deadline_sum),
+            )
+        })
     }
 
     /// The deadline of `user`, if it has one.
@@ -316,7 +461,8 @@ impl Expires {
         if !self.any() {
             return None;
         }
-        self.shard(user).lock().map.get(user).copied()
+        let hash = self.hash(user);
+        self.shard(hash).lock().get(hash, user).map(|i| i.deadline)
     }
 
     /// Marks the start of a move of a string between its raw key and `FF 'x'` (a write
@@ -324,6 +470,12 @@ impl Expires {
     /// the map holds the new deadline.
     pub(crate) fn begin_move(&self) {
         self.moves_begun.fetch_add(1, Ordering::SeqCst);
+        self.mark_timed();
+    }
+
+    /// Before a string is first written at `FF 'x'` (by a move or by a new key's SET EX):
+    /// from then on scans merge both places.
+    pub(crate) fn mark_timed(&self) {
         if !self.timed.load(Ordering::SeqCst) {
             // The first move: from now on scans merge both places; one that read the raw
             // range alone ends first, so that none can miss the string moving.
@@ -433,26 +585,13 @@ impl Expires {
 
     /// Records `user`'s deadline (replacing any). Precondition: its stripe lock is held.
     pub(crate) fn insert(&self, user: &[u8], deadline: u64) {
-        let old = {
-            let mut shard = self.shard(user).lock();
-            let Shard { map, order } = &mut *shard;
-            match map.get_key_value(user) {
-                Some((name, &old)) => {
-                    let name = Arc::clone(name);
-                    order.remove(&(old, Arc::clone(&name)));
-                    order.insert((deadline, Arc::clone(&name)));
-                    map.insert(name, deadline);
-                    Some(old)
-                }
-                None => {
-                    let name: Arc<[u8]> = Arc::from(user);
-                    order.insert((deadline, Arc::clone(&name)));
-                    map.insert(name, deadline);
-                    None
-                }
-            }
-        };
-        self.account(old, Some(deadline));
+        let hash = self.hash(user);
+        let mut shard = self.shard(hash).lock();
+        let fills = shard.map.is_empty();
+        shard.set(hash, user, deadline);
+        if fills {
+            self.nonempty.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
     /// Forgets `user`'s deadline; returns it. Precondition: its stripe lock is held.
@@ -460,16 +599,12 @@ impl Expires {
         if !self.any() {
             return None;
         }
-        let old = {
-            let mut shard = self.shard(user).lock();
-            let Shard { map, order } = &mut *shard;
-            let removed = map.remove_entry(user);
-            if let Some((name, deadline)) = &removed {
-                order.remove(&(*deadline, Arc::clone(name)));
-            }
-            removed.map(|(_, deadline)| deadline)
-        };
-        self.account(old, None);
+        let hash = self.hash(user);
+        let mut shard = self.shard(hash).lock();
+        let old = shard.unset(hash, user);
+        if old.is_some() && shard.map.is_empty() {
+            self.nonempty.fetch_sub(1, Ordering::SeqCst);
+        }
         old
     }
 
@@ -480,37 +615,11 @@ impl Expires {
         }
         let mut due = Vec::new();
         for shard in self.shards.iter() {
-            let shard = shard.lock();
-            due.extend(
-                shard
-                    .order
-                    .iter()
-                    .take_while(|(deadline, _)| *deadline <= now_ms)
-                    .take(max)
-                    .map(|(deadline, user)| (*deadline, user.to_vec())),
-            );
+            due.extend(shard.lock().due(now_ms, max));
         }
         due.sort_unstable();
         due.truncate(max);
         due
-    }
-
-    fn account(&self, old: Option<u64>, new: Option<u64>) {
-        match (old, new) {
-            (None, Some(_)) => {
-                self.count.fetch_add(1, Ordering::SeqCst);
-            }
-            (Some(_), None) => {
-                self.count.fetch_sub(1, Ordering::SeqCst);
-            }
-            _ => {}
-        }
-        if let Some(old) = old {
-            self.deadline_sum.fetch_sub(old, Ordering::Relaxed);
-        }
-        if let Some(new) = new {
-            self.deadline_sum.fetch_add(new, Ordering::Relaxed);
-        }
     }
 
     /// Forgets every deadline (FLUSHDB, once the index is removed from the store).
@@ -518,10 +627,12 @@ impl Expires {
         self.bump_generation();
         for shard in self.shards.iter() {
             let mut shard = shard.lock();
-            shard.order.clear();
-            for (_, deadline) in shard.map.drain() {
-                self.account(Some(deadline), None);
+            if !shard.map.is_empty() {
+                self.nonempty.fetch_sub(1, Ordering::SeqCst);
             }
+            shard.map.clear();
+            shard.order.clear();
+            shard.deadline_sum = 0;
         }
     }
 
@@ -542,12 +653,11 @@ impl Expires {
 
     /// The mean time to live of the keys with a deadline, in ms (0 if none).
     pub fn avg_ttl_ms(&self) -> u64 {
-        let count = self.count();
+        let (count, sum) = self.totals();
         if count == 0 {
             return 0;
         }
         let now = self.now_ms();
-        let sum = self.deadline_sum.load(Ordering::Relaxed);
         let total = sum.wrapping_sub(now.wrapping_mul(count as u64)) as i64;
         (total / count).max(0) as u64
     }
@@ -570,12 +680,9 @@ impl Expires {
         let now = self.now_ms();
         let mut due = 0i64;
         for shard in self.shards.iter() {
-            let shard = shard.lock();
-            due += shard
-                .order
-                .iter()
-                .take_while(|(deadline, _)| *deadline <= now)
-                .count() as i64;
+            let mut shard = shard.lock();
+            let (order, live) = shard.pruned(now);
+            due += order.count_due(now, live) as i64;
         }
         due
     }
@@ -599,9 +706,9 @@ fn read_deadline_place(store: &Store, user: &[u8], out: &mut Vec<u8>) -> Option<
 /// `<deadline> <value>`, its raw key and its `FF 'E'` entry removed, at most
 /// [`MIGRATE_BATCH_KEYS`] strings per atomic batch. A crash between batches leaves some
 /// strings moved and the rest as they were (each string is whole in one place), and the
-/// next open goes on. A string whose value is too long to hold the deadline as well is
-/// deleted if its deadline has passed; otherwise it keeps its raw key and loses its
-/// deadline (reported on stderr; the store's value limit leaves no room for it). Run at start, before serving
+/// next open goes on. A string whose key is too long for `FF 'x'` (within 2 bytes of the
+/// key limit) is deleted if its deadline has passed; otherwise it keeps its raw key and
+/// loses its deadline (reported on stderr). Run at start, before serving
 /// and before [`Expires::load`]; returns how many strings it moved.
 pub fn migrate(store: &Store) -> forest_core::Result<u64> {
     let (lower, upper) = index_bounds();
@@ -805,6 +912,57 @@ mod tests {
         assert_eq!(e.due(4, 10), vec![]);
         e.clear();
         assert_eq!(e.due(u64::MAX, 10), vec![]);
+    }
+
+    // Goal: a key whose deadline changes again and again leaves stale entries in its
+    // shard's time order, which stay bounded (rebuilt past twice the live ones) and are
+    // never handed out or counted as due; a key removed and set again with the same
+    // deadline is due once.
+    // Method: 10 000 changes of one key's deadline, then of 100 keys'; check the order's
+    // size, `due` and `due_count` against the live deadlines.
+    #[test]
+    fn stale_order_entries_stay_bounded_and_hidden() {
+        let e = Expires::empty();
+        let now = e.now_ms();
+        for i in 0..10_000u64 {
+            e.insert(b"k", now - 5_000 + i % 7);
+        }
+        let order_len =
+            |e: &Expires| -> usize { e.shards.iter().map(|s| s.lock().order.len()).sum() };
+        assert!(order_len(&e) <= 2 + ORDER_SLACK + 1, "{}", order_len(&e));
+        e.remove(b"k");
+        assert_eq!(order_len(&e), 0, "an empty shard drops its stale entries");
+        e.insert(b"k", now - 5_000);
+        assert_eq!(e.due(now, 10), vec![(now - 5_000, b"k".to_vec())]);
+        assert_eq!(e.due_count(), 1);
+        for round in 0..50u64 {
+            for k in 0..100u64 {
+                let deadline = if k.is_multiple_of(2) {
+                    now - 1_000 - k
+                } else {
+                    now + 1_000 + round
+                };
+                e.insert(format!("m{k}").as_bytes(), deadline);
+            }
+        }
+        for k in (1..100u64).step_by(4) {
+            e.remove(format!("m{k}").as_bytes());
+        }
+        for shard in e.shards.iter() {
+            let shard = shard.lock();
+            assert!(shard.order.len() <= 2 * (shard.map.len() + 25) + ORDER_SLACK + 1);
+        }
+        assert_eq!(e.due_count(), 51, "k and the 50 even m keys");
+        let due = e.due(now, 1_000);
+        let mut want: Vec<(u64, Vec<u8>)> = (0..100u64)
+            .step_by(2)
+            .map(|k| (now - 1_000 - k, format!("m{k}").into_bytes()))
+            .collect();
+        want.push((now - 5_000, b"k".to_vec()));
+        want.sort();
+        assert_eq!(due, want);
+        assert_eq!(e.due(now, 3), want[..3].to_vec());
+        assert_eq!(e.count(), 1 + 100 - 25);
     }
 
     // Goal: a store written by the older layout (a string's deadline as an `FF 'E'` entry

@@ -1,6 +1,6 @@
 //! Review of the one-entry layout of strings with a deadline (merge bbc27d1): tests that
 //! probe where a string lives while other clients move it, FLUSHDB, the value limit and
-//! the migration of older stores. Failing ones are `#[ignore]`d with their finding.
+//! the migration of older stores.
 
 use std::ops::{Bound, ControlFlow};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -118,7 +118,6 @@ fn value_at_limit() -> String {
 // before the one-entry layout (the deadline was a separate entry).
 // Method: SET EX, EXPIRE, SETRANGE on a key with a deadline, all with a value at the limit.
 #[test]
-#[ignore = "review finding F2: a value within 8 bytes of the 1 MiB limit cannot take a deadline (SET EX / EXPIRE / SETRANGE / APPEND fail); Redis and the old layout accept"]
 fn value_at_limit_takes_a_deadline() {
     let mut h = Harness::new();
     let value = value_at_limit();
@@ -131,6 +130,27 @@ fn value_at_limit_takes_a_deadline() {
         h.run(&["SETRANGE", "grow", &end, "z"]),
         Frame::Integer(forest_core::VALUE_BYTES_MAX as i64)
     );
+    for key in ["plain", "timed", "grow"] {
+        let Frame::Integer(ttl) = h.run(&["TTL", key]) else {
+            panic!("TTL {key}");
+        };
+        assert!(ttl > 0, "{key} keeps its deadline: TTL {ttl}");
+        assert_eq!(
+            h.run(&["STRLEN", key]),
+            Frame::Integer(forest_core::VALUE_BYTES_MAX as i64)
+        );
+    }
+    assert_eq!(h.run(&["GET", "timed"]), bulk(&value));
+    // The limit on the value itself is unchanged, and named as the value's.
+    let limit = forest_core::VALUE_BYTES_MAX;
+    assert_eq!(
+        h.run(&["APPEND", "timed", "z"]),
+        Frame::err(format!(
+            "value too long ({} bytes; the limit is {limit})",
+            limit + 1
+        ))
+    );
+    assert_eq!(h.run(&["GET", "timed"]), bulk(&value));
 }
 
 // Goal: a store of the older layout whose string at the value limit had a deadline that
@@ -160,7 +180,6 @@ fn migration_keeps_deadline_of_value_at_limit() {
 // Goal: the same for a deadline still to come: the key keeps it across the migration.
 // Method: the older layout by hand, restart, PTTL.
 #[test]
-#[ignore = "review finding F2 (migration, future deadline): a value within 8 bytes of the limit cannot take its deadline into the one-entry layout; migrate keeps it without one"]
 fn migration_keeps_future_deadline_of_value_at_limit() {
     let h = Harness::new();
     let value = value_at_limit();

@@ -24,7 +24,7 @@
 use std::ops::{Bound, ControlFlow};
 use std::path::{Path, PathBuf};
 
-use forest_core::{Error, Index, Order, Result, KEY_BYTES_MAX, VALUE_BYTES_MAX};
+use forest_core::{Error, Index, Order, Result, KEY_BYTES_MAX, STORED_VALUE_BYTES_MAX};
 
 use crate::file::{Dir, File, ReadWindow, READ_CHUNK_BYTES};
 
@@ -93,7 +93,7 @@ fn encode_header(start_lsn: u64, buf: &mut Vec<u8>) {
 
 fn encode_entry(key: &[u8], value: &[u8], buf: &mut Vec<u8>) {
     let key_len = u32::try_from(key.len()).expect("keys are within KEY_BYTES_MAX");
-    let value_len = u32::try_from(value.len()).expect("values are within VALUE_BYTES_MAX");
+    let value_len = u32::try_from(value.len()).expect("values are within STORED_VALUE_BYTES_MAX");
     let mut lens = [0u8; 8];
     lens[..4].copy_from_slice(&key_len.to_le_bytes());
     lens[4..].copy_from_slice(&value_len.to_le_bytes());
@@ -229,7 +229,7 @@ pub fn decode<'a>(path: &Path, data: &'a [u8]) -> Result<DecodedCheckpoint<'a>> 
         }
         let key_len = u32_at(data, at) as usize;
         let value_len = u32_at(data, at + 4) as usize;
-        if key_len > KEY_BYTES_MAX || value_len > VALUE_BYTES_MAX {
+        if key_len > KEY_BYTES_MAX || value_len > STORED_VALUE_BYTES_MAX {
             return Err(corrupt(path, at, "entry length over the limits"));
         }
         let body = at + ENTRY_HEADER_BYTES;
@@ -355,7 +355,7 @@ impl CheckpointStream {
         let head = self.window.bytes_at(at, ENTRY_HEADER_BYTES)?;
         let key_len = u32_at(head, 0) as usize;
         let value_len = u32_at(head, 4) as usize;
-        if key_len > KEY_BYTES_MAX || value_len > VALUE_BYTES_MAX {
+        if key_len > KEY_BYTES_MAX || value_len > STORED_VALUE_BYTES_MAX {
             return Err(corrupt(&self.path, offset, "entry length over the limits"));
         }
         if left - ENTRY_HEADER_BYTES < key_len + value_len {

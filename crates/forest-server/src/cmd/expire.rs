@@ -819,14 +819,14 @@ pub fn getex(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
 pub fn setex(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let now = ctx.shared.expires.now_ms();
     let deadline = positive_deadline(argv[2], TimeUnit::Seconds, false, now, "setex")?;
-    super::set::set_with_deadline(ctx, argv[1], argv[3], deadline)
+    super::set::set_with_deadline(ctx, argv[1], argv[3], deadline, now)
 }
 
 /// PSETEX key milliseconds value.
 pub fn psetex(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let now = ctx.shared.expires.now_ms();
     let deadline = positive_deadline(argv[2], TimeUnit::Millis, false, now, "psetex")?;
-    super::set::set_with_deadline(ctx, argv[1], argv[3], deadline)
+    super::set::set_with_deadline(ctx, argv[1], argv[3], deadline, now)
 }
 
 /// DEBUG SET-ACTIVE-EXPIRE 0|1: turns the active task off or on, as Redis's tests do.

@@ -35,6 +35,9 @@ struct SetOptions {
     condition: Condition,
     get: bool,
     expiry: Expiry,
+    /// The clock's reading the deadline was computed from, if it was: the command's one
+    /// reading.
+    now: Option<u64>,
 }
 
 /// SET's expiry option before its number is read.
@@ -88,6 +91,7 @@ pub fn set(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         }
         i += 1;
     }
+    let mut now = None;
     let expiry = match time {
         None if keep => Expiry::Keep,
         None => Expiry::Clear,
@@ -98,8 +102,11 @@ pub fn set(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
                 TimeOption::ExAt => (TimeUnit::Seconds, true),
                 TimeOption::PxAt => (TimeUnit::Millis, true),
             };
-            let now = ctx.shared.expires.now_ms();
-            Expiry::At(expire::positive_deadline(arg, unit, absolute, now, "set")?)
+            let clock = ctx.shared.expires.now_ms();
+            now = Some(clock);
+            Expiry::At(expire::positive_deadline(
+                arg, unit, absolute, clock, "set",
+            )?)
         }
     };
     set_with(
@@ -110,12 +117,19 @@ pub fn set(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
             condition,
             get,
             expiry,
+            now,
         },
     )
 }
 
-/// SETEX and PSETEX: SET with a deadline.
-pub fn set_with_deadline(ctx: &mut Ctx<'_, '_>, key: &[u8], value: &[u8], deadline: u64) -> Reply {
+/// SETEX and PSETEX: SET with a deadline, computed from the clock's reading `now`.
+pub fn set_with_deadline(
+    ctx: &mut Ctx<'_, '_>,
+    key: &[u8],
+    value: &[u8],
+    deadline: u64,
+    now: u64,
+) -> Reply {
     set_with(
         ctx,
         key,
@@ -124,6 +138,7 @@ pub fn set_with_deadline(ctx: &mut Ctx<'_, '_>, key: &[u8], value: &[u8], deadli
             condition: Condition::Always,
             get: false,
             expiry: Expiry::At(deadline),
+            now: Some(now),
         },
     )
 }
@@ -147,14 +162,15 @@ fn set_locked(ctx: &mut Ctx<'_, '_>, key: &[u8], value: &[u8], options: SetOptio
         condition,
         get,
         expiry,
+        now,
     } = options;
     let shared = ctx.shared;
     // The key's deadline, read once: a due key is deleted first.
     let mut old = ctx.deadline(key);
-    let now = if old.is_some() || expiry != Expiry::Clear {
-        shared.expires.now_ms()
-    } else {
-        0
+    let now = match now {
+        Some(now) => now,
+        None if old.is_some() || expiry != Expiry::Clear => shared.expires.now_ms(),
+        None => 0,
     };
     if old.is_some_and(|d| d <= now) {
         expire::delete_expired(ctx, key)?;
@@ -214,11 +230,16 @@ fn set_placed(
     new: Option<u64>,
 ) -> Reply {
     let shared = ctx.shared;
+    if let (Some(deadline), false) = (new, shared.collections.any()) {
+        if old.is_some() || !raw_present(ctx, key) {
+            return set_timed(ctx, key, value, old.is_none(), deadline);
+        }
+    }
     let mut batch = WriteBatch::new();
     let (moves, reserved) = expire::place_string_in(ctx, &mut batch, key, value, old, new)?;
-    // A new key's SET EX moves nothing but also changes where reads look (the map learns
-    // the deadline after the write): bracketed too, so that a read missing it between the
-    // two reads again (review F4).
+    // A change of where reads look (a collection replaced may be involved): bracketed, so
+    // that a read missing the string between the write and the map's change reads again
+    // (review F4).
     let moves = moves || old.is_none() != new.is_none();
     if moves {
         shared.expires.begin_move();
@@ -235,6 +256,67 @@ fn set_placed(
     }
     written?;
     Ok(Frame::ok())
+}
+
+/// Whether string `key` is at its raw key (no unit open: the store's).
+fn raw_present(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> bool {
+    let scratch = &mut ctx.buffers.scratch;
+    ctx.shared.store.get(key, scratch)
+}
+
+/// [`set_placed`] where the string stays at or goes to `FF 'x'` alone: one entry, nothing
+/// at its raw key, no collection anywhere. `created`: the key has no deadline and no
+/// entry now.
+fn set_timed(
+    ctx: &mut Ctx<'_, '_>,
+    key: &[u8],
+    value: &[u8],
+    created: bool,
+    deadline: u64,
+) -> Reply {
+    // The entry's key and value in the connection's pooled buffers (no allocation once
+    // warm): `FF 'x' <key>` -> `<deadline BE> <value>` (`crate::expiry`'s layout).
+    let mut place = ctx.buffers.take();
+    place.extend_from_slice(&crate::expiry::string_bounds().0);
+    place.extend_from_slice(key);
+    let mut stored = ctx.buffers.take();
+    stored.extend_from_slice(&deadline.to_be_bytes());
+    stored.extend_from_slice(value);
+    let written = set_timed_entry(ctx, key, &place, &stored, created, deadline);
+    ctx.buffers.give(place);
+    ctx.buffers.give(stored);
+    written?;
+    Ok(Frame::ok())
+}
+
+/// [`set_timed`]'s write of `place` -> `stored` and the map's change.
+fn set_timed_entry(
+    ctx: &mut Ctx<'_, '_>,
+    key: &[u8],
+    place: &[u8],
+    stored: &[u8],
+    created: bool,
+    deadline: u64,
+) -> Result<(), Frame> {
+    let shared = ctx.shared;
+    check_entry(place, stored).map_err(|e| store_error(&e))?;
+    // A new key: the map learns the deadline first, then the entry is written. A read
+    // between the two looks at `FF 'x'` and misses, as it would before the SET; a read
+    // after finds it. So a scan never lists the key while GET misses it (review F4), and
+    // the write needs no bracketing as a move (two atomic counters every client shares).
+    if created {
+        shared.expires.mark_timed();
+        shared.expires.insert(key, deadline);
+    }
+    let written = ctx.upsert_at(place, stored);
+    match (created, written.is_ok()) {
+        (false, true) => shared.expires.insert(key, deadline),
+        (true, false) => {
+            shared.expires.remove(key);
+        }
+        _ => {}
+    }
+    written
 }
 
 /// SET's string write as its condition says: whether it wrote, and the reply.

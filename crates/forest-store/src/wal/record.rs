@@ -23,7 +23,8 @@
 //!
 //! Invariants of a well-formed log (checked on every decode, [`super::LogStream`]):
 //! - `length == RECORD_BODY_FIXED_BYTES + key_len + value_len`, `key_len <= KEY_BYTES_MAX`,
-//!   `value_len <= VALUE_BYTES_MAX`, a remove has `value_len == 0`, marks and seals have no
+//!   `value_len <= value_bytes_max(key)` (forest-core's limit: 8 bytes more for a stamped
+//!   key), a remove has `value_len == 0`, marks and seals have no
 //!   key, value or flag, reserved bits are zero, the checksum matches.
 //! - Data LSNs strictly increase along the file, the first at least the header's
 //!   `first_lsn`; a record flagged `BATCH_MORE` is followed by the data record at the next
@@ -41,7 +42,9 @@
 //! - The header is synced before any record is written (`writer.rs`), so a file longer than
 //!   the header whose header is damaged is corruption, never a torn creation.
 
-use forest_core::{check_entry, Error, Result, KEY_BYTES_MAX, VALUE_BYTES_MAX};
+use forest_core::{
+    check_entry, value_bytes_max, Error, Result, KEY_BYTES_MAX, STORED_VALUE_BYTES_MAX,
+};
 use std::path::Path;
 
 /// The first eight bytes of every log file.
@@ -65,7 +68,7 @@ pub const RECORD_HEADER_BYTES: usize = RECORD_FRAME_BYTES + RECORD_BODY_FIXED_BY
 
 /// The longest record: the limits of forest-core bound a record, so a damaged length
 /// field can never make the reader look past one maximal record.
-pub const RECORD_BYTES_MAX: usize = RECORD_HEADER_BYTES + KEY_BYTES_MAX + VALUE_BYTES_MAX;
+pub const RECORD_BYTES_MAX: usize = RECORD_HEADER_BYTES + KEY_BYTES_MAX + STORED_VALUE_BYTES_MAX;
 
 /// Flag bit: the data record at the next LSN, in this file, belongs to the same batch.
 pub const FLAG_BATCH_MORE: u8 = 1;
@@ -352,7 +355,7 @@ pub(crate) fn check_record(data: &[u8], at: usize, nonce: u32) -> Check<'_> {
         return Check::Bad("reserved bits not zero");
     }
     if key_len > KEY_BYTES_MAX
-        || value_len > VALUE_BYTES_MAX
+        || value_len > STORED_VALUE_BYTES_MAX
         || length != RECORD_BODY_FIXED_BYTES + key_len + value_len
     {
         return Check::Bad("record length disagrees with key and value lengths");
@@ -371,6 +374,9 @@ pub(crate) fn check_record(data: &[u8], at: usize, nonce: u32) -> Check<'_> {
     }
     let key_start = RECORD_HEADER_BYTES;
     let value_start = key_start + key_len;
+    if value_len > value_bytes_max(&rest[key_start..value_start]) {
+        return Check::Bad("value longer than its key's limit");
+    }
     Check::Valid(
         Record {
             lsn: u64_at(rest, 8),
@@ -833,21 +839,39 @@ mod tests {
 
     #[test]
     fn limits_are_enforced_when_encoding() {
-        // Goal: an over-long key or value is an error, never a record. Method: encode one
-        // byte over each limit, and the largest legal record.
+        // Goal: an over-long key or value is an error, never a record; a stamped key (the
+        // server's string with a deadline) holds 8 bytes more, and only it. Method: encode
+        // one byte over each limit, and the largest legal record; decode it; a record whose
+        // value fits only a stamped key, under another key with a matching checksum, is
+        // refused on decode.
+        use forest_core::{STAMPED_KEY_PREFIX, STAMP_BYTES, VALUE_BYTES_MAX};
         let mut buf = Vec::new();
         let key = vec![1u8; KEY_BYTES_MAX + 1];
         assert!(encode_record(&Record::put(1, &key, b"v"), NONCE, &mut buf).is_err());
         let value = vec![2u8; VALUE_BYTES_MAX + 1];
         assert!(encode_record(&Record::put(1, b"k", &value), NONCE, &mut buf).is_err());
+        let mut stamped = STAMPED_KEY_PREFIX.to_vec();
+        stamped.resize(KEY_BYTES_MAX, b'k');
+        let stored = vec![3u8; STORED_VALUE_BYTES_MAX + 1];
+        assert!(encode_record(&Record::put(1, &stamped, &stored), NONCE, &mut buf).is_err());
         assert!(buf.is_empty());
         encode_record(&Record::put(1, &key[1..], &value[1..]), NONCE, &mut buf).unwrap();
+        assert_eq!(buf.len(), RECORD_BYTES_MAX - STAMP_BYTES);
+        buf.clear();
+        encode_record(&Record::put(1, &stamped, &stored[1..]), NONCE, &mut buf).unwrap();
         assert_eq!(buf.len(), RECORD_BYTES_MAX);
         let mut log = Vec::new();
         encode_header(&header(0), &mut log);
+        let records_at = log.len();
         log.extend_from_slice(&buf);
         let decoded = decode_log(Path::new(PATH), &log).unwrap();
         assert_eq!(decoded.records.len(), 1);
-        assert_eq!(decoded.records[0].value.len(), VALUE_BYTES_MAX);
+        assert_eq!(decoded.records[0].value.len(), STORED_VALUE_BYTES_MAX);
+        // The same record under an unstamped key: its value is over that key's limit.
+        log[records_at + RECORD_HEADER_BYTES + 1] = b'y';
+        let crc = record_crc(NONCE, &log[records_at + RECORD_FRAME_BYTES..]);
+        log[records_at + 4..records_at + 8].copy_from_slice(&crc.to_le_bytes());
+        let refused = decode_log(Path::new(PATH), &log).map_or(0, |d| d.records.len());
+        assert_eq!(refused, 0, "a value over its key's limit is no record");
     }
 }
