@@ -326,3 +326,40 @@ fn failed_wait_reaches_a_subscriber_through_its_mailbox() {
         "<NACK>+PONG\r\n>3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nm\r\n"
     );
 }
+
+// Goal: every engine a store can use holds a stamped entry (`FF 'x'`, a string with its
+// deadline) at the value limit plus its 8-byte stamp, and gets it back after a reopen (log
+// replay), as it does a value at the plain limit; one byte more is refused.
+// Method: per engine, a stamped entry of VALUE_BYTES_MAX + 8 bytes and a plain entry at the
+// limit; read, close, reopen, read.
+#[test]
+fn every_engine_holds_a_stamped_value_at_the_limit() {
+    let stamped_key = [&forest_core::STAMPED_KEY_PREFIX[..], b"user"].concat();
+    let stamped: Vec<u8> = (0..forest_core::STORED_VALUE_BYTES_MAX)
+        .map(|i| (i % 251) as u8)
+        .collect();
+    let plain = vec![7u8; forest_core::VALUE_BYTES_MAX];
+    for engine in forest_store::store::engine_names() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let options = || StoreOptions {
+            engine: Some(engine.into()),
+            durability: Durability::Sync,
+            ..StoreOptions::default()
+        };
+        let store = Store::open_path(dir.path(), options()).expect("open");
+        store.upsert(&stamped_key, &stamped).expect(engine);
+        store.upsert(b"plain", &plain).expect(engine);
+        let too_long = [&stamped[..], b"!"].concat();
+        assert!(store.upsert(&stamped_key, &too_long).is_err(), "{engine}");
+        let mut out = Vec::new();
+        assert!(store.get(&stamped_key, &mut out), "{engine}");
+        assert!(out == stamped, "{engine}: stamped value read back");
+        store.close().expect("close");
+        let store = Store::open_path(dir.path(), options()).expect("reopen");
+        assert!(store.get(&stamped_key, &mut out), "{engine} after reopen");
+        assert!(out == stamped, "{engine}: stamped value after reopen");
+        assert!(store.get(b"plain", &mut out), "{engine} after reopen");
+        assert!(out == plain, "{engine}: plain value after reopen");
+        store.close().expect("close");
+    }
+}
