@@ -44,6 +44,8 @@ pub mod tokio_io;
 pub mod watch;
 
 #[cfg(test)]
+mod review_rev2;
+#[cfg(test)]
 mod review_setex;
 
 pub use frame::{Frame, FrameError, Limits};
