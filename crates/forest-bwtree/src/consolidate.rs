@@ -287,6 +287,25 @@ fn record_edits(node: &Node, esl: u64) -> Option<(&BasePage, Edits<'_>)> {
     Some((base, edits))
 }
 
+/// The deltas between the top of `node`'s chain and its base page that a consolidation now
+/// would put back on top at most: every record delta above `esl` and one flush delta (a merged
+/// page's held deltas are not counted, so this errs toward consolidating).
+fn staying_on_top(node: &Node, esl: u64) -> u32 {
+    let mut held = 0;
+    let mut flush = 0;
+    let mut current = Some(node);
+    while let Some(n) = current {
+        match n.kind {
+            Kind::Base(_) => break,
+            Kind::Flush(_) => flush = 1,
+            _ if n.lsn() > esl => held += 1,
+            _ => {}
+        }
+        current = n.next();
+    }
+    held + flush
+}
+
 /// The longest chain of record deltas consolidated through [`record_edits`]; longer ones (rare:
 /// above the writers' threshold) fold a full view.
 pub(crate) const EDITS_MAX: usize = 16;
@@ -393,6 +412,13 @@ impl BwTree {
         }
         // Read after the state: ESL only grows, so it is at least any flush delta's in it.
         let esl = self.esl();
+        // §V-A keeps deltas above ESL on top (and a flush delta may be re-created), so a chain
+        // of only those folds to the same length: consolidate only when some delta can fold
+        // (review rev1 F2: every read re-consolidated such a page). Without an ESL source
+        // nothing is held.
+        if esl != u64::MAX && node.delta_count <= staying_on_top(node, esl) {
+            return None;
+        }
         let page = match record_edits(node, esl) {
             Some((base, edits)) => base.with_edits(&edits),
             None => None,
