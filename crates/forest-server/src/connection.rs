@@ -583,26 +583,8 @@ mod tests {
     // batch's own wait runs the flush); one pipeline of writes and reads, HELLO 3 midway.
     #[test]
     fn a_failed_wait_turns_only_the_write_replies_into_errors() {
-        use forest_store::file::{FaultPlan, SimDir};
-        use forest_store::{Durability, Store, StoreOptions};
-        let dir = SimDir::new(7);
-        let store = Store::open(
-            dir.clone(),
-            StoreOptions {
-                engine: Some("lockbtree".into()),
-                durability: Durability::Sync,
-                shards: 1,
-                switch_engine: false,
-            },
-        )
-        .expect("open store");
-        let shared = Shared::new(
-            store,
-            crate::server::Config {
-                durability: Durability::Sync,
-                ..crate::server::Config::default()
-            },
-        );
+        use forest_store::file::FaultPlan;
+        let (dir, shared) = crate::review_rev2::sim_shared();
         let client = shared.new_client("a".into(), "b".into(), None);
         let mut conn = Conn::new(client);
         let (_, out) = run(&mut conn, &shared, b"SET a 1\r\n");

@@ -32,8 +32,8 @@ fn feed(conn: &mut Conn, shared: &Shared, bytes: &[u8]) -> (Step, Vec<u8>) {
 }
 
 /// A server over a simulated disk with `sync` durability (each batch's wait runs the flush,
-/// so a sync fault fails that batch's wait).
-fn sim_shared() -> (SimDir, Shared) {
+/// so a sync fault fails that batch's wait). Also connection.rs's failed-wait test.
+pub(crate) fn sim_shared() -> (SimDir, Shared) {
     let dir = SimDir::new(11);
     let store = Store::open(
         dir.clone(),

@@ -60,7 +60,7 @@ pub(super) fn in_lex_order(
     prefix: &[u8],
     bounds: (LexBound<'_>, LexBound<'_>),
     order: Order,
-    mut skip: usize,
+    skip: usize,
     take: usize,
 ) -> Vec<(Vec<u8>, f64)> {
     let mut out = Vec::new();
@@ -71,9 +71,38 @@ pub(super) fn in_lex_order(
         return out;
     }
     let start = prefix.len() + BY_NAME.len();
+    scan_lex(
+        ctx,
+        (&lower, &upper),
+        start,
+        order,
+        skip,
+        take,
+        &mut |member, score| {
+            out.push((member.to_vec(), score_from(score)));
+        },
+    );
+    out
+}
+
+/// The by-member entries within `(lower, upper)` (from [`entry_bounds`]; members start at
+/// byte `start` of a key) in `order`, skipping `skip`, handing at most `take` to `emit` as
+/// (member, score bytes): one range scan reading `skip + take` entries at most. A damaged score
+/// is skipped, as the by-score scans skip damaged keys. Shared by [`in_lex_order`] and the
+/// direct reply of [`lex_into`].
+fn scan_lex(
+    ctx: &Ctx<'_, '_>,
+    (lower, upper): (&Bound<Vec<u8>>, &Bound<Vec<u8>>),
+    start: usize,
+    order: Order,
+    mut skip: usize,
+    take: usize,
+    emit: &mut dyn FnMut(&[u8], [u8; 8]),
+) {
+    let mut taken = 0usize;
     ctx.scan_up_to(
-        as_ref(&lower),
-        as_ref(&upper),
+        as_ref(lower),
+        as_ref(upper),
         order,
         skip.saturating_add(take),
         &mut |key, value| {
@@ -81,18 +110,17 @@ pub(super) fn in_lex_order(
                 skip -= 1;
                 return ControlFlow::Continue(());
             }
-            // A damaged score is skipped, as the by-score scans skip damaged keys.
             if let (Some(member), Ok(score)) = (key.get(start..), <[u8; 8]>::try_from(value)) {
-                out.push((member.to_vec(), score_from(score)));
+                emit(member, score);
+                taken += 1;
             }
-            if out.len() >= take {
+            if taken >= take {
                 ControlFlow::Break(())
             } else {
                 ControlFlow::Continue(())
             }
         },
     );
-    out
 }
 
 /// ZRANGEBYLEX key min max [LIMIT offset count].
@@ -150,7 +178,7 @@ fn lex_into(
         ArrayInto::empty(out);
         return Ok(());
     }
-    let (mut skip, take) = zset::skip_take(query.limit);
+    let (skip, take) = zset::skip_take(query.limit);
     let prefix = member_prefix(user);
     let (Some((lower, upper)), true) = (entry_bounds(&prefix, (min, max)), take > 0) else {
         ArrayInto::empty(out);
@@ -163,26 +191,15 @@ fn lex_into(
     };
     let start = prefix.len() + BY_NAME.len();
     let mut array = ArrayInto::begin(out, take.min(RESERVED_RECORDS_MAX));
-    let mut taken = 0usize;
-    ctx.scan_up_to(
-        as_ref(&lower),
-        as_ref(&upper),
+    scan_lex(
+        ctx,
+        (&lower, &upper),
+        start,
         order,
-        skip.saturating_add(take),
-        &mut |key, value| {
-            if skip > 0 {
-                skip -= 1;
-                return ControlFlow::Continue(());
-            }
-            if let (Some(member), 8) = (key.get(start..), value.len()) {
-                array.bulk(member);
-                taken += 1;
-            }
-            if taken >= take {
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
+        skip,
+        take,
+        &mut |member, _| {
+            array.bulk(member);
         },
     );
     array.finish();
