@@ -55,10 +55,10 @@ asan_test forest-masstree --test it -- removal::removed_ removal::factor_analysi
 # Scans racing splits and layer creation, and slot shifts under readers (gets racing splits are
 # the conformance stress's and the removal races' too).
 asan_test forest-masstree --test it -- scans_during_splits_and_new_layers hard_cases::sorted_nodes_shift
-asan_test forest-lockbtree --test conformance -- stress_
-asan_test forest-lockbtree --test structure -- concurrent
-asan_test forest-bwtree --features pause-points --lib --test pause_points --test stress \
-  --test drop_while_frozen --test memcheck_poison
+asan_test forest-lockbtree --test it -- conformance::default_config::stress_ \
+  conformance::order4_linear::stress_ conformance::order5_binary::stress_ structure::concurrent
+asan_test forest-bwtree --features pause-points --lib --test it -- pause_points:: stress:: \
+  drop_while_frozen:: memcheck_poison::
 
 end=$(date +%s)
 printf '\nmemcheck: passed (build %d s, tests %d s)\n' $((built - start)) $((end - built))

@@ -16,6 +16,7 @@
 //! 8. H resumes, finds p1 decided and rolls r' back: A = B = 0.
 
 #![cfg(not(any(loom, shuttle)))]
+#![cfg(feature = "pause-points")]
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
 
 use std::sync::atomic::{AtomicUsize, Ordering};

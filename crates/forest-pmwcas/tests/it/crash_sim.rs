@@ -11,6 +11,7 @@
 //! hold one lock.
 
 #![cfg(not(any(loom, shuttle)))]
+#![cfg(feature = "pause-points")]
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
 
 use std::collections::BTreeSet;

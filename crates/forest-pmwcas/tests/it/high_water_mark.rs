@@ -7,6 +7,7 @@
 //! Tests share the process-wide hook, so they hold one lock.
 
 #![cfg(not(any(loom, shuttle)))]
+#![cfg(feature = "pause-points")]
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
 
 use std::sync::{Arc, Mutex};

@@ -3,7 +3,7 @@
 //! and splits keep deltas above ESL out of base pages, and stable pieces survive power loss.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

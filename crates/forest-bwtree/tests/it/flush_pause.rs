@@ -9,7 +9,7 @@
 #![cfg(feature = "pause-points")]
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;

@@ -4,7 +4,7 @@
 //! the reason until the engine is fixed.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
 
-mod common;
+use crate::common;
 
 use common::{flush_until_done, open_lss, rebuild, set_esl, tree_with_esl};
 use forest_bwtree::{BwTree, BwTreeConfig};

@@ -1,0 +1,15 @@
+//! forest-bwtree's integration tests in one binary: each module is one test file (a binary per
+//! file linked the engine and the conformance kit again for each, which cost CI minutes of
+//! build). One file's tests: `cargo test -p forest-bwtree --test it -- NAME::`.
+
+mod common;
+mod conformance;
+mod drop_while_frozen;
+mod flush;
+mod flush_pause;
+mod memcheck_poison;
+mod pause_points;
+mod review_rev1;
+mod scan_side_links;
+mod stress;
+mod structure;
