@@ -36,9 +36,9 @@ fn key_count() -> u32 {
 /// Rounds every writer runs whatever the time bound: both drain orders, at least once.
 const ROUNDS_MIN: u32 = 2;
 /// Seconds of rounds per test unless `FOREST_STRESS_SECONDS` says otherwise: two tests of
-/// this length keep the crate's optimized CI run under a minute (CI time, session 9: 15 s
-/// before).
-const STRESS_SECONDS_DEFAULT: u64 = 10;
+/// this length keep the crate's optimized CI run short (CI time: 15 s until session 9, 10 s
+/// until session 11).
+const STRESS_SECONDS_DEFAULT: u64 = 4;
 
 /// Seconds past the time bound after which the test counts as hung and the process exits
 /// with a failure (a round takes well under a second; a livelock must not eat CI's budget).

@@ -20,8 +20,8 @@
 //!
 //! Sizes are [`Sizes::for_build`]: full in optimized builds (`cfg(forest_optimized)`, i.e. the
 //! `ci` and `release` profiles), smaller in debug builds; an engine's further configurations
-//! and the peers run [`Sizes::for_variant`] (a quarter of the order keys and stress ops in
-//! optimized builds). Random checks draw their seed from
+//! and the peers run [`Sizes::for_variant`] (a quarter of the order keys, an eighth of the
+//! stress ops and half the model cases in optimized builds). Random checks draw their seed from
 //! `FOREST_KIT_SEED` when set, else at random, and every failure message names the seed.
 //!
 //! | check | what it proves | size (debug / optimized) |
@@ -209,18 +209,20 @@ impl Sizes {
 
 impl Sizes {
     /// The sizes for a further configuration of an engine whose default configuration runs
-    /// [`Sizes::for_build`], and for third-party peers: in optimized builds half the order
-    /// keys (50 k, still several levels of the smallest nodes) and a quarter of the stress
-    /// operations (250 k), a third of the bound pairs of the scan-bound checks, the rest as
-    /// `for_build`. Every check still runs on every
+    /// [`Sizes::for_build`], and for third-party peers: in optimized builds a quarter of the
+    /// order keys (25 k, still several levels of the smallest nodes), an eighth of the stress
+    /// operations (125 k), half the model cases and a third of the bound pairs of the
+    /// scan-bound checks, the rest as `for_build`. Every check still runs on every
     /// configuration; only the default pays for the full sizes, which keeps CI's test run
     /// within its time budget (docs/ARCHITECTURE.md "CI").
     pub fn for_variant() -> Self {
         let full = Self::for_build();
         if cfg!(forest_optimized) {
             Self {
-                order_key_count: full.order_key_count / 2,
-                stress_op_count: full.stress_op_count / 4,
+                model_small_case_count: full.model_small_case_count / 2,
+                model_many_case_count: full.model_many_case_count / 2,
+                order_key_count: full.order_key_count / 4,
+                stress_op_count: full.stress_op_count / 8,
                 scan_pair_stride: 3,
                 ..full
             }
