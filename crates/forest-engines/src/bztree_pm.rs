@@ -354,36 +354,3 @@ impl Index for StoreTree {
         with_tree!(self, t => t.stats())
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    // Goal: `persist` and `dir` are honoured, bad values are named, and the file is scratch.
-    // Method: build with msync in a temp dir, write and read, see the file, drop, see none.
-    #[test]
-    fn persist_and_dir_parse_and_the_file_is_scratch() {
-        let dir =
-            std::env::temp_dir().join(format!("forest-bztree-pm-test-{}", std::process::id()));
-        let spec = EngineSpec::parse(&format!(
-            "bztree-pm:persist=msync,dir={},node=256,heap_mib=16,descriptors=256",
-            dir.display()
-        ))
-        .expect("valid spec");
-        let index = crate::build(&spec).expect("builds");
-        index.upsert(b"k", b"v").expect("upsert");
-        let mut out = Vec::new();
-        assert!(index.get(b"k", &mut out) && out == b"v");
-        assert_eq!(index.name(), "bztree-pm");
-        let files = || std::fs::read_dir(&dir).expect("dir").count();
-        assert_eq!(files(), 1, "one file in {}", dir.display());
-        drop(index);
-        assert_eq!(files(), 0, "the scratch file is removed");
-        std::fs::remove_dir(&dir).expect("empty dir");
-        let bad = EngineSpec::parse("bztree-pm:persist=fsync").expect("valid spec");
-        let err = crate::build(&bad)
-            .err()
-            .expect("fsync is not a persist mode");
-        assert!(err.to_string().contains("clwb or msync"), "{err}");
-    }
-}

@@ -84,25 +84,3 @@ pub fn split_list(list: &str) -> Result<Vec<EngineSpec>> {
     }
     pieces.iter().map(|p| EngineSpec::parse(p)).collect()
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    // Goal: the spec grammar: names, parameters, and lists where parameters continue.
-    #[test]
-    fn specs_parse_with_and_without_parameters() {
-        let spec = EngineSpec::parse("lockbtree:order=16,search=linear").expect("valid");
-        assert_eq!(spec.name, "lockbtree");
-        assert_eq!(spec.params.len(), 2);
-        assert_eq!(spec.label(), "lockbtree:order=16,search=linear");
-        let list = split_list("lockbtree:order=16,search=linear,skiplist,lockbtree").expect("ok");
-        let labels: Vec<_> = list.iter().map(EngineSpec::label).collect();
-        assert_eq!(
-            labels,
-            ["lockbtree:order=16,search=linear", "skiplist", "lockbtree"]
-        );
-        assert!(EngineSpec::parse("lockbtree:order").is_err());
-        assert!(EngineSpec::parse(":order=1").is_err());
-    }
-}
