@@ -12,6 +12,7 @@
 //! | `split.rs` | §IV-A half split, index-term delta, root split |
 //! | `merge.rs` | §IV-B remove node, index term delete and node merge deltas, root collapse |
 //! | [`flush`] | §V-A LSNs and ESL, §V-B page marshalling and incremental flushing: pieces for LLAMA's Flush (forest-llama `flush.rs`) |
+//! | `storage.rs` | §V-B swapping pages out under a memory budget, TSBw §II-C Read of an evicted page (issue 17, increment 3; forest-llama `evict.rs`, `read.rs`) |
 //! | `gc.rs` | §III-D garbage collection: states read under a guard, chains freed after their epoch drains, node allocations recycled |
 //! | `page_buffers.rs` | §III-B/§III-D: freed base pages' buffers reused by the next consolidations |
 //! | [`memcheck`] | the memory-tool build (`--cfg forest_memcheck`): no recycling, freed memory poisoned |
@@ -58,8 +59,9 @@
 //! §V (issue 17, increment 2): record deltas carry the caller's LSN ([`BwTree::upsert_with_lsn`]
 //! and its siblings; the [`forest_core::Index`] methods write LSN 0), the ESL comes from an
 //! [`EslSource`], consolidation and splits fold only deltas with LSN <= ESL and keep the rest on
-//! top (§V-A), and [`BwTree::flush_page`] posts a page to the LSS (`flush.rs`). Not built yet:
-//! eviction, reading pages back, cleaning, checkpoints, recovery.
+//! top (§V-A), and [`BwTree::flush_page`] posts a page to the LSS (`flush.rs`). Increment 3
+//! (`storage.rs`): [`BwTree::with_lss`] attaches an LSS and a memory budget; pages are evicted
+//! above it and read back when met. Not built yet: cleaning, checkpoints, recovery.
 
 mod base_page;
 mod consolidate;

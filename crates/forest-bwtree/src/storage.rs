@@ -407,19 +407,25 @@ impl BwTree {
         let Some(budget) = storage.budget else {
             return Ok(0);
         };
-        if !help
-            && storage
-                .evicting
-                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
+        /// Clears the evicting flag however the sweep ends (a load error unwinds through it).
+        struct Evicting<'a>(&'a AtomicBool);
+        impl Drop for Evicting<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        let _evicting = if help {
+            None
+        } else if storage
+            .evicting
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
         {
+            Some(Evicting(&storage.evicting))
+        } else {
             return Ok(0); // another thread is evicting
-        }
-        let result = self.sweep(storage, budget, help);
-        if !help {
-            storage.evicting.store(false, Ordering::Release);
-        }
-        result
+        };
+        self.sweep(storage, budget, help)
     }
 
     /// The clock: a turn over the leaves (a referenced page has its bit cleared and is passed
