@@ -440,6 +440,8 @@ impl BwTree {
         self.stats.cas_attempts.incr();
         match self.table.update_r(pid, state, new_state, guard) {
             Ok(installed) => {
+                self.uncount_state(node);
+                self.count_state(crate::gc::node_ref(installed));
                 self.stats.consolidations.incr();
                 Some(installed)
             }

@@ -44,7 +44,6 @@ use forest_llama::Pid;
 use crate::base_page::{key_cmp, key_eq};
 use crate::consolidate::{view_at, Held};
 use crate::delta::{Kind, Node};
-use crate::gc::read_node;
 use crate::BwTree;
 
 /// The format version of page pieces (first byte of each payload).
@@ -447,9 +446,15 @@ impl BwTree {
     ///
     /// Errors: the LSS refused the piece (too large for a segment, or poisoned by an I/O
     /// error); the page is then unchanged.
+    /// A page it reads evicted is loaded first; a load error is returned.
     pub fn flush_page(&self, pid: Pid, lss: &Lss) -> Result<PageFlush> {
+        self.catching(|| self.flush_page_inner(pid, lss))?
+    }
+
+    /// [`Self::flush_page`] inside an operation (a load error unwinds, `storage.rs`).
+    pub(crate) fn flush_page_inner(&self, pid: Pid, lss: &Lss) -> Result<PageFlush> {
         let guard = &crossbeam_epoch::pin();
-        let Some((state, node)) = read_node(&self.table, pid, guard) else {
+        let Some((state, node)) = self.read_node(pid, guard) else {
             return Ok(PageFlush::Gone);
         };
         if matches!(node.kind, Kind::RemoveNode { .. }) {
@@ -502,29 +507,45 @@ impl BwTree {
             guard,
         )?;
         Ok(match outcome {
-            FlushOutcome::Installed { address, .. } => PageFlush::Flushed {
-                address,
-                kind,
-                lsn_high,
-            },
+            FlushOutcome::Installed { address, state } => {
+                self.count_delta(crate::gc::node_ref(state));
+                PageFlush::Flushed {
+                    address,
+                    kind,
+                    lsn_high,
+                }
+            }
             FlushOutcome::Lost { filler, .. } => PageFlush::Lost { filler },
         })
     }
 
     /// The image a whole-page flush of `pid` would write now: its records with LSN <= ESL.
     /// `None` if the PID holds no page.
+    /// A load error is recorded ([`Self::take_load_error`]) and gives `None`.
     pub fn page_image(&self, pid: Pid) -> Option<PageImage> {
-        let guard = &crossbeam_epoch::pin();
-        let (_, node) = read_node(&self.table, pid, guard)?;
-        // As in `flush_page`: the ESL after the state.
-        Some(image_at(node, self.esl()))
+        let image = self.catching(|| {
+            let guard = &crossbeam_epoch::pin();
+            let (_, node) = self.read_node(pid, guard)?;
+            // As in `flush_page`: the ESL after the state.
+            Some(image_at(node, self.esl()))
+        });
+        image.unwrap_or_else(|e| {
+            self.record_load_error(e);
+            None
+        })
     }
 
     /// The newest flush delta of page `pid` (its newest piece's address, highest LSN, and the
     /// ESL of that flush as annotation), if it has one in memory.
+    /// `None` for an evicted page too (it is not loaded).
     pub fn last_flush(&self, pid: Pid) -> Option<FlushDelta> {
-        let guard: &Guard = &crossbeam_epoch::pin();
-        let (_, node) = read_node(&self.table, pid, guard)?;
+        let _guard: &Guard = &crossbeam_epoch::pin();
+        let node = match self.table.read_location(pid) {
+            forest_llama::page_state::PageLocation::Memory(ptr) => {
+                crate::gc::node_ref(crossbeam_epoch::Shared::from(ptr))
+            }
+            _ => return None,
+        };
         let mut current = Some(node);
         while let Some(n) = current {
             if let Kind::Flush(f) = &n.kind {
@@ -535,11 +556,16 @@ impl BwTree {
         None
     }
 
-    /// Every PID that holds a page now, in PID order (frozen pages included).
+    /// Every PID that holds a page now, in PID order (frozen and evicted pages included).
     pub fn page_ids(&self) -> Vec<Pid> {
-        let guard = &crossbeam_epoch::pin();
-        let mut pids = Vec::new();
-        self.table.for_each_state(guard, |pid, _| pids.push(pid));
-        pids
+        use forest_llama::page_state::PageLocation;
+        (0..self.table.pid_end() as Pid)
+            .filter(|&pid| {
+                matches!(
+                    self.table.read_location(pid),
+                    PageLocation::Memory(_) | PageLocation::Stored(_)
+                )
+            })
+            .collect()
     }
 }

@@ -8,7 +8,7 @@
 //! Invariants:
 //! - Every node of a state read under a guard stays allocated until that guard unpins,
 //!   because a chain is only reclaimed after it was swapped out of the table and the epoch
-//!   drained: [`read_node`] and [`node_ref`] hand out references for the guard's lifetime.
+//!   drained: `BwTree::read_node` (storage.rs) and [`node_ref`] hand out references for the guard's lifetime.
 //! - An installed chain is freed as a whole by [`free_chain`], once; a node whose CAS failed
 //!   is freed alone (its `next` still belongs to the page).
 //! - A frozen state (below a remove node delta, `delta.rs`) is freed exactly once: with the
@@ -29,8 +29,13 @@
 //! Unsafe here: freeing chains and recycling their allocations, and turning states read under
 //! a guard into references.
 
-use crossbeam_epoch::{Guard, Shared};
-use forest_llama::{MappingTable, PageState, Pid};
+use crossbeam_epoch::Shared;
+use forest_llama::PageState;
+#[cfg(test)]
+use {
+    crossbeam_epoch::Guard,
+    forest_llama::{MappingTable, Pid},
+};
 
 use crate::delta::{Kind, Node};
 
@@ -199,6 +204,7 @@ unsafe fn free_chain(mut ptr: *mut Node) {
 
 /// Reads `pid`'s state as a node reference valid for the guard's lifetime; `None` when the
 /// page was freed (merged away) after the caller found its PID.
+#[cfg(test)]
 #[inline]
 pub(crate) fn read_node<'g>(
     table: &MappingTable<Node>,

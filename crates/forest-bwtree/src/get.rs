@@ -23,7 +23,6 @@ use forest_llama::Pid;
 use crate::base_page::{copy_bytes, decode_pid, key_cmp, key_eq};
 use crate::consolidate::view;
 use crate::delta::{Kind, Node};
-use crate::gc::read_node;
 use crate::{root_word_pid, BwTree};
 
 /// What a search looks for.
@@ -319,7 +318,7 @@ impl BwTree {
             let mut pid = root_word_pid(root_word);
             let mut at_root = true;
             loop {
-                let Some((state, node)) = read_node(&self.table, pid, guard) else {
+                let Some((state, node)) = self.read_node(pid, guard) else {
                     // A page freed after we read its PID (merged away, or an old root).
                     self.stats.restarts.incr();
                     continue 'restart;
@@ -417,7 +416,7 @@ impl BwTree {
                             self.stats.smo_helps.incr();
                         }
                         pid = side_link;
-                        let Some((s, n)) = read_node(&self.table, pid, guard) else {
+                        let Some((s, n)) = self.read_node(pid, guard) else {
                             self.stats.restarts.incr();
                             continue 'restart;
                         };

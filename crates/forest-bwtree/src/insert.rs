@@ -29,11 +29,6 @@ pub(crate) enum Write<'a> {
 }
 
 impl BwTree {
-    /// Applies `write` to `key`; returns whether it changed the tree.
-    pub(crate) fn write(&self, key: &[u8], write: Write<'_>) -> bool {
-        self.write_lsn(key, write, 0)
-    }
-
     /// Applies `write` to `key` with the delta tagged `lsn` (at most
     /// [`crate::delta::LSN_MAX`], checked by the caller); returns whether it changed the tree.
     pub(crate) fn write_lsn(&self, key: &[u8], write: Write<'_>, lsn: u64) -> bool {
@@ -80,6 +75,7 @@ impl BwTree {
                 match self.table.update_d(pid, state, delta, guard) {
                     Ok(installed) => {
                         let new_node = node_ref(installed);
+                        self.count_delta(new_node);
                         self.after_write(pid, installed, new_node, path, guard);
                         return true;
                     }

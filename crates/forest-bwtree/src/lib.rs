@@ -12,6 +12,7 @@
 //! | `split.rs` | §IV-A half split, index-term delta, root split |
 //! | `merge.rs` | §IV-B remove node, index term delete and node merge deltas, root collapse |
 //! | [`flush`] | §V-A LSNs and ESL, §V-B page marshalling and incremental flushing: pieces for LLAMA's Flush (forest-llama `flush.rs`) |
+//! | `storage.rs` | §V-B swapping pages out under a memory budget, TSBw §II-C Read of an evicted page (issue 17, increment 3; forest-llama `evict.rs`, `read.rs`) |
 //! | `gc.rs` | §III-D garbage collection: states read under a guard, chains freed after their epoch drains, node allocations recycled |
 //! | `page_buffers.rs` | §III-B/§III-D: freed base pages' buffers reused by the next consolidations |
 //! | [`memcheck`] | the memory-tool build (`--cfg forest_memcheck`): no recycling, freed memory poisoned |
@@ -58,8 +59,9 @@
 //! §V (issue 17, increment 2): record deltas carry the caller's LSN ([`BwTree::upsert_with_lsn`]
 //! and its siblings; the [`forest_core::Index`] methods write LSN 0), the ESL comes from an
 //! [`EslSource`], consolidation and splits fold only deltas with LSN <= ESL and keep the rest on
-//! top (§V-A), and [`BwTree::flush_page`] posts a page to the LSS (`flush.rs`). Not built yet:
-//! eviction, reading pages back, cleaning, checkpoints, recovery.
+//! top (§V-A), and [`BwTree::flush_page`] posts a page to the LSS (`flush.rs`). Increment 3
+//! (`storage.rs`): [`BwTree::with_lss`] attaches an LSS and a memory budget; pages are evicted
+//! above it and read back when met. Not built yet: cleaning, checkpoints, recovery.
 
 mod base_page;
 mod consolidate;
@@ -73,6 +75,7 @@ mod merge;
 mod page_buffers;
 mod scan;
 mod split;
+mod storage;
 
 use std::ops::Bound;
 use std::sync::Arc;
@@ -86,7 +89,6 @@ use forest_llama::{MappingTable, Pid};
 
 use crate::base_page::{BasePage, NO_PID};
 use crate::delta::Node;
-use crate::gc::read_node;
 use crate::insert::Write;
 
 /// Default records per page before a split. 8 KiB pages (the paper's default) of the
@@ -191,6 +193,16 @@ pub mod counter_names {
     pub const ROOT_COLLAPSES: &str = "root_collapses";
     /// Incomplete SMOs of other threads that this engine's threads completed (§IV-C).
     pub const SMO_HELPS: &str = "smo_helps";
+    /// Pages swapped out to the LSS (issue 17; trees with an LSS only).
+    pub const EVICTIONS: &str = "evictions";
+    /// Evicted pages read back and installed.
+    pub const LOADS: &str = "loads";
+    /// Loads whose install lost to another thread's load of the same page.
+    pub const LOAD_RACES: &str = "load_races";
+    /// Swap-out CASes that lost to a change of the page.
+    pub const EVICT_CAS_FAILURES: &str = "evict_cas_failures";
+    /// Resident bytes of page states, as counted at install and retire.
+    pub const RESIDENT_BYTES: &str = "resident_bytes";
     /// Pages whose delta chain length, when stats were taken, was 0, 1, 2-3, 4-7, 8-15, 16+.
     pub const CHAIN_LEN_BUCKETS: [&str; 6] = [
         "chain_len_0",
@@ -255,6 +267,8 @@ pub struct BwTree {
     /// PIDs freed so far ([`Self::free_page`]): a scan that kept a PID across an unpinned
     /// stretch trusts it to name the same page only while this is unchanged (scan.rs).
     pids_freed: AtomicU64,
+    /// The LSS and memory budget, if the tree is on storage (`storage.rs`).
+    storage: Option<storage::Storage>,
 }
 
 impl Drop for BwTree {
@@ -320,6 +334,7 @@ impl BwTree {
             config,
             stats: Stats::default(),
             pids_freed: AtomicU64::new(0),
+            storage: None,
         }
     }
 
@@ -343,22 +358,21 @@ impl BwTree {
     pub fn insert_with_lsn(&self, key: &[u8], value: &[u8], lsn: u64) -> Result<bool> {
         check_entry(key, value)?;
         check_lsn(lsn)?;
-        Ok(self.write_lsn(key, Write::Insert(value), lsn))
+        self.write_op(key, Write::Insert(value), lsn)
     }
 
     /// Upsert with the write's LSN (see [`Self::insert_with_lsn`]).
     pub fn upsert_with_lsn(&self, key: &[u8], value: &[u8], lsn: u64) -> Result<()> {
         check_entry(key, value)?;
         check_lsn(lsn)?;
-        self.write_lsn(key, Write::Upsert(value), lsn);
-        Ok(())
+        self.write_op(key, Write::Upsert(value), lsn).map(|_| ())
     }
 
     /// Update (only if present) with the write's LSN (see [`Self::insert_with_lsn`]).
     pub fn update_with_lsn(&self, key: &[u8], value: &[u8], lsn: u64) -> Result<bool> {
         check_entry(key, value)?;
         check_lsn(lsn)?;
-        Ok(self.write_lsn(key, Write::Update(value), lsn))
+        self.write_op(key, Write::Update(value), lsn)
     }
 
     /// Remove with the write's LSN (see [`Self::insert_with_lsn`]).
@@ -367,7 +381,56 @@ impl BwTree {
         if key.len() > KEY_BYTES_MAX {
             return Ok(false); // as in `remove`
         }
-        Ok(self.write_lsn(key, Write::Remove, lsn))
+        self.write_op(key, Write::Remove, lsn)
+    }
+
+    /// A write as the public methods make it: on storage, helps evict first above 125 % of
+    /// the budget, fails on a page that cannot be loaded, and evicts after above the budget.
+    fn write_op(&self, key: &[u8], write: Write<'_>, lsn: u64) -> Result<bool> {
+        if self.storage.is_none() {
+            return Ok(self.write_lsn(key, write, lsn));
+        }
+        self.before_write();
+        let written = self.catching(|| self.write_lsn(key, write, lsn));
+        self.after_op();
+        written
+    }
+
+    /// Get that reports a page-load failure (Bw-tree on storage) instead of "not found".
+    pub fn try_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut out = Vec::new();
+        if key.len() > KEY_BYTES_MAX {
+            return Ok(None);
+        }
+        Ok(self.try_get_into(key, &mut out)?.then_some(out))
+    }
+
+    fn try_get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        let found = self.catching(|| self.get_into(key, out));
+        self.after_op();
+        found
+    }
+
+    /// Remove that reports a page-load failure instead of "not found".
+    pub fn try_remove(&self, key: &[u8]) -> Result<bool> {
+        if key.len() > KEY_BYTES_MAX {
+            return Ok(false);
+        }
+        self.write_op(key, Write::Remove, 0)
+    }
+
+    /// Scan that reports a page-load failure (the visitor may have seen a prefix of the
+    /// range by then).
+    pub fn try_scan(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        visit: &mut Visitor<'_>,
+    ) -> Result<()> {
+        let scanned = self.catching(|| self.scan_range(lower, upper, order, visit));
+        self.after_op();
+        scanned
     }
 
     /// Frees `pid` (LLAMA Free: its state retired, the PID reused after the epoch), then
@@ -375,6 +438,14 @@ impl BwTree {
     /// increment also reads the freed word, and one that reads the PID reused reads the count
     /// with the increment (it came before the epoch drained and the PID was handed out again).
     pub(crate) fn free_page(&self, pid: Pid, guard: &Guard) {
+        if self.storage.is_some() {
+            // The PID is unreachable (the precondition of Free), so its state stays put.
+            if let forest_llama::page_state::PageLocation::Memory(ptr) =
+                self.table.read_location(pid)
+            {
+                self.uncount_state(gc::node_ref(crossbeam_epoch::Shared::from(ptr)));
+            }
+        }
         self.table.free(pid, guard);
         self.pids_freed.fetch_add(1, Ordering::AcqRel);
     }
@@ -427,30 +498,38 @@ impl Index for BwTree {
         if key.len() > KEY_BYTES_MAX {
             return false; // no such key can have been written (`check_key` would refuse it)
         }
-        self.get_into(key, out)
+        if self.storage.is_none() {
+            return self.get_into(key, out);
+        }
+        self.try_get_into(key, out).unwrap_or_else(|e| {
+            self.record_load_error(e);
+            false
+        })
     }
 
     fn insert(&self, key: &[u8], value: &[u8]) -> Result<bool> {
         check_entry(key, value)?;
-        Ok(self.write(key, Write::Insert(value)))
+        self.write_op(key, Write::Insert(value), 0)
     }
 
     fn upsert(&self, key: &[u8], value: &[u8]) -> Result<()> {
         check_entry(key, value)?;
-        self.write(key, Write::Upsert(value));
-        Ok(())
+        self.write_op(key, Write::Upsert(value), 0).map(|_| ())
     }
 
     fn update(&self, key: &[u8], value: &[u8]) -> Result<bool> {
         check_entry(key, value)?;
-        Ok(self.write(key, Write::Update(value)))
+        self.write_op(key, Write::Update(value), 0)
     }
 
     fn remove(&self, key: &[u8]) -> bool {
         if key.len() > KEY_BYTES_MAX {
             return false; // as in `get`
         }
-        self.write(key, Write::Remove)
+        self.write_op(key, Write::Remove, 0).unwrap_or_else(|e| {
+            self.record_load_error(e);
+            false
+        })
     }
 
     fn scan(
@@ -460,7 +539,12 @@ impl Index for BwTree {
         order: Order,
         visit: &mut Visitor<'_>,
     ) {
-        self.scan_range(lower, upper, order, visit);
+        if self.storage.is_none() {
+            return self.scan_range(lower, upper, order, visit);
+        }
+        if let Err(e) = self.try_scan(lower, upper, order, visit) {
+            self.record_load_error(e);
+        }
     }
 
     fn scan_pinned(
@@ -470,7 +554,14 @@ impl Index for BwTree {
         order: Order,
         visit: &mut Visitor<'_>,
     ) {
-        self.scan_pinned_range(lower, upper, order, visit);
+        if self.storage.is_none() {
+            return self.scan_pinned_range(lower, upper, order, visit);
+        }
+        let scanned = self.catching(|| self.scan_pinned_range(lower, upper, order, visit));
+        self.after_op();
+        if let Err(e) = scanned {
+            self.record_load_error(e);
+        }
     }
 
     fn stats(&self) -> IndexStats {
@@ -501,13 +592,27 @@ impl Index for BwTree {
             };
             chain_buckets[bucket] += 1;
         });
+        // Evicted pages: their records counted from their pieces (read, not installed).
+        for (level, records) in self.evicted_page_counts() {
+            if level == 0 {
+                stats.leaf_node_count += 1;
+                stats.key_count += records;
+            } else {
+                stats.inner_node_count += 1;
+            }
+            chain_buckets[0] += 1;
+        }
         // The root PID is read before its state: a collapse may swap it in between, then
         // the new root is read instead.
-        stats.height = loop {
-            if let Some((_, root)) = read_node(&self.table, self.root_pid(guard), guard) {
-                break root.level + 1;
+        let height = self.catching(|| loop {
+            if let Some(level) = self.page_level(self.root_pid(guard), guard) {
+                break level + 1;
             }
-        };
+        });
+        stats.height = height.unwrap_or_else(|e| {
+            self.record_load_error(e);
+            0
+        });
         let s = &self.stats;
         stats.counters = vec![
             (names::CAS_ATTEMPTS, s.cas_attempts.get()),
@@ -534,6 +639,7 @@ impl Index for BwTree {
             (counter_names::WITHDRAWN_MERGES, s.withdrawn_merges.get()),
             (counter_names::ROOT_COLLAPSES, s.root_collapses.get()),
         ];
+        stats.counters.extend(self.storage_counters());
         for (name, count) in counter_names::CHAIN_LEN_BUCKETS.iter().zip(chain_buckets) {
             stats.counters.push((name, count));
         }

@@ -54,7 +54,7 @@ use forest_llama::Pid;
 use crate::base_page::{decode_pid, NO_PID};
 use crate::consolidate::view;
 use crate::delta::{Kind, Node, NodeMerge};
-use crate::gc::{node_ref, read_node};
+use crate::gc::node_ref;
 use crate::get::{route, Path, Route, Target};
 use crate::{root_word_pid, BwTree};
 
@@ -120,7 +120,8 @@ impl BwTree {
         self.stats.merge_attempts.incr();
         self.stats.cas_attempts.incr();
         match self.table.update_d(pid, state, delta, guard) {
-            Ok(_) => {
+            Ok(installed) => {
+                self.count_delta(node_ref(installed));
                 pause_point("merge:remove-node-installed");
                 self.complete_merge(pid, guard);
             }
@@ -138,7 +139,7 @@ impl BwTree {
         if side_link == NO_PID {
             return;
         }
-        let Some((r_state, r_node)) = read_node(&self.table, side_link, guard) else {
+        let Some((r_state, r_node)) = self.read_node(side_link, guard) else {
             return;
         };
         let total = r_node.record_count as usize + node.record_count as usize;
@@ -150,7 +151,7 @@ impl BwTree {
     /// Completes the merge of frozen page `r` (steps 2-4 above), or its withdrawal. Returns
     /// whether this call installed the node merge delta (or swapped the root).
     pub(crate) fn complete_merge(&self, r: Pid, guard: &Guard) -> bool {
-        let Some((r_state, r_node)) = read_node(&self.table, r, guard) else {
+        let Some((r_state, r_node)) = self.read_node(r, guard) else {
             return false; // freed: the merge is complete
         };
         let Kind::RemoveNode { committed } = r_node.kind else {
@@ -202,6 +203,7 @@ impl BwTree {
             self.stats.cas_attempts.incr();
             match self.table.update_d(left, l_state, delta, guard) {
                 Ok(installed) => {
+                    self.count_delta(node_ref(installed));
                     self.stats.merges.incr();
                     pause_point("merge:node-merge-installed");
                     // Step 4: no current state leads to R now; its remove node delta and PID
@@ -259,6 +261,7 @@ impl BwTree {
                             Shared::from(frozen as *const Node),
                             guard,
                         ) {
+                            self.uncount_node(node_ref(r_state));
                             self.table.retire(r_state, guard);
                             self.stats.withdrawn_merges.incr();
                         }
@@ -270,7 +273,8 @@ impl BwTree {
                     let delta = Owned::new(Node::delta(p_node, p_node.record_count - 1, kind));
                     self.stats.cas_attempts.incr();
                     match self.table.update_d(parent, p_state, delta, guard) {
-                        Ok(_) => {
+                        Ok(installed) => {
+                            self.count_delta(node_ref(installed));
                             pause_point("merge:index-term-delete-installed");
                             return true;
                         }
@@ -333,7 +337,7 @@ impl BwTree {
         let Some(&(_, child)) = view(node).records.first() else {
             return;
         };
-        match read_node(&self.table, decode_pid(child), guard) {
+        match self.read_node(decode_pid(child), guard) {
             Some((_, child)) if child.bounds().1 == NO_PID => {}
             _ => return,
         }
@@ -341,6 +345,7 @@ impl BwTree {
         self.stats.cas_attempts.incr();
         match self.table.update_d(pid, state, delta, guard) {
             Ok(installed) => {
+                self.count_delta(node_ref(installed));
                 pause_point("merge:root-remove-installed");
                 self.complete_root_collapse(pid, installed, node, guard);
             }
@@ -380,6 +385,7 @@ impl BwTree {
             self.table.read(r, guard).as_raw()
         ));
         self.free_page(r, guard);
+        self.uncount_state(frozen);
         self.table
             .retire(Shared::from(frozen as *const Node), guard);
         true
@@ -437,6 +443,7 @@ fn collect_merged_states(node: &Node, owned: &mut std::collections::HashSet<*con
 mod tests {
     use super::*;
     use crate::base_page::BasePage;
+    use crate::gc::read_node;
     use crate::{counter_names, BwTreeConfig};
     #[cfg(feature = "pause-points")]
     use forest_core::conformance::pause::{arm_gates, disarm, take_turn};

@@ -64,7 +64,7 @@ use forest_llama::Pid;
 use crate::base_page::{key_cmp, key_eq, BasePage};
 use crate::consolidate::{view, EDITS_MAX};
 use crate::delta::{Kind, Node};
-use crate::gc::{node_ref, read_node, reuse_generation};
+use crate::gc::{node_ref, reuse_generation};
 use crate::get::{Path, Target};
 use crate::BwTree;
 
@@ -369,7 +369,7 @@ impl BwTree {
         ) {
             return None;
         }
-        let (state, node) = read_node(&self.table, pid, guard)?;
+        let (state, node) = self.read_node(pid, guard)?;
         // After the read: a PID freed and handed out again shows in this count.
         if self.pids_freed() != pids_freed {
             return None;
@@ -397,7 +397,7 @@ impl BwTree {
         if self.table.read_word(mark.pid) != mark.state_word {
             return true;
         }
-        match read_node(&self.table, mark.pid, guard) {
+        match self.read_node(mark.pid, guard) {
             Some((state, node))
                 if state.as_raw() as usize == mark.state_word && node.stamp == mark.stamp =>
             {

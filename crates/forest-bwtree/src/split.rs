@@ -28,7 +28,7 @@ use forest_llama::Pid;
 use crate::base_page::{key_cmp, BasePage, NO_PID};
 use crate::consolidate::{build_state, view, view_at};
 use crate::delta::{Kind, Node, Record};
-use crate::gc::{node_ref, read_node};
+use crate::gc::node_ref;
 use crate::get::{route, Path, Route, Target};
 use crate::{root_word_pid, BwTree};
 
@@ -86,7 +86,8 @@ impl BwTree {
         };
         debug_assert_eq!(q_state.record_count as usize, full.records.len() - middle);
         let q = self.table.allocate();
-        self.table.install_new(q, q_state, guard);
+        let q_installed = self.table.install_new(q, q_state, guard);
+        self.count_state(node_ref(q_installed));
         let kind = Kind::Split {
             separator: separator.into(),
             side_link: q,
@@ -97,6 +98,7 @@ impl BwTree {
         self.stats.cas_attempts.incr();
         match self.table.update_d(pid, state, delta, guard) {
             Ok(installed) => {
+                self.count_delta(node_ref(installed));
                 self.stats.splits.incr();
                 pause_point(if node.level == 0 {
                     "split:leaf-half-split-installed"
@@ -141,7 +143,7 @@ impl BwTree {
             },
         };
         loop {
-            let Some((state, node)) = read_node(&self.table, parent, guard) else {
+            let Some((state, node)) = self.read_node(parent, guard) else {
                 // The remembered parent was merged away: re-traverse (§IV-A).
                 match self.find_parent(pid, level, separator, side_link, &mut path, guard) {
                     FoundParent::Pid(found) => parent = found,
@@ -188,7 +190,7 @@ impl BwTree {
                 Route::Child(child) if child == side_link => return false,
                 Route::Child(_) => {
                     // Not posted, or posted and since merged away: tell them apart by Q.
-                    let high = match read_node(&self.table, side_link, guard) {
+                    let high = match self.read_node(side_link, guard) {
                         Some((_, right)) if !matches!(right.kind, Kind::RemoveNode { .. }) => {
                             right.bounds().0
                         }
@@ -204,6 +206,7 @@ impl BwTree {
                     match self.table.update_d(parent, state, delta, guard) {
                         Ok(installed) => {
                             let installed_node = node_ref(installed);
+                            self.count_delta(installed_node);
                             if installed_node.record_count as usize
                                 > self.config.max_records_per_page
                             {
@@ -268,7 +271,7 @@ impl BwTree {
         side_link: Pid,
         guard: &Guard,
     ) -> bool {
-        match read_node(&self.table, side_link, guard) {
+        match self.read_node(side_link, guard) {
             Some((_, right)) if !matches!(right.kind, Kind::RemoveNode { .. }) => {}
             _ => return false, // merged away: the split was completed and undone
         }
@@ -277,8 +280,10 @@ impl BwTree {
         let entries = [(&[][..], &left[..]), (separator, &right[..])];
         let page = BasePage::build(b"", None, NO_PID, entries.into_iter());
         let root = self.table.allocate();
-        self.table
-            .install_new(root, Owned::new(Node::base(level + 1, page)), guard);
+        let root_state =
+            self.table
+                .install_new(root, Owned::new(Node::base(level + 1, page)), guard);
+        self.count_state(node_ref(root_state));
         self.stats.cas_attempts.incr();
         if self.set_root(root_word, root) {
             return true;

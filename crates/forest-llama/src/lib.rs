@@ -6,6 +6,8 @@
 //! | [`mapping_table`] | §II-B mapping table; TSBw §II-C Allocate, Free, Read, Update-D, Update-R; §III-D epochs for states and PIDs |
 //! | [`page_state`] | §II-B: a word holds a memory pointer or (later issue) a storage offset |
 //! | [`flush`] | TSBw §II-D Flush: reserve, CAS the flush delta, copy the piece or write a failed-flush filler; §V-B page marshalling is the access method's |
+//! | [`evict`] | §V-B swapping pages out: resident bytes, the clock, swap-out by CAS to an LSS address |
+//! | [`read`] | TSBw §II-C Read of an evicted page: its piece chain from the LSS |
 //! | [`lss`] | §II-E, §V-B, §VIII-B; TSBw §II-D: the log-structured store (segment files, records, the latch-free flush buffer, Mk-Stable, Hi-Stable) |
 //!
 //! The access method (forest-bwtree) owns the meaning of a page state: this crate only stores
@@ -14,9 +16,11 @@
 //! is the storage layer under flushing, eviction, cleaning and recovery, which later
 //! increments of issue 17 build on it.
 
+pub mod evict;
 pub mod flush;
 pub mod lss;
 pub mod mapping_table;
 pub mod page_state;
+pub mod read;
 
 pub use mapping_table::{MappingTable, PageState, Pid, PID_COUNT_MAX};

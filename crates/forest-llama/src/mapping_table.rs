@@ -22,7 +22,8 @@
 //!   one thread that allocated the PID, before publishing it), Update-D / Update-R (CAS from the
 //!   state the caller read), [`MappingTable::restore`] (CAS back to a state the page still
 //!   owns, to withdraw a delta), Free (swap to empty) and the free list (links, after the
-//!   drain).
+//!   drain), Swap-out (CAS memory -> LSS address, `evict.rs`) and loading (CAS LSS address ->
+//!   memory, `read.rs`).
 //! - A state swapped out by Update-R or Free is reclaimed only through the epoch, exactly once,
 //!   with [`PageState::reclaim`]; a state still in the table is reclaimed when the table drops.
 //! - Update-D does not retire the old state: the delta just installed owns it (its `next`).
@@ -163,7 +164,73 @@ impl<T: PageState> MappingTable<T> {
         match page_state::decode::<T>(word) {
             PageLocation::Memory(ptr) => Shared::from(ptr),
             PageLocation::Empty => Shared::null(),
-            other => panic!("pid {pid} read as {other:?}: memory mode holds only pointers"),
+            // Evicted (tag 01): the access method loads it (`read.rs`) after
+            // [`Self::read_location`]; here it reads as no state, as a free link does.
+            PageLocation::Stored(_) => Shared::null(),
+            other => panic!("pid {pid} read as {other:?}: a free PID is never read"),
+        }
+    }
+
+    /// The decoded word of `pid`: a memory state, an LSS address (evicted), empty, or a free
+    /// link. The pointer of a memory state is valid only under a guard pinned before this call.
+    #[inline]
+    pub fn read_location(&self, pid: Pid) -> PageLocation<T> {
+        match self.inner.word_if_present(pid) {
+            Some(word) => page_state::decode::<T>(word.load(Ordering::Acquire)),
+            None => PageLocation::Empty,
+        }
+    }
+
+    /// Swap-out (eviction, `evict.rs`): replaces the memory state `expected` by the LSS
+    /// address `stored` (tag 01) with a CAS, and on success retires `expected` through the
+    /// epoch. False if the page's state is no longer `expected`.
+    ///
+    /// Precondition: every piece of the page up to `stored` is stable and describes exactly
+    /// `expected` (the caller's protocol, `evict.rs`).
+    pub fn swap_out(&self, pid: Pid, expected: Shared<'_, T>, stored: u64, guard: &Guard) -> bool {
+        let Some(new) = page_state::encode_stored(stored) else {
+            return false;
+        };
+        let swapped = self
+            .inner
+            .word(pid)
+            .compare_exchange(
+                page_state::encode_memory(expected.as_raw()),
+                new,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok();
+        if swapped {
+            retire(expected.as_raw().cast_mut(), guard);
+        }
+        swapped
+    }
+
+    /// Installs `state`, rebuilt from the LSS, by a CAS from the stored address `stored`
+    /// (TSBw §II-C Read: "if another thread won, use its copy"). On failure the caller gets
+    /// its state back to drop, and reads the word again.
+    pub fn install_loaded<'g>(
+        &self,
+        pid: Pid,
+        stored: u64,
+        state: Owned<T>,
+        guard: &'g Guard,
+    ) -> Result<Shared<'g, T>, Owned<T>> {
+        let Some(expected) = page_state::encode_stored(stored) else {
+            return Err(state);
+        };
+        let new = state.into_shared(guard);
+        // AcqRel: Release publishes the loaded state's contents to its readers.
+        match self.inner.word(pid).compare_exchange(
+            expected,
+            page_state::encode_memory(new.as_raw()),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => Ok(new),
+            // SAFETY: the CAS failed, so `new` was never published: this thread owns it.
+            Err(_) => Err(unsafe { new.into_owned() }),
         }
     }
 
@@ -241,7 +308,9 @@ impl<T: PageState> MappingTable<T> {
         let old = self.inner.word(pid).swap(0, Ordering::AcqRel);
         match page_state::decode::<T>(old) {
             PageLocation::Memory(ptr) => retire(ptr.cast_mut(), guard),
-            PageLocation::Empty => {}
+            // An evicted page (e.g. a split's new page evicted before its split delta's CAS
+            // failed): its pieces become garbage for the cleaner.
+            PageLocation::Empty | PageLocation::Stored(_) => {}
             other => panic!("free of pid {pid} found {other:?}"),
         }
         let inner = Arc::clone(&self.inner);
@@ -257,6 +326,11 @@ impl<T: PageState> MappingTable<T> {
                 visit(pid as Pid, state);
             }
         }
+    }
+
+    /// One past the highest PID ever handed out (the clock's range, `evict.rs`).
+    pub fn pid_end(&self) -> usize {
+        self.inner.next_pid.load(Ordering::Acquire)
     }
 
     /// PIDs allocated and not freed.

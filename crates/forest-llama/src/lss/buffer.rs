@@ -556,6 +556,17 @@ impl Lss {
         self.shared.segments.read_record(address)
     }
 
+    /// The segment file that holds `address` and the byte offset in it, to name where a
+    /// record lies when its payload (read by [`Lss::read`]) turns out damaged.
+    pub fn locate(&self, address: LssAddress) -> (std::path::PathBuf, u64) {
+        let segment_bytes = self.shared.config.segment_bytes;
+        let offset = address.offset();
+        (
+            self.shared.segments.path(offset / segment_bytes),
+            offset % segment_bytes,
+        )
+    }
+
     /// Calls `visit` with every durable record from `from` (a record's address, or a
     /// segment's start) to [`Lss::hi_stable`], in log order (recovery's scan, later).
     pub fn scan(

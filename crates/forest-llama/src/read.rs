@@ -1,0 +1,81 @@
+//! Read of an evicted page (TSBw §II-C Read; Bw-tree §II-A: the only place an operation waits
+//! for I/O; issue 17, increment 3).
+//!
+//! A page whose mapping-table word holds an LSS address (tag `01`, written by `evict.rs`) is
+//! on flash as a chain of pieces, newest first: delta runs, each naming the page's previous
+//! piece, ending at a page image (llama-notes §3, open point 2). [`read_pieces`] reads that
+//! chain; the access method rebuilds one page from it and installs it with
+//! [`crate::MappingTable::install_loaded`], a CAS from the address: if another thread loaded
+//! the page first, the loser drops its copy and uses the winner's.
+//!
+//! Invariants:
+//! - Every piece read names the PID asked for and lies below the piece that linked to it
+//!   (pieces are in address order = chain order, `flush.rs`), so a damaged link can neither
+//!   loop nor lead into another page.
+//! - Every failure is an [`Error::Corrupt`] (or the LSS's I/O error) naming the segment file,
+//!   the offset in it and the PID; nothing panics on bytes read from the device.
+//!
+//! Node-merge links: forest-bwtree never flushes a merged page as a run (a node merge delta
+//! since the base page makes the next flush a whole image), so a chain never forks.
+
+use forest_core::{Error, Result};
+
+use crate::lss::{Lss, LssAddress, Record, RecordKind};
+use crate::Pid;
+
+/// The pieces of page `pid` from its newest, at `newest`, back to and including its newest
+/// page image; element 0 is the newest. Each piece's header names `pid`.
+pub fn read_pieces(lss: &Lss, pid: Pid, newest: LssAddress) -> Result<Vec<(LssAddress, Record)>> {
+    let mut pieces = Vec::new();
+    let mut at = newest;
+    loop {
+        let record = lss.read(at)?;
+        let corrupt = |what: String| {
+            let (path, offset) = lss.locate(at);
+            Error::Corrupt {
+                path,
+                offset,
+                what: format!("LSS record at address {at} (page {pid}): {what}"),
+            }
+        };
+        if record.header.pid != pid {
+            return Err(corrupt(format!(
+                "names page {}, reached from page {pid}'s chain",
+                record.header.pid
+            )));
+        }
+        match record.header.kind {
+            RecordKind::PageImage => {
+                pieces.push((at, record));
+                return Ok(pieces);
+            }
+            RecordKind::DeltaRun => {
+                let Some(prev) = record.header.prev.filter(|prev| *prev < at) else {
+                    return Err(corrupt(format!(
+                        "delta run's previous piece {:?} is not below it",
+                        record.header.prev
+                    )));
+                };
+                pieces.push((at, record));
+                at = prev;
+            }
+            other => {
+                return Err(corrupt(format!(
+                    "a {} where a page piece was expected",
+                    other.name()
+                )))
+            }
+        }
+    }
+}
+
+/// The [`Error::Corrupt`] for a piece at `address` of page `pid` whose payload the access
+/// method could not decode (`what` says why).
+pub fn payload_error(lss: &Lss, pid: Pid, address: LssAddress, what: &str) -> Error {
+    let (path, offset) = lss.locate(address);
+    Error::Corrupt {
+        path,
+        offset,
+        what: format!("LSS record at address {address} (page {pid}): {what}"),
+    }
+}
