@@ -226,3 +226,69 @@ fn resident_bytes_match_the_table_after_a_concurrent_run() {
     );
     assert_eq!(tree.resident_bytes(), tree.resident_bytes_walked());
 }
+
+// F-applied-err: a write's SMO follow-up (here the merge check after a remove, which reads
+// the right sibling: `absorb_right`) can load a page that was not on the write's path; if
+// that load fails, the unwind reaches `write_op`'s `catching` after the write's delta is
+// installed, so the caller gets Err (Index::remove: false) for a write that took effect.
+#[test]
+#[ignore = "rev: a load error in a write's after_write (split/merge follow-up) reports Err for a write already applied"]
+fn a_write_reported_failed_did_not_take_effect() {
+    let sim = SimDir::new(15);
+    let dir: Arc<dyn Dir> = Arc::new(sim.clone());
+    let config = LssConfig {
+        segment_bytes: SEGMENT_BYTES,
+        buffer_bytes: 64 << 10,
+        buffer_count: 2,
+        writer_thread_count: 1,
+    };
+    let lss = Arc::new(Lss::open(dir, config, LssAddress::current(0)).unwrap().0);
+    let tree = BwTree::with_config(BwTreeConfig {
+        max_records_per_page: 4,
+        merge_threshold: 2,
+        ..BwTreeConfig::default()
+    })
+    .unwrap()
+    .with_lss(lss.clone(), None)
+    .unwrap();
+    for i in 0..16 {
+        tree.upsert(&key(i), b"v").unwrap();
+    }
+    for pid in tree.page_ids() {
+        assert!(tree.evict_pid(pid).unwrap(), "page {pid} evicts");
+    }
+    // The leftmost leaf and its right sibling.
+    let image_of = |pid| {
+        let a = tree.evicted_at(pid).unwrap();
+        forest_bwtree::flush::PageImage::decode(&lss.read(a).unwrap().payload).unwrap()
+    };
+    let leftmost = tree
+        .page_ids()
+        .into_iter()
+        .find(|&pid| {
+            let img = image_of(pid);
+            img.level == 0 && img.low.is_empty()
+        })
+        .unwrap();
+    let left_image = image_of(leftmost);
+    let right = left_image.side_link;
+    let address = tree.evicted_at(right).unwrap();
+    let name = segment_file_name(address.offset() / SEGMENT_BYTES);
+    let at = (address.offset() % SEGMENT_BYTES) as usize;
+    assert!(sim.damage(&name, |bytes| bytes[at + 60] ^= 0x40));
+    let mut saw_error = false;
+    for (k, _) in &left_image.records {
+        match tree.try_remove(k) {
+            Ok(removed) => assert!(removed),
+            Err(e) => {
+                saw_error = true;
+                assert_eq!(
+                    tree.try_get(k).unwrap(),
+                    Some(b"v".to_vec()),
+                    "try_remove failed ({e}) but the key is gone"
+                );
+            }
+        }
+    }
+    assert!(saw_error, "no remove met the damaged sibling");
+}
