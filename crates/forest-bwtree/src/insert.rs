@@ -76,7 +76,13 @@ impl BwTree {
                     Ok(installed) => {
                         let new_node = node_ref(installed);
                         self.count_delta(new_node);
-                        self.after_write(pid, installed, new_node, path, guard);
+                        // The write is in: a page that fails to load in the follow-up SMO
+                        // must not report it as failed (review rev-evict F1); the next
+                        // visitor completes a half-done SMO, as after a descheduled thread.
+                        let follow_up = || self.after_write(pid, installed, new_node, path, guard);
+                        if let Err(e) = self.catching(follow_up) {
+                            self.record_load_error(e);
+                        }
                         return true;
                     }
                     Err((delta, found_state)) => {

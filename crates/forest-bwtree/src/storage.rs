@@ -469,6 +469,13 @@ impl BwTree {
             }
             evicted += self.evict_pending(storage, &mut pending, &mut newest)?;
             if evicted > 0 || storage.resident.get() <= budget {
+                // Pages are evictable again (ESL passed their deltas, say): a past futile
+                // sweep must not keep the after-op evictor off (review rev-evict F2).
+                if evicted > 0 {
+                    storage
+                        .futile_at
+                        .store(0, std::sync::atomic::Ordering::Relaxed);
+                }
                 return Ok(evicted);
             }
         }
