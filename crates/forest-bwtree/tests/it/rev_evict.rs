@@ -191,7 +191,7 @@ fn resident_bytes_match_the_table_after_a_concurrent_run() {
                     x ^= x >> 17;
                     x ^= x << 5;
                     let k = key(x % 600);
-                    let phase_remove = (x >> 8) % 4 == 0 && x % 10 != 0;
+                    let phase_remove = (x >> 8).is_multiple_of(4) && !x.is_multiple_of(10);
                     if phase_remove {
                         tree.remove(&k);
                         continue;
