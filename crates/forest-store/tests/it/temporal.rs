@@ -402,7 +402,7 @@ fn temporal_model_with_reopen_and_sigkill() {
 // Goal: redo of a temporal store's log never duplicates a version: applying every logged
 // record twice builds the histories the store had. Method: write versions (a batch among
 // them), close, decode the log and apply each record twice to a fresh tsbtree through
-// replay's `put_at`/`remove_at`, compare every history.
+// replay's `put_at`/`remove_at`, compare every history; `Store::verify` replays them all.
 #[test]
 fn wal_redo_is_idempotent() {
     let tmp = tempfile::tempdir().expect("temporal store call");
@@ -458,6 +458,10 @@ fn wal_redo_is_idempotent() {
         .expect("temporal store call");
     }
     assert!(stamped >= 40, "{stamped} timestamped records");
+    // `forest check`'s read-only recovery replays the same records into a temporal index.
+    let report = Store::verify_path(tmp.path(), None).expect("verify");
+    let recovery = report.recovery.expect("a clean store recovers");
+    assert_eq!(recovery.records_replayed, stamped as u64);
     let temporal = fresh.as_temporal().expect("tsbtree is temporal");
     for (i, want) in histories.iter().enumerate() {
         let mut got = Vec::new();
