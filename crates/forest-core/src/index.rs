@@ -80,6 +80,13 @@ pub trait Index: Send + Sync {
     /// A snapshot of sizes and the engine's event counters. May walk the structure; not meant
     /// for the hot path.
     fn stats(&self) -> IndexStats;
+
+    /// The engine as a [`crate::TemporalIndex`], if it keeps versions (`tsbtree`); None (the
+    /// default) for the others. How a store holding a `Box<dyn Index>` reaches the temporal
+    /// API.
+    fn as_temporal(&self) -> Option<&dyn crate::TemporalIndex> {
+        None
+    }
 }
 
 /// Values with columns (Masstree §4.7): "an array of variable-length strings called

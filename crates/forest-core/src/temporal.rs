@@ -62,4 +62,17 @@ pub trait TemporalIndex: Index {
     /// [`Index::remove`], returning the tombstone's timestamp (`None`: the key was absent and
     /// no version was written).
     fn remove_stamped(&self, key: &[u8]) -> Option<Timestamp>;
+
+    /// A new timestamp from the index's clock, above every timestamp handed out or inserted
+    /// so far: a store takes it with the LSN and applies the write with
+    /// [`Self::put_version`].
+    fn tick(&self) -> Timestamp;
+
+    /// Creates the version `(key, ts)` with `value` (`None`: a tombstone), moving the clock
+    /// up to `ts`. Returns false, changing nothing, when `key` already has a version at `ts`
+    /// (so a redo of a logged write is a no-op). The caller applies versions of each page in
+    /// timestamp order (a store: in LSN order, one writer at a time); a version older than a
+    /// time split of its page is refused with [`crate::Error::InvalidUse`] (history is never
+    /// updated, §IV-A2).
+    fn put_version(&self, key: &[u8], ts: Timestamp, value: Option<&[u8]>) -> Result<bool>;
 }

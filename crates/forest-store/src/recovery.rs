@@ -247,6 +247,7 @@ struct Held {
     op: Op,
     key: Vec<u8>,
     value: Vec<u8>,
+    ts: Option<u64>,
     end: u64,
 }
 
@@ -419,7 +420,13 @@ fn recover_from(dir: &dyn Dir, base: Base<'_>, mode: RecoveryMode) -> Result<Rec
     let mut expected = voids.skip(start_lsn);
     let mut gap = false;
     let mut held: Vec<Held> = Vec::new();
-    replay::apply_parallel(&*index, replay::worker_count(), |apply| {
+    // A temporal index takes its versions in timestamp (= LSN) order: inline.
+    let workers = if index.as_temporal().is_some() {
+        0
+    } else {
+        replay::worker_count()
+    };
+    replay::apply_parallel(&*index, workers, |apply| {
         while let Some(Reverse((lsn, i))) = heap.pop() {
             let next_needed = expected + held.len() as u64;
             if lsn < next_needed && !gap {
@@ -439,13 +446,14 @@ fn recover_from(dir: &dyn Dir, base: Base<'_>, mode: RecoveryMode) -> Result<Rec
                         op: record.op,
                         key: record.key.to_vec(),
                         value: record.value.to_vec(),
+                        ts: record.ts,
                         end,
                     });
                     if !record.batch_more {
                         for h in held.drain(..) {
                             match h.op {
-                                Op::Put => apply.put(&h.key, &h.value)?,
-                                _ => apply.remove(&h.key)?,
+                                Op::Put => apply.put_at(&h.key, &h.value, h.ts)?,
+                                _ => apply.remove_at(&h.key, h.ts)?,
                             }
                             logs[h.log].kept_end = h.end;
                         }
@@ -454,8 +462,8 @@ fn recover_from(dir: &dyn Dir, base: Base<'_>, mode: RecoveryMode) -> Result<Rec
                     }
                 } else {
                     match record.op {
-                        Op::Put => apply.put(record.key, record.value)?,
-                        _ => apply.remove(record.key)?,
+                        Op::Put => apply.put_at(record.key, record.value, record.ts)?,
+                        _ => apply.remove_at(record.key, record.ts)?,
                     }
                     report.records_replayed += 1;
                     log.kept_end = end;

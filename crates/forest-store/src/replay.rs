@@ -48,6 +48,42 @@ impl Apply<'_> {
         self.push(Op::Remove, key, &[])
     }
 
+    /// [`Self::put`] of a record that may carry a version's timestamp (a temporal store's):
+    /// on a temporal index the version `(key, ts)` is created unless it is there (redo never
+    /// duplicates a version); on another index (a store switched away from a temporal
+    /// engine) it is a plain put. Timestamped records are applied inline, in the order
+    /// given (the caller runs no workers for a temporal index).
+    pub fn put_at(&mut self, key: &[u8], value: &[u8], ts: Option<u64>) -> Result<()> {
+        match ts {
+            Some(ts) => self.version(key, ts, Some(value)),
+            None => self.put(key, value),
+        }
+    }
+
+    /// [`Self::remove`] of a record that may carry a timestamp (see [`Self::put_at`]).
+    pub fn remove_at(&mut self, key: &[u8], ts: Option<u64>) -> Result<()> {
+        match ts {
+            Some(ts) => self.version(key, ts, None),
+            None => self.remove(key),
+        }
+    }
+
+    fn version(&mut self, key: &[u8], ts: u64, value: Option<&[u8]>) -> Result<()> {
+        let Some(temporal) = self.index.as_temporal() else {
+            return match value {
+                Some(value) => self.put(key, value),
+                None => self.remove(key),
+            };
+        };
+        if !self.senders.is_empty() {
+            return Err(Error::Config(
+                "a temporal index is replayed inline, in timestamp order, not by workers"
+                    .to_string(),
+            ));
+        }
+        temporal.put_version(key, ts, value).map(|_| ())
+    }
+
     fn push(&mut self, op: Op, key: &[u8], value: &[u8]) -> Result<()> {
         if self.senders.is_empty() {
             return apply_one(self.index, op, key, value);

@@ -66,6 +66,8 @@ use crate::verify::VerifyReport;
 use crate::wal::group_commit::{GroupCommit, SHARD_COUNT_MAX};
 use crate::wal::{log_name, LogHeader, LogWriter, Op};
 
+mod temporal;
+
 /// The default number of shard logs. Every shard adds an fsync to each group-commit round, so
 /// one log shares fsyncs best; more shards pay off only when appends to one log buffer contend
 /// (many cores). Check with `forest bench --engines lockbtree --workload durable-put
@@ -80,7 +82,10 @@ pub fn new_engine(spec: &str) -> Result<Box<dyn Index>> {
     forest_engines::build(&spec)
 }
 
-/// The engines that can be a store's index, in registry order.
+/// The engines that can be a store's index, in registry order. Temporal engines (`tsbtree`)
+/// can be one too but are not listed: they need one shard log and never switch in from
+/// another engine (`store/temporal.rs`), which the tests run over every engine assume; they
+/// have tests of their own.
 pub fn engine_names() -> Vec<&'static str> {
     forest_engines::ENGINES
         .iter()
@@ -94,7 +99,10 @@ fn store_engine(name: &str) -> Result<&'static forest_engines::EngineEntry> {
     let entry = forest_engines::find(name)?;
     // bztree-pm keeps its own file, which a store can hold as its data (`crate::pm`).
     let c = entry.capabilities;
-    if !c.durable_through_store && !c.store_holds_its_file {
+    // A temporal in-memory engine keeps its history through the logs (`temporal`).
+    let indexable =
+        c.durable_through_store || c.store_holds_its_file || (c.temporal && c.in_memory);
+    if !indexable {
         let why = if c.persistent_on_its_own {
             "keeps its own files"
         } else {
@@ -282,6 +290,8 @@ pub struct Store {
     /// False while the state recovered from logs is not yet durable on its own (the open's
     /// checkpoint pending): closing then must not seal the logs as clean.
     clean_close: AtomicBool,
+    /// A temporal store's unit between its timestamp and its apply (`temporal`).
+    pending_ts: AtomicU64,
     _lock: DirLock,
 }
 
@@ -293,6 +303,10 @@ impl std::fmt::Debug for Store {
             .finish_non_exhaustive()
     }
 }
+
+/// What [`Store::write_one_at`] did: changed, LSN to wait for, the value decided from, and
+/// a temporal store's version timestamp.
+type WroteOne = (bool, Option<u64>, Option<Vec<u8>>, Option<u64>);
 
 /// Creates the log set `seq` of `shards` logs whose LSNs start at `first_lsn`, with LSNs
 /// `void_from .. first_lsn` recorded as void (cut by recovery, never handed out); `opened`:
@@ -463,6 +477,9 @@ impl Store {
                 }
             }
         };
+        if recovered.index.as_temporal().is_some() {
+            temporal::check_open(&options, recorded.as_ref(), &engine)?;
+        }
         if recorded.as_ref().map(|m| &m.engine) != Some(&engine) {
             meta::write(
                 &dir,
@@ -484,7 +501,9 @@ impl Store {
         )?;
         let commit = GroupCommit::start(writers, Arc::clone(&lsns), options.durability)?;
         let lsn_end = lsns.next();
-        let replayed = (report.records_replayed > 0 && !report.clean) || checkpoint_now;
+        // A temporal store's logs are its history (`temporal`): no checkpoint replaces them.
+        let replayed = ((report.records_replayed > 0 && !report.clean) || checkpoint_now)
+            && recovered.index.as_temporal().is_none();
         let store = Self {
             dir: Box::new(dir),
             index: recovered.index,
@@ -506,6 +525,7 @@ impl Store {
             recovery: recovered.report,
             pm,
             clean_close: AtomicBool::new(true),
+            pending_ts: AtomicU64::new(0),
             _lock: lock,
         };
         if replayed {
@@ -766,6 +786,21 @@ impl Store {
         deferred: bool,
         decide: impl FnOnce(Option<&[u8]>) -> Result<Rmw>,
     ) -> Result<(bool, Option<u64>, Option<Vec<u8>>)> {
+        let (changed, lsn, old, _) =
+            self.write_one_at(shard, key, read_current, deferred, decide)?;
+        Ok((changed, lsn, old))
+    }
+
+    /// [`Self::write_one`], also returning the version's timestamp on a temporal store
+    /// (None: nothing written, or not temporal).
+    fn write_one_at(
+        &self,
+        shard: usize,
+        key: &[u8],
+        read_current: bool,
+        deferred: bool,
+        decide: impl FnOnce(Option<&[u8]>) -> Result<Rmw>,
+    ) -> Result<WroteOne> {
         self.commit.check_failed()?;
         let stripe = self.stripes.of(key);
         let _locked = stripe.lock();
@@ -792,46 +827,55 @@ impl Store {
                     true
                 }
             };
-            return Ok((changed, None, old));
+            return Ok((changed, None, old, None));
         }
         let mut refused = None;
-        let lsn = match decide(old.as_deref())? {
-            Rmw::Keep => None,
-            Rmw::Put(value) => {
-                check_entry(key, &value)?;
-                let index = &*self.index;
-                let apply = || {
-                    // Limits were checked before logging; a tree can still be full.
-                    let _untrusted = self.pm.as_ref().map(|pm| UntrustOnPanic(&pm.tree));
-                    if let Err(e) = index.upsert(key, &value) {
-                        let e = self.fail_logged_unapplied(e);
-                        if let Some(pm) = &self.pm {
-                            // Logged, not applied: only a rebuild from the logs is right. Under
-                            // the batch lock and after the failure, so no batch clears it.
-                            let _one_batch = pm.batch.lock();
-                            pm.tree.set_store_pending(1);
+        let mut stamp = None;
+        let decision = decide(old.as_deref())?;
+        let lsn = if let Some(temporal) = self.index.as_temporal() {
+            let logged =
+                self.log_temporal(shard, temporal, key, decision, deferred, &mut refused)?;
+            stamp = logged.map(|(_, ts)| ts);
+            logged.map(|(lsn, _)| lsn)
+        } else {
+            match decision {
+                Rmw::Keep => None,
+                Rmw::Put(value) => {
+                    check_entry(key, &value)?;
+                    let index = &*self.index;
+                    let apply = || {
+                        // Limits were checked before logging; a tree can still be full.
+                        let _untrusted = self.pm.as_ref().map(|pm| UntrustOnPanic(&pm.tree));
+                        if let Err(e) = index.upsert(key, &value) {
+                            let e = self.fail_logged_unapplied(e);
+                            if let Some(pm) = &self.pm {
+                                // Logged, not applied: only a rebuild from the logs is right. Under
+                                // the batch lock and after the failure, so no batch clears it.
+                                let _one_batch = pm.batch.lock();
+                                pm.tree.set_store_pending(1);
+                            }
+                            refused = Some(e);
                         }
-                        refused = Some(e);
-                    }
-                };
-                Some(if deferred {
-                    self.commit
-                        .log_deferred(shard, Op::Put, key, &value, apply)?
-                } else {
-                    self.commit.log(shard, Op::Put, key, &value, apply)?
-                })
-            }
-            Rmw::Remove => {
-                let index = &*self.index;
-                let apply = || {
-                    index.remove(key);
-                };
-                Some(if deferred {
-                    self.commit
-                        .log_deferred(shard, Op::Remove, key, &[], apply)?
-                } else {
-                    self.commit.log(shard, Op::Remove, key, &[], apply)?
-                })
+                    };
+                    Some(if deferred {
+                        self.commit
+                            .log_deferred(shard, Op::Put, key, &value, apply)?
+                    } else {
+                        self.commit.log(shard, Op::Put, key, &value, apply)?
+                    })
+                }
+                Rmw::Remove => {
+                    let index = &*self.index;
+                    let apply = || {
+                        index.remove(key);
+                    };
+                    Some(if deferred {
+                        self.commit
+                            .log_deferred(shard, Op::Remove, key, &[], apply)?
+                    } else {
+                        self.commit.log(shard, Op::Remove, key, &[], apply)?
+                    })
+                }
             }
         };
         if let Some(e) = refused {
@@ -842,7 +886,7 @@ impl Store {
         }
         // Only a write that changed nothing reads the stripe's last LSN.
         let wait_for = lsn.or_else(|| Some(stripe.last_lsn()).filter(|&l| l > 0));
-        Ok((lsn.is_some(), wait_for, old))
+        Ok((lsn.is_some(), wait_for, old, stamp))
     }
 
     fn wait(&self, lsn: Option<u64>) -> Result<()> {
@@ -952,6 +996,18 @@ impl Store {
         ops: &[BatchOp],
         deferred: bool,
     ) -> Result<(Vec<bool>, Option<u64>)> {
+        let (changed, lsn, _) = self.write_unit_at(shard, ops, deferred)?;
+        Ok((changed, lsn))
+    }
+
+    /// [`Self::write_unit`], also returning the unit's timestamp on a temporal store (None:
+    /// nothing written, or not temporal).
+    fn write_unit_at(
+        &self,
+        shard: usize,
+        ops: &[BatchOp],
+        deferred: bool,
+    ) -> Result<(Vec<bool>, Option<u64>, Option<u64>)> {
         for op in ops {
             match op {
                 BatchOp::Insert(k, v) | BatchOp::Upsert(k, v) | BatchOp::Update(k, v) => {
@@ -1005,6 +1061,29 @@ impl Store {
                     None => (Op::Remove, key, &[][..]),
                 });
             }
+        }
+        if let Some(temporal) = self.index.as_temporal() {
+            let unit = temporal::last_per_key(&records);
+            let apply = |ts: u64| {
+                // As below: the gate is left once applied; odd stripes while applying.
+                let _pass = pass;
+                let _applying = Applying::begin(&self.stripes, &stripes);
+                self.apply_versions(temporal, &unit, ts)
+            };
+            let mut refused = None;
+            let logged = self.commit.log_unit_stamped(
+                shard,
+                &unit,
+                &|| self.tick(temporal),
+                |ts| refused = apply(ts).err().map(|e| self.fail_logged_unapplied(e)),
+                deferred,
+            )?;
+            if let Some(e) = refused {
+                return Err(e);
+            }
+            let lsn = logged.map(|(lsn, _)| lsn);
+            let wait_for = self.note_unit(&stripes, lsn);
+            return Ok((changed, wait_for, logged.map(|(_, ts)| ts)));
         }
         let index = &*self.index;
         let msync = self.pm.as_ref().is_some_and(|pm| pm.msync);
@@ -1063,7 +1142,7 @@ impl Store {
                 // One record is a single write: durable when the tree returns.
                 let _guard = FailOnPanic::new(&self.commit, "writing to the msync tree");
                 apply().map_err(|e| e.into_inner())?;
-                return Ok((changed, None));
+                return Ok((changed, None, None));
             }
             Some(pm) if pm.msync => {
                 // A redo record, durable before the tree changes (`crate::pm`).
@@ -1089,7 +1168,7 @@ impl Store {
                     }
                     applied.map_err(|e| e.into_inner())?;
                 }
-                return Ok((changed, None));
+                return Ok((changed, None, None));
             }
             Some(pm) => {
                 // clwb: a reopen must know if the tree may hold part of a batch.
@@ -1118,15 +1197,21 @@ impl Store {
         if let Some(e) = refused {
             return Err(e);
         }
+        Ok((changed, self.note_unit(&stripes, lsn), None))
+    }
+
+    /// Notes a unit's LSN (None: it changed nothing) on its stripes; returns the LSN to wait
+    /// for: the unit's, or the stripes' last when higher.
+    fn note_unit(&self, stripes: &[usize], lsn: Option<u64>) -> Option<u64> {
         let mut wait_for = lsn;
-        for &i in &stripes {
+        for &i in stripes {
             let stripe = self.stripes.at(i);
             if let Some(lsn) = lsn {
                 stripe.note_lsn(lsn);
             }
             wait_for = wait_for.max(Some(stripe.last_lsn()).filter(|&l| l > 0));
         }
-        Ok((changed, wait_for))
+        wait_for
     }
 
     /// Fails the store after the index refused a logged write (a full heap): the log holds
@@ -1174,6 +1259,18 @@ impl Store {
                 .expect("log names are plain UTF-8 names")
                 .to_string();
             state.retired.push((name, start_lsn));
+        }
+        if self.index.as_temporal().is_some() {
+            // The logs are a temporal store's history (`temporal`): rotated and synced,
+            // kept whole, no checkpoint file.
+            self.commit.sync()?;
+            self.checkpoint_count.fetch_add(1, Ordering::Relaxed);
+            return Ok(CheckpointInfo {
+                start_lsn,
+                end_lsn: start_lsn - 1,
+                entry_count: 0,
+                bytes: 0,
+            });
         }
         let lsns = &self.lsns;
         let info = checkpoint::write(&*self.dir, &*self.index, start_lsn, || lsns.last())?;

@@ -14,6 +14,7 @@
 //! | `split_list.rs` | §IV-B2 per-level latch-free lists of active time splits |
 //! | `scan.rs` | current and as-of range scans, both orders |
 //! | `history.rs` | a key's versions in a time range, each once |
+//! | `stamped.rs` | versions at a given timestamp: a store's writes and their redo, idempotent |
 //! | forest-llama | §II-B mapping table; §II-C Allocate, Free, Read, Update-D, Update-R; epochs |
 //!
 //! Choices the paper leaves open or contradicts (each argued in its module):
@@ -52,6 +53,7 @@ mod node;
 mod page;
 mod scan;
 mod split_list;
+mod stamped;
 mod time_split;
 mod version;
 
@@ -524,6 +526,10 @@ impl Index for TsbTree {
         self.scan_at(lower, upper, order, u64::MAX, visit);
     }
 
+    fn as_temporal(&self) -> Option<&dyn TemporalIndex> {
+        Some(self)
+    }
+
     fn stats(&self) -> IndexStats {
         let guard = &crossbeam_epoch::pin();
         let mut stats = IndexStats {
@@ -647,5 +653,13 @@ impl TemporalIndex for TsbTree {
 
     fn remove_stamped(&self, key: &[u8]) -> Option<Timestamp> {
         self.remove_ts(key)
+    }
+
+    fn tick(&self) -> Timestamp {
+        self.clock.tick()
+    }
+
+    fn put_version(&self, key: &[u8], ts: Timestamp, value: Option<&[u8]>) -> Result<bool> {
+        TsbTree::put_version(self, key, ts, value)
     }
 }

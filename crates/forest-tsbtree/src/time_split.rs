@@ -10,9 +10,10 @@
 //!   began before the split time T; the current page gets every version alive at T or later,
 //!   so versions that cross T are in both. A historical page is installed once and never
 //!   updated (debug builds assert that no delta is ever prepended to one).
-//! - The split time of a leaf: in memory, a tick of the engine's clock taken after reading P,
-//!   so every version on P is before it and every later write to P (which must CAS onto a
-//!   state that includes the split delta) is after it. With a store, §IV-B1's EOSL-TS
+//! - The split time of a leaf: in memory, the clock's newest timestamp, read after reading
+//!   P, so every version on P is at or before it (one at it stays current) and every later
+//!   write to P (which must CAS onto a state that includes the split delta, so it takes its
+//!   timestamp after) is at or after it; no split when that is P's own start. With a store, §IV-B1's EOSL-TS
 //!   replaces it ([`crate::TsbTree::split_time`] is the hook).
 //! - The parent's change: the term that led to P (P's current term) now leads to Q, and a new
 //!   current term `(P's low key, T, P)` is added. It is skipped when P's current term is
@@ -112,10 +113,15 @@ pub(crate) fn split_versions(records: &[Record], t: u64) -> (Vec<Record>, Vec<Re
 }
 
 impl TsbTree {
-    /// The time at which to split a data page now: the clock's next tick (module doc). The
-    /// store's EOSL-TS (§IV-B1) will come in here.
+    /// The time at which to split a data page now: the newest timestamp handed out or put
+    /// (module doc), without moving the clock. Not a new tick: a store's redo puts old
+    /// versions in timestamp order (`stamped.rs`), and a wall-clock split time would leave
+    /// the next ones below their page's start; and not one above it: the other versions of
+    /// a store's atomic batch share its timestamp and may still come. A writer whose CAS
+    /// comes after the split took its timestamp again after reading the split page, so it
+    /// is at or above. The store's EOSL-TS (§IV-B1) will come in here.
     pub fn split_time(&self) -> u64 {
-        self.clock.tick()
+        self.clock.last()
     }
 
     /// Time-splits leaf `pid` (state `state`, folded into `view`). Returns the current page's
@@ -129,9 +135,11 @@ impl TsbTree {
         guard: &Guard,
     ) -> Option<usize> {
         // §IV-B2: on level 0's list before the split begins, with its time chosen there.
-        let active = self
-            .split_list(0)
-            .begin(&view.low, pid, || Some(self.split_time()))?;
+        let active = self.split_list(0).begin(&view.low, pid, || {
+            // A page that started at the newest timestamp (a batch's versions share it)
+            // has no history to move out yet.
+            Some(self.split_time()).filter(|&t| t > view.start)
+        })?;
         let t = active.ts();
         let (historical, current) = split_versions(&view.records, t);
         self.stats.split_attempts.incr();

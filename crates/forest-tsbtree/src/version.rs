@@ -61,6 +61,17 @@ impl Clock {
         }
     }
 
+    /// The newest timestamp handed out or put so far (the clock does not move).
+    pub fn last(&self) -> u64 {
+        self.last.load(Ordering::Acquire)
+    }
+
+    /// Moves the clock up to `ts` (a version put at its own timestamp, `stamped.rs`), so
+    /// later ticks exceed it.
+    pub fn advance_to(&self, ts: u64) {
+        self.last.fetch_max(ts, Ordering::AcqRel);
+    }
+
     /// A time at or above every timestamp handed out, below every later one: the clock is
     /// moved up to it, so later ticks exceed it.
     pub fn now(&self) -> u64 {

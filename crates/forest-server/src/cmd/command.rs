@@ -7,9 +7,9 @@
 //! asserts that they are.
 
 use super::{
-    blocking, client, config, connection, dbsize, del, exists, expire, flush, get, hash, incr,
-    info, is_word, keys, keyspace, list, mget, multi, pubsub, range, save, scan, script, set, sets,
-    shutdown, stream, strlen, time, unknown_subcommand, zset, Ctx, Reply, Spec,
+    asof, blocking, client, config, connection, dbsize, del, exists, expire, flush, get, hash,
+    incr, info, is_word, keys, keyspace, list, mget, multi, pubsub, range, save, scan, script, set,
+    sets, shutdown, stream, strlen, time, unknown_subcommand, zset, Ctx, Reply, Spec,
 };
 use crate::frame::Frame;
 
@@ -266,6 +266,11 @@ pub static COMMAND_SPECS: &[Spec] = &[
     spec!("forest.range", -3, R, (0, 0, 0), "forest", "0.1.0", "Returns key-value pairs (or keys) between two lex bounds, ascending or REV descending, at most LIMIT count.", "min max [REV] [LIMIT count] [KEYSONLY]", range::range),
     spec!("forest.count", 3, R, (0, 0, 0), "forest", "0.1.0", "Counts the keys between two lex bounds.", "min max", range::count),
     spec!("forest.delrange", 3, DEL, (0, 0, 0), "forest", "0.1.0", "Removes the keys between two lex bounds; returns how many.", "min max", range::delrange),
+    spec!("asof.now", 1, RF, (0, 0, 0), "forest", "0.1.0", "Returns the newest timestamp whose as-of answers can no longer change (temporal engines).", "", asof::now),
+    spec!("asof.get", 3, RF, (1, 1, 1), "forest", "0.1.0", "Returns the value of a string key as of a timestamp.", "key timestamp", asof::get),
+    spec!("asof.range", -4, R, (0, 0, 0), "forest", "0.1.0", "Returns key-value pairs (or keys) between two lex bounds as of a timestamp, ascending or REV descending, at most LIMIT count.", "min max timestamp [REV] [LIMIT count] [KEYSONLY]", asof::range),
+    spec!("asof.count", 4, R, (0, 0, 0), "forest", "0.1.0", "Counts the keys between two lex bounds as of a timestamp.", "min max timestamp", asof::count),
+    spec!("asof.history", -2, R, (1, 1, 1), "forest", "0.1.0", "Returns a string key's versions as timestamp and value (nil: deleted or expired) pairs.", "key [FROM timestamp] [TO timestamp] [REV] [LIMIT count]", asof::history),
 ];
 
 fn text(s: &str) -> Frame {

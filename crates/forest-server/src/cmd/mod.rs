@@ -11,6 +11,7 @@
 //! A handler returns a [`Reply`]: `Err` is the error reply, so handlers and their parse
 //! helpers stop at the first error with `?`; [`execute`] sends either side alike.
 
+mod asof;
 mod bits;
 pub mod blocking;
 mod client;

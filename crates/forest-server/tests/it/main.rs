@@ -2,6 +2,7 @@
 //! compiled the shared helpers and dependencies' generic code again for each, which cost CI
 //! minutes of build). One file's tests: `cargo test -p forest-server --test it -- NAME::`.
 
+mod asof;
 mod blocking;
 mod client_libraries;
 mod collection_reads;

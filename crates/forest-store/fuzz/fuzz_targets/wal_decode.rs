@@ -65,6 +65,7 @@ fn damaged_log(data: &[u8]) -> Vec<u8> {
             batch_more: false,
             key: &rest[..split],
             value: if remove { &[] } else { &rest[split..] },
+            ts: head.first().is_some_and(|b| b & 4 != 0).then_some(lsn),
         };
         encode_record(&record, header.nonce, &mut log).expect("small records fit the limits");
     }

@@ -270,6 +270,41 @@ impl GroupCommit {
         apply: impl FnOnce(),
         deferred: bool,
     ) -> Result<Option<u64>> {
+        let logged = self.log_unit_at(shard, records, None, |_| apply(), deferred)?;
+        Ok(logged.map(|(lsn, _)| lsn))
+    }
+
+    /// [`Self::log_unit`] for a store over a temporal engine (issue 18): `tick` (the
+    /// engine's clock) gives the unit one timestamp, taken right after its LSNs under the
+    /// shard's lock and carried in each of its records ([`FLAG_TIMESTAMP`](super::record::FLAG_TIMESTAMP));
+    /// `apply` gets it. With one shard, timestamps therefore increase with LSNs, and units
+    /// apply in that order. Returns the unit's last LSN and its timestamp.
+    pub fn log_unit_stamped(
+        &self,
+        shard: usize,
+        records: &[(Op, &[u8], &[u8])],
+        tick: &dyn Fn() -> u64,
+        apply: impl FnOnce(u64),
+        deferred: bool,
+    ) -> Result<Option<(u64, u64)>> {
+        let logged = self.log_unit_at(
+            shard,
+            records,
+            Some(tick),
+            |ts| apply(ts.expect("a stamped unit has a timestamp")),
+            deferred,
+        )?;
+        Ok(logged.map(|(lsn, ts)| (lsn, ts.expect("a stamped unit has a timestamp"))))
+    }
+
+    fn log_unit_at(
+        &self,
+        shard: usize,
+        records: &[(Op, &[u8], &[u8])],
+        tick: Option<&dyn Fn() -> u64>,
+        apply: impl FnOnce(Option<u64>),
+        deferred: bool,
+    ) -> Result<Option<(u64, Option<u64>)>> {
         // Limits first: an LSN must never be taken for a record that cannot be encoded.
         for &(op, key, value) in records {
             check_entry(key, value)?;
@@ -291,6 +326,7 @@ impl GroupCommit {
         }
         let first = inner.lsns.allocate_n(count.get());
         let last = first + count.get() - 1;
+        let ts = tick.map(|tick| tick());
         let nonce = state.nonce;
         for (i, &(op, key, value)) in records.iter().enumerate() {
             let record = Record {
@@ -299,6 +335,7 @@ impl GroupCommit {
                 batch_more: i + 1 < records.len(),
                 key,
                 value,
+                ts,
             };
             encode_record(&record, nonce, &mut state.buf)
                 .expect("limits were checked before the LSNs were taken");
@@ -308,7 +345,7 @@ impl GroupCommit {
         }
         state.lsn_last = last;
         let guard = FailOnUnwind::new(inner, During::Apply { lsn: first });
-        apply();
+        apply(ts);
         guard.disarm();
         drop(state);
         if let Some(writer) = own_flush.as_mut() {
@@ -318,7 +355,7 @@ impl GroupCommit {
         } else if inner.durability == Durability::Group && !deferred {
             shard_ref.work.notify_one();
         }
-        Ok(Some(last))
+        Ok(Some((last, ts)))
     }
 
     /// Fails the store with `error` (a checkpoint whose publication failed, for one): every

@@ -42,6 +42,7 @@ struct Current {
     lsn: u64,
     op: Op,
     batch_more: bool,
+    ts: Option<u64>,
     /// File offsets of the record's first byte and the byte after it.
     start: u64,
     end: u64,
@@ -201,6 +202,7 @@ impl LogStream {
             lsn: record.lsn,
             op: record.op,
             batch_more: record.batch_more,
+            ts: record.ts,
             start: at,
             end: at + next as u64,
             key: key_start..key_start + record.key.len(),
@@ -273,6 +275,7 @@ impl LogStream {
             batch_more: current.batch_more,
             key: &data[current.key.clone()],
             value: &data[current.value.clone()],
+            ts: current.ts,
         })
     }
 
@@ -545,6 +548,7 @@ mod tests {
                     batch_more: false,
                     key: &key,
                     value: &value,
+                    ts: None,
                 },
                 header.nonce,
                 &mut buf,

@@ -19,7 +19,10 @@
 //! log: its LSN field `R` bounds the log's LSNs (all below `R`), and nothing follows it. The
 //! flag [`FLAG_BATCH_MORE`] on a data record says the record at the next LSN, in this same
 //! file, belongs to the same atomic batch: a batch is a run of consecutive LSNs whose last
-//! record has the flag clear, and recovery applies it whole or not at all.
+//! record has the flag clear, and recovery applies it whole or not at all. The flag
+//! [`FLAG_TIMESTAMP`] on a data record (a store over a temporal engine, issue 18) says its
+//! last 8 bytes (counted in `value_len`, after the value) are the version's timestamp, a
+//! little-endian `u64`: a remove then has `value_len == 8`.
 //!
 //! Invariants of a well-formed log (checked on every decode, [`super::LogStream`]):
 //! - `length == RECORD_BODY_FIXED_BYTES + key_len + value_len`, `key_len <= KEY_BYTES_MAX`,
@@ -68,10 +71,18 @@ pub const RECORD_HEADER_BYTES: usize = RECORD_FRAME_BYTES + RECORD_BODY_FIXED_BY
 
 /// The longest record: the limits of forest-core bound a record, so a damaged length
 /// field can never make the reader look past one maximal record.
-pub const RECORD_BYTES_MAX: usize = RECORD_HEADER_BYTES + KEY_BYTES_MAX + STORED_VALUE_BYTES_MAX;
+pub const RECORD_BYTES_MAX: usize =
+    RECORD_HEADER_BYTES + KEY_BYTES_MAX + STORED_VALUE_BYTES_MAX + TIMESTAMP_BYTES;
+
+/// Bytes of a version's timestamp after the value of a record flagged [`FLAG_TIMESTAMP`].
+pub const TIMESTAMP_BYTES: usize = 8;
 
 /// Flag bit: the data record at the next LSN, in this file, belongs to the same batch.
 pub const FLAG_BATCH_MORE: u8 = 1;
+
+/// Flag bit: the record ends with the version's timestamp ([`TIMESTAMP_BYTES`], see the
+/// module doc).
+pub const FLAG_TIMESTAMP: u8 = 2;
 
 const _: () = assert!(RECORD_HEADER_BYTES == 28);
 const _: () = assert!(RECORD_BYTES_MAX <= u32::MAX as usize); // length fits its u32 field
@@ -151,6 +162,8 @@ pub struct Record<'a> {
     pub key: &'a [u8],
     /// Empty for everything but [`Op::Put`].
     pub value: &'a [u8],
+    /// The version's timestamp ([`FLAG_TIMESTAMP`]): data records of a temporal store.
+    pub ts: Option<u64>,
 }
 
 impl<'a> Record<'a> {
@@ -162,6 +175,7 @@ impl<'a> Record<'a> {
             batch_more: false,
             key,
             value,
+            ts: None,
         }
     }
 
@@ -173,6 +187,7 @@ impl<'a> Record<'a> {
             batch_more: false,
             key,
             value: &[],
+            ts: None,
         }
     }
 
@@ -185,12 +200,22 @@ impl<'a> Record<'a> {
             batch_more: false,
             key: &[],
             value: &[],
+            ts: None,
         }
     }
 
     /// The record's encoded size in bytes.
     pub fn encoded_len(&self) -> usize {
-        RECORD_HEADER_BYTES + self.key.len() + self.value.len()
+        RECORD_HEADER_BYTES + self.key.len() + self.value.len() + self.ts_len()
+    }
+
+    /// Bytes of the timestamp after the value (0 without one).
+    fn ts_len(&self) -> usize {
+        if self.ts.is_some() {
+            TIMESTAMP_BYTES
+        } else {
+            0
+        }
     }
 }
 
@@ -280,10 +305,11 @@ pub fn encode_record(record: &Record<'_>, nonce: u32, buf: &mut Vec<u8>) -> Resu
         "only a put record carries a value"
     );
     assert!(
-        record.op.is_data() || (record.key.is_empty() && !record.batch_more),
-        "marks and seals carry no key and no batch flag"
+        record.op.is_data() || (record.key.is_empty() && !record.batch_more && record.ts.is_none()),
+        "marks and seals carry no key, no batch flag and no timestamp"
     );
-    let body_len = RECORD_BODY_FIXED_BYTES + record.key.len() + record.value.len();
+    let stored_len = record.value.len() + record.ts_len();
+    let body_len = RECORD_BODY_FIXED_BYTES + record.key.len() + stored_len;
     let length = u32::try_from(body_len).expect("limits keep a record within u32");
     let op = match record.op {
         Op::Put => OP_PUT,
@@ -295,6 +321,10 @@ pub fn encode_record(record: &Record<'_>, nonce: u32, buf: &mut Vec<u8>) -> Resu
         FLAG_BATCH_MORE
     } else {
         0
+    } | if record.ts.is_some() {
+        FLAG_TIMESTAMP
+    } else {
+        0
     };
     buf.reserve(RECORD_FRAME_BYTES + body_len);
     let start = buf.len();
@@ -303,9 +333,12 @@ pub fn encode_record(record: &Record<'_>, nonce: u32, buf: &mut Vec<u8>) -> Resu
     buf.extend_from_slice(&record.lsn.to_le_bytes());
     buf.extend_from_slice(&[op, flags, 0, 0]);
     buf.extend_from_slice(&(record.key.len() as u32).to_le_bytes());
-    buf.extend_from_slice(&(record.value.len() as u32).to_le_bytes());
+    buf.extend_from_slice(&(stored_len as u32).to_le_bytes());
     buf.extend_from_slice(record.key);
     buf.extend_from_slice(record.value);
+    if let Some(ts) = record.ts {
+        buf.extend_from_slice(&ts.to_le_bytes());
+    }
     let crc = record_crc(nonce, &buf[start + RECORD_FRAME_BYTES..]);
     buf[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
     debug_assert_eq!(buf.len() - start, record.encoded_len());
@@ -351,15 +384,20 @@ pub(crate) fn check_record(data: &[u8], at: usize, nonce: u32) -> Check<'_> {
         _ => return Check::Bad("unknown operation"),
     };
     let flags = rest[17];
-    if flags & !FLAG_BATCH_MORE != 0 || rest[18..20] != [0, 0] {
+    if flags & !(FLAG_BATCH_MORE | FLAG_TIMESTAMP) != 0 || rest[18..20] != [0, 0] {
         return Check::Bad("reserved bits not zero");
     }
+    let stamped = flags & FLAG_TIMESTAMP != 0;
+    let ts_len = if stamped { TIMESTAMP_BYTES } else { 0 };
     if key_len > KEY_BYTES_MAX
-        || value_len > STORED_VALUE_BYTES_MAX
+        || value_len > STORED_VALUE_BYTES_MAX + ts_len
+        || value_len < ts_len
         || length != RECORD_BODY_FIXED_BYTES + key_len + value_len
     {
         return Check::Bad("record length disagrees with key and value lengths");
     }
+    // From here on, the value without its timestamp.
+    let value_len = value_len - ts_len;
     if op != Op::Put && value_len != 0 {
         return Check::Bad("a record other than a put carries a value");
     }
@@ -384,6 +422,7 @@ pub(crate) fn check_record(data: &[u8], at: usize, nonce: u32) -> Check<'_> {
             batch_more: flags & FLAG_BATCH_MORE != 0,
             key: &rest[key_start..value_start],
             value: &rest[value_start..value_start + value_len],
+            ts: stamped.then(|| u64_at(rest, value_start + value_len)),
         },
         at + RECORD_FRAME_BYTES + length,
     )
@@ -464,6 +503,7 @@ pub fn decode_log<'a>(path: &Path, data: &'a [u8]) -> Result<Decoded<'a>> {
             batch_more: current.batch_more,
             key: &data[at + key.start..at + key.end],
             value: &data[at + value.start..at + value.end],
+            ts: current.ts,
         });
     }
     let evidence = stream.evidence()?;
@@ -492,6 +532,7 @@ mod tests {
         batch_more: bool,
         key: Vec<u8>,
         value: Vec<u8>,
+        ts: Option<u64>,
     }
 
     fn header(first_lsn: u64) -> LogHeader {
@@ -516,6 +557,7 @@ mod tests {
                 batch_more: r.batch_more,
                 key: &r.key,
                 value: &r.value,
+                ts: r.ts,
             };
             encode_record(&record, NONCE, &mut buf).unwrap();
             ends.push(buf.len());
@@ -533,6 +575,7 @@ mod tests {
                 batch_more: r.batch_more,
                 key: r.key.to_vec(),
                 value: r.value.to_vec(),
+                ts: r.ts,
             })
             .collect()
     }
@@ -544,6 +587,7 @@ mod tests {
             batch_more: false,
             key,
             value: if put { value } else { Vec::new() },
+            ts: None,
         }
     }
 
@@ -554,6 +598,7 @@ mod tests {
             batch_more: false,
             key: Vec::new(),
             value: Vec::new(),
+            ts: None,
         }
     }
 
@@ -594,6 +639,10 @@ mod tests {
                 lsn += if in_batch { 1 } else { gap };
                 let mut record = data(lsn, kind % 2 == 0, key, value);
                 record.batch_more = kind == 6;
+                // Kinds 4 and 5: a temporal store's records, with a version timestamp.
+                if kind / 2 == 2 {
+                    record.ts = Some(lsn.wrapping_mul(1_000_003));
+                }
                 out.push(record);
             }
             if let Some(last) = out.last_mut() {
@@ -856,10 +905,23 @@ mod tests {
         assert!(encode_record(&Record::put(1, &stamped, &stored), NONCE, &mut buf).is_err());
         assert!(buf.is_empty());
         encode_record(&Record::put(1, &key[1..], &value[1..]), NONCE, &mut buf).unwrap();
-        assert_eq!(buf.len(), RECORD_BYTES_MAX - STAMP_BYTES);
+        assert_eq!(buf.len(), RECORD_BYTES_MAX - STAMP_BYTES - TIMESTAMP_BYTES);
+        buf.clear();
+        // The longest record: a stamped key's longest value and a version's timestamp.
+        let longest = Record {
+            ts: Some(u64::MAX),
+            ..Record::put(1, &stamped, &stored[1..])
+        };
+        encode_record(&longest, NONCE, &mut buf).unwrap();
+        assert_eq!(buf.len(), RECORD_BYTES_MAX);
+        let mut whole = Vec::new();
+        encode_header(&header(0), &mut whole);
+        whole.extend_from_slice(&buf);
+        let decoded = decode_log(Path::new(PATH), &whole).unwrap();
+        assert_eq!(decoded.records, vec![longest]);
         buf.clear();
         encode_record(&Record::put(1, &stamped, &stored[1..]), NONCE, &mut buf).unwrap();
-        assert_eq!(buf.len(), RECORD_BYTES_MAX);
+        assert_eq!(buf.len(), RECORD_BYTES_MAX - TIMESTAMP_BYTES);
         let mut log = Vec::new();
         encode_header(&header(0), &mut log);
         let records_at = log.len();

@@ -161,6 +161,7 @@ impl LogWriter {
             batch_more: false,
             key,
             value,
+            ts: None,
         })
     }
 

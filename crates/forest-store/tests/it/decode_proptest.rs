@@ -58,6 +58,7 @@ fn encode_log(records: &[Owned]) -> (Vec<u8>, Vec<usize>) {
             batch_more: false,
             key,
             value,
+            ts: (lsn % 3 == 0).then_some(lsn * 1_000),
         };
         encode_record(&record, header.nonce, &mut buf).expect("within limits");
         ends.push(buf.len());

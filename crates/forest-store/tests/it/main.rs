@@ -15,4 +15,5 @@ mod review_regressions;
 mod review_scan_gate;
 mod scan_batches;
 mod store;
+mod temporal;
 mod verify;

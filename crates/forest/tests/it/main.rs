@@ -5,6 +5,7 @@
 mod cli;
 mod collection_models;
 mod common;
+mod serve_asof;
 mod serve_blocking_crash;
 mod serve_collection_models;
 mod serve_collections;

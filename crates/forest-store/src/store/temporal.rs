@@ -1,0 +1,313 @@
+//! The store over a temporal engine (`tsbtree`; issue 18 "Temporal API in the store";
+//! tsbw-tree-temporal.md §III-A1, §III-B): every write is a version at a timestamp, and
+//! reads may ask for any past time.
+//!
+//! Timestamps. A unit (one write, or one atomic batch) takes its timestamp from the engine's
+//! clock (wall-clock microseconds, `max(now, last + 1)`) right after its LSNs, under the
+//! shard log's lock, and applies there too; the timestamp is in each of its log records
+//! (`wal::record`'s `FLAG_TIMESTAMP`). A temporal store has one shard log, so timestamps
+//! strictly increase in LSN order and units apply in that order, which time splits rely on
+//! (a page's history is complete when it splits; §IV-B1's EOSL-TS would lift this). Every
+//! record of a batch has the batch's timestamp, so an as-of read sees a batch whole or not
+//! at all; a batch that writes one key twice makes one version, its last write's.
+//!
+//! Redo. Recovery replays the logs in LSN order, inline, each record as
+//! [`TemporalIndex::put_version`] at its logged timestamp: the same versions at the same
+//! times, and a version already there is left alone (a version is `(key, timestamp)`).
+//!
+//! Checkpoints keep no history, so a temporal store keeps its logs instead: a checkpoint
+//! rotates and syncs the logs and writes no checkpoint file, and no log is ever deleted.
+//! Choice and cost: the history is as large as the logs anyway (every version is in memory
+//! until retention, not in this increment), each version is written to disk once (a
+//! checkpoint of every version would write the whole history again each time), and an open
+//! replays every write since the store was created (about a million records a second,
+//! issue 5). The open after a crash writes no checkpoint either; so the case that
+//! checkpoint covers for other engines, a failed fsync whose pages a reopen reads back from
+//! the page cache, is not covered here.
+//!
+//! Reads as of `t` need no gate: [`Store::now`] is below every unit not yet applied, and a
+//! time after it is refused ("in the future"), so the answer for any time allowed never
+//! changes; across a crash too for any time up to an acknowledged write's timestamp (a
+//! write not yet durable may be visible, as for [`Store::get`], and lost in a crash).
+
+use std::collections::BTreeMap;
+use std::ops::{Bound, ControlFlow};
+use std::sync::atomic::Ordering;
+
+use forest_core::{
+    check_entry, check_key, Error, Order, Result, TemporalIndex, Timestamp, Visitor,
+};
+
+use super::{Rmw, Store, StoreOptions, WriteBatch};
+use crate::meta::StoreMeta;
+use crate::wal::Op;
+
+/// `pending_ts` while a unit is taking its timestamp.
+const TICKING: u64 = u64::MAX;
+
+/// Versions of one key's history: (timestamp, value or None for a delete).
+pub type History = Vec<(Timestamp, Option<Vec<u8>>)>;
+
+/// Refuses what a temporal store cannot do in this increment: several shard logs (no
+/// timestamp order across them), and switching to it from another engine (the logs and
+/// checkpoints of that engine hold no timestamps).
+pub(super) fn check_open(
+    options: &StoreOptions,
+    recorded: Option<&StoreMeta>,
+    engine: &str,
+) -> Result<()> {
+    if options.shards != 1 {
+        return Err(Error::Config(format!(
+            "engine `{engine}` is temporal and needs shards=1 ({} given): its timestamps \
+             follow the LSNs of one log",
+            options.shards
+        )));
+    }
+    if let Some(meta) = recorded {
+        let was = super::spec_form(&meta.engine);
+        let temporal_before = forest_engines::EngineSpec::parse(&was)
+            .ok()
+            .and_then(|s| forest_engines::find(&s.name).ok())
+            .is_some_and(|e| e.capabilities.temporal);
+        if !temporal_before {
+            return Err(Error::Config(format!(
+                "the store was created with engine `{was}`, whose logs and checkpoints hold no \
+                 timestamps: it cannot switch to the temporal engine `{engine}` (create a new \
+                 store)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The records of a unit with each key's last only, in their order: one version per key
+/// and timestamp.
+pub(super) fn last_per_key<'a>(
+    records: &[(Op, &'a [u8], &'a [u8])],
+) -> Vec<(Op, &'a [u8], &'a [u8])> {
+    let last: BTreeMap<&[u8], usize> = records
+        .iter()
+        .enumerate()
+        .map(|(i, &(_, key, _))| (key, i))
+        .collect();
+    records
+        .iter()
+        .enumerate()
+        .filter(|(i, (_, key, _))| last[key] == *i)
+        .map(|(_, &r)| r)
+        .collect()
+}
+
+fn not_temporal(engine: &str) -> Error {
+    Error::InvalidUse(format!(
+        "engine `{engine}` is not a temporal engine: as-of reads, history and timestamps need \
+         a store created with a temporal engine (tsbtree)"
+    ))
+}
+
+impl Store {
+    /// The engine's temporal side, or the error naming the engine.
+    fn temporal(&self) -> Result<&dyn TemporalIndex> {
+        self.index
+            .as_temporal()
+            .ok_or_else(|| not_temporal(&self.engine))
+    }
+
+    /// Whether the store's engine keeps versions.
+    pub fn is_temporal(&self) -> bool {
+        self.index.as_temporal().is_some()
+    }
+
+    /// A unit's timestamp, under its shard's lock; [`Self::now`] stays below it until the
+    /// unit has applied.
+    pub(super) fn tick(&self, temporal: &dyn TemporalIndex) -> u64 {
+        self.pending_ts.store(TICKING, Ordering::SeqCst);
+        let ts = temporal.tick();
+        self.pending_ts.store(ts, Ordering::SeqCst);
+        ts
+    }
+
+    /// Applies a unit's records as versions at `ts`, then lets [`Self::now`] pass it.
+    pub(super) fn apply_versions(
+        &self,
+        temporal: &dyn TemporalIndex,
+        unit: &[(Op, &[u8], &[u8])],
+        ts: u64,
+    ) -> Result<()> {
+        for &(op, key, value) in unit {
+            temporal.put_version(key, ts, (op == Op::Put).then_some(value))?;
+        }
+        self.pending_ts.store(0, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Logs and applies one write of `key` on a temporal store; its LSN and timestamp (None:
+    /// `decision` keeps the key). An engine's refusal goes to `refused`.
+    pub(super) fn log_temporal(
+        &self,
+        shard: usize,
+        temporal: &dyn TemporalIndex,
+        key: &[u8],
+        decision: Rmw,
+        deferred: bool,
+        refused: &mut Option<Error>,
+    ) -> Result<Option<(u64, u64)>> {
+        let value = match &decision {
+            Rmw::Keep => return Ok(None),
+            Rmw::Put(value) => {
+                check_entry(key, value)?;
+                Some(&value[..])
+            }
+            Rmw::Remove => None,
+        };
+        let unit = [match value {
+            Some(v) => (Op::Put, key, v),
+            None => (Op::Remove, key, &[][..]),
+        }];
+        self.commit.log_unit_stamped(
+            shard,
+            &unit,
+            &|| self.tick(temporal),
+            |ts| {
+                if let Err(e) = self.apply_versions(temporal, &unit, ts) {
+                    *refused = Some(self.fail_logged_unapplied(e));
+                }
+            },
+            deferred,
+        )
+    }
+
+    /// A time at or above the timestamp of every write that has returned, below that of
+    /// every write not yet applied: reads as of it never change. Errors: not temporal.
+    pub fn now(&self) -> Result<Timestamp> {
+        let temporal = self.temporal()?;
+        let now = temporal.now();
+        loop {
+            match self.pending_ts.load(Ordering::SeqCst) {
+                TICKING => std::hint::spin_loop(),
+                0 => return Ok(now),
+                pending => return Ok(now.min(pending - 1)),
+            }
+        }
+    }
+
+    /// The error for a time after [`Self::now`], whose answer could still change.
+    fn check_past(&self, t: Timestamp) -> Result<&dyn TemporalIndex> {
+        let temporal = self.temporal()?;
+        let now = self.now()?;
+        if t > now {
+            return Err(Error::InvalidUse(format!(
+                "time {t} is in the future (now is {now}): its answer could still change"
+            )));
+        }
+        Ok(temporal)
+    }
+
+    /// Sets `key` to `value`; returns the new version's timestamp. Errors: as
+    /// [`Self::upsert`]; not temporal.
+    pub fn put_ts(&self, key: &[u8], value: &[u8]) -> Result<Timestamp> {
+        self.temporal()?;
+        check_entry(key, value)?;
+        let shard = self.commit.shard_of_thread();
+        let (_, lsn, _, ts) =
+            self.write_one_at(shard, key, false, false, |_| Ok(Rmw::Put(value.to_vec())))?;
+        self.wait(lsn)?;
+        Ok(ts.expect("an upsert always writes"))
+    }
+
+    /// Removes `key`; returns the delete's timestamp, None if the key was absent (nothing
+    /// written). Errors: as [`Self::remove`]; not temporal.
+    pub fn remove_ts(&self, key: &[u8]) -> Result<Option<Timestamp>> {
+        self.temporal()?;
+        check_key(key)?;
+        let shard = self.commit.shard_of_thread();
+        let (_, lsn, _, ts) = self.write_one_at(shard, key, true, false, |old| {
+            Ok(if old.is_some() {
+                Rmw::Remove
+            } else {
+                Rmw::Keep
+            })
+        })?;
+        self.wait(lsn)?;
+        Ok(ts)
+    }
+
+    /// [`Self::write`], also returning the batch's one timestamp (None: it changed nothing).
+    pub fn write_ts(&self, batch: &WriteBatch) -> Result<(Vec<bool>, Option<Timestamp>)> {
+        self.temporal()?;
+        let shard = self.commit.shard_of_thread();
+        let (changed, lsn, ts) = self.write_unit_at(shard, batch.ops(), false)?;
+        self.wait(lsn)?;
+        Ok((changed, ts))
+    }
+
+    /// The value of `key` as of time `t` into `out`; false if it had none then. Errors: not
+    /// temporal; `t` after [`Self::now`].
+    pub fn get_as_of(&self, key: &[u8], t: Timestamp, out: &mut Vec<u8>) -> Result<bool> {
+        let temporal = self.check_past(t)?;
+        check_key(key)?;
+        Ok(temporal.get_as_of(key, t, out))
+    }
+
+    /// The records in the bounds as of time `t`, in `order`, at most `limit`. Returns the
+    /// key to continue after (`Bound::Excluded` of it, same `t`) when `limit` stopped the
+    /// scan, None when it reached the end (or the visitor stopped it). Pages read this way
+    /// at one `t` are one snapshot. Errors: not temporal; `t` after [`Self::now`].
+    pub fn scan_as_of(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        t: Timestamp,
+        limit: usize,
+        visit: &mut Visitor<'_>,
+    ) -> Result<Option<Vec<u8>>> {
+        let temporal = self.check_past(t)?;
+        if limit == 0 {
+            return Ok(None);
+        }
+        let mut seen = 0;
+        let mut last = None;
+        temporal.scan_as_of(lower, upper, order, t, &mut |k, v| {
+            seen += 1;
+            if visit(k, v).is_break() {
+                return ControlFlow::Break(());
+            }
+            if seen == limit {
+                last = Some(k.to_vec());
+                return ControlFlow::Break(());
+            }
+            ControlFlow::Continue(())
+        });
+        Ok(last)
+    }
+
+    /// The versions of `key` with a timestamp in `from..=to`, in `order` of time, at most
+    /// `limit`: (timestamp, value or None for a delete). `to` is capped at [`Self::now`].
+    /// Errors: not temporal; `from` after now.
+    pub fn history(
+        &self,
+        key: &[u8],
+        from: Timestamp,
+        to: Timestamp,
+        order: Order,
+        limit: usize,
+    ) -> Result<History> {
+        let temporal = self.check_past(from)?;
+        check_key(key)?;
+        let to = to.min(self.now()?);
+        let mut out = Vec::new();
+        if limit == 0 {
+            return Ok(out);
+        }
+        temporal.history(key, from, to, order, &mut |ts, v| {
+            out.push((ts, v.map(<[u8]>::to_vec)));
+            if out.len() == limit {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        });
+        Ok(out)
+    }
+}

@@ -1,0 +1,568 @@
+//! A store over the temporal engine `tsbtree` (store/temporal.rs; issue 18): versions at
+//! timestamps through the logs, reopen and SIGKILL, WAL redo, and the errors of other engines.
+//!
+//! The model test runs random writes, deletes and batches, and as-of gets, scans (both
+//! orders, random bounds, a limit with continuation) and histories at random past times
+//! against `BTreeMap<key, BTreeMap<ts, Option<value>>>`; among them the store is closed and
+//! reopened, and a child process writing to it is killed (the harness of `crash_kill.rs`):
+//! after recovery every acknowledged version is in its key's history at its timestamp, the
+//! write in flight at most is added, and every as-of answer checked before is checked again.
+//! `FOREST_TEMPORAL_OPS` sets the operations per round (default small, for CI).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::ops::{Bound, ControlFlow};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use forest_core::{Error, Order};
+use forest_store::{replay, wal, Durability, Store, StoreOptions, WriteBatch};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// Small pages, so key and time splits start early.
+const ENGINE: &str = "tsbtree:page=6,index_page=6,consolidate=2";
+const CHILD_ENV: &str = "FOREST_TEMPORAL_CHILD";
+const OPS_ENV: &str = "FOREST_TEMPORAL_OPS";
+const OPS_DEFAULT: usize = 150;
+const KEY_COUNT: u32 = 12;
+
+type Model = BTreeMap<Vec<u8>, BTreeMap<u64, Option<Vec<u8>>>>;
+
+fn options(engine: &str) -> StoreOptions {
+    StoreOptions {
+        engine: Some(engine.to_string()),
+        durability: Durability::Group,
+        shards: 1,
+        switch_engine: false,
+    }
+}
+
+fn key(i: u32) -> Vec<u8> {
+    format!("k{i:02}").into_bytes()
+}
+
+fn value_at(model: &Model, key: &[u8], t: u64) -> Option<Vec<u8>> {
+    model
+        .get(key)?
+        .range(..=t)
+        .next_back()
+        .and_then(|(_, v)| v.clone())
+}
+
+fn in_bounds(k: &[u8], lower: Bound<&[u8]>, upper: Bound<&[u8]>) -> bool {
+    let above = match lower {
+        Bound::Included(l) => k >= l,
+        Bound::Excluded(l) => k > l,
+        Bound::Unbounded => true,
+    };
+    let below = match upper {
+        Bound::Included(u) => k <= u,
+        Bound::Excluded(u) => k < u,
+        Bound::Unbounded => true,
+    };
+    above && below
+}
+
+fn random_bound(rng: &mut StdRng) -> Bound<Vec<u8>> {
+    match rng.random_range(0..3) {
+        0 => Bound::Unbounded,
+        1 => Bound::Included(key(rng.random_range(0..KEY_COUNT))),
+        _ => Bound::Excluded(key(rng.random_range(0..KEY_COUNT))),
+    }
+}
+
+fn as_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(k) => Bound::Included(k),
+        Bound::Excluded(k) => Bound::Excluded(k),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+/// A past time worth asking about: a version's timestamp, one before or after it, or 0.
+fn random_time(rng: &mut StdRng, stamps: &[u64], now: u64) -> u64 {
+    if stamps.is_empty() || rng.random_range(0..10) == 0 {
+        return if rng.random() { 0 } else { now };
+    }
+    let ts = stamps[rng.random_range(0..stamps.len())];
+    match rng.random_range(0..3) {
+        0 => ts - 1,
+        1 => ts,
+        _ => (ts + 1).min(now),
+    }
+}
+
+/// Checks one as-of get, scan (with continuation) and history at random past times.
+fn check_reads(store: &Store, model: &Model, stamps: &[u64], rng: &mut StdRng, what: &str) {
+    let now = store.now().expect("temporal store call");
+    let t = random_time(rng, stamps, now);
+    let k = key(rng.random_range(0..KEY_COUNT));
+    let mut out = Vec::new();
+    let found = store
+        .get_as_of(&k, t, &mut out)
+        .expect("temporal store call");
+    assert_eq!(
+        found.then_some(out),
+        value_at(model, &k, t),
+        "{what}: get {k:?} as of {t}"
+    );
+
+    let (lower, upper) = (random_bound(rng), random_bound(rng));
+    let order = if rng.random() {
+        Order::Ascending
+    } else {
+        Order::Descending
+    };
+    let limit = rng.random_range(1..5);
+    let mut got = Vec::new();
+    let (mut lo, mut hi) = (lower.clone(), upper.clone());
+    loop {
+        let next = store
+            .scan_as_of(as_ref(&lo), as_ref(&hi), order, t, limit, &mut |k, v| {
+                got.push((k.to_vec(), v.to_vec()));
+                ControlFlow::Continue(())
+            })
+            .expect("temporal store call");
+        match (next, order) {
+            (None, _) => break,
+            (Some(last), Order::Ascending) => lo = Bound::Excluded(last),
+            (Some(last), Order::Descending) => hi = Bound::Excluded(last),
+        }
+    }
+    let mut want: Vec<(Vec<u8>, Vec<u8>)> = model
+        .keys()
+        .filter(|k| in_bounds(k, as_ref(&lower), as_ref(&upper)))
+        .filter_map(|k| value_at(model, k, t).map(|v| (k.clone(), v)))
+        .collect();
+    if order == Order::Descending {
+        want.reverse();
+    }
+    assert_eq!(
+        got, want,
+        "{what}: scan {lower:?}..{upper:?} {order:?} as of {t}"
+    );
+
+    let from = random_time(rng, stamps, now);
+    let to = random_time(rng, stamps, now).max(from);
+    let limit = rng.random_range(1..8);
+    let got = store
+        .history(&k, from, to, order, limit)
+        .expect("temporal store call");
+    let mut want: Vec<(u64, Option<Vec<u8>>)> = model
+        .get(&k)
+        .map(|h| h.range(from..=to).map(|(t, v)| (*t, v.clone())).collect())
+        .unwrap_or_default();
+    if order == Order::Descending {
+        want.reverse();
+    }
+    want.truncate(limit);
+    assert_eq!(got, want, "{what}: history {k:?} {from}..={to} {order:?}");
+}
+
+/// Every key's whole history equals the model's.
+fn check_all_history(store: &Store, model: &Model, what: &str) {
+    for i in 0..KEY_COUNT {
+        let k = key(i);
+        let got = store
+            .history(&k, 0, u64::MAX, Order::Ascending, usize::MAX)
+            .expect("temporal store call");
+        let want: Vec<(u64, Option<Vec<u8>>)> = model
+            .get(&k)
+            .map(|h| h.iter().map(|(t, v)| (*t, v.clone())).collect())
+            .unwrap_or_default();
+        assert_eq!(got, want, "{what}: whole history of {k:?}");
+    }
+}
+
+/// One random write; records its versions in the model.
+fn random_write(store: &Store, model: &mut Model, stamps: &mut Vec<u64>, rng: &mut StdRng) {
+    let k = key(rng.random_range(0..KEY_COUNT));
+    let v = rng.random::<u32>().to_le_bytes().to_vec();
+    let present = value_at(model, &k, u64::MAX).is_some();
+    let mut record = |k: &[u8], ts: u64, v: Option<Vec<u8>>| {
+        model.entry(k.to_vec()).or_default().insert(ts, v);
+    };
+    match rng.random_range(0..6) {
+        0..=2 => {
+            let ts = store.put_ts(&k, &v).expect("temporal store call");
+            record(&k, ts, Some(v));
+            stamps.push(ts);
+        }
+        3 => {
+            let ts = store.remove_ts(&k).expect("temporal store call");
+            assert_eq!(ts.is_some(), present, "remove of {k:?}");
+            if let Some(ts) = ts {
+                record(&k, ts, None);
+                stamps.push(ts);
+            }
+        }
+        4 => {
+            // A batch: one timestamp; the key written twice makes one version (the last).
+            let k2 = key(rng.random_range(0..KEY_COUNT));
+            let mut batch = WriteBatch::new();
+            batch.put(&k, b"first").put(&k2, &v).put(&k, &v);
+            let (changed, ts) = store.write_ts(&batch).expect("temporal store call");
+            assert_eq!(changed, vec![true; 3]);
+            let ts = ts.expect("the batch changed keys");
+            record(&k, ts, Some(v.clone()));
+            record(&k2, ts, Some(v));
+            stamps.push(ts);
+        }
+        _ => {
+            // The plain API writes versions too.
+            store.upsert(&k, &v).expect("temporal store call");
+            let mut hist = store
+                .history(&k, 0, u64::MAX, Order::Descending, 1)
+                .expect("temporal store call");
+            let (ts, got) = hist.pop().expect("a version");
+            assert_eq!(got.as_deref(), Some(&v[..]));
+            record(&k, ts, Some(v));
+            stamps.push(ts);
+        }
+    }
+}
+
+/// Child mode: write single upserts and removes until killed, printing `ack <key-hex>
+/// <value-hex|-> <ts>` after each acknowledged write.
+fn run_child(spec: &str) -> ! {
+    let (dir, seed) = spec.rsplit_once(',').expect("dir,seed");
+    let mut rng = StdRng::seed_from_u64(seed.parse().expect("seed"));
+    let store = Store::open_path(dir, options(ENGINE)).expect("child open");
+    loop {
+        let k = key(rng.random_range(0..KEY_COUNT));
+        let line = if rng.random_range(0..4) == 0 {
+            match store.remove_ts(&k).expect("child remove") {
+                Some(ts) => format!("ack {} - {ts}", hex(&k)),
+                None => continue,
+            }
+        } else {
+            let v = rng.random::<u32>().to_le_bytes();
+            let ts = store.put_ts(&k, &v).expect("child put");
+            format!("ack {} {} {ts}", hex(&k), hex(&v))
+        };
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{line}").expect("stdout");
+        out.flush().expect("flush");
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+/// Runs a child writer on `dir`, kills it after `acks` acknowledged writes, and returns
+/// them as (key, value, ts).
+fn kill_child(dir: &Path, seed: u64, acks: usize) -> Vec<(Vec<u8>, Option<Vec<u8>>, u64)> {
+    let (_, module) = module_path!().split_once("::").expect("a module");
+    let path = format!("{module}::temporal_model_with_reopen_and_sigkill");
+    let mut child = Command::new(std::env::current_exe().expect("current_exe"))
+        .args(["--exact", path.as_str(), "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, format!("{},{seed}", dir.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn child");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(at) = line.find("ack ") {
+                if tx.send(line[at..].to_string()).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    while lines.len() < acks {
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) => lines.push(line),
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the child stopped acking after {} acks: {e}", lines.len());
+            }
+        }
+    }
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    reader.join().expect("reader");
+    lines.extend(rx.try_iter());
+    lines
+        .iter()
+        .map(|line| {
+            let words: Vec<&str> = line.split(' ').collect();
+            let value = (words[2] != "-").then(|| unhex(words[2]));
+            (unhex(words[1]), value, words[3].parse().expect("ts"))
+        })
+        .collect()
+}
+
+// Goal: a temporal store answers as-of gets, scans and histories like the model of every
+// version, and keeps every acknowledged version at its timestamp through clean reopens and
+// SIGKILL, so answers given before a crash are the same after it. Method: rounds of random
+// writes and reads; after each round a close and reopen, or a child writer killed mid
+// writes whose acks join the model (plus the write in flight, if it reached the log); after
+// each, every key's whole history and the earlier reads are checked again.
+#[test]
+fn temporal_model_with_reopen_and_sigkill() {
+    if let Ok(spec) = std::env::var(CHILD_ENV) {
+        run_child(&spec);
+    }
+    let ops: usize = std::env::var(OPS_ENV)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(OPS_DEFAULT);
+    let seed = rand::random::<u64>();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let tmp = tempfile::tempdir().expect("temporal store call");
+    let mut model = Model::new();
+    let mut stamps = Vec::new();
+    for round in 0..4 {
+        let what = format!("seed {seed} round {round}");
+        let store = Store::open_path(tmp.path(), options(ENGINE)).expect("temporal store call");
+        check_all_history(&store, &model, &what);
+        for _ in 0..ops {
+            if rng.random_range(0..3) == 0 {
+                check_reads(&store, &model, &stamps, &mut rng, &what);
+            } else {
+                random_write(&store, &mut model, &mut stamps, &mut rng);
+            }
+        }
+        check_all_history(&store, &model, &what);
+        if round == 1 {
+            store.checkpoint().expect("temporal store call");
+        }
+        if round % 2 == 0 {
+            store.close().expect("temporal store call");
+            continue;
+        }
+        drop(store);
+        let last_ts = stamps.iter().max().copied().unwrap_or(0);
+        let acked = kill_child(tmp.path(), seed ^ round, rng.random_range(5..60));
+        for (k, v, ts) in acked {
+            assert!(
+                ts > last_ts,
+                "{what}: a child's timestamp {ts} is not after {last_ts}"
+            );
+            model.entry(k).or_default().insert(ts, v);
+            stamps.push(ts);
+        }
+        // The write in flight at the kill may have reached the log: it is the one version
+        // after the last ack, if any.
+        let last_ack = stamps.iter().max().copied().unwrap_or(0);
+        let store = Store::open_path(tmp.path(), options(ENGINE)).expect("temporal store call");
+        let mut extra = Vec::new();
+        for i in 0..KEY_COUNT {
+            for (ts, v) in store
+                .history(
+                    &key(i),
+                    last_ack + 1,
+                    u64::MAX,
+                    Order::Ascending,
+                    usize::MAX,
+                )
+                .expect("temporal store call")
+            {
+                extra.push((key(i), ts, v));
+            }
+        }
+        assert!(
+            extra.len() <= 1,
+            "{what}: versions after the last ack: {extra:?}"
+        );
+        for (k, ts, v) in extra {
+            model.entry(k).or_default().insert(ts, v);
+            stamps.push(ts);
+        }
+        check_all_history(&store, &model, &format!("{what} after SIGKILL"));
+        for _ in 0..20 {
+            check_reads(
+                &store,
+                &model,
+                &stamps,
+                &mut rng,
+                &format!("{what} after SIGKILL"),
+            );
+        }
+        store.close().expect("temporal store call");
+    }
+}
+
+// Goal: redo of a temporal store's log never duplicates a version: applying every logged
+// record twice builds the histories the store had. Method: write versions (a batch among
+// them), close, decode the log and apply each record twice to a fresh tsbtree through
+// replay's `put_at`/`remove_at`, compare every history; `Store::verify` replays them all.
+#[test]
+fn wal_redo_is_idempotent() {
+    let tmp = tempfile::tempdir().expect("temporal store call");
+    let store = Store::open_path(tmp.path(), options(ENGINE)).expect("temporal store call");
+    for i in 0..40u32 {
+        let k = key(i % 5);
+        if i % 7 == 6 {
+            store.remove_ts(&k).expect("temporal store call");
+        } else {
+            store
+                .put_ts(&k, &i.to_le_bytes())
+                .expect("temporal store call");
+        }
+    }
+    let mut batch = WriteBatch::new();
+    batch.put(&key(1), b"b1").remove(&key(2));
+    store.write_ts(&batch).expect("temporal store call");
+    let histories: Vec<_> = (0..5)
+        .map(|i| {
+            store
+                .history(&key(i), 0, u64::MAX, Order::Ascending, usize::MAX)
+                .expect("temporal store call")
+        })
+        .collect();
+    store.close().expect("temporal store call");
+
+    let fresh = forest_store::new_engine(ENGINE).expect("temporal store call");
+    let mut stamped = 0;
+    for name in std::fs::read_dir(tmp.path()).expect("temporal store call") {
+        let name = name
+            .expect("temporal store call")
+            .file_name()
+            .into_string()
+            .expect("temporal store call");
+        if wal::parse_log_name(&name).is_none() {
+            continue;
+        }
+        let path = tmp.path().join(&name);
+        let data = std::fs::read(&path).expect("temporal store call");
+        let decoded = wal::decode_log(&path, &data).expect("temporal store call");
+        replay::apply_parallel(&*fresh, 0, |apply| {
+            for r in decoded.records.iter().filter(|r| r.op.is_data()) {
+                stamped += usize::from(r.ts.is_some());
+                for _ in 0..2 {
+                    match r.op {
+                        wal::Op::Put => apply.put_at(r.key, r.value, r.ts)?,
+                        _ => apply.remove_at(r.key, r.ts)?,
+                    }
+                }
+            }
+            Ok(())
+        })
+        .expect("temporal store call");
+    }
+    assert!(stamped >= 40, "{stamped} timestamped records");
+    // `forest check`'s read-only recovery replays the same records into a temporal index.
+    let report = Store::verify_path(tmp.path(), None).expect("verify");
+    let recovery = report.recovery.expect("a clean store recovers");
+    assert_eq!(recovery.records_replayed, stamped as u64);
+    let temporal = fresh.as_temporal().expect("tsbtree is temporal");
+    for (i, want) in histories.iter().enumerate() {
+        let mut got = Vec::new();
+        temporal.history(
+            &key(i as u32),
+            0,
+            u64::MAX,
+            Order::Ascending,
+            &mut |ts, v| {
+                got.push((ts, v.map(<[u8]>::to_vec)));
+                ControlFlow::Continue(())
+            },
+        );
+        assert_eq!(&got, want, "history of {:?}", key(i as u32));
+    }
+}
+
+// Goal: every temporal call on a store of another engine answers an error naming the
+// engine; a temporal store refuses several shards and a switch from another engine; a time
+// in the future is refused. Method: each call on a lockbtree store, then the refused opens,
+// then reads at now + 1 s on a tsbtree store.
+#[test]
+fn errors_name_the_problem() {
+    let tmp = tempfile::tempdir().expect("temporal store call");
+    let store = Store::open_path(tmp.path(), options("lockbtree")).expect("temporal store call");
+    store.upsert(b"a", b"1").expect("temporal store call");
+    let not_temporal = |e: Error| {
+        let text = e.to_string();
+        assert!(
+            text.contains("engine `lockbtree` is not a temporal engine"),
+            "{text}"
+        );
+    };
+    assert!(!store.is_temporal());
+    not_temporal(store.now().unwrap_err());
+    not_temporal(store.put_ts(b"a", b"2").unwrap_err());
+    not_temporal(store.remove_ts(b"a").unwrap_err());
+    not_temporal(store.write_ts(&WriteBatch::new()).unwrap_err());
+    not_temporal(store.get_as_of(b"a", 1, &mut Vec::new()).unwrap_err());
+    not_temporal(
+        store
+            .scan_as_of(
+                Bound::Unbounded,
+                Bound::Unbounded,
+                Order::Ascending,
+                1,
+                9,
+                &mut |_, _| ControlFlow::Continue(()),
+            )
+            .unwrap_err(),
+    );
+    not_temporal(store.history(b"a", 0, 1, Order::Ascending, 9).unwrap_err());
+    store.close().expect("temporal store call");
+
+    let switched = Store::open_path(
+        tmp.path(),
+        StoreOptions {
+            switch_engine: true,
+            ..options("tsbtree")
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        switched.contains("cannot switch to the temporal engine"),
+        "{switched}"
+    );
+
+    let tmp = tempfile::tempdir().expect("temporal store call");
+    let sharded = Store::open_path(
+        tmp.path(),
+        StoreOptions {
+            shards: 2,
+            ..options("tsbtree")
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(sharded.contains("needs shards=1"), "{sharded}");
+
+    let store = Store::open_path(tmp.path(), options("tsbtree")).expect("temporal store call");
+    let ts = store.put_ts(b"a", b"1").expect("temporal store call");
+    assert!(store.now().expect("temporal store call") >= ts);
+    let future = store.now().expect("temporal store call") + 1_000_000;
+    let text = store
+        .get_as_of(b"a", future, &mut Vec::new())
+        .unwrap_err()
+        .to_string();
+    assert!(text.contains("is in the future"), "{text}");
+    let text = store
+        .history(b"a", future, u64::MAX, Order::Ascending, 1)
+        .unwrap_err()
+        .to_string();
+    assert!(text.contains("is in the future"), "{text}");
+    // A history up to "forever" is capped at now.
+    assert_eq!(
+        store
+            .history(b"a", 0, u64::MAX, Order::Ascending, 9)
+            .expect("temporal store call")
+            .len(),
+        1
+    );
+    store.close().expect("temporal store call");
+}
