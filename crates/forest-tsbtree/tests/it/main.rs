@@ -7,3 +7,4 @@ mod fig3;
 mod history_links;
 mod index_time_split;
 mod pause_points;
+mod put_version;
