@@ -11,3 +11,4 @@ mod pause_points;
 mod removal;
 mod review13_refs;
 mod scan_batches;
+mod scan_copy;

@@ -1,4 +1,4 @@
-//! Scans in batches (crate::scan): a scan copies records under a pin in batches of 16, then
+//! Scans in batches (crate::scan): a scan copies records under a pin in batches of 32, then
 //! of all handed out so far once 128 were, and goes on from past the last key handed out by
 //! a new descent through the layers; `Masstree::scan_pinned` walks the same way with its
 //! visitor under the pin. These tests aim at the seams: stops and resumptions at every batch
