@@ -224,6 +224,8 @@ pub struct Collections {
     live: AtomicI64,
     /// Store entries under [`RESERVED_BYTE`].
     reserved: AtomicI64,
+    /// Type entries of recently written collections, by stripe (`crate::meta_cache`).
+    metas: crate::meta_cache::MetaCache,
 }
 
 impl Collections {
@@ -253,6 +255,7 @@ impl Collections {
             hasher: std::collections::hash_map::RandomState::new(),
             live: AtomicI64::new(live),
             reserved: AtomicI64::new(reserved),
+            metas: crate::meta_cache::MetaCache::new(LOCK_STRIPE_COUNT),
         }
     }
 
@@ -283,6 +286,28 @@ impl Collections {
     /// KEYS, SCAN, FLUSHDB, the FOREST ranges): no other write runs while it is held.
     pub fn lock_all(&self) -> Vec<StripeGuard<'_>> {
         self.locks.iter().map(|l| l.lock()).collect()
+    }
+
+    /// `user`'s type entry as the store holds it, if the cache knows it
+    /// (`crate::meta_cache`).
+    pub fn cached_meta(&self, user: &[u8]) -> Option<Meta> {
+        self.metas.get(self.stripe(user), user)
+    }
+
+    /// Notes that the store now holds `meta` at `user`'s type key. Precondition: `user`'s
+    /// stripe lock is held and the write is visible.
+    pub(crate) fn cache_meta(&self, user: &[u8], meta: Meta) {
+        self.metas.put(self.stripe(user), user, meta);
+    }
+
+    /// Forgets `user`'s cached type entry: a write of it was decided or applied.
+    pub(crate) fn forget_meta(&self, user: &[u8]) {
+        self.metas.forget(self.stripe(user), user);
+    }
+
+    /// The meta cache, for tests.
+    pub fn meta_cache(&self) -> &crate::meta_cache::MetaCache {
+        &self.metas
     }
 
     /// Whether any collection may exist: string commands check types only then.

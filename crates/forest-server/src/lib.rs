@@ -17,6 +17,7 @@
 //! | [`shutdown`] | the stop latch and the signal thread | — |
 //! | [`info`] | INFO's sections, with the engine's counters | — |
 //! | [`collection`] | lists, sets, hashes, sorted sets, streams as key ranges under byte 0xFF; stripe locks | §3 one ordered map |
+//! | [`meta_cache`] | recently written collections' type entries in memory per stripe lock | — |
 //! | [`glob`] | Redis glob patterns for KEYS, SCAN MATCH, CONFIG GET, PSUBSCRIBE | — |
 //! | [`expiry`] | key deadlines: a string with one lives at `FF 'x'` (deadline in its value), a collection's is an `FF 'E'` entry; the time order in memory, the active task | §3 one ordered map |
 //! | [`watch`] | WATCH's registry and the hook every write calls | — |
@@ -36,6 +37,7 @@ pub mod expiry;
 pub mod frame;
 pub mod glob;
 pub mod info;
+pub mod meta_cache;
 pub mod parse;
 pub mod pubsub;
 pub mod server;

@@ -44,7 +44,22 @@ pub fn read_meta(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<Option<Meta>, Fra
     if ctx.is_due(user) {
         return Ok(None);
     }
+    if let Some(meta) = cached_meta(ctx, user) {
+        return Ok(Some(meta));
+    }
     read_meta_raw(ctx, user)
+}
+
+/// `user`'s type entry from the meta cache, if known and the running command's unit decided
+/// nothing for it (its own writes come first): the cache equals the store
+/// (`crate::meta_cache`).
+fn cached_meta(ctx: &Ctx<'_, '_>, user: &[u8]) -> Option<Meta> {
+    if let Some(unit) = &ctx.unit {
+        if !unit.overlay.is_empty() && unit.overlay.contains_key(type_key(user).as_slice()) {
+            return None;
+        }
+    }
+    ctx.shared.collections.cached_meta(user)
 }
 
 /// The type entry of `user`, expired or not (deletions).
@@ -159,6 +174,8 @@ pub fn count_changes<'a, 's, T>(
 struct Open {
     meta: Meta,
     existed: bool,
+    /// The metadata as opened, to skip rewriting an unchanged type entry.
+    opened: Meta,
 }
 
 /// Opens `user` for a write of a `kind` command, creating it (in memory only) if absent.
@@ -180,6 +197,7 @@ fn open_write_in_unit(ctx: &mut Ctx<'_, '_>, user: &[u8], kind: Kind) -> Result<
         Some(meta) if meta.kind == kind => Ok(Open {
             meta,
             existed: true,
+            opened: meta,
         }),
         Some(_) => Err(wrongtype()),
         None => {
@@ -200,6 +218,7 @@ fn open_write_in_unit(ctx: &mut Ctx<'_, '_>, user: &[u8], kind: Kind) -> Result<
             Ok(Open {
                 meta: Meta::new(kind),
                 existed: false,
+                opened: Meta::new(kind),
             })
         }
     }
@@ -208,9 +227,16 @@ fn open_write_in_unit(ctx: &mut Ctx<'_, '_>, user: &[u8], kind: Kind) -> Result<
 /// Writes `open`'s metadata back: removes the type entry of an emptied collection, keeps
 /// the counts exact. Precondition: the stripe lock taken for [`open_write`] is still held.
 fn finish(ctx: &mut Ctx<'_, '_>, user: &[u8], open: Open) -> Result<(), Frame> {
+    // EXEC's unit is written at EXEC's end, not here: nothing to cache yet.
+    let txn = ctx.unit.as_ref().is_some_and(|u| u.txn);
+    let meta = open.meta;
     let result = settle(ctx, user, open);
     // The unit is written here, under the caller's stripe lock, whatever happened above.
     let written = ctx.end_unit();
+    if result.is_ok() && written.is_ok() && !txn && meta.count > 0 {
+        // The store holds `meta` at the type key now, and the lock is still held.
+        ctx.shared.collections.cache_meta(user, meta);
+    }
     result.and(written)
 }
 
@@ -232,8 +258,24 @@ fn settle(ctx: &mut Ctx<'_, '_>, user: &[u8], open: Open) -> Result<(), Frame> {
             // An emptied collection is deleted, its deadline with it.
             super::expire::stage_deadline(ctx, user, None)
         }
+        (_, true) if open.meta == open.opened && open.meta.kind != Kind::Stream => {
+            // Unchanged (SADD or HSET of members already there, ZADD of the same score): the
+            // entry is not rewritten. A change of a list always moves an end or the count,
+            // so the blocking commands' hook loses nothing; a stream's writes all signal its
+            // readers. The reply still waits for the last write under the entry's stripe,
+            // the one that made what the command read.
+            ctx.observe(&key);
+            Ok(())
+        }
         (_, existed) => {
-            let result = ctx.upsert(&key, &open.meta.encode());
+            // The type key is its own place (no string's deadline applies): decided as is.
+            let value = open.meta.encode();
+            let result = match ctx.unit.is_some() {
+                true => {
+                    check_member(&key, &value).map(|()| ctx.decide_owned(key, Some(value.to_vec())))
+                }
+                false => ctx.upsert(&key, &value),
+            };
             if result.is_ok() && !existed {
                 collections.add_reserved(1);
             } else if result.is_err() && !existed {
@@ -264,6 +306,44 @@ pub fn put_member(ctx: &mut Ctx<'_, '_>, key: &[u8], value: &[u8]) -> Result<boo
         ctx.shared.collections.add_reserved(1);
     }
     Ok(new)
+}
+
+/// Sets a member entry that the caller knows absent (a list's next sequence number, which
+/// the list's invariant keeps free): decided without reading it. Precondition: a unit is
+/// open (inside [`write`]).
+pub fn put_new_member(ctx: &mut Ctx<'_, '_>, key: Vec<u8>, value: &[u8]) -> Result<(), Frame> {
+    put_known_member(ctx, key, value, false)
+}
+
+/// Sets a member entry whose presence (`existed`) the caller has just read in the running
+/// command's view, or knows: decided without reading it again. Precondition: a unit is
+/// open (inside [`write`]).
+pub fn put_known_member(
+    ctx: &mut Ctx<'_, '_>,
+    key: Vec<u8>,
+    value: &[u8],
+    existed: bool,
+) -> Result<(), Frame> {
+    if ctx.unit.is_none() {
+        return put_member(ctx, &key, value).map(|_| ());
+    }
+    check_member(&key, value)?;
+    ctx.decide_owned(key, Some(value.to_vec()));
+    if !existed {
+        ctx.shared.collections.add_reserved(1);
+    }
+    Ok(())
+}
+
+/// Removes a member entry that the caller has just read present in the running command's
+/// view: decided without reading it again. Precondition: a unit is open (inside [`write`]).
+pub fn remove_known_member(ctx: &mut Ctx<'_, '_>, key: Vec<u8>) -> Result<(), Frame> {
+    if ctx.unit.is_none() {
+        return remove_member(ctx, &key).map(|_| ());
+    }
+    ctx.decide_owned(key, None);
+    ctx.shared.collections.add_reserved(-1);
+    Ok(())
 }
 
 /// Adds a member entry only if absent; true if added.

@@ -26,8 +26,9 @@ fn push(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], left: bool) -> Reply {
 fn push_if(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], left: bool, existing: bool) -> Reply {
     let user = argv[1];
     let prefix = member_prefix(user);
+    let any_element = member_key(&prefix, &[&[0; 8]]);
     for element in &argv[2..] {
-        coll::check_member(&member_key(&prefix, &[&[0; 8]]), element)?;
+        coll::check_member(&any_element, element)?;
     }
     let change = |ctx: &mut Ctx<'_, '_>, meta: &mut Meta| {
         for element in &argv[2..] {
@@ -63,7 +64,8 @@ pub(super) fn push_element(
     element: &[u8],
 ) -> Result<(), Frame> {
     let seq = next_seq(meta, left)?;
-    coll::put_member(ctx, &element_key(prefix, seq), element)?;
+    // Outside head..tail no member exists (the list's invariant): nothing to read.
+    coll::put_new_member(ctx, element_key(prefix, seq), element)?;
     if left {
         meta.a = seq;
     } else {
@@ -95,7 +97,7 @@ pub(super) fn pop_elements(
         let mut value = Vec::new();
         // Members head..tail always exist; only a type entry written by hand under the
         // reserved byte could say otherwise, and then the hole is skipped.
-        let present = ctx.read(&key, &mut value);
+        let present = ctx.read_at(&key, &mut value);
         if left {
             meta.a = meta.a.saturating_add(1);
         } else {
@@ -109,8 +111,9 @@ pub(super) fn pop_elements(
     }
     // The members' removal and the new metadata are one unit, written by the caller's
     // `coll::write`.
-    for key in &keys {
-        coll::remove_member(ctx, key)?;
+    for key in keys {
+        // Read present just above, in this command's view.
+        coll::remove_known_member(ctx, key)?;
     }
     Ok(popped)
 }
@@ -426,6 +429,23 @@ pub fn lrange(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let prefix = member_prefix(user);
     let lower = member_key(&prefix, &[&seq_bytes(meta.a.saturating_add(first as i64))]);
     let upper = member_key(&prefix, &[&seq_bytes(meta.a.saturating_add(last as i64))]);
+    if ctx.unit.is_none() {
+        // Nothing decided to merge (outside EXEC): the values straight from one scan.
+        // The exact count as the limit: a short range stays an optimistic read.
+        let want = usize::try_from(last - first + 1).unwrap_or(usize::MAX);
+        let mut values = Vec::with_capacity(want.min(1024));
+        ctx.shared.store.scan_up_to(
+            Bound::Included(&lower),
+            Bound::Included(&upper),
+            Order::Ascending,
+            want,
+            &mut |_, v| {
+                values.push(Frame::Bulk(v.to_vec()));
+                std::ops::ControlFlow::Continue(())
+            },
+        );
+        return Ok(Frame::Array(values));
+    }
     let entries = coll::members(
         ctx,
         Bound::Included(&lower),

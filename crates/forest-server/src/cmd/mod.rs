@@ -161,7 +161,8 @@ pub struct Ctx<'a, 's> {
 /// A command's decided writes (see [`Ctx::unit`]) and the state they leave, by key.
 #[derive(Clone, Debug, Default)]
 pub struct Unit {
-    batch: forest_store::WriteBatch,
+    /// The final state of each key written; [`Ctx::end_unit`] writes it as one batch (one
+    /// op per key, as EXEC's), so a decided write is copied once.
     overlay: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// EXEC's unit: it spans every queued command; only EXEC writes it ([`multi`]).
     txn: bool,
@@ -259,13 +260,23 @@ impl Ctx<'_, '_> {
         };
         // A deadline change may move a string between its two places: readers that miss
         // it meanwhile read again (`Expires::read_string`).
-        let moves = !unit.deadlines.is_empty();
+        let Unit {
+            overlay, deadlines, ..
+        } = unit;
+        let moves = !deadlines.is_empty();
         if moves {
             self.shared.expires.begin_move();
         }
-        if !unit.batch.is_empty() {
+        let mut batch = forest_store::WriteBatch::new();
+        for (key, value) in overlay {
+            batch.push(match value {
+                Some(value) => forest_store::BatchOp::Upsert(key, value),
+                None => forest_store::BatchOp::Remove(key),
+            });
+        }
+        if !batch.is_empty() {
             self.wrote = true;
-            if let Err(e) = self.batch.write(&unit.batch) {
+            if let Err(e) = self.batch.write(&batch) {
                 if moves {
                     self.shared.expires.end_move();
                 }
@@ -274,12 +285,12 @@ impl Ctx<'_, '_> {
         }
         // Once the writes are visible, still under the command's stripe lock: the deadlines
         // (`expiry`'s invariants), then the watchers (crate::watch).
-        expire::apply_deadlines(self.shared, &unit.deadlines);
+        expire::apply_deadlines(self.shared, &deadlines);
         if moves {
             self.shared.expires.end_move();
         }
-        for key in unit.overlay.keys() {
-            self.shared.watches.touched_store_key(key);
+        for op in batch.ops() {
+            self.shared.watches.touched_store_key(op.key());
         }
         Ok(())
     }
@@ -438,9 +449,22 @@ impl Ctx<'_, '_> {
     /// The write hook of blocking commands: a collection's type entry was written (under
     /// its stripe lock), so a client waiting on it is woken once this command is done
     /// ([`crate::blocking`]). One atomic load while nobody is blocked.
+    /// It is also where the meta cache forgets the entry (`crate::meta_cache`): every write
+    /// of a type key passes here.
     fn touched_type_entry(&mut self, key: &[u8]) {
+        if let [crate::collection::RESERVED_BYTE, crate::collection::TYPE_TAG, user @ ..] = key {
+            self.shared.collections.forget_meta(user);
+        }
         if let Some(user) = self.shared.blocking.waits_on_store_key(key) {
             self.client.blocking.note(user);
+        }
+    }
+
+    /// Forgets the cached type entry a write outside a unit is about to change, before it
+    /// is visible (`crate::meta_cache`: the cache is the store's value or unknown).
+    fn forget_type_entry(&self, key: &[u8]) {
+        if let [crate::collection::RESERVED_BYTE, crate::collection::TYPE_TAG, user @ ..] = key {
+            self.shared.collections.forget_meta(user);
         }
     }
 
@@ -448,11 +472,20 @@ impl Ctx<'_, '_> {
     fn decide(&mut self, key: &[u8], value: Option<&[u8]>) {
         self.touched_type_entry(key);
         let unit = self.unit.as_mut().expect("a unit is open");
-        match value {
-            Some(v) => unit.batch.put(key, v),
-            None => unit.batch.remove(key),
-        };
-        unit.overlay.insert(key.to_vec(), value.map(<[u8]>::to_vec));
+        let value = value.map(<[u8]>::to_vec);
+        match unit.overlay.get_mut(key) {
+            Some(state) => *state = value,
+            None => {
+                unit.overlay.insert(key.to_vec(), value);
+            }
+        }
+    }
+
+    /// [`Self::decide`] of a key and value the caller built: kept, not copied.
+    fn decide_owned(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
+        self.touched_type_entry(&key);
+        let unit = self.unit.as_mut().expect("a unit is open");
+        unit.overlay.insert(key, value);
     }
 
     /// Sets `key` to `value` through the batch; a string with a deadline at its place,
@@ -492,6 +525,7 @@ impl Ctx<'_, '_> {
             self.decide(key, Some(value));
             return Ok(());
         }
+        self.forget_type_entry(key);
         self.wrote = true;
         self.batch.upsert(key, value).map_err(|e| store_error(&e))?;
         self.shared.watches.touched_store_key(key);
@@ -508,6 +542,7 @@ impl Ctx<'_, '_> {
             self.decide(key, Some(value));
             return Ok(true);
         }
+        self.forget_type_entry(key);
         self.wrote = true;
         let changed = self.batch.insert(key, value).map_err(|e| store_error(&e))?;
         if changed {
@@ -526,6 +561,7 @@ impl Ctx<'_, '_> {
             self.decide(key, Some(value));
             return Ok(true);
         }
+        self.forget_type_entry(key);
         self.wrote = true;
         let changed = self.batch.update(key, value).map_err(|e| store_error(&e))?;
         if changed {
@@ -544,6 +580,7 @@ impl Ctx<'_, '_> {
             self.decide(key, None);
             return Ok(true);
         }
+        self.forget_type_entry(key);
         self.wrote = true;
         let changed = self.batch.remove(key).map_err(|e| store_error(&e))?;
         if changed {
@@ -595,6 +632,9 @@ impl Ctx<'_, '_> {
     ) -> Result<Vec<bool>, Frame> {
         if self.unit.is_some() {
             return multi::decide_batch(self, batch, false);
+        }
+        for op in batch.ops() {
+            self.forget_type_entry(op.key());
         }
         self.wrote = true;
         let changed = self.batch.write(batch).map_err(|e| store_error(&e))?;
@@ -657,6 +697,7 @@ impl Ctx<'_, '_> {
             }
             return Ok(old);
         }
+        self.forget_type_entry(key);
         self.wrote = true;
         let mut changed = false;
         let old = self

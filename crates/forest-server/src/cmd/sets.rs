@@ -62,10 +62,10 @@ pub fn spop(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
             let Some((key, _)) = sample::at_random_point(ctx, &prefix, &end) else {
                 break;
             };
-            if coll::remove_member(ctx, &key)? {
-                meta.count = meta.count.saturating_sub(1);
-                popped.push(Frame::bulk(&key[prefix.len()..]));
-            }
+            // Found in this command's view, so present: removed without reading it again.
+            popped.push(Frame::bulk(&key[prefix.len()..]));
+            coll::remove_known_member(ctx, key)?;
+            meta.count = meta.count.saturating_sub(1);
         }
         Ok(coll::popped_reply(count, popped))
     })

@@ -200,8 +200,11 @@ fn set_score(
         }
         coll::remove_member(ctx, &member_key(prefix, &[BY_SCORE, &old, member]))?;
     }
-    coll::put_member(ctx, &member_key(prefix, &[BY_SCORE, &bytes, member]), b"")?;
-    coll::put_member(ctx, &name_key, &bytes)?;
+    // The by-score entry of a score the member does not have is absent (the set's
+    // invariant: each by-score entry has its by-member entry); the by-member entry was
+    // just read.
+    coll::put_new_member(ctx, member_key(prefix, &[BY_SCORE, &bytes, member]), b"")?;
+    coll::put_known_member(ctx, name_key, &bytes, existed)?;
     Ok(!existed)
 }
 
