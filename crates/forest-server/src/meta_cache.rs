@@ -338,4 +338,107 @@ mod server_tests {
         let mut h = h.restart();
         assert_eq!((count(&mut h, "a"), count(&mut h, "b")), (a, b));
     }
+
+    // rev-coll: more writers against the cache (LMOVE onto itself, RENAME/FLUSHDB/SET inside
+    // EXEC, COPY, SMOVE, LMPOP, a script's DEL, active expiry, LSET's unchanged entry, a
+    // stream emptied), checking the cache against the store and the counts against a restart.
+    #[test]
+    fn rev_more_writers_keep_the_cache_right() {
+        let mut h = Harness::new();
+        assert_eq!(h.run(&["RPUSH", "l", "a", "b", "c"]), int(3));
+        assert_eq!(h.run(&["LMOVE", "l", "l", "RIGHT", "LEFT"]), bulk("c"));
+        assert_eq!(h.run(&["RPUSH", "l", "d"]), int(4));
+        list(&mut h, "l", &["c", "a", "b", "d"]);
+        assert_eq!(h.run(&["LSET", "l", "0", "C"]), Frame::ok());
+        check_cache(&h, "l");
+        assert_eq!(h.run(&["LPUSH", "l", "z"]), int(5));
+        list(&mut h, "l", &["z", "C", "a", "b", "d"]);
+
+        assert_eq!(h.run(&["MULTI"]), Frame::ok());
+        h.run(&["RENAME", "l", "m"]);
+        h.run(&["RPUSH", "m", "e"]);
+        assert_eq!(h.run(&["EXEC"]), Frame::Array(vec![Frame::ok(), int(6)]));
+        check_cache(&h, "l");
+        check_cache(&h, "m");
+        assert_eq!(h.run(&["RPUSH", "m", "f"]), int(7));
+        assert_eq!(h.run(&["LPUSH", "l", "x"]), int(1));
+        list(&mut h, "m", &["z", "C", "a", "b", "d", "e", "f"]);
+        list(&mut h, "l", &["x"]);
+
+        assert_eq!(h.run(&["MULTI"]), Frame::ok());
+        h.run(&["RPUSH", "m", "g"]);
+        h.run(&["FLUSHDB"]);
+        h.run(&["RPUSH", "m", "h"]);
+        h.run(&["EXEC"]);
+        assert_eq!(h.run(&["RPUSH", "m", "i"]), int(2));
+        list(&mut h, "m", &["h", "i"]);
+        list(&mut h, "l", &[]);
+
+        assert_eq!(h.run(&["MULTI"]), Frame::ok());
+        h.run(&["RPUSH", "m", "j"]);
+        h.run(&["SET", "m", "str"]);
+        h.run(&["EXEC"]);
+        assert!(matches!(h.run(&["RPUSH", "m", "k"]), Frame::Error(_)));
+        assert_eq!(h.run(&["DEL", "m"]), int(1));
+        assert_eq!(h.run(&["RPUSH", "m", "k"]), int(1));
+        assert_eq!(h.run(&["COPY", "m", "n"]), int(1));
+        assert_eq!(h.run(&["RPUSH", "n", "l"]), int(2));
+        assert_eq!(h.run(&["RPUSH", "m", "z"]), int(2));
+        list(&mut h, "m", &["k", "z"]);
+        list(&mut h, "n", &["k", "l"]);
+        assert_eq!(h.run(&["COPY", "n", "m", "REPLACE"]), int(1));
+        assert_eq!(h.run(&["RPUSH", "m", "y"]), int(3));
+        list(&mut h, "m", &["k", "l", "y"]);
+
+        assert_eq!(h.run(&["LMPOP", "1", "m", "LEFT", "COUNT", "5"]), Frame::Array(vec![bulk("m"), bulks(&["k", "l", "y"])]));
+        assert_eq!(h.run(&["RPUSH", "m", "q"]), int(1));
+        list(&mut h, "m", &["q"]);
+        assert_eq!(h.run(&["RPOPLPUSH", "m", "m"]), bulk("q"));
+        assert_eq!(h.run(&["RPUSH", "m", "r"]), int(2));
+        list(&mut h, "m", &["q", "r"]);
+
+        assert_eq!(h.run(&["SADD", "s", "a", "b"]), int(2));
+        assert_eq!(h.run(&["SMOVE", "s", "t", "a"]), int(1));
+        assert_eq!(h.run(&["SADD", "s", "c"]), int(1));
+        assert_eq!(h.run(&["SADD", "t", "c"]), int(1));
+        assert_eq!(h.run(&["SCARD", "s"]), int(2));
+        assert_eq!(h.run(&["SCARD", "t"]), int(2));
+        check_cache(&h, "s");
+        check_cache(&h, "t");
+        assert!(matches!(h.run(&["SPOP", "t", "5"]), Frame::Array(v) if v.len() == 2));
+        assert_eq!(h.run(&["SADD", "t", "z"]), int(1));
+        assert_eq!(h.run(&["SCARD", "t"]), int(1));
+        check_cache(&h, "t");
+
+        assert_eq!(
+            h.run(&["EVAL", "redis.call('del', KEYS[1]); return redis.call('rpush', KEYS[1], 'p')", "1", "m"]),
+            int(1)
+        );
+        assert_eq!(h.run(&["RPUSH", "m", "s"]), int(2));
+        list(&mut h, "m", &["p", "s"]);
+
+        // Active expiry (not a reader's lazy one).
+        assert_eq!(h.run(&["RPUSH", "e", "1", "2"]), int(2));
+        assert_eq!(h.run(&["PEXPIRE", "e", "1"]), int(1));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        crate::cmd::expire_cycle(&h.shared, 100);
+        assert_eq!(h.shared.collections.cached_meta(b"e"), None);
+        assert_eq!(h.run(&["RPUSH", "e", "3"]), int(1));
+        list(&mut h, "e", &["3"]);
+
+        assert!(matches!(h.run(&["XADD", "x", "1-1", "f", "v"]), Frame::Bulk(_)));
+        assert_eq!(h.run(&["XDEL", "x", "1-1"]), int(1));
+        assert_eq!(h.run(&["XLEN", "x"]), int(0));
+        check_cache(&h, "x");
+        assert!(matches!(h.run(&["XADD", "x", "2-1", "f", "v"]), Frame::Bulk(_)));
+        assert_eq!(h.run(&["XLEN", "x"]), int(1));
+        check_cache(&h, "x");
+
+        let reserved = h.shared.collections.reserved_count();
+        let live = h.shared.collections.live_count();
+        let mut h = h.restart();
+        assert_eq!(h.shared.collections.reserved_count(), reserved, "reserved drifted");
+        assert_eq!(h.shared.collections.live_count(), live, "live drifted");
+        list(&mut h, "m", &["p", "s"]);
+    }
 }
