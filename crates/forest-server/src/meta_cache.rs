@@ -390,7 +390,10 @@ mod server_tests {
         assert_eq!(h.run(&["RPUSH", "m", "y"]), int(3));
         list(&mut h, "m", &["k", "l", "y"]);
 
-        assert_eq!(h.run(&["LMPOP", "1", "m", "LEFT", "COUNT", "5"]), Frame::Array(vec![bulk("m"), bulks(&["k", "l", "y"])]));
+        assert_eq!(
+            h.run(&["LMPOP", "1", "m", "LEFT", "COUNT", "5"]),
+            Frame::Array(vec![bulk("m"), bulks(&["k", "l", "y"])])
+        );
         assert_eq!(h.run(&["RPUSH", "m", "q"]), int(1));
         list(&mut h, "m", &["q"]);
         assert_eq!(h.run(&["RPOPLPUSH", "m", "m"]), bulk("q"));
@@ -411,7 +414,12 @@ mod server_tests {
         check_cache(&h, "t");
 
         assert_eq!(
-            h.run(&["EVAL", "redis.call('del', KEYS[1]); return redis.call('rpush', KEYS[1], 'p')", "1", "m"]),
+            h.run(&[
+                "EVAL",
+                "redis.call('del', KEYS[1]); return redis.call('rpush', KEYS[1], 'p')",
+                "1",
+                "m"
+            ]),
             int(1)
         );
         assert_eq!(h.run(&["RPUSH", "m", "s"]), int(2));
@@ -426,18 +434,28 @@ mod server_tests {
         assert_eq!(h.run(&["RPUSH", "e", "3"]), int(1));
         list(&mut h, "e", &["3"]);
 
-        assert!(matches!(h.run(&["XADD", "x", "1-1", "f", "v"]), Frame::Bulk(_)));
+        assert!(matches!(
+            h.run(&["XADD", "x", "1-1", "f", "v"]),
+            Frame::Bulk(_)
+        ));
         assert_eq!(h.run(&["XDEL", "x", "1-1"]), int(1));
         assert_eq!(h.run(&["XLEN", "x"]), int(0));
         check_cache(&h, "x");
-        assert!(matches!(h.run(&["XADD", "x", "2-1", "f", "v"]), Frame::Bulk(_)));
+        assert!(matches!(
+            h.run(&["XADD", "x", "2-1", "f", "v"]),
+            Frame::Bulk(_)
+        ));
         assert_eq!(h.run(&["XLEN", "x"]), int(1));
         check_cache(&h, "x");
 
         let reserved = h.shared.collections.reserved_count();
         let live = h.shared.collections.live_count();
         let mut h = h.restart();
-        assert_eq!(h.shared.collections.reserved_count(), reserved, "reserved drifted");
+        assert_eq!(
+            h.shared.collections.reserved_count(),
+            reserved,
+            "reserved drifted"
+        );
         assert_eq!(h.shared.collections.live_count(), live, "live drifted");
         list(&mut h, "m", &["p", "s"]);
     }

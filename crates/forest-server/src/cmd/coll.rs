@@ -258,12 +258,19 @@ fn settle(ctx: &mut Ctx<'_, '_>, user: &[u8], open: Open) -> Result<(), Frame> {
             // An emptied collection is deleted, its deadline with it.
             super::expire::stage_deadline(ctx, user, None)
         }
-        (_, true) if open.meta == open.opened && open.meta.kind != Kind::Stream => {
-            // Unchanged (SADD or HSET of members already there, ZADD of the same score): the
-            // entry is not rewritten. A change of a list always moves an end or the count,
-            // so the blocking commands' hook loses nothing; a stream's writes all signal its
-            // readers. The reply still waits for the last write under the entry's stripe,
-            // the one that made what the command read.
+        (_, true)
+            if open.meta == open.opened
+                && open.meta.kind != Kind::Stream
+                && ctx.unit.as_ref().is_some_and(|u| u.overlay().is_empty()) =>
+        {
+            // A command that changed nothing (SADD of members already there, ZADD of the same
+            // score): the entry is not rewritten. The reply waits for the last write under the
+            // entry's stripe, which is the last change of this collection only because every
+            // change, of members alone too (HSET of a new value, ZADD of a new score, LSET),
+            // rewrites the entry (review rev-coll F1: skipping it then let a no-op reply be
+            // acknowledged before the change it read was durable). A change of a list always
+            // moves an end or the count, so the blocking commands' hook loses nothing; a
+            // stream's writes all signal its readers.
             ctx.observe(&key);
             Ok(())
         }
