@@ -156,6 +156,9 @@ impl Conn {
             let mut executed = 0;
             let mut cut = false;
             let mut blocked = false;
+            // A blocking command that wrote before it blocked (an expired key purged): its
+            // batch is waited for as a write's, though no reply of it is sent yet.
+            let mut wrote_unreplied = false;
             let mut batch = shared.store.batch();
             let mut argv: Vec<&[u8]> = Vec::with_capacity(8);
             for i in 0..requests.len() {
@@ -175,6 +178,7 @@ impl Conn {
                 executed = i + 1;
                 blocked = client.blocking.is_blocked();
                 if blocked || matches!(after, After::Shutdown { .. }) {
+                    wrote_unreplied = wrote;
                     // A blocking command waits: its reply comes from `resume`, and the
                     // commands after it wait behind it in the input (as in Redis). SHUTDOWN
                     // answers nothing.
@@ -211,7 +215,7 @@ impl Conn {
                 consumed = requests.cut(executed);
                 *more = cut || consumed < input.len();
             }
-            if writes.is_empty() {
+            if writes.is_empty() && !wrote_unreplied {
                 // Checks only that the store has not failed; a read's reply stands either way.
                 let _ = batch.wait();
             } else if let Err(err) = wait(batch) {
@@ -609,6 +613,46 @@ mod tests {
         );
         let tail = format!("{error}\r\n$1\r\n1\r\n");
         assert!(hello.ends_with(&tail), "{text}");
+    }
+
+    // Goal: a blocking command that purges an expired key before it blocks has its batch
+    // waited for through the I/O model's wait for writes (under tokio, `block_in_place`
+    // around a possible fsync), and one that only read does not (review rev2's low
+    // finding). Method: a list given a deadline, the clock moved past it, BLPOP on it
+    // through `process_with` with a wait that counts its calls; then BLPOP on a missing key.
+    #[test]
+    fn blocking_command_that_purged_waits_as_a_write() {
+        let h = Harness::new();
+        h.shared.expires.freeze_clock();
+        let client = h.shared.new_client("a".into(), "b".into(), None);
+        let mut conn = Conn::new(client);
+        let (_, out) = run(&mut conn, &h.shared, b"RPUSH q a\r\nPEXPIRE q 100\r\n");
+        assert_eq!(out, b":1\r\n:1\r\n");
+        h.shared.expires.advance_clock_ms(200);
+        let mut waits = 0;
+        let mut blpop = |conn: &mut Conn, key: &str| {
+            conn.input
+                .extend_from_slice(format!("BLPOP {key} 0\r\n").as_bytes());
+            let step = conn.process_with(&h.shared, |batch| {
+                waits += 1;
+                batch.wait()
+            });
+            assert_eq!(step, Step::Continue);
+            assert!(conn.is_blocked(), "BLPOP {key} waits");
+            assert!(conn.output.is_empty(), "no reply while blocked");
+        };
+        blpop(&mut conn, "q");
+        let mut value = Vec::new();
+        assert!(
+            !h.shared
+                .store
+                .get(&crate::collection::type_key(b"q"), &mut value),
+            "the expired list was purged"
+        );
+        let client = h.shared.new_client("a".into(), "b".into(), None);
+        let mut other = Conn::new(client);
+        blpop(&mut other, "missing");
+        assert_eq!(waits, 1, "only the batch that purged waits as a write");
     }
 
     // Goal: a pipeline of large reads is answered in rounds of bounded output, all of it,

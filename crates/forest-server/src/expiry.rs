@@ -308,6 +308,11 @@ impl Shard {
 
 type MapShard = Mutex<Shard>;
 
+/// A key's hash in the deadline map, from [`Expires::probe`] (only this map's hasher makes
+/// one, so it is always the key's).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KeyHash(u64);
+
 /// The deadlines of the keys that have one (see the module doc), and expiry's counters.
 #[derive(Debug)]
 pub struct Expires {
@@ -465,6 +470,17 @@ impl Expires {
         self.shard(hash).lock().get(hash, user).map(|i| i.deadline)
     }
 
+    /// [`Self::deadline`], and the key's hash for [`Self::insert_hashed`]: a write that
+    /// reads a deadline and then sets one hashes the key once.
+    pub(crate) fn probe(&self, user: &[u8]) -> (KeyHash, Option<u64>) {
+        let hash = self.hash(user);
+        if !self.any() {
+            return (KeyHash(hash), None);
+        }
+        let deadline = self.shard(hash).lock().get(hash, user).map(|i| i.deadline);
+        (KeyHash(hash), deadline)
+    }
+
     /// Marks the start of a move of a string between its raw key and `FF 'x'` (a write
     /// that sets or clears its deadline): before its batch. [`Self::end_move`] follows once
     /// the map holds the new deadline.
@@ -585,7 +601,12 @@ impl Expires {
 
     /// Records `user`'s deadline (replacing any). Precondition: its stripe lock is held.
     pub(crate) fn insert(&self, user: &[u8], deadline: u64) {
-        let hash = self.hash(user);
+        self.insert_hashed(KeyHash(self.hash(user)), user, deadline);
+    }
+
+    /// [`Self::insert`] with the hash [`Self::probe`] gave for `user`.
+    pub(crate) fn insert_hashed(&self, hash: KeyHash, user: &[u8], deadline: u64) {
+        let hash = hash.0;
         let mut shard = self.shard(hash).lock();
         let fills = shard.map.is_empty();
         shard.set(hash, user, deadline);

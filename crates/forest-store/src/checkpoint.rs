@@ -1,6 +1,6 @@
 //! Checkpoints: a scan of the index written to a file and published by an atomic rename
-//! (masstree.md §5 "checkpoints"; issue 5 "Checkpoints and recovery"). Format version 1,
-//! byte by byte in docs/FORMAT.md.
+//! (masstree.md §5 "checkpoints"; issue 5 "Checkpoints and recovery"). Format version 2
+//! (1 still read), byte by byte in docs/FORMAT.md.
 //!
 //! A checkpoint named `checkpoint-<start_lsn>` holds, for every key, a value at least as new
 //! as the state before `start_lsn` and no newer than its `end_lsn`: the store takes
@@ -32,8 +32,13 @@ use crate::file::{Dir, File, ReadWindow, READ_CHUNK_BYTES};
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"FORESTCP";
 /// The first 8 bytes of a checkpoint's trailer.
 pub const CHECKPOINT_TRAILER_MAGIC: [u8; 8] = *b"FORESTCE";
-/// The checkpoint format version this code writes and reads.
-pub const CHECKPOINT_FORMAT_VERSION: u32 = 1;
+/// The checkpoint format version this code writes. 2: a stamped key's value may hold
+/// `STORED_VALUE_BYTES_MAX` bytes, so that a build that reads only 1 refuses such a
+/// checkpoint by its version instead of calling an entry damaged.
+pub const CHECKPOINT_FORMAT_VERSION: u32 = 2;
+/// The oldest checkpoint format version this code reads: 1 has 2's layout (and the builds of
+/// session 10 wrote stamped values over the limit under it), so it is read by 2's rules.
+pub const CHECKPOINT_FORMAT_VERSION_OLDEST: u32 = 1;
 /// Bytes of the header.
 pub const CHECKPOINT_HEADER_BYTES: usize = 32;
 /// Bytes of the trailer.
@@ -424,11 +429,14 @@ fn check_header(path: &Path, header: &[u8]) -> Result<u64> {
         return Err(corrupt(path, 0, "not a forest checkpoint"));
     }
     let version = u32_at(header, 8);
-    if version != CHECKPOINT_FORMAT_VERSION {
+    if !(CHECKPOINT_FORMAT_VERSION_OLDEST..=CHECKPOINT_FORMAT_VERSION).contains(&version) {
         return Err(corrupt(
             path,
             8,
-            format!("checkpoint format version {version}"),
+            format!(
+                "checkpoint format version {version}, this build reads versions \
+                 {CHECKPOINT_FORMAT_VERSION_OLDEST} to {CHECKPOINT_FORMAT_VERSION}"
+            ),
         ));
     }
     Ok(u64_at(header, 16))
@@ -533,6 +541,48 @@ mod tests {
             )),
             Err(Error::Corrupt { offset, .. }) => Err(offset),
             Err(other) => panic!("only corruption expected: {other}"),
+        }
+    }
+
+    // Goal: a checkpoint of the previous format version (1, before the version said that a
+    // stamped value may hold the limit plus its stamp) still loads, by both loaders, and
+    // one of an unknown version is refused by its version. Method: a checkpoint with a
+    // stamped value at the limit; its header rewritten to version 1, 0 and 3 with a
+    // recomputed checksum.
+    #[test]
+    fn older_version_is_read_and_unknown_refused() {
+        let dir = SimDir::new(3);
+        let index = filled(5);
+        let mut stamped = forest_core::STAMPED_KEY_PREFIX.to_vec();
+        stamped.extend_from_slice(b"key");
+        index
+            .upsert(&stamped, &vec![7u8; STORED_VALUE_BYTES_MAX])
+            .expect("a stamped value at the limit");
+        write(&dir, &index, 1, || 0).expect("write");
+        let (path, data) = read(&dir, &checkpoint_tmp_name(1)).expect("read");
+        assert_eq!(u32_at(&data, 8), CHECKPOINT_FORMAT_VERSION);
+        let current = whole(&data).expect("current version");
+        assert_eq!(current.1.len(), 6);
+        assert_eq!(current.1[5].1.len(), STORED_VALUE_BYTES_MAX);
+        let versioned = |version: u32| {
+            let mut other = data.clone();
+            other[8..12].copy_from_slice(&version.to_le_bytes());
+            let crc = crc32c::crc32c(&other[..28]);
+            other[28..32].copy_from_slice(&crc.to_le_bytes());
+            other
+        };
+        let old = versioned(CHECKPOINT_FORMAT_VERSION_OLDEST);
+        assert_eq!(whole(&old), Ok(current.clone()));
+        assert_eq!(streamed(&old, 13), Ok(current));
+        for version in [0, CHECKPOINT_FORMAT_VERSION + 1] {
+            let other = versioned(version);
+            assert_eq!(whole(&other), Err(8));
+            assert_eq!(streamed(&other, 13), Err(8));
+            let text = decode(&path, &other).unwrap_err().to_string();
+            assert!(
+                text.contains(&format!("checkpoint format version {version}")),
+                "{text}"
+            );
         }
     }
 

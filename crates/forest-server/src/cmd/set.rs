@@ -6,6 +6,7 @@ use forest_store::{Rmw, WriteBatch};
 
 use super::expire::{self, TimeUnit};
 use super::{coll, is_word, store_error, syntax_error, Ctx, Reply};
+use crate::expiry::KeyHash;
 use crate::frame::Frame;
 
 /// SET's condition.
@@ -66,7 +67,20 @@ pub fn set(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
             let free = !keep && time.is_none_or(|(k, _)| k == kind);
             next.filter(|_| free).map(|n| (kind, n))
         };
-        if is_word(option, "nx") && condition != Condition::Present {
+        // The time options first (the common SET EX), each word tried only at its length.
+        let kind = match option.len() {
+            2 if is_word(option, "ex") => Some(TimeOption::Ex),
+            2 if is_word(option, "px") => Some(TimeOption::Px),
+            4 if is_word(option, "exat") => Some(TimeOption::ExAt),
+            4 if is_word(option, "pxat") => Some(TimeOption::PxAt),
+            _ => None,
+        };
+        if let Some(found) = kind.and_then(timed) {
+            time = Some(found);
+            i += 1;
+        } else if kind.is_some() {
+            return Err(syntax_error());
+        } else if is_word(option, "nx") && condition != Condition::Present {
             condition = Condition::Absent;
         } else if is_word(option, "xx") && condition != Condition::Absent {
             condition = Condition::Present;
@@ -74,18 +88,6 @@ pub fn set(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
             get = true;
         } else if is_word(option, "keepttl") && time.is_none() {
             keep = true;
-        } else if let Some(found) = [
-            ("ex", TimeOption::Ex),
-            ("px", TimeOption::Px),
-            ("exat", TimeOption::ExAt),
-            ("pxat", TimeOption::PxAt),
-        ]
-        .iter()
-        .find(|(word, _)| is_word(option, word))
-        .and_then(|&(_, kind)| timed(kind))
-        {
-            time = Some(found);
-            i += 1;
         } else {
             return Err(syntax_error());
         }
@@ -165,8 +167,15 @@ fn set_locked(ctx: &mut Ctx<'_, '_>, key: &[u8], value: &[u8], options: SetOptio
         now,
     } = options;
     let shared = ctx.shared;
-    // The key's deadline, read once: a due key is deleted first.
-    let mut old = ctx.deadline(key);
+    // The key's deadline, read once: a due key is deleted first. SET with a deadline outside
+    // a unit keeps the key's hash for the map's update (one hash per command).
+    let (hash, mut old) = match (expiry, &ctx.unit) {
+        (Expiry::At(_), None) => {
+            let (hash, old) = shared.expires.probe(key);
+            (Some(hash), old)
+        }
+        _ => (None, ctx.deadline(key)),
+    };
     let now = match now {
         Some(now) => now,
         None if old.is_some() || expiry != Expiry::Clear => shared.expires.now_ms(),
@@ -208,7 +217,7 @@ fn set_locked(ctx: &mut Ctx<'_, '_>, key: &[u8], value: &[u8], options: SetOptio
         if condition == Condition::Always && !get && ctx.unit.is_none() {
             // The common SET EX: one entry, `FF 'x' <key>` (two, and a move, where the
             // string was at its raw key or loses its deadline).
-            return set_placed(ctx, key, value, old, new);
+            return set_placed(ctx, key, value, old, new, hash);
         }
         // The value and the deadline go in one unit, written when SET ends.
         ctx.begin_unit();
@@ -228,11 +237,17 @@ fn set_placed(
     value: &[u8],
     old: Option<u64>,
     new: Option<u64>,
+    hash: Option<KeyHash>,
 ) -> Reply {
     let shared = ctx.shared;
-    if let (Some(deadline), false) = (new, shared.collections.any()) {
+    if let (Some(deadline), Some(hash), false) = (new, hash, shared.collections.any()) {
         if old.is_some() || !raw_present(ctx, key) {
-            return set_timed(ctx, key, value, old.is_none(), deadline);
+            let timed = Timed {
+                hash,
+                created: old.is_none(),
+                deadline,
+            };
+            return set_timed(ctx, key, value, timed);
         }
     }
     let mut batch = WriteBatch::new();
@@ -264,25 +279,27 @@ fn raw_present(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> bool {
     ctx.shared.store.get(key, scratch)
 }
 
-/// [`set_placed`] where the string stays at or goes to `FF 'x'` alone: one entry, nothing
-/// at its raw key, no collection anywhere. `created`: the key has no deadline and no
-/// entry now.
-fn set_timed(
-    ctx: &mut Ctx<'_, '_>,
-    key: &[u8],
-    value: &[u8],
+/// What [`set_timed`] writes besides the value: the key's hash in the deadline map, whether
+/// the key has no deadline and no entry now, and its new deadline.
+#[derive(Clone, Copy)]
+struct Timed {
+    hash: KeyHash,
     created: bool,
     deadline: u64,
-) -> Reply {
+}
+
+/// [`set_placed`] where the string stays at or goes to `FF 'x'` alone: one entry, nothing
+/// at its raw key, no collection anywhere.
+fn set_timed(ctx: &mut Ctx<'_, '_>, key: &[u8], value: &[u8], timed: Timed) -> Reply {
     // The entry's key and value in the connection's pooled buffers (no allocation once
     // warm): `FF 'x' <key>` -> `<deadline BE> <value>` (`crate::expiry`'s layout).
     let mut place = ctx.buffers.take();
     place.extend_from_slice(&crate::expiry::string_bounds().0);
     place.extend_from_slice(key);
     let mut stored = ctx.buffers.take();
-    stored.extend_from_slice(&deadline.to_be_bytes());
+    stored.extend_from_slice(&timed.deadline.to_be_bytes());
     stored.extend_from_slice(value);
-    let written = set_timed_entry(ctx, key, &place, &stored, created, deadline);
+    let written = set_timed_entry(ctx, key, &place, &stored, timed);
     ctx.buffers.give(place);
     ctx.buffers.give(stored);
     written?;
@@ -295,9 +312,13 @@ fn set_timed_entry(
     key: &[u8],
     place: &[u8],
     stored: &[u8],
-    created: bool,
-    deadline: u64,
+    timed: Timed,
 ) -> Result<(), Frame> {
+    let Timed {
+        hash,
+        created,
+        deadline,
+    } = timed;
     let shared = ctx.shared;
     check_entry(place, stored).map_err(|e| store_error(&e))?;
     // A new key: the map learns the deadline first, then the entry is written. A read
@@ -306,11 +327,11 @@ fn set_timed_entry(
     // the write needs no bracketing as a move (two atomic counters every client shares).
     if created {
         shared.expires.mark_timed();
-        shared.expires.insert(key, deadline);
+        shared.expires.insert_hashed(hash, key, deadline);
     }
     let written = ctx.upsert_at(place, stored);
     match (created, written.is_ok()) {
-        (false, true) => shared.expires.insert(key, deadline),
+        (false, true) => shared.expires.insert_hashed(hash, key, deadline),
         (true, false) => {
             shared.expires.remove(key);
         }

@@ -53,8 +53,15 @@ use std::path::Path;
 /// The first eight bytes of every log file.
 pub const LOG_MAGIC: [u8; 8] = *b"FORESTWL";
 
-/// The log format version this code writes and reads; bump it on any change of layout.
-pub const LOG_FORMAT_VERSION: u32 = 2;
+/// The log format version this code writes; bump it on any change of layout. 3: a stamped
+/// key's value may hold `STORED_VALUE_BYTES_MAX` bytes (a string's deadline beside a value
+/// at the limit), so that a build that reads only 2 refuses such a log by its version
+/// instead of taking the record for a torn tail.
+pub const LOG_FORMAT_VERSION: u32 = 3;
+
+/// The oldest log format version this code reads: 2 has 3's layout (and the builds of
+/// session 10 wrote stamped values over the limit under it), so it is read by 3's rules.
+pub const LOG_FORMAT_VERSION_OLDEST: u32 = 2;
 
 /// Bytes of the file header.
 pub const LOG_HEADER_BYTES: usize = 48;
@@ -452,9 +459,10 @@ pub(crate) fn decode_header(path: &Path, data: &[u8], len: u64) -> Result<Option
         return Err(corrupt("not a forest log file (bad magic)".to_string()));
     }
     let version = u32_at(bytes, 8);
-    if version != LOG_FORMAT_VERSION {
+    if !(LOG_FORMAT_VERSION_OLDEST..=LOG_FORMAT_VERSION).contains(&version) {
         return Err(corrupt(format!(
-            "log format version {version}, this build reads version {LOG_FORMAT_VERSION}"
+            "log format version {version}, this build reads versions \
+             {LOG_FORMAT_VERSION_OLDEST} to {LOG_FORMAT_VERSION}"
         )));
     }
     let header = LogHeader {
@@ -876,14 +884,40 @@ mod tests {
         // Goal: a file of another format or version is an error, not a torn log. Method:
         // rewrite magic and version with a recomputed header checksum.
         let (buf, _) = encode_log(0, &small_log());
-        for (at, byte) in [(0, b'X'), (8, 1u8), (8, 3u8)] {
+        for (at, byte) in [(0, b'X'), (8, 1u8), (8, 4u8)] {
             let mut other = buf.clone();
             other[at] = byte;
             let crc = crc32c::crc32c(&other[..LOG_HEADER_BYTES - 4]);
             other[LOG_HEADER_BYTES - 4..LOG_HEADER_BYTES].copy_from_slice(&crc.to_le_bytes());
             let text = decode_log(Path::new(PATH), &other).unwrap_err().to_string();
-            assert!(text.contains("magic") || text.contains("version"), "{text}");
+            let refused = match at {
+                0 => "bad magic".to_string(),
+                _ => format!("log format version {byte}, this build reads versions 2 to 3"),
+            };
+            assert!(text.contains(&refused), "{text}");
         }
+    }
+
+    #[test]
+    fn older_version_is_read() {
+        // Goal: a log of the previous format version (2, written before the version said
+        // that a stamped value may hold the limit plus its stamp) still opens, its records
+        // read as the current version's, that stamped value included. Method: a log with
+        // such a record, its header rewritten to version 2 with a recomputed checksum.
+        let mut stamped = forest_core::STAMPED_KEY_PREFIX.to_vec();
+        stamped.extend_from_slice(b"key");
+        let mut records = small_log();
+        records.push(data(40, true, stamped, vec![9u8; STORED_VALUE_BYTES_MAX]));
+        let (buf, _) = encode_log(10, &records);
+        assert_eq!(u32_at(&buf, 8), LOG_FORMAT_VERSION);
+        let mut old = buf.clone();
+        old[8..12].copy_from_slice(&LOG_FORMAT_VERSION_OLDEST.to_le_bytes());
+        let crc = crc32c::crc32c(&old[..LOG_HEADER_BYTES - 4]);
+        old[LOG_HEADER_BYTES - 4..LOG_HEADER_BYTES].copy_from_slice(&crc.to_le_bytes());
+        let decoded = decode_log(Path::new(PATH), &old).expect("version 2 is read");
+        assert_eq!(owned(&decoded), records);
+        assert_eq!(decoded.torn, None);
+        assert_eq!(decoded.valid_len, old.len() as u64);
     }
 
     #[test]
