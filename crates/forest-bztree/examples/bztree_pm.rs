@@ -152,11 +152,12 @@ fn killed(dir: &Path, keys: u64, runs: usize) {
         assert!(tree.get(&key(keys / 2), &mut out), "a loaded key is found");
         drop(tree);
         println!(
-            "killed {run}: {us} us wall, recovery_micros {}, in flight {}, descriptors scanned {}, words rolled {}",
+            "killed {run}: {us} us wall, recovery_micros {}, in flight {}, descriptors scanned {}, words rolled {}, values freed {}",
             report.recovery_micros,
             report.pool.descriptors_in_flight,
             report.pool.descriptors_scanned,
-            report.pool.words_rolled_forward + report.pool.words_rolled_back
+            report.pool.words_rolled_forward + report.pool.words_rolled_back,
+            report.pool.values_freed
         );
         wall.push(us);
         recovery.push(report.recovery_micros);

@@ -378,7 +378,14 @@ impl<'a, P: Persist> Descriptor<'a, P> {
         inner.counters().attempt(target_count, succeeded);
         forest_core::pause::pause_point("pmwcas:phase2-done");
         self.finished = true;
-        inner.retire(self.index, self.gen, self.guard);
+        // Memory its policies free (old values after success, new after failure) must wait
+        // for the pool's epoch; a descriptor freeing nothing comes back at once (`reuse.rs`).
+        let frees_memory = self.entries[..self.count].iter().any(|e| {
+            e.policy == Policy::FreeOne
+                && e.address != layout::TOMBSTONE
+                && (if succeeded { e.expected } else { e.new }) != 0
+        });
+        inner.retire(self.index, self.gen, self.guard, frees_memory);
         Ok(succeeded)
     }
 

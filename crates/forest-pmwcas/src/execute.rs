@@ -21,12 +21,14 @@
 //! - Helping depth is bounded by [`HELP_DEPTH_MAX`]: beyond it a thread does not recurse but
 //!   yields and reads the word again (the PMwCAS in it is being run by its owner and by the
 //!   helpers above in the chain, so waiting is enough; the stack stays bounded).
-//! - Reuse: a helper that read the status `Undecided` is protected by its epoch pin (the
-//!   descriptor cannot be retired before it is decided). A helper that finds it decided may
-//!   have pinned after it was retired (the reference it followed was left by a stalled
-//!   thread), so it reads the entries as a seqlock reader: status, fields, acquire fence,
-//!   status again; a changed generation means the words it would touch no longer hold this
-//!   descriptor, and every CAS it makes expects a generation-tagged reference.
+//! - Reuse: a helper pins the reuse domain (`reuse.rs`) in `help`, after it loaded the
+//!   reference and before its snapshot; a helper that read the status `Undecided` of its
+//!   generation under that pin is protected (the descriptor cannot be retired before it is
+//!   decided). A helper that finds it decided, or pinned only after the descriptor was
+//!   retired, released and reused, reads the entries as a seqlock reader: status, fields,
+//!   acquire fence, status again; a changed generation means the words it would touch no
+//!   longer hold this descriptor. Every later status check compares the generation too
+//!   (`undecided`), and every CAS it makes expects a generation-tagged reference.
 //! - Fig. 1's per-word dirty bit is the dirty bit of the reference in the target word; the
 //!   descriptor keeps no copy.
 //!
@@ -147,6 +149,9 @@ impl<P: Persist> Inner<P> {
         if depth > 0 {
             self.counters().help();
         }
+        // Before the snapshot: a generation read `Undecided` under this pin is not reused
+        // before it drops (`reuse.rs`).
+        let _pin = self.pin_reuse();
         let snap = self.snapshot(index, gen)?;
         self.run(index, gen, &snap, depth)
     }
@@ -156,7 +161,7 @@ impl<P: Persist> Inner<P> {
     /// back lines it has just flushed (a flush may evict them: `clwb` does on some CPUs).
     pub(crate) fn run(&self, index: u32, gen: u64, snap: &Snapshot, depth: usize) -> Option<bool> {
         let status_word = &self.desc(index)[D_STATUS];
-        if layout::status_state(status_word.load(Ordering::SeqCst)) == Some(State::Undecided) {
+        if undecided(status_word.load(Ordering::SeqCst), gen) {
             self.phase1(index, gen, snap, depth);
         }
         let mut status = status_word.load(Ordering::SeqCst);
@@ -194,10 +199,10 @@ impl<P: Persist> Inner<P> {
                 return;
             };
             loop {
-                if layout::status_state(status_word.load(Ordering::SeqCst))
-                    != Some(State::Undecided)
-                {
-                    break 'targets; // decided by a helper: nothing left to install
+                if !undecided(status_word.load(Ordering::SeqCst), gen) {
+                    // Decided by a helper (or, for a helper that pinned late, reused):
+                    // nothing left to install.
+                    break 'targets;
                 }
                 let met = self.rdcss_install(word, index, t.slot, t.expected);
                 if met == t.expected || met & !DIRTY_BIT == me {
@@ -320,6 +325,13 @@ impl Lines {
         }
         true
     }
+}
+
+/// Whether `status` is generation `gen`, `Undecided`: only then may Phase 1 install (a
+/// helper that pinned after loading a reference may meet a later generation, `reuse.rs`).
+#[inline]
+fn undecided(status: u64, gen: u64) -> bool {
+    layout::status_gen(status) == gen && layout::status_state(status) == Some(State::Undecided)
 }
 
 /// Whether `status` is generation `gen` past publication.

@@ -12,6 +12,7 @@
 //! | [`descriptor`] | Fig. 1, §2.3, §6.1 | the builder API: AddWord, ReserveEntry, RemoveWord, PMwCAS, Discard |
 //! | [`pool`] | §2.3, §6.3 | the descriptor pool, partitions, allocation, epoch release, policies |
 //! | `reclaim` | §2.2 | epoch guards (crossbeam-epoch; a stand-in under `--cfg loom` / `--cfg shuttle`) |
+//! | `reuse` | §2.2 | the descriptor reuse domain: a private epoch pinned only while helping, for descriptors that free no memory |
 //! | [`recovery`] | §2.3.2, §6.3 | roll forward/back from the pool alone, then policies |
 //! | [`persist`], `clwb`, `sim` | §2.1, §3.1 | flush/fence: none, clwb/clflushopt/clflush, msync, simulated |
 //! | [`region`], [`layout`] | §6.3 | the mapped (or heap) region; where header, pool and user words lie |
@@ -48,6 +49,7 @@ mod rdcss;
 mod reclaim;
 pub mod recovery;
 pub mod region;
+mod reuse;
 mod sim;
 pub mod stats;
 mod sync;

@@ -1,21 +1,25 @@
 //! The descriptor pool (BzTree §2.3 "descriptors are pooled and eventually reused", §2.3.2
 //! "pooled in a memory location known to recovery", §6.3): a fixed array of descriptors at a
 //! known place in the region, split into per-thread partitions of free descriptors, each a
-//! lock-free stack; descriptors come back through epochs (§2.2, `reclaim.rs`).
+//! lock-free stack; descriptors come back through epochs (§2.2): one whose policies free
+//! memory through the pool's epoch (`reclaim.rs`), any other through the reuse domain, a
+//! private epoch pinned only by threads helping a descriptor (`reuse.rs`), so that callers
+//! pinned across a whole operation do not hold descriptors back.
 //!
 //! After microsoft/pmwcas `DescriptorPool` (`src/mwcas/mwcas.h`): a partition per thread,
 //! descriptors handed out from the caller's partition and returned to their own. Choices the
 //! paper leaves open:
 //! - A thread's partition is its thread number modulo the partition count; an empty partition
 //!   takes from the others before waiting, so threads beyond the partition count still work.
-//! - Exhaustion is a bounded wait ([`ALLOCATE_WAIT_ROUNDS_MAX`] rounds of flushing this
-//!   thread's deferred releases and yielding), counted in `pool_waits`, then
-//!   [`Error::PoolExhausted`]. A longer wait would not help: the waiting thread is pinned, and
-//!   descriptors retired in its epoch come back only after it unpins (the reference library's
+//! - Exhaustion is a bounded wait ([`ALLOCATE_WAIT_ROUNDS_MAX`] rounds of releasing every
+//!   reuse-domain descriptor whose epoch has passed, flushing this thread's deferred releases
+//!   and yielding), counted in `pool_waits`, then [`Error::PoolExhausted`]. A longer wait would
+//!   not help for descriptors that free memory: the waiting thread is pinned, and those
+//!   retired in its epoch come back only after it unpins (the reference library's
 //!   `AllocateDescriptor` spins here unboundedly for the same reason). The caller's remedy is to
-//!   drop its guard, pin again and retry its operation. It happens when a pinned thread stalls
-//!   (descheduled) while the others run through the whole pool, or when guards are held
-//!   across many operations.
+//!   drop its guard, pin again and retry its operation. Since the reuse domain it needs
+//!   descriptors that free memory (SMOs) held back by pinned threads, or a thread descheduled
+//!   while helping.
 //! - The free lists are volatile. A partition's free list is a stack of the descriptors it took
 //!   back, above a cursor over the ones not yet handed out in this run, in index order: the
 //!   stack first, then the cursor. At open (after recovery freed every descriptor) the stack
@@ -42,7 +46,8 @@
 //! Invariants:
 //! - A descriptor is in at most one free list, and only with state `Free`: on its partition's
 //!   stack, or at or above its partition's cursor (never handed out in this run).
-//! - A descriptor's release runs once, after its owner retired it under a guard.
+//! - A descriptor's release runs once, after its owner retired it: under a guard of the pool's
+//!   epoch if its policies free memory, else in the reuse domain.
 //! - A descriptor whose status is not `Free` (in memory, so possibly durable) lies below its
 //!   partition's durable mark, and the volatile copy of a mark (`Partition::mark`) never
 //!   exceeds the durable one.
@@ -60,6 +65,7 @@ use crate::layout::{self, Geometry, State, DESCRIPTOR_WORDS, HEADER_WORDS};
 use crate::persist::Persist;
 use crate::reclaim::{Domain, Guard};
 use crate::region::{Region, WORD_BYTES};
+use crate::reuse::{ReuseDomain, ReusePin};
 use crate::stats::{Counters, PmwcasStats};
 use crate::sync::atomic::{fence, AtomicU64, Ordering};
 use crate::word::{Word, DESCRIPTORS_MAX, TAG_MASK};
@@ -203,6 +209,8 @@ pub(crate) struct Inner<P: Persist> {
     counters: Box<[CachePadded<Counters>]>,
     recyclers: Vec<Arc<dyn Recycle>>,
     pub(crate) domain: Domain,
+    /// Where descriptors that free no memory wait (`reuse.rs`).
+    reuse: ReuseDomain,
     pending_releases: AtomicUsize,
     active_releases: AtomicUsize,
     closed: AtomicBool,
@@ -229,14 +237,7 @@ thread_local! {
     };
 }
 
-thread_local! {
-    static RETIRED_SINCE_FLUSH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
-/// Most retirements a thread keeps in its epoch bag before handing them to the collector.
-const RETIRE_FLUSH_INTERVAL_MAX: usize = 32;
-
-fn thread_number() -> usize {
+pub(crate) fn thread_number() -> usize {
     THREAD_NUMBER.try_with(|n| *n).unwrap_or(0)
 }
 
@@ -443,6 +444,7 @@ impl<P: Persist> Pool<P> {
                 .collect(),
             recyclers,
             domain: Domain::default(),
+            reuse: ReuseDomain::new(geometry.partition_count),
             pending_releases: AtomicUsize::new(0),
             active_releases: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
@@ -513,6 +515,13 @@ impl<P: Persist> Pool<P> {
             .collect()
     }
 
+    /// Descriptors finished and retired but not yet back on a free list: those waiting for
+    /// the helpers that may still read them (`reuse.rs`) and those whose memory waits for the
+    /// pool's epoch. A crash now leaves these for recovery to read.
+    pub fn descriptors_waiting(&self) -> usize {
+        self.inner.descriptors_waiting()
+    }
+
     /// The pool's counters.
     pub fn stats(&self) -> PmwcasStats {
         PmwcasStats::sum(self.inner.counters.iter().map(|c| &**c))
@@ -558,6 +567,10 @@ impl<P: Persist> Pool<P> {
 impl<P: Persist> Drop for Pool<P> {
     fn drop(&mut self) {
         let inner = &self.inner;
+        // No thread is inside the pool now, so none is pinned in the reuse domain.
+        inner
+            .reuse
+            .drain(|index, gen| inner.release_descriptor(index, gen, false));
         for _ in 0..CLOSE_WAIT_ROUNDS_MAX {
             if inner.pending_releases.load(StdOrdering::Acquire) == 0 {
                 break;
@@ -768,6 +781,8 @@ impl<P: Persist> Inner<P> {
             // Every descriptor is in use or waiting for its epoch: push this thread's deferred
             // releases out and give the others a turn; retrying is safe, nothing was taken.
             self.counters().pool_wait();
+            self.reuse
+                .collect_all(|index, gen| self.release_descriptor(index, gen, false));
             guard.flush();
             crate::sync::yield_now();
         }
@@ -845,29 +860,55 @@ impl<P: Persist> Inner<P> {
         self.push_free(index, index as usize / per);
     }
 
-    /// Hands a finished descriptor to the epoch: released when no thread can still read it.
-    pub(crate) fn retire(self: &Arc<Self>, index: u32, gen: u64, guard: &Guard) {
+    /// Pins the descriptor reuse domain (`reuse.rs`): held while helping a descriptor.
+    #[inline]
+    pub(crate) fn pin_reuse(&self) -> ReusePin<'_> {
+        self.reuse.pin(thread_number())
+    }
+
+    /// Descriptors retired and not yet released, in both domains.
+    pub(crate) fn descriptors_waiting(&self) -> usize {
+        self.reuse.waiting() + self.pending_releases.load(StdOrdering::Acquire)
+    }
+
+    /// Hands a finished descriptor to an epoch: released when no thread can still read it.
+    /// One whose policies free memory (`frees_memory`) waits for the pool's epoch, which
+    /// protects readers of that memory anywhere in the caller's structure (§2.2); any other
+    /// waits only for the threads helping it (`reuse.rs`).
+    pub(crate) fn retire(
+        self: &Arc<Self>,
+        index: u32,
+        gen: u64,
+        guard: &Guard,
+        frees_memory: bool,
+    ) {
+        if !frees_memory {
+            self.reuse
+                .retire(thread_number(), index, gen, |index, gen| {
+                    self.release_descriptor(index, gen, false)
+                });
+            return;
+        }
         self.pending_releases.fetch_add(1, StdOrdering::AcqRel);
         let inner = Arc::clone(self);
         guard.defer(move || inner.release(index, gen));
         // crossbeam keeps deferred work in a thread-local bag of up to 64 items until it is
-        // full; a pool with fewer descriptors per partition would run dry with its
-        // descriptors parked there, so hand them to the collector every few retirements.
-        let interval = (self.geometry.descriptor_count / self.geometry.partition_count / 2)
-            .clamp(1, RETIRE_FLUSH_INTERVAL_MAX);
-        let due = RETIRED_SINCE_FLUSH.with(|n| {
-            let count = n.get() + 1;
-            n.set(if count >= interval { 0 } else { count });
-            count >= interval
-        });
-        if due {
-            guard.flush();
-        }
+        // full, and each one parked there is one more for recovery to read after a crash;
+        // these retirements are rare (SMOs, value blocks), so hand each to the collector at
+        // once (a flush also collects what is due).
+        guard.flush();
+    }
+
+    /// Releases a descriptor the pool's epoch held (`retire`).
+    fn release(&self, index: u32, gen: u64) {
+        self.release_descriptor(index, gen, true);
+        self.pending_releases.fetch_sub(1, StdOrdering::AcqRel);
     }
 
     /// Applies the policies of a finished descriptor, marks it free (durably), and returns it
-    /// to its partition (§2.3 "Memory management").
-    fn release(&self, index: u32, gen: u64) {
+    /// to its partition (§2.3 "Memory management"). Without `policies` (a descriptor whose
+    /// policies free nothing, `retire`) the entries are not read again.
+    fn release_descriptor(&self, index: u32, gen: u64, policies: bool) {
         self.active_releases.fetch_add(1, StdOrdering::SeqCst);
         if !self.closed.load(StdOrdering::SeqCst) {
             let d = self.desc(index);
@@ -879,12 +920,14 @@ impl<P: Persist> Inner<P> {
             );
             let state = layout::status_state(status & !layout::STATUS_DIRTY);
             debug_assert!(matches!(state, Some(State::Succeeded | State::Failed)));
-            self.apply_policies(
-                index,
-                gen,
-                state == Some(State::Succeeded),
-                layout::status_count(status),
-            );
+            if policies {
+                self.apply_policies(
+                    index,
+                    gen,
+                    state == Some(State::Succeeded),
+                    layout::status_count(status),
+                );
+            }
             // A crash here repeats the policies at recovery (`Recycle::free_by`).
             forest_core::pause::pause_point("pmwcas:policies-applied");
             self.desc(index)[layout::D_STATUS]
@@ -894,7 +937,6 @@ impl<P: Persist> Inner<P> {
             let per = self.geometry.descriptor_count / self.geometry.partition_count;
             self.push_free(index, index as usize / per);
         }
-        self.pending_releases.fetch_sub(1, StdOrdering::AcqRel);
         self.active_releases.fetch_sub(1, StdOrdering::SeqCst);
     }
 

@@ -44,8 +44,9 @@ impl<P: Persist> Inner<P> {
     /// reference, or `expected` again if the descriptor was already decided), else the value
     /// met instead (never an RDCSS reference).
     ///
-    /// Precondition: the caller read the descriptor `Undecided` while pinned, so it cannot be
-    /// reused before the caller unpins.
+    /// Precondition: the caller owns the descriptor, or read its generation `Undecided` while
+    /// pinned in the reuse domain (`reuse.rs`), so it cannot be reused before the caller
+    /// unpins.
     pub(crate) fn rdcss_install(&self, word: &Word, index: u32, slot: usize, expected: u64) -> u64 {
         let seq = self.desc(index)[D_INSTALL_SEQ].fetch_add(1, Ordering::SeqCst) & TAG_MASK;
         let mine = rdcss_ref(index, slot, seq);

@@ -1,7 +1,8 @@
 //! Loom models of PMwCAS (issue 16): overlapping 2-word PMwCASes (one wins, no reader sees a
 //! mix), helping (a reader completes a PMwCAS it meets), §2.3.2's race (a late installation for
 //! a completed p1 must not overwrite p2), the dirty-bit read (a value read is durable), and
-//! descriptor reuse under the epoch stand-in.
+//! descriptor reuse under the epoch stand-in, and reuse through the reuse domain while a reader
+//! stays pinned in the pool's epoch (`reuse.rs`).
 //!
 //! Run: `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom LOOM_MAX_PREEMPTIONS=3 cargo test
 //! -p forest-pmwcas --release --test loom_pmwcas` (.ci/run runs every `tests/loom_*.rs`).
@@ -219,6 +220,35 @@ fn descriptor_reuse_under_epochs() {
         };
         let a = read(&pool, 0);
         let b = read(&pool, 1);
+        assert!(b >= a, "B ({b}) behind A ({a}): a torn PMwCAS");
+        writer.join().unwrap();
+        assert_eq!((read(&pool, 0), read(&pool, 1)), (2, 2));
+    });
+}
+
+// Goal: the reuse domain's rule (`reuse.rs`): a descriptor that frees no memory is reused
+// while a reader stays pinned in the pool's epoch, and a reader that loaded its reference
+// before the reuse (and pins the reuse domain only when it helps) neither helps the new
+// generation as the old one nor sees a torn state. Method: one descriptor; thread 1 runs
+// {A: 0 -> 1, B: 0 -> 1} then {A: 1 -> 2, B: 1 -> 2}; the main thread holds one guard across
+// reading A then B: B is never behind A, and the end state is (2, 2).
+#[test]
+fn reuse_without_the_pool_epoch() {
+    loom::model(|| {
+        let pool = volatile(1);
+        let writer = {
+            let pool = pool.clone();
+            loom::thread::spawn(move || {
+                assert!(pmwcas(&pool, &[(0, 0, 1), (1, 0, 1)]));
+                assert!(pmwcas(&pool, &[(0, 1, 2), (1, 1, 2)]));
+            })
+        };
+        let (a, b) = {
+            let guard = pool.pin();
+            let a = pool.read(word(&pool, 0), &guard);
+            let b = pool.read(word(&pool, 1), &guard);
+            (a, b)
+        };
         assert!(b >= a, "B ({b}) behind A ({a}): a torn PMwCAS");
         writer.join().unwrap();
         assert_eq!((read(&pool, 0), read(&pool, 1)), (2, 2));
