@@ -256,17 +256,18 @@ fn reuse_without_the_pool_epoch() {
 }
 
 // Goal (review rev-pmrec): the reuse pin is what keeps a helper's *install* of an old
-// generation from landing after the descriptor is reused, when a target word's value comes
-// back (ABA). Method: one descriptor; the writer runs g1 {A: 0 -> 1, B: 0 -> 1}, g2 {A: 1 -> 0},
-// g3 {B: 1 -> 2}; the main thread reads A (helping g1 wherever it stands). A helper of g1 that
-// read g1 `Undecided` and is held up before its RDCSS would, unpinned, install g1's entry into
-// A once g2 restored A to 0 and the descriptor moved on, leaving A holding a reference nobody
-// completes (the end reads then spin until loom's branch limit). With the pin it cannot: g1
-// is not released before the helper unpins. The end state is (0, 2).
+// generation from landing after its descriptor is reused, when a target word's value comes
+// back (ABA). Method: two descriptors; the writer runs g1 {A: 0 -> 1, B: 0 -> 1} (on d0),
+// g2 {A: 1 -> 0} (d1), g3 {B: 1 -> 2} (d0 again); the main thread yields, then reads A
+// (helping g1 wherever it stands). A helper of g1 that read g1 `Undecided` and is held up
+// before its RDCSS would, unpinned, install g1's entry into A once g2 restored A to 0 and d0
+// moved on to g3, and the completion would then write g3's entry 0 expected value (1) into A:
+// a lost write. With the pin it cannot: d0 is not released before the helper unpins. The end
+// state is (0, 2).
 #[test]
 fn reuse_pin_stops_a_stale_install_after_aba() {
     loom::model(|| {
-        let pool = volatile(1);
+        let pool = volatile(2);
         let writer = {
             let pool = pool.clone();
             loom::thread::spawn(move || {
@@ -275,6 +276,7 @@ fn reuse_pin_stops_a_stale_install_after_aba() {
                 assert!(pmwcas(&pool, &[(1, 1, 2)]));
             })
         };
+        loom::thread::yield_now();
         let _ = read(&pool, 0);
         writer.join().unwrap();
         assert_eq!((read(&pool, 0), read(&pool, 1)), (0, 2));
