@@ -282,3 +282,40 @@ fn reuse_pin_stops_a_stale_install_after_aba() {
         assert_eq!((read(&pool, 0), read(&pool, 1)), (0, 2));
     });
 }
+
+// Goal (review rev-pmrec): what `reuse_without_the_pool_epoch` claims but does not check (it
+// passes with every descriptor sent through the pool's epoch): a descriptor that frees no
+// memory comes back while its owner stays pinned in the pool's epoch. Method: one descriptor;
+// the writer holds one guard across {A: 0 -> 1, B: 0 -> 1} and {A: 1 -> 2, B: 1 -> 2},
+// retrying an exhausted allocation without unpinning (so behind the pool's epoch it would
+// retry forever); the main thread reads A then B meanwhile (helping, pinned in the reuse
+// domain only while it helps).
+#[test]
+fn reuse_while_the_owner_stays_pinned() {
+    loom::model(|| {
+        let pool = volatile(1);
+        let writer = {
+            let pool = pool.clone();
+            loom::thread::spawn(move || {
+                let guard = pool.pin();
+                for n in 0..2u64 {
+                    let mut d = loop {
+                        match pool.allocate_descriptor(&guard) {
+                            Ok(d) => break d,
+                            Err(Error::PoolExhausted { .. }) => loom::thread::yield_now(),
+                            Err(e) => panic!("{e}"),
+                        }
+                    };
+                    d.add_word(word(&pool, 0), n, n + 1).unwrap();
+                    d.add_word(word(&pool, 1), n, n + 1).unwrap();
+                    assert!(d.execute().unwrap());
+                }
+            })
+        };
+        let a = read(&pool, 0);
+        let b = read(&pool, 1);
+        assert!(b >= a, "B ({b}) behind A ({a}): a torn PMwCAS");
+        writer.join().unwrap();
+        assert_eq!((read(&pool, 0), read(&pool, 1)), (2, 2));
+    });
+}
