@@ -254,3 +254,68 @@ fn reuse_without_the_pool_epoch() {
         assert_eq!((read(&pool, 0), read(&pool, 1)), (2, 2));
     });
 }
+
+// Goal (review rev-pmrec): the reuse pin is what keeps a helper's *install* of an old
+// generation from landing after its descriptor is reused, when a target word's value comes
+// back (ABA). Method: two descriptors; the writer runs g1 {A: 0 -> 1, B: 0 -> 1} (on d0),
+// g2 {A: 1 -> 0} (d1), g3 {B: 1 -> 2} (d0 again); the main thread yields, then reads A
+// (helping g1 wherever it stands). A helper of g1 that read g1 `Undecided` and is held up
+// before its RDCSS would, unpinned, install g1's entry into A once g2 restored A to 0 and d0
+// moved on to g3, and the completion would then write g3's entry 0 expected value (1) into A:
+// a lost write. With the pin it cannot: d0 is not released before the helper unpins. The end
+// state is (0, 2).
+#[test]
+fn reuse_pin_stops_a_stale_install_after_aba() {
+    loom::model(|| {
+        let pool = volatile(2);
+        let writer = {
+            let pool = pool.clone();
+            loom::thread::spawn(move || {
+                assert!(pmwcas(&pool, &[(0, 0, 1), (1, 0, 1)]));
+                assert!(pmwcas(&pool, &[(0, 1, 0)]));
+                assert!(pmwcas(&pool, &[(1, 1, 2)]));
+            })
+        };
+        loom::thread::yield_now();
+        let _ = read(&pool, 0);
+        writer.join().unwrap();
+        assert_eq!((read(&pool, 0), read(&pool, 1)), (0, 2));
+    });
+}
+
+// Goal (review rev-pmrec): what `reuse_without_the_pool_epoch` claims but does not check (it
+// passes with every descriptor sent through the pool's epoch): a descriptor that frees no
+// memory comes back while its owner stays pinned in the pool's epoch. Method: one descriptor;
+// the writer holds one guard across {A: 0 -> 1, B: 0 -> 1} and {A: 1 -> 2, B: 1 -> 2},
+// retrying an exhausted allocation without unpinning (so behind the pool's epoch it would
+// retry forever); the main thread reads A then B meanwhile (helping, pinned in the reuse
+// domain only while it helps).
+#[test]
+fn reuse_while_the_owner_stays_pinned() {
+    loom::model(|| {
+        let pool = volatile(1);
+        let writer = {
+            let pool = pool.clone();
+            loom::thread::spawn(move || {
+                let guard = pool.pin();
+                for n in 0..2u64 {
+                    let mut d = loop {
+                        match pool.allocate_descriptor(&guard) {
+                            Ok(d) => break d,
+                            Err(Error::PoolExhausted { .. }) => loom::thread::yield_now(),
+                            Err(e) => panic!("{e}"),
+                        }
+                    };
+                    d.add_word(word(&pool, 0), n, n + 1).unwrap();
+                    d.add_word(word(&pool, 1), n, n + 1).unwrap();
+                    assert!(d.execute().unwrap());
+                }
+            })
+        };
+        let a = read(&pool, 0);
+        let b = read(&pool, 1);
+        assert!(b >= a, "B ({b}) behind A ({a}): a torn PMwCAS");
+        writer.join().unwrap();
+        assert_eq!((read(&pool, 0), read(&pool, 1)), (2, 2));
+    });
+}
