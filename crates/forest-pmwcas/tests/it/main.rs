@@ -6,4 +6,5 @@ mod api;
 mod crash_sim;
 mod high_water_mark;
 mod race_late_install;
+mod reuse_domain;
 mod stress;
