@@ -57,8 +57,10 @@ asan_test forest-masstree --test it -- removal::removed_ removal::factor_analysi
 asan_test forest-masstree --test it -- scans_during_splits_and_new_layers hard_cases::sorted_nodes_shift
 asan_test forest-lockbtree --test it -- conformance::default_config::stress_ \
   conformance::order4_linear::stress_ conformance::order5_binary::stress_ structure::concurrent
-asan_test forest-bwtree --features pause-points --lib --test it -- pause_points:: stress:: \
-  drop_while_frozen:: memcheck_poison::
+asan_test forest-bwtree --features pause-points --lib
+asan_test forest-bwtree --features pause-points --test it -- pause_points:: stress::
+# Binaries of their own: each installs a global allocator.
+asan_test forest-bwtree --features pause-points --test drop_while_frozen --test memcheck_poison
 
 end=$(date +%s)
 printf '\nmemcheck: passed (build %d s, tests %d s)\n' $((built - start)) $((end - built))

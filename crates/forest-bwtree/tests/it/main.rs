@@ -4,12 +4,10 @@
 
 mod common;
 mod conformance;
-mod drop_while_frozen;
 mod evict;
 mod evict_pause;
 mod flush;
 mod flush_pause;
-mod memcheck_poison;
 mod pause_points;
 mod rev_evict;
 mod review_rev1;
