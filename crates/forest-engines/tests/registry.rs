@@ -1,5 +1,6 @@
 //! The registry's tests, as an integration test: in the crate they compiled the whole registry
-//! (every engine's generic code) a second time in test mode, which cost CI 30 s of build.
+//! (every engine's generic code) a second time in test mode: 160 of the 5 145 unit-seconds of
+//! a `--timings` build of the workspace's tests (session 11, loaded machine).
 #![allow(clippy::unwrap_used)]
 
 use forest_engines::*;

@@ -16,9 +16,9 @@ use forest_file::{Dir, SimDir};
 use forest_llama::lss::segment::segment_file_name;
 use forest_llama::lss::{Lss, LssAddress, LssConfig};
 
-const SEGMENT_BYTES: u64 = 4 << 20;
+pub(crate) const SEGMENT_BYTES: u64 = 4 << 20;
 
-fn lss_on(sim: &SimDir) -> Arc<Lss> {
+pub(crate) fn lss_on(sim: &SimDir) -> Arc<Lss> {
     let dir: Arc<dyn Dir> = Arc::new(sim.clone());
     let config = LssConfig {
         segment_bytes: SEGMENT_BYTES,
@@ -29,7 +29,7 @@ fn lss_on(sim: &SimDir) -> Arc<Lss> {
     Arc::new(Lss::open(dir, config, LssAddress::current(0)).unwrap().0)
 }
 
-fn tree_on(config: BwTreeConfig, budget: Option<u64>, seed: u64) -> (BwTree, SimDir) {
+pub(crate) fn tree_on(config: BwTreeConfig, budget: Option<u64>, seed: u64) -> (BwTree, SimDir) {
     let sim = SimDir::new(seed);
     let tree = BwTree::with_config(config)
         .unwrap()
@@ -38,7 +38,7 @@ fn tree_on(config: BwTreeConfig, budget: Option<u64>, seed: u64) -> (BwTree, Sim
     (tree, sim)
 }
 
-fn key(i: u32) -> Vec<u8> {
+pub(crate) fn key(i: u32) -> Vec<u8> {
     format!("key{i:07}").into_bytes()
 }
 

@@ -9,31 +9,15 @@ use forest_file::{Dir, SimDir};
 use forest_llama::lss::segment::segment_file_name;
 use forest_llama::lss::{Lss, LssAddress, LssConfig, RecordKind};
 
-const SEGMENT_BYTES: u64 = 4 << 20;
+use super::evict::{key, lss_on, SEGMENT_BYTES};
 
 fn tree_on(seed: u64, max_records_per_page: usize) -> (BwTree, SimDir) {
-    let sim = SimDir::new(seed);
-    let dir: Arc<dyn Dir> = Arc::new(sim.clone());
-    let config = LssConfig {
-        segment_bytes: SEGMENT_BYTES,
-        buffer_bytes: 64 << 10,
-        buffer_count: 2,
-        writer_thread_count: 1,
-    };
-    let lss = Arc::new(Lss::open(dir, config, LssAddress::current(0)).unwrap().0);
-    let tree = BwTree::with_config(BwTreeConfig {
+    let config = BwTreeConfig {
         max_records_per_page,
         merge_threshold: 0,
         ..BwTreeConfig::default()
-    })
-    .unwrap()
-    .with_lss(lss, None)
-    .unwrap();
-    (tree, sim)
-}
-
-fn key(i: u32) -> Vec<u8> {
-    format!("key{i:07}").into_bytes()
+    };
+    super::evict::tree_on(config, None, seed)
 }
 
 // F-evict-image: the plan ("a candidate with unflushed deltas is flushed (flush_page)") and
@@ -118,14 +102,7 @@ fn a_past_futile_sweep_does_not_switch_the_evictor_off() {
     let budget: u64 = 2 << 10;
     let esl = Arc::new(AtomicU64::new(0));
     let sim = SimDir::new(13);
-    let dir: Arc<dyn Dir> = Arc::new(sim.clone());
-    let config = LssConfig {
-        segment_bytes: SEGMENT_BYTES,
-        buffer_bytes: 64 << 10,
-        buffer_count: 2,
-        writer_thread_count: 1,
-    };
-    let lss = Arc::new(Lss::open(dir, config, LssAddress::current(0)).unwrap().0);
+    let lss = lss_on(&sim);
     let tree = BwTree::with_config(BwTreeConfig {
         max_records_per_page: 1024,
         merge_threshold: 0,
@@ -232,14 +209,7 @@ fn resident_bytes_match_the_table_after_a_concurrent_run() {
 #[test]
 fn a_write_reported_failed_did_not_take_effect() {
     let sim = SimDir::new(15);
-    let dir: Arc<dyn Dir> = Arc::new(sim.clone());
-    let config = LssConfig {
-        segment_bytes: SEGMENT_BYTES,
-        buffer_bytes: 64 << 10,
-        buffer_count: 2,
-        writer_thread_count: 1,
-    };
-    let lss = Arc::new(Lss::open(dir, config, LssAddress::current(0)).unwrap().0);
+    let lss = lss_on(&sim);
     let tree = BwTree::with_config(BwTreeConfig {
         max_records_per_page: 4,
         merge_threshold: 2,

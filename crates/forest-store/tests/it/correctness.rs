@@ -1581,47 +1581,42 @@ fn rev_coll_unchanged_type_entry_observe_covers_member_changes() {
         .map(|i| [&[0xffu8][..], format!("m-z-name-m{i}").as_bytes()].concat())
         .find(|k| KeyStripes::index_of(k) != stripe)
         .expect("a member key on another stripe");
-    for rewrite_type in [true] {
-        for durability in [Durability::Sync, Durability::Group] {
-            for shards in [1, 2] {
-                let context =
-                    format!("type rewritten: {rewrite_type}, {durability} {shards} shards");
-                let dir = SimDir::new(43);
-                let store = open(&dir, durability, shards).expect("open");
-                store.upsert(type_key, b"meta").expect("upsert");
-                store.upsert(&member, b"score 1").expect("upsert");
-                let main_shard = shard_of_this_thread(&store);
-                let mut batch = store.batch();
-                let mut unit = WriteBatch::new();
-                unit.put(&member, b"score 5");
-                if rewrite_type {
-                    unit.put(type_key, b"meta");
-                }
-                batch.write(&unit).expect("A's unit");
-                with_lanes(&store, |lanes| {
-                    let other = (main_shard + 1) % shards;
-                    let seen = member.clone();
-                    lanes
-                        .run(other, move |s| {
-                            let mut read = Vec::new();
-                            assert!(s.get(&seen, &mut read));
-                            assert_eq!(read, b"score 5");
-                            let mut b = s.batch();
-                            b.observe(b"\xfftz");
-                            b.wait()
-                        })
-                        .expect("B's no-op answered");
-                });
-                dir.crash_with(CrashMode::DropUnsynced);
-                drop(batch);
-                drop(store);
-                let store = open(&dir, durability, shards).expect("reopen");
-                assert_eq!(
-                    get(&store, &member),
-                    Some(b"score 5".to_vec()),
-                    "{context}: B answered from score 5 and was acknowledged"
-                );
-            }
+    for durability in [Durability::Sync, Durability::Group] {
+        for shards in [1, 2] {
+            let context = format!("{durability} {shards} shards");
+            let dir = SimDir::new(43);
+            let store = open(&dir, durability, shards).expect("open");
+            store.upsert(type_key, b"meta").expect("upsert");
+            store.upsert(&member, b"score 1").expect("upsert");
+            let main_shard = shard_of_this_thread(&store);
+            let mut batch = store.batch();
+            let mut unit = WriteBatch::new();
+            unit.put(&member, b"score 5");
+            unit.put(type_key, b"meta"); // every change rewrites the type entry
+            batch.write(&unit).expect("A's unit");
+            with_lanes(&store, |lanes| {
+                let other = (main_shard + 1) % shards;
+                let seen = member.clone();
+                lanes
+                    .run(other, move |s| {
+                        let mut read = Vec::new();
+                        assert!(s.get(&seen, &mut read));
+                        assert_eq!(read, b"score 5");
+                        let mut b = s.batch();
+                        b.observe(b"\xfftz");
+                        b.wait()
+                    })
+                    .expect("B's no-op answered");
+            });
+            dir.crash_with(CrashMode::DropUnsynced);
+            drop(batch);
+            drop(store);
+            let store = open(&dir, durability, shards).expect("reopen");
+            assert_eq!(
+                get(&store, &member),
+                Some(b"score 5".to_vec()),
+                "{context}: B answered from score 5 and was acknowledged"
+            );
         }
     }
 }
