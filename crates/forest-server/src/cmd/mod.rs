@@ -1073,6 +1073,55 @@ pub(crate) mod testing {
     pub fn bulks(items: &[&str]) -> Frame {
         Frame::Array(items.iter().map(|s| bulk(s)).collect())
     }
+
+    /// A server state over a simulated directory (power losses), one shard, lockbtree,
+    /// collections and deadlines repaired as the server does at start.
+    pub fn sim_shared(dir: &forest_store::file::SimDir, durability: Durability) -> Shared {
+        let store = Store::open(
+            dir.clone(),
+            StoreOptions {
+                engine: Some("lockbtree".into()),
+                durability,
+                shards: 1,
+                switch_engine: false,
+            },
+        )
+        .expect("open store");
+        crate::collection::repair(&store).expect("repair");
+        crate::expiry::repair(&store).expect("expiry repair");
+        Shared::new(
+            store,
+            Config {
+                durability,
+                ..Config::default()
+            },
+        )
+    }
+
+    /// Runs one command inside `batch` (a pipeline's batch, not waited for here).
+    pub fn run_in(shared: &Shared, batch: &mut forest_store::Batch<'_>, argv: &[&str]) -> Frame {
+        let mut client = shared.new_client("127.0.0.1:2".into(), "127.0.0.1:6379".into(), None);
+        let mut buffers = Buffers::default();
+        let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
+        let mut ctx = Ctx {
+            shared,
+            client: &mut client,
+            batch,
+            wrote: false,
+            after: After::Continue,
+            buffers: &mut buffers,
+            unit: None,
+        };
+        execute(&mut ctx, &argv)
+    }
+
+    /// Runs one command as a batch of its own and waits for it.
+    pub fn run_alone(shared: &Shared, argv: &[&str]) -> Frame {
+        let mut batch = shared.store.batch();
+        let reply = run_in(shared, &mut batch, argv);
+        batch.wait().expect("wait");
+        reply
+    }
 }
 
 #[cfg(test)]

@@ -282,11 +282,9 @@ pub fn copy(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::super::testing::*;
-    use super::super::{execute, After, Buffers, Ctx};
     use crate::frame::Frame;
-    use crate::server::{Config, Shared};
     use forest_store::file::{CrashMode, FaultPlan, SimDir};
-    use forest_store::{Batch, Durability, Store, StoreOptions};
+    use forest_store::Durability;
 
     fn err(text: &str) -> Frame {
         Frame::Error(text.into())
@@ -440,53 +438,6 @@ mod tests {
         assert_eq!(contents(&mut h, "a:"), original);
     }
 
-    /// A server state over a simulated directory (power losses), one shard, collections
-    /// repaired as the server does at start.
-    fn sim_shared(dir: &SimDir) -> Shared {
-        let store = Store::open(
-            dir.clone(),
-            StoreOptions {
-                engine: Some("lockbtree".into()),
-                durability: Durability::Group,
-                shards: 1,
-                switch_engine: false,
-            },
-        )
-        .expect("open store");
-        crate::collection::repair(&store).expect("repair");
-        Shared::new(
-            store,
-            Config {
-                durability: Durability::Group,
-                ..Config::default()
-            },
-        )
-    }
-
-    /// Runs one command inside `batch` (a pipeline's batch, not waited for here).
-    fn run_in(shared: &Shared, batch: &mut Batch<'_>, argv: &[&str]) -> Frame {
-        let mut client = shared.new_client("127.0.0.1:2".into(), "127.0.0.1:6379".into(), None);
-        let mut buffers = Buffers::default();
-        let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
-        let mut ctx = Ctx {
-            shared,
-            client: &mut client,
-            batch,
-            wrote: false,
-            after: After::Continue,
-            buffers: &mut buffers,
-            unit: None,
-        };
-        execute(&mut ctx, &argv)
-    }
-
-    fn run_alone(shared: &Shared, argv: &[&str]) -> Frame {
-        let mut batch = shared.store.batch();
-        let reply = run_in(shared, &mut batch, argv);
-        batch.wait().expect("wait");
-        reply
-    }
-
     // Goal: RENAME and COPY of a collection are whole after a crash: the new member entries,
     // the removal of the old ones and of the replaced destination are one atomic batch
     // (issue 15 "Writes are atomic single store batches"). Method: a 200-member set `src`
@@ -510,7 +461,7 @@ mod tests {
         for seed in 0..60 {
             let copy = seed % 2 == 1;
             let dir = SimDir::new(seed);
-            let shared = sim_shared(&dir);
+            let shared = sim_shared(&dir, Durability::Group);
             assert_eq!(run_alone(&shared, &sadd), Frame::Integer(200));
             assert_eq!(run_alone(&shared, &hset), Frame::Integer(50));
             let mut batch = shared.store.batch();
@@ -533,7 +484,7 @@ mod tests {
                 CrashMode::Random
             });
             std::mem::forget(shared);
-            let after = sim_shared(&dir);
+            let after = sim_shared(&dir, Durability::Group);
             let state = (
                 run_alone(&after, &["TYPE", "src"]),
                 run_alone(&after, &["SCARD", "src"]),

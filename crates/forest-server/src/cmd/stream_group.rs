@@ -1314,57 +1314,11 @@ fn stream_info(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], keys: &Keys, view: &View) 
 
 #[cfg(test)]
 mod tests {
-    use super::super::{execute, After, Buffers, Ctx};
+    use super::super::testing::{run_alone, run_in, sim_shared};
     use crate::frame::Frame;
-    use crate::server::{Config, Shared};
+    use crate::server::Shared;
     use forest_store::file::{CrashMode, FaultPlan, SimDir};
-    use forest_store::{Batch, Durability, Store, StoreOptions};
-
-    /// A server state over a simulated directory (power losses), repaired as the server
-    /// does at start (as `rename`'s crash test).
-    fn sim_shared(dir: &SimDir) -> Shared {
-        let store = Store::open(
-            dir.clone(),
-            StoreOptions {
-                engine: Some("lockbtree".into()),
-                durability: Durability::Group,
-                shards: 1,
-                switch_engine: false,
-            },
-        )
-        .expect("open store");
-        crate::collection::repair(&store).expect("repair");
-        Shared::new(
-            store,
-            Config {
-                durability: Durability::Group,
-                ..Config::default()
-            },
-        )
-    }
-
-    fn run_in(shared: &Shared, batch: &mut Batch<'_>, argv: &[&str]) -> Frame {
-        let mut client = shared.new_client("127.0.0.1:2".into(), "127.0.0.1:6379".into(), None);
-        let mut buffers = Buffers::default();
-        let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
-        let mut ctx = Ctx {
-            shared,
-            client: &mut client,
-            batch,
-            wrote: false,
-            after: After::Continue,
-            buffers: &mut buffers,
-            unit: None,
-        };
-        execute(&mut ctx, &argv)
-    }
-
-    fn run_alone(shared: &Shared, argv: &[&str]) -> Frame {
-        let mut batch = shared.store.batch();
-        let reply = run_in(shared, &mut batch, argv);
-        batch.wait().expect("wait");
-        reply
-    }
+    use forest_store::Durability;
 
     fn items(frame: Frame) -> Vec<Frame> {
         match frame {
@@ -1420,7 +1374,7 @@ mod tests {
         let mut outcomes = std::collections::BTreeSet::new();
         for seed in 0..40 {
             let dir = SimDir::new(seed);
-            let shared = sim_shared(&dir);
+            let shared = sim_shared(&dir, Durability::Group);
             for i in 1..=200 {
                 let id = format!("{i}-0");
                 run_alone(
@@ -1449,7 +1403,7 @@ mod tests {
                 CrashMode::Random
             });
             std::mem::forget(shared);
-            let after = sim_shared(&dir);
+            let after = sim_shared(&dir, Durability::Group);
             let who = holders(&after, 200);
             let claimed = who == vec![Frame::bulk("bob")];
             assert!(

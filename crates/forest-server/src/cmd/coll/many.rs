@@ -28,9 +28,8 @@ pub struct Slot(usize);
 
 /// The collections a [`write_many`] handler opened.
 pub struct Many {
-    /// Each key with its collection and the metadata it had when opened (an existing
-    /// collection left as it was is not written back).
-    opened: Vec<(Vec<u8>, Open, Meta)>,
+    /// Each key with its collection (`Open::opened` keeps the metadata it had when opened).
+    opened: Vec<(Vec<u8>, Open)>,
 }
 
 /// Runs a change of several collections as one atomic unit: under the stripe locks of all
@@ -55,10 +54,9 @@ pub fn write_many<'a, 's>(
     let mut many = Many { opened: Vec::new() };
     let reply = change(ctx, &mut many);
     let mut settled = Ok(());
-    for (user, open, before) in many.opened {
-        if open.existed && open.meta == before {
-            continue;
-        }
+    for (user, open) in many.opened {
+        // `settle` keeps an unchanged entry only when the unit changed nothing, and then
+        // waits for the entry's last write (a no-op answers after what it read is durable).
         let result = settle(ctx, &user, open);
         settled = settled.and(result);
     }
@@ -82,7 +80,7 @@ pub fn check_keys(keys: &[&[u8]]) -> Result<(), Frame> {
 
 impl Many {
     fn find(&self, user: &[u8]) -> Option<usize> {
-        self.opened.iter().position(|(u, _, _)| u == user)
+        self.opened.iter().position(|(u, _)| u == user)
     }
 
     /// `user` opened for a write of a `kind` command, created (in memory only) if absent;
@@ -97,8 +95,7 @@ impl Many {
             };
         }
         let open = open_write_in_unit(ctx, user, kind)?;
-        let before = open.meta;
-        self.opened.push((user.to_vec(), open, before));
+        self.opened.push((user.to_vec(), open));
         Ok(Slot(self.opened.len() - 1))
     }
 
@@ -143,5 +140,50 @@ impl Many {
     /// The metadata of an opened collection, to change as members are added or removed.
     pub fn meta(&mut self, slot: Slot) -> &mut Meta {
         &mut self.opened[slot.0].1.meta
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::testing::{run_alone, run_in, sim_shared};
+    use crate::frame::Frame;
+    use forest_store::file::{CrashMode, SimDir};
+    use forest_store::Durability;
+
+    // Goal: a multi-key command that changed nothing answers only once what it read is
+    // durable, as a one-key no-op does ("a conditional no-op waits for what it saw"; review
+    // rev-coll F1's rule). `write_many` skipped every collection whose metadata was
+    // unchanged, without waiting for the last write under its type entry.
+    // Method: client A's pipeline removes m from src and is not yet waited for; client B's
+    // SMOVE src dst m (LMOVE of an emptied list, for lists) answers "nothing moved"; a power
+    // loss right after: the state B's answer described must be the durable one.
+    #[test]
+    fn a_multi_key_no_op_waits_for_what_it_read() {
+        for durability in [Durability::Sync, Durability::Group] {
+            let dir = SimDir::new(3);
+            let shared = sim_shared(&dir, durability);
+            assert_eq!(
+                run_alone(&shared, &["SADD", "src", "m", "x"]),
+                Frame::Integer(2)
+            );
+            let mut batch_a = shared.store.batch();
+            assert_eq!(
+                run_in(&shared, &mut batch_a, &["SREM", "src", "m"]),
+                Frame::Integer(1)
+            );
+            assert_eq!(
+                run_alone(&shared, &["SMOVE", "src", "dst", "m"]),
+                Frame::Integer(0)
+            );
+            dir.crash_with(CrashMode::DropUnsynced);
+            std::mem::forget(batch_a);
+            std::mem::forget(shared);
+            let after = sim_shared(&dir, durability);
+            assert_eq!(
+                run_alone(&after, &["SISMEMBER", "src", "m"]),
+                Frame::Integer(0),
+                "{durability:?}: SMOVE answered 0 (m not in src), yet SREM src m was not durable"
+            );
+        }
     }
 }
