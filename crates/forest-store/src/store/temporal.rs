@@ -246,7 +246,7 @@ impl Store {
     pub fn get_as_of(&self, key: &[u8], t: Timestamp, out: &mut Vec<u8>) -> Result<bool> {
         let temporal = self.check_past(t)?;
         check_key(key)?;
-        Ok(temporal.get_as_of(key, t, out))
+        temporal.get_as_of(key, t, out)
     }
 
     /// The records in the bounds as of time `t`, in `order`, at most `limit`. Returns the
@@ -278,7 +278,7 @@ impl Store {
                 return ControlFlow::Break(());
             }
             ControlFlow::Continue(())
-        });
+        })?;
         Ok(last)
     }
 
@@ -307,7 +307,7 @@ impl Store {
             } else {
                 ControlFlow::Continue(())
             }
-        });
+        })?;
         Ok(out)
     }
 }

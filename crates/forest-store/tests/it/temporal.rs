@@ -465,16 +465,18 @@ fn wal_redo_is_idempotent() {
     let temporal = fresh.as_temporal().expect("tsbtree is temporal");
     for (i, want) in histories.iter().enumerate() {
         let mut got = Vec::new();
-        temporal.history(
-            &key(i as u32),
-            0,
-            u64::MAX,
-            Order::Ascending,
-            &mut |ts, v| {
-                got.push((ts, v.map(<[u8]>::to_vec)));
-                ControlFlow::Continue(())
-            },
-        );
+        temporal
+            .history(
+                &key(i as u32),
+                0,
+                u64::MAX,
+                Order::Ascending,
+                &mut |ts, v| {
+                    got.push((ts, v.map(<[u8]>::to_vec)));
+                    ControlFlow::Continue(())
+                },
+            )
+            .expect("no retention");
         assert_eq!(&got, want, "history of {:?}", key(i as u32));
     }
 }
