@@ -72,7 +72,8 @@ fn v3_records_the_canonical_spec_and_refuses_another() {
     let bytes = meta_bytes(&dir);
     assert_eq!(bytes.len(), META_BYTES);
     assert_eq!(&bytes[..8], &META_MAGIC);
-    assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 3);
+    // Version 4 since issue 18's retention (version 3's layout plus the threshold).
+    assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 4);
     let m = meta::decode(std::path::Path::new("/sim/META"), &bytes).expect("decode");
     assert_eq!(m.engine, "masstree:fanout=15x32");
     assert!(
