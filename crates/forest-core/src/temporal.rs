@@ -13,10 +13,14 @@
 //!   guarantees); `history(key, from, to, order, visit)` hands out every version of `key` with
 //!   a timestamp in `from..=to`, once each (a version a time split copied into two pages is
 //!   still one version), tombstones as `None`.
+//! - Retention (§V-C): [`TemporalIndex::set_retention`] raises a threshold `T` (it never
+//!   falls); history before `T` may be discarded. Every read as of a time below `T`, and a
+//!   history whose range starts below `T`, is refused with [`discarded`]'s error, never
+//!   answered from what is left. Reads at `T` or later answer exactly as before.
 
 use std::ops::{Bound, ControlFlow};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::index::{Index, Order, Visitor};
 
 /// A version's timestamp (microseconds since the Unix epoch, made strictly increasing).
@@ -33,10 +37,11 @@ pub trait TemporalIndex: Index {
     fn now(&self) -> Timestamp;
 
     /// The value of `key` as of time `t` into `out` (replacing its contents); false when the
-    /// key had no live version then.
-    fn get_as_of(&self, key: &[u8], t: Timestamp, out: &mut Vec<u8>) -> bool;
+    /// key had no live version then. Errors: `t` below the retention threshold.
+    fn get_as_of(&self, key: &[u8], t: Timestamp, out: &mut Vec<u8>) -> Result<bool>;
 
-    /// [`Index::scan`] as of time `t`.
+    /// [`Index::scan`] as of time `t`. Errors: `t` below the retention threshold (also when
+    /// the threshold passes `t` while the scan runs: records already handed out stand).
     fn scan_as_of(
         &self,
         lower: Bound<&[u8]>,
@@ -44,9 +49,11 @@ pub trait TemporalIndex: Index {
         order: Order,
         t: Timestamp,
         visit: &mut Visitor<'_>,
-    );
+    ) -> Result<()>;
 
     /// Every version of `key` with a timestamp in `from..=to`, in `order` of timestamps.
+    /// Errors: `from` below the retention threshold (a range that starts in discarded history
+    /// is refused, not clipped: a clipped answer would look like a complete one).
     fn history(
         &self,
         key: &[u8],
@@ -54,7 +61,17 @@ pub trait TemporalIndex: Index {
         to: Timestamp,
         order: Order,
         visit: &mut HistoryVisitor<'_>,
-    );
+    ) -> Result<()>;
+
+    /// The retention threshold: history before it may be discarded (0: none is).
+    fn retention(&self) -> Timestamp;
+
+    /// Raises the retention threshold to `t` (a lower `t` changes nothing: the threshold
+    /// only grows) and discards what only times below it need. A threshold above
+    /// [`Self::now`] is taken (a store sets its persisted threshold before redo, and versions
+    /// below it that come later are discarded in turn), so a caller serving users refuses
+    /// future times itself. Errors: the engine cannot discard (none for `tsbtree` in memory).
+    fn set_retention(&self, t: Timestamp) -> Result<()>;
 
     /// [`Index::upsert`], returning the new version's timestamp.
     fn upsert_stamped(&self, key: &[u8], value: &[u8]) -> Result<Timestamp>;
@@ -75,4 +92,12 @@ pub trait TemporalIndex: Index {
     /// time split of its page is refused with [`crate::Error::InvalidUse`] (history is never
     /// updated, §IV-A2).
     fn put_version(&self, key: &[u8], ts: Timestamp, value: Option<&[u8]>) -> Result<bool>;
+}
+
+/// The error for a read as of time `t` below the retention threshold `threshold`.
+pub fn discarded(t: Timestamp, threshold: Timestamp) -> Error {
+    Error::InvalidUse(format!(
+        "history before {threshold} is discarded (retention threshold {threshold}): time {t} \
+         cannot be read"
+    ))
 }

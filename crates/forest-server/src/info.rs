@@ -175,6 +175,10 @@ fn write_section(
             write!(out, "height:{}\r\n", i.height)?;
             write!(out, "inner_nodes:{}\r\n", i.inner_node_count)?;
             write!(out, "leaf_nodes:{}\r\n", i.leaf_node_count)?;
+            if let Ok(threshold) = shared.store.retention() {
+                // A temporal store's ASOF.RETAIN threshold (0: none).
+                write!(out, "asof_retention:{threshold}\r\n")?;
+            }
             for (name, value) in &i.counters {
                 write!(out, "{name}:{value}\r\n")?;
             }

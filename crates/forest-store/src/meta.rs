@@ -1,7 +1,8 @@
 //! The store's meta file `META`: the engine spec chosen at creation, so that a reopen that
 //! names no engine uses it and one that names another is refused unless asked for (issue 5
-//! "The store"; issue 13: the full spec). Format version 3, byte by byte in docs/FORMAT.md
-//! "Store meta file"; versions 1 and 2 are still read.
+//! "The store"; issue 13: the full spec). Format version 4, byte by byte in docs/FORMAT.md
+//! "Store meta file"; versions 1 to 3 are still read. Version 4 adds a temporal store's
+//! retention threshold (issue 18, `store/temporal.rs`).
 //!
 //! Logs and checkpoints hold keys and values only, so any engine durable through the store
 //! can open any store: `StoreOptions::switch_engine` rebuilds the index in another engine
@@ -22,13 +23,19 @@ pub const META_TMP_FILE_NAME: &str = "META.tmp";
 /// The first 8 bytes of the meta file.
 pub const META_MAGIC: [u8; 8] = *b"FORESTMD";
 /// The meta format version this code writes.
-pub const META_FORMAT_VERSION: u32 = 3;
+pub const META_FORMAT_VERSION: u32 = 4;
 /// Versions 1 and 2 (64 bytes, an engine name of up to 32 bytes; version 1 had no
 /// `durable_through`, its bytes were zero): still read.
 const META_FORMAT_VERSION_1: u32 = 1;
 const META_FORMAT_VERSION_2: u32 = 2;
-/// Bytes of the meta file (fixed) in version 3.
-pub const META_BYTES: usize = 256;
+/// Version 3: version 4's layout without the retention threshold, 256 bytes: still read.
+const META_FORMAT_VERSION_3: u32 = 3;
+/// Bytes of the meta file (fixed) in version 4.
+pub const META_BYTES: usize = 264;
+/// Bytes of a version 3 meta file.
+const META_BYTES_V3: usize = 256;
+/// Where version 4 keeps the retention threshold (8 bytes).
+const RETENTION_AT: usize = 248;
 /// Bytes of a version 1 or 2 meta file.
 const META_BYTES_V2: usize = 64;
 /// The longest engine spec recorded (a canonical spec such as `masstree:fanout=15x32`).
@@ -37,7 +44,8 @@ pub const ENGINE_SPEC_BYTES_MAX: usize = 224;
 /// Where the fields are, by version: (spec at, spec bytes max, durable_through at).
 const V2_FIELDS: (usize, usize, usize) = (16, 32, 48);
 const V3_FIELDS: (usize, usize, usize) = (24, ENGINE_SPEC_BYTES_MAX, 16);
-const _: () = assert!(V3_FIELDS.0 + V3_FIELDS.1 + 4 <= META_BYTES);
+const _: () = assert!(V3_FIELDS.0 + V3_FIELDS.1 <= RETENTION_AT);
+const _: () = assert!(RETENTION_AT + 8 + 4 <= META_BYTES);
 
 /// What the meta file records.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,6 +57,9 @@ pub struct StoreMeta {
     /// (0: unknown). Recovery refuses a cutoff below it, so a log cut or damaged after a
     /// clean close is noticed even where no mark follows the damage (issue 12).
     pub durable_through: u64,
+    /// A temporal store's retention threshold (0: none; versions before 4 record none):
+    /// history before it is discarded (`store/temporal.rs`).
+    pub retention: u64,
 }
 
 /// Encodes `meta` in version 3 (errors: an engine spec over [`ENGINE_SPEC_BYTES_MAX`] or
@@ -67,6 +78,7 @@ pub fn encode(meta: &StoreMeta) -> Result<[u8; META_BYTES]> {
     bytes[8..12].copy_from_slice(&META_FORMAT_VERSION.to_le_bytes());
     bytes[12..16].copy_from_slice(&(spec.len() as u32).to_le_bytes());
     bytes[durable_at..durable_at + 8].copy_from_slice(&meta.durable_through.to_le_bytes());
+    bytes[RETENTION_AT..RETENTION_AT + 8].copy_from_slice(&meta.retention.to_le_bytes());
     bytes[spec_at..spec_at + spec.len()].copy_from_slice(spec);
     let crc_at = META_BYTES - 4;
     let crc = crc32c::crc32c(&bytes[..crc_at]);
@@ -97,11 +109,12 @@ pub fn decode(path: &std::path::Path, data: &[u8]) -> Result<StoreMeta> {
             u32_at(data, 8)
         )));
     }
-    if data.len() != META_BYTES && data.len() != META_BYTES_V2 {
+    if ![META_BYTES, META_BYTES_V3, META_BYTES_V2].contains(&data.len()) {
         return Err(corrupt(
             0,
             format!(
-                "meta file is {} bytes, {META_BYTES} (or {META_BYTES_V2}) expected",
+                "meta file is {} bytes, {META_BYTES} (or {META_BYTES_V3}, {META_BYTES_V2}) \
+                 expected",
                 data.len()
             ),
         ));
@@ -115,7 +128,7 @@ pub fn decode(path: &std::path::Path, data: &[u8]) -> Result<StoreMeta> {
     }
     let version = u32_at(data, 8);
     let fields = match (version, data.len()) {
-        (META_FORMAT_VERSION, META_BYTES) => V3_FIELDS,
+        (META_FORMAT_VERSION, META_BYTES) | (META_FORMAT_VERSION_3, META_BYTES_V3) => V3_FIELDS,
         (META_FORMAT_VERSION_1 | META_FORMAT_VERSION_2, META_BYTES_V2) => V2_FIELDS,
         _ => {
             return Err(corrupt(
@@ -129,6 +142,7 @@ pub fn decode(path: &std::path::Path, data: &[u8]) -> Result<StoreMeta> {
         }
     };
     let (spec_at, spec_max, durable_at) = fields;
+    let retention_at = (version == META_FORMAT_VERSION).then_some(RETENTION_AT);
     let len = u32_at(data, 12) as usize;
     if len == 0 || len > spec_max {
         return Err(corrupt(12, format!("engine spec length {len}")));
@@ -138,6 +152,7 @@ pub fn decode(path: &std::path::Path, data: &[u8]) -> Result<StoreMeta> {
         at < 16
             || (spec_at..spec_at + len).contains(&at)
             || (durable_at..durable_at + 8).contains(&at)
+            || retention_at.is_some_and(|r| (r..r + 8).contains(&at))
     };
     if let Some(at) = (16..crc_at).find(|&at| !held(at) && data[at] != 0) {
         return Err(corrupt(at, "padding not zero".to_string()));
@@ -146,9 +161,15 @@ pub fn decode(path: &std::path::Path, data: &[u8]) -> Result<StoreMeta> {
         .map_err(|_| corrupt(spec_at, "engine spec not UTF-8".to_string()))?;
     let mut durable = [0u8; 8];
     durable.copy_from_slice(&data[durable_at..durable_at + 8]);
+    let retention = retention_at.map_or(0, |r| {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&data[r..r + 8]);
+        u64::from_le_bytes(word)
+    });
     Ok(StoreMeta {
         engine: engine.to_string(),
         durable_through: u64::from_le_bytes(durable),
+        retention,
     })
 }
 
@@ -158,17 +179,21 @@ pub fn read(dir: &dyn Dir) -> Result<Option<StoreMeta>> {
     }
     let file = dir.open(META_FILE_NAME)?;
     let len = file.len()?;
-    if (12..=4096).contains(&len) && len != META_BYTES as u64 && len != META_BYTES_V2 as u64 {
+    let known = |len: u64| [META_BYTES, META_BYTES_V3, META_BYTES_V2].contains(&(len as usize));
+    if (12..=4096).contains(&len) && !known(len) {
         // Perhaps a newer format: let decode say so.
         let mut data = vec![0u8; len as usize];
         file.read_exact_at(0, &mut data)?;
         return decode(file.path(), &data).map(Some);
     }
-    if len != META_BYTES as u64 && len != META_BYTES_V2 as u64 {
+    if !known(len) {
         return Err(Error::Corrupt {
             path: file.path().to_path_buf(),
             offset: 0,
-            what: format!("meta file is {len} bytes, {META_BYTES} (or {META_BYTES_V2}) expected"),
+            what: format!(
+                "meta file is {len} bytes, {META_BYTES} (or {META_BYTES_V3}, {META_BYTES_V2}) \
+                 expected"
+            ),
         });
     }
     let mut data = vec![0u8; len as usize];
@@ -204,6 +229,7 @@ mod tests {
         let a = StoreMeta {
             engine: "bwtree".into(),
             durable_through: 0,
+            retention: 0,
         };
         write(&dir, &a).expect("write");
         dir.crash_with(CrashMode::DropUnsynced);
@@ -211,6 +237,7 @@ mod tests {
         let b = StoreMeta {
             engine: "masstree".into(),
             durable_through: 1 << 40,
+            retention: 1_700_000_000_000_000,
         };
         write(&dir, &b).expect("write");
         assert_eq!(read(&dir).expect("read"), Some(b));
@@ -225,6 +252,7 @@ mod tests {
         let bytes = encode(&StoreMeta {
             engine: "lockbtree".into(),
             durable_through: 77,
+            retention: 5,
         })
         .expect("encode");
         for at in 0..META_BYTES {
@@ -239,6 +267,7 @@ mod tests {
         assert!(encode(&StoreMeta {
             engine: "x".repeat(ENGINE_SPEC_BYTES_MAX + 1),
             durable_through: 0,
+            retention: 0,
         })
         .is_err());
     }
@@ -270,5 +299,28 @@ mod tests {
             bad[at] ^= 1;
             assert!(decode(path, &bad).is_err(), "byte {at}");
         }
+    }
+
+    // Goal: stores written by version 3 (no retention field) still open, with no threshold.
+    // Method: a version 4 file made into version 3's 256 bytes by hand (docs/FORMAT.md).
+    #[test]
+    fn version_3_files_are_read() {
+        let path = std::path::Path::new("/x/META");
+        let v4 = encode(&StoreMeta {
+            engine: "tsbtree".into(),
+            durable_through: 12,
+            retention: 0,
+        })
+        .expect("encode");
+        let mut bytes = v4[..META_BYTES_V3].to_vec();
+        bytes[8..12].copy_from_slice(&3u32.to_le_bytes());
+        let crc = crc32c::crc32c(&bytes[..META_BYTES_V3 - 4]);
+        bytes[META_BYTES_V3 - 4..].copy_from_slice(&crc.to_le_bytes());
+        let meta = decode(path, &bytes).expect("v3");
+        assert_eq!(
+            (meta.engine.as_str(), meta.durable_through),
+            ("tsbtree", 12)
+        );
+        assert_eq!(meta.retention, 0);
     }
 }

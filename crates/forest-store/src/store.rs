@@ -442,10 +442,16 @@ impl Store {
             }
             (None, named) => resolve_engine(&dir, named.as_deref(), options.switch_engine)?,
         };
-        let by_name = || new_engine(&engine).expect("the engine spec was checked");
         let meta_read = meta::read(&dir);
         let meta_unreadable = meta_read.is_err();
         let recorded = meta_read.ok().flatten();
+        // A temporal store's retention threshold applies before redo (`temporal`).
+        let retention = recorded.as_ref().map_or(0, |m| m.retention);
+        let by_name = || {
+            let index = new_engine(&engine).expect("the engine spec was checked");
+            temporal::apply_retention(&*index, retention);
+            index
+        };
         // A damaged META is rewritten with the engine named (`check_recorded`): a tree file
         // present is taken as that engine's rather than removed as stale.
         let recorded_spec = match &recorded {
@@ -462,7 +468,14 @@ impl Store {
         let mut pm = None;
         let mut checkpoint_now = false;
         let recovered = match make_index {
-            Some(make_index) => recovery::recover(&dir, make_index, mode)?,
+            Some(make_index) => {
+                let with_retention = || {
+                    let index = make_index();
+                    temporal::apply_retention(&*index, retention);
+                    index
+                };
+                recovery::recover(&dir, &with_retention, mode)?
+            }
             None => {
                 crate::pm::prepare(&dir, recorded_spec.as_deref(), &engine, mode)?;
                 if crate::pm::is_pm(&engine) {
@@ -486,6 +499,7 @@ impl Store {
                 &StoreMeta {
                     engine: engine.clone(),
                     durable_through: recorded.map_or(0, |m| m.durable_through),
+                    retention,
                 },
             )?;
         }
@@ -1401,6 +1415,7 @@ impl Store {
             &StoreMeta {
                 engine: self.engine.clone(),
                 durable_through: self.lsns.last(),
+                retention: self.index.as_temporal().map_or(0, |t| t.retention()),
             },
         )
     }

@@ -71,14 +71,20 @@ impl Target<'_> {
 
 /// The term the rule picks from sorted `entries` (see the module doc).
 pub(crate) fn select<'e>(entries: &'e [Term], target: Target<'_>, t: u64) -> Option<&'e Term> {
+    select_at(entries, target, t).map(|i| &entries[i])
+}
+
+/// [`select`]'s term's position.
+fn select_at(entries: &[Term], target: Target<'_>, t: u64) -> Option<usize> {
     let end = entries.partition_point(|e| target.admits(&e.key));
-    entries[..end].iter().rev().find(|e| e.ts <= t)
+    entries[..end].iter().rposition(|e| e.ts <= t)
 }
 
 /// Where an index search goes next.
 pub(crate) enum Route {
-    /// Down to this child, through this term.
-    Child(Term),
+    /// Down to this child, through this term, which ends at the second field (the next term
+    /// of its key's start, else the page's end: `retention.rs` checks it).
+    Child(Term, u64),
     /// Right, through a side link (a split whose term is maybe not posted yet).
     Right(Pid),
     /// To the page's latest historical index page (`t` is before the page's start).
@@ -115,9 +121,12 @@ pub(crate) fn route_index(head: &Node, target: Target<'_>, t: u64) -> Route {
         return Route::History(h);
     }
     let pick = |entries: &[Term]| {
-        let term = select(entries, target, t)
+        let at = select_at(entries, target, t)
             .unwrap_or_else(|| panic!("index page has no term for {target:?} at {t}"));
-        Route::Child(term.clone())
+        Route::Child(
+            entries[at].clone(),
+            crate::retention::term_end(entries, at, b.end),
+        )
     };
     if head.next().is_none() {
         pick(&b.entries)

@@ -4,6 +4,7 @@
 //! are always valid paths.
 
 use crossbeam_epoch::{Guard, Shared};
+use forest_core::Result;
 use forest_llama::Pid;
 
 use crate::as_of::{self, Locate, Route, Target};
@@ -30,28 +31,55 @@ impl TsbTree {
     }
 
     /// The leaf holding `target` at time `t`, following side and history links; no helping.
+    /// Errors: `t` below the retention threshold, checked on entry (the caller pinned `guard`
+    /// first) and before every term or history link whose time range the threshold may have
+    /// passed since (`retention.rs`).
     pub(crate) fn find_leaf_as_of<'g>(
         &self,
         target: Target<'_>,
         t: u64,
         guard: &'g Guard,
-    ) -> (Pid, &'g Node) {
+    ) -> Result<(Pid, &'g Node)> {
+        self.check_retained(t)?;
         let (mut pid, _, mut head) = self.root(guard);
         loop {
             let next = if head.level > 0 {
                 match as_of::route_index(head, target, t) {
-                    Route::Child(term) => term.pid,
-                    Route::Right(q) | Route::History(q) => q,
+                    Route::Child(term, end) => {
+                        self.check_term(t, end)?;
+                        term.pid
+                    }
+                    Route::Right(q) => q,
+                    Route::History(q) => {
+                        self.check_history_link(t, page::page_start(head))?;
+                        q
+                    }
                 }
             } else {
                 match as_of::locate(head, target, t) {
-                    Locate::Here => return (pid, head),
+                    Locate::Here => return Ok((pid, head)),
                     Locate::Right(q) => q,
-                    Locate::History(h) => h,
+                    Locate::History(h) => {
+                        self.check_history_link(t, page::page_start(head))?;
+                        h
+                    }
                 }
             };
             pid = next;
-            head = self.read_live(pid, guard);
+            head = self.read_as_of(pid, t, guard)?;
+        }
+    }
+
+    /// [`Self::read_live`] for a read at `t`: a PID that holds no state was freed by
+    /// retention after the read checked the threshold (the epoch keeps its PID from reuse
+    /// until the read unpins), so the read is refused.
+    pub(crate) fn read_as_of<'g>(&self, pid: Pid, t: u64, guard: &'g Guard) -> Result<&'g Node> {
+        match node::read(&self.table, pid, guard) {
+            Some((_, head)) => Ok(head),
+            None => {
+                self.check_retained(t)?;
+                panic!("pid {pid} is linked but holds no state (retention is below {t})")
+            }
         }
     }
 
@@ -73,7 +101,7 @@ impl TsbTree {
             loop {
                 if head.level > 0 {
                     match as_of::route_index(head, Target::At(key), u64::MAX) {
-                        Route::Child(term) => {
+                        Route::Child(term, _) => {
                             parent = Some((pid, term.clone()));
                             pid = term.pid;
                         }
@@ -153,7 +181,8 @@ impl TsbTree {
                 if head.level == level {
                     return Some((pid, state, head));
                 }
-                let Route::Child(term) = as_of::route_index(head, Target::At(key), u64::MAX) else {
+                let Route::Child(term, _) = as_of::route_index(head, Target::At(key), u64::MAX)
+                else {
                     continue 'restart; // not reached: the current time is after every start
                 };
                 pid = term.pid;

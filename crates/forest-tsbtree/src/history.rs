@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use forest_core::{HistoryVisitor, Order};
+use forest_core::{HistoryVisitor, Order, Result};
 
 use crate::as_of::{Locate, Target};
 use crate::page;
@@ -22,15 +22,17 @@ impl TsbTree {
         to: u64,
         order: Order,
         visit: &mut HistoryVisitor<'_>,
-    ) {
+    ) -> Result<()> {
         if from > to {
-            return;
+            return self.check_retained(from);
         }
         let mut versions: BTreeMap<u64, Option<Box<[u8]>>> = BTreeMap::new();
         {
             let guard = &crossbeam_epoch::pin();
             // The page holding the key at `to` (current or historical), then back in time.
-            let (_, mut head) = self.find_leaf_as_of(Target::At(key), to, guard);
+            // `from` is checked after pinning, so nothing the walk needs is freed under it.
+            self.check_retained(from)?;
+            let (_, mut head) = self.find_leaf_as_of(Target::At(key), to, guard)?;
             loop {
                 let view = page::leaf_view(head);
                 let first = view.records.partition_point(|r| *r.key < *key);
@@ -40,7 +42,10 @@ impl TsbTree {
                     }
                 }
                 match (view.history, view.start > from) {
-                    (Some(h), true) => head = self.read_live(h, guard),
+                    (Some(h), true) => {
+                        self.check_history_link(from, view.start)?;
+                        head = self.read_as_of(h, from, guard)?;
+                    }
                     _ => break,
                 }
                 // A historical page holds the key range of its page when it split, which
@@ -57,17 +62,18 @@ impl TsbTree {
             Order::Ascending => {
                 for e in versions.iter() {
                     if hand_out(e) {
-                        return;
+                        return Ok(());
                     }
                 }
             }
             Order::Descending => {
                 for e in versions.iter().rev() {
                     if hand_out(e) {
-                        return;
+                        return Ok(());
                     }
                 }
             }
         }
+        Ok(())
     }
 }

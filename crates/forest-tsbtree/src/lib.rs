@@ -15,6 +15,7 @@
 //! | `scan.rs` | current and as-of range scans, both orders |
 //! | `history.rs` | a key's versions in a time range, each once |
 //! | `stamped.rs` | versions at a given timestamp: a store's writes and their redo, idempotent |
+//! | `retention.rs` | §V-C (1) in memory: a retention threshold; historical pages before it freed, their PIDs reused; stale terms never followed |
 //! | forest-llama | §II-B mapping table; §II-C Allocate, Free, Read, Update-D, Update-R; epochs |
 //!
 //! Choices the paper leaves open or contradicts (each argued in its module):
@@ -43,7 +44,7 @@
 //! `time_split:index-split-installed`, each after step 1's CAS and before step 2.
 //!
 //! Not built yet (later increments of issue 18): LSNs and the store's EOSL-TS, LSS-C / LSS-H,
-//! migration, archive GC.
+//! migration, archive GC (retention frees in-memory historical pages, `retention.rs`).
 
 mod as_of;
 mod descend;
@@ -51,6 +52,7 @@ mod history;
 mod key_split;
 mod node;
 mod page;
+mod retention;
 mod scan;
 mod split_list;
 mod stamped;
@@ -117,6 +119,14 @@ pub mod counter_names {
     /// Terms posted on an index page before its start (would belong in a historical index
     /// page, §IV-B): the split-time rules keep this at 0.
     pub const LATE_TERMS: &str = "late_terms";
+    /// Historical pages (leaf and index) freed by retention (`retention.rs`).
+    pub const RETIRED_PAGES: &str = "retired_pages";
+    /// Reads refused at a term or history link the retention threshold had passed.
+    pub const STALE_TERMS_REFUSED: &str = "stale_terms_refused";
+    /// The retention threshold.
+    pub const RETENTION: &str = "retention";
+    /// Pages in the mapping table (current and historical, leaf and index).
+    pub const LIVE_PAGES: &str = "live_pages";
 }
 
 #[derive(Default)]
@@ -132,6 +142,8 @@ struct Stats {
     smo_helps: Counter,
     index_time_splits: Counter,
     late_terms: Counter,
+    retired_pages: Counter,
+    stale_terms_refused: Counter,
 }
 
 /// Levels with a list of active time splits of their own; deeper levels (never reached: a
@@ -147,6 +159,10 @@ pub struct TsbTree {
     stats: Stats,
     /// §IV-B2: per level, the active time splits (`split_list.rs`).
     split_lists: Box<[split_list::SplitList]>,
+    /// §V-C: the retention threshold (`retention.rs`).
+    retention: AtomicU64,
+    /// Historical pages waiting for the threshold (`retention.rs`).
+    retire_queue: retention::RetireQueue,
 }
 
 /// What a write does.
@@ -221,6 +237,8 @@ impl TsbTree {
             split_lists: (0..SPLIT_LIST_LEVELS)
                 .map(|level| split_list::SplitList::new(level == 0))
                 .collect(),
+            retention: AtomicU64::new(0),
+            retire_queue: retention::RetireQueue::default(),
         }
     }
 
@@ -365,6 +383,26 @@ impl TsbTree {
     }
 }
 
+impl TsbTree {
+    /// The value of `key` as of `t` (see [`TemporalIndex::get_as_of`]).
+    fn get_at(&self, key: &[u8], t: Timestamp, out: &mut Vec<u8>) -> Result<bool> {
+        if key.len() > KEY_BYTES_MAX {
+            self.check_retained(t)?;
+            return Ok(false);
+        }
+        let guard = &crossbeam_epoch::pin();
+        let (_, head) = self.find_leaf_as_of(Target::At(key), t, guard)?;
+        Ok(match as_of::version_at(head, key, t) {
+            Some(Some(v)) => {
+                out.clear();
+                out.extend_from_slice(v);
+                true
+            }
+            _ => false,
+        })
+    }
+}
+
 /// What [`TsbTree::check_structure`] found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Structure {
@@ -383,7 +421,8 @@ impl TsbTree {
     /// no historical index page holds a term leading to a current page (so no historical
     /// page is ever to be updated for one, and as-of searches through it never go stale);
     /// every term of a historical index page starts before the page ends; and every page's
-    /// history link leads to a historical page of its level ending where the page starts.
+    /// history link leads to a historical page of its level ending where the page starts
+    /// (terms and links that retention's threshold has passed are not followed).
     /// Returns the pages' sizes, or the first breach found.
     pub fn check_structure(&self) -> std::result::Result<Structure, String> {
         let guard = &crossbeam_epoch::pin();
@@ -409,7 +448,11 @@ impl TsbTree {
                 if view.is_historical() {
                     shape.historical_index_pages += 1;
                     shape.max_historical_index_terms = shape.max_historical_index_terms.max(n);
-                    for e in &view.entries {
+                    let retained = self.retention_threshold();
+                    for (i, e) in view.entries.iter().enumerate() {
+                        if retention::term_end(&view.entries, i, view.end) <= retained {
+                            continue; // its page may be freed, its PID reused (retention.rs)
+                        }
                         let current = node::read(&self.table, e.pid, guard)
                             .is_some_and(|(_, child)| !page::is_historical(child));
                         if current {
@@ -436,7 +479,7 @@ impl TsbTree {
                     "page {pid} has the empty time range [{start}, {end})"
                 ));
             }
-            if let Some(h) = history {
+            if let Some(h) = history.filter(|_| start > self.retention_threshold()) {
                 match node::read(&self.table, h, guard) {
                     Some((_, old)) if old.level == head.level && page::is_historical(old) => {
                         let (_, old_end) = page::time_range(old);
@@ -479,7 +522,7 @@ impl TsbTree {
                 }
             } else {
                 match as_of::route_index(head, Target::At(key), u64::MAX) {
-                    as_of::Route::Child(term) => {
+                    as_of::Route::Child(term, _) => {
                         starts.push(page::page_start(head));
                         term.pid
                     }
@@ -497,7 +540,8 @@ impl Index for TsbTree {
     }
 
     fn get(&self, key: &[u8], out: &mut Vec<u8>) -> bool {
-        self.get_as_of(key, u64::MAX, out)
+        // The current time is never below the threshold: never refused.
+        matches!(self.get_at(key, u64::MAX, out), Ok(true))
     }
 
     fn insert(&self, key: &[u8], value: &[u8]) -> Result<bool> {
@@ -523,7 +567,8 @@ impl Index for TsbTree {
         order: Order,
         visit: &mut Visitor<'_>,
     ) {
-        self.scan_at(lower, upper, order, u64::MAX, visit);
+        // The current time is never below the threshold: never refused.
+        let _ = self.scan_at(lower, upper, order, u64::MAX, visit);
     }
 
     fn as_temporal(&self) -> Option<&dyn TemporalIndex> {
@@ -539,10 +584,12 @@ impl Index for TsbTree {
         let mut historical_pages = 0u64;
         let mut historical_index_pages = 0u64;
         let mut versions = 0u64;
+        let mut live_pages = 0u64;
         self.table.for_each_state(guard, |_, state| {
             let Some(head) = node::state_ref(state, guard) else {
                 return;
             };
+            live_pages += 1;
             if head.level > 0 {
                 stats.inner_node_count += 1;
                 if page::is_historical(head) {
@@ -592,6 +639,13 @@ impl Index for TsbTree {
                 historical_index_pages,
             ),
             (counter_names::LATE_TERMS, s.late_terms.get()),
+            (counter_names::RETIRED_PAGES, s.retired_pages.get()),
+            (
+                counter_names::STALE_TERMS_REFUSED,
+                s.stale_terms_refused.get(),
+            ),
+            (counter_names::RETENTION, self.retention_threshold()),
+            (counter_names::LIVE_PAGES, live_pages),
             (
                 counter_names::ACTIVE_TIME_SPLITS,
                 self.split_lists.iter().map(|l| l.counts().0 as u64).sum(),
@@ -606,20 +660,8 @@ impl TemporalIndex for TsbTree {
         self.clock.now()
     }
 
-    fn get_as_of(&self, key: &[u8], t: Timestamp, out: &mut Vec<u8>) -> bool {
-        if key.len() > KEY_BYTES_MAX {
-            return false;
-        }
-        let guard = &crossbeam_epoch::pin();
-        let (_, head) = self.find_leaf_as_of(Target::At(key), t, guard);
-        match as_of::version_at(head, key, t) {
-            Some(Some(v)) => {
-                out.clear();
-                out.extend_from_slice(v);
-                true
-            }
-            _ => false,
-        }
+    fn get_as_of(&self, key: &[u8], t: Timestamp, out: &mut Vec<u8>) -> Result<bool> {
+        self.get_at(key, t, out)
     }
 
     fn scan_as_of(
@@ -629,8 +671,8 @@ impl TemporalIndex for TsbTree {
         order: Order,
         t: Timestamp,
         visit: &mut Visitor<'_>,
-    ) {
-        self.scan_at(lower, upper, order, t, visit);
+    ) -> Result<()> {
+        self.scan_at(lower, upper, order, t, visit)
     }
 
     fn history(
@@ -640,11 +682,21 @@ impl TemporalIndex for TsbTree {
         to: Timestamp,
         order: Order,
         visit: &mut HistoryVisitor<'_>,
-    ) {
+    ) -> Result<()> {
+        self.check_retained(from)?;
         if key.len() > KEY_BYTES_MAX {
-            return;
+            return Ok(());
         }
-        self.history_of(key, from, to, order, visit);
+        self.history_of(key, from, to, order, visit)
+    }
+
+    fn retention(&self) -> Timestamp {
+        self.retention_threshold()
+    }
+
+    fn set_retention(&self, t: Timestamp) -> Result<()> {
+        self.raise_retention(t);
+        Ok(())
     }
 
     fn upsert_stamped(&self, key: &[u8], value: &[u8]) -> Result<Timestamp> {

@@ -190,6 +190,19 @@ pub(crate) fn read<'g>(
     state_ref(state, guard).map(|n| (state, n))
 }
 
+/// [`read`] of a PID that may be free (a stale term's, `retention.rs`): None unless it holds
+/// a state in memory.
+pub(crate) fn read_if_live<'g>(
+    table: &MappingTable<Node>,
+    pid: Pid,
+    guard: &'g Guard,
+) -> Option<(Shared<'g, Node>, &'g Node)> {
+    match table.read_location(pid) {
+        forest_llama::page_state::PageLocation::Memory(_) => read(table, pid, guard),
+        _ => None,
+    }
+}
+
 impl PageState for Node {
     unsafe fn reclaim(ptr: *mut Self) {
         let mut ptr = ptr;

@@ -218,6 +218,15 @@ pub(crate) fn time_range(head: &Node) -> (u64, u64) {
     }
 }
 
+/// A page's key range `[low, high)` as its base holds it (None: no high key).
+pub(crate) fn key_range(head: &Node) -> (&[u8], Option<&[u8]>) {
+    match &head.base_node().kind {
+        Kind::Leaf(b) => (&b.low, b.high.as_deref()),
+        Kind::Index(b) => (&b.low, b.high.as_deref()),
+        _ => unreachable!("a chain ends in a base page"),
+    }
+}
+
 /// Whether a page state is historical (its base ends at a split time; only bases can be).
 pub(crate) fn is_historical(head: &Node) -> bool {
     match &head.base_node().kind {

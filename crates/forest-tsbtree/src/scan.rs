@@ -8,7 +8,7 @@
 use std::ops::{Bound, ControlFlow};
 
 use forest_core::index::{below_lower, past_upper};
-use forest_core::{Order, Visitor};
+use forest_core::{Order, Result, Visitor};
 
 use crate::as_of::Target;
 use crate::page;
@@ -39,7 +39,7 @@ impl TsbTree {
         order: Order,
         t: u64,
         visit: &mut Visitor<'_>,
-    ) {
+    ) -> Result<()> {
         let in_range = |k: &[u8]| forest_core::index::in_bounds(k, lower, upper);
         let mut batch: Vec<KeyValue> = Vec::new();
         match order {
@@ -53,7 +53,7 @@ impl TsbTree {
                             Bound::Included(k) | Bound::Excluded(k) => Target::At(k),
                             Bound::Unbounded => Target::At(&[]),
                         };
-                        let (_, head) = self.find_leaf_as_of(target, t, guard);
+                        let (_, head) = self.find_leaf_as_of(target, t, guard)?;
                         let view = page::leaf_view(head);
                         let cur = cursor.as_ref().map(Vec::as_slice);
                         for r in alive_at(&view.records, t) {
@@ -68,20 +68,20 @@ impl TsbTree {
                     };
                     for (k, v) in &batch {
                         if visit(k, v).is_break() {
-                            return;
+                            return Ok(());
                         }
                     }
                     match next {
                         Some(high) if !past_upper(&high, upper) => {
                             cursor = Bound::Included(high.into_vec());
                         }
-                        _ => return,
+                        _ => return Ok(()),
                     }
                 }
             }
             Order::Descending => {
                 if matches!(upper, Bound::Excluded(k) if k.is_empty()) {
-                    return; // nothing sorts below the empty key
+                    return Ok(()); // nothing sorts below the empty key
                 }
                 let mut cursor: Bound<Vec<u8>> = upper.map(<[u8]>::to_vec);
                 loop {
@@ -93,7 +93,7 @@ impl TsbTree {
                             Bound::Excluded(k) => Target::Below(k),
                             Bound::Unbounded => Target::End,
                         };
-                        let (_, head) = self.find_leaf_as_of(target, t, guard);
+                        let (_, head) = self.find_leaf_as_of(target, t, guard)?;
                         let view = page::leaf_view(head);
                         let cur = cursor.as_ref().map(Vec::as_slice);
                         for r in alive_at(&view.records, t) {
@@ -108,11 +108,11 @@ impl TsbTree {
                     };
                     for (k, v) in batch.iter().rev() {
                         if visit(k, v) == ControlFlow::Break(()) {
-                            return;
+                            return Ok(());
                         }
                     }
                     if next.is_empty() || below_lower(&next, lower) {
-                        return;
+                        return Ok(());
                     }
                     cursor = Bound::Excluded(next.into_vec());
                 }

@@ -10,7 +10,8 @@
 //! - The caller applies each key's versions in timestamp order, and each page's too (a
 //!   store: in LSN order under one log's lock). A version older than its key's newest, or than
 //!   its page's start, and not already there, would have to go into history, which is never
-//!   updated (§IV-A2): it is refused with an error that says so.
+//!   updated (§IV-A2): it is refused with an error that says so, unless it is below the
+//!   retention threshold (`retention.rs`): that history is discarded, so it is a no-op.
 
 use forest_core::{check_entry, check_key, Error, Result, Timestamp};
 
@@ -42,13 +43,14 @@ fn newest_ts(head: &Node, key: &[u8]) -> Option<Timestamp> {
 
 impl TsbTree {
     /// Whether `key` has a version at exactly `ts` (in any page, current or historical).
-    pub fn has_version(&self, key: &[u8], ts: Timestamp) -> bool {
+    /// Errors: `ts` below the retention threshold (discarded).
+    pub fn has_version(&self, key: &[u8], ts: Timestamp) -> Result<bool> {
         let mut found = false;
         self.history_of(key, ts, ts, forest_core::Order::Ascending, &mut |_, _| {
             found = true;
             std::ops::ControlFlow::Break(())
-        });
-        found
+        })?;
+        Ok(found)
     }
 
     /// Creates the version `(key, ts)` (see the module doc); false when it was there.
@@ -64,7 +66,11 @@ impl TsbTree {
             let start = page::page_start(hit.head);
             let newest = newest_ts(hit.head, key);
             if ts < start || newest.is_some_and(|n| ts <= n) {
-                if self.has_version(key, ts) {
+                if ts < self.retention_threshold() {
+                    // A redo below the threshold: that history is discarded (retention.rs).
+                    return Ok(false);
+                }
+                if self.has_version(key, ts)? {
                     return Ok(false);
                 }
                 return Err(Error::InvalidUse(format!(

@@ -165,6 +165,7 @@ impl TsbTree {
             return None;
         }
         self.stats.time_splits.incr();
+        self.register_historical(q, t, guard);
         forest_core::pause::pause_point("time_split:leaf-split-installed");
         self.help_time_split(pid, self.read_live(pid, guard), &view.low, guard);
         active.finish();
@@ -395,6 +396,7 @@ impl TsbTree {
             return None;
         }
         self.stats.index_time_splits.incr();
+        self.register_historical(q, t, guard);
         forest_core::pause::pause_point("time_split:index-split-installed");
         self.help_time_split(pid, self.read_live(pid, guard), &view.low, guard);
         active.finish();

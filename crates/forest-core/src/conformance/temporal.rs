@@ -81,7 +81,10 @@ fn random_bound<'k>(rng: &mut SmallRng, key: &'k [u8]) -> Bound<&'k [u8]> {
 /// Checks one as-of get.
 fn check_get(index: &dyn TemporalIndex, model: &VersionModel, key: &[u8], t: Timestamp, seed: u64) {
     let mut out = Vec::new();
-    let got = index.get_as_of(key, t, &mut out).then_some(out.as_slice());
+    let found = index
+        .get_as_of(key, t, &mut out)
+        .unwrap_or_else(|e| panic!("[temporal] get_as_of at {t}: {e} (seed {seed})"));
+    let got = found.then_some(out.as_slice());
     let want = model_at(model, key, t);
     assert_eq!(
         got.map(show),
@@ -101,10 +104,12 @@ fn check_scan(
     seed: u64,
 ) {
     let mut got = Vec::new();
-    index.scan_as_of(lower, upper, order, t, &mut |k, v| {
-        got.push((k.to_vec(), v.to_vec()));
-        ControlFlow::Continue(())
-    });
+    index
+        .scan_as_of(lower, upper, order, t, &mut |k, v| {
+            got.push((k.to_vec(), v.to_vec()));
+            ControlFlow::Continue(())
+        })
+        .unwrap_or_else(|e| panic!("[temporal] scan_as_of at {t}: {e} (seed {seed})"));
     let mut want: Vec<(Vec<u8>, Vec<u8>)> = model
         .keys()
         .filter(|k| in_bounds(k, lower, upper))
@@ -142,10 +147,12 @@ fn check_history(
     seed: u64,
 ) {
     let mut got: Vec<(Timestamp, Option<Vec<u8>>)> = Vec::new();
-    index.history(key, from, to, order, &mut |ts, v| {
-        got.push((ts, v.map(<[u8]>::to_vec)));
-        ControlFlow::Continue(())
-    });
+    index
+        .history(key, from, to, order, &mut |ts, v| {
+            got.push((ts, v.map(<[u8]>::to_vec)));
+            ControlFlow::Continue(())
+        })
+        .unwrap_or_else(|e| panic!("[temporal] history from {from}: {e} (seed {seed})"));
     let mut want: Vec<(Timestamp, Option<Vec<u8>>)> = match model.get(key) {
         Some(versions) if from <= to => versions
             .range(from..=to)

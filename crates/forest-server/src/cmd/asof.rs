@@ -1,5 +1,6 @@
 //! Reads as of a past time on a store over a temporal engine (issue 18; docs/PROTOCOL.md
-//! "Reads as of a time"): ASOF.NOW, ASOF.GET, ASOF.RANGE, ASOF.COUNT, ASOF.HISTORY. A dotted
+//! "Reads as of a time"): ASOF.NOW, ASOF.GET, ASOF.RANGE, ASOF.COUNT, ASOF.HISTORY and
+//! ASOF.RETAIN (the retention threshold; reads before it are refused). A dotted
 //! namespace that neither Redis nor a common module uses (RedisTimeSeries has `TS.*`).
 //!
 //! Timestamps are integer microseconds since the Unix epoch, or RFC 3339 times
@@ -145,6 +146,19 @@ fn alive_at(deadline_ms: u64, t: u64) -> bool {
 pub fn now(ctx: &mut Ctx<'_, '_>, _argv: &[&[u8]]) -> Reply {
     let now = ctx.shared.store.now().map_err(error)?;
     Ok(Frame::Integer(i64::try_from(now).unwrap_or(i64::MAX)))
+}
+
+/// ASOF.RETAIN [ts]: the retention threshold (0: none), or raises it to `ts` and replies
+/// with it. Refused: a time after ASOF.NOW, and one below the current threshold (it only
+/// grows; the same threshold again is accepted and changes nothing).
+pub fn retain(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
+    let store = &ctx.shared.store;
+    let threshold = match argv {
+        [_] => store.retention().map_err(error)?,
+        [_, t] => store.set_retention(parse_time(t)?).map_err(error)?,
+        _ => return Err(syntax_error()),
+    };
+    Ok(Frame::Integer(i64::try_from(threshold).unwrap_or(i64::MAX)))
 }
 
 /// The value of string `key` as of `t`, from whichever place it was in.
@@ -378,7 +392,7 @@ fn state_at(
 /// (nil for a delete or an expiry) pairs.
 pub fn history(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let key = argv[1];
-    let (mut from, mut to, mut order, mut limit) = (0, u64::MAX, Order::Ascending, usize::MAX);
+    let (mut from, mut to, mut order, mut limit) = (None, u64::MAX, Order::Ascending, usize::MAX);
     let mut i = 2;
     while i < argv.len() {
         if is_word(argv[i], "rev") {
@@ -394,7 +408,7 @@ pub fn history(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
                     None => return Err(not_an_integer()),
                 };
             } else if is_word(argv[i], "from") {
-                from = parse_time(arg)?;
+                from = Some(parse_time(arg)?);
             } else {
                 to = parse_time(arg)?;
             }
@@ -406,21 +420,45 @@ pub fn history(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     }
     let store = &ctx.shared.store;
     let now = store.now().map_err(error)?;
+    // No FROM: from the retention threshold (history before it is discarded); a FROM below
+    // it is refused, as by the store.
+    let threshold = store.retention().map_err(error)?;
+    let from = from.unwrap_or(threshold);
     if from > now {
         return Err(Frame::err(format!(
             "time {from} is in the future (now is {now}): its answer could still change"
         )));
     }
+    if from < threshold {
+        return Err(error(forest_core::discarded(from, threshold)));
+    }
     let to = to.min(now);
     if key.first() == Some(&RESERVED_BYTE) || from > to || limit == 0 {
         return Ok(Frame::Array(Vec::new()));
     }
-    // Whole histories up to `to`: the state before `from` decides whether a first delete
-    // changed anything.
-    let all = |k: &[u8]| store.history(k, 0, to, Order::Ascending, usize::MAX);
-    let raw = all(key).map_err(error)?;
-    let stamped = all(&string_key(key)).map_err(error)?;
-    let mut times: Vec<u64> = raw.iter().chain(&stamped).map(|(ts, _)| *ts).collect();
+    // Whole retained histories up to `to`: the state before `from` decides whether a first
+    // delete changed anything. Each place's state at the threshold (a version before it)
+    // goes first, at the threshold, as a state but not as an event.
+    type Versions = Vec<(u64, Option<Vec<u8>>)>;
+    let all = |k: &[u8]| -> Result<(Versions, usize), Frame> {
+        let mut h = store
+            .history(k, threshold, to, Order::Ascending, usize::MAX)
+            .map_err(error)?;
+        if threshold > 0 && h.first().is_none_or(|(ts, _)| *ts != threshold) {
+            let mut out = Vec::new();
+            if store.get_as_of(k, threshold, &mut out).map_err(error)? {
+                h.insert(0, (threshold, Some(out)));
+                return Ok((h, 1));
+            }
+        }
+        Ok((h, 0))
+    };
+    let ((raw, raw_seeded), (stamped, stamped_seeded)) = (all(key)?, all(&string_key(key))?);
+    let mut times: Vec<u64> = raw[raw_seeded..]
+        .iter()
+        .chain(&stamped[stamped_seeded..])
+        .map(|(ts, _)| *ts)
+        .collect();
     for (n, (ts, stored)) in stamped.iter().enumerate() {
         let expiry = stored
             .as_deref()
@@ -434,7 +472,13 @@ pub fn history(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     times.sort_unstable();
     times.dedup();
     let mut events = Vec::new();
-    let mut before: Option<Vec<u8>> = None;
+    // The state before the first event: at the threshold when no event is there (a delete
+    // exactly at the threshold is therefore not listed: what it deleted is discarded).
+    let mut before: Option<Vec<u8>> = if threshold == 0 || times.first() == Some(&threshold) {
+        None
+    } else {
+        state_at(&raw, &stamped, threshold)
+    };
     for x in times {
         let state = state_at(&raw, &stamped, x);
         // A write is listed even if it wrote the same value; a delete only if it deleted.

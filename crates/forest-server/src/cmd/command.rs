@@ -271,6 +271,7 @@ pub static COMMAND_SPECS: &[Spec] = &[
     spec!("asof.range", -4, R, (0, 0, 0), "forest", "0.1.0", "Returns key-value pairs (or keys) between two lex bounds as of a timestamp, ascending or REV descending, at most LIMIT count.", "min max timestamp [REV] [LIMIT count] [KEYSONLY]", asof::range),
     spec!("asof.count", 4, R, (0, 0, 0), "forest", "0.1.0", "Counts the keys between two lex bounds as of a timestamp.", "min max timestamp", asof::count),
     spec!("asof.history", -2, R, (1, 1, 1), "forest", "0.1.0", "Returns a string key's versions as timestamp and value (nil: deleted or expired) pairs.", "key [FROM timestamp] [TO timestamp] [REV] [LIMIT count]", asof::history),
+    spec!("asof.retain", -1, ADMIN, (0, 0, 0), "forest", "0.1.0", "Returns the retention threshold, or raises it to a timestamp: history before it is discarded and reads before it are refused.", "[timestamp]", asof::retain),
 ];
 
 fn text(s: &str) -> Frame {

@@ -219,11 +219,81 @@ fn asof_errors_name_the_problem() {
         &["ASOF.RANGE", "-", "+", "0"],
         &["ASOF.COUNT", "-", "+", "0"],
         &["ASOF.HISTORY", "k"],
+        &["ASOF.RETAIN"],
+        &["ASOF.RETAIN", "0"],
     ] {
         let e = err_text(c.cmd(argv));
         assert!(
             e.contains("engine `masstree` is not a temporal engine"),
             "{argv:?}: {e}"
         );
+    }
+}
+
+// Goal: ASOF.RETAIN answers as documented: 0 at first; raising it refuses reads below it
+// (GET, RANGE, COUNT, HISTORY FROM) naming it while reads at or above answer as before;
+// HISTORY without FROM starts at it; a future or lower threshold is refused, the same one
+// accepted; INFO shows it; it survives a restart. Method: three versions of a key, the
+// threshold at the second, every command before and after a restart.
+#[test]
+fn asof_retain_discards_history_before_the_threshold() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut s = Running::start(dir.path(), "tsbtree");
+    let c = &mut s.client;
+    assert_eq!(int(&c.cmd(&["ASOF.RETAIN"])), 0);
+    c.cmd(&["SET", "color", "red"]);
+    let t1 = now(c);
+    c.cmd(&["SET", "color", "blue"]);
+    let t2 = now(c);
+    c.cmd(&["SET", "other", "x"]);
+    c.cmd(&["DEL", "color"]);
+    let t3 = now(c);
+    let before_history = c.cmd(&["ASOF.HISTORY", "color", "FROM", &t2]);
+    assert_eq!(
+        int(&c.cmd(&["ASOF.RETAIN", &t2])),
+        t2.parse::<i64>().unwrap()
+    );
+    let discarded = format!("history before {t2} is discarded");
+    let mut restarted = false;
+    loop {
+        let c = &mut s.client;
+        assert_eq!(int(&c.cmd(&["ASOF.RETAIN"])).to_string(), t2);
+        for argv in [
+            &["ASOF.GET", "color", &t1][..],
+            &["ASOF.RANGE", "-", "+", &t1],
+            &["ASOF.COUNT", "-", "+", &t1],
+            &["ASOF.HISTORY", "color", "FROM", &t1],
+            &["ASOF.HISTORY", "color", "FROM", "0"],
+        ] {
+            let e = err_text(c.cmd(argv));
+            assert!(e.contains(&discarded), "{argv:?}: {e}");
+        }
+        assert_eq!(c.cmd(&["ASOF.GET", "color", &t2]), R::bulk("blue"));
+        assert_eq!(c.cmd(&["ASOF.GET", "color", &t3]), R::Nil);
+        assert_eq!(int(&c.cmd(&["ASOF.COUNT", "-", "+", &t2])), 1);
+        assert_eq!(
+            c.cmd(&["ASOF.HISTORY", "color", "FROM", &t2]),
+            before_history
+        );
+        let all = c.cmd(&["ASOF.HISTORY", "color"]);
+        assert_eq!(all, before_history, "no FROM: from the threshold");
+        let e = err_text(c.cmd(&["ASOF.RETAIN", "9999-01-01T00:00:00Z"]));
+        assert!(e.contains("is in the future"), "{e}");
+        let e = err_text(c.cmd(&["ASOF.RETAIN", &t1]));
+        assert!(e.contains("only grows"), "{e}");
+        assert_eq!(int(&c.cmd(&["ASOF.RETAIN", &t2])).to_string(), t2);
+        let e = err_text(c.cmd(&["ASOF.RETAIN", "soon"]));
+        assert!(e.contains("invalid timestamp 'soon'"), "{e}");
+        let info = match c.cmd(&["INFO", "forest"]) {
+            R::Bulk(b) => String::from_utf8(b).expect("utf8"),
+            other => panic!("INFO: {other:?}"),
+        };
+        assert!(info.contains(&format!("asof_retention:{t2}")), "{info}");
+        if restarted {
+            break;
+        }
+        drop(s);
+        s = Running::start(dir.path(), "tsbtree");
+        restarted = true;
     }
 }

@@ -17,13 +17,19 @@
 //!
 //! Checkpoints keep no history, so a temporal store keeps its logs instead: a checkpoint
 //! rotates and syncs the logs and writes no checkpoint file, and no log is ever deleted.
-//! Choice and cost: the history is as large as the logs anyway (every version is in memory
-//! until retention, not in this increment), each version is written to disk once (a
+//! Choice and cost: the history is as large as the logs anyway (every version at or above
+//! the retention threshold is in memory), each version is written to disk once (a
 //! checkpoint of every version would write the whole history again each time), and an open
 //! replays every write since the store was created (about a million records a second,
 //! issue 5). The open after a crash writes no checkpoint either; so the case that
 //! checkpoint covers for other engines, a failed fsync whose pages a reopen reads back from
 //! the page cache, is not covered here.
+//!
+//! Retention (tsbw-tree-temporal.md §V-C). [`Store::set_retention`] raises a threshold `T`
+//! (never lowers it, never past [`Store::now`]); it is written durably to META (format 4)
+//! before the engine discards anything, and applied to the fresh index at open before redo,
+//! so redo frees history below `T` as it goes. Reads as of a time below `T`, and histories
+//! starting below it, are refused naming `T`; reads at `T` or later answer as before.
 //!
 //! Reads as of `t` need no gate: [`Store::now`] is below every unit not yet applied, and a
 //! time after it is refused ("in the future"), so the answer for any time allowed never
@@ -96,6 +102,17 @@ pub(super) fn last_per_key<'a>(
         .filter(|(i, (_, key, _))| last[key] == *i)
         .map(|(_, &r)| r)
         .collect()
+}
+
+/// Applies a store's persisted retention threshold to a fresh index before redo, so that
+/// redo frees history below it as it goes (`tsbtree`: a historical page ending at or before
+/// it is freed when its split commits). An engine that cannot discard keeps the history;
+/// the store still refuses reads below the threshold ([`Store::get_as_of`] and the rest).
+pub(super) fn apply_retention(index: &dyn forest_core::Index, threshold: Timestamp) {
+    if let (Some(temporal), true) = (index.as_temporal(), threshold > 0) {
+        // Memory only: reads below the threshold are refused by the store either way.
+        let _ = temporal.set_retention(threshold);
+    }
 }
 
 fn not_temporal(engine: &str) -> Error {
@@ -191,7 +208,8 @@ impl Store {
         }
     }
 
-    /// The error for a time after [`Self::now`], whose answer could still change.
+    /// The error for a time after [`Self::now`], whose answer could still change, or below
+    /// the retention threshold, whose history is discarded.
     fn check_past(&self, t: Timestamp) -> Result<&dyn TemporalIndex> {
         let temporal = self.temporal()?;
         let now = self.now()?;
@@ -200,7 +218,55 @@ impl Store {
                 "time {t} is in the future (now is {now}): its answer could still change"
             )));
         }
+        let threshold = temporal.retention();
+        if t < threshold {
+            return Err(forest_core::discarded(t, threshold));
+        }
         Ok(temporal)
+    }
+
+    /// The retention threshold: reads before it are refused (0: none set). Errors: not
+    /// temporal.
+    pub fn retention(&self) -> Result<Timestamp> {
+        Ok(self.temporal()?.retention())
+    }
+
+    /// Sets the retention threshold to `t`: history before it is discarded, and reads as of
+    /// any time below it, or histories starting below it, are refused from then on, across
+    /// reopens (the threshold is in META, written durably before anything is discarded).
+    /// Setting the current threshold again changes nothing. Errors: not temporal; `t` after
+    /// [`Self::now`] (reads up to now must keep their answers); `t` below the current
+    /// threshold (it only grows: that history is gone).
+    pub fn set_retention(&self, t: Timestamp) -> Result<Timestamp> {
+        let temporal = self.temporal()?;
+        // One at a time, and never during a checkpoint (which reads the threshold).
+        let _serial = self.checkpoints.lock();
+        let now = self.now()?;
+        if t > now {
+            return Err(Error::InvalidUse(format!(
+                "retention threshold {t} is in the future (now is {now}): reads up to now \
+                 must keep their answers"
+            )));
+        }
+        let current = temporal.retention();
+        if t < current {
+            return Err(Error::InvalidUse(format!(
+                "retention threshold {t} is below the current threshold {current}: it only \
+                 grows (history before {current} is already discarded)"
+            )));
+        }
+        if t == current {
+            return Ok(t);
+        }
+        let mut recorded = crate::meta::read(&*self.dir)?.unwrap_or_else(|| StoreMeta {
+            engine: self.engine.clone(),
+            durable_through: 0,
+            retention: 0,
+        });
+        recorded.retention = t;
+        crate::meta::write(&*self.dir, &recorded)?;
+        temporal.set_retention(t)?;
+        Ok(t)
     }
 
     /// Sets `key` to `value`; returns the new version's timestamp. Errors: as
@@ -246,7 +312,7 @@ impl Store {
     pub fn get_as_of(&self, key: &[u8], t: Timestamp, out: &mut Vec<u8>) -> Result<bool> {
         let temporal = self.check_past(t)?;
         check_key(key)?;
-        Ok(temporal.get_as_of(key, t, out))
+        temporal.get_as_of(key, t, out)
     }
 
     /// The records in the bounds as of time `t`, in `order`, at most `limit`. Returns the
@@ -278,7 +344,7 @@ impl Store {
                 return ControlFlow::Break(());
             }
             ControlFlow::Continue(())
-        });
+        })?;
         Ok(last)
     }
 
@@ -307,7 +373,7 @@ impl Store {
             } else {
                 ControlFlow::Continue(())
             }
-        });
+        })?;
         Ok(out)
     }
 }

@@ -7,6 +7,9 @@
 //! reopened, and a child process writing to it is killed (the harness of `crash_kill.rs`):
 //! after recovery every acknowledged version is in its key's history at its timestamp, the
 //! write in flight at most is added, and every as-of answer checked before is checked again.
+//! A retention threshold rises among the rounds (`Store::set_retention`): reads at or above
+//! it answer as the model, reads below it (and histories starting below it) are refused
+//! naming it, across reopens and SIGKILL too.
 //! `FOREST_TEMPORAL_OPS` sets the operations per round (default small, for CI).
 
 use std::collections::BTreeMap;
@@ -97,9 +100,14 @@ fn random_time(rng: &mut StdRng, stamps: &[u64], now: u64) -> u64 {
 /// Checks one as-of get, scan (with continuation) and history at random past times.
 fn check_reads(store: &Store, model: &Model, stamps: &[u64], rng: &mut StdRng, what: &str) {
     let now = store.now().expect("temporal store call");
+    let threshold = store.retention().expect("temporal store call");
     let t = random_time(rng, stamps, now);
     let k = key(rng.random_range(0..KEY_COUNT));
     let mut out = Vec::new();
+    if t < threshold {
+        check_refused(store, &k, t, threshold, what);
+        return;
+    }
     let found = store
         .get_as_of(&k, t, &mut out)
         .expect("temporal store call");
@@ -147,6 +155,10 @@ fn check_reads(store: &Store, model: &Model, stamps: &[u64], rng: &mut StdRng, w
     let from = random_time(rng, stamps, now);
     let to = random_time(rng, stamps, now).max(from);
     let limit = rng.random_range(1..8);
+    if from < threshold {
+        check_refused(store, &k, from, threshold, what);
+        return;
+    }
     let got = store
         .history(&k, from, to, order, limit)
         .expect("temporal store call");
@@ -161,19 +173,76 @@ fn check_reads(store: &Store, model: &Model, stamps: &[u64], rng: &mut StdRng, w
     assert_eq!(got, want, "{what}: history {k:?} {from}..={to} {order:?}");
 }
 
-/// Every key's whole history equals the model's.
+/// Reads as of `t`, below the threshold, are refused naming it: get, scan, history.
+fn check_refused(store: &Store, k: &[u8], t: u64, threshold: u64, what: &str) {
+    let named = |e: Error| {
+        let text = e.to_string();
+        assert!(
+            text.contains(&format!("history before {threshold} is discarded")),
+            "{what}: {text}"
+        );
+    };
+    named(
+        store
+            .get_as_of(k, t, &mut Vec::new())
+            .expect_err("a get below the threshold"),
+    );
+    named(
+        store
+            .scan_as_of(
+                Bound::Unbounded,
+                Bound::Unbounded,
+                Order::Ascending,
+                t,
+                3,
+                &mut |_, _| ControlFlow::Continue(()),
+            )
+            .expect_err("a scan below the threshold"),
+    );
+    named(
+        store
+            .history(k, t, u64::MAX, Order::Ascending, 3)
+            .expect_err("a history from below the threshold"),
+    );
+}
+
+/// Every key's whole retained history (from the threshold on) equals the model's.
 fn check_all_history(store: &Store, model: &Model, what: &str) {
+    let threshold = store.retention().expect("temporal store call");
     for i in 0..KEY_COUNT {
         let k = key(i);
         let got = store
-            .history(&k, 0, u64::MAX, Order::Ascending, usize::MAX)
+            .history(&k, threshold, u64::MAX, Order::Ascending, usize::MAX)
             .expect("temporal store call");
         let want: Vec<(u64, Option<Vec<u8>>)> = model
             .get(&k)
-            .map(|h| h.iter().map(|(t, v)| (*t, v.clone())).collect())
+            .map(|h| h.range(threshold..).map(|(t, v)| (*t, v.clone())).collect())
             .unwrap_or_default();
         assert_eq!(got, want, "{what}: whole history of {k:?}");
     }
+}
+
+/// Raises the threshold to a recent version's time, checking the refusals of a future
+/// threshold and of a lower one, and that setting it again changes nothing.
+fn raise_threshold(store: &Store, stamps: &[u64], rng: &mut StdRng, what: &str) {
+    let now = store.now().expect("temporal store call");
+    let old = store.retention().expect("temporal store call");
+    let err = store
+        .set_retention(now + 3_600_000_000)
+        .expect_err("a threshold an hour ahead");
+    assert!(err.to_string().contains("in the future"), "{what}: {err}");
+    let mut recent: Vec<u64> = stamps.iter().copied().filter(|&t| t > old).collect();
+    recent.sort_unstable();
+    let Some(&t) = recent.get(rng.random_range(0..recent.len().max(1)) / 2) else {
+        return;
+    };
+    assert_eq!(store.set_retention(t).expect("a past threshold"), t);
+    assert_eq!(store.set_retention(t).expect("the same threshold"), t);
+    if t > 1 {
+        let err = store.set_retention(t - 1).expect_err("a lower threshold");
+        assert!(err.to_string().contains("only grows"), "{what}: {err}");
+    }
+    assert_eq!(store.retention().expect("temporal store call"), t);
 }
 
 /// One random write; records its versions in the model.
@@ -213,8 +282,9 @@ fn random_write(store: &Store, model: &mut Model, stamps: &mut Vec<u64>, rng: &m
         _ => {
             // The plain API writes versions too.
             store.upsert(&k, &v).expect("temporal store call");
+            let threshold = store.retention().expect("temporal store call");
             let mut hist = store
-                .history(&k, 0, u64::MAX, Order::Descending, 1)
+                .history(&k, threshold, u64::MAX, Order::Descending, 1)
                 .expect("temporal store call");
             let (ts, got) = hist.pop().expect("a version");
             assert_eq!(got.as_deref(), Some(&v[..]));
@@ -340,6 +410,18 @@ fn temporal_model_with_reopen_and_sigkill() {
             }
         }
         check_all_history(&store, &model, &what);
+        if round >= 1 {
+            // A rising threshold among the writes, then more writes and reads above it.
+            raise_threshold(&store, &stamps, &mut rng, &what);
+            check_all_history(&store, &model, &what);
+            for _ in 0..ops / 3 {
+                if rng.random_range(0..2) == 0 {
+                    check_reads(&store, &model, &stamps, &mut rng, &what);
+                } else {
+                    random_write(&store, &mut model, &mut stamps, &mut rng);
+                }
+            }
+        }
         if round == 1 {
             store.checkpoint().expect("temporal store call");
         }
@@ -465,16 +547,18 @@ fn wal_redo_is_idempotent() {
     let temporal = fresh.as_temporal().expect("tsbtree is temporal");
     for (i, want) in histories.iter().enumerate() {
         let mut got = Vec::new();
-        temporal.history(
-            &key(i as u32),
-            0,
-            u64::MAX,
-            Order::Ascending,
-            &mut |ts, v| {
-                got.push((ts, v.map(<[u8]>::to_vec)));
-                ControlFlow::Continue(())
-            },
-        );
+        temporal
+            .history(
+                &key(i as u32),
+                0,
+                u64::MAX,
+                Order::Ascending,
+                &mut |ts, v| {
+                    got.push((ts, v.map(<[u8]>::to_vec)));
+                    ControlFlow::Continue(())
+                },
+            )
+            .expect("no retention");
         assert_eq!(&got, want, "history of {:?}", key(i as u32));
     }
 }

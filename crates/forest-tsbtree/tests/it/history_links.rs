@@ -22,7 +22,8 @@ fn history(tree: &TsbTree, key: &[u8]) -> Vec<(u64, Option<Vec<u8>>)> {
     tree.history(key, 0, u64::MAX, Order::Ascending, &mut |ts, v| {
         out.push((ts, v.map(<[u8]>::to_vec)));
         ControlFlow::Continue(())
-    });
+    })
+    .expect("retained");
     out
 }
 
@@ -47,10 +48,15 @@ fn history_is_reached_after_consolidation_and_after_a_key_split() {
     assert_eq!(stats.height, 2, "the root leaf's time split grew a root");
     let mut out = Vec::new();
     for (i, &ts) in stamps.iter().enumerate() {
-        assert!(tree.get_as_of(b"x", ts, &mut out), "x at {ts}");
+        assert!(
+            tree.get_as_of(b"x", ts, &mut out).expect("retained"),
+            "x at {ts}"
+        );
         assert_eq!(out, [i as u8]);
     }
-    assert!(!tree.get_as_of(b"x", stamps[0] - 1, &mut out));
+    assert!(!tree
+        .get_as_of(b"x", stamps[0] - 1, &mut out)
+        .expect("retained"));
     for key in [b"a", b"b", b"c", b"d"] {
         tree.upsert(key, b"v").expect("small");
     }
@@ -66,13 +72,16 @@ fn history_is_reached_after_consolidation_and_after_a_key_split() {
         .collect();
     assert_eq!(history(&tree, b"x"), want);
     for (i, &ts) in stamps.iter().enumerate() {
-        assert!(tree.get_as_of(b"x", ts, &mut out), "x at {ts}");
+        assert!(
+            tree.get_as_of(b"x", ts, &mut out).expect("retained"),
+            "x at {ts}"
+        );
         assert_eq!(out, [i as u8]);
     }
     // A delete ends the lifetime with a tombstone; the history shows it once.
     let gone = tree.remove_ts(b"x").expect("present");
     assert!(!tree.get(b"x", &mut out));
-    assert!(tree.get_as_of(b"x", gone - 1, &mut out));
+    assert!(tree.get_as_of(b"x", gone - 1, &mut out).expect("retained"));
     let h = history(&tree, b"x");
     assert_eq!(h.len(), 6);
     assert_eq!(h[5], (gone, None));

@@ -75,10 +75,16 @@ fn hot_key_index_pages_stay_bounded_and_as_of_reads_stay_right() {
     );
     let mut out = Vec::new();
     for (i, &ts) in stamps.iter().enumerate() {
-        assert!(tree.get_as_of(hot, ts, &mut out), "version {i} at {ts}");
+        assert!(
+            tree.get_as_of(hot, ts, &mut out).expect("retained"),
+            "version {i} at {ts}"
+        );
         assert_eq!(out, (i as u32).to_be_bytes(), "version {i} at {ts}");
         let before = ts - 1;
-        assert!(tree.get_as_of(hot, before, &mut out), "before version {i}");
+        assert!(
+            tree.get_as_of(hot, before, &mut out).expect("retained"),
+            "before version {i}"
+        );
         if i == 0 {
             assert_eq!(out, b"cold");
         } else {
@@ -92,13 +98,16 @@ fn hot_key_index_pages_stay_bounded_and_as_of_reads_stay_right() {
                 continue;
             }
             assert!(
-                tree.get_as_of(key.as_bytes(), ts, &mut out),
+                tree.get_as_of(key.as_bytes(), ts, &mut out)
+                    .expect("retained"),
                 "{key} at {ts}"
             );
             assert_eq!(out, b"cold");
         }
     }
-    assert!(!tree.get_as_of(b"key00", cold_stamps[0] - 1, &mut out));
+    assert!(!tree
+        .get_as_of(b"key00", cold_stamps[0] - 1, &mut out)
+        .expect("retained"));
     assert!(tree.get(hot, &mut out));
     assert_eq!(out, (updates - 1).to_be_bytes());
     println!(
@@ -165,7 +174,10 @@ fn concurrent_hot_keys_time_split_shared_index_pages() {
     });
     let mut out = Vec::new();
     for (key, ts, value) in written.iter().flatten() {
-        assert!(tree.get_as_of(key, *ts, &mut out), "{key:?} at {ts}");
+        assert!(
+            tree.get_as_of(key, *ts, &mut out).expect("retained"),
+            "{key:?} at {ts}"
+        );
         assert_eq!(&out, value, "{key:?} at {ts}");
     }
     let splits = counter(&tree, counter_names::INDEX_TIME_SPLITS);

@@ -8,3 +8,4 @@ mod history_links;
 mod index_time_split;
 mod pause_points;
 mod put_version;
+mod retention;

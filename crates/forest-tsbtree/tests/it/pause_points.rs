@@ -34,7 +34,8 @@ fn history(tree: &TsbTree, k: &[u8]) -> Vec<u64> {
     tree.history(k, 0, u64::MAX, Order::Ascending, &mut |ts, _| {
         out.push(ts);
         ControlFlow::Continue(())
-    });
+    })
+    .expect("retained");
     out
 }
 
@@ -68,7 +69,10 @@ fn paused_time_split_is_completed_by_a_writer() {
     assert!(h.len() >= 2, "{h:?}");
     let mut out = Vec::new();
     for (i, &ts) in h.iter().enumerate().skip(1) {
-        assert!(tree.get_as_of(&hot, ts, &mut out), "version {i} at {ts}");
+        assert!(
+            tree.get_as_of(&hot, ts, &mut out).expect("retained"),
+            "version {i} at {ts}"
+        );
     }
     let before = helps(&tree);
     tree.upsert(&key(101), b"w").unwrap();
@@ -82,7 +86,7 @@ fn paused_time_split_is_completed_by_a_writer() {
     let all = history(&tree, &hot);
     assert_eq!(&all[1..], &stamps[..], "every version once, in order");
     for (i, &ts) in stamps.iter().enumerate() {
-        assert!(tree.get_as_of(&hot, ts, &mut out));
+        assert!(tree.get_as_of(&hot, ts, &mut out).expect("retained"));
         assert_eq!(out, [i as u8]);
     }
 }
@@ -159,7 +163,10 @@ fn counter(tree: &TsbTree, name: &str) -> u64 {
 fn check_versions(tree: &TsbTree, k: &[u8], versions: &[(u64, Vec<u8>)]) {
     let mut out = Vec::new();
     for (ts, v) in versions {
-        assert!(tree.get_as_of(k, *ts, &mut out), "{k:?} at {ts}");
+        assert!(
+            tree.get_as_of(k, *ts, &mut out).expect("retained"),
+            "{k:?} at {ts}"
+        );
         assert_eq!(&out, v, "{k:?} at {ts}");
     }
 }
@@ -169,7 +176,8 @@ fn versions(tree: &TsbTree, k: &[u8]) -> Vec<(u64, Vec<u8>)> {
     tree.history(k, 0, u64::MAX, Order::Ascending, &mut |ts, v| {
         out.push((ts, v.unwrap().to_vec()));
         ControlFlow::Continue(())
-    });
+    })
+    .expect("retained");
     out
 }
 

@@ -24,7 +24,8 @@ fn history(tree: &TsbTree, key: &[u8]) -> Versions {
     tree.history(key, 0, u64::MAX, Order::Ascending, &mut |ts, v| {
         out.push((ts, v.map(<[u8]>::to_vec)));
         ControlFlow::Continue(())
-    });
+    })
+    .expect("retained");
     out
 }
 
@@ -68,7 +69,7 @@ fn versions_at_given_times_and_redo_is_a_no_op() {
         assert_eq!(&history(&tree, key), versions, "{key:?}");
         for (ts, value) in versions {
             let mut out = Vec::new();
-            let found = tree.get_as_of(key, *ts, &mut out);
+            let found = tree.get_as_of(key, *ts, &mut out).expect("retained");
             assert_eq!(found.then_some(out), value.clone());
         }
     }
