@@ -1,7 +1,8 @@
 //! The store's meta file `META`: the engine spec chosen at creation, so that a reopen that
 //! names no engine uses it and one that names another is refused unless asked for (issue 5
-//! "The store"; issue 13: the full spec). Format version 3, byte by byte in docs/FORMAT.md
-//! "Store meta file"; versions 1 and 2 are still read.
+//! "The store"; issue 13: the full spec), and the key layout version of the application
+//! that writes the store (the server's, issue 15). Format version 4, byte by byte in
+//! docs/FORMAT.md "Store meta file"; versions 1 to 3 are still read.
 //!
 //! Logs and checkpoints hold keys and values only, so any engine durable through the store
 //! can open any store: `StoreOptions::switch_engine` rebuilds the index in another engine
@@ -22,12 +23,13 @@ pub const META_TMP_FILE_NAME: &str = "META.tmp";
 /// The first 8 bytes of the meta file.
 pub const META_MAGIC: [u8; 8] = *b"FORESTMD";
 /// The meta format version this code writes.
-pub const META_FORMAT_VERSION: u32 = 3;
+pub const META_FORMAT_VERSION: u32 = 4;
 /// Versions 1 and 2 (64 bytes, an engine name of up to 32 bytes; version 1 had no
-/// `durable_through`, its bytes were zero): still read.
+/// `durable_through`, its bytes were zero) and 3 (version 4 without `layout`): still read.
 const META_FORMAT_VERSION_1: u32 = 1;
 const META_FORMAT_VERSION_2: u32 = 2;
-/// Bytes of the meta file (fixed) in version 3.
+const META_FORMAT_VERSION_3: u32 = 3;
+/// Bytes of the meta file (fixed) in versions 3 and 4.
 pub const META_BYTES: usize = 256;
 /// Bytes of a version 1 or 2 meta file.
 const META_BYTES_V2: usize = 64;
@@ -37,7 +39,9 @@ pub const ENGINE_SPEC_BYTES_MAX: usize = 224;
 /// Where the fields are, by version: (spec at, spec bytes max, durable_through at).
 const V2_FIELDS: (usize, usize, usize) = (16, 32, 48);
 const V3_FIELDS: (usize, usize, usize) = (24, ENGINE_SPEC_BYTES_MAX, 16);
-const _: () = assert!(V3_FIELDS.0 + V3_FIELDS.1 + 4 <= META_BYTES);
+/// Where version 4's `layout` is (zero padding in version 3).
+const LAYOUT_AT: usize = V3_FIELDS.0 + V3_FIELDS.1;
+const _: () = assert!(LAYOUT_AT + 4 + 4 <= META_BYTES);
 
 /// What the meta file records.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,9 +53,13 @@ pub struct StoreMeta {
     /// (0: unknown). Recovery refuses a cutoff below it, so a log cut or damaged after a
     /// clean close is noticed even where no mark follows the damage (issue 12).
     pub durable_through: u64,
+    /// The key layout version of the application that writes the store (0: none
+    /// recorded, the files before version 4). The store does not read it: the server
+    /// migrates its keys at open and records the layout it wrote (`Store::set_layout`).
+    pub layout: u32,
 }
 
-/// Encodes `meta` in version 3 (errors: an engine spec over [`ENGINE_SPEC_BYTES_MAX`] or
+/// Encodes `meta` in version 4 (errors: an engine spec over [`ENGINE_SPEC_BYTES_MAX`] or
 /// empty).
 pub fn encode(meta: &StoreMeta) -> Result<[u8; META_BYTES]> {
     let spec = meta.engine.as_bytes();
@@ -68,6 +76,7 @@ pub fn encode(meta: &StoreMeta) -> Result<[u8; META_BYTES]> {
     bytes[12..16].copy_from_slice(&(spec.len() as u32).to_le_bytes());
     bytes[durable_at..durable_at + 8].copy_from_slice(&meta.durable_through.to_le_bytes());
     bytes[spec_at..spec_at + spec.len()].copy_from_slice(spec);
+    bytes[LAYOUT_AT..LAYOUT_AT + 4].copy_from_slice(&meta.layout.to_le_bytes());
     let crc_at = META_BYTES - 4;
     let crc = crc32c::crc32c(&bytes[..crc_at]);
     bytes[crc_at..].copy_from_slice(&crc.to_le_bytes());
@@ -115,7 +124,7 @@ pub fn decode(path: &std::path::Path, data: &[u8]) -> Result<StoreMeta> {
     }
     let version = u32_at(data, 8);
     let fields = match (version, data.len()) {
-        (META_FORMAT_VERSION, META_BYTES) => V3_FIELDS,
+        (META_FORMAT_VERSION | META_FORMAT_VERSION_3, META_BYTES) => V3_FIELDS,
         (META_FORMAT_VERSION_1 | META_FORMAT_VERSION_2, META_BYTES_V2) => V2_FIELDS,
         _ => {
             return Err(corrupt(
@@ -133,11 +142,13 @@ pub fn decode(path: &std::path::Path, data: &[u8]) -> Result<StoreMeta> {
     if len == 0 || len > spec_max {
         return Err(corrupt(12, format!("engine spec length {len}")));
     }
-    // Every byte that no field holds is zero.
+    // Every byte that no field holds is zero (version 3's `layout` bytes too).
+    let has_layout = version == META_FORMAT_VERSION;
     let held = |at: usize| {
         at < 16
             || (spec_at..spec_at + len).contains(&at)
             || (durable_at..durable_at + 8).contains(&at)
+            || (has_layout && (LAYOUT_AT..LAYOUT_AT + 4).contains(&at))
     };
     if let Some(at) = (16..crc_at).find(|&at| !held(at) && data[at] != 0) {
         return Err(corrupt(at, "padding not zero".to_string()));
@@ -149,6 +160,11 @@ pub fn decode(path: &std::path::Path, data: &[u8]) -> Result<StoreMeta> {
     Ok(StoreMeta {
         engine: engine.to_string(),
         durable_through: u64::from_le_bytes(durable),
+        layout: if has_layout {
+            u32_at(data, LAYOUT_AT)
+        } else {
+            0
+        },
     })
 }
 
@@ -204,6 +220,7 @@ mod tests {
         let a = StoreMeta {
             engine: "bwtree".into(),
             durable_through: 0,
+            layout: 0,
         };
         write(&dir, &a).expect("write");
         dir.crash_with(CrashMode::DropUnsynced);
@@ -211,6 +228,7 @@ mod tests {
         let b = StoreMeta {
             engine: "masstree".into(),
             durable_through: 1 << 40,
+            layout: 7,
         };
         write(&dir, &b).expect("write");
         assert_eq!(read(&dir).expect("read"), Some(b));
@@ -225,6 +243,7 @@ mod tests {
         let bytes = encode(&StoreMeta {
             engine: "lockbtree".into(),
             durable_through: 77,
+            layout: 2,
         })
         .expect("encode");
         for at in 0..META_BYTES {
@@ -239,6 +258,7 @@ mod tests {
         assert!(encode(&StoreMeta {
             engine: "x".repeat(ENGINE_SPEC_BYTES_MAX + 1),
             durable_through: 0,
+            layout: 0,
         })
         .is_err());
     }
@@ -270,5 +290,34 @@ mod tests {
             bad[at] ^= 1;
             assert!(decode(path, &bad).is_err(), "byte {at}");
         }
+    }
+
+    // Goal: a version 3 file (written before `layout`) still decodes, with layout 0, and a
+    // non-zero byte where version 4 keeps `layout` is still damage in it. Method: encode
+    // version 4 with layout 0, relabel it version 3, reseal.
+    #[test]
+    fn version_3_files_are_read_with_layout_0() {
+        let path = std::path::Path::new("/x/META");
+        let reseal = |bytes: &mut [u8; META_BYTES]| {
+            let crc = crc32c::crc32c(&bytes[..META_BYTES - 4]);
+            bytes[META_BYTES - 4..].copy_from_slice(&crc.to_le_bytes());
+        };
+        let mut bytes = encode(&StoreMeta {
+            engine: "masstree".into(),
+            durable_through: 5,
+            layout: 0,
+        })
+        .expect("encode");
+        bytes[8..12].copy_from_slice(&3u32.to_le_bytes());
+        reseal(&mut bytes);
+        let meta = decode(path, &bytes).expect("v3");
+        assert_eq!(
+            (meta.engine.as_str(), meta.durable_through, meta.layout),
+            ("masstree", 5, 0)
+        );
+        bytes[LAYOUT_AT] = 2;
+        reseal(&mut bytes);
+        let err = decode(path, &bytes).expect_err("v3 with a layout byte");
+        assert!(err.to_string().contains("padding"), "{err}");
     }
 }

@@ -72,7 +72,8 @@ fn v3_records_the_canonical_spec_and_refuses_another() {
     let bytes = meta_bytes(&dir);
     assert_eq!(bytes.len(), META_BYTES);
     assert_eq!(&bytes[..8], &META_MAGIC);
-    assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 3);
+    // Version 4 since the key layout field (version 3's layout plus `layout`).
+    assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 4);
     let m = meta::decode(std::path::Path::new("/sim/META"), &bytes).expect("decode");
     assert_eq!(m.engine, "masstree:fanout=15x32");
     assert!(
@@ -200,13 +201,14 @@ fn open_with_index_does_not_silently_replace_the_recorded_spec() {
 // is refused as such, and is not overwritten when an engine is named: the mirror of what the
 // code before issue 13 does to a version 3 file (it reads "meta file is 256 bytes, 64
 // expected" as damage, and an open naming an engine rewrites it as version 2, dropping the
-// spec's parameters and durable_through). Method: a well-formed 512-byte version 4 file.
+// spec's parameters and durable_through). Method: a well-formed 512-byte version 5 file
+// (version 4 is this build's since the key layout field).
 #[test]
 fn a_newer_meta_is_refused_not_overwritten() {
     let dir = store_with("masstree:fanout=15x32", 5);
     let mut newer = vec![0u8; 512];
     newer[..8].copy_from_slice(&META_MAGIC);
-    newer[8..12].copy_from_slice(&4u32.to_le_bytes());
+    newer[8..12].copy_from_slice(&5u32.to_le_bytes());
     let crc = crc32c::crc32c(&newer[..508]);
     newer[508..].copy_from_slice(&crc.to_le_bytes());
     replace_meta(&dir, &newer);
@@ -217,7 +219,7 @@ fn a_newer_meta_is_refused_not_overwritten() {
         store.close().expect("close");
     }
     assert!(
-        err.to_string().contains("version 4") && !overwritten,
+        err.to_string().contains("version 5") && !overwritten,
         "the error should say the file is a newer version: {err}; an open naming an \
          engine overwrote it: {overwritten}"
     );
