@@ -52,6 +52,7 @@
 //! bytes plus about 90: the map, its entry in the time order, and stale entries of changed
 //! deadlines up to as many again plus a few per shard), as Redis's `expires` dictionary does.
 
+pub mod layout;
 mod time_order;
 
 use std::collections::HashMap;
@@ -107,22 +108,34 @@ pub fn index_key(deadline_ms: u64, user: &[u8]) -> Vec<u8> {
     key
 }
 
-/// `FF 'x' <user>`: where a string with a deadline lives.
+/// Where a string with a deadline lives: `FF 'x'` and six zero bytes, then the user key.
+/// Eight bytes, so that the user key's bytes fall on the 8-byte slices masstree compares
+/// (a 2-byte prefix cost plain SET ~13 % server CPU, an 8-byte one about nothing: docs/
+/// BENCHMARKS.md, session 11). Stores of layout 1 held `FF 'x' <user>` (`layout::relayout`).
+pub const STRING_PREFIX: [u8; 8] = [RESERVED_BYTE, STRING_TAG, 0, 0, 0, 0, 0, 0];
+/// The first key past the `FF 'x'` range.
+const STRING_PREFIX_END: [u8; 8] = [RESERVED_BYTE, STRING_TAG, 0, 0, 0, 0, 0, 1];
+/// The server's key layout, recorded in the store's `META` (`Store::set_layout`): 2 =
+/// strings with a deadline at [`STRING_PREFIX`]; 1 (or 0, none recorded) = at `FF 'x'
+/// <user>`, moved over at open ([`layout::relayout`]).
+pub const KEY_LAYOUT: u32 = 2;
+
+/// `FF 'x' 00×6 <user>`: where a string with a deadline lives.
 pub fn string_key(user: &[u8]) -> Vec<u8> {
-    let mut key = Vec::with_capacity(user.len() + 2);
-    key.extend_from_slice(&[RESERVED_BYTE, STRING_TAG]);
+    let mut key = Vec::with_capacity(user.len() + STRING_PREFIX.len());
+    key.extend_from_slice(&STRING_PREFIX);
     key.extend_from_slice(user);
     key
 }
 
 /// The user key of an `FF 'x'` entry; None if `key` is not one.
 pub fn split_string_key(key: &[u8]) -> Option<&[u8]> {
-    key.strip_prefix(&[RESERVED_BYTE, STRING_TAG][..])
+    key.strip_prefix(&STRING_PREFIX[..])
 }
 
 /// The whole `FF 'x'` range: (lower, upper exclusive).
-pub fn string_bounds() -> ([u8; 2], [u8; 2]) {
-    ([RESERVED_BYTE, STRING_TAG], [RESERVED_BYTE, STRING_TAG + 1])
+pub fn string_bounds() -> ([u8; 8], [u8; 8]) {
+    (STRING_PREFIX, STRING_PREFIX_END)
 }
 
 /// `<deadline BE> <value>`: what `FF 'x' <user>` holds.
@@ -797,6 +810,7 @@ pub fn migrate(store: &Store) -> forest_core::Result<u64> {
 /// entry of a key with several; first moves an older store's strings over ([`migrate`]).
 /// Run at start, before serving; returns how many entries it removed.
 pub fn repair(store: &Store) -> forest_core::Result<u64> {
+    layout::relayout(store)?;
     migrate(store)?;
     let mut removed = settle_strings(store)?;
     let (lower, upper) = index_bounds();

@@ -413,6 +413,8 @@ impl Server {
                 ..StoreOptions::default()
             },
         )?;
+        // The keys in this build's layout first (a store of an older one is moved over).
+        crate::expiry::layout::relayout(&store)?;
         // A crash may have cut a collection command in two; mend before serving.
         crate::collection::repair(&store)?;
         crate::expiry::repair(&store)?;

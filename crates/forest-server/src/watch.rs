@@ -131,12 +131,14 @@ impl Watches {
     }
 }
 
-/// The collection name a reserved key belongs to (`collection.rs`'s layout: `FF 't'
-/// <user>` or `FF 'm' <u32 BE len> <user> <suffix>`).
+/// The key a reserved key belongs to (`collection.rs`'s layout: `FF 't' <user>` or `FF 'm'
+/// <u32 BE len> <user> <suffix>`; a string with a deadline: `FF 'x' 00×6 <user>`).
 pub fn user_key_of(key: &[u8]) -> Option<&[u8]> {
+    if let Some(user) = crate::expiry::split_string_key(key) {
+        return Some(user);
+    }
     match key {
         [RESERVED_BYTE, TYPE_TAG, user @ ..] => Some(user),
-        [RESERVED_BYTE, crate::expiry::STRING_TAG, user @ ..] => Some(user),
         [RESERVED_BYTE, MEMBER_TAG, a, b, c, d, rest @ ..] => {
             let len = u32::from_be_bytes([*a, *b, *c, *d]) as usize;
             rest.get(..len)

@@ -2,7 +2,8 @@
 //! names no engine uses it and one that names another is refused unless asked for (issue 5
 //! "The store"; issue 13: the full spec). Format version 4, byte by byte in docs/FORMAT.md
 //! "Store meta file"; versions 1 to 3 are still read. Version 4 adds a temporal store's
-//! retention threshold (issue 18, `store/temporal.rs`).
+//! retention threshold (issue 18, `store/temporal.rs`) and the key layout version of the
+//! application that writes the store (the server's, issue 15).
 //!
 //! Logs and checkpoints hold keys and values only, so any engine durable through the store
 //! can open any store: `StoreOptions::switch_engine` rebuilds the index in another engine
@@ -28,7 +29,8 @@ pub const META_FORMAT_VERSION: u32 = 4;
 /// `durable_through`, its bytes were zero): still read.
 const META_FORMAT_VERSION_1: u32 = 1;
 const META_FORMAT_VERSION_2: u32 = 2;
-/// Version 3: version 4's layout without the retention threshold, 256 bytes: still read.
+/// Version 3: version 4 without the retention threshold and the key layout, 256 bytes:
+/// still read.
 const META_FORMAT_VERSION_3: u32 = 3;
 /// Bytes of the meta file (fixed) in version 4.
 pub const META_BYTES: usize = 264;
@@ -36,6 +38,8 @@ pub const META_BYTES: usize = 264;
 const META_BYTES_V3: usize = 256;
 /// Where version 4 keeps the retention threshold (8 bytes).
 const RETENTION_AT: usize = 248;
+/// Where version 4 keeps the key layout (4 bytes).
+const LAYOUT_AT: usize = RETENTION_AT + 8;
 /// Bytes of a version 1 or 2 meta file.
 const META_BYTES_V2: usize = 64;
 /// The longest engine spec recorded (a canonical spec such as `masstree:fanout=15x32`).
@@ -45,7 +49,7 @@ pub const ENGINE_SPEC_BYTES_MAX: usize = 224;
 const V2_FIELDS: (usize, usize, usize) = (16, 32, 48);
 const V3_FIELDS: (usize, usize, usize) = (24, ENGINE_SPEC_BYTES_MAX, 16);
 const _: () = assert!(V3_FIELDS.0 + V3_FIELDS.1 <= RETENTION_AT);
-const _: () = assert!(RETENTION_AT + 8 + 4 <= META_BYTES);
+const _: () = assert!(LAYOUT_AT + 4 + 4 <= META_BYTES);
 
 /// What the meta file records.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,6 +64,10 @@ pub struct StoreMeta {
     /// A temporal store's retention threshold (0: none; versions before 4 record none):
     /// history before it is discarded (`store/temporal.rs`).
     pub retention: u64,
+    /// The key layout version of the application that writes the store (0: none
+    /// recorded, the files before version 4). The store does not read it: the server
+    /// migrates its keys at open and records the layout it wrote (`Store::set_layout`).
+    pub layout: u32,
 }
 
 /// Encodes `meta` in version 3 (errors: an engine spec over [`ENGINE_SPEC_BYTES_MAX`] or
@@ -79,6 +87,7 @@ pub fn encode(meta: &StoreMeta) -> Result<[u8; META_BYTES]> {
     bytes[12..16].copy_from_slice(&(spec.len() as u32).to_le_bytes());
     bytes[durable_at..durable_at + 8].copy_from_slice(&meta.durable_through.to_le_bytes());
     bytes[RETENTION_AT..RETENTION_AT + 8].copy_from_slice(&meta.retention.to_le_bytes());
+    bytes[LAYOUT_AT..LAYOUT_AT + 4].copy_from_slice(&meta.layout.to_le_bytes());
     bytes[spec_at..spec_at + spec.len()].copy_from_slice(spec);
     let crc_at = META_BYTES - 4;
     let crc = crc32c::crc32c(&bytes[..crc_at]);
@@ -152,7 +161,7 @@ pub fn decode(path: &std::path::Path, data: &[u8]) -> Result<StoreMeta> {
         at < 16
             || (spec_at..spec_at + len).contains(&at)
             || (durable_at..durable_at + 8).contains(&at)
-            || retention_at.is_some_and(|r| (r..r + 8).contains(&at))
+            || retention_at.is_some_and(|r| (r..r + 8 + 4).contains(&at))
     };
     if let Some(at) = (16..crc_at).find(|&at| !held(at) && data[at] != 0) {
         return Err(corrupt(at, "padding not zero".to_string()));
@@ -170,6 +179,7 @@ pub fn decode(path: &std::path::Path, data: &[u8]) -> Result<StoreMeta> {
         engine: engine.to_string(),
         durable_through: u64::from_le_bytes(durable),
         retention,
+        layout: retention_at.map_or(0, |_| u32_at(data, LAYOUT_AT)),
     })
 }
 
@@ -230,6 +240,7 @@ mod tests {
             engine: "bwtree".into(),
             durable_through: 0,
             retention: 0,
+            layout: 0,
         };
         write(&dir, &a).expect("write");
         dir.crash_with(CrashMode::DropUnsynced);
@@ -238,6 +249,7 @@ mod tests {
             engine: "masstree".into(),
             durable_through: 1 << 40,
             retention: 1_700_000_000_000_000,
+            layout: 7,
         };
         write(&dir, &b).expect("write");
         assert_eq!(read(&dir).expect("read"), Some(b));
@@ -253,6 +265,7 @@ mod tests {
             engine: "lockbtree".into(),
             durable_through: 77,
             retention: 5,
+            layout: 2,
         })
         .expect("encode");
         for at in 0..META_BYTES {
@@ -268,6 +281,7 @@ mod tests {
             engine: "x".repeat(ENGINE_SPEC_BYTES_MAX + 1),
             durable_through: 0,
             retention: 0,
+            layout: 0,
         })
         .is_err());
     }
@@ -310,6 +324,7 @@ mod tests {
             engine: "tsbtree".into(),
             durable_through: 12,
             retention: 0,
+            layout: 0,
         })
         .expect("encode");
         let mut bytes = v4[..META_BYTES_V3].to_vec();
@@ -321,6 +336,12 @@ mod tests {
             (meta.engine.as_str(), meta.durable_through),
             ("tsbtree", 12)
         );
-        assert_eq!(meta.retention, 0);
+        assert_eq!((meta.retention, meta.layout), (0, 0));
+        // Bytes 248..252 are padding in version 3: non-zero there is damage.
+        bytes[248] = 2;
+        let crc = crc32c::crc32c(&bytes[..META_BYTES_V3 - 4]);
+        bytes[META_BYTES_V3 - 4..].copy_from_slice(&crc.to_le_bytes());
+        let err = decode(path, &bytes).expect_err("v3 with a byte at 248");
+        assert!(err.to_string().contains("padding"), "{err}");
     }
 }

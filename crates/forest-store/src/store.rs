@@ -292,6 +292,9 @@ pub struct Store {
     clean_close: AtomicBool,
     /// A temporal store's unit between its timestamp and its apply (`temporal`).
     pending_ts: AtomicU64,
+    /// `META`'s `layout` ([`Self::layout`]) and `durable_through` as recorded at open (what
+    /// [`Self::set_layout`] writes back beside the new layout).
+    layout: Mutex<(u32, u64)>,
     _lock: DirLock,
 }
 
@@ -493,13 +496,17 @@ impl Store {
         if recovered.index.as_temporal().is_some() {
             temporal::check_open(&options, recorded.as_ref(), &engine)?;
         }
+        let recorded_layout = recorded
+            .as_ref()
+            .map_or((0, 0), |m| (m.layout, m.durable_through));
         if recorded.as_ref().map(|m| &m.engine) != Some(&engine) {
             meta::write(
                 &dir,
                 &StoreMeta {
                     engine: engine.clone(),
-                    durable_through: recorded.map_or(0, |m| m.durable_through),
+                    durable_through: recorded_layout.1,
                     retention,
+                    layout: recorded_layout.0,
                 },
             )?;
         }
@@ -540,6 +547,7 @@ impl Store {
             pm,
             clean_close: AtomicBool::new(true),
             pending_ts: AtomicU64::new(0),
+            layout: Mutex::new(recorded_layout),
             _lock: lock,
         };
         if replayed {
@@ -1410,14 +1418,43 @@ impl Store {
             return self.commit.sync();
         }
         self.commit.seal()?;
+        let mut layout = self.layout.lock();
         meta::write(
             &*self.dir,
             &StoreMeta {
                 engine: self.engine.clone(),
                 durable_through: self.lsns.last(),
                 retention: self.index.as_temporal().map_or(0, |t| t.retention()),
+                layout: layout.0,
             },
-        )
+        )?;
+        layout.1 = self.lsns.last();
+        Ok(())
+    }
+
+    /// The key layout version `META` records for the application that writes this store (0:
+    /// none recorded). The store itself never reads it.
+    pub fn layout(&self) -> u32 {
+        self.layout.lock().0
+    }
+
+    /// Records `layout` in `META`, durably (written whole, fsynced and renamed; after a
+    /// crash `META` holds the old or the new value). An application records its key layout
+    /// once the store's keys are in it, so its next open knows there is nothing to migrate.
+    pub fn set_layout(&self, layout: u32) -> Result<()> {
+        let mut recorded = self.layout.lock();
+        meta::write(
+            &*self.dir,
+            &StoreMeta {
+                engine: self.engine.clone(),
+                durable_through: recorded.1,
+                // META's other field a running store changes; both under this lock.
+                retention: self.index.as_temporal().map_or(0, |t| t.retention()),
+                layout,
+            },
+        )?;
+        recorded.0 = layout;
+        Ok(())
     }
 
     /// Collects every key and value (tests and tools).

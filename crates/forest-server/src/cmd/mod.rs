@@ -997,6 +997,8 @@ pub(crate) mod testing {
                 },
             )
             .expect("open store");
+            // As `Server::open`: a new store records the key layout.
+            crate::expiry::layout::relayout(&store).expect("layout");
             let shared = Shared::new(store, config);
             let client = shared.new_client("127.0.0.1:1".into(), "127.0.0.1:6379".into(), None);
             Self {

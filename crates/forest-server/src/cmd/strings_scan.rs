@@ -82,7 +82,7 @@ impl Side {
             read += 1;
             last = Some(key.to_vec());
             let (user, value) = if timed {
-                let user = &key[2..];
+                let user = crate::expiry::split_string_key(key).unwrap_or_default();
                 if keys_only {
                     (user, &[][..])
                 } else {

@@ -258,13 +258,17 @@ impl Store {
         if t == current {
             return Ok(t);
         }
-        let mut recorded = crate::meta::read(&*self.dir)?.unwrap_or_else(|| StoreMeta {
-            engine: self.engine.clone(),
-            durable_through: 0,
-            retention: 0,
-        });
-        recorded.retention = t;
-        crate::meta::write(&*self.dir, &recorded)?;
+        // Under the lock `set_layout` writes META with: neither loses the other's field.
+        let layout = self.layout.lock();
+        crate::meta::write(
+            &*self.dir,
+            &StoreMeta {
+                engine: self.engine.clone(),
+                durable_through: layout.1,
+                retention: t,
+                layout: layout.0,
+            },
+        )?;
         temporal.set_retention(t)?;
         Ok(t)
     }

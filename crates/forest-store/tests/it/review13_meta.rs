@@ -72,7 +72,8 @@ fn v3_records_the_canonical_spec_and_refuses_another() {
     let bytes = meta_bytes(&dir);
     assert_eq!(bytes.len(), META_BYTES);
     assert_eq!(&bytes[..8], &META_MAGIC);
-    // Version 4 since issue 18's retention (version 3's layout plus the threshold).
+    // Version 4 since session 12 (version 3's layout plus the retention threshold and the
+    // key layout).
     assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 4);
     let m = meta::decode(std::path::Path::new("/sim/META"), &bytes).expect("decode");
     assert_eq!(m.engine, "masstree:fanout=15x32");
@@ -202,7 +203,7 @@ fn open_with_index_does_not_silently_replace_the_recorded_spec() {
 // code before issue 13 does to a version 3 file (it reads "meta file is 256 bytes, 64
 // expected" as damage, and an open naming an engine rewrites it as version 2, dropping the
 // spec's parameters and durable_through). Method: a well-formed 512-byte version 5 file
-// (version 4 is issue 18's, with the retention threshold).
+// (version 4 is this build's since the retention threshold and the key layout).
 #[test]
 fn a_newer_meta_is_refused_not_overwritten() {
     let dir = store_with("masstree:fanout=15x32", 5);

@@ -1,0 +1,388 @@
+//! The server's key layout in the store, recorded in its `META` ([`KEY_LAYOUT`]), and the
+//! move at open of a layout-1 store's strings with a deadline from `FF 'x' <user>` to
+//! `FF 'x' 00×6 <user>` ([`STRING_PREFIX`]: the user key on masstree's 8-byte slices).
+//!
+//! Layout 1's range holds every key of layout 2's (`FF 'x' 00×6 u` is layout 1's place of
+//! the user key `00×6 u`), so what an interrupted move left cannot be told apart by the keys
+//! alone. The move therefore goes in user-key order and keeps its progress in a store entry,
+//! [`PROGRESS_KEY`] -> the last layout-1 user key moved, written in each move's atomic batch:
+//! - a user key `u` with a byte other than zero moves to `00×6 u`, which sorts before `u`;
+//!   so every entry past the progress key is still layout 1's, and a target never lands on
+//!   a layout-1 entry not yet read (one that sorts before `u` was read already: it is
+//!   removed in its own batch or earlier in this one, and the batch removes before it puts);
+//! - the keys of zero bytes only (the empty key, `00`, `00 00`, ...) sort before every other
+//!   key and move to longer runs of zeros, past themselves: they move first, all in one
+//!   batch, whose progress key is the longest run written.
+//!
+//! Once every entry is moved (durable: the store is synced), `META` records layout 2 and the
+//! progress entry is removed; an open that finds layout 2 and a progress entry (a crash in
+//! between) removes it. An open that finds a layout newer than [`KEY_LAYOUT`] is refused.
+//! Runs at start before anything else reads the store (`Server::open`, `expiry::repair`).
+
+use std::ops::{Bound, ControlFlow};
+
+use forest_core::{Error, Order, Result};
+use forest_store::{Store, WriteBatch};
+
+use super::{decode_string, string_key, unix_ms, KEY_LAYOUT, STRING_PREFIX, STRING_TAG};
+use crate::collection::RESERVED_BYTE;
+
+/// Layout 1's place of a string with a deadline: `FF 'x' <user>`; and the end of its range.
+const OLD_PREFIX: [u8; 2] = [RESERVED_BYTE, STRING_TAG];
+const OLD_END: [u8; 2] = [RESERVED_BYTE, STRING_TAG + 1];
+/// The move's progress while it runs: `FF 'L'` -> the last layout-1 user key moved.
+pub const PROGRESS_KEY: [u8; 2] = [RESERVED_BYTE, b'L'];
+/// Strings moved per atomic batch.
+const BATCH_KEYS: usize = 256;
+
+// Layout 2's places are in layout 1's range: forest-core's stamped keys (`FF 'x'`) both.
+const _: () = assert!(STRING_PREFIX[0] == OLD_PREFIX[0] && STRING_PREFIX[1] == OLD_PREFIX[1]);
+
+/// Brings the store to [`KEY_LAYOUT`]: moves a layout-1 store's strings with a deadline,
+/// records the layout in `META`. Errors: a layout newer than this build's; a failed write.
+/// Returns how many strings it moved.
+pub fn relayout(store: &Store) -> Result<u64> {
+    relayout_batches(store, usize::MAX)
+}
+
+/// [`relayout`], stopping after `max_batches` batches of moves (tests: a crash mid-way).
+fn relayout_batches(store: &Store, max_batches: usize) -> Result<u64> {
+    let recorded = store.layout();
+    if recorded > KEY_LAYOUT {
+        return Err(Error::Config(format!(
+            "the store's key layout is version {recorded}, newer than this build's \
+             ({KEY_LAYOUT}): open it with a newer forest"
+        )));
+    }
+    let mut scratch = Vec::new();
+    if recorded == KEY_LAYOUT {
+        // A crash between recording the layout and removing the progress entry.
+        if store.get(&PROGRESS_KEY, &mut scratch) {
+            store.remove(&PROGRESS_KEY)?;
+        }
+        return Ok(0);
+    }
+    let now = unix_ms();
+    let mut moved = 0u64;
+    let mut batches = 0usize;
+    let mut progress = if store.get(&PROGRESS_KEY, &mut scratch) {
+        scratch.clone()
+    } else {
+        batches += 1;
+        if batches > max_batches {
+            return Ok(moved);
+        }
+        let (count, progress) = move_zero_keys(store, now)?;
+        moved += count;
+        progress
+    };
+    loop {
+        let from = [&OLD_PREFIX[..], &progress].concat();
+        let mut rows: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        store.scan_up_to(
+            Bound::Excluded(&from[..]),
+            Bound::Excluded(&OLD_END[..]),
+            Order::Ascending,
+            BATCH_KEYS,
+            &mut |key, value| {
+                rows.push((key.to_vec(), value.to_vec()));
+                ControlFlow::Continue(())
+            },
+        );
+        let Some((last, _)) = rows.last() else {
+            break;
+        };
+        batches += 1;
+        if batches > max_batches {
+            return Ok(moved);
+        }
+        progress = last[OLD_PREFIX.len()..].to_vec();
+        let mut batch = WriteBatch::new();
+        for (key, _) in &rows {
+            batch.remove(key);
+        }
+        for (key, value) in &rows {
+            place(store, &mut batch, &key[OLD_PREFIX.len()..], value, now);
+        }
+        batch.put(&PROGRESS_KEY, &progress);
+        store.write(&batch)?;
+        moved += rows.len() as u64;
+        if rows.len() < BATCH_KEYS {
+            break;
+        }
+    }
+    // Every move durable before `META` says there is nothing left to move.
+    store.sync()?;
+    store.set_layout(KEY_LAYOUT)?;
+    if store.get(&PROGRESS_KEY, &mut scratch) {
+        store.remove(&PROGRESS_KEY)?;
+    }
+    Ok(moved)
+}
+
+/// Moves the layout-1 strings whose user key is zero bytes only (the first keys of the
+/// range), all in one batch with the progress entry; returns how many it moved and the
+/// progress key (the longest run of zeros written or read; empty if none).
+fn move_zero_keys(store: &Store, now: u64) -> Result<(u64, Vec<u8>)> {
+    let mut rows: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    store.scan(
+        Bound::Included(&OLD_PREFIX[..]),
+        Bound::Excluded(&OLD_END[..]),
+        Order::Ascending,
+        &mut |key, value| {
+            if key[OLD_PREFIX.len()..].iter().any(|&b| b != 0) {
+                return ControlFlow::Break(());
+            }
+            rows.push((key.to_vec(), value.to_vec()));
+            ControlFlow::Continue(())
+        },
+    );
+    let Some((longest, _)) = rows.last() else {
+        return Ok((0, Vec::new()));
+    };
+    let progress = string_key(&longest[OLD_PREFIX.len()..])[OLD_PREFIX.len()..].to_vec();
+    let mut batch = WriteBatch::new();
+    for (key, _) in &rows {
+        batch.remove(key);
+    }
+    for (key, value) in &rows {
+        place(store, &mut batch, &key[OLD_PREFIX.len()..], value, now);
+    }
+    batch.put(&PROGRESS_KEY, &progress);
+    store.write(&batch)?;
+    Ok((rows.len() as u64, progress))
+}
+
+/// Adds to `batch` the layout-2 place of layout-1's `FF 'x' <user>` -> `stored`. A user key
+/// within 8 bytes of the key limit no longer fits there: it is dropped if its deadline has
+/// passed, else it goes to its raw key without its deadline (a line on stderr says so),
+/// unless a raw key is there already (it wins, as `settle_strings` decides).
+fn place(store: &Store, batch: &mut WriteBatch, user: &[u8], stored: &[u8], now: u64) {
+    let key = string_key(user);
+    if forest_core::check_entry(&key, stored).is_ok() {
+        batch.put(&key, stored);
+        return;
+    }
+    let Some((deadline, value)) = decode_string(stored) else {
+        return;
+    };
+    let mut scratch = Vec::new();
+    if deadline <= now || store.get(user, &mut scratch) {
+        return;
+    }
+    eprintln!(
+        "forest: key {:?} is too long to keep its deadline in this store's layout; it stays \
+         without one",
+        String::from_utf8_lossy(&user[..user.len().min(64)])
+    );
+    batch.put(user, value);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::testing::run_on;
+    use crate::expiry::encode_string;
+    use crate::frame::Frame;
+    use crate::server::{Config, Shared};
+    use forest_store::file::{CrashMode, SimDir};
+    use forest_store::{Durability, StoreOptions};
+
+    fn open(dir: &SimDir, durability: Durability) -> Store {
+        Store::open(
+            dir.clone(),
+            StoreOptions {
+                engine: Some("lockbtree".into()),
+                durability,
+                shards: 1,
+                switch_engine: false,
+            },
+        )
+        .expect("open store")
+    }
+
+    /// What the server does at start, then a state to run commands on.
+    fn start(store: Store) -> Shared {
+        relayout(&store).expect("relayout");
+        crate::collection::repair(&store).expect("repair");
+        crate::expiry::repair(&store).expect("expiry repair");
+        Shared::new(store, Config::default())
+    }
+
+    fn run(shared: &Shared, argv: &[&[u8]]) -> Frame {
+        let mut client = shared.new_client("127.0.0.1:2".into(), "127.0.0.1:6379".into(), None);
+        run_on(shared, &mut client, argv)
+    }
+
+    /// User keys of a layout-1 store: the runs of zeros (the empty key too) and keys whose
+    /// layout-2 place is another key's layout-1 place (`abc` and `00×6 abc`, ...), ordinary
+    /// ones for more than two batches, one past the key limit in layout 2 and one expired.
+    fn old_keys() -> Vec<(Vec<u8>, u64)> {
+        let far = FAR;
+        let mut keys: Vec<(Vec<u8>, u64)> = Vec::new();
+        for zeros in [0, 1, 2, 6, 7, 12, 13] {
+            keys.push((vec![0; zeros], far + zeros as u64));
+        }
+        for user in [
+            &b"abc"[..],
+            b"\0\0\0\0\0\0abc",
+            b"\0\0\0\0\0\0\0\0\0\0\0\0abc",
+            b"\0a",
+        ] {
+            keys.push((user.to_vec(), far + user.len() as u64));
+        }
+        for i in 0..(BATCH_KEYS * 2 + 17) {
+            keys.push((format!("key:{i:05}").into_bytes(), far + i as u64));
+        }
+        keys
+    }
+
+    /// A deadline far ahead (2096), the same in every call.
+    const FAR: u64 = 4_000_000_000_000;
+    const LONG_LEN: usize = forest_core::KEY_BYTES_MAX - 4;
+
+    /// Writes `old_keys` at layout 1's places, as a layout-1 server left them (META with
+    /// no layout), plus a key too long for layout 2, an expired one and a plain string.
+    fn write_layout_1(store: &Store) {
+        let old = |user: &[u8]| [&OLD_PREFIX[..], user].concat();
+        for (user, deadline) in old_keys() {
+            let value = [b"v:".as_slice(), &user].concat();
+            store
+                .upsert(&old(&user), &encode_string(deadline, &value))
+                .expect("upsert");
+        }
+        let long = vec![b'l'; LONG_LEN];
+        store
+            .upsert(&old(&long), &encode_string(FAR, b"long"))
+            .expect("upsert");
+        store
+            .upsert(&old(b"gone"), &encode_string(unix_ms() - 1_000, b"x"))
+            .expect("upsert");
+        store.upsert(b"plain", b"p").expect("upsert");
+    }
+
+    /// Every key of `write_layout_1` readable with its value and deadline through the
+    /// server, nothing left at a layout-1 place, layout 2 recorded, no progress entry.
+    fn check_layout_2(shared: &Shared) {
+        assert_eq!(shared.store.layout(), KEY_LAYOUT);
+        for (user, deadline) in old_keys() {
+            let value = [b"v:".as_slice(), &user].concat();
+            assert_eq!(
+                run(shared, &[b"GET", &user]),
+                Frame::Bulk(value),
+                "{user:?}"
+            );
+            assert_eq!(
+                run(shared, &[b"PEXPIRETIME", &user]),
+                Frame::Integer(deadline as i64),
+                "{user:?}"
+            );
+            let mut out = Vec::new();
+            assert!(shared.store.get(&string_key(&user), &mut out), "{user:?}");
+        }
+        let long = vec![b'l'; LONG_LEN];
+        assert_eq!(run(shared, &[b"GET", &long]), Frame::bulk(b"long"));
+        assert_eq!(run(shared, &[b"TTL", &long]), Frame::Integer(-1));
+        assert_eq!(run(shared, &[b"GET", b"gone"]), Frame::Null);
+        assert_eq!(run(shared, &[b"GET", b"plain"]), Frame::bulk(b"p"));
+        let count = old_keys().len() as i64 + 2;
+        assert_eq!(run(shared, &[b"DBSIZE"]), Frame::Integer(count));
+        let mut entries = Vec::new();
+        shared.store.scan(
+            Bound::Included(&OLD_PREFIX[..]),
+            Bound::Unbounded,
+            Order::Ascending,
+            &mut |key, _| {
+                entries.push(key.to_vec());
+                ControlFlow::Continue(())
+            },
+        );
+        assert!(
+            entries.iter().all(|k| k.starts_with(&STRING_PREFIX)),
+            "only layout 2's places under FF 'x'"
+        );
+        // And `gone`, invisible, until the active task deletes it.
+        assert_eq!(entries.len(), old_keys().len() + 1);
+        let mut out = Vec::new();
+        assert!(
+            !shared.store.get(&PROGRESS_KEY, &mut out),
+            "no progress entry"
+        );
+    }
+
+    // Goal: a layout-1 store (strings with a deadline at `FF 'x' <user>`) opens with every
+    // key readable with its deadline, including keys whose new place is another key's old
+    // one and runs of zeros; a key too long for the new place keeps its value without a
+    // deadline, an expired one is gone; nothing is left at an old place; layout 2 is
+    // recorded, so a second open moves nothing; and it survives a power loss.
+    // Method: write the old layout by hand, open as the server does, check, crash, reopen.
+    #[test]
+    fn relayout_moves_a_layout_1_store() {
+        let dir = SimDir::new(3);
+        let store = open(&dir, Durability::Periodic { interval_ms: 1000 });
+        write_layout_1(&store);
+        store.close().expect("close");
+        let store = open(&dir, Durability::Periodic { interval_ms: 1000 });
+        assert_eq!(
+            store.layout(),
+            0,
+            "a store from before layouts were recorded"
+        );
+        let shared = start(store);
+        check_layout_2(&shared);
+        // The moves and the layout were durable before serving.
+        dir.crash_with(CrashMode::DropUnsynced);
+        std::mem::forget(shared);
+        let store = open(&dir, Durability::Periodic { interval_ms: 1000 });
+        assert_eq!(relayout(&store).expect("again"), 0, "nothing left to move");
+        let shared = start(store);
+        check_layout_2(&shared);
+    }
+
+    // Goal: a crash at any point of the move leaves a store that the next open finishes
+    // moving, with nothing lost or duplicated. Method: stop the move after 0..=3 of its 4
+    // batches (the first moves the runs of zeros), lose what was not synced (periodic
+    // durability: some of the batches, or none of them), reopen and check; also a crash
+    // between recording the layout and removing the progress entry.
+    #[test]
+    fn relayout_resumes_after_a_crash() {
+        for (stop, durability) in (0..=3).flat_map(|stop| {
+            [
+                (stop, Durability::Sync),
+                (stop, Durability::Periodic { interval_ms: 1000 }),
+            ]
+        }) {
+            let dir = SimDir::new(40 + stop as u64);
+            let store = open(&dir, durability);
+            write_layout_1(&store);
+            store.close().expect("close");
+            let store = open(&dir, durability);
+            relayout_batches(&store, stop).expect("part of the move");
+            assert_eq!(store.layout(), 0, "stopped after {stop}");
+            dir.crash_with(CrashMode::DropUnsynced);
+            std::mem::forget(store);
+            let shared = start(open(&dir, durability));
+            check_layout_2(&shared);
+        }
+        let dir = SimDir::new(50);
+        let store = open(&dir, Durability::Sync);
+        store.set_layout(KEY_LAYOUT).expect("layout");
+        store.upsert(&PROGRESS_KEY, b"key").expect("a leftover");
+        drop(store);
+        let store = open(&dir, Durability::Sync);
+        relayout(&store).expect("relayout");
+        let mut out = Vec::new();
+        assert!(!store.get(&PROGRESS_KEY, &mut out), "leftover removed");
+    }
+
+    // Goal: a store of a newer layout is refused, naming it, and left as it was.
+    #[test]
+    fn newer_layout_is_refused() {
+        let dir = SimDir::new(5);
+        let store = open(&dir, Durability::Sync);
+        store.set_layout(KEY_LAYOUT + 1).expect("layout");
+        let err = relayout(&store).expect_err("newer");
+        assert!(err.to_string().contains("key layout is version 3"), "{err}");
+        assert_eq!(store.layout(), KEY_LAYOUT + 1);
+    }
+}
