@@ -211,7 +211,11 @@ impl TsbTree {
                 // link covers the times before.
                 return false;
             };
-            if current.ts >= t || view.entries.iter().any(|e| e.pid == hist) {
+            // Posted: P's term starts at `t`, or H has a term here. Not H's PID once retention
+            // freed H (`t` at or below the threshold): the PID may name another page now.
+            let hist_posted =
+                t > self.retention_threshold() && view.entries.iter().any(|e| e.pid == hist);
+            if current.ts >= t || hist_posted {
                 self.split_list(level).finish_posted(pid, t);
                 return false;
             }

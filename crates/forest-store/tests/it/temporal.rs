@@ -650,3 +650,94 @@ fn errors_name_the_problem() {
     );
     store.close().expect("temporal store call");
 }
+
+/// CPU seconds (user + system) of this process so far, from /proc/self/stat (Linux; 0
+/// elsewhere).
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command name (which may hold spaces): state is field 3, utime 14.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+// Measurement (not in CI): a temporal store's memory and open time after
+// FOREST_RETAIN_UPDATES (default 1 M) updates of 10 k keys, without and with a retention
+// threshold at the newest time minus 10 % of the written span. Run:
+// cargo test --release -p forest-store --test it -j1 -- --ignored --nocapture temporal::measure_retention
+#[test]
+#[ignore = "measurement; see the comment"]
+fn measure_retention() {
+    let updates: usize = std::env::var("FOREST_RETAIN_UPDATES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
+    const KEYS: usize = 10_000;
+    const BATCH: usize = 100;
+    let opts = || StoreOptions {
+        durability: Durability::Periodic { interval_ms: 100 },
+        ..options("tsbtree")
+    };
+    for with_threshold in [false, true] {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let store = Store::open_path(tmp.path(), opts()).expect("open");
+        let mut first = None;
+        let mut last = 0;
+        let mut i = 0usize;
+        while i < updates {
+            let mut batch = WriteBatch::new();
+            for j in i..(i + BATCH).min(updates) {
+                batch.put(
+                    format!("key{:05}", j % KEYS).as_bytes(),
+                    &(j as u64).to_le_bytes(),
+                );
+            }
+            let (_, ts) = store.write_ts(&batch).expect("write");
+            let ts = ts.expect("changed");
+            first.get_or_insert(ts);
+            last = ts;
+            i += BATCH;
+        }
+        let first = first.expect("written");
+        let threshold = last - (last - first) / 10;
+        if with_threshold {
+            store.set_retention(threshold).expect("retain");
+        }
+        let count = |s: &Store, name: &str| s.stats().index.counter(name).unwrap_or(0);
+        let (mem, pages) = (
+            store.stats().index.memory_bytes,
+            count(&store, "live_pages"),
+        );
+        let mut probe = Vec::new();
+        let at_t = store
+            .get_as_of(b"key00007", threshold, &mut probe)
+            .expect("at T")
+            .then(|| probe.clone());
+        store.close().expect("close");
+        let (wall, cpu) = (std::time::Instant::now(), cpu_seconds());
+        let store = Store::open_path(tmp.path(), opts()).expect("reopen");
+        let (open_wall, open_cpu) = (wall.elapsed().as_secs_f64(), cpu_seconds() - cpu);
+        let again = store
+            .get_as_of(b"key00007", threshold, &mut probe)
+            .expect("at T")
+            .then(|| probe.clone());
+        assert_eq!(at_t, again, "the answer at T survives the reopen");
+        println!(
+            "retention={with_threshold} updates={updates} keys={KEYS}: before close \
+             memory_bytes={mem} live_pages={pages}; reopen {open_wall:.2} s wall {open_cpu:.2} s \
+             cpu, memory_bytes={} live_pages={} versions={}",
+            store.stats().index.memory_bytes,
+            count(&store, "live_pages"),
+            count(&store, "versions"),
+        );
+        store.close().expect("close");
+    }
+}
