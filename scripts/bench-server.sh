@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
 # forest serve against redis-server, both driven by redis-benchmark (issue 6 "Measured").
 #
-# Pairings, each with -P 16 and -P 1, and forest in each I/O model (--io threads|tokio):
+# Pairings, each with -P 16 and -P 1, and forest in each I/O model
+# (--io per-core|threads|tokio):
 #   forest --durability periodic:1000  vs  redis appendonly yes, appendfsync everysec
 #   forest --durability group          vs  redis appendonly yes, appendfsync always
 # then forest's range command (FOREST.RANGE with LIMIT 1, 10, 100, YCSB-E-like) on the
-# keys the SET runs wrote. Prints one table with forest/redis ratios.
+# keys the SET runs wrote. Prints one table with forest/redis ratios and, beside each
+# requests/s, the server's CPU time per request in microseconds (user + system, from
+# /proc/PID/stat around that test's run alone: less disturbed by other load on the
+# machine than requests/s).
 #
 # Needs redis-server and redis-benchmark on PATH (Debian: redis-server, redis-tools); installs
 # nothing. Builds forest in release mode. Uses its own ports and temporary directories and
 # stops what it started.
 #
 # Environment: N (requests per run, default 2000000), CLIENTS (50), KEYSPACE (1000000),
-# VALUE_BYTES (8), PIPELINES ("16 1"), IO_MODELS ("threads tokio"), ENGINE (store default),
-# FOREST_PORT (16379), REDIS_PORT (16380), RANGE_LIMITS ("1 10 100"), RANGE_N (N / 10),
+# VALUE_BYTES (8), PIPELINES ("16 1"), IO_MODELS ("per-core threads tokio"), ENGINE (store
+# default), FOREST_PORT (16379), REDIS_PORT (16380), RANGE_LIMITS ("1 10 100"; empty: no range
+# runs), RANGE_N (N / 10),
 # N_P1 (requests of the -P 1 runs, default N: with an fsync per write, `group` vs
 # `always` at -P 1 runs at a few thousand requests/s, so N=2000000 takes long there).
 # Example of a quick try: N=20000 scripts/bench-server.sh
@@ -24,11 +29,11 @@ CLIENTS=${CLIENTS:-50}
 KEYSPACE=${KEYSPACE:-1000000}
 VALUE_BYTES=${VALUE_BYTES:-8}
 PIPELINES=${PIPELINES:-"16 1"}
-IO_MODELS=${IO_MODELS:-"threads tokio"}
+IO_MODELS=${IO_MODELS:-"per-core threads tokio"}
 ENGINE=${ENGINE:-}
 FOREST_PORT=${FOREST_PORT:-16379}
 REDIS_PORT=${REDIS_PORT:-16380}
-RANGE_LIMITS=${RANGE_LIMITS:-"1 10 100"}
+RANGE_LIMITS=${RANGE_LIMITS-"1 10 100"}
 RANGE_N=${RANGE_N:-$((N / 10))}
 N_P1=${N_P1:-$N}
 
@@ -98,22 +103,41 @@ start_redis() { # appendfsync -> sets server_pid
     wait_ping "$REDIS_PORT"
 }
 
-# Runs SET and GET; appends "scenario|test|who|rps" lines.
+clock_ticks=$(getconf CLK_TCK)
+
+cpu_ticks() { # pid -> user + system clock ticks of the process so far
+    # Fields after the command name (which ends with ')'): utime and stime are 12th and 13th.
+    sed 's/^.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'
+}
+
+# Appends "scenario|test|who|rps|cpu microseconds per request" for one redis-benchmark run
+# (its --csv output on stdin) that took `ticks` of the server's CPU for `n` requests.
+record() { # scenario who n ticks [test name]
+    awk -F'","' -v s="$1" -v w="$2" -v n="$3" -v t="$4" -v hz="$clock_ticks" -v name="${5:-}" \
+        'NR > 1 { gsub(/"/, "", $1); if (name != "") $1 = name
+                  printf "%s|%s|%s|%s|%.2f\n", s, $1, w, $2, t / hz / n * 1e6 }' >>"$results"
+}
+
+# Runs SET, then GET, each measured alone; uses server_pid.
 run_setget() { # port scenario who pipeline
-    local n=$N
+    local n=$N test before out
     [ "$4" = 1 ] && n=$N_P1
-    redis-benchmark -p "$1" -P "$4" -c "$CLIENTS" -r "$KEYSPACE" -n "$n" -d "$VALUE_BYTES" \
-        -t set,get --csv 2>/dev/null |
-        awk -F'","' -v s="$2" -v w="$3" 'NR > 1 { gsub(/"/, "", $1); print s "|" $1 "|" w "|" $2 }' \
-            >>"$results"
+    for test in set get; do
+        before=$(cpu_ticks "$server_pid")
+        out=$(redis-benchmark -p "$1" -P "$4" -c "$CLIENTS" -r "$KEYSPACE" -n "$n" \
+            -d "$VALUE_BYTES" -t "$test" --csv 2>/dev/null)
+        record "$2" "$3" "$n" $(($(cpu_ticks "$server_pid") - before)) <<<"$out"
+    done
 }
 
 run_ranges() { # port who
+    local before out
     for limit in $RANGE_LIMITS; do
-        redis-benchmark -p "$1" -P 16 -c "$CLIENTS" -r "$KEYSPACE" -n "$RANGE_N" --csv \
-            FOREST.RANGE '[key:__rand_int__' + LIMIT "$limit" 2>/dev/null |
-            awk -F'","' -v s="ranges, -P 16" -v w="$2" -v l="$limit" \
-                'NR > 1 { print s "|FOREST.RANGE LIMIT " l "|" w "|" $2 }' >>"$results"
+        before=$(cpu_ticks "$server_pid")
+        out=$(redis-benchmark -p "$1" -P 16 -c "$CLIENTS" -r "$KEYSPACE" -n "$RANGE_N" --csv \
+            FOREST.RANGE '[key:__rand_int__' + LIMIT "$limit" 2>/dev/null)
+        record "ranges, -P 16" "$2" "$RANGE_N" $(($(cpu_ticks "$server_pid") - before)) \
+            "FOREST.RANGE LIMIT $limit" <<<"$out"
     done
 }
 
@@ -139,22 +163,27 @@ for pairing in "periodic:1000 everysec" "group always"; do
 done
 
 echo
-echo "redis-benchmark -c $CLIENTS -r $KEYSPACE -n $N -d $VALUE_BYTES (-P 1: -n $N_P1; ranges: -n $RANGE_N); requests/s"
+echo "redis-benchmark -c $CLIENTS -r $KEYSPACE -n $N -d $VALUE_BYTES (-P 1: -n $N_P1; ranges: -n $RANGE_N); requests/s, server CPU us/request"
 awk -F'|' -v models="$IO_MODELS" '
     BEGIN { m = split(models, io, " ") }
-    { key = $1 "|" $2; if (!(key in seen)) { seen[key] = 1; order[++n] = key } rps[key "|" $3] = $4 }
+    {
+        key = $1 "|" $2; if (!(key in seen)) { seen[key] = 1; order[++n] = key }
+        rps[key "|" $3] = $4; cpu[key "|" $3] = $5
+    }
     END {
-        printf "%-46s %-22s %12s", "scenario", "test", "redis"
-        for (i = 1; i <= m; i++) printf " %14s %7s", "forest-" io[i], "ratio"
+        printf "%-46s %-22s %12s %6s", "scenario", "test", "redis", "us/req"
+        for (i = 1; i <= m; i++) printf " %15s %6s %6s", "forest-" io[i], "ratio", "us/req"
         printf "\n"
         for (k = 1; k <= n; k++) {
             split(order[k], part, "|")
             r = rps[order[k] "|redis"]
-            printf "%-46s %-22s %12s", part[1], part[2], (r == "" ? "-" : r)
+            printf "%-46s %-22s %12s %6s", part[1], part[2], (r == "" ? "-" : r),
+                (r == "" ? "-" : cpu[order[k] "|redis"])
             for (i = 1; i <= m; i++) {
                 f = rps[order[k] "|forest-" io[i]]
                 ratio = (r != "" && r > 0 && f != "") ? sprintf("%.2f", f / r) : "-"
-                printf " %14s %7s", (f == "" ? "-" : f), ratio
+                printf " %15s %6s %6s", (f == "" ? "-" : f), ratio,
+                    (f == "" ? "-" : cpu[order[k] "|forest-" io[i]])
             }
             printf "\n"
         }

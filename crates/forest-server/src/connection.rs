@@ -76,6 +76,48 @@ pub struct Conn {
     more: bool,
 }
 
+/// A batch between [`Conn::begin`] and [`Conn::finish_with`]: its commands ran, its
+/// replies wait in the output for its durability.
+#[must_use = "a batch's replies go out only after Conn::finish_with"]
+#[derive(Debug)]
+pub struct Pending<'s> {
+    /// None: the input held no complete command.
+    batch: Option<Batch<'s>>,
+    step: Step,
+    /// Input bytes the batch used.
+    consumed: usize,
+    executed: usize,
+    /// The last command's name, for CLIENT LIST.
+    name: Option<&'static str>,
+    /// A blocking command wrote before it blocked.
+    wrote_unreplied: bool,
+}
+
+impl Pending<'_> {
+    /// Whether the batch wrote (its replies wait for its durability).
+    pub fn wrote(&self, conn: &Conn) -> bool {
+        self.batch.is_some() && (!conn.writes.is_empty() || self.wrote_unreplied)
+    }
+}
+
+/// A blocked command's retry between [`Conn::resume_begin`] and
+/// [`Conn::resume_finish_with`].
+#[must_use = "a retry's reply goes out only after Conn::resume_finish_with"]
+#[derive(Debug)]
+pub struct Resumed<'s> {
+    batch: Batch<'s>,
+    /// None: it still waits.
+    reply: Option<Frame>,
+    wrote: bool,
+}
+
+impl Resumed<'_> {
+    /// Whether the retry wrote (its reply waits for its durability).
+    pub fn wrote(&self) -> bool {
+        self.wrote
+    }
+}
+
 /// `output` with each write reply at `writes` replaced by `write not acknowledged` (a
 /// batch whose durability wait failed; rare, so it may copy).
 fn unacknowledge(
@@ -132,6 +174,16 @@ impl Conn {
         shared: &Shared,
         wait: impl FnOnce(Batch<'_>) -> forest_core::Result<()>,
     ) -> Step {
+        let pending = self.begin(shared);
+        self.finish_with(shared, pending, wait)
+    }
+
+    /// The first half of [`Self::process_with`]: runs the batch's commands and encodes
+    /// their replies, but neither waits for the batch's durability nor lets the replies go
+    /// (the per-core model awaits [`Pending::wrote`]'s durability between the halves, so
+    /// that its thread serves other connections meanwhile). The input must not change
+    /// before [`Self::finish_with`].
+    pub fn begin<'s>(&mut self, shared: &'s Shared) -> Pending<'s> {
         let Conn {
             client,
             requests,
@@ -141,80 +193,118 @@ impl Conn {
             writes,
             more,
         } = self;
-        let mut consumed = requests.decode(input);
-        let mut step = Step::Continue;
+        let mut pending = Pending {
+            batch: None,
+            step: Step::Continue,
+            consumed: requests.decode(input),
+            executed: 0,
+            name: None,
+            wrote_unreplied: false,
+        };
         *more = false;
         // A subscriber's messages that arrive meanwhile follow this batch's replies.
         if let Some(mailbox) = client.pubsub.mailbox() {
             mailbox.begin_batch();
         }
-        if !requests.is_empty() {
-            // Replies are encoded as their commands end, in order, so that a command may
-            // write its reply straight into the output (`cmd::execute_into`); a write's reply
-            // is kept track of until the batch's durability wait says whether it stands.
-            let batch_start = output.len();
-            let mut executed = 0;
-            let mut cut = false;
-            let mut blocked = false;
-            // A blocking command that wrote before it blocked (an expired key purged): its
-            // batch is waited for as a write's, though no reply of it is sent yet.
-            let mut wrote_unreplied = false;
-            let mut batch = shared.store.batch();
-            let mut argv: Vec<&[u8]> = Vec::with_capacity(8);
-            for i in 0..requests.len() {
-                requests.argv(i, input, &mut argv);
-                let mut ctx = Ctx {
-                    shared,
-                    client,
-                    batch: &mut batch,
-                    unit: None,
-                    wrote: false,
-                    after: After::Continue,
-                    buffers,
-                };
-                let start = output.len();
-                let reply = cmd::execute_into(&mut ctx, &argv, output);
-                let (wrote, after) = (ctx.wrote, ctx.after);
-                executed = i + 1;
-                blocked = client.blocking.is_blocked();
-                if blocked || matches!(after, After::Shutdown { .. }) {
-                    wrote_unreplied = wrote;
-                    // A blocking command waits: its reply comes from `resume`, and the
-                    // commands after it wait behind it in the input (as in Redis). SHUTDOWN
-                    // answers nothing.
-                    output.truncate(start);
-                    if let Some(reply) = reply {
-                        buffers.recycle(reply);
-                    }
-                    if let (false, After::Shutdown { save }) = (blocked, after) {
-                        step = Step::Shutdown { save };
-                    }
-                    break;
-                }
+        if requests.is_empty() {
+            return pending;
+        }
+        // Replies are encoded as their commands end, in order, so that a command may
+        // write its reply straight into the output (`cmd::execute_into`); a write's reply
+        // is kept track of until the batch's durability wait says whether it stands.
+        let batch_start = output.len();
+        let mut executed = 0;
+        let mut cut = false;
+        let mut blocked = false;
+        let mut batch = shared.store.batch();
+        let mut argv: Vec<&[u8]> = Vec::with_capacity(8);
+        for i in 0..requests.len() {
+            requests.argv(i, input, &mut argv);
+            let mut ctx = Ctx {
+                shared,
+                client,
+                batch: &mut batch,
+                unit: None,
+                wrote: false,
+                after: After::Continue,
+                buffers,
+            };
+            let start = output.len();
+            let reply = cmd::execute_into(&mut ctx, &argv, output);
+            let (wrote, after) = (ctx.wrote, ctx.after);
+            executed = i + 1;
+            blocked = client.blocking.is_blocked();
+            if blocked || matches!(after, After::Shutdown { .. }) {
+                // A blocking command that wrote before it blocked (an expired key purged):
+                // its batch is waited for as a write's, though no reply of it is sent yet.
+                pending.wrote_unreplied = wrote;
+                // A blocking command waits: its reply comes from `resume`, and the
+                // commands after it wait behind it in the input (as in Redis). SHUTDOWN
+                // answers nothing.
+                output.truncate(start);
                 if let Some(reply) = reply {
-                    reply.encode_to(client.protocol, output);
                     buffers.recycle(reply);
                 }
-                if wrote {
-                    writes.push((start..output.len(), client.protocol));
+                if let (false, After::Shutdown { save }) = (blocked, after) {
+                    pending.step = Step::Shutdown { save };
                 }
-                if after == After::Close {
-                    step = Step::Close;
-                    break;
-                }
-                if output.len() - batch_start > BATCH_REPLY_BYTES_MAX && executed < requests.len() {
-                    cut = true;
-                    break;
-                }
+                break;
             }
-            let name = argv
-                .first()
-                .and_then(|n| cmd::lookup(n))
-                .map(|spec| spec.name);
-            if cut || blocked {
-                consumed = requests.cut(executed);
-                *more = cut || consumed < input.len();
+            if let Some(reply) = reply {
+                reply.encode_to(client.protocol, output);
+                buffers.recycle(reply);
             }
+            if wrote {
+                writes.push((start..output.len(), client.protocol));
+            }
+            if after == After::Close {
+                pending.step = Step::Close;
+                break;
+            }
+            if output.len() - batch_start > BATCH_REPLY_BYTES_MAX && executed < requests.len() {
+                cut = true;
+                break;
+            }
+        }
+        pending.name = argv
+            .first()
+            .and_then(|n| cmd::lookup(n))
+            .map(|spec| spec.name);
+        if cut || blocked {
+            pending.consumed = requests.cut(executed);
+            *more = cut || pending.consumed < input.len();
+        }
+        pending.executed = executed;
+        pending.batch = Some(batch);
+        pending
+    }
+
+    /// The second half of [`Self::process_with`]: waits for the batch's durability
+    /// (`wait`, if it wrote), turns its write replies into errors if that failed, and
+    /// consumes its input.
+    pub fn finish_with(
+        &mut self,
+        shared: &Shared,
+        pending: Pending<'_>,
+        wait: impl FnOnce(Batch<'_>) -> forest_core::Result<()>,
+    ) -> Step {
+        let Conn {
+            client,
+            requests,
+            input,
+            output,
+            writes,
+            ..
+        } = self;
+        let Pending {
+            batch,
+            mut step,
+            consumed,
+            executed,
+            name,
+            wrote_unreplied,
+        } = pending;
+        if let Some(batch) = batch {
             if writes.is_empty() && !wrote_unreplied {
                 // Checks only that the store has not failed; a read's reply stands either way.
                 let _ = batch.wait();
@@ -275,13 +365,20 @@ impl Conn {
         wake: crate::blocking::Wake,
         wait: impl FnOnce(Batch<'_>) -> forest_core::Result<()>,
     ) -> bool {
+        let resumed = self.resume_begin(shared, wake);
+        self.resume_finish_with(shared, resumed, wait)
+    }
+
+    /// The first half of [`Self::resume_with`] (as [`Self::begin`] is of
+    /// [`Self::process_with`]): retries the blocked command; its reply, if any, waits for
+    /// [`Self::resume_finish_with`].
+    pub fn resume_begin<'s>(
+        &mut self,
+        shared: &'s Shared,
+        wake: crate::blocking::Wake,
+    ) -> Resumed<'s> {
         let Conn {
-            client,
-            input,
-            output,
-            buffers,
-            more,
-            ..
+            client, buffers, ..
         } = self;
         let mut batch = shared.store.batch();
         let (reply, wrote) = {
@@ -298,6 +395,33 @@ impl Conn {
             (reply, ctx.wrote)
         };
         client.blocking.flush(&shared.blocking);
+        Resumed {
+            batch,
+            reply,
+            wrote,
+        }
+    }
+
+    /// The second half of [`Self::resume_with`]; returns whether the command still waits.
+    pub fn resume_finish_with(
+        &mut self,
+        shared: &Shared,
+        resumed: Resumed<'_>,
+        wait: impl FnOnce(Batch<'_>) -> forest_core::Result<()>,
+    ) -> bool {
+        let Conn {
+            client,
+            input,
+            output,
+            buffers,
+            more,
+            ..
+        } = self;
+        let Resumed {
+            batch,
+            reply,
+            wrote,
+        } = resumed;
         let Some(reply) = reply else {
             // A retry that found nothing may still have written (an expired key purged).
             if wrote {

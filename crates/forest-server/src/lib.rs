@@ -39,6 +39,7 @@ pub mod glob;
 pub mod info;
 pub mod meta_cache;
 pub mod parse;
+pub mod per_core;
 pub mod pubsub;
 pub mod server;
 pub mod shutdown;

@@ -1,10 +1,12 @@
 //! The server: configuration, the state all connections share, the accept loop with its
 //! client bound, and the orderly stop (DESIGN.md "Server"; masstree.md §5).
 //!
-//! I/O models ([`IoModel`]): `threads` runs one OS thread per connection, blocking reads and
+//! I/O models ([`IoModel`]): `per-core` (the default) runs connections as tasks on
+//! `--threads` single-threaded runtimes, each connection staying on one
+//! ([`crate::per_core`]); `threads` runs one OS thread per connection, blocking reads and
 //! writes (a slow client blocks only its own thread); `tokio` runs connections as tasks on
-//! `--threads` workers ([`crate::tokio_io`]). Both run a connection's pipelined commands as
-//! one batch ([`crate::connection`]).
+//! a multi-thread runtime of `--threads` workers ([`crate::tokio_io`]). All run a
+//! connection's pipelined commands as one batch ([`crate::connection`]).
 //!
 //! Invariants:
 //! - At most `max_clients` connections are served at once; the next one gets
@@ -49,10 +51,13 @@ pub const CURSOR_BYTES_MAX: usize = 32 * 1024 * 1024;
 /// How connections are driven.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum IoModel {
-    /// A thread per connection.
+    /// Tokio tasks on `threads` single-threaded runtimes, one thread each; a connection
+    /// stays on the runtime the acceptor gave it.
     #[default]
+    PerCore,
+    /// A thread per connection.
     Threads,
-    /// Tokio tasks on `threads` workers.
+    /// Tokio tasks on a multi-thread runtime of `threads` workers.
     Tokio,
 }
 
@@ -63,7 +68,10 @@ impl std::str::FromStr for IoModel {
         match s {
             "threads" => Ok(IoModel::Threads),
             "tokio" => Ok(IoModel::Tokio),
-            _ => Err(format!("io model {s:?}: expected threads or tokio")),
+            "per-core" => Ok(IoModel::PerCore),
+            _ => Err(format!(
+                "io model {s:?}: expected per-core, threads or tokio"
+            )),
         }
     }
 }
@@ -73,6 +81,7 @@ impl std::fmt::Display for IoModel {
         f.write_str(match self {
             IoModel::Threads => "threads",
             IoModel::Tokio => "tokio",
+            IoModel::PerCore => "per-core",
         })
     }
 }
@@ -90,7 +99,7 @@ pub struct Config {
     pub bind: String,
     /// 0: an ephemeral port.
     pub port: u16,
-    /// Worker threads of the tokio model (0: one per core).
+    /// Threads of the per-core and tokio models (0: one per core).
     pub threads: usize,
     pub max_clients: usize,
     pub requirepass: Option<String>,
@@ -465,6 +474,7 @@ impl Server {
         match shared.config.io {
             IoModel::Threads => run_threads(&shared, listener),
             IoModel::Tokio => crate::tokio_io::run(&shared, listener),
+            IoModel::PerCore => crate::per_core::run(&shared, listener),
         }
         // It stops once the stop is requested (within one pause).
         let _ = expirer.join();

@@ -64,6 +64,12 @@ async fn accept_loop(shared: Arc<Shared>, listener: std::net::TcpListener) {
     tokio::pin!(stop_requested);
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
+    // Only a wait for an fsync blocks the worker long enough to hand its tasks over.
+    let durable = if shared.config.durability.acks_durable() {
+        Durable::BlockInPlace
+    } else {
+        Durable::Inline
+    };
     loop {
         tokio::select! {
             _ = &mut stop_requested => break,
@@ -88,8 +94,9 @@ async fn accept_loop(shared: Arc<Shared>, listener: std::net::TcpListener) {
                 shared.stats.connected_clients.fetch_add(1, Ordering::Relaxed);
                 let conn_shared = Arc::clone(&shared);
                 let stop = stop_rx.clone();
+                let durable = durable.clone();
                 connections.spawn(async move {
-                    serve(&conn_shared, stream, stop).await;
+                    serve(&conn_shared, stream, stop, &durable).await;
                     conn_shared.stats.connected_clients.fetch_sub(1, Ordering::Relaxed);
                 });
             }
@@ -107,13 +114,56 @@ async fn accept_loop(shared: Arc<Shared>, listener: std::net::TcpListener) {
     }
 }
 
-/// Runs a batch; a durability wait that may block runs in `block_in_place`, so the
-/// worker's other tasks move to another thread meanwhile.
-fn process(conn: &mut Conn, shared: &Shared, may_block: bool) -> Step {
-    if may_block {
-        conn.process_with(shared, |batch| tokio::task::block_in_place(|| batch.wait()))
-    } else {
-        conn.process(shared)
+/// How a connection's task waits for a batch's durability.
+#[derive(Clone, Debug)]
+pub(crate) enum Durable {
+    /// On the task (`periodic`: the wait only checks that the store has not failed).
+    Inline,
+    /// In `block_in_place`, so that the worker's other tasks move to another thread
+    /// meanwhile (the multi-thread runtime).
+    BlockInPlace,
+    /// Awaiting the runtime's waiter thread, so that the runtime's thread serves its other
+    /// connections meanwhile (the per-core model's `current_thread` runtimes, which have
+    /// no other thread to hand them to).
+    Await(Arc<crate::per_core::Waiter>),
+}
+
+/// Runs a batch and waits for its durability as `durable` says.
+async fn process(conn: &mut Conn, shared: &Shared, durable: &Durable) -> Step {
+    match durable {
+        Durable::Inline => conn.process(shared),
+        Durable::BlockInPlace => {
+            conn.process_with(shared, |batch| tokio::task::block_in_place(|| batch.wait()))
+        }
+        Durable::Await(waiter) => {
+            let pending = conn.begin(shared);
+            if pending.wrote(conn) {
+                waiter.durable().await;
+            }
+            // Durable (or failed) by now: the wait returns at once.
+            conn.finish_with(shared, pending, |batch| batch.wait())
+        }
+    }
+}
+
+/// Retries a blocked command after `wake` and waits for its durability as `durable` says.
+async fn resume(conn: &mut Conn, shared: &Shared, wake: Wake, durable: &Durable) {
+    match durable {
+        Durable::Inline => {
+            conn.resume(shared, wake);
+        }
+        Durable::BlockInPlace => {
+            conn.resume_with(shared, wake, |batch| {
+                tokio::task::block_in_place(|| batch.wait())
+            });
+        }
+        Durable::Await(waiter) => {
+            let resumed = conn.resume_begin(shared, wake);
+            if resumed.wrote() {
+                waiter.durable().await;
+            }
+            conn.resume_finish_with(shared, resumed, |batch| batch.wait());
+        }
     }
 }
 
@@ -157,7 +207,7 @@ async fn wait_blocked(
     conn: &mut Conn,
     stream: &mut TcpStream,
     stopped: &mut (impl std::future::Future + Unpin),
-    may_block: bool,
+    durable: &Durable,
 ) -> bool {
     while let Some(waiter) = conn.client.blocking.waiter() {
         let event = match waiter.poll() {
@@ -215,22 +265,19 @@ async fn wait_blocked(
                     }
                 }
             }
-            Event::Wake(wake) => {
-                conn.resume_with(shared, wake, |batch| {
-                    if may_block {
-                        tokio::task::block_in_place(|| batch.wait())
-                    } else {
-                        batch.wait()
-                    }
-                });
-            }
+            Event::Wake(wake) => resume(conn, shared, wake, durable).await,
         }
     }
     true
 }
 
-/// Serves one connection until it closes or the server stops.
-async fn serve(shared: &Arc<Shared>, mut stream: TcpStream, mut stop: watch::Receiver<bool>) {
+/// Serves one connection until it closes or the server stops (both tokio-based models).
+pub(crate) async fn serve(
+    shared: &Arc<Shared>,
+    mut stream: TcpStream,
+    mut stop: watch::Receiver<bool>,
+    durable: &Durable,
+) {
     let _ = stream.set_nodelay(true);
     let addr = stream
         .peer_addr()
@@ -243,8 +290,6 @@ async fn serve(shared: &Arc<Shared>, mut stream: TcpStream, mut stop: watch::Rec
     let client = shared.new_client(addr, laddr, None);
     let id = client.info.id;
     let mut conn = Conn::new(client);
-    // Only a wait for an fsync blocks the worker long enough to hand its tasks over.
-    let may_block = shared.config.durability.acks_durable();
     let partial_timeout = shared.config.partial_frame_timeout;
     let mut step = Step::Continue;
     // Registered once: a fresh wait per read would lock the channel's waiter list each time,
@@ -260,7 +305,7 @@ async fn serve(shared: &Arc<Shared>, mut stream: TcpStream, mut stop: watch::Rec
             }
         }
         if conn.is_blocked() {
-            if !wait_blocked(shared, &mut conn, &mut stream, &mut stopped, may_block).await {
+            if !wait_blocked(shared, &mut conn, &mut stream, &mut stopped, durable).await {
                 break;
             }
             if stream.write_all(&conn.output).await.is_err() {
@@ -270,7 +315,7 @@ async fn serve(shared: &Arc<Shared>, mut stream: TcpStream, mut stop: watch::Rec
             continue;
         }
         if conn.has_more() {
-            step = process(&mut conn, shared, may_block);
+            step = process(&mut conn, shared, durable).await;
             if stream.write_all(&conn.output).await.is_err() {
                 break;
             }
@@ -313,7 +358,7 @@ async fn serve(shared: &Arc<Shared>, mut stream: TcpStream, mut stop: watch::Rec
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => break,
         }
-        step = process(&mut conn, shared, may_block);
+        step = process(&mut conn, shared, durable).await;
         if !conn.output.is_empty() {
             if stream.write_all(&conn.output).await.is_err() {
                 break;

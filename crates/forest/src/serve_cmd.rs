@@ -36,8 +36,8 @@ pub struct ServeArgs {
     /// The TCP port (0: any free port; the start line tells which).
     #[arg(long, default_value_t = 6379, value_name = "N")]
     pub port: u16,
-    /// Worker threads of the tokio I/O model (0: one per core); the threads model runs one
-    /// thread per connection.
+    /// Threads of the per-core and tokio I/O models (0: one per core); the threads model
+    /// runs one thread per connection.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub threads: usize,
     /// The most clients served at once; the next gets an error and is closed.
@@ -47,9 +47,10 @@ pub struct ServeArgs {
     /// Require AUTH with this password (user `default`) before other commands.
     #[arg(long, value_name = "PASS")]
     pub requirepass: Option<String>,
-    /// How connections are driven: threads (one per connection) or tokio (tasks on
-    /// --threads workers).
-    #[arg(long, default_value = "threads", value_name = "MODEL")]
+    /// How connections are driven: per-core (tasks on --threads single-threaded runtimes,
+    /// each connection staying on one, as Redis's event loop, one per core), threads (one
+    /// per connection) or tokio (tasks on a multi-thread runtime of --threads workers).
+    #[arg(long, default_value = "per-core", value_name = "MODEL")]
     pub io: IoModel,
     /// A subscriber's output bound, as Redis's `client-output-buffer-limit pubsub`: cut at
     /// HARD bytes queued, or over SOFT for SECONDS (units b, k, kb, m, mb, g, gb; 0: none).

@@ -812,16 +812,27 @@ impl std::hash::Hasher for NameHasher {
         }
     }
 
+    /// A byte key's length prefix: one round, not eight.
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (self.0 ^ n as u64).wrapping_mul(0x0100_0000_01b3);
+    }
+
     fn finish(&self) -> u64 {
         self.0
     }
 }
 
-type SpecTable = HashMap<&'static str, &'static Spec, BuildHasherDefault<NameHasher>>;
+/// Keyed by the name's bytes: a lookup needs no UTF-8 check of what the client sent.
+type SpecTable = HashMap<&'static [u8], &'static Spec, BuildHasherDefault<NameHasher>>;
 
 fn table() -> &'static SpecTable {
     static TABLE: OnceLock<SpecTable> = OnceLock::new();
-    TABLE.get_or_init(|| COMMAND_SPECS.iter().map(|s| (s.name, s)).collect())
+    TABLE.get_or_init(|| {
+        COMMAND_SPECS
+            .iter()
+            .map(|s| (s.name.as_bytes(), s))
+            .collect()
+    })
 }
 
 /// The spec of the command named `name` in any letter case.
@@ -832,8 +843,7 @@ pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
     for (d, s) in dst.iter_mut().zip(name) {
         *d = s.to_ascii_lowercase();
     }
-    let name = std::str::from_utf8(dst).ok()?;
-    table().get(name).copied()
+    table().get(&dst[..]).copied()
 }
 
 /// Commands allowed before AUTH.

@@ -114,7 +114,7 @@ fn library_present(name: &str, program: &str, probe: &[&str]) -> bool {
 /// Runs `program script HOST PORT --enable ...` against a fresh server of each I/O model;
 /// fails with the script's output if it exits non-zero or runs too long.
 fn run_script(program: &str, script: &str) {
-    for io in [IoModel::Threads, IoModel::Tokio] {
+    for io in [IoModel::Threads, IoModel::PerCore] {
         let dir = tempfile::tempdir().expect("tempdir");
         let server = Running::start(dir.path(), io);
         let mut child = Command::new(program)

@@ -923,7 +923,7 @@ fn sizes(c: &mut Client, command: &str, keys: &[&str]) -> Vec<i64> {
 // EXEC and checks LRANGE's length against LLEN.
 #[test]
 fn moves_are_atomic_under_concurrency() {
-    for io in [IoModel::Threads, IoModel::Tokio] {
+    for io in [IoModel::Threads, IoModel::PerCore] {
         let dir = tempfile::tempdir().expect("tempdir");
         let server = Running::start(dir.path(), io);
         let mut c = server.client();

@@ -48,7 +48,7 @@ fn array(items: &[&[u8]]) -> Vec<u8> {
 // Method: one pipeline per protocol; the RESP3 switch's own reply is read as a frame.
 #[test]
 fn keysonly_with_rev_and_limit_in_resp2_and_resp3() {
-    for io in [IoModel::Threads, IoModel::Tokio] {
+    for io in [IoModel::Threads, IoModel::PerCore] {
         let dir = tempfile::tempdir().expect("tempdir");
         let server = Running::start(dir.path(), io);
         let mut c = server.stream();

@@ -116,7 +116,7 @@ fn default_tests_complete() {
     if !tool_present("redis-benchmark") {
         return;
     }
-    for io in [IoModel::Threads, IoModel::Tokio] {
+    for io in [IoModel::Threads, IoModel::PerCore] {
         let dir = tempfile::tempdir().expect("tempdir");
         let server = Running::start(dir.path(), io);
         let text = benchmark(server.addr, &["-q", "-n", "1000", "-c", "4"]);

@@ -91,7 +91,7 @@ fn read_to_close(stream: &mut TcpStream) -> Vec<u8> {
 
 fn both_models(test: impl Fn(IoModel)) {
     test(IoModel::Threads);
-    test(IoModel::Tokio);
+    test(IoModel::PerCore);
 }
 
 // Goal: a pipeline's replies arrive in order, byte for byte, and survive a stop and reopen.

@@ -6,7 +6,7 @@
 //! client keeps working), random and truncated frames (proptest), half a frame then silence, a
 //! client that never reads, many clients at once, `--max-clients`, and clean exits through
 //! SHUTDOWN, SIGTERM and SIGINT with the data there after a restart. The tests of connection
-//! handling run under every I/O model (`--io threads` and `--io tokio`).
+//! handling run under every I/O model (`--io threads`, `--io tokio`, `--io per-core`).
 
 use crate::common;
 

@@ -12,8 +12,10 @@ use forest_server::shutdown::Shutdown;
 use forest_server::{Config, IoModel, Server};
 use forest_store::Durability;
 
-/// Both I/O models, the tokio one with two workers.
-pub const IO_MODELS: [IoModel; 2] = [IoModel::Threads, IoModel::Tokio];
+/// The I/O models whose connection code differs: threads, and per-core (the default) with
+/// two runtimes. The tokio model runs per-core's connection task (`tokio_io::serve`) on a
+/// multi-thread runtime; the `forest serve` tests cover it (`crates/forest/tests/it`).
+pub const IO_MODELS: [IoModel; 2] = [IoModel::Threads, IoModel::PerCore];
 
 /// How long a client waits for a reply before the test fails (never reached when green).
 pub const READ_TIMEOUT: Duration = Duration::from_secs(60);

@@ -32,12 +32,12 @@ pub fn io_flag_sets() -> Vec<Vec<&'static str>> {
         .output()
         .expect("forest serve --help");
     if String::from_utf8_lossy(&help.stdout).contains("--io") {
-        // One tokio worker too: a task that blocks its worker (on a socket or a durability
-        // wait) would stall every other client there.
+        // The default, per-core, with one runtime: a task that blocks its thread (on a
+        // socket or a durability wait) would stall every other client there.
         vec![
             vec!["--io", "threads"],
             vec!["--io", "tokio"],
-            vec!["--io", "tokio", "--threads", "1"],
+            vec!["--io", "per-core", "--threads", "1"],
         ]
     } else {
         vec![vec![]]

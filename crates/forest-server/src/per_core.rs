@@ -1,0 +1,489 @@
+//! The per-core I/O model (`--io per-core`, the default): `--threads` OS threads (one per
+//! core by default), each running its own `current_thread` tokio runtime, and one acceptor
+//! that hands each new connection to the runtime serving the fewest. A connection stays on
+//! its runtime: its reads, commands, writes and wake-ups never cross threads (no
+//! work-stealing hand-offs), as in Redis's event loop, one loop per core.
+//!
+//! A connection's task is the tokio model's ([`crate::tokio_io::serve`]); only the
+//! durability wait differs. A `current_thread` runtime has no other thread to hand its
+//! tasks to, so a batch that wrote under `sync` or `group` must not block the thread in
+//! [`forest_store::Batch::wait`]: its task asks the runtime's [`Waiter`] thread to make the
+//! store durable and awaits the answer, while the runtime serves its other connections.
+//! The waiter runs one [`forest_store::Store::sync`] for every request queued meanwhile (the
+//! LSNs of every batch that asked are allocated before it asks, so one sync covers them
+//! all); the batch's own wait then returns at once, with the error if the sync failed.
+//!
+//! Stop: the acceptor stops accepting, a watch channel tells every connection to stop at
+//! its next read (the batch it runs finishes and its replies go out), and after
+//! [`crate::server::STOP_GRACE`] each runtime aborts its tasks still running (clients that
+//! never read).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinSet;
+
+use crate::server::{Shared, STOP_GRACE};
+use crate::tokio_io::Durable;
+
+/// A runtime's durability waiter: a thread that blocks in the store's sync on behalf of
+/// the runtime's tasks (see the module doc).
+#[derive(Debug, Default)]
+pub struct Waiter {
+    queue: Mutex<Queue>,
+    work: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    waiting: Vec<oneshot::Sender<()>>,
+    stop: bool,
+}
+
+impl Waiter {
+    /// Returns once every write logged before the call is durable, or the store failed
+    /// (the batch's own wait then reports the error).
+    pub async fn durable(&self) {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut queue = self.queue.lock();
+            if queue.stop {
+                return;
+            }
+            queue.waiting.push(tx);
+        }
+        self.work.notify_one();
+        let _ = rx.await;
+    }
+
+    /// The waiter thread's loop: one sync per round of requests, until stopped.
+    fn run(&self, shared: &Shared) {
+        loop {
+            let waiting = {
+                let mut queue = self.queue.lock();
+                while queue.waiting.is_empty() && !queue.stop {
+                    self.work.wait(&mut queue);
+                }
+                if queue.waiting.is_empty() {
+                    return;
+                }
+                std::mem::take(&mut queue.waiting)
+            };
+            // An error is the batch's to report: its wait returns it at once.
+            let _ = shared.store.sync();
+            for tx in waiting {
+                let _ = tx.send(());
+            }
+        }
+    }
+
+    /// Ends the thread once the requests queued are answered.
+    fn stop(&self) {
+        self.queue.lock().stop = true;
+        self.work.notify_all();
+    }
+}
+
+/// One runtime's thread, as the acceptor sees it.
+struct Core {
+    /// New connections for the runtime.
+    incoming: mpsc::UnboundedSender<std::net::TcpStream>,
+    /// Connections it serves now.
+    load: Arc<AtomicUsize>,
+    thread: JoinHandle<()>,
+}
+
+/// Runs the acceptor on the calling thread and the connections on `--threads` runtimes
+/// until the stop is requested.
+pub fn run(shared: &Arc<Shared>, listener: std::net::TcpListener) {
+    let threads = match shared.config.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut cores = Vec::with_capacity(threads);
+    for index in 0..threads {
+        match start_core(shared, index, stop_rx.clone()) {
+            Ok(core) => cores.push(core),
+            Err(e) => {
+                eprintln!("forest serve: cannot start I/O thread {index}: {e}");
+                break;
+            }
+        }
+    }
+    if cores.is_empty() {
+        shared.shutdown.request(false);
+        return;
+    }
+    let acceptor = tokio::runtime::Builder::new_current_thread()
+        .thread_name("forest-accept")
+        .enable_io()
+        .enable_time()
+        .build();
+    match acceptor {
+        Ok(rt) => rt.block_on(accept_loop(shared, listener, &cores)),
+        Err(e) => {
+            eprintln!("forest serve: cannot start the acceptor's runtime: {e}");
+            shared.shutdown.request(false);
+        }
+    }
+    // Connections see the stop at their next read; the runtimes end once theirs are done.
+    let _ = stop_tx.send(true);
+    for core in cores {
+        drop(core.incoming);
+        let _ = core.thread.join();
+    }
+}
+
+/// Starts runtime `index` on its own thread, with its durability waiter.
+fn start_core(
+    shared: &Arc<Shared>,
+    index: usize,
+    stop: watch::Receiver<bool>,
+) -> std::io::Result<Core> {
+    let (incoming, receiver) = mpsc::unbounded_channel();
+    let load = Arc::new(AtomicUsize::new(0));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()?;
+    let shared = Arc::clone(shared);
+    let core_load = Arc::clone(&load);
+    let thread = std::thread::Builder::new()
+        .name(format!("forest-io-{index}"))
+        .spawn(move || {
+            let durable = if shared.config.durability.acks_durable() {
+                let waiter = Arc::new(Waiter::default());
+                let thread_waiter = Arc::clone(&waiter);
+                let thread_shared = Arc::clone(&shared);
+                let spawned = std::thread::Builder::new()
+                    .name(format!("forest-wait-{index}"))
+                    .spawn(move || thread_waiter.run(&thread_shared));
+                match spawned {
+                    Ok(handle) => Some((waiter, handle)),
+                    Err(e) => {
+                        eprintln!("forest serve: cannot start durability waiter {index}: {e}");
+                        shared.shutdown.request(false);
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            let mode = match &durable {
+                Some((waiter, _)) => Durable::Await(Arc::clone(waiter)),
+                None => Durable::Inline,
+            };
+            runtime.block_on(serve_core(&shared, receiver, stop, &core_load, &mode));
+            drop(runtime);
+            if let Some((waiter, handle)) = durable {
+                waiter.stop();
+                let _ = handle.join();
+            }
+        })?;
+    Ok(Core {
+        incoming,
+        load,
+        thread,
+    })
+}
+
+/// The acceptor: bounds the clients and hands each connection to the runtime serving the
+/// fewest (the lowest index on a tie, after the last one chosen: round-robin when even).
+async fn accept_loop(shared: &Arc<Shared>, listener: std::net::TcpListener, cores: &[Core]) {
+    let listener = match listener
+        .set_nonblocking(true)
+        .and_then(|()| tokio::net::TcpListener::from_std(listener))
+    {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("forest serve: cannot register the listener: {e}");
+            shared.shutdown.request(false);
+            return;
+        }
+    };
+    let stop_requested = {
+        let shutdown = Arc::clone(&shared.shutdown);
+        tokio::task::spawn_blocking(move || shutdown.wait())
+    };
+    tokio::pin!(stop_requested);
+    let mut last = cores.len() - 1;
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut stop_requested => break,
+            accepted = listener.accept() => accepted,
+        };
+        let Ok((stream, _)) = accepted else {
+            // EMFILE and the like: back off instead of spinning.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        shared
+            .stats
+            .connections_received
+            .fetch_add(1, Ordering::Relaxed);
+        let Ok(stream) = stream.into_std() else {
+            continue;
+        };
+        if shared.stats.connected_clients.load(Ordering::Relaxed) >= shared.config.max_clients {
+            shared
+                .stats
+                .rejected_connections
+                .fetch_add(1, Ordering::Relaxed);
+            let _ = stream.set_nonblocking(false);
+            crate::server::reject(stream);
+            continue;
+        }
+        let chosen = (1..=cores.len())
+            .map(|step| (last + step) % cores.len())
+            .min_by_key(|&i| cores[i].load.load(Ordering::Relaxed))
+            .unwrap_or(0);
+        last = chosen;
+        shared
+            .stats
+            .connected_clients
+            .fetch_add(1, Ordering::Relaxed);
+        cores[chosen].load.fetch_add(1, Ordering::Relaxed);
+        if let Err(returned) = cores[chosen].incoming.send(stream) {
+            // The runtime is gone (it could not start its waiter): nobody serves it.
+            drop(returned);
+            shared
+                .stats
+                .connected_clients
+                .fetch_sub(1, Ordering::Relaxed);
+            cores[chosen].load.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// One runtime: serves the connections the acceptor hands it until the acceptor is gone,
+/// then lets them finish (see the module doc's stop).
+async fn serve_core(
+    shared: &Arc<Shared>,
+    mut incoming: mpsc::UnboundedReceiver<std::net::TcpStream>,
+    stop: watch::Receiver<bool>,
+    load: &Arc<AtomicUsize>,
+    durable: &Durable,
+) {
+    let mut connections = JoinSet::new();
+    while let Some(stream) = incoming.recv().await {
+        while connections.try_join_next().is_some() {}
+        let conn_shared = Arc::clone(shared);
+        let conn_load = Arc::clone(load);
+        let stop = stop.clone();
+        let durable = durable.clone();
+        connections.spawn(async move {
+            // `into_std` left it non-blocking; registered with this thread's runtime.
+            if let Ok(stream) = tokio::net::TcpStream::from_std(stream) {
+                crate::tokio_io::serve(&conn_shared, stream, stop, &durable).await;
+            }
+            conn_shared
+                .stats
+                .connected_clients
+                .fetch_sub(1, Ordering::Relaxed);
+            conn_load.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+    let drained = tokio::time::timeout(STOP_GRACE, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        connections.abort_all();
+        while connections.join_next().await.is_some() {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::path::Path;
+
+    use forest_core::Result;
+    use forest_store::file::{Dir, DirLock, File, SimDir};
+    use forest_store::{Durability, Store, StoreOptions};
+
+    use super::*;
+    use crate::server::{Config, IoModel};
+
+    /// Holds every fsync while closed.
+    #[derive(Default)]
+    struct Gate {
+        closed: Mutex<bool>,
+        opened: Condvar,
+    }
+
+    impl Gate {
+        fn set(&self, closed: bool) {
+            *self.closed.lock() = closed;
+            self.opened.notify_all();
+        }
+
+        fn pass(&self) {
+            let mut closed = self.closed.lock();
+            while *closed {
+                self.opened.wait(&mut closed);
+            }
+        }
+    }
+
+    /// A simulated directory whose file syncs wait at the gate.
+    struct GatedDir {
+        inner: SimDir,
+        gate: Arc<Gate>,
+    }
+
+    struct GatedFile {
+        inner: Box<dyn File>,
+        gate: Arc<Gate>,
+    }
+
+    impl File for GatedFile {
+        fn path(&self) -> &Path {
+            self.inner.path()
+        }
+        fn len(&self) -> Result<u64> {
+            self.inner.len()
+        }
+        fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+            self.inner.read_exact_at(offset, buf)
+        }
+        fn append(&mut self, data: &[u8]) -> Result<()> {
+            self.inner.append(data)
+        }
+        fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+            self.inner.write_at(offset, data)
+        }
+        fn truncate(&mut self, len: u64) -> Result<()> {
+            self.inner.truncate(len)
+        }
+        fn sync(&mut self) -> Result<()> {
+            self.gate.pass();
+            self.inner.sync()
+        }
+    }
+
+    impl GatedDir {
+        fn wrap(&self, file: Box<dyn File>) -> Box<dyn File> {
+            Box::new(GatedFile {
+                inner: file,
+                gate: Arc::clone(&self.gate),
+            })
+        }
+    }
+
+    impl Dir for GatedDir {
+        fn path(&self) -> &Path {
+            self.inner.path()
+        }
+        fn create(&self, name: &str) -> Result<Box<dyn File>> {
+            Ok(self.wrap(self.inner.create(name)?))
+        }
+        fn open(&self, name: &str) -> Result<Box<dyn File>> {
+            Ok(self.wrap(self.inner.open(name)?))
+        }
+        fn exists(&self, name: &str) -> Result<bool> {
+            self.inner.exists(name)
+        }
+        fn list(&self) -> Result<Vec<String>> {
+            self.inner.list()
+        }
+        fn rename(&self, from: &str, to: &str) -> Result<()> {
+            self.inner.rename(from, to)
+        }
+        fn remove(&self, name: &str) -> Result<()> {
+            self.inner.remove(name)
+        }
+        fn sync_dir(&self) -> Result<()> {
+            self.inner.sync_dir()
+        }
+        fn sync_parent(&self) -> Result<()> {
+            self.inner.sync_parent()
+        }
+        fn lock(&self) -> Result<DirLock> {
+            self.inner.lock()
+        }
+    }
+
+    fn roundtrip(stream: &mut TcpStream, request: &[u8], reply: &[u8]) {
+        stream.write_all(request).expect("send");
+        let mut got = vec![0u8; reply.len()];
+        stream.read_exact(&mut got).expect("reply");
+        assert_eq!(got, reply, "{}", String::from_utf8_lossy(request));
+    }
+
+    // Goal: on a per-core runtime a write's durability wait (`group`) yields: the other
+    // connections of its runtime are served while the write's fsync is held, and the
+    // write's reply comes only after the fsync (the crux of a `current_thread` runtime).
+    // Method: one runtime, a directory whose fsyncs wait at a gate; close the gate, send a
+    // SET on one connection, then a GET on another (answered at once), check that the SET
+    // is unanswered, open the gate and read its reply.
+    #[test]
+    fn a_durability_wait_does_not_stall_its_runtime() {
+        let gate = Arc::new(Gate::default());
+        let dir = GatedDir {
+            inner: SimDir::new(7),
+            gate: Arc::clone(&gate),
+        };
+        let store = Store::open(
+            dir,
+            StoreOptions {
+                engine: Some("lockbtree".into()),
+                durability: Durability::Group,
+                shards: 1,
+                switch_engine: false,
+            },
+        )
+        .expect("open store");
+        let config = Config {
+            durability: Durability::Group,
+            io: IoModel::PerCore,
+            threads: 1,
+            ..Config::default()
+        };
+        let shared = Arc::new(Shared::new(store, config));
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let server = {
+            let shared = Arc::clone(&shared);
+            std::thread::spawn(move || run(&shared, listener))
+        };
+        let connect = || {
+            let stream = TcpStream::connect(addr).expect("connect");
+            stream
+                .set_read_timeout(Some(Duration::from_secs(30)))
+                .expect("timeout");
+            stream
+        };
+        let (mut writer, mut reader) = (connect(), connect());
+        roundtrip(&mut writer, b"SET k 1\r\n", b"+OK\r\n");
+        roundtrip(&mut reader, b"PING\r\n", b"+PONG\r\n");
+        gate.set(true);
+        writer.write_all(b"SET k 2\r\n").expect("send");
+        // Given time to reach its wait, the SET holds its reply; the runtime still serves.
+        std::thread::sleep(Duration::from_millis(100));
+        roundtrip(&mut reader, b"GET k\r\n", b"$1\r\n2\r\n");
+        writer
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .expect("timeout");
+        let mut early = [0u8; 5];
+        let unanswered = writer.read(&mut early);
+        assert!(
+            matches!(&unanswered, Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)),
+            "the SET was answered before its fsync: {unanswered:?} {early:?}"
+        );
+        gate.set(false);
+        writer
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        writer.read_exact(&mut early).expect("the SET's reply");
+        assert_eq!(&early, b"+OK\r\n");
+        shared.shutdown.request(false);
+        server.join().expect("server thread");
+    }
+}
