@@ -172,6 +172,13 @@ pub struct BenchArgs {
     /// measure puts while checkpoints run. Default: no checkpoint during a run.
     #[arg(long, value_name = "MS")]
     pub checkpoint_every: Option<u64>,
+
+    /// Durable runs of engine bwtree: memory budgets, comma-separated, each `none` or bytes
+    /// with a unit (`64MiB`, `64mb`, `16k`): the tree runs on its own LSS and evicts pages
+    /// above the budget; every durable mode runs once per budget (so `none,64MiB` compares
+    /// both in one run). Refused for other engines.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub memory_budget: Vec<String>,
 }
 
 /// The catalogue of workloads, key shapes, distributions, engines and peers for `--help`.
@@ -394,6 +401,40 @@ fn plan(args: &BenchArgs) -> anyhow::Result<Plan> {
             mode.shards = shards;
         }
         mode.checkpoint_every_ms = args.checkpoint_every;
+    }
+    if !args.memory_budget.is_empty() {
+        let budgets: Vec<Option<u64>> = args
+            .memory_budget
+            .iter()
+            .map(|b| forest_store::parse_memory_budget(b).context("--memory-budget"))
+            .collect::<anyhow::Result<_>>()?;
+        if !modes.iter().any(Option::is_some) {
+            bail!("--memory-budget needs a durable mode in --durability (the store evicts)");
+        }
+        if budgets.iter().any(Option::is_some) {
+            if let Some(other) = specs
+                .iter()
+                .find(|s| target::store_can_run(s) && !target::budget_can_run(s))
+            {
+                bail!(
+                    "--memory-budget needs engine bwtree (the only engine that evicts pages to \
+                     its own log-structured store); --engines names {}",
+                    other.name
+                );
+            }
+        }
+        modes = modes
+            .into_iter()
+            .flat_map(|mode| {
+                budgets.iter().map(move |&budget| {
+                    mode.map(|m| target::DurableMode {
+                        memory_budget_bytes: budget,
+                        ..m
+                    })
+                })
+            })
+            .collect();
+        modes.dedup();
     }
     if modes.iter().any(Option::is_some) && !specs.iter().any(target::store_can_run) {
         bail!(

@@ -110,6 +110,9 @@ pub fn skip_reason(config: &Config, spec: &Spec, mode: Mode) -> Option<String> {
     if mode.is_some() && !target::store_can_run(spec) {
         return Some("not a store engine, so not run under a durable mode".to_string());
     }
+    if mode.is_some_and(|m| m.memory_budget_bytes.is_some()) && !target::budget_can_run(spec) {
+        return Some("a memory budget needs engine bwtree".to_string());
+    }
     None
 }
 

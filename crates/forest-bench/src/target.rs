@@ -34,6 +34,9 @@ pub struct DurableMode {
     /// Start a checkpoint every this many milliseconds while the store is open (back to
     /// back if one takes longer); None: no checkpoint during the run.
     pub checkpoint_every_ms: Option<u64>,
+    /// `--memory-budget`: bwtree on its LSS, evicting above this many resident bytes
+    /// (`StoreOptions::memory_budget_bytes`); None: all in memory.
+    pub memory_budget_bytes: Option<u64>,
 }
 
 impl DurableMode {
@@ -43,6 +46,7 @@ impl DurableMode {
             durability,
             shards: forest_store::store::SHARD_COUNT_DEFAULT,
             checkpoint_every_ms: None,
+            memory_budget_bytes: None,
         }
     }
 }
@@ -74,6 +78,9 @@ pub fn mode_name(mode: Mode) -> String {
     }
     if let Some(ms) = m.checkpoint_every_ms {
         name += &format!(",checkpoint-every={ms}");
+    }
+    if let Some(bytes) = m.memory_budget_bytes {
+        name += &format!(",budget={bytes}");
     }
     name
 }
@@ -130,6 +137,11 @@ impl Drop for Checkpointer {
     }
 }
 
+/// Whether `spec` can run on a store with a memory budget: bwtree alone evicts to an LSS.
+pub fn budget_can_run(spec: &crate::engines::Spec) -> bool {
+    spec.name == "bwtree"
+}
+
 /// Whether `spec` can run under a durable mode: an engine that can be a store's index,
 /// with any of its parameters (the store takes the full spec).
 pub fn store_can_run(spec: &crate::engines::Spec) -> bool {
@@ -176,6 +188,7 @@ impl Target {
                 durability: mode.durability,
                 shards: mode.shards,
                 switch_engine: false,
+                memory_budget_bytes: mode.memory_budget_bytes,
             },
         )
         .with_context(|| format!("opening a {engine} store in {}", dir.path().display()))?;

@@ -233,6 +233,7 @@ fn json_report_has_the_documented_fields() {
         dir: None,
         shards: None,
         checkpoint_every: None,
+        memory_budget: Vec::new(),
     };
     forest_bench::run(args).expect("bench runs");
     let text = std::fs::read_to_string(&json).expect("json written");
@@ -299,6 +300,7 @@ fn bad_engine_spec_fails_before_running() {
         dir: None,
         shards: None,
         checkpoint_every: None,
+        memory_budget: Vec::new(),
     };
     let err = forest_bench::run(args).expect_err("bad parameter");
     assert!(format!("{err:#}").contains("colour"), "{err:#}");
@@ -394,6 +396,7 @@ fn durable_json_rows_carry_fsyncs_and_latency() {
         dir: Some(dir.join("stores")),
         shards: None,
         checkpoint_every: None,
+        memory_budget: Vec::new(),
     };
     forest_bench::run(args).expect("bench runs");
     let doc: serde_json::Value =
@@ -436,6 +439,7 @@ fn durable_mode_rejects_runs_without_a_store_engine() {
         dir: None,
         shards: None,
         checkpoint_every: None,
+        memory_budget: Vec::new(),
     };
     let err = forest_bench::run(args.clone()).expect_err("no store engine");
     assert!(format!("{err:#}").contains("store engine"), "{err:#}");
@@ -443,4 +447,54 @@ fn durable_mode_rejects_runs_without_a_store_engine() {
     args.durability = vec!["fast".to_string()];
     let err = forest_bench::run(args).expect_err("bad mode");
     assert!(format!("{err:#}").contains("periodic:MS"), "{err:#}");
+}
+
+#[test]
+fn memory_budget_runs_bwtree_twice_and_refuses_masstree() {
+    // Goal: --memory-budget none,SIZE runs each durable mode once per budget (the rows say
+    // which, and the budgeted row counts evictions), and is refused for other engines.
+    // Method: bwtree under group with none and 16KiB on 3,000 keys; then masstree.
+    let _serial = serial();
+    let dir = std::env::temp_dir().join(format!("forest-bench-budget-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let json = dir.join("out.json");
+    let args = |engines: &str| BenchArgs {
+        engines: vec![engines.to_string()],
+        workload: Some("ycsb-a".to_string()),
+        keys: Some(3_000),
+        ops: Some(3_000),
+        duration: None,
+        threads: vec![1],
+        runs: 1,
+        warmup_ops: None,
+        dist: None,
+        key_shape: None,
+        value_size: None,
+        scan_len: None,
+        scan_order: None,
+        scan_pinned: false,
+        json: Some(json.clone()),
+        plot: None,
+        baseline: None,
+        seed: 5,
+        durability: vec!["periodic:5".to_string()],
+        dir: None,
+        shards: None,
+        checkpoint_every: None,
+        memory_budget: vec!["none".to_string(), "16KiB".to_string()],
+    };
+    forest_bench::run(args("bwtree")).expect("bench runs");
+    let text = std::fs::read_to_string(&json).expect("json written");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let results = doc["results"].as_array().expect("results array");
+    let modes: Vec<&str> = results
+        .iter()
+        .map(|r| r["durability"].as_str().expect("mode"))
+        .collect();
+    assert_eq!(modes, ["periodic:5", "periodic:5,budget=16384"], "{text}");
+    let evictions = results[1]["counters_per_op"]["evictions"].as_f64();
+    assert!(evictions.is_some_and(|e| e > 0.0), "{text}");
+    let e = forest_bench::run(args("masstree")).unwrap_err();
+    assert!(format!("{e:#}").contains("needs engine bwtree"), "{e:#}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -63,6 +63,8 @@ pub(crate) struct Storage {
     futile_at: std::sync::atomic::AtomicU64,
     /// The newest load error that no `Result` could carry (see the module doc).
     load_error: Mutex<Option<Error>>,
+    /// A background evictor runs (`set_background_evictor`): no sweep after operations.
+    background: AtomicBool,
 }
 
 /// The payload a failed load unwinds with (module doc).
@@ -143,6 +145,7 @@ impl BwTree {
             evicting: AtomicBool::new(false),
             futile_at: std::sync::atomic::AtomicU64::new(0),
             load_error: Mutex::new(None),
+            background: AtomicBool::new(false),
         };
         let guard = &crossbeam_epoch::pin();
         self.table.for_each_state(guard, |_, state| {
@@ -150,6 +153,26 @@ impl BwTree {
         });
         self.storage = Some(storage);
         Ok(self)
+    }
+
+    /// Whether a background thread runs [`Self::evict_to_budget`] (a store's evictor): then
+    /// operations no longer sweep after themselves below 125 % of the budget (writers above
+    /// it still help, which bounds the overshoot).
+    pub fn set_background_evictor(&self, on: bool) {
+        if let Some(storage) = &self.storage {
+            storage.background.store(on, Ordering::Release);
+        }
+    }
+
+    /// The memory budget, if the tree is on storage with one.
+    pub fn memory_budget_bytes(&self) -> Option<u64> {
+        self.storage.as_ref().and_then(|s| s.budget)
+    }
+
+    /// The eviction counters (evictions, loads, load races, swap-out CAS failures), if on
+    /// storage.
+    pub fn evict_stats(&self) -> Option<&EvictStats> {
+        self.storage.as_ref().map(|s| &s.stats)
     }
 
     /// The attached LSS, if any.
@@ -373,9 +396,13 @@ impl BwTree {
             budget: Some(budget),
             resident,
             futile_at,
+            background,
             ..
         }) = &self.storage
         {
+            if background.load(Ordering::Relaxed) {
+                return;
+            }
             let now = resident.get();
             let futile = futile_at.load(std::sync::atomic::Ordering::Relaxed);
             if now > *budget && now > futile.saturating_add(budget / 16) {

@@ -77,3 +77,15 @@ fn resolve(spec: &EngineSpec) -> Result<Resolved> {
 fn build(spec: &EngineSpec) -> Result<Box<dyn Index>> {
     Ok(Box::new(BwTree::with_config(config(spec)?)?))
 }
+
+/// The Bw-tree a `bwtree` spec names, as its own type: a store attaches an LSS to it
+/// (forest-store `llama.rs`, issue 17), which a `Box<dyn Index>` cannot.
+pub fn bwtree_of(spec: &EngineSpec) -> Result<BwTree> {
+    if spec.name != NAME {
+        return Err(forest_core::Error::Config(format!(
+            "engine {:?} is not {NAME}",
+            spec.name
+        )));
+    }
+    BwTree::with_config(config(spec)?)
+}

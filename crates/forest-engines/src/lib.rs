@@ -19,6 +19,7 @@ mod registry;
 mod spec;
 mod tsbtree;
 
+pub use bwtree::bwtree_of;
 pub use bztree_pm::{StoreTree, STORE_FILE_NAME};
 pub use forest_bztree::{peek_header, HeaderPeek};
 pub use registry::{

@@ -107,6 +107,16 @@ pub trait Dir: Send + Sync {
     /// Takes the directory's exclusive lock (one open store per directory); fails at once,
     /// naming the directory, if another opener holds it. Dropping the [`DirLock`] releases it.
     fn lock(&self) -> Result<DirLock>;
+    /// The subdirectory `name` (created if missing, its entry made durable), for a part of
+    /// the store that keeps files of its own (the Bw-tree's LSS, `DIR/lss/`). A simulated
+    /// directory's subdirectory shares its power losses. Default: refused, naming the
+    /// directory.
+    fn subdir(&self, name: &str) -> Result<std::sync::Arc<dyn Dir>> {
+        Err(Error::Config(format!(
+            "{} holds no subdirectories (asked for {name:?})",
+            self.path().display()
+        )))
+    }
 }
 
 /// The exclusive lock of a store directory, held until dropped (see [`Dir::lock`]).

@@ -236,6 +236,12 @@ impl Dir for OsDir {
             None => Ok(()),
         }
     }
+
+    fn subdir(&self, name: &str) -> Result<std::sync::Arc<dyn Dir>> {
+        let path = check_name(&self.path, name, "subdir")?;
+        // `open` creates it and fsyncs this directory when it did.
+        Ok(std::sync::Arc::new(OsDir::open(path)?))
+    }
 }
 
 #[cfg(test)]

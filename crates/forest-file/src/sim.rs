@@ -176,6 +176,8 @@ struct SimState {
     /// A failed directory sync dropped name changes for good: live and durable names may
     /// differ until the next crash.
     names_diverged: bool,
+    /// Subdirectories ([`Dir::subdir`]): each a disk of its own that crashes with this one.
+    children: BTreeMap<String, SimDir>,
 }
 
 /// How [`SimDir::crash`] treats what was not synced.
@@ -229,6 +231,7 @@ impl SimDir {
                 lock_owner: None,
                 lock_token_next: 0,
                 names_diverged: false,
+                children: BTreeMap::new(),
             })),
         }
     }
@@ -302,6 +305,11 @@ impl SimDir {
         state.generation += 1;
         state.lock_owner = None;
         state.names_diverged = false;
+        let children: Vec<SimDir> = state.children.values().cloned().collect();
+        drop(guard);
+        for child in children {
+            child.crash_with(mode);
+        }
     }
 
     /// The durable bytes of `name` under the durable name table, if it names a file and the
@@ -707,6 +715,22 @@ impl Dir for SimDir {
             token,
             state: Arc::clone(&self.state),
         })))
+    }
+
+    fn subdir(&self, name: &str) -> Result<Arc<dyn Dir>> {
+        let path = check_name(&self.path, name, "subdir")?;
+        let mut state = self.state.lock();
+        let seed = state.rng.random::<u64>();
+        let child = state
+            .children
+            .entry(name.to_string())
+            .or_insert_with(|| {
+                let mut child = SimDir::with_entry(seed, Entry::Durable);
+                child.path = path;
+                child
+            })
+            .clone();
+        Ok(Arc::new(child))
     }
 
     fn sync_dir(&self) -> Result<()> {

@@ -29,7 +29,15 @@ pub fn read_pieces(lss: &Lss, pid: Pid, newest: LssAddress) -> Result<Vec<(LssAd
     let mut pieces = Vec::new();
     let mut at = newest;
     loop {
-        let record = lss.read(at)?;
+        // A damaged header may claim any PID: name the page being loaded (review rev-evict F5).
+        let record = lss.read(at).map_err(|e| match e {
+            Error::Corrupt { path, offset, what } => Error::Corrupt {
+                path,
+                offset,
+                what: format!("{what}; while loading page {pid}"),
+            },
+            other => other,
+        })?;
         let corrupt = |what: String| {
             let (path, offset) = lss.locate(at);
             Error::Corrupt {

@@ -90,8 +90,35 @@ fn write_section(
                 "used_memory_human:{:.2}M\r\n",
                 bytes as f64 / (1024.0 * 1024.0)
             )?;
-            write!(out, "maxmemory:0\r\n")?;
-            write!(out, "maxmemory_policy:noeviction\r\n")?;
+            match &stats.memory {
+                // bwtree on its LSS (`--memory-budget`): pages past the budget are evicted.
+                Some(m) => {
+                    write!(out, "maxmemory:{}\r\n", m.budget_bytes)?;
+                    write!(out, "maxmemory_policy:evict-to-lss\r\n")?;
+                    write!(out, "forest_resident_bytes:{}\r\n", m.resident_bytes)?;
+                    write!(
+                        out,
+                        "forest_resident_peak_bytes:{}\r\n",
+                        m.resident_peak_bytes
+                    )?;
+                    write!(out, "forest_memory_budget_bytes:{}\r\n", m.budget_bytes)?;
+                    write!(out, "forest_evictions:{}\r\n", m.evictions)?;
+                    write!(out, "forest_loads:{}\r\n", m.loads)?;
+                    write!(out, "forest_lss_bytes_written:{}\r\n", m.lss_bytes_written)?;
+                    write!(out, "forest_esl:{}\r\n", m.esl)?;
+                    if let Some(e) = &m.evictor_error {
+                        write!(
+                            out,
+                            "forest_evictor_error:{}\r\n",
+                            e.replace(['\r', '\n'], " ")
+                        )?;
+                    }
+                }
+                None => {
+                    write!(out, "maxmemory:0\r\n")?;
+                    write!(out, "maxmemory_policy:noeviction\r\n")?;
+                }
+            }
         }
         "persistence" => {
             let r = &stats.recovery;

@@ -437,6 +437,7 @@ mod tests {
                 durability: Durability::Group,
                 shards: 1,
                 switch_engine: false,
+                memory_budget_bytes: None,
             },
         )
         .expect("open store");

@@ -42,6 +42,7 @@ pub(crate) fn sim_shared() -> (SimDir, Shared) {
             durability: Durability::Sync,
             shards: 1,
             switch_engine: false,
+            memory_budget_bytes: None,
         },
     )
     .expect("open store");

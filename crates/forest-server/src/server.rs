@@ -109,6 +109,9 @@ pub struct Config {
     pub partial_frame_timeout: Duration,
     /// Subscribers' output bound (Redis's `client-output-buffer-limit pubsub`).
     pub pubsub_limits: crate::pubsub::Limits,
+    /// Engine bwtree on its LSS, evicting pages above this many resident bytes
+    /// (`StoreOptions::memory_budget_bytes`); None: all in memory. Other engines refuse it.
+    pub memory_budget_bytes: Option<u64>,
 }
 
 impl Default for Config {
@@ -126,6 +129,7 @@ impl Default for Config {
             io: IoModel::default(),
             partial_frame_timeout: crate::connection::PARTIAL_FRAME_TIMEOUT,
             pubsub_limits: crate::pubsub::Limits::default(),
+            memory_budget_bytes: None,
         }
     }
 }
@@ -419,6 +423,7 @@ impl Server {
                 engine: config.engine.clone(),
                 switch_engine: config.switch_engine,
                 durability: config.durability,
+                memory_budget_bytes: config.memory_budget_bytes,
                 ..StoreOptions::default()
             },
         )?;

@@ -18,6 +18,8 @@
 //! - [`meta`]: the `META` file that records the store's engine.
 //! - `pm`: a store on the persistent BzTree (`bztree-pm`), whose file is the data; the
 //!   durability model per persist mode.
+//! - `llama`: a store on `bwtree` with a memory budget: the tree on its own LSS, evicting
+//!   pages (issue 17).
 //! - [`store`]: [`Store`], the API over all of it.
 //! - [`verify`](mod@verify): [`verify::verify`], a read-only check of every file (`forest check`).
 
@@ -26,6 +28,7 @@ pub mod durability;
 /// The file trait, moved to the `forest-file` crate (issue 17) so that forest-llama, below
 /// this crate, can use it; re-exported here under its old path.
 pub use forest_file as file;
+pub mod llama;
 pub mod lsn;
 pub mod meta;
 mod pm;
@@ -37,8 +40,9 @@ pub mod verify;
 pub mod wal;
 
 pub use durability::Durability;
+pub use llama::parse_memory_budget;
 pub use store::{
-    engine_names, new_engine, resolve_engine, Batch, BatchOp, Rmw, Store, StoreOptions, StoreStats,
-    WriteBatch, ENGINE_DEFAULT,
+    engine_names, new_engine, resolve_engine, Batch, BatchOp, MemoryStats, Rmw, Store,
+    StoreOptions, StoreStats, WriteBatch, ENGINE_DEFAULT,
 };
 pub use verify::{verify, VerifyReport};

@@ -23,6 +23,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[derive(Debug)]
 pub struct LsnAllocator {
     next: AtomicU64,
+    /// Every LSN up to this one is durable in every log (group commit publishes it): the
+    /// ESL a Bw-tree on storage reads (bw-tree.md §V-A). Only grows.
+    durable: AtomicU64,
 }
 
 impl LsnAllocator {
@@ -31,7 +34,19 @@ impl LsnAllocator {
         assert!(next >= 1, "LSN 0 means none");
         Self {
             next: AtomicU64::new(next),
+            // What the store opens with was recovered from durable logs and checkpoints.
+            durable: AtomicU64::new(next - 1),
         }
+    }
+
+    /// Records that every LSN up to `lsn` is durable (never lowers it).
+    pub fn publish_durable(&self, lsn: u64) {
+        self.durable.fetch_max(lsn, Ordering::SeqCst);
+    }
+
+    /// Every LSN up to this one is durable.
+    pub fn durable(&self) -> u64 {
+        self.durable.load(Ordering::SeqCst)
     }
 
     /// Takes `count` consecutive LSNs (a write's, or an atomic batch's records) and returns

@@ -137,6 +137,10 @@ pub struct StoreOptions {
     pub durability: Durability,
     /// Shard logs written in parallel, 1..=`SHARD_COUNT_MAX`.
     pub shards: usize,
+    /// Engine `bwtree` only: run the tree on its own log-structured store in `DIR/lss/` and
+    /// evict pages above this many resident bytes (`crate::llama`); `None`: all in memory.
+    /// Other engines refuse a budget.
+    pub memory_budget_bytes: Option<u64>,
 }
 
 impl Default for StoreOptions {
@@ -146,6 +150,7 @@ impl Default for StoreOptions {
             switch_engine: false,
             durability: Durability::default(),
             shards: SHARD_COUNT_DEFAULT,
+            memory_budget_bytes: None,
         }
     }
 }
@@ -261,6 +266,29 @@ pub struct StoreStats {
     pub checkpoint_count: u64,
     /// What recovery found at open.
     pub recovery: RecoveryReport,
+    /// A store on `bwtree` with a memory budget: its memory and eviction counters.
+    pub memory: Option<MemoryStats>,
+}
+
+/// Memory and eviction counters of a store whose `bwtree` runs on its LSS under a budget.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryStats {
+    pub budget_bytes: u64,
+    /// Resident bytes of page states (base pages and deltas), as counted at install and
+    /// retire.
+    pub resident_bytes: u64,
+    /// The most resident bytes a write saw since open.
+    pub resident_peak_bytes: u64,
+    /// Pages swapped out to the LSS.
+    pub evictions: u64,
+    /// Pages read back from the LSS.
+    pub loads: u64,
+    /// The ESL the tree reads: every LSN up to it is durable.
+    pub esl: u64,
+    /// Bytes written to the LSS.
+    pub lss_bytes_written: u64,
+    /// The error the background evictor met last, if any.
+    pub evictor_error: Option<String>,
 }
 
 #[derive(Debug)]
@@ -287,6 +315,8 @@ pub struct Store {
     recovery: RecoveryReport,
     /// The persistent BzTree's file, when it is the index (`crate::pm`).
     pm: Option<crate::pm::Pm>,
+    /// The Bw-tree on its LSS, when the store has a memory budget (`crate::llama`).
+    llama: Option<crate::llama::Llama>,
     /// False while the state recovered from logs is not yet durable on its own (the open's
     /// checkpoint pending): closing then must not seal the logs as clean.
     clean_close: AtomicBool,
@@ -470,6 +500,13 @@ impl Store {
         };
         let mut pm = None;
         let mut checkpoint_now = false;
+        let on_lss = crate::llama::uses_lss(&engine, options.memory_budget_bytes)?;
+        if on_lss && make_index.is_some() {
+            return Err(Error::Config(
+                "a memory budget needs the store to build its bwtree (not open_with_index)".into(),
+            ));
+        }
+        let mut maker = None;
         let recovered = match make_index {
             Some(make_index) => {
                 let with_retention = || {
@@ -478,6 +515,21 @@ impl Store {
                     index
                 };
                 recovery::recover(&dir, &with_retention, mode)?
+            }
+            None if on_lss => {
+                let budget = options.memory_budget_bytes.unwrap_or_default();
+                let made = crate::llama::Maker::new(&dir, &engine, budget)?;
+                // The LSS is not recovered yet (next increment): discarded and rebuilt.
+                eprintln!(
+                    "forest-store: {}: bwtree on its LSS with a memory budget of {budget} \
+                     bytes: {}/ discarded and recreated, the tree rebuilt from checkpoint + \
+                     WAL",
+                    dir.path().display(),
+                    crate::llama::LSS_DIR_NAME
+                );
+                let recovered = recovery::recover(&dir, &|| made.fresh(), mode)?;
+                maker = Some(made);
+                recovered
             }
             None => {
                 crate::pm::prepare(&dir, recorded_spec.as_deref(), &engine, mode)?;
@@ -521,6 +573,7 @@ impl Store {
             true,
         )?;
         let commit = GroupCommit::start(writers, Arc::clone(&lsns), options.durability)?;
+        let llama = maker.map(|m| m.finish(&lsns)).transpose()?;
         let lsn_end = lsns.next();
         // A temporal store's logs are its history (`temporal`): no checkpoint replaces them.
         let replayed = ((report.records_replayed > 0 && !report.clean) || checkpoint_now)
@@ -545,6 +598,7 @@ impl Store {
             checkpoint_count: AtomicU64::new(0),
             recovery: recovered.report,
             pm,
+            llama,
             clean_close: AtomicBool::new(true),
             pending_ts: AtomicU64::new(0),
             layout: Mutex::new(recorded_layout),
@@ -827,7 +881,7 @@ impl Store {
         let stripe = self.stripes.of(key);
         let _locked = stripe.lock();
         let mut current = Vec::new();
-        let old = if read_current && self.index.get(key, &mut current) {
+        let old = if read_current && self.index_get(key, &mut current)? {
             Some(current)
         } else {
             None
@@ -865,10 +919,10 @@ impl Store {
                 Rmw::Put(value) => {
                     check_entry(key, &value)?;
                     let index = &*self.index;
-                    let apply = || {
+                    let apply = |lsn: u64| {
                         // Limits were checked before logging; a tree can still be full.
                         let _untrusted = self.pm.as_ref().map(|pm| UntrustOnPanic(&pm.tree));
-                        if let Err(e) = index.upsert(key, &value) {
+                        if let Err(e) = self.apply_upsert(index, key, &value, lsn) {
                             let e = self.fail_logged_unapplied(e);
                             if let Some(pm) = &self.pm {
                                 // Logged, not applied: only a rebuild from the logs is right. Under
@@ -888,8 +942,10 @@ impl Store {
                 }
                 Rmw::Remove => {
                     let index = &*self.index;
-                    let apply = || {
-                        index.remove(key);
+                    let apply = |lsn: u64| {
+                        if let Err(e) = self.apply_remove(index, key, lsn) {
+                            refused = Some(self.fail_logged_unapplied(e));
+                        }
                     };
                     Some(if deferred {
                         self.commit
@@ -902,6 +958,9 @@ impl Store {
         };
         if let Some(e) = refused {
             return Err(e);
+        }
+        if let Some(llama) = &self.llama {
+            llama.after_write();
         }
         if let Some(lsn) = lsn {
             stripe.note_lsn(lsn);
@@ -1065,15 +1124,17 @@ impl Store {
             let key = op.key();
             // An upsert changes the key whatever it held: no read (a descent of the index
             // per op, which SET EX's two-op batch would pay twice).
-            let mut present = || match overlay.get(key) {
-                Some(state) => state.is_some(),
-                None => self.index.get(key, &mut scratch),
+            let mut present = || -> Result<bool> {
+                match overlay.get(key) {
+                    Some(state) => Ok(state.is_some()),
+                    None => self.index_get(key, &mut scratch),
+                }
             };
             let effect = match op {
-                BatchOp::Insert(_, v) => (!present()).then_some(Some(&v[..])),
+                BatchOp::Insert(_, v) => (!present()?).then_some(Some(&v[..])),
                 BatchOp::Upsert(_, v) => Some(Some(&v[..])),
-                BatchOp::Update(_, v) => present().then_some(Some(&v[..])),
-                BatchOp::Remove(_) => present().then_some(None),
+                BatchOp::Update(_, v) => present()?.then_some(Some(&v[..])),
+                BatchOp::Remove(_) => present()?.then_some(None),
             };
             changed.push(effect.is_some());
             if let Some(state) = effect {
@@ -1123,7 +1184,7 @@ impl Store {
             BTreeMap::new()
         };
         let (stripes_ref, records_ref, before_ref) = (&stripes, &records, &before);
-        let mut apply = Some(move || -> std::result::Result<(), Refused> {
+        let mut apply = Some(move |lsn: u64| -> std::result::Result<(), Refused> {
             // The gate is left once the batch is applied, before any fsync (declared first,
             // dropped last).
             let _pass = pass;
@@ -1131,20 +1192,22 @@ impl Store {
             // panic fails the store, but readers must not wait for ever).
             let _applying = Applying::begin(&self.stripes, stripes_ref);
             for (n, &(op, key, value)) in records_ref.iter().enumerate() {
-                if op == Op::Put {
+                // A batch's writes share its last LSN (`crate::llama`).
+                let applied = if op == Op::Put {
                     // Limits were checked before logging; a tree can still be full.
-                    if let Err(e) = index.upsert(key, value) {
-                        return Err(undo(index, &records_ref[..n], before_ref, e));
-                    }
+                    self.apply_upsert(index, key, value, lsn)
                 } else {
-                    index.remove(key);
+                    self.apply_remove(index, key, lsn)
+                };
+                if let Err(e) = applied {
+                    return Err(undo(index, &records_ref[..n], before_ref, e));
                 }
             }
             Ok(())
         });
-        let mut apply = || -> std::result::Result<(), Refused> {
+        let mut apply = |lsn: u64| -> std::result::Result<(), Refused> {
             match apply.take() {
-                Some(apply) => apply(),
+                Some(apply) => apply(lsn),
                 None => Ok(()),
             }
         };
@@ -1153,8 +1216,8 @@ impl Store {
             None => self.commit.log_unit(
                 shard,
                 &records,
-                || {
-                    refused = apply()
+                |lsn| {
+                    refused = apply(lsn)
                         .err()
                         .map(|e| self.fail_logged_unapplied(e.into_inner()))
                 },
@@ -1163,20 +1226,20 @@ impl Store {
             Some(pm) if pm.msync && records.len() <= 1 => {
                 // One record is a single write: durable when the tree returns.
                 let _guard = FailOnPanic::new(&self.commit, "writing to the msync tree");
-                apply().map_err(|e| e.into_inner())?;
+                apply(0).map_err(|e| e.into_inner())?;
                 return Ok((changed, None, None));
             }
             Some(pm) if pm.msync => {
                 // A redo record, durable before the tree changes (`crate::pm`).
                 let _one_batch = pm.batch.lock();
-                let lsn = self.commit.log_unit(shard, &records, || {}, deferred)?;
+                let lsn = self.commit.log_unit(shard, &records, |_| {}, deferred)?;
                 self.commit.sync()?;
                 if let Some(lsn) = lsn {
                     // A panic here (an msync that failed) leaves the batch half applied: the
                     // store refuses writes until a reopen redoes it.
                     let _guard = FailOnPanic::new(&self.commit, "applying an msync batch");
                     pm.tree.set_store_pending(lsn);
-                    let applied = apply();
+                    let applied = apply(lsn);
                     if let Err(Refused::NotUndone(e)) = applied {
                         // `store pending` stays: the store fails, the redo at reopen completes
                         // the batch.
@@ -1195,13 +1258,13 @@ impl Store {
             Some(pm) => {
                 // clwb: a reopen must know if the tree may hold part of a batch.
                 let marked = records.len() > 1;
-                let apply = || {
+                let apply = |lsn: u64| {
                     let _untrusted = UntrustOnPanic(&pm.tree);
                     let _one_batch = marked.then(|| pm.batch.lock());
                     if marked {
                         pm.tree.set_store_pending(1);
                     }
-                    refused = apply()
+                    refused = apply(lsn)
                         .err()
                         .map(|e| self.fail_logged_unapplied(e.into_inner()));
                     if refused.is_some() {
@@ -1218,6 +1281,9 @@ impl Store {
         };
         if let Some(e) = refused {
             return Err(e);
+        }
+        if let Some(llama) = &self.llama {
+            llama.after_write();
         }
         Ok((changed, self.note_unit(&stripes, lsn), None))
     }
@@ -1239,6 +1305,72 @@ impl Store {
     /// Fails the store after the index refused a logged write (a full heap): the log holds
     /// a record the index lacks, so nothing more may be acknowledged until a reopen (which
     /// replays the logs; a clwb tree was marked to be rebuilt). Returns the error to give.
+    /// Reads `key` from the index for a write's decision: a page that cannot be loaded
+    /// (bwtree on its LSS) is the write's error, before any LSN is taken.
+    fn index_get(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        match &self.llama {
+            Some(llama) => match llama.tree.try_get(key)? {
+                Some(value) => {
+                    *out = value;
+                    Ok(true)
+                }
+                None => Ok(false),
+            },
+            None => Ok(self.index.get(key, out)),
+        }
+    }
+
+    /// Applies a logged put: with the write's LSN on a bwtree on its LSS (`crate::llama`).
+    fn apply_upsert(&self, index: &dyn Index, key: &[u8], value: &[u8], lsn: u64) -> Result<()> {
+        match &self.llama {
+            Some(llama) => llama.tree.upsert_with_lsn(key, value, lsn),
+            None => index.upsert(key, value),
+        }
+    }
+
+    /// Applies a logged removal (see [`Self::apply_upsert`]); only a bwtree on its LSS can
+    /// fail here (a page that cannot be loaded).
+    fn apply_remove(&self, index: &dyn Index, key: &[u8], lsn: u64) -> Result<()> {
+        match &self.llama {
+            Some(llama) => llama.tree.remove_with_lsn(key, lsn).map(|_| ()),
+            None => {
+                index.remove(key);
+                Ok(())
+            }
+        }
+    }
+
+    /// The newest page-load error a read without a `Result` met ([`Self::get`],
+    /// [`Self::scan`] on a bwtree on its LSS: they answer "not found"), taken out.
+    pub fn take_load_error(&self) -> Option<Error> {
+        self.llama.as_ref().and_then(|l| l.tree.take_load_error())
+    }
+
+    /// [`Self::get`] that returns a page-load error (file, offset, page) instead of "not
+    /// found". The tree keeps one error slot, so a concurrent read's error may surface here.
+    pub fn try_get(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        let found = self.get(key, out);
+        match self.take_load_error() {
+            Some(e) => Err(e),
+            None => Ok(found),
+        }
+    }
+
+    /// [`Self::scan`] that returns a page-load error (the visitor may have seen a prefix).
+    pub fn try_scan(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        visit: &mut Visitor<'_>,
+    ) -> Result<()> {
+        self.scan(lower, upper, order, visit);
+        match self.take_load_error() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
     fn fail_logged_unapplied(&self, error: Error) -> Error {
         let error = Error::Config(format!(
             "{error}: the write was logged but not applied, so the store refuses writes until \
@@ -1296,6 +1428,12 @@ impl Store {
         }
         let lsns = &self.lsns;
         let info = checkpoint::write(&*self.dir, &*self.index, start_lsn, || lsns.last())?;
+        if let Some(e) = self.take_load_error() {
+            // The scan missed the pages it could not load: never publish it.
+            return Err(Error::Config(format!(
+                "checkpoint {start_lsn} not published: reading an evicted page failed: {e}"
+            )));
+        }
         // Nothing newer than the logs may be published: make them durable through end_lsn.
         self.commit.sync()?;
         if let Err(e) = checkpoint::publish(&*self.dir, start_lsn) {
@@ -1400,12 +1538,28 @@ impl Store {
             fsync_count: self.commit.fsync_count(),
             checkpoint_count: self.checkpoint_count.load(Ordering::Relaxed),
             recovery: self.recovery.clone(),
+            memory: self.llama.as_ref().map(|llama| {
+                let evict = llama.tree.evict_stats();
+                MemoryStats {
+                    budget_bytes: llama.budget(),
+                    resident_bytes: llama.tree.resident_bytes(),
+                    resident_peak_bytes: llama.resident_peak(),
+                    evictions: evict.map_or(0, |s| s.evictions.get()),
+                    loads: evict.map_or(0, |s| s.loads.get()),
+                    esl: llama.esl(),
+                    lss_bytes_written: llama.tree.lss().map_or(0, |l| l.stats().bytes_written),
+                    evictor_error: llama.evictor_error(),
+                }
+            }),
         }
     }
 
     /// Makes everything durable, seals every log (so the next open knows the store closed
     /// cleanly and needs no checkpoint), stops the flushers and releases the directory.
     pub fn close(mut self) -> Result<()> {
+        if let Some(llama) = &mut self.llama {
+            llama.stop();
+        }
         let result = self.seal();
         self.commit.stop();
         result

@@ -59,6 +59,12 @@ pub struct ServeArgs {
     #[arg(long, default_value = "32mb 8mb 60", value_name = "HARD SOFT SECONDS",
           value_parser = parse_pubsub_limit)]
     pub pubsub_limit: forest_server::pubsub::Limits,
+    /// Engine bwtree only: run the tree on its own log-structured store (DIR/lss/) and evict
+    /// pages above this many resident bytes: `none` or bytes with a unit (b, k, kb, kib, m,
+    /// mb, mib, g, gb, gib; `64MiB`). Until LSS recovery exists, every start discards
+    /// DIR/lss/ and rebuilds from the checkpoint and log. Refused for other engines.
+    #[arg(long, value_name = "BYTES")]
+    pub memory_budget: Option<String>,
 }
 
 fn parse_pubsub_limit(text: &str) -> std::result::Result<forest_server::pubsub::Limits, String> {
@@ -73,6 +79,10 @@ fn parse_pubsub_limit(text: &str) -> std::result::Result<forest_server::pubsub::
 /// Runs the server until it is stopped.
 pub fn serve(args: ServeArgs) -> Result<()> {
     let durability: Durability = args.durability.parse()?;
+    let memory_budget_bytes = match &args.memory_budget {
+        Some(text) => forest_store::parse_memory_budget(text).context("--memory-budget")?,
+        None => None,
+    };
     let config = Config {
         dir: args.dir,
         engine: args.engine,
@@ -85,6 +95,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         requirepass: args.requirepass,
         io: args.io,
         pubsub_limits: args.pubsub_limit,
+        memory_budget_bytes,
         ..Config::default()
     };
     let dir = config.dir.display().to_string();

@@ -50,9 +50,9 @@ fn evicting_a_loaded_page_with_one_write_writes_a_delta_run() {
 }
 
 // F-evict-pid: a load error must name the page being loaded. When the damage is in the
-// header's PID field, the error names the PID the damaged header claims, not the page.
+// header's PID field, the error named the PID the damaged header claims, not the page (fixed:
+// `read_pieces` adds the page being loaded).
 #[test]
-#[ignore = "rev: a checksum failure in the piece header names the damaged header's PID, not the page being loaded"]
 fn a_damaged_piece_header_still_names_the_page_being_loaded() {
     let (tree, sim) = tree_on(12, 8);
     for i in 0..40 {

@@ -236,8 +236,26 @@ impl Segments {
                 path.display()
             )));
         }
-        let file = self.reader(sequence)?;
-        let file = file.lock();
+        let mut bytes = self.read_bytes(&**self.reader(sequence)?.lock(), at)?;
+        if !record_complete(&bytes) {
+            // A reader handle may know its file's length as of its open (`OsDir` files keep
+            // it): the segment grew since, so read through a fresh handle.
+            let fresh = Arc::new(Mutex::new(self.dir.open(&segment_file_name(sequence))?));
+            self.readers.lock().insert(sequence, Arc::clone(&fresh));
+            bytes = self.read_bytes(&**fresh.lock(), at)?;
+        }
+        match record::decode(address, &bytes) {
+            Ok(record) => Ok(Record {
+                header: record.header,
+                payload: record.payload.to_vec(),
+            }),
+            Err(e) => Err(e.to_error(&path, at, address)),
+        }
+    }
+
+    /// The bytes of the record at `at` in `file`, as far as the file's known length holds
+    /// them.
+    fn read_bytes(&self, file: &dyn File, at: u64) -> Result<Vec<u8>> {
         let available = file.len()?.min(self.segment_bytes).saturating_sub(at);
         let mut head = vec![0u8; (RECORD_HEADER_BYTES as u64).min(available) as usize];
         file.read_exact_at(at, &mut head)?;
@@ -250,14 +268,7 @@ impl Segments {
             bytes.resize(need as usize, 0);
             file.read_exact_at(at, &mut bytes)?;
         }
-        drop(file);
-        match record::decode(address, &bytes) {
-            Ok(record) => Ok(Record {
-                header: record.header,
-                payload: record.payload.to_vec(),
-            }),
-            Err(e) => Err(e.to_error(&path, at, address)),
-        }
+        Ok(bytes)
     }
 
     /// Calls `visit` with every record from `from` (a record's address, or a segment's
@@ -501,4 +512,12 @@ mod tests {
         assert_eq!(parse_segment_file_name("lss-12.seg"), None);
         assert_eq!(parse_segment_file_name("log-0000000000000001"), None);
     }
+}
+
+/// Whether `bytes` hold a whole record: a header and the payload it announces.
+fn record_complete(bytes: &[u8]) -> bool {
+    bytes.len() >= RECORD_HEADER_BYTES
+        && record::payload_len(bytes).is_some_and(|payload| {
+            bytes.len() as u64 >= RECORD_HEADER_BYTES as u64 + u64::from(payload)
+        })
 }

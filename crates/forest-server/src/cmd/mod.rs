@@ -1096,6 +1096,7 @@ pub(crate) mod testing {
                 durability,
                 shards: 1,
                 switch_engine: false,
+                memory_budget_bytes: None,
             },
         )
         .expect("open store");

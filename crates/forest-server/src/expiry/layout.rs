@@ -196,6 +196,7 @@ mod tests {
                 durability,
                 shards: 1,
                 switch_engine: false,
+                memory_budget_bytes: None,
             },
         )
         .expect("open store")

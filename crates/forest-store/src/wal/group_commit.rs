@@ -225,7 +225,7 @@ impl GroupCommit {
         op: Op,
         key: &[u8],
         value: &[u8],
-        apply: impl FnOnce(),
+        apply: impl FnOnce(u64),
     ) -> Result<u64> {
         self.log_as(shard, op, key, value, apply, false)
     }
@@ -239,7 +239,7 @@ impl GroupCommit {
         op: Op,
         key: &[u8],
         value: &[u8],
-        apply: impl FnOnce(),
+        apply: impl FnOnce(u64),
     ) -> Result<u64> {
         self.log_as(shard, op, key, value, apply, true)
     }
@@ -250,7 +250,7 @@ impl GroupCommit {
         op: Op,
         key: &[u8],
         value: &[u8],
-        apply: impl FnOnce(),
+        apply: impl FnOnce(u64),
         deferred: bool,
     ) -> Result<u64> {
         // A single write is a unit of one record (its flag clear).
@@ -267,10 +267,10 @@ impl GroupCommit {
         &self,
         shard: usize,
         records: &[(Op, &[u8], &[u8])],
-        apply: impl FnOnce(),
+        apply: impl FnOnce(u64),
         deferred: bool,
     ) -> Result<Option<u64>> {
-        let logged = self.log_unit_at(shard, records, None, |_| apply(), deferred)?;
+        let logged = self.log_unit_at(shard, records, None, |_, lsn| apply(lsn), deferred)?;
         Ok(logged.map(|(lsn, _)| lsn))
     }
 
@@ -291,7 +291,7 @@ impl GroupCommit {
             shard,
             records,
             Some(tick),
-            |ts| apply(ts.expect("a stamped unit has a timestamp")),
+            |ts, _| apply(ts.expect("a stamped unit has a timestamp")),
             deferred,
         )?;
         Ok(logged.map(|(lsn, ts)| (lsn, ts.expect("a stamped unit has a timestamp"))))
@@ -302,7 +302,7 @@ impl GroupCommit {
         shard: usize,
         records: &[(Op, &[u8], &[u8])],
         tick: Option<&dyn Fn() -> u64>,
-        apply: impl FnOnce(Option<u64>),
+        apply: impl FnOnce(Option<u64>, u64),
         deferred: bool,
     ) -> Result<Option<(u64, Option<u64>)>> {
         // Limits first: an LSN must never be taken for a record that cannot be encoded.
@@ -345,7 +345,7 @@ impl GroupCommit {
         }
         state.lsn_last = last;
         let guard = FailOnUnwind::new(inner, During::Apply { lsn: first });
-        apply(ts);
+        apply(ts, last);
         guard.disarm();
         drop(state);
         if let Some(writer) = own_flush.as_mut() {
@@ -674,6 +674,7 @@ impl Inner {
         let mut ack = self.ack.lock();
         if min > ack.durable {
             ack.durable = min;
+            self.lsns.publish_durable(min);
             drop(ack);
             self.acked.notify_all();
         }

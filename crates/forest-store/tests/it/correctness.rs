@@ -38,6 +38,7 @@ fn options(durability: Durability, shards: usize) -> StoreOptions {
         durability,
         shards,
         switch_engine: false,
+        memory_budget_bytes: None,
     }
 }
 

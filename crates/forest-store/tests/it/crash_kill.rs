@@ -139,12 +139,21 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The separator of a memory budget after the engine (`bwtree@budget=8192`): the budget
+/// is a store option, not part of the engine spec.
+const BUDGET_SEP: &str = "@budget=";
+
 fn options(engine: &str, mode: &str) -> StoreOptions {
+    let (engine, budget) = match engine.split_once(BUDGET_SEP) {
+        Some((engine, budget)) => (engine, Some(budget.parse().expect("budget bytes"))),
+        None => (engine, None),
+    };
     StoreOptions {
         engine: Some(engine.to_string()),
         durability: mode.parse::<Durability>().expect("valid mode"),
         shards: 2,
         switch_engine: false,
+        memory_budget_bytes: budget,
     }
 }
 
@@ -507,5 +516,22 @@ fn kill_group_bztree_pm_clwb() {
         &format!("bztree-pm:{BZTREE_PM_SIZES}"),
         11_000,
         BZTREE_PM_CYCLES,
+    );
+}
+
+/// Kill cycles of the bwtree on its LSS under a small budget (issue 17, increment 4).
+const BWTREE_BUDGET_CYCLES: u64 = 6;
+
+// Goal: on bwtree with a memory budget of a few pages (the tree evicts to its LSS all the
+// time; every open discards the LSS and rebuilds from checkpoint + WAL) every acked write
+// survives SIGKILL and every batch is whole or absent. Method: kill cycles.
+#[test]
+fn kill_group_bwtree_budget() {
+    kill_test_cycles(
+        "kill_group_bwtree_budget",
+        "group",
+        &format!("bwtree{BUDGET_SEP}8192"),
+        12_000,
+        BWTREE_BUDGET_CYCLES,
     );
 }

@@ -121,7 +121,13 @@ fn state_of(store: &Store) -> Map {
     store.to_vec().into_iter().collect()
 }
 
-fn open(dir: &SimDir, engine: &str, durability: Durability, shards: usize) -> Store {
+fn open(
+    dir: &SimDir,
+    engine: &str,
+    durability: Durability,
+    shards: usize,
+    memory_budget_bytes: Option<u64>,
+) -> Store {
     Store::open(
         dir.clone(),
         StoreOptions {
@@ -129,6 +135,7 @@ fn open(dir: &SimDir, engine: &str, durability: Durability, shards: usize) -> St
             durability,
             shards,
             switch_engine: false,
+            memory_budget_bytes,
         },
     )
     .expect("open")
@@ -140,10 +147,22 @@ fn is_io(e: &Error) -> bool {
 
 /// One random run; `faults` turns on injected I/O errors.
 fn run(seed: u64, engine: &str, durability: Durability, steps: usize, faults: bool) {
+    run_with_budget(seed, engine, durability, steps, faults, None);
+}
+
+/// [`run`] with a store memory budget (engine bwtree on its LSS, `llama_store.rs`).
+pub(crate) fn run_with_budget(
+    seed: u64,
+    engine: &str,
+    durability: Durability,
+    steps: usize,
+    faults: bool,
+    budget: Option<u64>,
+) {
     let mut rng = StdRng::seed_from_u64(seed);
     let dir = SimDir::new(seed);
     let shards = rng.random_range(1..=3);
-    let mut store = Some(open(&dir, engine, durability, shards));
+    let mut store = Some(open(&dir, engine, durability, shards, budget));
     let mut model = Model::new();
     let mut failed = false;
     let context = format!("seed {seed} {engine} {durability}");
@@ -257,7 +276,7 @@ fn run(seed: u64, engine: &str, durability: Durability, steps: usize, faults: bo
                             let s = store.take().expect("open");
                             let clean = s.close().is_ok() && !failed;
                             dir.set_faults(FaultPlan::default());
-                            let reopened = open(&dir, engine, durability, shards);
+                            let reopened = open(&dir, engine, durability, shards, budget);
                             let min = if clean {
                                 model.history.len()
                             } else {
@@ -288,7 +307,7 @@ fn run(seed: u64, engine: &str, durability: Durability, steps: usize, faults: bo
                             }
                             drop(store.take());
                             dir.set_faults(FaultPlan::default());
-                            let reopened = open(&dir, engine, durability, shards);
+                            let reopened = open(&dir, engine, durability, shards, budget);
                             let min = if durability.acks_durable() {
                                 model.acked_len
                             } else {
@@ -350,7 +369,7 @@ fn run(seed: u64, engine: &str, durability: Durability, steps: usize, faults: bo
     dir.crash_with(CrashMode::DropUnsynced);
     drop(store.take());
     dir.set_faults(FaultPlan::default());
-    let reopened = open(&dir, engine, durability, shards);
+    let reopened = open(&dir, engine, durability, shards, budget);
     let min = if durability.acks_durable() {
         model.acked_len
     } else {
@@ -446,7 +465,7 @@ fn concurrent_writers_power_loss() {
             (Durability::Group, "masstree"),
         ] {
             let dir = SimDir::new(seed);
-            let store = Arc::new(open(&dir, engine, mode, 3));
+            let store = Arc::new(open(&dir, engine, mode, 3, None));
             const WRITERS: u8 = 6;
             const KEYS_PER_WRITER: u32 = 8;
             // (last acknowledged, last attempted) count per key.
@@ -483,7 +502,7 @@ fn concurrent_writers_power_loss() {
                 t.join().expect("writer");
             }
             drop(store);
-            let reopened = open(&dir, engine, mode, 3);
+            let reopened = open(&dir, engine, mode, 3, None);
             let recovered = recovered_state(&reopened);
             let noted = noted.lock().expect("noted");
             for (key, value) in &recovered {

@@ -8,6 +8,7 @@ mod correctness;
 mod crash_kill;
 mod crash_sim;
 mod decode_proptest;
+mod llama_store;
 mod power_loss;
 mod review13_meta;
 mod review_bzstore;

@@ -151,6 +151,7 @@ fn open(dir: &SimDir, engine: &str, durability: Durability, shards: usize) -> St
             durability,
             shards,
             switch_engine: false,
+            memory_budget_bytes: None,
         },
     )
     .unwrap_or_else(|e| panic!("recovery after a power loss: {e}"))

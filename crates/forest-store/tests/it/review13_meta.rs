@@ -18,6 +18,7 @@ fn opts(engine: Option<&str>) -> StoreOptions {
         durability: Durability::Sync,
         shards: 1,
         switch_engine: false,
+        memory_budget_bytes: None,
     }
 }
 

@@ -30,6 +30,7 @@ fn options(engine: &str, switch: bool) -> StoreOptions {
         switch_engine: switch,
         durability: Durability::Group,
         shards: 2,
+        memory_budget_bytes: None,
     }
 }
 

@@ -21,6 +21,7 @@ fn opts(durability: Durability, shards: usize) -> StoreOptions {
         durability,
         shards,
         switch_engine: false,
+        memory_budget_bytes: None,
     }
 }
 

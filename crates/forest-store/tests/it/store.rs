@@ -14,6 +14,7 @@ fn options(engine: &str, durability: Durability, shards: usize) -> StoreOptions 
         durability,
         shards,
         switch_engine: false,
+        memory_budget_bytes: None,
     }
 }
 

@@ -39,6 +39,7 @@ fn options(engine: &str) -> StoreOptions {
         durability: Durability::Group,
         shards: 1,
         switch_engine: false,
+        memory_budget_bytes: None,
     }
 }
 

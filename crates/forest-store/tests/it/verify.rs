@@ -13,6 +13,7 @@ fn options(engine: Option<&str>) -> StoreOptions {
         durability: Durability::Group,
         shards: 2,
         switch_engine: false,
+        memory_budget_bytes: None,
     }
 }
 

@@ -14,6 +14,7 @@ mod serve_crash;
 mod serve_durability;
 mod serve_expiry;
 mod serve_job_queue;
+mod serve_memory_budget;
 mod serve_multi_key_crash;
 mod serve_ranges;
 mod serve_raw;

@@ -1,0 +1,470 @@
+//! A store whose engine `bwtree` runs on its own LSS under a memory budget (issue 17,
+//! increment 4; `StoreOptions::memory_budget_bytes`). Beside `pm.rs`, the other engine with
+//! files of its own.
+//!
+//! - Files: the LSS lives in `DIR/lss/` (forest-llama `lss-<16 hex>.seg` segments), opened
+//!   through the store's file trait ([`Dir::subdir`]), so the simulated disk's power losses
+//!   reach it.
+//! - The store is the TC (Bw-tree §V-A): every write passes its store LSN to the tree
+//!   (`*_with_lsn`; an atomic batch's writes share the batch's last LSN, so none of it is
+//!   flushed before all of it is durable), under the key's stripe lock, taken across the LSN
+//!   and the apply (the store's invariant). The ESL the tree reads is the store's durable LSN
+//!   ([`LsnAllocator::durable`], published by group commit: the minimum over the shard logs,
+//!   so several shard logs work too: every LSN up to it is durable in every log). It only
+//!   grows; during recovery it is 0 and the replayed writes carry LSN 0 (they come from
+//!   durable logs).
+//! - Eviction: a background thread ([`Evictor`]) wakes when a write finds the resident bytes
+//!   above the budget (and every 50 ms) and runs `evict_to_budget`; writers above 125 % of it
+//!   still help (forest-bwtree `storage.rs`). It stops when the store closes or drops.
+//! - Reopen (until the mapping-table checkpoints and LSS recovery of the next increment): the
+//!   store's checkpoint and logs stay the source of truth. Every open discards `DIR/lss/` and
+//!   recreates it, then rebuilds the tree from checkpoint + logs as for a memory engine. The
+//!   store's checkpoint scan reads evicted pages back (a load error fails the checkpoint).
+//! - Load errors (a checksum, EIO) name the segment file, offset and page: writes return them;
+//!   [`crate::Store::try_get`] and [`crate::Store::try_scan`] return them for reads;
+//!   `get`/`scan` answer "not found" and keep the error for [`crate::Store::take_load_error`].
+
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use forest_bwtree::{BwTree, EslSource};
+use forest_core::{Error, Index, IndexStats, Order, Result, Visitor};
+use forest_engines::EngineSpec;
+use forest_llama::lss::{Lss, LssAddress, LssConfig, BUFFER_BYTES_DEFAULT};
+
+use crate::file::Dir;
+use crate::lsn::LsnAllocator;
+
+/// The LSS's subdirectory of the store's directory.
+pub const LSS_DIR_NAME: &str = "lss";
+
+/// The smallest flush buffer a store gives its LSS (budgets below 4× this).
+const BUFFER_BYTES_SMALLEST: u64 = 16 << 10;
+
+/// How long the evictor sleeps when no write wakes it.
+const EVICTOR_POLL: Duration = Duration::from_millis(50);
+
+/// Whether a store on `spec` (canonical) with `budget` runs on an LSS; refuses a budget for
+/// engines other than bwtree.
+pub(crate) fn uses_lss(spec: &str, budget: Option<u64>) -> Result<bool> {
+    let Some(budget) = budget else {
+        return Ok(false);
+    };
+    let name = EngineSpec::parse(spec)?.name;
+    if name != "bwtree" {
+        return Err(Error::Config(format!(
+            "a memory budget needs engine bwtree (the only engine that evicts pages to its own \
+             log-structured store); the store's engine is {name}"
+        )));
+    }
+    if budget == 0 {
+        return Err(Error::Config(
+            "memory budget 0: give at least one page's bytes, or none".into(),
+        ));
+    }
+    Ok(true)
+}
+
+/// Reads a memory budget as the CLI takes it: bytes, with an optional unit, any case:
+/// `b`; `k`, `m`, `g` (powers of 1000) and `kb`, `mb`, `gb` (of 1024) as Redis reads sizes
+/// (the server's other size flags); `kib`, `mib`, `gib` (of 1024). `none` or `0` is no
+/// budget. `64MiB` and `64mb` are 64 × 2^20 bytes.
+pub fn parse_memory_budget(text: &str) -> Result<Option<u64>> {
+    let bad = || {
+        Error::Config(format!(
+            "memory budget {text:?}: expected `none` or a byte count with an optional unit \
+             (b, k, kb, kib, m, mb, mib, g, gb, gib), as `64MiB`"
+        ))
+    };
+    let lower = text.trim().to_ascii_lowercase();
+    if lower == "none" {
+        return Ok(None);
+    }
+    let split = lower
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(lower.len());
+    let (digits, unit) = lower.split_at(split);
+    let scale: u64 = match unit {
+        "" | "b" => 1,
+        "k" => 1000,
+        "kb" | "kib" => 1 << 10,
+        "m" => 1000 * 1000,
+        "mb" | "mib" => 1 << 20,
+        "g" => 1000 * 1000 * 1000,
+        "gb" | "gib" => 1 << 30,
+        _ => return Err(bad()),
+    };
+    let bytes = digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or_else(bad)?;
+    Ok((bytes > 0).then_some(bytes))
+}
+
+/// The store's durable LSN as the tree's ESL (module doc).
+#[derive(Default)]
+struct StoreEsl {
+    lsns: OnceLock<Arc<LsnAllocator>>,
+}
+
+impl EslSource for StoreEsl {
+    fn esl(&self) -> u64 {
+        self.lsns.get().map_or(0, |lsns| lsns.durable())
+    }
+}
+
+/// The tree on its LSS, as the store holds it.
+pub(crate) struct Llama {
+    pub(crate) tree: Arc<BwTree>,
+    esl: Arc<StoreEsl>,
+    budget: u64,
+    evictor: Option<Evictor>,
+    /// The most resident bytes a write saw.
+    peak: AtomicU64,
+}
+
+impl std::fmt::Debug for Llama {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Llama")
+            .field("budget", &self.budget)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a recovery's index factory made: the newest tree.
+pub(crate) struct Maker {
+    dir: Arc<dyn Dir>,
+    spec: EngineSpec,
+    budget: u64,
+    made: Mutex<Option<(Arc<BwTree>, Arc<StoreEsl>)>>,
+    failed: Mutex<Option<Error>>,
+}
+
+impl Maker {
+    /// Opens `DIR/lss/` for the store in `dir` on `spec` with `budget`.
+    pub(crate) fn new(dir: &dyn Dir, spec: &str, budget: u64) -> Result<Self> {
+        let lss_dir = dir.subdir(LSS_DIR_NAME)?;
+        Ok(Self {
+            dir: lss_dir,
+            spec: EngineSpec::parse(spec)?,
+            budget,
+            made: Mutex::new(None),
+            failed: Mutex::new(None),
+        })
+    }
+
+    /// A fresh tree on a fresh LSS (every earlier segment removed), for recovery to fill.
+    pub(crate) fn fresh(&self) -> Box<dyn Index> {
+        // Recovery dropped its previous index before asking again: let go of ours, so that
+        // the previous LSS (its writer threads) stops before its files are removed.
+        drop(self.made.lock().unwrap_or_else(|e| e.into_inner()).take());
+        match self.build() {
+            Ok((tree, esl)) => {
+                *self.made.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some((Arc::clone(&tree), esl));
+                Box::new(LlamaIndex(tree))
+            }
+            Err(e) => {
+                let mut first = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+                if first.is_none() {
+                    *first = Some(e);
+                }
+                Box::new(crate::pm::NullIndex)
+            }
+        }
+    }
+
+    fn build(&self) -> Result<(Arc<BwTree>, Arc<StoreEsl>)> {
+        // Discarded at every open: the store's checkpoint and logs are the truth until LSS
+        // recovery exists (module doc).
+        let mut removed = false;
+        for name in self.dir.list()? {
+            self.dir.remove(&name)?;
+            removed = true;
+        }
+        if removed {
+            self.dir.sync_dir()?;
+        }
+        // Flush buffers are memory outside the budget: a small budget gets small ones.
+        let buffer_bytes =
+            (self.budget / 4).clamp(BUFFER_BYTES_SMALLEST, u64::from(BUFFER_BYTES_DEFAULT));
+        let config = LssConfig {
+            buffer_bytes: buffer_bytes as u32,
+            ..LssConfig::default()
+        };
+        let (lss, _) = Lss::open(Arc::clone(&self.dir), config, LssAddress::current(0))?;
+        let esl = Arc::new(StoreEsl::default());
+        let tree = forest_engines::bwtree_of(&self.spec)?
+            .with_lss(Arc::new(lss), Some(self.budget))?
+            .with_esl_source(Arc::clone(&esl) as Arc<dyn EslSource>);
+        Ok((Arc::new(tree), esl))
+    }
+
+    /// The tree recovery filled, once it is done; starts the evictor and points the ESL at
+    /// `lsns`.
+    pub(crate) fn finish(self, lsns: &Arc<LsnAllocator>) -> Result<Llama> {
+        if let Some(e) = self.failed.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            return Err(e);
+        }
+        let (tree, esl) = self
+            .made
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "bwtree on its LSS: recovery made no tree in {}",
+                    self.dir.path().display()
+                ))
+            })?;
+        // A fresh ESL source: 0 during recovery, the store's durable LSN from now on.
+        let _ = esl.lsns.set(Arc::clone(lsns));
+        tree.set_background_evictor(true);
+        let evictor = Evictor::start(Arc::clone(&tree), self.budget)?;
+        Ok(Llama {
+            tree,
+            esl,
+            budget: self.budget,
+            evictor: Some(evictor),
+            peak: AtomicU64::new(0),
+        })
+    }
+}
+
+impl Llama {
+    /// The memory budget.
+    pub(crate) fn budget(&self) -> u64 {
+        self.budget
+    }
+
+    /// After a write: wakes the evictor if the resident bytes passed the budget.
+    #[inline]
+    pub(crate) fn after_write(&self) {
+        let resident = self.tree.resident_bytes();
+        if resident > self.peak.load(Ordering::Relaxed) {
+            self.peak.fetch_max(resident, Ordering::Relaxed);
+        }
+        if resident > self.budget {
+            if let Some(evictor) = &self.evictor {
+                evictor.wake();
+            }
+        }
+    }
+
+    /// The most resident bytes a write saw (sampled after writes).
+    pub(crate) fn resident_peak(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    /// The ESL the tree reads now.
+    pub(crate) fn esl(&self) -> u64 {
+        self.esl.esl()
+    }
+
+    /// The error the evictor met last, if any.
+    pub(crate) fn evictor_error(&self) -> Option<String> {
+        self.evictor.as_ref().and_then(Evictor::last_error)
+    }
+
+    /// Stops the evictor (idempotent).
+    pub(crate) fn stop(&mut self) {
+        if let Some(evictor) = self.evictor.take() {
+            evictor.stop();
+        }
+    }
+}
+
+impl Drop for Llama {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[derive(Default)]
+struct EvictorState {
+    stop: bool,
+    woken: bool,
+    error: Option<String>,
+}
+
+#[derive(Default)]
+struct EvictorShared {
+    state: Mutex<EvictorState>,
+    cv: Condvar,
+}
+
+/// The background evictor (module doc).
+struct Evictor {
+    shared: Arc<EvictorShared>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Evictor {
+    fn start(tree: Arc<BwTree>, budget: u64) -> Result<Self> {
+        let shared = Arc::new(EvictorShared::default());
+        let theirs = Arc::clone(&shared);
+        let handle = std::thread::Builder::new()
+            .name("bwtree-evictor".into())
+            .spawn(move || evictor_loop(&tree, budget, &theirs))
+            .map_err(|source| Error::Io {
+                path: "bwtree-evictor".into(),
+                op: "spawn the evictor thread",
+                source,
+            })?;
+        Ok(Self {
+            shared,
+            handle: Some(handle),
+        })
+    }
+
+    fn wake(&self) {
+        let mut state = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        if !state.woken {
+            state.woken = true;
+            self.shared.cv.notify_one();
+        }
+    }
+
+    fn last_error(&self) -> Option<String> {
+        let state = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.error.clone()
+    }
+
+    fn stop(mut self) {
+        {
+            let mut state = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            state.stop = true;
+            self.shared.cv.notify_one();
+        }
+        if let Some(handle) = self.handle.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for Evictor {
+    fn drop(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            {
+                let mut state = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                state.stop = true;
+                self.shared.cv.notify_one();
+            }
+            let _ = handle.join();
+        }
+    }
+}
+
+fn evictor_loop(tree: &BwTree, budget: u64, shared: &EvictorShared) {
+    loop {
+        {
+            let mut state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            if !state.woken && !state.stop {
+                state = shared
+                    .cv
+                    .wait_timeout(state, EVICTOR_POLL)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            if state.stop {
+                return;
+            }
+            state.woken = false;
+        }
+        if tree.resident_bytes() <= budget {
+            continue;
+        }
+        if let Err(e) = tree.evict_to_budget() {
+            // Reported once per error; the next wake tries again (an LSS write error poisons
+            // the LSS and the store's writes fail on their own).
+            eprintln!("forest-store: bwtree evictor: {e}");
+            shared.state.lock().unwrap_or_else(|e| e.into_inner()).error = Some(e.to_string());
+            std::thread::sleep(EVICTOR_POLL);
+        }
+    }
+}
+
+/// The tree as the store's `Index` (recovery, checkpoints and the generic paths use it).
+pub(crate) struct LlamaIndex(pub(crate) Arc<BwTree>);
+
+impl Index for LlamaIndex {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+
+    fn get(&self, key: &[u8], out: &mut Vec<u8>) -> bool {
+        self.0.get(key, out)
+    }
+
+    fn insert(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        self.0.insert(key, value)
+    }
+
+    fn upsert(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.0.upsert(key, value)
+    }
+
+    fn update(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        self.0.update(key, value)
+    }
+
+    fn remove(&self, key: &[u8]) -> bool {
+        self.0.remove(key)
+    }
+
+    fn scan(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        visit: &mut Visitor<'_>,
+    ) {
+        self.0.scan(lower, upper, order, visit)
+    }
+
+    fn scan_pinned(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        visit: &mut Visitor<'_>,
+    ) {
+        self.0.scan_pinned(lower, upper, order, visit)
+    }
+
+    fn stats(&self) -> IndexStats {
+        self.0.stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: budgets read as the CLI documents, bad ones refused by name. Method: a table.
+    #[test]
+    fn memory_budgets_parse() {
+        let ok = [
+            ("none", None),
+            ("0", None),
+            ("4096", Some(4096)),
+            ("64MiB", Some(64 << 20)),
+            ("64mb", Some(64 << 20)),
+            ("64m", Some(64_000_000)),
+            ("2GiB", Some(2 << 30)),
+            ("16k", Some(16_000)),
+            ("16KiB", Some(16 << 10)),
+        ];
+        for (text, want) in ok {
+            assert_eq!(parse_memory_budget(text).unwrap(), want, "{text}");
+        }
+        for text in ["", "MiB", "64 tb", "-1", "1.5g", "99999999999999999999"] {
+            let e = parse_memory_budget(text).unwrap_err().to_string();
+            assert!(e.contains("memory budget"), "{text}: {e}");
+        }
+    }
+}

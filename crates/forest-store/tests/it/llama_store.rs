@@ -1,0 +1,280 @@
+//! A store on `bwtree` with a memory budget: the tree on its own LSS in `DIR/lss/`, pages
+//! evicted by a background thread (issue 17, increment 4; `forest-store/src/llama.rs`).
+
+use std::ops::{Bound, ControlFlow};
+use std::time::{Duration, Instant};
+
+use forest_core::{Error, Order};
+use forest_store::file::{Dir, OsDir, SimDir};
+use forest_store::{Durability, Store, StoreOptions, WriteBatch};
+
+use crate::crash_sim::run_with_budget;
+
+/// Random runs per mode in the model tests (`FOREST_LLAMA_STORE_SEEDS` for more).
+fn seed_count() -> u64 {
+    std::env::var("FOREST_LLAMA_STORE_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+}
+
+const MODES: [Durability; 3] = [
+    Durability::Sync,
+    Durability::Group,
+    Durability::Periodic { interval_ms: 2 },
+];
+
+fn options(budget: Option<u64>, durability: Durability) -> StoreOptions {
+    StoreOptions {
+        engine: Some("bwtree".into()),
+        durability,
+        memory_budget_bytes: budget,
+        ..StoreOptions::default()
+    }
+}
+
+fn key(i: u32) -> Vec<u8> {
+    format!("key{i:08}").into_bytes()
+}
+
+fn value(i: u32, round: u32) -> Vec<u8> {
+    let mut v = format!("value {i} round {round} ").into_bytes();
+    v.resize(160, b'.');
+    v
+}
+
+/// Waits until the evictor brought the resident bytes within 125 % of the budget.
+fn wait_evicted(store: &Store) {
+    let began = Instant::now();
+    loop {
+        let memory = store.stats().memory.expect("a store with a budget");
+        if memory.evictions > 0
+            && memory.resident_bytes <= memory.budget_bytes + memory.budget_bytes / 4
+        {
+            return;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(20),
+            "the evictor did not bring {} resident bytes near the budget of {}",
+            memory.resident_bytes,
+            memory.budget_bytes
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn read_all(store: &Store, n: u32, round: u32, context: &str) {
+    let mut out = Vec::new();
+    for i in 0..n {
+        let found = store
+            .try_get(&key(i), &mut out)
+            .unwrap_or_else(|e| panic!("{context}: get {i}: {e}"));
+        assert!(found, "{context}: key {i} missing");
+        assert_eq!(out, value(i, round), "{context}: key {i}");
+    }
+    let mut count = 0;
+    store
+        .try_scan(
+            Bound::Unbounded,
+            Bound::Unbounded,
+            Order::Ascending,
+            &mut |_, _| {
+                count += 1;
+                ControlFlow::Continue(())
+            },
+        )
+        .unwrap_or_else(|e| panic!("{context}: scan: {e}"));
+    assert_eq!(count, n, "{context}: scan count");
+}
+
+// Goal: the store's model (random ops, checkpoints, reopens, power losses; every
+// acknowledged write kept, every recovery a prefix) holds on bwtree with a budget of a few
+// pages, where nearly every access reloads a page. Method: crash_sim's runs with a budget.
+#[test]
+fn model_with_crashes_small_budget() {
+    for seed in 0..seed_count() {
+        for (m, mode) in MODES.iter().enumerate() {
+            run_with_budget(
+                70_000 + seed * 10 + m as u64,
+                "bwtree",
+                *mode,
+                150,
+                false,
+                Some(256),
+            );
+        }
+    }
+}
+
+// Goal: as above with a budget nothing exceeds (the LSS attached, no eviction), and with
+// injected I/O faults under a small one. Method: crash_sim's runs.
+#[test]
+fn model_with_crashes_large_budget_and_faults() {
+    for seed in 0..seed_count() {
+        for (m, mode) in MODES.iter().enumerate() {
+            let seed = 80_000 + seed * 10 + m as u64;
+            run_with_budget(seed, "bwtree", *mode, 150, false, Some(1 << 30));
+            run_with_budget(seed, "bwtree", *mode, 150, true, Some(512));
+        }
+    }
+}
+
+// Goal: a store holding 10x its budget reads back whole right after eviction, after a
+// checkpoint taken while pages are evicted (its scan reads them back), and after reopens
+// with and without the budget; the LSS directory is discarded and recreated at open.
+// Method: 4000 values of 160 bytes (~700 KiB of pages) under a 64 KiB budget on disk.
+#[test]
+fn ten_times_the_budget_read_back_after_eviction_checkpoint_and_reopen() {
+    const N: u32 = 4000;
+    const BUDGET: u64 = 64 << 10;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("store");
+    let periodic = Durability::Periodic { interval_ms: 5 };
+    let store = Store::open_path(&path, options(Some(BUDGET), periodic)).expect("open");
+    let mut batch = WriteBatch::new();
+    for i in 0..N {
+        batch.put(&key(i), &value(i, 0));
+        if batch.len() == 50 {
+            store.write(&batch).expect("write");
+            batch = WriteBatch::new();
+        }
+    }
+    store.sync().expect("sync");
+    wait_evicted(&store);
+    let evicted = store.stats().memory.expect("memory");
+    assert!(evicted.lss_bytes_written > 0);
+    read_all(&store, N, 0, "after eviction");
+    let loaded = store.stats().memory.expect("memory");
+    assert!(loaded.loads > 0, "reading 10x the budget loaded no page");
+    // Checkpoint while pages are evicted: its scan must read them back.
+    wait_evicted(&store);
+    let info = store.checkpoint().expect("checkpoint with evicted pages");
+    assert_eq!(info.entry_count, u64::from(N));
+    // Overwrite some after the checkpoint (in the WAL only), then reopen.
+    for i in (0..N).step_by(7) {
+        store.upsert(&key(i), &value(i, 0)).expect("upsert");
+    }
+    store.close().expect("close");
+    let lss = OsDir::open(path.join("lss")).expect("lss dir");
+    assert!(
+        !lss.list().expect("list").is_empty(),
+        "no LSS segment was written"
+    );
+
+    let store = Store::open_path(&path, options(Some(BUDGET), periodic)).expect("reopen");
+    let memory = store.stats().memory.expect("memory");
+    assert_eq!(memory.budget_bytes, BUDGET);
+    read_all(&store, N, 0, "after reopen with the budget");
+    store.close().expect("close");
+    // The same directory in memory mode: the checkpoint and WAL hold everything.
+    let store = Store::open_path(&path, options(None, periodic)).expect("reopen in memory");
+    assert!(store.stats().memory.is_none());
+    read_all(&store, N, 0, "after reopen without a budget");
+    store.close().expect("close");
+}
+
+// Goal: the simulated disk's power loss reaches the LSS (it is opened through the file
+// trait, in a subdirectory that crashes with the store's): after a crash while pages are
+// evicted, every acknowledged write is back. Method: group-mode writes on a SimDir under a
+// small budget, a power loss that drops everything unsynced, a reopen.
+#[test]
+fn power_loss_with_pages_evicted_keeps_acknowledged_writes() {
+    const N: u32 = 600;
+    let dir = SimDir::new(7);
+    let store = Store::open(dir.clone(), options(Some(8 << 10), Durability::Group)).expect("open");
+    let mut batch = store.batch();
+    for i in 0..N {
+        batch.upsert(&key(i), &value(i, 1)).expect("upsert");
+    }
+    batch.wait().expect("wait");
+    wait_evicted(&store);
+    dir.crash_with(forest_store::file::CrashMode::DropUnsynced);
+    drop(store);
+    let store =
+        Store::open(dir.clone(), options(Some(8 << 10), Durability::Group)).expect("reopen");
+    read_all(&store, N, 1, "after a power loss");
+    store.close().expect("close");
+}
+
+// Goal: a budget is refused, with a message naming why, for engines other than bwtree.
+// Method: open masstree and lockbtree stores with one.
+#[test]
+fn a_budget_is_refused_for_other_engines() {
+    for engine in ["masstree", "lockbtree"] {
+        let options = StoreOptions {
+            engine: Some(engine.into()),
+            memory_budget_bytes: Some(1 << 20),
+            ..StoreOptions::default()
+        };
+        let err = Store::open(SimDir::new(1), options).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, Error::Config(_)), "{engine}: {text}");
+        assert!(
+            text.contains("needs engine bwtree") && text.contains(engine),
+            "{engine}: {text}"
+        );
+    }
+    let zero = Store::open(SimDir::new(1), options(Some(0), Durability::Group)).unwrap_err();
+    assert!(zero.to_string().contains("budget 0"), "{zero}");
+}
+
+// Goal: a page that cannot be read back is the operation's error, naming the segment file,
+// offset and page; never wrong data. Method: evict everything, damage the LSS segment's
+// records on disk, read every key.
+#[test]
+fn a_damaged_lss_page_is_the_read_error() {
+    const N: u32 = 2000;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("store");
+    let periodic = Durability::Periodic { interval_ms: 5 };
+    let store = Store::open_path(&path, options(Some(16 << 10), periodic)).expect("open");
+    let mut batch = WriteBatch::new();
+    for i in 0..N {
+        batch.put(&key(i), &value(i, 2));
+        if batch.len() == 50 {
+            store.write(&batch).expect("write");
+            batch = WriteBatch::new();
+        }
+    }
+    store.sync().expect("sync");
+    wait_evicted(&store);
+    let lss = path.join("lss");
+    for entry in std::fs::read_dir(&lss).expect("lss dir") {
+        let file = entry.expect("entry").path();
+        let mut bytes = std::fs::read(&file).expect("read segment");
+        // Past the 64-byte segment header: flip every record byte.
+        for b in bytes.iter_mut().skip(64) {
+            *b ^= 0x5a;
+        }
+        std::fs::write(&file, bytes).expect("damage segment");
+    }
+    let mut errors = 0;
+    let mut out = Vec::new();
+    for i in 0..N {
+        match store.try_get(&key(i), &mut out) {
+            Ok(true) => assert_eq!(out, value(i, 2), "key {i}: wrong data"),
+            Ok(false) => panic!("key {i}: not found instead of an error"),
+            Err(e) => {
+                let text = e.to_string();
+                assert!(text.contains("lss-"), "key {i}: {text}");
+                assert!(text.contains("page"), "key {i}: {text}");
+                errors += 1;
+            }
+        }
+    }
+    assert!(errors > 0, "no read met the damage");
+
+    // A write that must read its key first fails before logging anything.
+    let mut failed_writes = 0;
+    for i in 0..N {
+        if store.insert(&key(i), b"x").is_err() {
+            failed_writes += 1;
+        }
+    }
+    assert!(failed_writes > 0);
+    drop(store);
+    // The LSS is discarded at open: the store's checkpoint and WAL still hold everything.
+    let store = Store::open_path(&path, options(Some(16 << 10), periodic)).expect("reopen");
+    read_all(&store, N, 2, "after reopen past a damaged LSS");
+    store.close().expect("close");
+}
