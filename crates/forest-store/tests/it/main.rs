@@ -10,6 +10,7 @@ mod crash_sim;
 mod decode_proptest;
 mod llama_store;
 mod power_loss;
+mod rev_lstore;
 mod review13_meta;
 mod review_bzstore;
 mod review_regressions;
