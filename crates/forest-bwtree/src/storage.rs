@@ -63,6 +63,10 @@ pub(crate) struct Storage {
     futile_at: std::sync::atomic::AtomicU64,
     /// The newest load error that no `Result` could carry (see the module doc).
     load_error: Mutex<Option<Error>>,
+    /// Load errors recorded since the tree was built: a caller that must know whether its
+    /// own operation met one compares it before and after (another thread may take the
+    /// slot's error first).
+    load_errors: std::sync::atomic::AtomicU64,
     /// A background evictor runs (`set_background_evictor`): no sweep after operations.
     background: AtomicBool,
 }
@@ -145,6 +149,7 @@ impl BwTree {
             evicting: AtomicBool::new(false),
             futile_at: std::sync::atomic::AtomicU64::new(0),
             load_error: Mutex::new(None),
+            load_errors: std::sync::atomic::AtomicU64::new(0),
             background: AtomicBool::new(false),
         };
         let guard = &crossbeam_epoch::pin();
@@ -193,9 +198,19 @@ impl BwTree {
         slot.take()
     }
 
+    /// Load errors recorded so far ([`Self::take_load_error`]'s slot keeps only the newest,
+    /// and any caller may take it): compare before and after an operation to know whether a
+    /// load failed during it, whoever took the error.
+    pub fn load_errors(&self) -> u64 {
+        self.storage
+            .as_ref()
+            .map_or(0, |s| s.load_errors.load(Ordering::SeqCst))
+    }
+
     /// Records `error` for [`Self::take_load_error`].
     pub(crate) fn record_load_error(&self, error: Error) {
         if let Some(storage) = &self.storage {
+            storage.load_errors.fetch_add(1, Ordering::SeqCst);
             let mut slot = storage.load_error.lock().unwrap_or_else(|e| e.into_inner());
             *slot = Some(error);
         }

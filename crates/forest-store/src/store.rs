@@ -517,6 +517,10 @@ impl Store {
                 recovery::recover(&dir, &with_retention, mode)?
             }
             None if on_lss => {
+                // Leaving msync bztree-pm copies its tree file into a checkpoint first, as
+                // for any other engine (review rev-lstore F1: skipped, every single write
+                // held only in the tree file was lost).
+                crate::pm::prepare(&dir, recorded_spec.as_deref(), &engine, mode)?;
                 let budget = options.memory_budget_bytes.unwrap_or_default();
                 let made = crate::llama::Maker::new(&dir, &engine, budget)?;
                 // The LSS is not recovered yet (next increment): discarded and rebuilt.
@@ -1427,9 +1431,16 @@ impl Store {
             });
         }
         let lsns = &self.lsns;
+        let errors_before = self.llama.as_ref().map_or(0, |l| l.tree.load_errors());
         let info = checkpoint::write(&*self.dir, &*self.index, start_lsn, || lsns.last())?;
-        if let Some(e) = self.take_load_error() {
-            // The scan missed the pages it could not load: never publish it.
+        let errors_after = self.llama.as_ref().map_or(0, |l| l.tree.load_errors());
+        if errors_after != errors_before {
+            // The scan may have missed pages it could not load: never publish it. Counted,
+            // not taken from the error slot, which a concurrent `try_get` may empty first
+            // (review rev-lstore F2).
+            let e = self
+                .take_load_error()
+                .map_or_else(|| "taken by another caller".to_string(), |e| e.to_string());
             return Err(Error::Config(format!(
                 "checkpoint {start_lsn} not published: reading an evicted page failed: {e}"
             )));

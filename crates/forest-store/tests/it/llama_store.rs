@@ -278,3 +278,54 @@ fn a_damaged_lss_page_is_the_read_error() {
     read_all(&store, N, 2, "after reopen past a damaged LSS");
     store.close().expect("close");
 }
+
+// Goal: a checkpoint whose scan met an unreadable page is never published, even when another
+// thread takes the tree's one load-error slot first (review rev-lstore F2: the checkpoint
+// checked only that slot, so a concurrent `take_load_error` let a partial scan be published
+// and the logs below it deleted). Method: evict everything, damage the segments, and run
+// checkpoints while a thread keeps emptying the slot; every checkpoint must fail.
+#[test]
+fn a_checkpoint_that_missed_a_page_is_refused_whoever_took_the_error() {
+    const N: u32 = 2000;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("store");
+    let periodic = Durability::Periodic { interval_ms: 5 };
+    let store = Store::open_path(&path, options(Some(16 << 10), periodic)).expect("open");
+    let mut batch = WriteBatch::new();
+    for i in 0..N {
+        batch.put(&key(i), &value(i, 2));
+        if batch.len() == 50 {
+            store.write(&batch).expect("write");
+            batch = WriteBatch::new();
+        }
+    }
+    store.sync().expect("sync");
+    wait_evicted(&store);
+    for entry in std::fs::read_dir(path.join("lss")).expect("lss dir") {
+        let file = entry.expect("entry").path();
+        let mut bytes = std::fs::read(&file).expect("read segment");
+        for b in bytes.iter_mut().skip(64) {
+            *b ^= 0x5a;
+        }
+        std::fs::write(&file, bytes).expect("damage segment");
+    }
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let published = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = store.take_load_error();
+            }
+        });
+        let published = (0..20).filter(|_| store.checkpoint().is_ok()).count();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        published
+    });
+    assert_eq!(
+        published, 0,
+        "checkpoints that could not read every page were published"
+    );
+    drop(store);
+    let store = Store::open_path(&path, options(Some(16 << 10), periodic)).expect("reopen");
+    read_all(&store, N, 2, "after refused checkpoints over a damaged LSS");
+    store.close().expect("close");
+}

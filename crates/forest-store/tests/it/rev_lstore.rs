@@ -17,7 +17,6 @@ fn options(engine: &str, switch: bool, budget: Option<u64>) -> StoreOptions {
 // in-memory bwtree does (`pm::prepare` exports the tree). Method: single writes on msync,
 // close, reopen as bwtree with and without a budget.
 #[test]
-#[ignore = "rev: F1 the on-LSS open skips pm::prepare: a switch from msync loses its single writes"]
 fn switching_from_msync_to_bwtree_with_a_budget_keeps_single_writes() {
     let msync = "bztree-pm:persist=msync,heap_mib=32,descriptors=512,node=512";
     for budget in [None, Some(1 << 20)] {
