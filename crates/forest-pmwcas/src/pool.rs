@@ -214,6 +214,13 @@ pub(crate) struct Inner<P: Persist> {
     pending_releases: AtomicUsize,
     active_releases: AtomicUsize,
     closed: AtomicBool,
+    /// Decided descriptors recovery left to finish after open (`recovery.rs`), sorted: the
+    /// cursors skip them, and `finish_recovery` hands them back through the reuse domain.
+    recovered: Box<[u32]>,
+    /// Those of `recovered` (with their generation) not yet finished.
+    to_finish: std::sync::Mutex<Vec<(u32, u64)>>,
+    /// Whether `to_finish` may be non-empty (one load on the allocation path).
+    finishing: AtomicBool,
 }
 
 /// A PMwCAS descriptor pool over a region (see the module doc and the crate doc).
@@ -327,8 +334,16 @@ impl<P: Persist> Pool<P> {
                 "pool geometry {found:?} differs from the configuration's {expected:?}"
             )));
         }
-        let pool = Self::assemble(region, persist, geometry, config.recyclers);
-        let report = crate::recovery::recover(&pool.inner)?;
+        let mut pool = Self::assemble(region, persist, geometry, config.recyclers);
+        let (report, deferred) = crate::recovery::recover(&pool.inner)?;
+        {
+            let inner = Arc::get_mut(&mut pool.inner).expect("a pool being opened is not shared");
+            let mut recovered: Vec<u32> = deferred.iter().map(|&(index, _)| index).collect();
+            recovered.sort_unstable();
+            inner.recovered = recovered.into_boxed_slice();
+            inner.finishing = AtomicBool::new(!deferred.is_empty());
+            inner.to_finish = std::sync::Mutex::new(deferred);
+        }
         pool.inner.reset_free_lists();
         Ok((pool, report))
     }
@@ -448,6 +463,9 @@ impl<P: Persist> Pool<P> {
             pending_releases: AtomicUsize::new(0),
             active_releases: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
+            recovered: Box::new([]),
+            to_finish: std::sync::Mutex::new(Vec::new()),
+            finishing: AtomicBool::new(false),
         };
         debug_assert_eq!(per * geometry.partition_count, geometry.descriptor_count);
         Self {
@@ -505,6 +523,26 @@ impl<P: Persist> Pool<P> {
         }
         let (index, gen) = self.inner.allocate(recycler, guard)?;
         Ok(crate::Descriptor::new(self, guard, index, gen))
+    }
+
+    /// Finishes the decided descriptors recovery left for after open (`recovery.rs`: their
+    /// Phase 2, their policies, then their release through the reuse domain), if any are
+    /// left. The first allocation of a descriptor does it; call it to do it sooner (an audit
+    /// that expects every freed chunk back on the heap's lists). Dropping the pool does it too.
+    /// Returns what this call did: descriptors finished (`descriptors_in_flight`), words
+    /// rolled, values freed.
+    pub fn finish_recovery(&self) -> crate::RecoveryReport {
+        self.inner.finish_recovery()
+    }
+
+    /// How many decided descriptors recovery left for after open (`recovery.rs`) are not
+    /// finished yet.
+    pub fn recovery_left(&self) -> usize {
+        self.inner
+            .to_finish
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
     }
 
     /// Each partition's high-water mark as the region holds it: how many of its descriptors,
@@ -567,6 +605,8 @@ impl<P: Persist> Pool<P> {
 impl<P: Persist> Drop for Pool<P> {
     fn drop(&mut self) {
         let inner = &self.inner;
+        // What recovery left: finished now, so a clean close leaves nothing in flight.
+        let _ = inner.finish_recovery();
         // No thread is inside the pool now, so none is pinned in the reuse domain.
         inner
             .reuse
@@ -693,10 +733,13 @@ impl<P: Persist> Inner<P> {
             partition.mark.store(mark, Ordering::Relaxed);
             partition.cursor.store(0, Ordering::Relaxed);
             partition.head.store(0, Ordering::Release);
-            // Recovery freed those below the mark; those above are not read (their pages
-            // stay untouched until used).
+            // Recovery freed those below the mark but the ones it left to finish; those above
+            // are not read (their pages stay untouched until used).
             #[cfg(debug_assertions)]
             for index in p * per..p * per + mark as usize {
+                if self.recovered.binary_search(&(index as u32)).is_ok() {
+                    continue;
+                }
                 assert_eq!(
                     layout::status_state(
                         self.desc(index as u32)[layout::D_STATUS].load(Ordering::Relaxed)
@@ -758,7 +801,15 @@ impl<P: Persist> Inner<P> {
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => return Some((partition as u64 * per + current) as u32),
+                Ok(_) => {
+                    let index = (partition as u64 * per + current) as u32;
+                    // One recovery left to finish comes back through its stack instead.
+                    if !self.recovered.is_empty() && self.recovered.binary_search(&index).is_ok() {
+                        current += 1;
+                        continue;
+                    }
+                    return Some(index);
+                }
                 Err(c) => current = c,
             }
         }
@@ -766,6 +817,9 @@ impl<P: Persist> Inner<P> {
 
     /// Takes a free descriptor and starts its next generation (state `Building`).
     fn allocate(&self, recycler: RecyclerId, guard: &Guard) -> Result<(u32, u64), Error> {
+        if self.finishing.load(StdOrdering::Acquire) {
+            let _ = self.finish_recovery();
+        }
         let partitions = self.partitions.len();
         let home = thread_number() % partitions;
         for round in 0..=ALLOCATE_WAIT_ROUNDS_MAX {
@@ -897,6 +951,38 @@ impl<P: Persist> Inner<P> {
         // these retirements are rare (SMOs, value blocks), so hand each to the collector at
         // once (a flush also collects what is due).
         guard.flush();
+    }
+
+    /// Finishes what recovery left (`Pool::finish_recovery`, `recovery.rs` "Left for after
+    /// open"): each descriptor once, by whichever thread takes the list.
+    pub(crate) fn finish_recovery(&self) -> crate::RecoveryReport {
+        let mut report = crate::RecoveryReport::default();
+        if !self.finishing.load(StdOrdering::Acquire) {
+            return report;
+        }
+        let left = std::mem::take(
+            &mut *self
+                .to_finish
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        self.finishing.store(false, StdOrdering::Release);
+        for (index, gen) in left {
+            report.descriptors_in_flight += 1;
+            crate::recovery::finish(self, index, gen, &mut report);
+            // Helpers that met its references in this run may still be pinned (`reuse.rs`).
+            self.reuse
+                .retire(thread_number(), index, gen, |index, gen| {
+                    self.release_descriptor(index, gen, false)
+                });
+        }
+        // Released at once unless a helper is pinned (the epoch then moves on): what a crash
+        // leaves next is only what ran since.
+        for _ in 0..2 {
+            self.reuse
+                .collect_all(|index, gen| self.release_descriptor(index, gen, false));
+        }
+        report
     }
 
     /// Releases a descriptor the pool's epoch held (`retire`).

@@ -70,7 +70,14 @@ fn open_image(
 ) -> Result<(Pool<Sim>, forest_pmwcas::RecoveryReport), Error> {
     let region = Region::from_image(image);
     let sim = Sim::new(&region);
-    Pool::open(region, sim, cfg)
+    // Decided descriptors are finished after open (`recovery.rs`): counted here, so that the
+    // report says what the whole recovery did.
+    let (pool, mut report) = Pool::open(region, sim, cfg)?;
+    let finished = pool.finish_recovery();
+    report.words_rolled_forward += finished.words_rolled_forward;
+    report.words_rolled_back += finished.words_rolled_back;
+    report.values_freed += finished.values_freed;
+    Ok((pool, report))
 }
 
 /// `image` with word `word_at` (a byte offset) set to `value`.

@@ -6,5 +6,7 @@ mod api;
 mod crash_sim;
 mod high_water_mark;
 mod race_late_install;
+mod recovery_left;
 mod reuse_domain;
+mod stale_helper;
 mod stress;
