@@ -8,5 +8,6 @@ mod high_water_mark;
 mod race_late_install;
 mod recovery_left;
 mod reuse_domain;
+mod rev_pmrec2;
 mod stale_helper;
 mod stress;
