@@ -74,6 +74,9 @@ use crate::word::{Word, DESCRIPTORS_MAX, TAG_MASK};
 /// Short: the waiting thread is pinned, so garbage retired in its own epoch cannot come back
 /// until it unpins; the caller's remedy is to drop its guard and retry (module doc).
 pub const ALLOCATE_WAIT_ROUNDS_MAX: usize = if cfg!(any(loom, shuttle)) { 4 } else { 1_000 };
+/// How long `Pool::finish_recovery` waits for the releases of what recovery left: only a
+/// thread pinned in the pool's epoch throughout holds them back.
+const RECOVERED_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(2);
 /// Bounded wait of `Drop` for pending releases, in rounds of flush and yield.
 const CLOSE_WAIT_ROUNDS_MAX: usize = if cfg!(any(loom, shuttle)) { 1 } else { 10_000 };
 /// Most partitions (more would only spread descriptors thinner).
@@ -221,6 +224,9 @@ pub(crate) struct Inner<P: Persist> {
     to_finish: std::sync::Mutex<Vec<(u32, u64)>>,
     /// Whether `to_finish` may be non-empty (one load on the allocation path).
     finishing: AtomicBool,
+    /// Of `pending_releases`, those of descriptors recovery left (`Pool::finish_recovery`
+    /// waits for them).
+    recovered_pending: AtomicUsize,
 }
 
 /// A PMwCAS descriptor pool over a region (see the module doc and the crate doc).
@@ -466,6 +472,7 @@ impl<P: Persist> Pool<P> {
             recovered: Box::new([]),
             to_finish: std::sync::Mutex::new(Vec::new()),
             finishing: AtomicBool::new(false),
+            recovered_pending: AtomicUsize::new(0),
         };
         debug_assert_eq!(per * geometry.partition_count, geometry.descriptor_count);
         Self {
@@ -526,13 +533,17 @@ impl<P: Persist> Pool<P> {
     }
 
     /// Finishes the decided descriptors recovery left for after open (`recovery.rs`: their
-    /// Phase 2, their policies, then their release through the reuse domain), if any are
-    /// left. The first allocation of a descriptor does it; call it to do it sooner (an audit
-    /// that expects every freed chunk back on the heap's lists). Dropping the pool does it too.
-    /// Returns what this call did: descriptors finished (`descriptors_in_flight`), words
-    /// rolled, values freed.
+    /// Phase 2, then their release through the pool's epoch, which applies their policies),
+    /// if any are left, and waits (bounded) until those releases ran, also when another
+    /// thread finished them: after it, an audit finds every freed chunk back on the heap's
+    /// lists, unless a thread stayed pinned throughout. The first allocation of a descriptor
+    /// finishes them too, without waiting; dropping the pool does it as well. Returns what
+    /// this call did: descriptors finished (`descriptors_in_flight`), words rolled, values
+    /// its releases free.
     pub fn finish_recovery(&self) -> crate::RecoveryReport {
-        self.inner.finish_recovery()
+        let report = self.inner.finish_recovery(true);
+        self.inner.wait_recovered_releases();
+        report
     }
 
     /// How many decided descriptors recovery left for after open (`recovery.rs`) are not
@@ -606,7 +617,7 @@ impl<P: Persist> Drop for Pool<P> {
     fn drop(&mut self) {
         let inner = &self.inner;
         // What recovery left: finished now, so a clean close leaves nothing in flight.
-        let _ = inner.finish_recovery();
+        let _ = inner.finish_recovery(true);
         // No thread is inside the pool now, so none is pinned in the reuse domain.
         inner
             .reuse
@@ -816,9 +827,14 @@ impl<P: Persist> Inner<P> {
     }
 
     /// Takes a free descriptor and starts its next generation (state `Building`).
-    fn allocate(&self, recycler: RecyclerId, guard: &Guard) -> Result<(u32, u64), Error> {
+    fn allocate(
+        self: &Arc<Self>,
+        recycler: RecyclerId,
+        guard: &Guard,
+    ) -> Result<(u32, u64), Error> {
         if self.finishing.load(StdOrdering::Acquire) {
-            let _ = self.finish_recovery();
+            // Without waiting for a finish under way: the cursors skip its descriptors.
+            let _ = self.finish_recovery(false);
         }
         let partitions = self.partitions.len();
         let home = thread_number() % partitions;
@@ -954,35 +970,60 @@ impl<P: Persist> Inner<P> {
     }
 
     /// Finishes what recovery left (`Pool::finish_recovery`, `recovery.rs` "Left for after
-    /// open"): each descriptor once, by whichever thread takes the list.
-    pub(crate) fn finish_recovery(&self) -> crate::RecoveryReport {
+    /// open"): each descriptor once, by the thread holding the list; with `wait`, a caller
+    /// finding another thread at it waits for it (an audit racing a first write), else returns.
+    /// Each is retired into the pool's epoch like an SMO's descriptor: its release applies the
+    /// policies and makes `Free` durable inside one pinned section, so no chunk it frees can
+    /// be freed by another descriptor before its status is durable (a crash in between would
+    /// repeat its policy on a chunk reused and linked again).
+    pub(crate) fn finish_recovery(self: &Arc<Self>, wait: bool) -> crate::RecoveryReport {
         let mut report = crate::RecoveryReport::default();
         if !self.finishing.load(StdOrdering::Acquire) {
             return report;
         }
-        let left = std::mem::take(
-            &mut *self
-                .to_finish
+        let mut left = if wait {
+            self.to_finish
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
-        self.finishing.store(false, StdOrdering::Release);
-        for (index, gen) in left {
-            report.descriptors_in_flight += 1;
-            crate::recovery::finish(self, index, gen, &mut report);
-            // Helpers that met its references in this run may still be pinned (`reuse.rs`).
-            self.reuse
-                .retire(thread_number(), index, gen, |index, gen| {
-                    self.release_descriptor(index, gen, false)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        } else {
+            match self.to_finish.try_lock() {
+                Ok(left) => left,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return report,
+            }
+        };
+        if !left.is_empty() {
+            let guard = self.domain.pin();
+            for (index, gen) in left.drain(..) {
+                report.descriptors_in_flight += 1;
+                crate::recovery::finish(self, index, gen, &mut report);
+                self.recovered_pending.fetch_add(1, StdOrdering::AcqRel);
+                self.pending_releases.fetch_add(1, StdOrdering::AcqRel);
+                let inner = Arc::clone(self);
+                guard.defer(move || {
+                    inner.release(index, gen);
+                    inner.recovered_pending.fetch_sub(1, StdOrdering::AcqRel);
                 });
+            }
+            // Handed to the collector at once (`retire`); released as soon as the epoch moves
+            // past the threads pinned now.
+            guard.flush();
         }
-        // Released at once unless a helper is pinned (the epoch then moves on): what a crash
-        // leaves next is only what ran since.
-        for _ in 0..2 {
-            self.reuse
-                .collect_all(|index, gen| self.release_descriptor(index, gen, false));
-        }
+        self.finishing.store(false, StdOrdering::Release);
+        drop(left);
         report
+    }
+
+    /// Waits (bounded) for the releases of what recovery left (`Pool::finish_recovery`).
+    fn wait_recovered_releases(&self) {
+        let deadline = std::time::Instant::now() + RECOVERED_WAIT_MAX;
+        while self.recovered_pending.load(StdOrdering::Acquire) != 0 {
+            self.domain.pin().flush();
+            if cfg!(any(loom, shuttle)) || std::time::Instant::now() >= deadline {
+                return;
+            }
+            crate::sync::yield_now();
+        }
     }
 
     /// Releases a descriptor the pool's epoch held (`retire`).
@@ -1037,9 +1078,41 @@ impl<P: Persist> Inner<P> {
         count: usize,
         activated_only: bool,
     ) -> usize {
-        let d = self.desc(index);
-        let recycler = self.recycler(d[layout::D_RECYCLER].load(Ordering::Relaxed));
+        let recycler = self.recycler(self.desc(index)[layout::D_RECYCLER].load(Ordering::Relaxed));
         let mut freed = 0;
+        self.for_each_policy_value(index, gen, succeeded, count, activated_only, |value| {
+            recycler.free_by(value, descriptor_tag(index, gen), &|r| {
+                self.persist_bytes(r)
+            });
+            freed += 1;
+        });
+        freed
+    }
+
+    /// How many values `apply_policies_where` (not `activated_only`) would free.
+    pub(crate) fn policy_values(
+        &self,
+        index: u32,
+        gen: u64,
+        succeeded: bool,
+        count: usize,
+    ) -> usize {
+        let mut values = 0;
+        self.for_each_policy_value(index, gen, succeeded, count, false, |_| values += 1);
+        values
+    }
+
+    /// Calls `f` with each value the descriptor's `FREE-ONE` entries free (see `apply_policies_where`).
+    fn for_each_policy_value(
+        &self,
+        index: u32,
+        gen: u64,
+        succeeded: bool,
+        count: usize,
+        activated_only: bool,
+        mut f: impl FnMut(u64),
+    ) {
+        let d = self.desc(index);
         for i in 0..count.min(layout::ENTRIES_MAX) {
             let e = layout::DESCRIPTOR_HEADER_WORDS + i * layout::ENTRY_WORDS;
             let address = d[e + layout::E_ADDRESS].load(Ordering::Relaxed);
@@ -1061,13 +1134,9 @@ impl<P: Persist> Inner<P> {
             };
             let value = d[e + field].load(Ordering::Relaxed) & crate::word::VALUE_MASK;
             if value != 0 {
-                recycler.free_by(value, descriptor_tag(index, gen), &|r| {
-                    self.persist_bytes(r)
-                });
-                freed += 1;
+                f(value);
             }
         }
-        freed
     }
 
     fn apply_policies(&self, index: u32, gen: u64, succeeded: bool, count: usize) -> usize {

@@ -31,7 +31,7 @@
 //! loaded machine: 560 of 670 us). Recovery only records them (index, generation); they stay
 //! out of the free lists (the cursors skip them, `pool.rs`) until [`finish`] runs, at the
 //! first descriptor allocation after open, at `Pool::finish_recovery`, or when the pool is
-//! dropped. Why waiting is safe:
+//! dropped. Their entries are checked at open all the same (a corrupt one is a named error). Why waiting is safe:
 //! - A decided descriptor whose status is durable is a state the running protocol already
 //!   handles without its owner: any thread meeting its reference in a word helps it, and
 //!   helping a decided descriptor only runs Phase 2 (persisting a decision left dirty first),
@@ -46,9 +46,16 @@
 //! - Its policies free memory that no thread of this run can reach: a word holding its
 //!   reference resolves to the new value on success (the old one is what is freed) and to the
 //!   expected value on failure (the new one is freed), and memory-only entries name nodes the
-//!   operation unlinked or never linked. So they apply at once, without the pool's epoch.
-//! - The descriptor is then retired into the reuse domain, like any finished descriptor, so
-//!   a thread of this run that met its reference and is still helping it is not overtaken.
+//!   operation unlinked or never linked.
+//! - Still they apply in its release through the pool's epoch (`Inner::retire`'s path, as for
+//!   any descriptor that frees memory), which also makes its `Free` status durable, both inside
+//!   one pinned section: a chunk freed there can be reused, but not freed by another
+//!   descriptor's release before that status is durable, so a crash in between repeats the
+//!   policy only on a chunk still free or freed once since (`Recycle::free_by`'s tag). Applied
+//!   at the finish instead, with the release later, a chunk could be reused, linked, freed and
+//!   reused again first, and the repeat would free a linked node (review rev-pmrec2 F1). The
+//!   epoch also keeps a thread of this run that met its reference and is still helping it
+//!   from being overtaken.
 //! - A crash before it is finished finds it decided again: recovery is unchanged, and a
 //!   repeated policy is accepted (`Recycle::free_by`). Nothing else needs it free: the mark
 //!   covers it, and no other descriptor depends on it.
@@ -174,7 +181,9 @@ fn recover_descriptor<P: Persist>(
                 )));
             }
             if count > 0 && state != State::Undecided {
-                // Decided: finished after open (module doc).
+                // Decided: finished after open (module doc). Its entries are checked now (their
+                // lines are read anyway): the finish relies on each naming a target word.
+                check_entries(inner, index, count)?;
                 left.push((index, gen));
                 return Ok(());
             }
@@ -236,10 +245,10 @@ fn recover_descriptor<P: Persist>(
 }
 
 /// Finishes decided descriptor `index` of generation `gen` that recovery left (module doc):
-/// completes its RDCSS references, runs its Phase 2 as a helper would, applies its policies.
-/// The caller then retires it. Any thread, any time after open, once per descriptor. Counts
-/// in `report` the words it found holding a reference (another thread may help them first)
-/// and the values freed.
+/// completes its RDCSS references, runs its Phase 2 as a helper would. The caller then
+/// retires it into the pool's epoch, whose release applies its policies. Any thread, any time
+/// after open, once per descriptor. Counts in `report` the words it found holding a
+/// reference (another thread may help them first) and the values its policies will free.
 pub(crate) fn finish<P: Persist>(
     inner: &Inner<P>,
     index: u32,
@@ -288,8 +297,24 @@ pub(crate) fn finish<P: Persist>(
     let outcome = inner.help(index, gen, 0);
     debug_assert_eq!(outcome, Some(succeeded), "a left descriptor stays decided");
     if let Some(succeeded) = outcome {
-        report.values_freed += inner.apply_policies_where(index, gen, succeeded, count, false);
+        report.values_freed += inner.policy_values(index, gen, succeeded, count);
     }
+}
+
+/// A decided descriptor's entries name target words (or are tombstones): a corrupt pool
+/// otherwise, reported by name rather than left to a finish that could not restore the word.
+fn check_entries<P: Persist>(inner: &Inner<P>, index: u32, count: usize) -> Result<(), Error> {
+    let d = inner.desc(index);
+    for slot in 0..count {
+        let address =
+            d[DESCRIPTOR_HEADER_WORDS + slot * ENTRY_WORDS + E_ADDRESS].load(Ordering::Relaxed);
+        if address < layout::TOMBSTONE && inner.target_word(address).is_none() {
+            return Err(Error::Format(format!(
+                "descriptor {index} entry {slot} names byte {address}, not a target word"
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn nanos_since(t: Instant) -> u64 {

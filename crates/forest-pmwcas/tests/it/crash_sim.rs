@@ -20,8 +20,6 @@ use std::sync::{Arc, Mutex};
 use forest_core::pause::set_pause_hook;
 use forest_pmwcas::{Policy, Pool, PoolConfig, Recycle, Region, Sim, VALUE_MASK};
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
 const POINTS: &[&str] = &[
     "pmwcas:activation-persisted",
     "pmwcas:descriptor-persisted",
@@ -207,9 +205,7 @@ fn crash_at(
 
 #[test]
 fn crash_at_every_step_recovers_all_old_or_all_new() {
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _serial = crate::serial();
     let mut images = 0;
     let (mut forward, mut back, mut freed) = (0, 0, 0);
     for second_succeeds in [true, false] {
@@ -248,9 +244,7 @@ fn crash_at_every_step_recovers_all_old_or_all_new() {
 #[test]
 fn crash_image_of_a_finished_run_is_the_final_state() {
     // Goal: after both PMwCASes return, everything they did is durable (no unflushed word).
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _serial = crate::serial();
     let freed = Arc::new(Freed::default());
     let cfg = config(&freed);
     let region = Region::heap(cfg.region_bytes().unwrap());

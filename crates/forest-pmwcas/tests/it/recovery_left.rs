@@ -14,8 +14,6 @@ use std::time::Duration;
 use forest_core::pause::set_pause_hook;
 use forest_pmwcas::{Pool, PoolConfig, Recycle, Region, Sim};
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
 /// Every free, in order (a repeated policy would show twice).
 #[derive(Default)]
 struct Freed(Mutex<Vec<u64>>);
@@ -119,9 +117,7 @@ fn write(pool: &Pool<Sim>, word: u64, expected: u64, new: u64) -> bool {
 
 #[test]
 fn decided_descriptors_are_finished_at_the_first_allocation() {
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _serial = crate::serial();
     for point in ["pmwcas:status-persisted", "pmwcas:phase2-done"] {
         let image = image_at(point);
         let freed = Arc::new(Freed::default());
@@ -141,6 +137,9 @@ fn decided_descriptors_are_finished_at_the_first_allocation() {
             0,
             "{point}: finished by the allocation"
         );
+        // The policy applies in its release through the pool's epoch (after the writer
+        // unpinned), which `finish_recovery` waits for.
+        let _ = pool.finish_recovery();
         assert_eq!(
             *freed.0.lock().unwrap(),
             [50],
@@ -160,9 +159,7 @@ fn decided_descriptors_are_finished_at_the_first_allocation() {
 
 #[test]
 fn an_allocation_racing_the_finish_takes_another_descriptor() {
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _serial = crate::serial();
     // A still holds the left descriptor's reference: the finish has work to do.
     let image = image_at("pmwcas:status-persisted");
     let freed = Arc::new(Freed::default());

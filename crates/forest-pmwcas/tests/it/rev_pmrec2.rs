@@ -1,8 +1,8 @@
-//! Review rev-pmrec2 F3: recovery used to check, at open, that every entry of a decided
-//! descriptor names a target word (a corrupt descriptor is a named `Error::Format`, "Errors
-//! name the problem"); the descriptors it now leaves for after open are not checked, and their
-//! finish skips an entry that names no target word, so the corrupt file opens and the word the
-//! entry should have rolled forward keeps the descriptor's reference: a read of it spins for
+//! Review rev-pmrec2 F3: recovery checks, at open, that every entry of a decided descriptor
+//! names a target word (a corrupt descriptor is a named `Error::Format`, "Errors name the
+//! problem"), also for the descriptors it leaves for after open. Unchecked, their finish
+//! skipped an entry that names no target word, so the corrupt file opened and the word the
+//! entry should have rolled forward kept the descriptor's reference: a read of it spun for
 //! good (it helps a descriptor that is no longer that generation, then reads the word again).
 
 #![cfg(not(any(loom, shuttle)))]
@@ -60,8 +60,8 @@ fn decided_image() -> Vec<u64> {
 // the deferral. Method: image with descriptor 0 decided; its entry 0's address set past the
 // region; open.
 #[test]
-#[ignore = "rev: F3 a decided descriptor left for after open is not checked: a corrupt entry opens silently"]
 fn a_left_descriptor_naming_no_target_word_is_a_named_error() {
+    let _serial = crate::serial();
     let image = decided_image();
     let geometry = config().geometry().unwrap();
     // Entry 0's address word: after the descriptor's 8 header words.
@@ -95,4 +95,58 @@ fn a_left_descriptor_naming_no_target_word_is_a_named_error() {
         }
         Err(other) => panic!("{other}"),
     }
+}
+
+// Goal (review rev-pmrec2 F6): a second `finish_recovery` waits for a first one under way
+// rather than return before the descriptors are finished (an audit racing a first write).
+// Method: thread "f" finishes the decided image's descriptor and stops in its Phase 2; thread
+// "s" calls `finish_recovery` too; it must not return until "f" goes on, and A then reads the
+// new value.
+#[test]
+fn a_second_finish_waits_for_the_first() {
+    let _serial = crate::serial();
+    let image = decided_image();
+    let region = Region::from_image(&image);
+    let sim = Sim::new(&region);
+    let (pool, report) = Pool::open(region, sim, config()).unwrap();
+    assert_eq!(report.descriptors_left, 1);
+    let pool = Arc::new(pool);
+    let (reached_tx, reached) = std::sync::mpsc::channel();
+    let (go, go_rx) = std::sync::mpsc::channel::<()>();
+    let once = Mutex::new(Some((reached_tx, go_rx)));
+    set_pause_hook(Some(Arc::new(move |name| {
+        if name != "pmwcas:help-snapshot-taken" || std::thread::current().name() != Some("f") {
+            return;
+        }
+        let taken = once.lock().unwrap().take();
+        if let Some((reached, go)) = taken {
+            reached.send(()).unwrap();
+            go.recv().unwrap();
+        }
+    })));
+    let finisher = |name: &str| {
+        let pool = Arc::clone(&pool);
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || pool.finish_recovery().descriptors_in_flight)
+            .unwrap()
+    };
+    let first = finisher("f");
+    reached
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("f never reached its Phase 2");
+    let second = finisher("s");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(
+        !second.is_finished(),
+        "the second finish returned while the first was under way"
+    );
+    go.send(()).unwrap();
+    assert_eq!(first.join().unwrap(), 1, "f finished the descriptor");
+    assert_eq!(second.join().unwrap(), 0, "s found nothing left");
+    set_pause_hook(None);
+    assert_eq!(pool.recovery_left(), 0);
+    let guard = pool.pin();
+    let a = pool.word(pool.user_area().start).unwrap();
+    assert_eq!(pool.read(a, &guard), 100, "A rolled forward");
 }

@@ -123,6 +123,7 @@ fn read_word(pool: &Pool<NoPersist>, offset: u64) -> u64 {
 
 #[test]
 fn helper_of_a_reused_generation_installs_nothing() {
+    let _serial = crate::serial();
     let pool = Arc::new(
         Pool::create_volatile(
             NoPersist,
