@@ -164,12 +164,17 @@ pub fn type_key(user: &[u8]) -> Vec<u8> {
 /// `FF 'm' <u32 BE len> <userkey>`: every member key of `user` begins with this, and no
 /// other key does. Keys longer than u32 are refused by the store's key limit before this.
 pub fn member_prefix(user: &[u8]) -> Vec<u8> {
-    let len = u32::try_from(user.len()).unwrap_or(u32::MAX);
     let mut key = Vec::with_capacity(user.len() + 6 + 16);
+    member_prefix_into(user, &mut key);
+    key
+}
+
+/// [`member_prefix`] appended to `key` (a pooled buffer).
+pub fn member_prefix_into(user: &[u8], key: &mut Vec<u8>) {
+    let len = u32::try_from(user.len()).unwrap_or(u32::MAX);
     key.extend_from_slice(&[RESERVED_BYTE, MEMBER_TAG]);
     key.extend_from_slice(&len.to_be_bytes());
     key.extend_from_slice(user);
-    key
 }
 
 /// The member key of `user` with `suffix` appended.

@@ -54,6 +54,7 @@ use forest_core::{check_entry, check_key, Error, Index, IndexStats, Order, Resul
 use forest_engines::EngineSpec;
 pub use forest_engines::ENGINE_DEFAULT;
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 
 use crate::checkpoint::{self, CheckpointInfo};
 use crate::durability::Durability;
@@ -73,6 +74,18 @@ mod temporal;
 /// (many cores). Check with `forest bench --engines lockbtree --workload durable-put
 /// --durability group --threads 64 --keys 0 --ops 20000` (fsyncs/ack column).
 pub const SHARD_COUNT_DEFAULT: usize = 1;
+
+/// A unit of up to this many ops is decided and logged without a heap allocation: its
+/// stripes, their locks, its records and what each op changed stay on the stack, and the
+/// unit's own earlier effects are found among its records instead of in a map (a collection
+/// command is a unit of two: its member and its type entry; issue 19).
+const SMALL_UNIT_OPS: usize = 4;
+
+/// What each op of a unit changed.
+type Changed = SmallVec<[bool; SMALL_UNIT_OPS]>;
+
+/// A unit's records: op, key, value.
+type UnitRecords<'a> = SmallVec<[(Op, &'a [u8], &'a [u8]); SMALL_UNIT_OPS]>;
 
 /// A new, empty engine as `spec` names it (`masstree`, `masstree:fanout=15x32`; the
 /// registry, `forest_engines`), if it can be a store's index.
@@ -1062,7 +1075,7 @@ impl Store {
         let shard = self.commit.shard_of_thread();
         let (changed, lsn) = self.write_unit(shard, ops, false)?;
         self.wait(lsn)?;
-        Ok(changed)
+        Ok(changed.into_vec())
     }
 
     /// Applies `batch` atomically: after any crash either all of its writes are there or
@@ -1080,7 +1093,7 @@ impl Store {
         shard: usize,
         ops: &[BatchOp],
         deferred: bool,
-    ) -> Result<(Vec<bool>, Option<u64>)> {
+    ) -> Result<(Changed, Option<u64>)> {
         let (changed, lsn, _) = self.write_unit_at(shard, ops, deferred)?;
         Ok((changed, lsn))
     }
@@ -1092,7 +1105,7 @@ impl Store {
         shard: usize,
         ops: &[BatchOp],
         deferred: bool,
-    ) -> Result<(Vec<bool>, Option<u64>, Option<u64>)> {
+    ) -> Result<(Changed, Option<u64>, Option<u64>)> {
         for op in ops {
             match op {
                 BatchOp::Insert(k, v) | BatchOp::Upsert(k, v) | BatchOp::Update(k, v) => {
@@ -1102,7 +1115,7 @@ impl Store {
             }
         }
         self.commit.check_failed()?;
-        let mut stripes: Vec<usize> = ops
+        let mut stripes: SmallVec<[usize; SMALL_UNIT_OPS]> = ops
             .iter()
             .map(|op| KeyStripes::index_of(op.key()))
             .collect();
@@ -1110,8 +1123,9 @@ impl Store {
         stripes.dedup();
         // Scans must not see part of a batch of two ops or more (`scan_gate`): with all its
         // stripes held, it enters the gate without blocking, or lets go and waits.
-        let lock_stripes =
-            || -> Vec<_> { stripes.iter().map(|&i| self.stripes.at(i).lock()).collect() };
+        let lock_stripes = || -> SmallVec<[_; SMALL_UNIT_OPS]> {
+            stripes.iter().map(|&i| self.stripes.at(i).lock()).collect()
+        };
         let (_locked, pass) = if ops.len() > 1 {
             self.gate.check_no_scan_here()?;
             let (locked, pass) = self.gate.enter_batch_holding(lock_stripes);
@@ -1119,18 +1133,29 @@ impl Store {
         } else {
             (lock_stripes(), None)
         };
-        // The batch's own effects so far, by key: Some(value) or None (removed).
+        // The batch's own effects so far, by key: Some(value) or None (removed). A small unit
+        // leaves it empty and reads its records instead (each key's last record is its state).
+        let small = ops.len() <= SMALL_UNIT_OPS;
         let mut overlay: BTreeMap<&[u8], Option<&[u8]>> = BTreeMap::new();
         let mut scratch = Vec::new();
-        let mut changed = Vec::with_capacity(ops.len());
-        let mut records: Vec<(Op, &[u8], &[u8])> = Vec::new();
+        let mut changed = Changed::with_capacity(ops.len());
+        let mut records = UnitRecords::new();
         for op in ops {
             let key = op.key();
+            let earlier = if small {
+                records
+                    .iter()
+                    .rev()
+                    .find(|&&(_, k, _)| k == key)
+                    .map(|&(op, _, _)| op == Op::Put)
+            } else {
+                overlay.get(key).map(Option::is_some)
+            };
             // An upsert changes the key whatever it held: no read (a descent of the index
             // per op, which SET EX's two-op batch would pay twice).
             let mut present = || -> Result<bool> {
-                match overlay.get(key) {
-                    Some(state) => Ok(state.is_some()),
+                match earlier {
+                    Some(present) => Ok(present),
                     None => self.index_get(key, &mut scratch),
                 }
             };
@@ -1142,7 +1167,9 @@ impl Store {
             };
             changed.push(effect.is_some());
             if let Some(state) = effect {
-                overlay.insert(key, state);
+                if !small {
+                    overlay.insert(key, state);
+                }
                 records.push(match state {
                     Some(value) => (Op::Put, key, value),
                     None => (Op::Remove, key, &[][..]),
@@ -1860,7 +1887,16 @@ impl Batch<'_> {
     pub fn write(&mut self, batch: &WriteBatch) -> Result<Vec<bool>> {
         let (changed, lsn) = self.store.write_unit(self.shard, &batch.ops, true)?;
         self.lsn_max = self.lsn_max.max(lsn);
-        Ok(changed)
+        Ok(changed.into_vec())
+    }
+
+    /// [`Self::write`] of `ops` (a [`WriteBatch`]'s, or a vector the caller reuses) without
+    /// the report of what each op changed: a unit of up to four ops allocates nothing in the
+    /// store (a collection command's member and type entry; issue 19).
+    pub fn write_ops(&mut self, ops: &[BatchOp]) -> Result<()> {
+        let (_, lsn) = self.store.write_unit(self.shard, ops, true)?;
+        self.lsn_max = self.lsn_max.max(lsn);
+        Ok(())
     }
 
     /// Inserts `key` only if absent; true if inserted.

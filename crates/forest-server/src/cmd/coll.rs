@@ -243,7 +243,13 @@ fn finish(ctx: &mut Ctx<'_, '_>, user: &[u8], open: Open) -> Result<(), Frame> {
 /// [`finish`]'s decisions, into the open unit: the type entry written back or removed, the
 /// counts moved. Precondition: `user`'s stripe lock is held and the unit is open.
 fn settle(ctx: &mut Ctx<'_, '_>, user: &[u8], open: Open) -> Result<(), Frame> {
-    let key = type_key(user);
+    let key = ctx.buffers.concat(&[
+        &[
+            crate::collection::RESERVED_BYTE,
+            crate::collection::TYPE_TAG,
+        ],
+        user,
+    ]);
     let collections = &ctx.shared.collections;
     match (open.meta.count, open.existed) {
         (0, false) => {
@@ -278,9 +284,10 @@ fn settle(ctx: &mut Ctx<'_, '_>, user: &[u8], open: Open) -> Result<(), Frame> {
             // The type key is its own place (no string's deadline applies): decided as is.
             let value = open.meta.encode();
             let result = match ctx.unit.is_some() {
-                true => {
-                    check_member(&key, &value).map(|()| ctx.decide_owned(key, Some(value.to_vec())))
-                }
+                true => check_member(&key, &value).map(|()| {
+                    let value = ctx.buffers.copy_of(&value);
+                    ctx.decide_owned(key, Some(value))
+                }),
                 false => ctx.upsert(&key, &value),
             };
             if result.is_ok() && !existed {
@@ -302,6 +309,18 @@ pub fn len(ctx: &mut Ctx<'_, '_>, user: &[u8], kind: Kind) -> Reply {
 /// Checks a member entry against the store's limits before anything is written.
 pub fn check_member(key: &[u8], value: &[u8]) -> Result<(), Frame> {
     check_entry(key, value).map_err(|e| store_error(&e))
+}
+
+/// [`check_member`] of the member key `prefix` + `suffix`, without building it.
+pub fn check_member_parts(prefix: &[u8], suffix: &[u8], value: &[u8]) -> Result<(), Frame> {
+    let mut key = [0u8; 64];
+    let len = prefix.len() + suffix.len();
+    if len > key.len() {
+        return check_member(&[prefix, suffix].concat(), value);
+    }
+    key[..prefix.len()].copy_from_slice(prefix);
+    key[prefix.len()..len].copy_from_slice(suffix);
+    check_member(&key[..len], value)
 }
 
 /// Sets a member entry; true if it is new.
@@ -335,7 +354,8 @@ pub fn put_known_member(
         return put_member(ctx, &key, value).map(|_| ());
     }
     check_member(&key, value)?;
-    ctx.decide_owned(key, Some(value.to_vec()));
+    let value = ctx.buffers.copy_of(value);
+    ctx.decide_owned(key, Some(value));
     if !existed {
         ctx.shared.collections.add_reserved(1);
     }

@@ -21,11 +21,14 @@ pub fn hset(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     }
     let prefix = member_prefix(user);
     for pair in argv[2..].chunks_exact(2) {
-        coll::check_member(&member_key(&prefix, &[pair[0]]), pair[1])?;
+        coll::check_member_parts(&prefix, pair[0], pair[1])?;
     }
     coll::write(ctx, user, Kind::Hash, |ctx, meta| {
         coll::count_changes(ctx, meta, 1, argv[2..].chunks_exact(2), |ctx, pair| {
-            coll::put_member(ctx, &member_key(&prefix, &[pair[0]]), pair[1])
+            let key = ctx.buffers.concat(&[&prefix, pair[0]]);
+            let added = coll::put_member(ctx, &key, pair[1]);
+            ctx.buffers.give(key);
+            added
         })
     })
 }

@@ -14,7 +14,7 @@ use forest_core::Order;
 
 use super::coll::{self, null_array};
 use super::{int_arg, syntax_error, Ctx, Reply};
-use crate::collection::{member_key, member_prefix, seq_bytes, Kind, Meta};
+use crate::collection::{member_key, member_prefix, member_prefix_into, seq_bytes, Kind, Meta};
 use crate::frame::Frame;
 use crate::parse::{is_word, parse_int};
 
@@ -25,22 +25,27 @@ fn push(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], left: bool) -> Reply {
 /// LPUSH/RPUSH, or with `existing` LPUSHX/RPUSHX (0 and nothing written for a missing key).
 fn push_if(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], left: bool, existing: bool) -> Reply {
     let user = argv[1];
-    let prefix = member_prefix(user);
-    let any_element = member_key(&prefix, &[&[0; 8]]);
-    for element in &argv[2..] {
-        coll::check_member(&any_element, element)?;
-    }
+    let mut prefix = ctx.buffers.take();
+    member_prefix_into(user, &mut prefix);
+    let any_element = ctx.buffers.concat(&[&prefix, &[0; 8]]);
+    let checked = argv[2..]
+        .iter()
+        .try_for_each(|element| coll::check_member(&any_element, element));
+    ctx.buffers.give(any_element);
+    checked?;
     let change = |ctx: &mut Ctx<'_, '_>, meta: &mut Meta| {
         for element in &argv[2..] {
             push_element(ctx, &prefix, meta, left, element)?;
         }
         Ok(Frame::Integer(meta.count as i64))
     };
-    if existing {
+    let reply = if existing {
         coll::write_existing(ctx, user, Kind::List, Frame::Integer(0), change)
     } else {
         coll::write(ctx, user, Kind::List, change)
-    }
+    };
+    ctx.buffers.give(prefix);
+    reply
 }
 
 /// The sequence number the next element pushed at the head (`left`) or tail of the list
@@ -65,7 +70,8 @@ pub(super) fn push_element(
 ) -> Result<(), Frame> {
     let seq = next_seq(meta, left)?;
     // Outside head..tail no member exists (the list's invariant): nothing to read.
-    coll::put_new_member(ctx, element_key(prefix, seq), element)?;
+    let key = ctx.buffers.concat(&[prefix, &seq_bytes(seq)]);
+    coll::put_new_member(ctx, key, element)?;
     if left {
         meta.a = seq;
     } else {
@@ -93,8 +99,8 @@ pub(super) fn pop_elements(
         } else {
             meta.b.saturating_sub(1)
         };
-        let key = element_key(prefix, seq);
-        let mut value = Vec::new();
+        let key = ctx.buffers.concat(&[prefix, &seq_bytes(seq)]);
+        let mut value = ctx.buffers.take();
         // Members head..tail always exist; only a type entry written by hand under the
         // reserved byte could say otherwise, and then the hole is skipped.
         let present = ctx.read_at(&key, &mut value);
@@ -395,8 +401,11 @@ fn pop(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], left: bool) -> Reply {
         None => Frame::Null,
     };
     coll::write_existing(ctx, user, Kind::List, absent, |ctx, meta| {
-        let prefix = member_prefix(user);
-        let popped = pop_elements(ctx, &prefix, meta, left, count.unwrap_or(1))?;
+        let mut prefix = ctx.buffers.take();
+        member_prefix_into(user, &mut prefix);
+        let popped = pop_elements(ctx, &prefix, meta, left, count.unwrap_or(1));
+        ctx.buffers.give(prefix);
+        let popped = popped?;
         Ok(coll::popped_reply(
             count,
             popped.into_iter().map(Frame::Bulk).collect(),

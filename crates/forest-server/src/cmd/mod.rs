@@ -191,6 +191,9 @@ pub struct Buffers {
     free_bytes: usize,
     /// For reads whose value is not returned (EXISTS, STRLEN, TYPE).
     pub scratch: Vec<u8>,
+    /// The ops of the last unit written ([`Ctx::end_unit`]), emptied: their keys and values
+    /// went back to `free`, so a collection command's unit allocates nothing once warm.
+    unit_ops: Vec<forest_store::BatchOp>,
 }
 
 impl Buffers {
@@ -198,6 +201,16 @@ impl Buffers {
     fn copy_of(&mut self, bytes: &[u8]) -> Vec<u8> {
         let mut buffer = self.take();
         buffer.extend_from_slice(bytes);
+        buffer
+    }
+
+    /// A pooled buffer holding `parts` one after another (a key built of a prefix and a
+    /// suffix).
+    fn concat(&mut self, parts: &[&[u8]]) -> Vec<u8> {
+        let mut buffer = self.take();
+        for part in parts {
+            buffer.extend_from_slice(part);
+        }
         buffer
     }
 
@@ -267,21 +280,24 @@ impl Ctx<'_, '_> {
         if moves {
             self.shared.expires.begin_move();
         }
-        let mut batch = forest_store::WriteBatch::new();
-        for (key, value) in overlay {
-            batch.push(match value {
-                Some(value) => forest_store::BatchOp::Upsert(key, value),
-                None => forest_store::BatchOp::Remove(key),
-            });
-        }
-        if !batch.is_empty() {
-            self.wrote = true;
-            if let Err(e) = self.batch.write(&batch) {
-                if moves {
-                    self.shared.expires.end_move();
-                }
-                return Err(store_error(&e));
+        let mut ops = std::mem::take(&mut self.buffers.unit_ops);
+        ops.extend(overlay.into_iter().map(|(key, value)| match value {
+            Some(value) => forest_store::BatchOp::Upsert(key, value),
+            None => forest_store::BatchOp::Remove(key),
+        }));
+        let written = match ops.is_empty() {
+            true => Ok(()),
+            false => {
+                self.wrote = true;
+                self.batch.write_ops(&ops)
             }
+        };
+        if let Err(e) = written {
+            if moves {
+                self.shared.expires.end_move();
+            }
+            self.recycle_ops(ops);
+            return Err(store_error(&e));
         }
         // Once the writes are visible, still under the command's stripe lock: the deadlines
         // (`expiry`'s invariants), then the watchers (crate::watch).
@@ -289,10 +305,28 @@ impl Ctx<'_, '_> {
         if moves {
             self.shared.expires.end_move();
         }
-        for op in batch.ops() {
+        for op in &ops {
             self.shared.watches.touched_store_key(op.key());
         }
+        self.recycle_ops(ops);
         Ok(())
+    }
+
+    /// Gives a written unit's keys and values back to the pool and keeps its emptied vector
+    /// for the next unit.
+    fn recycle_ops(&mut self, mut ops: Vec<forest_store::BatchOp>) {
+        for op in ops.drain(..) {
+            match op {
+                forest_store::BatchOp::Insert(key, value)
+                | forest_store::BatchOp::Upsert(key, value)
+                | forest_store::BatchOp::Update(key, value) => {
+                    self.buffers.give(key);
+                    self.buffers.give(value);
+                }
+                forest_store::BatchOp::Remove(key) => self.buffers.give(key),
+            }
+        }
+        self.buffers.unit_ops = ops;
     }
 
     /// The deadline of user key `user` as the running command sees it: the open unit's
@@ -472,11 +506,17 @@ impl Ctx<'_, '_> {
     fn decide(&mut self, key: &[u8], value: Option<&[u8]>) {
         self.touched_type_entry(key);
         let unit = self.unit.as_mut().expect("a unit is open");
-        let value = value.map(<[u8]>::to_vec);
+        // Pooled copies: `end_unit` gives them back once written.
+        let value = value.map(|v| self.buffers.copy_of(v));
         match unit.overlay.get_mut(key) {
-            Some(state) => *state = value,
+            Some(state) => {
+                if let Some(old) = std::mem::replace(state, value) {
+                    self.buffers.give(old);
+                }
+            }
             None => {
-                unit.overlay.insert(key.to_vec(), value);
+                let key = self.buffers.copy_of(key);
+                unit.overlay.insert(key, value);
             }
         }
     }

@@ -21,11 +21,14 @@ pub fn sadd(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let user = argv[1];
     let prefix = member_prefix(user);
     for member in &argv[2..] {
-        coll::check_member(&member_key(&prefix, &[member]), b"")?;
+        coll::check_member_parts(&prefix, member, b"")?;
     }
     coll::write(ctx, user, Kind::Set, |ctx, meta| {
         coll::count_changes(ctx, meta, 1, &argv[2..], |ctx, member| {
-            coll::insert_member(ctx, &member_key(&prefix, &[member]), b"")
+            let key = ctx.buffers.concat(&[&prefix, member]);
+            let added = coll::insert_member(ctx, &key, b"");
+            ctx.buffers.give(key);
+            added
         })
     })
 }

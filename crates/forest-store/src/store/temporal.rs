@@ -308,7 +308,7 @@ impl Store {
         let shard = self.commit.shard_of_thread();
         let (changed, lsn, ts) = self.write_unit_at(shard, batch.ops(), false)?;
         self.wait(lsn)?;
-        Ok((changed, ts))
+        Ok((changed.into_vec(), ts))
     }
 
     /// The value of `key` as of time `t` into `out`; false if it had none then. Errors: not

@@ -16,6 +16,7 @@ mod review_bzstore;
 mod review_regressions;
 mod review_scan_gate;
 mod scan_batches;
+mod small_units;
 mod store;
 mod temporal;
 mod verify;
