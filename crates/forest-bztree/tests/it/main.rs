@@ -11,5 +11,4 @@ mod pause_points;
 mod persistent;
 mod power_loss;
 mod reuse_race;
-mod rev_pmrec2;
 mod structure;
