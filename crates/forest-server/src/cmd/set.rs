@@ -563,11 +563,9 @@ pub fn append(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::super::testing::*;
-    use super::super::{execute, After, Buffers, Ctx};
     use crate::frame::Frame;
-    use crate::server::{Config, Shared};
     use forest_store::file::{CrashMode, FaultPlan, SimDir};
-    use forest_store::{Batch, Durability, Store, StoreOptions};
+    use forest_store::Durability;
 
     // Goal: SET's NX, XX and GET options behave as Redis 7's; malformed expiry options are
     // syntax errors (tests/expiry.rs has the rest).
@@ -655,55 +653,6 @@ mod tests {
         assert_eq!(h.run(&["MGET", "b", "c"]), bulks(&["3", "x"]));
         assert_eq!(h.run(&["MSETNX", "a", "9", "a", "8"]), Frame::Integer(0));
         assert_eq!(h.run(&["GET", "a"]), bulk("2"));
-    }
-
-    /// A server state over a simulated directory (power losses), one shard, collections
-    /// repaired as the server does at start.
-    fn sim_shared(dir: &SimDir, durability: Durability) -> Shared {
-        let store = Store::open(
-            dir.clone(),
-            StoreOptions {
-                engine: Some("lockbtree".into()),
-                durability,
-                shards: 1,
-                switch_engine: false,
-                memory_budget_bytes: None,
-            },
-        )
-        .expect("open store");
-        crate::collection::repair(&store).expect("repair");
-        Shared::new(
-            store,
-            Config {
-                durability,
-                ..Config::default()
-            },
-        )
-    }
-
-    /// Runs one command inside `batch` (a pipeline's batch, not waited for here).
-    fn run_in(shared: &Shared, batch: &mut Batch<'_>, argv: &[&str]) -> Frame {
-        let mut client = shared.new_client("127.0.0.1:2".into(), "127.0.0.1:6379".into(), None);
-        let mut buffers = Buffers::default();
-        let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
-        let mut ctx = Ctx {
-            shared,
-            client: &mut client,
-            batch,
-            wrote: false,
-            after: After::Continue,
-            buffers: &mut buffers,
-            unit: None,
-        };
-        execute(&mut ctx, &argv)
-    }
-
-    /// Runs one command as a batch of its own and waits for it.
-    fn run_alone(shared: &Shared, argv: &[&str]) -> Frame {
-        let mut batch = shared.store.batch();
-        let reply = run_in(shared, &mut batch, argv);
-        batch.wait().expect("wait");
-        reply
     }
 
     // Goal: MSETNX's 0 (and SETNX's) waits until the write it saw is durable (review C7).

@@ -218,6 +218,31 @@ fn a_budget_is_refused_for_other_engines() {
     assert!(zero.to_string().contains("budget 0"), "{zero}");
 }
 
+/// A budgeted store at `path` holding `n` keys (version 2), every page evicted, then every
+/// LSS record byte flipped on disk (past each segment's 64-byte header).
+fn evicted_and_damaged(path: &std::path::Path, n: u32, durability: Durability) -> Store {
+    let store = Store::open_path(path, options(Some(16 << 10), durability)).expect("open");
+    let mut batch = WriteBatch::new();
+    for i in 0..n {
+        batch.put(&key(i), &value(i, 2));
+        if batch.len() == 50 {
+            store.write(&batch).expect("write");
+            batch = WriteBatch::new();
+        }
+    }
+    store.sync().expect("sync");
+    wait_evicted(&store);
+    for entry in std::fs::read_dir(path.join("lss")).expect("lss dir") {
+        let file = entry.expect("entry").path();
+        let mut bytes = std::fs::read(&file).expect("read segment");
+        for b in bytes.iter_mut().skip(64) {
+            *b ^= 0x5a;
+        }
+        std::fs::write(&file, bytes).expect("damage segment");
+    }
+    store
+}
+
 // Goal: a page that cannot be read back is the operation's error, naming the segment file,
 // offset and page; never wrong data. Method: evict everything, damage the LSS segment's
 // records on disk, read every key.
@@ -227,27 +252,7 @@ fn a_damaged_lss_page_is_the_read_error() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let path = tmp.path().join("store");
     let periodic = Durability::Periodic { interval_ms: 5 };
-    let store = Store::open_path(&path, options(Some(16 << 10), periodic)).expect("open");
-    let mut batch = WriteBatch::new();
-    for i in 0..N {
-        batch.put(&key(i), &value(i, 2));
-        if batch.len() == 50 {
-            store.write(&batch).expect("write");
-            batch = WriteBatch::new();
-        }
-    }
-    store.sync().expect("sync");
-    wait_evicted(&store);
-    let lss = path.join("lss");
-    for entry in std::fs::read_dir(&lss).expect("lss dir") {
-        let file = entry.expect("entry").path();
-        let mut bytes = std::fs::read(&file).expect("read segment");
-        // Past the 64-byte segment header: flip every record byte.
-        for b in bytes.iter_mut().skip(64) {
-            *b ^= 0x5a;
-        }
-        std::fs::write(&file, bytes).expect("damage segment");
-    }
+    let store = evicted_and_damaged(&path, N, periodic);
     let mut errors = 0;
     let mut out = Vec::new();
     for i in 0..N {
@@ -290,25 +295,7 @@ fn a_checkpoint_that_missed_a_page_is_refused_whoever_took_the_error() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let path = tmp.path().join("store");
     let periodic = Durability::Periodic { interval_ms: 5 };
-    let store = Store::open_path(&path, options(Some(16 << 10), periodic)).expect("open");
-    let mut batch = WriteBatch::new();
-    for i in 0..N {
-        batch.put(&key(i), &value(i, 2));
-        if batch.len() == 50 {
-            store.write(&batch).expect("write");
-            batch = WriteBatch::new();
-        }
-    }
-    store.sync().expect("sync");
-    wait_evicted(&store);
-    for entry in std::fs::read_dir(path.join("lss")).expect("lss dir") {
-        let file = entry.expect("entry").path();
-        let mut bytes = std::fs::read(&file).expect("read segment");
-        for b in bytes.iter_mut().skip(64) {
-            *b ^= 0x5a;
-        }
-        std::fs::write(&file, bytes).expect("damage segment");
-    }
+    let store = evicted_and_damaged(&path, N, periodic);
     let stop = std::sync::atomic::AtomicBool::new(false);
     let published = std::thread::scope(|s| {
         s.spawn(|| {
