@@ -32,4 +32,4 @@ pub use limits::{
     STORED_VALUE_BYTES_MAX, VALUE_BYTES_MAX,
 };
 pub use stats::{Counter, IndexStats};
-pub use temporal::{discarded, HistoryVisitor, TemporalIndex, Timestamp};
+pub use temporal::{discarded, HistoryVisitor, TemporalIndex, Timestamp, VersionVisitor};

@@ -92,7 +92,26 @@ pub trait TemporalIndex: Index {
     /// time split of its page is refused with [`crate::Error::InvalidUse`] (history is never
     /// updated, §IV-A2).
     fn put_version(&self, key: &[u8], ts: Timestamp, value: Option<&[u8]>) -> Result<bool>;
+
+    /// The versions that reads at `from` or later need, among those with a timestamp up to
+    /// `to` (a store's temporal checkpoint): in ascending key order, each key's in timestamp
+    /// order, each once. A version is handed out when its timestamp is at or after `from`, or
+    /// when it holds a value and its key's next version (up to `to`) is at or after `from`,
+    /// or there is none: the version current at `from` (a tombstone current at `from` is
+    /// not: nothing older is handed out for it to end). Reads as of any time in `from..=to`
+    /// and histories from `from` answer the same from these versions alone. Versions above
+    /// `to` (writes going on) are skipped. Errors: `from` below the retention threshold.
+    fn versions_from(
+        &self,
+        from: Timestamp,
+        to: Timestamp,
+        visit: &mut VersionVisitor<'_>,
+    ) -> Result<()>;
 }
+
+/// The callback of [`TemporalIndex::versions_from`]: a key, a version's timestamp and its
+/// value (`None` for a tombstone); returns `ControlFlow::Break(())` to stop.
+pub type VersionVisitor<'a> = dyn FnMut(&[u8], Timestamp, Option<&[u8]>) -> ControlFlow<()> + 'a;
 
 /// The error for a read as of time `t` below the retention threshold `threshold`.
 pub fn discarded(t: Timestamp, threshold: Timestamp) -> Error {

@@ -822,6 +822,13 @@ fn rewrite_tail(dir: &dyn Dir, name: &str, from: u64) -> Result<()> {
 }
 
 /// Streams the checkpoint `name` into a fresh index; the index is dropped on any error.
+///
+/// A temporal checkpoint's versions are put at their timestamps, inline and in the file's
+/// (timestamp, key) order; its threshold is raised on the index first (META's was applied
+/// by `new_index`; a checkpoint never holds less than its own threshold needs, and the
+/// higher of the two holds). Into an index that keeps no versions (a store switched away
+/// from a temporal engine) they are plain puts and removes, in timestamp order, which leave
+/// each key's newest.
 fn load_checkpoint(
     dir: &dyn Dir,
     name: &str,
@@ -829,9 +836,21 @@ fn load_checkpoint(
 ) -> Result<(checkpoint::CheckpointInfo, Box<dyn Index>)> {
     let mut stream = CheckpointStream::open(dir, name)?;
     let fresh = new_index();
-    replay::apply_parallel(&*fresh, replay::worker_count(), |apply| {
-        while let Some((key, value)) = stream.next_entry()? {
-            apply.put(key, value)?;
+    let workers = match (stream.temporal(), fresh.as_temporal()) {
+        (Some(block), Some(temporal)) => {
+            if block.threshold > temporal.retention() {
+                temporal.set_retention(block.threshold)?;
+            }
+            0
+        }
+        _ => replay::worker_count(),
+    };
+    replay::apply_parallel(&*fresh, workers, |apply| {
+        while let Some(entry) = stream.next_version()? {
+            match entry.value {
+                Some(value) => apply.put_at(entry.key, value, entry.ts)?,
+                None => apply.remove_at(entry.key, entry.ts)?,
+            }
         }
         Ok(())
     })?;

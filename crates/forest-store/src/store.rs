@@ -592,9 +592,7 @@ impl Store {
         let commit = GroupCommit::start(writers, Arc::clone(&lsns), options.durability)?;
         let llama = maker.map(|m| m.finish(&lsns)).transpose()?;
         let lsn_end = lsns.next();
-        // A temporal store's logs are its history (`temporal`): no checkpoint replaces them.
-        let replayed = ((report.records_replayed > 0 && !report.clean) || checkpoint_now)
-            && recovered.index.as_temporal().is_none();
+        let replayed = (report.records_replayed > 0 && !report.clean) || checkpoint_now;
         let store = Self {
             dir: Box::new(dir),
             index: recovered.index,
@@ -1435,7 +1433,13 @@ impl Store {
             (next, next),
             false,
         )?;
-        let (start_lsn, old_logs) = self.commit.rotate(fresh)?;
+        let temporal = self.index.as_temporal();
+        // A temporal store's cut: its clock with every shard locked at the rotation, so
+        // every unit below `start_lsn` has applied at a timestamp at most it, and every later
+        // one ticks above it (`temporal`).
+        let (start_lsn, cut, old_logs) = self
+            .commit
+            .rotate_with(fresh, || temporal.map(|t| t.now()))?;
         for old in old_logs {
             let name = old
                 .path()
@@ -1445,21 +1449,23 @@ impl Store {
                 .to_string();
             state.retired.push((name, start_lsn));
         }
-        if self.index.as_temporal().is_some() {
-            // The logs are a temporal store's history (`temporal`): rotated and synced,
-            // kept whole, no checkpoint file.
-            self.commit.sync()?;
-            self.checkpoint_count.fetch_add(1, Ordering::Relaxed);
-            return Ok(CheckpointInfo {
-                start_lsn,
-                end_lsn: start_lsn - 1,
-                entry_count: 0,
-                bytes: 0,
-            });
-        }
         let lsns = &self.lsns;
         let errors_before = self.llama.as_ref().map_or(0, |l| l.tree.load_errors());
-        let info = checkpoint::write(&*self.dir, &*self.index, start_lsn, || lsns.last())?;
+        let info = match (temporal, cut) {
+            (Some(temporal), Some(cut)) => {
+                // The threshold cannot move meanwhile: `set_retention` takes `checkpoints`.
+                // It is at most the clock unless the wall clock went back across a reopen
+                // that loaded no version after it; then later units may be in the file too,
+                // which redo leaves alone (a version already there is a no-op).
+                let threshold = temporal.retention();
+                let block = checkpoint::TemporalBlock {
+                    threshold,
+                    cut: cut.max(threshold),
+                };
+                checkpoint::write_temporal(&*self.dir, temporal, start_lsn, block, || lsns.last())?
+            }
+            _ => checkpoint::write(&*self.dir, &*self.index, start_lsn, || lsns.last())?,
+        };
         let errors_after = self.llama.as_ref().map_or(0, |l| l.tree.load_errors());
         if errors_after != errors_before {
             // The scan may have missed pages it could not load: never publish it. Counted,

@@ -14,6 +14,7 @@
 //! | `split_list.rs` | §IV-B2 per-level latch-free lists of active time splits |
 //! | `scan.rs` | current and as-of range scans, both orders |
 //! | `history.rs` | a key's versions in a time range, each once |
+//! | `export.rs` | §V-C the versions reads from a time on need (a store's temporal checkpoint) |
 //! | `stamped.rs` | versions at a given timestamp: a store's writes and their redo, idempotent |
 //! | `retention.rs` | §V-C (1) in memory: a retention threshold; historical pages before it freed, their PIDs reused; stale terms never followed |
 //! | forest-llama | §II-B mapping table; §II-C Allocate, Free, Read, Update-D, Update-R; epochs |
@@ -48,6 +49,7 @@
 
 mod as_of;
 mod descend;
+mod export;
 mod history;
 mod key_split;
 mod node;
@@ -67,7 +69,7 @@ use forest_core::stats::names;
 use forest_core::sync::atomic::{AtomicU64, Ordering};
 use forest_core::{
     check_entry, Counter, Error, HistoryVisitor, Index, IndexStats, Order, Result, TemporalIndex,
-    Timestamp, Visitor,
+    Timestamp, VersionVisitor, Visitor,
 };
 use forest_llama::{MappingTable, Pid};
 
@@ -713,5 +715,14 @@ impl TemporalIndex for TsbTree {
 
     fn put_version(&self, key: &[u8], ts: Timestamp, value: Option<&[u8]>) -> Result<bool> {
         TsbTree::put_version(self, key, ts, value)
+    }
+
+    fn versions_from(
+        &self,
+        from: Timestamp,
+        to: Timestamp,
+        visit: &mut VersionVisitor<'_>,
+    ) -> Result<()> {
+        self.versions_between(from, to, visit)
     }
 }

@@ -15,20 +15,31 @@
 //! [`TemporalIndex::put_version`] at its logged timestamp: the same versions at the same
 //! times, and a version already there is left alone (a version is `(key, timestamp)`).
 //!
-//! Checkpoints keep no history, so a temporal store keeps its logs instead: a checkpoint
-//! rotates and syncs the logs and writes no checkpoint file, and no log is ever deleted.
-//! Choice and cost: the history is as large as the logs anyway (every version at or above
-//! the retention threshold is in memory), each version is written to disk once (a
-//! checkpoint of every version would write the whole history again each time), and an open
-//! replays every write since the store was created (about a million records a second,
-//! issue 5). The open after a crash writes no checkpoint either; so the case that
-//! checkpoint covers for other engines, a failed fsync whose pages a reopen reads back from
-//! the page cache, is not covered here.
+//! Checkpoints (`checkpoint.rs`, format version 3). A checkpoint rotates the logs at
+//! `start_lsn` and reads the clock with every shard locked there: that time is the cut,
+//! every unit below `start_lsn` has applied at a timestamp at most it and every later unit
+//! ticks above it. It then writes the versions that reads at or after the retention
+//! threshold `T` need, up to the cut ([`TemporalIndex::versions_from`]), in (timestamp, key)
+//! order, and is published, and logs below the older of the newest two checkpoints are
+//! deleted, as for other engines. The rule for a version of a key, with the key's next
+//! version (up to the cut) at `next`: written when its timestamp is at or after `T` (a
+//! tombstone too: it ends an older version for reads after it, and a history from `T` lists
+//! it), or when it holds a value and `next` is at or after `T` or absent (the version
+//! current at `T`, which as-of reads at `T` need); discarded otherwise: a value superseded
+//! before `T`, and a tombstone before `T` (nothing older is written for it to end). With no
+//! threshold (`T = 0`) every version is written. Reads as of any time from `T` on, and
+//! histories from `T`, answer the same from the file plus the logs after it. An open loads
+//! the newest valid checkpoint into an index that has META's `T` (and the file's, if
+//! higher), putting each version at its timestamp in file order (the order time splits
+//! need, as in redo), then replays the logs from `start_lsn`. The open after a crash that
+//! replayed records writes a checkpoint, as for other engines. Cost: each checkpoint writes
+//! the whole retained history again; memory about that size while it sorts.
 //!
 //! Retention (tsbw-tree-temporal.md §V-C). [`Store::set_retention`] raises a threshold `T`
 //! (never lowers it, never past [`Store::now`]); it is written durably to META (format 4)
-//! before the engine discards anything, and applied to the fresh index at open before redo,
-//! so redo frees history below `T` as it goes. Reads as of a time below `T`, and histories
+//! before the engine discards anything, and applied to the fresh index at open before the
+//! checkpoint is loaded and redo runs, so both free history below `T` as they go; the next
+//! checkpoint leaves it out of the files. Reads as of a time below `T`, and histories
 //! starting below it, are refused naming `T`; reads at `T` or later answer as before.
 //!
 //! Reads as of `t` need no gate: [`Store::now`] is below every unit not yet applied, and a

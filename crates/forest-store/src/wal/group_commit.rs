@@ -441,6 +441,18 @@ impl GroupCommit {
     /// current next LSN) at one LSN `start`: every record below `start` is in the old logs,
     /// which are made durable and returned, every later one goes to the new logs.
     pub fn rotate(&self, fresh: Vec<LogWriter>) -> Result<(u64, Vec<LogWriter>)> {
+        self.rotate_with(fresh, || ())
+            .map(|(start, _, old)| (start, old))
+    }
+
+    /// [`Self::rotate`], also returning what `at_start` reads while every shard is locked at
+    /// `start`: no unit is between its LSNs and its apply then (a temporal store reads its
+    /// clock, the cut of its checkpoint).
+    pub fn rotate_with<T>(
+        &self,
+        fresh: Vec<LogWriter>,
+        at_start: impl FnOnce() -> T,
+    ) -> Result<(u64, T, Vec<LogWriter>)> {
         let inner = &*self.inner;
         assert_eq!(fresh.len(), inner.shards.len(), "one new log per shard");
         let mut writers: Vec<_> = inner.shards.iter().map(|s| s.writer.lock()).collect();
@@ -449,6 +461,7 @@ impl GroupCommit {
             return Err(inner.failure_error());
         }
         let start = inner.lsns.next();
+        let read = at_start();
         let mut old_logs = Vec::with_capacity(fresh.len());
         // Rotation takes every buffer: a panic before the old logs are synced loses them.
         let guard = FailOnUnwind::new(inner, During::Rotate);
@@ -482,7 +495,7 @@ impl GroupCommit {
         }
         guard.disarm();
         drop(writers);
-        Ok((start, old_logs))
+        Ok((start, read, old_logs))
     }
 
     /// A clean close: makes every write durable, then ends every log with a mark (everything

@@ -19,4 +19,5 @@ mod scan_batches;
 mod small_units;
 mod store;
 mod temporal;
+mod temporal_checkpoint;
 mod verify;

@@ -9,7 +9,9 @@
 //! write in flight at most is added, and every as-of answer checked before is checked again.
 //! A retention threshold rises among the rounds (`Store::set_retention`): reads at or above
 //! it answer as the model, reads below it (and histories starting below it) are refused
-//! naming it, across reopens and SIGKILL too.
+//! naming it, across reopens and SIGKILL too. Every round checkpoints (temporal checkpoints,
+//! `checkpoint.rs` format version 3), so reopens load a checkpoint and the first logs are
+//! deleted; the open after the SIGKILL writes one.
 //! `FOREST_TEMPORAL_OPS` sets the operations per round (default small, for CI).
 
 use std::collections::BTreeMap;
@@ -25,15 +27,15 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 /// Small pages, so key and time splits start early.
-const ENGINE: &str = "tsbtree:page=6,index_page=6,consolidate=2";
+pub(crate) const ENGINE: &str = "tsbtree:page=6,index_page=6,consolidate=2";
 const CHILD_ENV: &str = "FOREST_TEMPORAL_CHILD";
 const OPS_ENV: &str = "FOREST_TEMPORAL_OPS";
 const OPS_DEFAULT: usize = 150;
-const KEY_COUNT: u32 = 12;
+pub(crate) const KEY_COUNT: u32 = 12;
 
-type Model = BTreeMap<Vec<u8>, BTreeMap<u64, Option<Vec<u8>>>>;
+pub(crate) type Model = BTreeMap<Vec<u8>, BTreeMap<u64, Option<Vec<u8>>>>;
 
-fn options(engine: &str) -> StoreOptions {
+pub(crate) fn options(engine: &str) -> StoreOptions {
     StoreOptions {
         engine: Some(engine.to_string()),
         durability: Durability::Group,
@@ -43,11 +45,11 @@ fn options(engine: &str) -> StoreOptions {
     }
 }
 
-fn key(i: u32) -> Vec<u8> {
+pub(crate) fn key(i: u32) -> Vec<u8> {
     format!("k{i:02}").into_bytes()
 }
 
-fn value_at(model: &Model, key: &[u8], t: u64) -> Option<Vec<u8>> {
+pub(crate) fn value_at(model: &Model, key: &[u8], t: u64) -> Option<Vec<u8>> {
     model
         .get(key)?
         .range(..=t)
@@ -99,7 +101,13 @@ fn random_time(rng: &mut StdRng, stamps: &[u64], now: u64) -> u64 {
 }
 
 /// Checks one as-of get, scan (with continuation) and history at random past times.
-fn check_reads(store: &Store, model: &Model, stamps: &[u64], rng: &mut StdRng, what: &str) {
+pub(crate) fn check_reads(
+    store: &Store,
+    model: &Model,
+    stamps: &[u64],
+    rng: &mut StdRng,
+    what: &str,
+) {
     let now = store.now().expect("temporal store call");
     let threshold = store.retention().expect("temporal store call");
     let t = random_time(rng, stamps, now);
@@ -208,7 +216,7 @@ fn check_refused(store: &Store, k: &[u8], t: u64, threshold: u64, what: &str) {
 }
 
 /// Every key's whole retained history (from the threshold on) equals the model's.
-fn check_all_history(store: &Store, model: &Model, what: &str) {
+pub(crate) fn check_all_history(store: &Store, model: &Model, what: &str) {
     let threshold = store.retention().expect("temporal store call");
     for i in 0..KEY_COUNT {
         let k = key(i);
@@ -225,7 +233,7 @@ fn check_all_history(store: &Store, model: &Model, what: &str) {
 
 /// Raises the threshold to a recent version's time, checking the refusals of a future
 /// threshold and of a lower one, and that setting it again changes nothing.
-fn raise_threshold(store: &Store, stamps: &[u64], rng: &mut StdRng, what: &str) {
+pub(crate) fn raise_threshold(store: &Store, stamps: &[u64], rng: &mut StdRng, what: &str) {
     let now = store.now().expect("temporal store call");
     let old = store.retention().expect("temporal store call");
     let err = store
@@ -247,7 +255,12 @@ fn raise_threshold(store: &Store, stamps: &[u64], rng: &mut StdRng, what: &str) 
 }
 
 /// One random write; records its versions in the model.
-fn random_write(store: &Store, model: &mut Model, stamps: &mut Vec<u64>, rng: &mut StdRng) {
+pub(crate) fn random_write(
+    store: &Store,
+    model: &mut Model,
+    stamps: &mut Vec<u64>,
+    rng: &mut StdRng,
+) {
     let k = key(rng.random_range(0..KEY_COUNT));
     let v = rng.random::<u32>().to_le_bytes().to_vec();
     let present = value_at(model, &k, u64::MAX).is_some();
@@ -402,6 +415,15 @@ fn temporal_model_with_reopen_and_sigkill() {
     for round in 0..4 {
         let what = format!("seed {seed} round {round}");
         let store = Store::open_path(tmp.path(), options(ENGINE)).expect("temporal store call");
+        if round >= 1 {
+            let report = store.recovery_report();
+            assert!(report.checkpoint_start_lsn.is_some(), "{what}: {report:?}");
+        }
+        if round >= 2 {
+            // Two checkpoints after round 0's logs: they are gone.
+            let first = tmp.path().join(wal::log_name(0, 0));
+            assert!(!first.exists(), "{what}: {} is kept", first.display());
+        }
         check_all_history(&store, &model, &what);
         for _ in 0..ops {
             if rng.random_range(0..3) == 0 {
@@ -423,9 +445,8 @@ fn temporal_model_with_reopen_and_sigkill() {
                 }
             }
         }
-        if round == 1 {
-            store.checkpoint().expect("temporal store call");
-        }
+        // Every round checkpoints (a temporal checkpoint lets the logs below it go).
+        store.checkpoint().expect("temporal store call");
         if round % 2 == 0 {
             store.close().expect("temporal store call");
             continue;
@@ -445,6 +466,8 @@ fn temporal_model_with_reopen_and_sigkill() {
         // after the last ack, if any.
         let last_ack = stamps.iter().max().copied().unwrap_or(0);
         let store = Store::open_path(tmp.path(), options(ENGINE)).expect("temporal store call");
+        // The open after a crash that replayed records writes a checkpoint.
+        assert_eq!(store.stats().checkpoint_count, 1, "{what}");
         let mut extra = Vec::new();
         for i in 0..KEY_COUNT {
             for (ts, v) in store
@@ -672,7 +695,9 @@ fn cpu_seconds() -> f64 {
 
 // Measurement (not in CI): a temporal store's memory and open time after
 // FOREST_RETAIN_UPDATES (default 1 M) updates of 10 k keys, without and with a retention
-// threshold at the newest time minus 10 % of the written span. Run:
+// threshold at the newest time minus 10 % of the written span, and with that threshold and
+// two checkpoints (the second after one more write), so the logs are deleted and the reopen
+// loads the checkpoint. Run:
 // cargo test --release -p forest-store --test it -j1 -- --ignored --nocapture temporal::measure_retention
 #[test]
 #[ignore = "measurement; see the comment"]
@@ -687,7 +712,7 @@ fn measure_retention() {
         durability: Durability::Periodic { interval_ms: 100 },
         ..options("tsbtree")
     };
-    for with_threshold in [false, true] {
+    for (with_threshold, with_checkpoint) in [(false, false), (true, false), (true, true)] {
         let tmp = tempfile::tempdir().expect("tempdir");
         let store = Store::open_path(tmp.path(), opts()).expect("open");
         let mut first = None;
@@ -722,7 +747,23 @@ fn measure_retention() {
             .get_as_of(b"key00007", threshold, &mut probe)
             .expect("at T")
             .then(|| probe.clone());
+        if with_checkpoint {
+            store.checkpoint().expect("checkpoint");
+            store.put_ts(b"key00000", b"one more").expect("write");
+            store.checkpoint().expect("checkpoint");
+        }
         store.close().expect("close");
+        let (mut log_bytes, mut checkpoint_bytes) = (0, 0);
+        for entry in std::fs::read_dir(tmp.path()).expect("list") {
+            let entry = entry.expect("entry");
+            let name = entry.file_name().into_string().expect("utf-8");
+            let len = entry.metadata().expect("metadata").len();
+            if wal::parse_log_name(&name).is_some() {
+                log_bytes += len;
+            } else if name.starts_with("checkpoint-") {
+                checkpoint_bytes += len;
+            }
+        }
         let (wall, cpu) = (std::time::Instant::now(), cpu_seconds());
         let store = Store::open_path(tmp.path(), opts()).expect("reopen");
         let (open_wall, open_cpu) = (wall.elapsed().as_secs_f64(), cpu_seconds() - cpu);
@@ -731,10 +772,17 @@ fn measure_retention() {
             .expect("at T")
             .then(|| probe.clone());
         assert_eq!(at_t, again, "the answer at T survives the reopen");
+        let report = store.recovery_report();
         println!(
-            "retention={with_threshold} updates={updates} keys={KEYS}: before close \
-             memory_bytes={mem} live_pages={pages}; reopen {open_wall:.2} s wall {open_cpu:.2} s \
-             cpu, memory_bytes={} live_pages={} versions={}",
+            "retention={with_threshold} checkpoint={with_checkpoint} updates={updates} \
+             keys={KEYS}: before close memory_bytes={mem} live_pages={pages}; on disk \
+             log_bytes={log_bytes} checkpoint_bytes={checkpoint_bytes}; reopen {open_wall:.2} s \
+             wall {open_cpu:.2} s cpu (checkpoint load {:.2} s, {} versions; replay {:.2} s, {} \
+             records), memory_bytes={} live_pages={} versions={}",
+            report.checkpoint_elapsed.as_secs_f64(),
+            report.checkpoint_entry_count,
+            report.replay_elapsed.as_secs_f64(),
+            report.records_replayed,
             store.stats().index.memory_bytes,
             count(&store, "live_pages"),
             count(&store, "versions"),
