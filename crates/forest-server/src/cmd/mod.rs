@@ -1242,6 +1242,41 @@ mod tests {
 
     // Goal: reply buffers come back to the pool, are handed out empty, and the pool stays
     // within its byte bound. Method: give many buffers, take one, recycle an array reply.
+    // Goal (review rev-lists13 F2): what a connection keeps between commands stays within
+    // the pool's bound (POOL_BYTES_MAX, "small enough for thousands of connections") after
+    // one large unit too. Method: one SADD of 20 000 members through a connection's
+    // buffers, then the bytes its pool and its kept op vector hold.
+    #[test]
+    #[ignore = "rev: Buffers::unit_ops keeps the op vector of the largest unit for the connection's life"]
+    fn rev_lists_kept_unit_ops_are_bounded() {
+        let h = Harness::new();
+        let mut client = h
+            .shared
+            .new_client("127.0.0.1:3".into(), "127.0.0.1:6379".into(), None);
+        let mut buffers = Buffers::default();
+        let members: Vec<String> = (0..20_000).map(|i| format!("m{i}")).collect();
+        let mut argv: Vec<&[u8]> = vec![b"SADD", b"s"];
+        argv.extend(members.iter().map(|m| m.as_bytes()));
+        let mut batch = h.shared.store.batch();
+        let mut ctx = Ctx {
+            shared: &h.shared,
+            client: &mut client,
+            batch: &mut batch,
+            wrote: false,
+            after: After::Continue,
+            buffers: &mut buffers,
+            unit: None,
+        };
+        assert_eq!(execute(&mut ctx, &argv), Frame::Integer(20_000));
+        batch.wait().expect("wait");
+        let kept = buffers.free_bytes
+            + buffers.unit_ops.capacity() * std::mem::size_of::<forest_store::BatchOp>();
+        assert!(
+            kept <= POOL_BYTES_MAX,
+            "a connection keeps {kept} bytes after one SADD (bound {POOL_BYTES_MAX})"
+        );
+    }
+
     #[test]
     fn buffer_pool_is_bounded() {
         let mut buffers = Buffers::default();
