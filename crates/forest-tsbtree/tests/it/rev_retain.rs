@@ -105,7 +105,6 @@ fn drain_epochs() {
 // written 4 times: the key splits' right pages take the reused PIDs while the root still has
 // stale terms naming them. The same workload without a threshold first, as the control.
 #[test]
-#[ignore = "rev: complete_split takes a stale term naming a PID that retention freed and a key split reused for the right page's own term and never posts it; every writer then helps that split forever (livelock)"]
 fn a_reused_pid_named_by_a_stale_term_is_not_taken_for_the_new_page() {
     check(upsert, |_| {}, "control, no threshold");
     check(
@@ -127,7 +126,6 @@ fn put_in_order(tree: &TsbTree, key: &[u8], value: &[u8]) {
 // Method: the workload with versions put at increasing timestamps (the clock's next) on a
 // tree whose threshold is set first, far above them; the control without a threshold.
 #[test]
-#[ignore = "rev: redo below a persisted threshold frees pages at once and reuses their PIDs: the same livelock, so a store with a threshold can hang at open"]
 fn redo_below_a_persisted_threshold_keeps_every_key_reachable() {
     check(put_in_order, |_| {}, "control, no threshold");
     let tree = Arc::new(wide_root());
