@@ -564,8 +564,13 @@ impl Store {
                 }
             }
         };
-        if recovered.index.as_temporal().is_some() {
+        if let Some(temporal) = recovered.index.as_temporal() {
             temporal::check_open(&options, recorded.as_ref(), &engine)?;
+            // After redo, not before (split times would pass the versions redo replays): the
+            // logged timestamps may all lie below the threshold, and a wall clock set back
+            // across the restart would put `now()` and new writes below it (review
+            // rev-retain13 F2).
+            temporal.advance_clock(retention);
         }
         let recorded_layout = recorded
             .as_ref()
