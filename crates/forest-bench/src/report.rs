@@ -44,7 +44,9 @@ pub struct ResultRow {
     /// Rows of workloads with scans: `asc` or `desc` (`--scan-order`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scan_order: Option<String>,
-    /// Net heap bytes the load phase allocated (None without the counting allocator).
+    /// Net heap bytes the load phase allocated (None without the counting allocator), or the
+    /// engine's own account after the load where that is larger (an engine with a heap of its
+    /// own, as bztree's mapped node heap, allocates outside the counting allocator).
     pub memory_bytes: Option<u64>,
     /// `memory_bytes` per loaded key.
     pub bytes_per_key: Option<f64>,

@@ -202,6 +202,21 @@ fn memory_per_key_is_plausible() {
 }
 
 #[test]
+fn memory_of_an_engine_with_its_own_heap_is_counted() {
+    // Goal: bztree, whose nodes live in a mapped heap of its own (outside the counting
+    // allocator), does not report 0 bytes per key. Method: 20k keys with 100-byte values.
+    let _serial = serial();
+    let mut config = tiny("bztree-read-only");
+    config.keys = 20_000;
+    config.value_size = 100;
+    let specs = vec![Spec::parse("bztree").expect("valid")];
+    let rows =
+        run_workload(&config, &specs, &options(vec![1]), &ProgressBar::hidden()).expect("runs");
+    let per_key = rows[0].bytes_per_key.expect("measured");
+    assert!(per_key >= 100.0, "{per_key} bytes per key");
+}
+
+#[test]
 fn json_report_has_the_documented_fields() {
     // Goal: --json writes {"results":[...]} with every documented field, and --plot an SVG.
     // Method: run the CLI entry point with tiny sizes and parse the files.

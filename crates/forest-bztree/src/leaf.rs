@@ -23,7 +23,7 @@ use forest_core::Result;
 use forest_pmwcas::{Guard, Persist};
 
 use crate::metadata::{record_block_bytes, Metadata, TOTAL_LEN_MAX};
-use crate::node::{HEADER_BYTES, METADATA_BYTES};
+use crate::node::{key_cmp, key_eq, HEADER_BYTES, METADATA_BYTES};
 use crate::status_word::StatusWord;
 use crate::{BzTree, Outcome, Path, Target};
 
@@ -74,7 +74,7 @@ impl<P: Persist> BzTree<P> {
         while lo < hi {
             let mid = (lo + hi) / 2;
             let m = self.leaf_meta(leaf, mid, guard);
-            match self.key_of(leaf, m).cmp(key) {
+            match key_cmp(self.key_of(leaf, m), key) {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
                 std::cmp::Ordering::Equal => {
@@ -101,7 +101,7 @@ impl<P: Persist> BzTree<P> {
                 continue;
             }
             if m.is_visible() {
-                if self.key_of(leaf, m) == key {
+                if key_eq(self.key_of(leaf, m), key) {
                     return Search {
                         found: Some(Found { index: i, meta: m }),
                         in_progress,
@@ -405,7 +405,7 @@ impl<P: Persist> BzTree<P> {
                     let m = self.leaf_meta(leaf, j, guard);
                     if m.key_len() == key.len() {
                         if m.is_visible() {
-                            if self.key_of(leaf, m) == key {
+                            if key_eq(self.key_of(leaf, m), key) {
                                 duplicate = Some(Found { index: j, meta: m });
                                 break;
                             }

@@ -292,7 +292,11 @@ impl<P: Persist> BzTree<P> {
         while lo < hi {
             let mid = (lo + hi) / 2;
             let sep = self.key_of(node, self.internal_meta(node, mid));
-            let goes_right = if after { sep <= key } else { sep < key };
+            let goes_right = match key_cmp(sep, key) {
+                std::cmp::Ordering::Less => true,
+                std::cmp::Ordering::Equal => after,
+                std::cmp::Ordering::Greater => false,
+            };
             if goes_right {
                 lo = mid + 1;
             } else {
@@ -318,5 +322,64 @@ impl<P: Persist> BzTree<P> {
     #[inline]
     pub(crate) fn separator(&self, node: u64, i: u64) -> &[u8] {
         self.key_of(node, self.internal_meta(node, i))
+    }
+}
+
+/// `a.cmp(b)` for keys: the first 8 bytes compared as one big-endian word, so the common
+/// case (keys differing in their first 8 bytes, or 8-byte keys) makes no `memcmp` call,
+/// which was a quarter of a read-only run's CPU at 8-byte keys.
+#[inline]
+pub(crate) fn key_cmp(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    match (a.first_chunk::<8>(), b.first_chunk::<8>()) {
+        (Some(x), Some(y)) => match u64::from_be_bytes(*x).cmp(&u64::from_be_bytes(*y)) {
+            std::cmp::Ordering::Equal if a.len() == 8 && b.len() == 8 => std::cmp::Ordering::Equal,
+            std::cmp::Ordering::Equal => a[8..].cmp(&b[8..]),
+            unequal => unequal,
+        },
+        _ => a.cmp(b),
+    }
+}
+
+/// `a == b` for keys of equal length, with [`key_cmp`]'s word fast path for 8 bytes.
+#[inline]
+pub(crate) fn key_eq(a: &[u8], b: &[u8]) -> bool {
+    match (a.first_chunk::<8>(), b.first_chunk::<8>()) {
+        (Some(x), Some(y)) if a.len() == 8 && b.len() == 8 => x == y,
+        _ => a == b,
+    }
+}
+
+#[cfg(test)]
+mod key_order_tests {
+    use super::{key_cmp, key_eq};
+
+    // Goal: key_cmp and key_eq order keys exactly as byte slices do, at lengths around the
+    // 8-byte word. Method: every pair from a set of keys of lengths 0–17 that differ early,
+    // late, or only in length.
+    #[test]
+    fn key_cmp_is_slice_order() {
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        for len in 0..18usize {
+            for fill in [0u8, 1, 0x7f, 0x80, 0xff] {
+                let mut k = vec![fill; len];
+                keys.push(k.clone());
+                if let Some(last) = k.last_mut() {
+                    *last ^= 1;
+                    keys.push(k.clone());
+                }
+                if len > 3 {
+                    k[3] = k[3].wrapping_add(1);
+                    keys.push(k);
+                }
+            }
+        }
+        for a in &keys {
+            for b in &keys {
+                assert_eq!(key_cmp(a, b), a.cmp(b), "{a:?} vs {b:?}");
+                if a.len() == b.len() {
+                    assert_eq!(key_eq(a, b), a == b, "{a:?} vs {b:?}");
+                }
+            }
+        }
     }
 }

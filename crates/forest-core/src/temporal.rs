@@ -85,6 +85,10 @@ pub trait TemporalIndex: Index {
     /// [`Self::put_version`].
     fn tick(&self) -> Timestamp;
 
+    /// Moves the clock up to `t` (never down), so later ticks exceed it: a store raises it to
+    /// its retention threshold after redo, as the logged timestamps may all lie below it.
+    fn advance_clock(&self, t: Timestamp);
+
     /// Creates the version `(key, ts)` with `value` (`None`: a tombstone), moving the clock
     /// up to `ts`. Returns false, changing nothing, when `key` already has a version at `ts`
     /// (so a redo of a logged write is a no-op). The caller applies versions of each page in

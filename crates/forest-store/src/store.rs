@@ -75,10 +75,12 @@ mod temporal;
 /// --durability group --threads 64 --keys 0 --ops 20000` (fsyncs/ack column).
 pub const SHARD_COUNT_DEFAULT: usize = 1;
 
-/// A unit of up to this many ops is decided and logged without a heap allocation: its
-/// stripes, their locks, its records and what each op changed stay on the stack, and the
-/// unit's own earlier effects are found among its records instead of in a map (a collection
-/// command is a unit of two: its member and its type entry; issue 19).
+/// A unit of up to this many ops keeps its bookkeeping off the heap: its stripes, their
+/// locks, its records and what each op changed stay on the stack, and the unit's own earlier
+/// effects are found among its records instead of in a map (a collection command is a unit
+/// of two: its member and its type entry; issue 19). Not every such unit allocates nothing:
+/// a conditional op reads the current value into a fresh buffer, and the temporal and msync
+/// paths keep maps (review rev-lists13 F4).
 const SMALL_UNIT_OPS: usize = 4;
 
 /// What each op of a unit changed.
@@ -562,8 +564,13 @@ impl Store {
                 }
             }
         };
-        if recovered.index.as_temporal().is_some() {
+        if let Some(temporal) = recovered.index.as_temporal() {
             temporal::check_open(&options, recorded.as_ref(), &engine)?;
+            // After redo, not before (split times would pass the versions redo replays): the
+            // logged timestamps may all lie below the threshold, and a wall clock set back
+            // across the restart would put `now()` and new writes below it (review
+            // rev-retain13 F2).
+            temporal.advance_clock(retention);
         }
         let recorded_layout = recorded
             .as_ref()
@@ -1880,12 +1887,15 @@ impl Batch<'_> {
 
     /// Adds to this batch's durability wait whatever was written under `key`'s stripe: an
     /// answer decided from what a read saw (MSETNX finding a key) must not be given before
-    /// that is durable (issue 12, defect 4).
-    pub fn observe(&mut self, key: &[u8]) {
+    /// that is durable (issue 12, defect 4). True if that write is not yet known durable, so
+    /// the answer has something to wait for.
+    pub fn observe(&mut self, key: &[u8]) -> bool {
         let last = self.store.stripes.of(key).last_lsn();
-        if last > 0 {
+        if last > self.store.lsns.durable() {
             self.lsn_max = self.lsn_max.max(Some(last));
+            return true;
         }
+        false
     }
 
     /// Applies `batch` atomically within this pipeline batch (as [`Store::write`]; the
@@ -1897,8 +1907,8 @@ impl Batch<'_> {
     }
 
     /// [`Self::write`] of `ops` (a [`WriteBatch`]'s, or a vector the caller reuses) without
-    /// the report of what each op changed: a unit of up to four ops allocates nothing in the
-    /// store (a collection command's member and type entry; issue 19).
+    /// the report of what each op changed (a collection command's member and type entry;
+    /// a unit of up to four ops keeps its bookkeeping off the heap, see `SMALL_UNIT_OPS`).
     pub fn write_ops(&mut self, ops: &[BatchOp]) -> Result<()> {
         let (_, lsn) = self.store.write_unit(self.shard, ops, true)?;
         self.lsn_max = self.lsn_max.max(lsn);

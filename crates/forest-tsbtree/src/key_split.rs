@@ -199,7 +199,9 @@ impl TsbTree {
                 continue;
             };
             let view = page::index_view(head);
-            if view.entries.iter().any(|e| e.pid == right) {
+            // Posted: a current term (its key's latest) names `right`. A stale term may name
+            // the PID too once retention freed its page and the PID was reused (`retention.rs`).
+            if page::current_term(&view.entries, right).is_some() {
                 return;
             }
             self.check_post(&view, right_start, right_start);

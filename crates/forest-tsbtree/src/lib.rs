@@ -713,6 +713,10 @@ impl TemporalIndex for TsbTree {
         self.clock.tick()
     }
 
+    fn advance_clock(&self, t: Timestamp) {
+        self.clock.advance_to(t);
+    }
+
     fn put_version(&self, key: &[u8], ts: Timestamp, value: Option<&[u8]>) -> Result<bool> {
         TsbTree::put_version(self, key, ts, value)
     }

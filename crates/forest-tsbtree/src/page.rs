@@ -148,7 +148,14 @@ pub(crate) fn index_view(head: &Node) -> IndexView {
         match &delta.kind {
             Kind::KeyTerm(term) => insert_term(&mut view.entries, term.clone()),
             Kind::TimeTerm { key, t, hist, cur } => {
-                if let Some(e) = view.entries.iter_mut().find(|e| e.pid == *cur) {
+                // The current term of `cur` (its key's latest), not a stale term naming a
+                // reused PID (`retention.rs`).
+                if let Some(e) = view
+                    .entries
+                    .iter_mut()
+                    .rev()
+                    .find(|e| e.pid == *cur && e.key == *key)
+                {
                     e.pid = *hist;
                 }
                 insert_term(
@@ -225,6 +232,15 @@ pub(crate) fn key_range(head: &Node) -> (&[u8], Option<&[u8]>) {
         Kind::Index(b) => (&b.low, b.high.as_deref()),
         _ => unreachable!("a chain ends in a base page"),
     }
+}
+
+/// The current term (its key's latest) naming `pid` in sorted `entries`.
+pub(crate) fn current_term(entries: &[Term], pid: Pid) -> Option<&Term> {
+    entries
+        .iter()
+        .enumerate()
+        .find(|(i, e)| e.pid == pid && entries.get(i + 1).is_none_or(|n| n.key != e.key))
+        .map(|(_, e)| e)
 }
 
 /// Whether a page state is historical (its base ends at a split time; only bases can be).

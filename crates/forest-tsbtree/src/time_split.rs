@@ -205,7 +205,7 @@ impl TsbTree {
                 continue; // the root grew meanwhile: post on the new root
             };
             let view = crate::page::index_view(parent);
-            let Some(current) = view.entries.iter().find(|e| e.pid == pid) else {
+            let Some(current) = page::current_term(&view.entries, pid) else {
                 // Not this parent's child yet: a right page whose key-split term is pending.
                 // That term is posted with the page's start as it is then, and the history
                 // link covers the times before.
@@ -213,8 +213,10 @@ impl TsbTree {
             };
             // Posted: P's term starts at `t`, or H has a term here. Not H's PID once retention
             // freed H (`t` at or below the threshold): the PID may name another page now.
-            let hist_posted =
-                t > self.retention_threshold() && view.entries.iter().any(|e| e.pid == hist);
+            let threshold = self.retention_threshold();
+            let hist_posted = view.entries.iter().enumerate().any(|(i, e)| {
+                e.pid == hist && crate::retention::term_end(&view.entries, i, view.end) > threshold
+            });
             if current.ts >= t || hist_posted {
                 self.split_list(level).finish_posted(pid, t);
                 return false;

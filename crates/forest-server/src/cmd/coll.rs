@@ -128,6 +128,9 @@ pub fn write_existing<'a, 's>(
     let _guard = shared.collections.lock(user);
     super::expire::purge_due(ctx, user)?;
     let Some(seen) = open_read(ctx, user, kind)? else {
+        // Absent perhaps because of a write not yet durable (review rev-lists13 F1): the
+        // answer waits for it.
+        ctx.observe(&type_key(user));
         return Ok(absent);
     };
     write_locked(ctx, user, kind, |ctx, meta| {

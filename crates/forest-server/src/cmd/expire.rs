@@ -398,9 +398,14 @@ pub fn delete_key(ctx: &mut Ctx<'_, '_>, user: &[u8]) -> Result<bool, Frame> {
         return Ok(false);
     }
     if ctx.deadline(user).is_none() {
-        return Ok(
-            ctx.remove(user)? || (shared.collections.any() && coll::delete_locked(ctx, user)?)
-        );
+        let removed =
+            ctx.remove(user)? || (shared.collections.any() && coll::delete_locked(ctx, user)?);
+        if !removed {
+            // A collection deleted by a write not yet durable: DEL's 0 waits for it (review
+            // rev-lists13 F1; its type entry is on another stripe than the user key).
+            ctx.observe(&crate::collection::type_key(user));
+        }
+        return Ok(removed);
     }
     ctx.begin_unit();
     let removed = match ctx.remove(user) {

@@ -269,6 +269,9 @@ impl Store {
         if t == current {
             return Ok(t);
         }
+        // Every unit at or below `now` is applied; made durable first, so that no threshold
+        // covers a write a crash could still lose (review rev-retain13 F2).
+        self.commit.sync()?;
         // Under the lock `set_layout` writes META with: neither loses the other's field.
         let layout = self.layout.lock();
         crate::meta::write(

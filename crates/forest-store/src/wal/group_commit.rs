@@ -66,7 +66,10 @@ use crate::lsn::LsnAllocator;
 pub const SHARD_COUNT_MAX: usize = 64;
 
 /// The largest log buffer a shard keeps for its next flush pass (`ShardState::spare`).
-const SPARE_BYTES_MAX: usize = 256 << 20;
+/// Small, because a shard keeps up to two such buffers while idle after a burst (review
+/// rev-lists13 F3: 256 MiB each before); a steady `periodic` pass at 100 k list pushes a
+/// second fills 11 MB.
+const SPARE_BYTES_MAX: usize = 16 << 20;
 
 /// What one shard's writers have appended and the flusher not yet taken.
 #[derive(Debug, Default)]
@@ -688,6 +691,9 @@ impl Inner {
                 buf.clear();
                 shard.state.lock().spare = buf;
             }
+        } else if buf.capacity() > 0 && buf.capacity() <= SPARE_BYTES_MAX {
+            // An empty pass took the buffer the next writes would have filled: keep it.
+            shard.state.lock().spare = buf;
         }
         shard.durable_through.fetch_max(through, Ordering::SeqCst);
         Ok(())

@@ -10,3 +10,4 @@ mod index_time_split;
 mod pause_points;
 mod put_version;
 mod retention;
+mod rev_retain;

@@ -62,6 +62,11 @@ pub fn write_many<'a, 's>(
     }
     // Written here, under the locks, whatever happened above.
     let written = ctx.end_unit();
+    // What the handler read of every key, an absent source too, is durable before the
+    // reply (review rev-lists13 F1: SMOVE's 0 after an SREM that emptied the source).
+    for key in keys {
+        ctx.observe(&crate::collection::type_key(key));
+    }
     settled.and(written)?;
     reply
 }
@@ -185,5 +190,113 @@ mod tests {
                 "{durability:?}: SMOVE answered 0 (m not in src), yet SREM src m was not durable"
             );
         }
+    }
+
+    // Goal: the control for the test below: DEL of a string key deleted by an unacknowledged
+    // DEL answers 0 only once that DEL is durable (the store's conditional no-op waits for
+    // its stripe), so the harness tells a waiting no-op from one that does not wait.
+    #[test]
+    fn rev_lists_del_of_a_deleted_string_waits() {
+        for durability in [Durability::Sync, Durability::Group] {
+            let dir = SimDir::new(3);
+            let shared = sim_shared(&dir, durability);
+            run_alone(&shared, &["SET", "k", "v"]);
+            let mut batch_a = shared.store.batch();
+            run_in(&shared, &mut batch_a, &["DEL", "k"]);
+            assert_eq!(run_alone(&shared, &["DEL", "k"]), Frame::Integer(0));
+            dir.crash_with(CrashMode::DropUnsynced);
+            std::mem::forget(batch_a);
+            std::mem::forget(shared);
+            let after = sim_shared(&dir, durability);
+            assert_eq!(
+                run_alone(&after, &["EXISTS", "k"]),
+                Frame::Integer(0),
+                "{durability:?}"
+            );
+        }
+    }
+
+    // Goal (review rev-lists13 F1): as above, with the SREM removing the source's last member,
+    // so SMOVE finds no source at all (`Many::existing` gives None: nothing opened, nothing
+    // settled, nothing observed); LMOVE after an LPOP emptied its source; SINTERSTORE of an
+    // emptied source into an absent destination (its sources are read, never opened); and
+    // the one-key form (SREM of an emptied set, `write_existing`'s absent reply); DEL of the
+    // emptied set (its user key's stripe is not its type entry's).
+    // Method: as above; the source had one member; every case is run, failures listed.
+    #[test]
+    fn a_no_op_on_an_emptied_source_waits_for_what_it_read() {
+        type Case<'a> = (
+            &'a [&'a str],
+            &'a [&'a str],
+            &'a [&'a str],
+            Frame,
+            &'a [&'a str],
+            Frame,
+        );
+        let cases: [Case<'_>; 5] = [
+            (
+                &["SADD", "src", "m"],
+                &["SREM", "src", "m"],
+                &["SMOVE", "src", "dst", "m"],
+                Frame::Integer(0),
+                &["SISMEMBER", "src", "m"],
+                Frame::Integer(0),
+            ),
+            (
+                &["RPUSH", "src", "e"],
+                &["LPOP", "src"],
+                &["LMOVE", "src", "dst", "LEFT", "RIGHT"],
+                Frame::Null,
+                &["LLEN", "src"],
+                Frame::Integer(0),
+            ),
+            (
+                &["SADD", "src", "m"],
+                &["SREM", "src", "m"],
+                &["SINTERSTORE", "dst", "src"],
+                Frame::Integer(0),
+                &["SCARD", "src"],
+                Frame::Integer(0),
+            ),
+            (
+                &["SADD", "src", "m"],
+                &["SREM", "src", "m"],
+                &["SREM", "src", "m"],
+                Frame::Integer(0),
+                &["SISMEMBER", "src", "m"],
+                Frame::Integer(0),
+            ),
+            (
+                &["SADD", "src", "m"],
+                &["SREM", "src", "m"],
+                &["DEL", "src"],
+                Frame::Integer(0),
+                &["SCARD", "src"],
+                Frame::Integer(0),
+            ),
+        ];
+        let mut failures = Vec::new();
+        for durability in [Durability::Sync, Durability::Group] {
+            for (setup, by_a, by_b, b_says, check, durable) in &cases {
+                let dir = SimDir::new(3);
+                let shared = sim_shared(&dir, durability);
+                run_alone(&shared, setup);
+                let mut batch_a = shared.store.batch();
+                run_in(&shared, &mut batch_a, by_a);
+                assert_eq!(&run_alone(&shared, by_b), b_says, "{by_b:?}");
+                dir.crash_with(CrashMode::DropUnsynced);
+                std::mem::forget(batch_a);
+                std::mem::forget(shared);
+                let after = sim_shared(&dir, durability);
+                let seen = run_alone(&after, check);
+                if &seen != durable {
+                    failures.push(format!(
+                        "{durability:?}: {by_b:?} answered {b_says:?}, yet {by_a:?} was not \
+                         durable ({check:?} gives {seen:?})"
+                    ));
+                }
+            }
+        }
+        assert!(failures.is_empty(), "{failures:#?}");
     }
 }
