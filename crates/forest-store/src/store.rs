@@ -570,7 +570,8 @@ impl Store {
             // logged timestamps may all lie below the threshold, and a wall clock set back
             // across the restart would put `now()` and new writes below it (review
             // rev-retain13 F2).
-            temporal.advance_clock(retention);
+            // The index's threshold: META's, or a loaded checkpoint's if higher.
+            temporal.advance_clock(temporal.retention());
         }
         let recorded_layout = recorded
             .as_ref()
@@ -1461,9 +1462,9 @@ impl Store {
         let info = match (temporal, cut) {
             (Some(temporal), Some(cut)) => {
                 // The threshold cannot move meanwhile: `set_retention` takes `checkpoints`.
-                // It is at most the clock unless the wall clock went back across a reopen
-                // that loaded no version after it; then later units may be in the file too,
-                // which redo leaves alone (a version already there is a no-op).
+                // It is at most the cut (at most `now()` when set; an open raises the clock
+                // to it); the max only keeps a file the loader would refuse from being
+                // written should that ever fail.
                 let threshold = temporal.retention();
                 let block = checkpoint::TemporalBlock {
                     threshold,
