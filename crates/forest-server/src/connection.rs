@@ -22,13 +22,15 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown as NetShutdown, TcpStream};
 use std::ops::Range;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use forest_store::Batch;
 
+use crate::cmd::script::RuntimeGate;
 use crate::cmd::{self, After, Buffers, Client, Ctx};
 use crate::frame::{Frame, Limits, Protocol};
-use crate::parse::Requests;
+use crate::parse::{is_word, Requests};
 use crate::server::Shared;
 
 /// Bytes asked of the socket per read: many pipelined commands, or a large value in a few
@@ -74,6 +76,12 @@ pub struct Conn {
     writes: Vec<(Range<usize>, Protocol)>,
     /// The last batch ended early: complete commands wait in the input.
     more: bool,
+    /// Set: batches run on a per-core runtime's only thread, marked in its gate; a command
+    /// that may run long or wait for a script's stripe locks ends the batch before it, and
+    /// [`Self::offload_next`] says so (see [`Self::process_offloaded`]).
+    pub runtime_gate: Option<Arc<RuntimeGate>>,
+    /// The last batch stopped before such a command.
+    offload_next: bool,
 }
 
 /// A batch between [`Conn::begin`] and [`Conn::finish_with`]: its commands ran, its
@@ -118,6 +126,36 @@ impl Resumed<'_> {
     }
 }
 
+/// Whether a command must not run on a runtime's only thread (see
+/// [`Conn::runtime_gate`]): a script (EVAL and its kin, or an EXEC that queued one) may run
+/// for seconds, SAVE writes a checkpoint, and while a script runs it holds every stripe
+/// lock, which any command may wait for. The common case costs one atomic load and a look
+/// at the name's length and first byte.
+fn runs_long(shared: &Shared, client: &Client, argv: &[&[u8]]) -> bool {
+    if shared.scripts.holding() {
+        return true;
+    }
+    let Some(name) = argv.first() else {
+        return false;
+    };
+    let txn = &client.txn;
+    match (name.len(), name.first().map(u8::to_ascii_lowercase)) {
+        (4 | 7 | 10, Some(b'e')) => {
+            if is_word(name, "exec") {
+                txn.queues_a_script()
+            } else {
+                // Inside MULTI a script is only queued.
+                !txn.in_multi()
+                    && ["eval", "evalsha", "eval_ro", "evalsha_ro"]
+                        .iter()
+                        .any(|word| is_word(name, word))
+            }
+        }
+        (4, Some(b's')) => is_word(name, "save"),
+        _ => false,
+    }
+}
+
 /// `output` with each write reply at `writes` replaced by `write not acknowledged` (a
 /// batch whose durability wait failed; rare, so it may copy).
 fn unacknowledge(
@@ -147,7 +185,27 @@ impl Conn {
             buffers: Buffers::default(),
             writes: Vec::new(),
             more: false,
+            runtime_gate: None,
+            offload_next: false,
         }
+    }
+
+    /// Whether the next batch must run where blocking is allowed: the last one stopped
+    /// before a command that may run long or wait for a script's locks (see
+    /// [`Self::runtime_gate`]).
+    pub fn offload_next(&self) -> bool {
+        self.offload_next
+    }
+
+    /// [`Self::process`] for a batch [`Self::offload_next`] asked for, on a thread that may
+    /// block (not a runtime's: its other connections are served meanwhile). It runs every
+    /// complete command, long ones included, and waits for durability on this thread.
+    pub fn process_offloaded(&mut self, shared: &Shared) -> Step {
+        self.offload_next = false;
+        let gate = self.runtime_gate.take();
+        let step = self.process(shared);
+        self.runtime_gate = gate;
+        step
     }
 
     /// Whether a partly received command waits in the input.
@@ -192,7 +250,10 @@ impl Conn {
             buffers,
             writes,
             more,
+            runtime_gate,
+            offload_next,
         } = self;
+        *offload_next = false;
         let mut pending = Pending {
             batch: None,
             step: Step::Continue,
@@ -218,8 +279,15 @@ impl Conn {
         let mut blocked = false;
         let mut batch = shared.store.batch();
         let mut argv: Vec<&[u8]> = Vec::with_capacity(8);
+        let inline = runtime_gate.as_deref().map(RuntimeGate::enter);
         for i in 0..requests.len() {
             requests.argv(i, input, &mut argv);
+            if inline.is_some() && runs_long(shared, client, &argv) {
+                // Left, with what follows it, for a thread that may block.
+                *offload_next = true;
+                break;
+            }
+            executed = i + 1;
             let mut ctx = Ctx {
                 shared,
                 client,
@@ -232,7 +300,6 @@ impl Conn {
             let start = output.len();
             let reply = cmd::execute_into(&mut ctx, &argv, output);
             let (wrote, after) = (ctx.wrote, ctx.after);
-            executed = i + 1;
             blocked = client.blocking.is_blocked();
             if blocked || matches!(after, After::Shutdown { .. }) {
                 // A blocking command that wrote before it blocked (an expired key purged):
@@ -266,10 +333,24 @@ impl Conn {
                 break;
             }
         }
+        drop(inline);
+        if *offload_next && executed > 0 {
+            // The name of the last command that ran, not of the one left.
+            requests.argv(executed - 1, input, &mut argv);
+        }
         pending.name = argv
             .first()
             .and_then(|n| cmd::lookup(n))
             .map(|spec| spec.name);
+        if *offload_next {
+            pending.consumed = requests.cut(executed);
+            *more = true;
+            if executed == 0 {
+                // Nothing ran: no batch to account for.
+                pending.name = None;
+                return pending;
+            }
+        }
         if cut || blocked {
             pending.consumed = requests.cut(executed);
             *more = cut || pending.consumed < input.len();

@@ -98,7 +98,7 @@ impl Requests {
     /// Keeps only the first `count` commands (the caller runs no more of this decode): the
     /// bytes they take, for the caller to remove. The rest is decoded again next time.
     pub fn cut(&mut self, count: usize) -> usize {
-        debug_assert!(count >= 1 && count <= self.commands.len());
+        debug_assert!(count <= self.commands.len());
         self.partial = None;
         self.error = None;
         self.commands.truncate(count);

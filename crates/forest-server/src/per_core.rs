@@ -13,6 +13,14 @@
 //! LSNs of every batch that asked are allocated before it asks, so one sync covers them
 //! all); the batch's own wait then returns at once, with the error if the sync failed.
 //!
+//! Long commands: a script (EVAL and its kin, an EXEC that queued one) and SAVE run on a
+//! blocking thread (`spawn_blocking`; the connection's state moves there and back), so that
+//! the runtime serves its other connections meanwhile, SCRIPT KILL included. While a script
+//! holds (or is about to take) every stripe lock, every command goes there too, since any
+//! may wait for those locks; the runtime's [`RuntimeGate`] keeps a command that began
+//! inline from meeting a script that took them after it looked (`crate::connection`). A
+//! blocked command's retry waits (asynchronously) for the script to end instead.
+//!
 //! Stop: the acceptor stops accepting, a watch channel tells every connection to stop at
 //! its next read (the batch it runs finishes and its replies go out), and after
 //! [`crate::server::STOP_GRACE`] each runtime aborts its tasks still running (clients that
@@ -27,6 +35,7 @@ use parking_lot::{Condvar, Mutex};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
+use crate::cmd::script::RuntimeGate;
 use crate::server::{Shared, STOP_GRACE};
 use crate::tokio_io::Durable;
 
@@ -178,7 +187,10 @@ fn start_core(
                 Some((waiter, _)) => Durable::Await(Arc::clone(waiter)),
                 None => Durable::Inline,
             };
-            runtime.block_on(serve_core(&shared, receiver, stop, &core_load, &mode));
+            let gate = shared.scripts.runtime_gate();
+            runtime.block_on(serve_core(
+                &shared, receiver, stop, &core_load, &mode, &gate,
+            ));
             drop(runtime);
             if let Some((waiter, handle)) = durable {
                 waiter.stop();
@@ -268,6 +280,7 @@ async fn serve_core(
     stop: watch::Receiver<bool>,
     load: &Arc<AtomicUsize>,
     durable: &Durable,
+    gate: &Arc<RuntimeGate>,
 ) {
     let mut connections = JoinSet::new();
     while let Some(stream) = incoming.recv().await {
@@ -276,10 +289,11 @@ async fn serve_core(
         let conn_load = Arc::clone(load);
         let stop = stop.clone();
         let durable = durable.clone();
+        let gate = Arc::clone(gate);
         connections.spawn(async move {
             // `into_std` left it non-blocking; registered with this thread's runtime.
             if let Ok(stream) = tokio::net::TcpStream::from_std(stream) {
-                crate::tokio_io::serve(&conn_shared, stream, stop, &durable).await;
+                crate::tokio_io::serve(&conn_shared, stream, stop, &durable, Some(gate)).await;
             }
             conn_shared
                 .stats

@@ -19,6 +19,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::blocking::Wake;
+use crate::cmd::script::{GateMark, RuntimeGate};
 use crate::connection::{Conn, Step, BLOCKED_INPUT_BYTES_MAX, READ_BYTES};
 use crate::pubsub::Mailbox;
 use crate::server::{Shared, STOP_GRACE};
@@ -96,7 +97,7 @@ async fn accept_loop(shared: Arc<Shared>, listener: std::net::TcpListener) {
                 let stop = stop_rx.clone();
                 let durable = durable.clone();
                 connections.spawn(async move {
-                    serve(&conn_shared, stream, stop, &durable).await;
+                    serve(&conn_shared, stream, stop, &durable, None).await;
                     conn_shared.stats.connected_clients.fetch_sub(1, Ordering::Relaxed);
                 });
             }
@@ -146,8 +147,39 @@ async fn process(conn: &mut Conn, shared: &Shared, durable: &Durable) -> Step {
     }
 }
 
+/// Runs the batch [`Conn::offload_next`] asked for on a blocking thread, and awaits it: the
+/// runtime serves its other connections meanwhile (a script may run for seconds; SCRIPT KILL
+/// from a connection of the same runtime stops it). None if that thread panicked.
+async fn offload(mut conn: Conn, shared: &Arc<Shared>) -> Option<(Conn, Step)> {
+    let shared = Arc::clone(shared);
+    tokio::task::spawn_blocking(move || {
+        let step = conn.process_offloaded(&shared);
+        (conn, step)
+    })
+    .await
+    .ok()
+}
+
+/// Per-core: marks the runtime's gate once no script holds (or takes) the stripes, which a
+/// blocked command's retry may wait for (see [`RuntimeGate`]); polls meanwhile.
+async fn enter_gate<'g>(gate: &'g RuntimeGate, shared: &Shared) -> GateMark<'g> {
+    loop {
+        let inline = gate.enter();
+        if !shared.scripts.holding() {
+            return inline;
+        }
+        drop(inline);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 /// Retries a blocked command after `wake` and waits for its durability as `durable` says.
 async fn resume(conn: &mut Conn, shared: &Shared, wake: Wake, durable: &Durable) {
+    let gate = conn.runtime_gate.clone();
+    let mut inline = None;
+    if let Some(gate) = &gate {
+        inline = Some(enter_gate(gate, shared).await);
+    }
     match durable {
         Durable::Inline => {
             conn.resume(shared, wake);
@@ -159,6 +191,8 @@ async fn resume(conn: &mut Conn, shared: &Shared, wake: Wake, durable: &Durable)
         }
         Durable::Await(waiter) => {
             let resumed = conn.resume_begin(shared, wake);
+            // Not across the durability wait: a script would wait for it.
+            drop(inline.take());
             if resumed.wrote() {
                 waiter.durable().await;
             }
@@ -271,12 +305,14 @@ async fn wait_blocked(
     true
 }
 
-/// Serves one connection until it closes or the server stops (both tokio-based models).
+/// Serves one connection until it closes or the server stops (both tokio-based models;
+/// `gate`: the per-core runtime's, see [`Conn::runtime_gate`]).
 pub(crate) async fn serve(
     shared: &Arc<Shared>,
     mut stream: TcpStream,
     mut stop: watch::Receiver<bool>,
     durable: &Durable,
+    gate: Option<Arc<RuntimeGate>>,
 ) {
     let _ = stream.set_nodelay(true);
     let addr = stream
@@ -290,6 +326,9 @@ pub(crate) async fn serve(
     let client = shared.new_client(addr, laddr, None);
     let id = client.info.id;
     let mut conn = Conn::new(client);
+    // Per-core: the runtime has no other thread to hand its connections to while a command
+    // runs long; such commands run on a blocking thread (`Conn::runtime_gate`).
+    conn.runtime_gate = gate;
     let partial_timeout = shared.config.partial_frame_timeout;
     let mut step = Step::Continue;
     // Registered once: a fresh wait per read would lock the channel's waiter list each time,
@@ -315,7 +354,17 @@ pub(crate) async fn serve(
             continue;
         }
         if conn.has_more() {
-            step = process(&mut conn, shared, durable).await;
+            if conn.offload_next() {
+                let Some((back, ran)) = offload(conn, shared).await else {
+                    // Its thread panicked: the connection's state went with it.
+                    shared.drop_client(id);
+                    let _ = stream.shutdown().await;
+                    return;
+                };
+                (conn, step) = (back, ran);
+            } else {
+                step = process(&mut conn, shared, durable).await;
+            }
             if stream.write_all(&conn.output).await.is_err() {
                 break;
             }

@@ -91,6 +91,12 @@ impl TxnState {
         self.multi
     }
 
+    /// Whether EXEC would run a script (EVAL and its kin queued since MULTI): the per-core
+    /// model runs such an EXEC off its runtime's thread (`crate::connection`).
+    pub fn queues_a_script(&self) -> bool {
+        self.multi && self.queue.iter().any(|q| is_script(q.spec))
+    }
+
     /// Commands queued since MULTI; None outside MULTI.
     pub fn queued(&self) -> Option<usize> {
         self.multi.then_some(self.queue.len())
@@ -293,6 +299,12 @@ pub fn exec(ctx: &mut Ctx<'_, '_>, _argv: &[&[u8]]) -> Reply {
         ));
     }
     let shared = ctx.shared;
+    // A queued script may hold every stripe for seconds: marked before they are taken (the
+    // script's own begin_script then takes them again, re-entrant).
+    let _holding = queue
+        .iter()
+        .any(|q| is_script(q.spec))
+        .then(|| shared.scripts.hold());
     let _guards = if queue.iter().any(|q| keyspace_wide(q.spec)) {
         shared.collections.lock_all()
     } else {
@@ -334,9 +346,17 @@ pub fn exec(ctx: &mut Ctx<'_, '_>, _argv: &[&[u8]]) -> Reply {
     Ok(Frame::Array(replies))
 }
 
+/// Whether `spec` runs a script (EVAL and its kin).
+fn is_script(spec: &Spec) -> bool {
+    matches!(spec.name, "eval" | "evalsha" | "eval_ro" | "evalsha_ro")
+}
+
 /// A script's hold on the keyspace ([`begin_script`]).
 pub(super) struct ScriptUnit<'a> {
     guards: Vec<crate::collection::StripeGuard<'a>>,
+    /// The script's mark in `Scripts::holding` (outside EXEC, whose own mark covers it),
+    /// dropped after the guards.
+    holding: Option<super::script::Holding<'a>>,
     /// Inside EXEC: EXEC's unit and the count of its deferred messages before the script, to
     /// go back to if the script's writes are dropped.
     nested: Option<(Option<Unit>, usize)>,
@@ -348,14 +368,17 @@ pub(super) struct ScriptUnit<'a> {
 /// (EXEC took every stripe already: `keyspace_wide`; the locks are re-entrant).
 pub(super) fn begin_script<'a>(ctx: &mut Ctx<'a, '_>) -> ScriptUnit<'a> {
     let shared: &'a crate::server::Shared = ctx.shared;
-    let guards = shared.collections.lock_all();
     if ctx.unit.as_ref().is_some_and(|u| u.txn) {
+        let guards = shared.collections.lock_all();
         let before = ctx.unit.clone();
         return ScriptUnit {
             guards,
+            holding: None,
             nested: Some((before, ctx.client.txn.deferred.len())),
         };
     }
+    let holding = Some(shared.scripts.hold());
+    let guards = shared.collections.lock_all();
     ctx.unit = Some(Unit {
         txn: true,
         ..Unit::default()
@@ -363,6 +386,7 @@ pub(super) fn begin_script<'a>(ctx: &mut Ctx<'a, '_>) -> ScriptUnit<'a> {
     ctx.client.txn.executing = true;
     ScriptUnit {
         guards,
+        holding,
         nested: None,
     }
 }
@@ -376,7 +400,11 @@ pub(super) fn end_script(
     script: ScriptUnit<'_>,
     keep: bool,
 ) -> Result<(), Frame> {
-    let ScriptUnit { guards, nested } = script;
+    let ScriptUnit {
+        guards,
+        holding,
+        nested,
+    } = script;
     if let Some((before, published)) = nested {
         if !keep {
             ctx.unit = before;
@@ -393,6 +421,7 @@ pub(super) fn end_script(
         Ok(())
     };
     drop(guards);
+    drop(holding);
     if keep {
         for (channel, message) in deferred {
             ctx.shared.pubsub.publish(&channel, &message);

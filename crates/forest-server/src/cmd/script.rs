@@ -30,7 +30,7 @@
 //! clients until SCRIPT KILL, which it refuses once the script wrote.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -87,6 +87,11 @@ pub struct Scripts {
     running: AtomicBool,
     /// SCRIPT KILL asked the running script to stop.
     kill: Arc<AtomicBool>,
+    /// Scripts (or EXECs running one) taking or holding every stripe lock
+    /// ([`Scripts::holding`]).
+    holding: AtomicUsize,
+    /// One per per-core runtime ([`RuntimeGate`]).
+    gates: Mutex<Vec<Arc<RuntimeGate>>>,
     /// The interpreter's memory bound ([`LUA_MEMORY_BYTES_MAX`]; smaller in tests).
     memory_bytes_max: std::sync::atomic::AtomicUsize,
 }
@@ -98,6 +103,8 @@ impl Default for Scripts {
             time_limit_ms: AtomicU64::new(TIME_LIMIT_MS_DEFAULT),
             running: AtomicBool::new(false),
             kill: Arc::new(AtomicBool::new(false)),
+            holding: AtomicUsize::new(0),
+            gates: Mutex::new(Vec::new()),
             memory_bytes_max: std::sync::atomic::AtomicUsize::new(LUA_MEMORY_BYTES_MAX),
         }
     }
@@ -153,6 +160,34 @@ impl Scripts {
 
     pub fn set_time_limit_ms(&self, ms: u64) {
         self.time_limit_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Whether a script is taking or holding every stripe lock: any command may then wait
+    /// for it (up to the time limit), so the per-core model runs none on a runtime's only
+    /// thread meanwhile ([`RuntimeGate`]).
+    pub fn holding(&self) -> bool {
+        self.holding.load(Ordering::SeqCst) != 0
+    }
+
+    /// A new per-core runtime's gate (see [`RuntimeGate`]).
+    pub fn runtime_gate(&self) -> Arc<RuntimeGate> {
+        let gate = Arc::new(RuntimeGate::default());
+        self.gates.lock().push(Arc::clone(&gate));
+        gate
+    }
+
+    /// Marks a script (or an EXEC that runs one) as [`Self::holding`] before it takes every
+    /// stripe, until the guard is dropped (after it released them); returns once no runtime
+    /// runs commands inline that began before they could see the mark.
+    pub(super) fn hold(&self) -> Holding<'_> {
+        self.holding.fetch_add(1, Ordering::SeqCst);
+        for gate in self.gates.lock().iter() {
+            // A batch's commands take microseconds; it stops at its next command now.
+            while gate.inline.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+        }
+        Holding(&self.holding)
     }
 
     /// A new interpreter (the next script's) holds at most `bytes`.
@@ -221,7 +256,8 @@ impl Scripts {
         // A script may run for seconds. On the tokio I/O model, first hand this worker's
         // queued tasks (other connections, a SCRIPT KILL) to another thread: a task in the
         // worker's LIFO slot is not stolen, and would wait for the script (CI saw SCRIPT
-        // KILL unanswered for 30 s).
+        // KILL unanswered for 30 s). The per-core model's connection already runs it on a
+        // blocking thread (`Conn::runtime_gate`).
         match tokio::runtime::Handle::try_current() {
             Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
                 tokio::task::block_in_place(run)
@@ -319,6 +355,45 @@ impl Scripts {
         }
         self.kill.store(true, Ordering::SeqCst);
         Ok(Frame::ok())
+    }
+}
+
+/// A script's mark in [`Scripts::holding`].
+pub(super) struct Holding<'a>(&'a AtomicUsize);
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A per-core runtime's thread runs a batch's commands inline (the per-core model,
+/// `crate::connection`): a command waiting there for a script's stripe locks would stall
+/// every connection of the runtime. Dekker's handshake keeps it from happening: the thread
+/// marks the gate, then looks at [`Scripts::holding`] before each command (set: the rest of
+/// the batch goes to a blocking thread); a script marks `holding`, then waits for every
+/// gate to clear before it takes the stripes. One of the two sees the other's mark.
+#[derive(Debug, Default)]
+#[repr(align(128))] // Its own cache line: each runtime writes its gate twice a batch.
+pub struct RuntimeGate {
+    inline: AtomicBool,
+}
+
+impl RuntimeGate {
+    /// Marks the runtime's thread as running commands inline until the guard is dropped.
+    pub fn enter(&self) -> GateMark<'_> {
+        self.inline.store(true, Ordering::SeqCst);
+        GateMark(self)
+    }
+}
+
+/// A runtime's mark in its [`RuntimeGate`].
+#[derive(Debug)]
+pub struct GateMark<'a>(&'a RuntimeGate);
+
+impl Drop for GateMark<'_> {
+    fn drop(&mut self) {
+        self.0.inline.store(false, Ordering::Release);
     }
 }
 

@@ -9,6 +9,7 @@ mod collection_reads;
 mod common;
 mod frame_proptest;
 mod multi_key_collections;
+mod per_core_scripts;
 mod protocol_doc;
 mod pubsub;
 mod range;

@@ -1,0 +1,209 @@
+//! A long script on the per-core I/O model (issue 15; review rev-io F1): it runs off its
+//! runtime's thread, so the other connections of that runtime are served meanwhile (PING,
+//! SCRIPT KILL), and a write of another runtime that waits for the script's stripe locks
+//! does not stall that runtime either.
+//!
+//! Which runtime a connection lands on: the acceptor gives each new connection to the
+//! runtime serving the fewest, round-robin on a tie (`per_core` `accept_loop`), so with two
+//! runtimes and connections opened one after the other the first, third, ... share one and
+//! the second, fourth, ... the other. With one runtime every connection shares it.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use common::{Client, R};
+use forest_server::shutdown::Shutdown;
+use forest_server::{Config, IoModel, Server};
+use forest_store::Durability;
+
+/// How long a PING or SCRIPT KILL may take while a script runs (it is answered at once; the
+/// slack is for a loaded machine). Before the fix it waited for the script.
+const ANSWER_MAX: Duration = Duration::from_secs(2);
+/// How long a write must stay unanswered to show that it waits for the script's locks.
+const WAITING: Duration = Duration::from_millis(300);
+
+struct Up {
+    addr: std::net::SocketAddr,
+    shutdown: Arc<Shutdown>,
+    thread: Option<JoinHandle<forest_core::Result<()>>>,
+}
+
+impl Up {
+    fn start(dir: &std::path::Path, io: IoModel, threads: usize) -> Up {
+        let server = Server::open(Config {
+            dir: dir.to_path_buf(),
+            port: 0,
+            io,
+            threads,
+            durability: Durability::Periodic { interval_ms: 50 },
+            ..Config::default()
+        })
+        .expect("open");
+        let addr = server.local_addr().expect("bound");
+        let shutdown = server.shutdown_handle();
+        let thread = Some(std::thread::spawn(move || server.run()));
+        Up {
+            addr,
+            shutdown,
+            thread,
+        }
+    }
+
+    /// A client whose reads give up after [`ANSWER_MAX`] and a little more (None then).
+    fn client(&self) -> Client {
+        let c = Client::connect(self.addr);
+        c.stream
+            .set_read_timeout(Some(ANSWER_MAX + Duration::from_secs(3)))
+            .expect("timeout");
+        c
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            self.shutdown.request(false);
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Sends `argv` and returns its reply and how long it took; fails the test if none came.
+fn timed(c: &mut Client, argv: &[&str], what: &str) -> (R, Duration) {
+    let started = Instant::now();
+    common::send(c, argv);
+    let reply = c
+        .try_read()
+        .unwrap_or_else(|| panic!("{what}: {argv:?} unanswered while a script ran"));
+    (reply, started.elapsed())
+}
+
+/// Sends `SET key v` on `writer` until one stays unanswered for [`WAITING`]: it waits for
+/// the stripe locks of the script that started meanwhile. Replies that did come are OK.
+fn until_waiting(writer: &mut Client, key: &str, what: &str) {
+    let started = Instant::now();
+    writer
+        .stream
+        .set_read_timeout(Some(WAITING))
+        .expect("timeout");
+    loop {
+        common::send(writer, &["SET", key, "v"]);
+        match writer.try_read() {
+            Some(R::Simple(ok)) if ok == "OK" => {}
+            Some(other) => panic!("{what}: SET: {other:?}"),
+            None => break,
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{what}: the script never held the stripes"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    writer
+        .stream
+        .set_read_timeout(Some(ANSWER_MAX + Duration::from_secs(3)))
+        .expect("timeout");
+}
+
+/// SCRIPT KILL on `killer` until OK (NOTBUSY: the script has not started), each answered
+/// within [`ANSWER_MAX`].
+fn kill(killer: &mut Client, what: &str) {
+    let started = Instant::now();
+    loop {
+        let (reply, took) = timed(killer, &["SCRIPT", "KILL"], what);
+        assert!(took < ANSWER_MAX, "{what}: SCRIPT KILL took {took:?}");
+        match reply {
+            R::Simple(ok) if ok == "OK" => return,
+            R::Err(e) if e.starts_with("NOTBUSY") => {}
+            other => panic!("{what}: SCRIPT KILL: {other:?}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{what}: the script never ran"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn killed(reply: &R) -> bool {
+    matches!(reply, R::Err(e) if e.starts_with("ERR Script killed by user with SCRIPT KILL"))
+}
+
+// Goal: while a script runs on a per-core runtime (alone, or one of two), the connections
+// of its runtime and those of a runtime whose write waits for the script's stripe locks are
+// served: PING at once, SCRIPT KILL answers OK and stops the script, whose client gets
+// Redis's "Script killed by user" error; the waiting write then goes through. Also when the
+// script is pipelined between other commands, and when EXEC runs it.
+// Method: connections opened in order (see the module doc): `script` and `killer` share a
+// runtime, `writer` and `pinger` share the other one (all one with one runtime). A script
+// loops (time limit 20 s); the writer's SET waits for its stripes; PING and SCRIPT KILL
+// must each answer within 2 s. Before the fix the killer and the pinger waited for the
+// script (the killer got NOTBUSY after the time limit).
+#[test]
+fn a_running_script_leaves_the_runtimes_serving() {
+    // The threads model passes the same checks (each connection its own thread); left
+    // out to spare CI the spinning script's CPU (scripting.rs covers its SCRIPT KILL).
+    for threads in [1, 2] {
+        let io = IoModel::PerCore;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let server = Up::start(dir.path(), io, threads);
+        let mut script = server.client();
+        let mut writer = server.client();
+        let mut killer = server.client();
+        let mut pinger = server.client();
+        assert_eq!(
+            script.cmd(&["CONFIG", "SET", "busy-reply-threshold", "20000"]),
+            R::Simple("OK".into())
+        );
+        assert_eq!(script.cmd(&["SET", "k", "before"]), R::Simple("OK".into()));
+        for round in ["pipelined", "exec"] {
+            let what = format!("{io} threads={threads} {round}");
+            let started = Instant::now();
+            match round {
+                "pipelined" => {
+                    script.send_raw(b"PING\r\nEVAL \"while true do end\" 0\r\nGET k\r\n")
+                }
+                _ => script.send_raw(b"MULTI\r\nEVAL \"while true do end\" 0\r\nEXEC\r\n"),
+            }
+            until_waiting(&mut writer, &format!("w-{round}"), &what);
+            for _ in 0..3 {
+                let (reply, took) = timed(&mut pinger, &["PING"], &what);
+                assert_eq!(reply, R::Simple("PONG".into()), "{what}");
+                assert!(took < ANSWER_MAX, "{what}: PING took {took:?}");
+            }
+            kill(&mut killer, &what);
+            match round {
+                "pipelined" => {
+                    assert_eq!(script.read(), R::Simple("PONG".into()), "{what}");
+                    let reply = script.read();
+                    assert!(killed(&reply), "{what}: {reply:?}");
+                    assert_eq!(script.read(), R::bulk("before"), "{what}");
+                }
+                _ => {
+                    assert_eq!(script.read(), R::Simple("OK".into()), "{what}");
+                    assert_eq!(script.read(), R::Simple("QUEUED".into()), "{what}");
+                    let replies = script.read().items();
+                    assert!(
+                        replies.len() == 1 && killed(&replies[0]),
+                        "{what}: {replies:?}"
+                    );
+                }
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(15),
+                "{what}: the script was not stopped by SCRIPT KILL"
+            );
+            // The write that waited for the script's stripes went through after it.
+            assert_eq!(writer.read(), R::Simple("OK".into()), "{what}");
+            assert_eq!(
+                writer.cmd(&["GET", &format!("w-{round}")]),
+                R::bulk("v"),
+                "{what}"
+            );
+            assert_eq!(killer.cmd(&["PING"]), R::Simple("PONG".into()), "{what}");
+        }
+    }
+}
