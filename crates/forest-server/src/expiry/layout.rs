@@ -613,6 +613,60 @@ mod tests {
         assert_eq!(run(&shared, &[b"DBSIZE"]), Frame::Integer(1));
     }
 
+    // Review rev-sx4 F3. Goal: a page that cannot be loaded fails the open's relayout,
+    // naming it, and layout 2 is not recorded (a short scan taken as the end would record
+    // it over strings never moved). Method: a layout-1 bwtree store on its LSS with a
+    // small memory budget, everything evicted, the LSS segments damaged; relayout. (Its
+    // batch writes meet the damaged pages too, so this holds without the read checks as
+    // well; they cover reads whose pages no write touches.)
+    #[test]
+    fn relayout_fails_on_a_page_load_error() {
+        const N: usize = 2000;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("store");
+        let store = Store::open_path(
+            &path,
+            StoreOptions {
+                engine: Some("bwtree".into()),
+                memory_budget_bytes: Some(16 << 10),
+                ..StoreOptions::default()
+            },
+        )
+        .expect("open");
+        assert_eq!(store.layout(), 0, "a new store");
+        let value = vec![b'.'; 160];
+        let mut batch = WriteBatch::new();
+        for i in 0..N {
+            let key = [&OLD_PREFIX[..], format!("key{i:08}").as_bytes()].concat();
+            batch.put(&key, &encode_string(FAR, &value));
+            if batch.len() == 50 {
+                store.write(&batch).expect("write");
+                batch = WriteBatch::new();
+            }
+        }
+        store.sync().expect("sync");
+        let began = std::time::Instant::now();
+        loop {
+            let memory = store.stats().memory.expect("a store with a budget");
+            if memory.evictions > 0 && memory.resident_bytes <= memory.budget_bytes * 5 / 4 {
+                break;
+            }
+            assert!(began.elapsed().as_secs() < 20, "not evicted: {memory:?}");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        for entry in std::fs::read_dir(path.join("lss")).expect("lss dir") {
+            let file = entry.expect("entry").path();
+            let mut bytes = std::fs::read(&file).expect("read segment");
+            for b in bytes.iter_mut().skip(64) {
+                *b ^= 0x5a;
+            }
+            std::fs::write(&file, bytes).expect("damage segment");
+        }
+        let err = relayout(&store).expect_err("a page-load error");
+        assert!(err.to_string().contains("lss-"), "{err}");
+        assert_eq!(store.layout(), 0, "layout 2 not recorded");
+    }
+
     // Goal: a malformed layout entry is refused, naming it. Method: write 3 bytes there.
     #[test]
     fn a_malformed_layout_entry_is_refused() {
