@@ -227,8 +227,12 @@ pub struct Collections {
     /// Type entries, plus collections being created right now (so a SET racing with a
     /// creation takes the checked path).
     live: AtomicI64,
-    /// Store entries under [`RESERVED_BYTE`].
+    /// Store entries under [`RESERVED_BYTE`], less the server's own
+    /// ([`Self::server_entries`]).
     reserved: AtomicI64,
+    /// The server's own entries under [`RESERVED_BYTE`] (`expiry::layout`'s: the key
+    /// layout), counted at start; no command writes or removes them.
+    server: i64,
     /// Type entries of recently written collections, by stripe (`crate::meta_cache`).
     metas: crate::meta_cache::MetaCache,
 }
@@ -237,14 +241,16 @@ impl Collections {
     /// Counts what the store holds under the reserved byte (one scan of that range at
     /// start: proportional to the collections' entries, not to the string keys).
     pub fn recount(store: &Store) -> Self {
-        let (mut live, mut reserved) = (0i64, 0i64);
+        let (mut live, mut reserved, mut server) = (0i64, 0i64, 0i64);
         store.scan(
             Bound::Included(&[RESERVED_BYTE][..]),
             Bound::Unbounded,
             Order::Ascending,
             &mut |key, _| {
                 // Strings with a deadline (`FF 'x'`) are keys, not reserved entries.
-                if key.get(1) != Some(&crate::expiry::STRING_TAG) {
+                if crate::expiry::layout::is_server_entry(key) {
+                    server += 1;
+                } else if key.get(1) != Some(&crate::expiry::STRING_TAG) {
                     reserved += 1;
                 }
                 if key.get(1) == Some(&TYPE_TAG) {
@@ -260,6 +266,7 @@ impl Collections {
             hasher: std::collections::hash_map::RandomState::new(),
             live: AtomicI64::new(live),
             reserved: AtomicI64::new(reserved),
+            server,
             metas: crate::meta_cache::MetaCache::new(LOCK_STRIPE_COUNT),
         }
     }
@@ -328,6 +335,11 @@ impl Collections {
     /// Store entries under the reserved byte.
     pub fn reserved_count(&self) -> i64 {
         self.reserved.load(Ordering::SeqCst).max(0)
+    }
+
+    /// The server's own store entries under the reserved byte (not keys, not collections').
+    pub fn server_entries(&self) -> i64 {
+        self.server
     }
 
     pub(crate) fn add_live(&self, delta: i64) {

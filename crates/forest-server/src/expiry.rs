@@ -8,8 +8,8 @@
 //! due, oldest first, a bounded number per tick.
 //!
 //! Layout (beside the collections', [`crate::collection`]):
-//! - a string with a deadline is one entry, `FF 'x' <userkey>` -> `<deadline: u64 BE, ms
-//!   since the Unix epoch> <value>`, and its raw key is absent; a string without one stays
+//! - a string with a deadline is one entry, `FF 'x' 00×6 <userkey>` ([`STRING_PREFIX`]) ->
+//!   `<deadline: u64 BE, ms since the Unix epoch> <value>`, and its raw key is absent; a string without one stays
 //!   at its raw key. So SET EX writes one entry, and the deadline is written with the value
 //!   in every write: a restart or a replay brings back exactly the deadlines the
 //!   acknowledged writes set, and the absolute deadline (never a relative TTL) is logged.
@@ -115,9 +115,9 @@ pub fn index_key(deadline_ms: u64, user: &[u8]) -> Vec<u8> {
 pub const STRING_PREFIX: [u8; 8] = [RESERVED_BYTE, STRING_TAG, 0, 0, 0, 0, 0, 0];
 /// The first key past the `FF 'x'` range.
 const STRING_PREFIX_END: [u8; 8] = [RESERVED_BYTE, STRING_TAG, 0, 0, 0, 0, 0, 1];
-/// The server's key layout, recorded in the store's `META` (`Store::set_layout`): 2 =
-/// strings with a deadline at [`STRING_PREFIX`]; 1 (or 0, none recorded) = at `FF 'x'
-/// <user>`, moved over at open ([`layout::relayout`]).
+/// The server's key layout, recorded in the store's entry [`layout::LAYOUT_KEY`] and its
+/// `META` (`Store::set_layout`): 2 = strings with a deadline at [`STRING_PREFIX`]; 1 (or 0,
+/// none recorded) = at `FF 'x' <user>`, moved over at open ([`layout::relayout`]).
 pub const KEY_LAYOUT: u32 = 2;
 
 /// `FF 'x' 00×6 <user>`: where a string with a deadline lives.
@@ -740,7 +740,7 @@ fn read_deadline_place(store: &Store, user: &[u8], out: &mut Vec<u8>) -> Option<
 /// `<deadline> <value>`, its raw key and its `FF 'E'` entry removed, at most
 /// [`MIGRATE_BATCH_KEYS`] strings per atomic batch. A crash between batches leaves some
 /// strings moved and the rest as they were (each string is whole in one place), and the
-/// next open goes on. A string whose key is too long for `FF 'x'` (within 2 bytes of the
+/// next open goes on. A string whose key is too long for `FF 'x'` (within 8 bytes of the
 /// key limit) is deleted if its deadline has passed; otherwise it keeps its raw key and
 /// loses its deadline (reported on stderr). Run at start, before serving
 /// and before [`Expires::load`]; returns how many strings it moved.
@@ -765,6 +765,7 @@ pub fn migrate(store: &Store) -> forest_core::Result<u64> {
                 ControlFlow::Continue(())
             },
         );
+        layout::loaded(store, ())?;
         let full = entries.len() >= MIGRATE_BATCH_KEYS;
         let mut batch = forest_store::WriteBatch::new();
         let mut value = Vec::new();
@@ -772,7 +773,7 @@ pub fn migrate(store: &Store) -> forest_core::Result<u64> {
             let Some((deadline, user)) = split_index_key(entry) else {
                 continue;
             };
-            if !store.get(user, &mut value) {
+            if !layout::loaded(store, store.get(user, &mut value))? {
                 // A collection's deadline (or an orphan, which `repair` removes).
                 continue;
             }
@@ -829,9 +830,13 @@ pub fn repair(store: &Store) -> forest_core::Result<u64> {
             ControlFlow::Continue(())
         },
     );
+    layout::loaded(store, ())?;
     let mut scratch = Vec::new();
     for (deadline, user) in entries {
-        let exists = store.get(&crate::collection::type_key(&user), &mut scratch);
+        let exists = layout::loaded(
+            store,
+            store.get(&crate::collection::type_key(&user), &mut scratch),
+        )?;
         if !exists || latest.get(&user) != Some(&deadline) {
             store.remove(&index_key(deadline, &user))?;
             removed += 1;
@@ -857,11 +862,12 @@ fn settle_strings(store: &Store) -> forest_core::Result<u64> {
             ControlFlow::Continue(())
         },
     );
+    layout::loaded(store, ())?;
     let mut removed = 0;
     let mut scratch = Vec::new();
     for key in &timed {
         let user = split_string_key(key).unwrap_or_default();
-        if store.get(user, &mut scratch) {
+        if layout::loaded(store, store.get(user, &mut scratch))? {
             store.remove(key)?;
             removed += 1;
         }

@@ -70,7 +70,11 @@ pub struct StoreMeta {
     pub layout: u32,
 }
 
-/// Encodes `meta` in version 3 (errors: an engine spec over [`ENGINE_SPEC_BYTES_MAX`] or
+/// `layout` of a META the store wrote anew at an open that found keys but no readable META
+/// (missing, or damaged and rewritten): what layout those keys are in is not known.
+pub const LAYOUT_UNKNOWN: u32 = u32::MAX;
+
+/// Encodes `meta` in version 4 (errors: an engine spec over [`ENGINE_SPEC_BYTES_MAX`] or
 /// empty).
 pub fn encode(meta: &StoreMeta) -> Result<[u8; META_BYTES]> {
     let spec = meta.engine.as_bytes();

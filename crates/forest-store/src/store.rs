@@ -573,9 +573,13 @@ impl Store {
             // The index's threshold: META's, or a loaded checkpoint's if higher.
             temporal.advance_clock(temporal.retention());
         }
-        let recorded_layout = recorded
-            .as_ref()
-            .map_or((0, 0), |m| (m.layout, m.durable_through));
+        // A store with keys whose META was missing or damaged at this open: its layout is
+        // unknown, and the rewritten META says so (a next open must not take it for 0).
+        let recorded_layout = match &recorded {
+            Some(m) => (m.layout, m.durable_through),
+            None if recovered.report.keys_recovered > 0 => (meta::LAYOUT_UNKNOWN, 0),
+            None => (0, 0),
+        };
         if recorded.as_ref().map(|m| &m.engine) != Some(&engine) {
             meta::write(
                 &dir,
@@ -1639,7 +1643,8 @@ impl Store {
     }
 
     /// The key layout version `META` records for the application that writes this store (0:
-    /// none recorded). The store itself never reads it.
+    /// none recorded; [`meta::LAYOUT_UNKNOWN`]: META was missing or damaged at an open that
+    /// found keys, and rewritten). The store itself never reads it.
     pub fn layout(&self) -> u32 {
         self.layout.lock().0
     }

@@ -8,7 +8,7 @@
 //! refused: its answer could still change.
 //!
 //! Strings only, as FOREST.RANGE: a string is at its raw key, or with a deadline at
-//! `FF 'x' <key>` (`crate::expiry`), and the two places are merged here. A string whose
+//! `FF 'x' 00×6 <key>` (`crate::expiry`), and the two places are merged here. A string whose
 //! deadline is at or before `t` is absent as of `t`; in a history its expiry is a delete
 //! (nil) at its deadline, and the later removal by the expiry task adds nothing (the key
 //! was already gone). Keys starting with byte 0xFF (collections) answer nil.

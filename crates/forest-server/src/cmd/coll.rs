@@ -760,7 +760,7 @@ mod tests {
         assert_eq!(h.run(&["GET", "d"]), bulk("now-string"));
         assert_eq!(h.run(&["FLUSHDB"]), Frame::ok());
         assert_eq!(h.run(&["DBSIZE"]), Frame::Integer(0));
-        assert_eq!(h.shared.store.stats().index.key_count, 0);
+        assert_eq!(h.entries(), 0);
         assert_eq!(h.run(&["KEYS", "*"]), bulks(&[]));
         let reserved =
             Frame::Error("ERR keys beginning with byte 0xff are reserved by forest".into());

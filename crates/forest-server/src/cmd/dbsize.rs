@@ -1,5 +1,5 @@
 //! DBSIZE: the number of keys: the engine's entry count, less the reserved entries (the
-//! collections' and the deadline index's), plus one per collection, less the keys whose
+//! collections', the deadline index's and the server's key layout entry), plus one per collection, less the keys whose
 //! deadline has passed but that are not deleted yet.
 
 use super::{Ctx, Reply};
@@ -25,7 +25,7 @@ fn count_with(shared: &crate::server::Shared, pending: i64) -> i64 {
             // Between batches (the scan gate), so an atomic batch that removes one key and
             // adds another (an EXEC) is never counted half applied.
             store.read_consistent(|| store.stats().index.key_count) as i64,
-            collections.reserved_count(),
+            collections.reserved_count() + collections.server_entries(),
             collections.live_count(),
             shared.expires.due_count(),
         )

@@ -1021,11 +1021,7 @@ mod tests {
         assert_eq!(h.run(&["EXPIRE", "nope", "-5"]), int(0));
         assert_eq!(h.run(&["EXPIRE", "nope", "5"]), int(0));
         assert_eq!(h.run(&["DBSIZE"]), int(0));
-        assert_eq!(
-            h.shared.store.stats().index.key_count,
-            0,
-            "no index entry left"
-        );
+        assert_eq!(h.entries(), 0, "no index entry left");
         // Time passing: counted as expired.
         h.run(&["SET", "b", "1", "PX", "10"]);
         h.shared.expires.advance_clock_ms(20);
@@ -1282,7 +1278,7 @@ mod tests {
         assert_eq!(h.shared.expires.count(), 1);
         assert_eq!(h.run(&["FLUSHDB"]), Frame::ok());
         assert_eq!(h.shared.expires.count(), 0);
-        assert_eq!(h.shared.store.stats().index.key_count, 0);
+        assert_eq!(h.entries(), 0);
         assert_eq!(h.run(&["DBSIZE"]), int(0));
     }
 
@@ -1392,7 +1388,7 @@ mod tests {
         h.run(&["HSET", "h", "f", "v"]);
         h.run(&["PEXPIRE", "h", "150000"]);
         h.run(&["SET", "plain", "v"]);
-        let entries = |h: &Harness| h.shared.store.stats().index.key_count as i64;
+        let entries = |h: &Harness| h.entries() as i64;
         let full = entries(&h);
         assert_eq!(
             full,
@@ -1458,11 +1454,7 @@ mod tests {
         h.shared.expires.freeze_clock();
         assert_eq!(h.run(&["KEYS", "*"]), bulks(&["far", "kept"]));
         assert_eq!(pexpiretime(&mut h, "far"), far);
-        assert_eq!(
-            h.shared.store.stats().index.key_count,
-            2,
-            "far (its deadline in its value), kept"
-        );
+        assert_eq!(h.entries(), 2, "far (its deadline in its value), kept");
     }
 
     // Goal: a key a scan listed, then deleted as expired before the scan checked its
@@ -1937,7 +1929,7 @@ mod ttl_rules {
             h.run(&["DEL", "a", "b", "d", "l", "m", "t"]);
             assert_eq!(indexed(&h), Vec::<String>::new(), "txn {txn}");
             assert_eq!(h.run(&["DBSIZE"]), int(0));
-            assert_eq!(h.shared.store.stats().index.key_count, 0, "txn {txn}");
+            assert_eq!(h.entries(), 0, "txn {txn}");
         }
     }
 
@@ -1971,7 +1963,7 @@ mod ttl_rules {
             assert_eq!(h.run(&["EXISTS", "e", "h"]), int(0));
             h.run(&["DEL", "b", "c", "d", "e", "h"]);
             assert_eq!(indexed(&h), Vec::<String>::new(), "txn {txn}");
-            assert_eq!(h.shared.store.stats().index.key_count, 0, "txn {txn}");
+            assert_eq!(h.entries(), 0, "txn {txn}");
         }
     }
 
@@ -2006,7 +1998,7 @@ mod ttl_rules {
             assert_eq!(h.run(&["LLEN", "g"]), int(1), "txn {txn}");
             h.run(&["DEL", "src", "d", "f", "g"]);
             assert_eq!(indexed(&h), Vec::<String>::new(), "txn {txn}");
-            assert_eq!(h.shared.store.stats().index.key_count, 0, "txn {txn}");
+            assert_eq!(h.entries(), 0, "txn {txn}");
         }
     }
 
@@ -2163,7 +2155,7 @@ mod ttl_rules {
                     h.shared.expires.advance_clock_ms(1000);
                     assert_eq!(h.run(&["SCARD", "k"]), int(1), "{what}");
                     h.run(&["DEL", "k"]);
-                    assert_eq!(h.shared.store.stats().index.key_count, 0, "{what}");
+                    assert_eq!(h.entries(), 0, "{what}");
                 }
             }
         }
@@ -2213,7 +2205,7 @@ mod ttl_rules {
         h.shared.expires.advance_clock_ms(1000);
         assert_eq!(h.run(&["DBSIZE"]), int(3));
         h.run(&["FLUSHDB"]);
-        assert_eq!(h.shared.store.stats().index.key_count, 0);
+        assert_eq!(h.entries(), 0);
         assert_eq!(h.shared.expires.count(), 0);
     }
 

@@ -1082,6 +1082,12 @@ pub(crate) mod testing {
             run_on(&self.shared, &mut self.client, argv)
         }
 
+        /// The engine's entries, less the server's own (the key layout entry).
+        pub fn entries(&self) -> u64 {
+            let all = self.shared.store.stats().index.key_count;
+            all - self.shared.collections.server_entries() as u64
+        }
+
         /// Closes the store and opens it again over the same directory (a restart).
         pub fn restart(self) -> Self {
             let Harness {

@@ -343,7 +343,7 @@ mod tests {
         let reserved = h.shared.collections.reserved_count();
         assert_eq!(h.run(&["FLUSHALL"]), Frame::ok());
         assert_eq!(h.shared.collections.reserved_count(), 0, "was {reserved}");
-        assert_eq!(h.shared.store.stats().index.key_count, 0);
+        assert_eq!(h.entries(), 0);
     }
 
     // Goal: RENAME replaces a destination of any type; RENAMENX refuses an existing one;
