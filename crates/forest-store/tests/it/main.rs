@@ -11,6 +11,7 @@ mod decode_proptest;
 mod llama_store;
 mod power_loss;
 mod rev_lstore;
+mod rev_tckpt;
 mod review13_meta;
 mod review_bzstore;
 mod review_regressions;
