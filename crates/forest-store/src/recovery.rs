@@ -836,6 +836,7 @@ fn load_checkpoint(
 ) -> Result<(checkpoint::CheckpointInfo, Box<dyn Index>)> {
     let mut stream = CheckpointStream::open(dir, name)?;
     let fresh = new_index();
+    let cut = stream.temporal().map(|block| block.cut);
     let workers = match (stream.temporal(), fresh.as_temporal()) {
         (Some(block), Some(temporal)) => {
             if block.threshold > temporal.retention() {
@@ -854,6 +855,12 @@ fn load_checkpoint(
         }
         Ok(())
     })?;
+    if let (Some(cut), Some(temporal)) = (cut, fresh.as_temporal()) {
+        // Reads before the crash could reach the cut: with a wall clock set back across the
+        // restart, new writes must still stamp above it (review rev-tckpt F1). The logs after
+        // the checkpoint hold only later timestamps, so redo is unaffected.
+        temporal.advance_clock(cut);
+    }
     let info = stream.info().expect("set once the entries end");
     Ok((info, fresh))
 }
