@@ -127,7 +127,7 @@ pub(crate) struct Llama {
     esl: Arc<StoreEsl>,
     budget: u64,
     evictor: Option<Evictor>,
-    /// The most resident bytes a write saw.
+    /// The most resident bytes an operation saw.
     peak: AtomicU64,
     /// The newest error of a store read that answered "not found" (`Store::park`).
     parked: Mutex<Option<Error>>,
@@ -248,9 +248,10 @@ impl Llama {
         self.budget
     }
 
-    /// After a write: wakes the evictor if the resident bytes passed the budget.
+    /// After a read or a write: samples the resident peak and wakes the evictor if the
+    /// resident bytes passed the budget (reads load pages too: review rev-lstore F6).
     #[inline]
-    pub(crate) fn after_write(&self) {
+    pub(crate) fn after_op(&self) {
         let resident = self.tree.resident_bytes();
         if resident > self.peak.load(Ordering::Relaxed) {
             self.peak.fetch_max(resident, Ordering::Relaxed);
@@ -272,7 +273,7 @@ impl Llama {
         self.parked.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
-    /// The most resident bytes a write saw (sampled after writes).
+    /// The most resident bytes an operation saw (sampled after reads and writes).
     pub(crate) fn resident_peak(&self) -> u64 {
         self.peak.load(Ordering::Relaxed)
     }

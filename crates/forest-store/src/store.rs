@@ -293,7 +293,7 @@ pub struct MemoryStats {
     /// Resident bytes of page states (base pages and deltas), as counted at install and
     /// retire.
     pub resident_bytes: u64,
-    /// The most resident bytes a write saw since open.
+    /// The most resident bytes a read or write saw since open.
     pub resident_peak_bytes: u64,
     /// Pages swapped out to the LSS.
     pub evictions: u64,
@@ -945,8 +945,15 @@ impl Store {
         visit: &mut Visitor<'_>,
     ) -> Result<()> {
         match (&self.llama, pinned) {
-            (Some(llama), true) => llama.tree.try_scan_pinned(lower, upper, order, visit),
-            (Some(llama), false) => llama.tree.try_scan(lower, upper, order, visit),
+            (Some(llama), pinned) => {
+                let scanned = if pinned {
+                    llama.tree.try_scan_pinned(lower, upper, order, visit)
+                } else {
+                    llama.tree.try_scan(lower, upper, order, visit)
+                };
+                llama.after_op();
+                scanned
+            }
             (None, true) => {
                 self.index.scan_pinned(lower, upper, order, visit);
                 Ok(())
@@ -1088,7 +1095,7 @@ impl Store {
             return Err(e);
         }
         if let Some(llama) = &self.llama {
-            llama.after_write();
+            llama.after_op();
         }
         if let Some(lsn) = lsn {
             stripe.note_lsn(lsn);
@@ -1433,7 +1440,7 @@ impl Store {
             return Err(e);
         }
         if let Some(llama) = &self.llama {
-            llama.after_write();
+            llama.after_op();
         }
         Ok((changed, self.note_unit(&stripes, lsn), None))
     }
@@ -1459,7 +1466,11 @@ impl Store {
     /// (bwtree on its LSS) is the write's error, before any LSN is taken.
     fn index_get(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         match &self.llama {
-            Some(llama) => llama.tree.try_get_into(key, out),
+            Some(llama) => {
+                let found = llama.tree.try_get_into(key, out);
+                llama.after_op();
+                found
+            }
             None => Ok(self.index.get(key, out)),
         }
     }
