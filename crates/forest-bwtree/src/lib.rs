@@ -228,6 +228,7 @@ impl EslSource for std::sync::atomic::AtomicU64 {
 }
 
 pub use crate::delta::LSN_MAX;
+pub use crate::storage::PageHold;
 
 fn check_lsn(lsn: u64) -> Result<()> {
     if lsn > LSN_MAX {
@@ -405,7 +406,13 @@ impl BwTree {
         Ok(self.try_get_into(key, &mut out)?.then_some(out))
     }
 
-    fn try_get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+    /// [`Self::try_get`] into `out` (no allocation once `out` is warm); false if absent.
+    /// Also loads every page on the key's path: a store preloads a write's pages this way
+    /// before taking its LSN ([`Self::hold_pages`]).
+    pub fn try_get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        if key.len() > KEY_BYTES_MAX {
+            return Ok(false);
+        }
         let found = self.catching(|| self.get_into(key, out));
         self.after_op();
         found
@@ -429,6 +436,20 @@ impl BwTree {
         visit: &mut Visitor<'_>,
     ) -> Result<()> {
         let scanned = self.catching(|| self.scan_range(lower, upper, order, visit));
+        self.after_op();
+        scanned
+    }
+
+    /// [`Index::scan_pinned`] that reports a page-load failure (the visitor may have seen a
+    /// prefix of the range by then).
+    pub fn try_scan_pinned(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        visit: &mut Visitor<'_>,
+    ) -> Result<()> {
+        let scanned = self.catching(|| self.scan_pinned_range(lower, upper, order, visit));
         self.after_op();
         scanned
     }
@@ -557,9 +578,7 @@ impl Index for BwTree {
         if self.storage.is_none() {
             return self.scan_pinned_range(lower, upper, order, visit);
         }
-        let scanned = self.catching(|| self.scan_pinned_range(lower, upper, order, visit));
-        self.after_op();
-        if let Err(e) = scanned {
+        if let Err(e) = self.try_scan_pinned(lower, upper, order, visit) {
             self.record_load_error(e);
         }
     }

@@ -24,10 +24,22 @@
 //! "not found". Stopping an operation at a read is safe for the same reason a descheduled
 //! thread is: every SMO step is one CAS and the next visitor completes a half-done one
 //! (§IV-C). Trees without an LSS never meet an address and never catch.
+//!
+//! Page holds ([`BwTree::hold_pages`]): a caller that must not meet a load failure in a later
+//! step (a store applying a write it already logged) takes a hold, loads the pages it will
+//! need (a `try_get_into` of each key loads its path), then writes. Each swap-out waits for
+//! the holds to drain (a shared/exclusive lock; only the CAS is excluded, Mk-Stable comes
+//! first). Why the key's pages are still resident at the write: a page changes only by a
+//! CAS on its in-memory state, so every page on the key's path at the write was either on it
+//! at the preload or changed since (split, merge, index term, root growth); both are in
+//! memory, and none is swapped out while the hold lives. Not covered: a merge of the key's
+//! page begun after the preload, whose completion needs the left sibling, which may be
+//! evicted (the write then meets a load error, as without a hold).
 
+use std::cell::Cell;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use crossbeam_epoch::{Guard, Shared};
 use forest_core::pause::pause_point;
@@ -69,6 +81,32 @@ pub(crate) struct Storage {
     load_errors: std::sync::atomic::AtomicU64,
     /// A background evictor runs (`set_background_evictor`): no sweep after operations.
     background: AtomicBool,
+    /// Shared by [`PageHold`]s, taken exclusively around each swap-out: while a hold lives
+    /// no page is evicted, so the pages a store preloaded for a logged write stay resident
+    /// until it is applied (review rev-lstore F4).
+    holds: RwLock<()>,
+}
+
+std::thread_local! {
+    /// Page holds this thread has open (any tree): its own eviction must not wait for them.
+    static HOLDING: Cell<u32> = const { Cell::new(0) };
+}
+
+/// While it lives no page of the tree is swapped out (module doc, "Page holds").
+pub struct PageHold<'a> {
+    _shared: Option<RwLockReadGuard<'a, ()>>,
+}
+
+impl Drop for PageHold<'_> {
+    fn drop(&mut self) {
+        HOLDING.with(|h| h.set(h.get() - 1));
+    }
+}
+
+impl std::fmt::Debug for PageHold<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageHold").finish_non_exhaustive()
+    }
 }
 
 /// The payload a failed load unwinds with (module doc).
@@ -151,6 +189,7 @@ impl BwTree {
             load_error: Mutex::new(None),
             load_errors: std::sync::atomic::AtomicU64::new(0),
             background: AtomicBool::new(false),
+            holds: RwLock::new(()),
         };
         let guard = &crossbeam_epoch::pin();
         self.table.for_each_state(guard, |_, state| {
@@ -167,6 +206,32 @@ impl BwTree {
         if let Some(storage) = &self.storage {
             storage.background.store(on, Ordering::Release);
         }
+    }
+
+    /// Holds every resident page in memory until the hold is dropped: swap-outs wait for it
+    /// (the evictor's, and other threads' helping), so a page this thread loaded after taking
+    /// the hold is still resident when it writes (a store preloads a logged write's pages
+    /// this way, before taking its LSN: review rev-lstore F4). While this thread holds, its
+    /// own writes do not help evict (they would wait for their own hold). Keep it short:
+    /// eviction stops meanwhile. `None` without an LSS (nothing is ever evicted).
+    pub fn hold_pages(&self) -> Option<PageHold<'_>> {
+        let storage = self.storage.as_ref()?;
+        let nested = HOLDING.with(|h| {
+            let n = h.get();
+            h.set(n + 1);
+            n > 0
+        });
+        // A second hold on this thread shares the first: taking the lock again could wait
+        // for a swap-out queued behind the first (writer-preferring), which waits for it.
+        let shared = (!nested).then(|| storage.holds.read().unwrap_or_else(|e| e.into_inner()));
+        Some(PageHold { _shared: shared })
+    }
+
+    /// Helps evict when the resident bytes are above 125 % of the budget, as every write
+    /// does first; a caller that holds pages across its write ([`Self::hold_pages`]) calls
+    /// this before taking the hold, since a write under a hold does not help.
+    pub fn help_evict(&self) {
+        self.before_write();
     }
 
     /// The memory budget, if the tree is on storage with one.
@@ -398,7 +463,7 @@ impl BwTree {
             ..
         }) = &self.storage
         {
-            if resident.get() > budget + budget / 4 {
+            if resident.get() > budget + budget / 4 && HOLDING.with(Cell::get) == 0 {
                 self.evict_to_budget_reporting(true);
             }
         }
@@ -576,6 +641,17 @@ impl BwTree {
                     return Ok(Attempt::NotStable(f.address));
                 }
                 Shape::Ready(f) => {
+                    if !is_stable(&storage.lss, f.address) {
+                        // Before taking the holds' lock: no hold waits for the device.
+                        storage
+                            .lss
+                            .mk_stable(LssAddress::current(f.address.offset() + 1))?;
+                    }
+                    if HOLDING.with(Cell::get) > 0 {
+                        // This thread holds pages: waiting for the holds would wait for itself.
+                        return Ok(Attempt::Skipped);
+                    }
+                    let _no_holds = storage.holds.write().unwrap_or_else(|e| e.into_inner());
                     let outcome = swap_out(
                         &self.table,
                         &storage.lss,

@@ -42,7 +42,7 @@ pub mod wal;
 pub use durability::Durability;
 pub use llama::parse_memory_budget;
 pub use store::{
-    engine_names, new_engine, resolve_engine, Batch, BatchOp, MemoryStats, Rmw, Store,
-    StoreOptions, StoreStats, WriteBatch, ENGINE_DEFAULT,
+    engine_names, new_engine, resolve_engine, Batch, BatchOp, MemoryStats, ReadFailures, Rmw,
+    Store, StoreOptions, StoreStats, WriteBatch, ENGINE_DEFAULT,
 };
 pub use verify::{verify, VerifyReport};

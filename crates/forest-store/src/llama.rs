@@ -20,9 +20,13 @@
 //!   store's checkpoint and logs stay the source of truth. Every open discards `DIR/lss/` and
 //!   recreates it, then rebuilds the tree from checkpoint + logs as for a memory engine. The
 //!   store's checkpoint scan reads evicted pages back (a load error fails the checkpoint).
-//! - Load errors (a checksum, EIO) name the segment file, offset and page: writes return them;
-//!   [`crate::Store::try_get`] and [`crate::Store::try_scan`] return them for reads;
-//!   `get`/`scan` answer "not found" and keep the error for [`crate::Store::take_load_error`].
+//! - Load errors (a checksum, EIO) name the segment file, offset and page. Writes return them
+//!   before taking an LSN: under a page hold (forest-bwtree `BwTree::hold_pages`, which keeps
+//!   the evictor from swapping anything out) a write loads every page its keys need, then
+//!   logs and applies (review rev-lstore F4). Reads: the `try_*` forms of `Store` return
+//!   them; `get`/`get_many`/`scan` answer "not found", keep the error for
+//!   [`crate::Store::take_load_error`] and count it in the thread's
+//!   [`crate::ReadFailures`] (review rev-lstore F3).
 
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -123,8 +127,10 @@ pub(crate) struct Llama {
     esl: Arc<StoreEsl>,
     budget: u64,
     evictor: Option<Evictor>,
-    /// The most resident bytes a write saw.
+    /// The most resident bytes an operation saw.
     peak: AtomicU64,
+    /// The newest error of a store read that answered "not found" (`Store::park`).
+    parked: Mutex<Option<Error>>,
 }
 
 impl std::fmt::Debug for Llama {
@@ -231,6 +237,7 @@ impl Maker {
             budget: self.budget,
             evictor: Some(evictor),
             peak: AtomicU64::new(0),
+            parked: Mutex::new(None),
         })
     }
 }
@@ -241,9 +248,10 @@ impl Llama {
         self.budget
     }
 
-    /// After a write: wakes the evictor if the resident bytes passed the budget.
+    /// After a read or a write: samples the resident peak and wakes the evictor if the
+    /// resident bytes passed the budget (reads load pages too: review rev-lstore F6).
     #[inline]
-    pub(crate) fn after_write(&self) {
+    pub(crate) fn after_op(&self) {
         let resident = self.tree.resident_bytes();
         if resident > self.peak.load(Ordering::Relaxed) {
             self.peak.fetch_max(resident, Ordering::Relaxed);
@@ -255,7 +263,17 @@ impl Llama {
         }
     }
 
-    /// The most resident bytes a write saw (sampled after writes).
+    /// Keeps a read's load error for [`crate::Store::take_load_error`].
+    pub(crate) fn park(&self, error: Error) {
+        *self.parked.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
+    }
+
+    /// The parked error, taken out.
+    pub(crate) fn take_parked(&self) -> Option<Error> {
+        self.parked.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// The most resident bytes an operation saw (sampled after reads and writes).
     pub(crate) fn resident_peak(&self) -> u64 {
         self.peak.load(Ordering::Relaxed)
     }

@@ -29,13 +29,20 @@ pub struct LsnAllocator {
 }
 
 impl LsnAllocator {
-    /// An allocator whose first LSN is `next`.
-    pub fn new(next: u64) -> Self {
+    /// An allocator whose first LSN is `next`, with every LSN up to `durable` (< `next`)
+    /// durable. Not `next - 1` by default: what recovery read may be only in the page cache
+    /// (review rev-lstore F9), so a reopened store passes what recovery proved
+    /// ([`crate::recovery::RecoveryReport::durable_lsn`]) and publishes the rest once it has
+    /// made it durable itself.
+    pub fn new(next: u64, durable: u64) -> Self {
         assert!(next >= 1, "LSN 0 means none");
+        assert!(
+            durable < next,
+            "durable LSN {durable} not below the next LSN {next}"
+        );
         Self {
             next: AtomicU64::new(next),
-            // What the store opens with was recovered from durable logs and checkpoints.
-            durable: AtomicU64::new(next - 1),
+            durable: AtomicU64::new(durable),
         }
     }
 
@@ -193,8 +200,9 @@ mod tests {
     // Goal: the allocator is dense and starts where told. Method: allocate a few.
     #[test]
     fn allocator_is_dense() {
-        let lsns = LsnAllocator::new(7);
+        let lsns = LsnAllocator::new(7, 3);
         assert_eq!(lsns.last(), 6);
+        assert_eq!(lsns.durable(), 3, "durable as told, not everything below 7");
         assert_eq!(lsns.allocate_n(1), 7);
         assert_eq!(lsns.allocate_n(1), 8);
         assert_eq!(lsns.next(), 9);

@@ -114,6 +114,12 @@ pub struct RecoveryReport {
     pub cutoff_lsn: u64,
     /// The LSN the store continues at; `cutoff_lsn + 1 .. lsn_next` is void.
     pub lsn_next: u64,
+    /// Every LSN up to this one was durable before recovery read the logs, by proof: the
+    /// checkpoint loaded (its end LSN), a mark, META's clean close, or a clean seal (then it
+    /// is the cutoff). Records after it were read but may have been only in the page cache
+    /// (after a kill, or a failed fsync: Linux marks the pages clean without writing them, so
+    /// recovery's own fsyncs need not write them either). At most `cutoff_lsn`.
+    pub durable_lsn: u64,
     /// Proven losses: what was durable (and perhaps acknowledged) and is gone. A `Repair`
     /// open refuses when there is any; `AcceptLoss` drops it and lists it here.
     pub losses: Vec<String>,
@@ -508,6 +514,8 @@ fn recover_from(dir: &dyn Dir, base: Base<'_>, mode: RecoveryMode) -> Result<Rec
             },
         );
     }
+    // Below the replay's start: in the checkpoint, or in a tree that held it (`recover_applied`).
+    let mut durable = start_lsn - 1;
     let mut lsn_seen = cutoff.max(report.checkpoint_end_lsn.unwrap_or(0));
     // The last clean close recorded how far the logs were durable (META).
     if let Ok(Some(meta)) = crate::meta::read(dir) {
@@ -574,6 +582,9 @@ fn recover_from(dir: &dyn Dir, base: Base<'_>, mode: RecoveryMode) -> Result<Rec
         {
             lsn_seen = lsn_seen.max(lsn);
         }
+    }
+    if let Some((proven, _)) = &proof {
+        durable = durable.max(*proven);
     }
     if let Some((proven, at)) = &proof {
         if cutoff < *proven {
@@ -735,6 +746,13 @@ fn recover_from(dir: &dyn Dir, base: Base<'_>, mode: RecoveryMode) -> Result<Rec
                 .all(|l| l.stream.closed_cleanly() && !l.past_cutoff),
             None => true,
         };
+
+    // A clean close synced everything before its seal.
+    report.durable_lsn = if report.clean {
+        cutoff
+    } else {
+        durable.min(cutoff)
+    };
 
     // 6. Cut every log after its last kept data record and seal it. A seal the last run
     // wrote may be only in the page cache (its fsync failed, and the store was reopened

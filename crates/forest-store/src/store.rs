@@ -67,7 +67,10 @@ use crate::verify::VerifyReport;
 use crate::wal::group_commit::{GroupCommit, SHARD_COUNT_MAX};
 use crate::wal::{log_name, LogHeader, LogWriter, Op};
 
+mod reads;
 mod temporal;
+
+pub use reads::ReadFailures;
 
 /// The default number of shard logs. Every shard adds an fsync to each group-commit round, so
 /// one log shares fsyncs best; more shards pay off only when appends to one log buffer contend
@@ -292,7 +295,7 @@ pub struct MemoryStats {
     /// Resident bytes of page states (base pages and deltas), as counted at install and
     /// retire.
     pub resident_bytes: u64,
-    /// The most resident bytes a write saw since open.
+    /// The most resident bytes a read or write saw since open.
     pub resident_peak_bytes: u64,
     /// Pages swapped out to the LSS.
     pub evictions: u64,
@@ -592,7 +595,16 @@ impl Store {
             )?;
         }
         let report = &recovered.report;
-        let lsns = Arc::new(LsnAllocator::new(report.lsn_next));
+        // Temporal stores too (session 13: their checkpoints keep the history).
+        let replayed = (report.records_replayed > 0 && !report.clean) || checkpoint_now;
+        // The ESL (a bwtree on its LSS) must not claim what recovery read from the logs
+        // durable before the open's checkpoint has written it anew (review rev-lstore F9).
+        let durable_at_open = if replayed {
+            report.durable_lsn
+        } else {
+            report.lsn_next - 1
+        };
+        let lsns = Arc::new(LsnAllocator::new(report.lsn_next, durable_at_open));
         let seq = recovered.log_seq_next;
         let writers = create_logs(
             &dir,
@@ -604,7 +616,6 @@ impl Store {
         let commit = GroupCommit::start(writers, Arc::clone(&lsns), options.durability)?;
         let llama = maker.map(|m| m.finish(&lsns)).transpose()?;
         let lsn_end = lsns.next();
-        let replayed = (report.records_replayed > 0 && !report.clean) || checkpoint_now;
         let store = Self {
             dir: Box::new(dir),
             index: recovered.index,
@@ -639,6 +650,8 @@ impl Store {
             store.clean_close.store(false, Ordering::SeqCst);
             store.checkpoint()?;
             store.clean_close.store(true, Ordering::SeqCst);
+            // Now on disk in the checkpoint: the ESL may cover it.
+            store.lsns.publish_durable(lsn_end - 1);
         }
         Ok(store)
     }
@@ -677,27 +690,54 @@ impl Store {
     }
 
     /// Copies the value of `key` into `out`; false if absent. Never sees part of an atomic
-    /// batch (the stripe's seqlock; see the module doc).
+    /// batch (the stripe's seqlock; see the module doc). A bwtree on its LSS that cannot load
+    /// a page answers false and parks the error ([`Self::take_load_error`],
+    /// [`ReadFailures`]); [`Self::try_get`] returns it.
     pub fn get(&self, key: &[u8], out: &mut Vec<u8>) -> bool {
+        self.try_get(key, out).unwrap_or_else(|e| {
+            self.park(e);
+            false
+        })
+    }
+
+    /// [`Self::get`] that returns a page-load error (file, offset, page) instead of "not
+    /// found" (review rev-lstore F3).
+    pub fn try_get(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         let stripe = self.stripes.of(key);
         for _ in 0..READ_RETRIES_MAX {
             let Some(seq) = stripe.read_begin() else {
                 stripe.wait_for_batch();
                 continue;
             };
-            let found = self.index.get(key, out);
+            let found = self.index_get(key, out)?;
             if stripe.read_valid(seq) {
-                return found;
+                return Ok(found);
             }
         }
         let _locked = stripe.lock();
-        self.index.get(key, out)
+        self.index_get(key, out)
     }
 
     /// Reads every key of `keys` at one moment with respect to atomic batches: no batch is
     /// seen in part, across the keys too. `visit` gets each key's index and value (None:
-    /// absent), in order, once the read is known to be consistent.
+    /// absent), in order, once the read is known to be consistent. A page-load error is
+    /// parked as by [`Self::get`] and every key visited as absent; [`Self::try_get_many`]
+    /// returns it.
     pub fn get_many(&self, keys: &[&[u8]], visit: &mut dyn FnMut(usize, Option<&[u8]>)) {
+        if let Err(e) = self.try_get_many(keys, visit) {
+            self.park(e);
+            for i in 0..keys.len() {
+                visit(i, None);
+            }
+        }
+    }
+
+    /// [`Self::get_many`] that returns a page-load error; `visit` is then not called.
+    pub fn try_get_many(
+        &self,
+        keys: &[&[u8]],
+        visit: &mut dyn FnMut(usize, Option<&[u8]>),
+    ) -> Result<()> {
         let stripes: Vec<&crate::lsn::Stripe> = keys.iter().map(|k| self.stripes.of(k)).collect();
         let mut values: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
         let mut seqs = Vec::with_capacity(keys.len());
@@ -720,7 +760,7 @@ impl Store {
             }
             for (key, value) in keys.iter().zip(values.iter_mut()) {
                 let mut out = value.take().unwrap_or_default();
-                *value = self.index.get(key, &mut out).then_some(out);
+                *value = self.index_get(key, &mut out)?.then_some(out);
             }
             if stripes.iter().zip(&seqs).all(|(s, &seq)| s.read_valid(seq)) {
                 consistent = true;
@@ -736,19 +776,21 @@ impl Store {
             let _locked: Vec<_> = indexes.iter().map(|&i| self.stripes.at(i).lock()).collect();
             for (key, value) in keys.iter().zip(values.iter_mut()) {
                 let mut out = value.take().unwrap_or_default();
-                *value = self.index.get(key, &mut out).then_some(out);
+                *value = self.index_get(key, &mut out)?.then_some(out);
             }
         }
         for (i, value) in values.iter().enumerate() {
             visit(i, value.as_deref());
         }
+        Ok(())
     }
 
     /// Visits the records in the bounds in `order`. The scan sees every atomic batch whole
     /// or not at all (`scan_gate`): a short scan reads optimistically and retries if a
     /// batch applied meanwhile; a long one holds batches off (not single writes) while it
     /// runs, visitor included, so a slow visitor delays batches. The visitor must not write
-    /// a batch ([`Error::InvalidUse`]); single writes and reads are fine.
+    /// a batch ([`Error::InvalidUse`]); single writes and reads are fine. A page-load error
+    /// ends the scan early and is parked as by [`Self::get`]; [`Self::try_scan`] returns it.
     pub fn scan(
         &self,
         lower: Bound<&[u8]>,
@@ -770,7 +812,9 @@ impl Store {
         limit: usize,
         visit: &mut Visitor<'_>,
     ) {
-        self.scan_fields(lower, upper, order, limit, false, visit)
+        if let Err(e) = self.try_scan_up_to(lower, upper, order, limit, visit) {
+            self.park(e);
+        }
     }
 
     /// [`Self::scan_up_to`] for keys alone: the values are not copied into the scan's
@@ -784,6 +828,34 @@ impl Store {
         limit: usize,
         visit: &mut Visitor<'_>,
     ) {
+        if let Err(e) = self.try_scan_keys_up_to(lower, upper, order, limit, visit) {
+            self.park(e);
+        }
+    }
+
+    /// [`Self::scan_up_to`] that returns a page-load error (the visitor may have seen a
+    /// prefix of the range).
+    pub fn try_scan_up_to(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        limit: usize,
+        visit: &mut Visitor<'_>,
+    ) -> Result<()> {
+        self.scan_fields(lower, upper, order, limit, false, visit)
+    }
+
+    /// [`Self::scan_keys_up_to`] that returns a page-load error (the visitor may have seen a
+    /// prefix of the range).
+    pub fn try_scan_keys_up_to(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        limit: usize,
+        visit: &mut Visitor<'_>,
+    ) -> Result<()> {
         self.scan_fields(lower, upper, order, limit, true, &mut |k, _| visit(k, &[]))
     }
 
@@ -795,9 +867,9 @@ impl Store {
         limit: usize,
         keys_only: bool,
         visit: &mut Visitor<'_>,
-    ) {
+    ) -> Result<()> {
         if limit == 0 {
-            return;
+            return Ok(());
         }
         let want = limit.min(SCAN_OPTIMISTIC_ROWS);
         // One buffer per thread, taken (a nested scan in a visitor gets a fresh one).
@@ -814,7 +886,7 @@ impl Store {
             rows.clear();
             // This visitor only copies into `rows`: it neither blocks nor writes, so it may
             // run under the engine's pin on records in place (one copy, not two; issue 14).
-            self.index.scan_pinned(lower, upper, order, &mut |k, v| {
+            let scanned = self.index_scan(true, lower, upper, order, &mut |k, v| {
                 rows.push(k, if keys_only { &[] } else { v });
                 if rows.len() >= want {
                     ControlFlow::Break(())
@@ -822,6 +894,10 @@ impl Store {
                     ControlFlow::Continue(())
                 }
             });
+            if let Err(e) = scanned {
+                rows.keep_for_next_scan();
+                return Err(e);
+            }
             if self.gate.read_valid(generation) {
                 read_at = Some(generation);
                 break;
@@ -834,7 +910,7 @@ impl Store {
             let _ = rows.visit(visit);
             drop(_visiting);
             rows.keep_for_next_scan();
-            return;
+            return Ok(());
         }
         // Long, or batches kept coming: hold them off and stream the rest.
         let _pass = self.gate.enter_scan();
@@ -853,17 +929,50 @@ impl Store {
             // No batch applied since the rows were read: hand them out, go on after them.
             Some(generation) if self.gate.read_valid(generation) => {
                 if rows.visit(visit).is_break() {
-                    return;
+                    return Ok(());
                 }
                 let last = rows.last_key().expect("a long scan read rows");
                 match order {
-                    Order::Ascending => self.index.scan(Bound::Excluded(last), upper, order, visit),
+                    Order::Ascending => {
+                        self.index_scan(false, Bound::Excluded(last), upper, order, visit)
+                    }
                     Order::Descending => {
-                        self.index.scan(lower, Bound::Excluded(last), order, visit)
+                        self.index_scan(false, lower, Bound::Excluded(last), order, visit)
                     }
                 }
             }
-            _ => self.index.scan(lower, upper, order, visit),
+            _ => self.index_scan(false, lower, upper, order, visit),
+        }
+    }
+
+    /// The index's scan (`pinned`: its `scan_pinned`), returning a bwtree on its LSS's
+    /// page-load error.
+    fn index_scan(
+        &self,
+        pinned: bool,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        visit: &mut Visitor<'_>,
+    ) -> Result<()> {
+        match (&self.llama, pinned) {
+            (Some(llama), pinned) => {
+                let scanned = if pinned {
+                    llama.tree.try_scan_pinned(lower, upper, order, visit)
+                } else {
+                    llama.tree.try_scan(lower, upper, order, visit)
+                };
+                llama.after_op();
+                scanned
+            }
+            (None, true) => {
+                self.index.scan_pinned(lower, upper, order, visit);
+                Ok(())
+            }
+            (None, false) => {
+                self.index.scan(lower, upper, order, visit);
+                Ok(())
+            }
         }
     }
 
@@ -905,8 +1014,15 @@ impl Store {
         decide: impl FnOnce(Option<&[u8]>) -> Result<Rmw>,
     ) -> Result<WroteOne> {
         self.commit.check_failed()?;
+        // A bwtree on its LSS: help evict before anything is held (see `preload`).
+        if let Some(llama) = &self.llama {
+            llama.tree.help_evict();
+        }
         let stripe = self.stripes.of(key);
         let _locked = stripe.lock();
+        // A read of the key loads its pages too (under the hold).
+        let key_alone = [key];
+        let hold = self.preload(if read_current { &[] } else { &key_alone })?;
         let mut current = Vec::new();
         let old = if read_current && self.index_get(key, &mut current)? {
             Some(current)
@@ -947,6 +1063,8 @@ impl Store {
                     check_entry(key, &value)?;
                     let index = &*self.index;
                     let apply = |lsn: u64| {
+                        // Released once applied (not across a `sync` mode's own fsync).
+                        let _hold = hold;
                         // Limits were checked before logging; a tree can still be full.
                         let _untrusted = self.pm.as_ref().map(|pm| UntrustOnPanic(&pm.tree));
                         if let Err(e) = self.apply_upsert(index, key, &value, lsn) {
@@ -970,6 +1088,7 @@ impl Store {
                 Rmw::Remove => {
                     let index = &*self.index;
                     let apply = |lsn: u64| {
+                        let _hold = hold;
                         if let Err(e) = self.apply_remove(index, key, lsn) {
                             refused = Some(self.fail_logged_unapplied(e));
                         }
@@ -987,7 +1106,7 @@ impl Store {
             return Err(e);
         }
         if let Some(llama) = &self.llama {
-            llama.after_write();
+            llama.after_op();
         }
         if let Some(lsn) = lsn {
             stripe.note_lsn(lsn);
@@ -1136,6 +1255,9 @@ impl Store {
         let lock_stripes = || -> SmallVec<[_; SMALL_UNIT_OPS]> {
             stripes.iter().map(|&i| self.stripes.at(i).lock()).collect()
         };
+        if let Some(llama) = &self.llama {
+            llama.tree.help_evict(); // before anything is held (see `preload`)
+        }
         let (_locked, pass) = if ops.len() > 1 {
             self.gate.check_no_scan_here()?;
             let (locked, pass) = self.gate.enter_batch_holding(lock_stripes);
@@ -1143,6 +1265,10 @@ impl Store {
         } else {
             (lock_stripes(), None)
         };
+        // Every key's pages, loaded and held before any LSN is taken (`preload`); the reads
+        // below then meet resident pages.
+        let keys: SmallVec<[&[u8]; SMALL_UNIT_OPS]> = ops.iter().map(BatchOp::key).collect();
+        let hold = self.preload(&keys)?;
         // The batch's own effects so far, by key: Some(value) or None (removed). A small unit
         // leaves it empty and reads its records instead (each key's last record is its state).
         let small = ops.len() <= SMALL_UNIT_OPS;
@@ -1227,8 +1353,9 @@ impl Store {
         let (stripes_ref, records_ref, before_ref) = (&stripes, &records, &before);
         let mut apply = Some(move |lsn: u64| -> std::result::Result<(), Refused> {
             // The gate is left once the batch is applied, before any fsync (declared first,
-            // dropped last).
+            // dropped last); the pages are let go then too.
             let _pass = pass;
+            let _hold = hold;
             // Odd while the batch applies; even again on return and on unwinding (an engine
             // panic fails the store, but readers must not wait for ever).
             let _applying = Applying::begin(&self.stripes, stripes_ref);
@@ -1324,7 +1451,7 @@ impl Store {
             return Err(e);
         }
         if let Some(llama) = &self.llama {
-            llama.after_write();
+            llama.after_op();
         }
         Ok((changed, self.note_unit(&stripes, lsn), None))
     }
@@ -1350,15 +1477,31 @@ impl Store {
     /// (bwtree on its LSS) is the write's error, before any LSN is taken.
     fn index_get(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         match &self.llama {
-            Some(llama) => match llama.tree.try_get(key)? {
-                Some(value) => {
-                    *out = value;
-                    Ok(true)
-                }
-                None => Ok(false),
-            },
+            Some(llama) => {
+                let found = llama.tree.try_get_into(key, out);
+                llama.after_op();
+                found
+            }
             None => Ok(self.index.get(key, out)),
         }
+    }
+
+    /// A bwtree on its LSS: holds the tree's pages (nothing is evicted until the hold is
+    /// dropped) and loads the pages of `keys`, so that a page that cannot be read fails the
+    /// write here, before its LSN is taken, and the apply after the LSN meets resident pages
+    /// (review rev-lstore F4; forest-bwtree `storage.rs` "Page holds" says why the pages stay
+    /// resident, and the one case not covered). Keys the write reads anyway need not be
+    /// listed. Call with the keys' stripes held, and drop the hold once the write is applied.
+    fn preload(&self, keys: &[&[u8]]) -> Result<Option<forest_bwtree::PageHold<'_>>> {
+        let Some(llama) = &self.llama else {
+            return Ok(None);
+        };
+        let hold = llama.tree.hold_pages();
+        let mut scratch = Vec::new();
+        for key in keys {
+            llama.tree.try_get_into(key, &mut scratch)?;
+        }
+        Ok(hold)
     }
 
     /// Applies a logged put: with the write's LSN on a bwtree on its LSS (`crate::llama`).
@@ -1382,18 +1525,19 @@ impl Store {
     }
 
     /// The newest page-load error a read without a `Result` met ([`Self::get`],
-    /// [`Self::scan`] on a bwtree on its LSS: they answer "not found"), taken out.
+    /// [`Self::scan`] on a bwtree on its LSS: they answer "not found"), or the tree's own
+    /// operations (eviction, stats), taken out.
     pub fn take_load_error(&self) -> Option<Error> {
-        self.llama.as_ref().and_then(|l| l.tree.take_load_error())
+        let llama = self.llama.as_ref()?;
+        llama.take_parked().or_else(|| llama.tree.take_load_error())
     }
 
-    /// [`Self::get`] that returns a page-load error (file, offset, page) instead of "not
-    /// found". The tree keeps one error slot, so a concurrent read's error may surface here.
-    pub fn try_get(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
-        let found = self.get(key, out);
-        match self.take_load_error() {
-            Some(e) => Err(e),
-            None => Ok(found),
+    /// Keeps the error of a read that answered "not found" because a page could not be
+    /// loaded: for [`Self::take_load_error`], and for this thread's [`ReadFailures`].
+    fn park(&self, error: Error) {
+        crate::store::reads::note(&error);
+        if let Some(llama) = &self.llama {
+            llama.park(error);
         }
     }
 
@@ -1405,11 +1549,7 @@ impl Store {
         order: Order,
         visit: &mut Visitor<'_>,
     ) -> Result<()> {
-        self.scan(lower, upper, order, visit);
-        match self.take_load_error() {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        self.try_scan_up_to(lower, upper, order, usize::MAX, visit)
     }
 
     fn fail_logged_unapplied(&self, error: Error) -> Error {

@@ -8,6 +8,7 @@ mod evict;
 mod evict_pause;
 mod flush;
 mod flush_pause;
+mod page_hold;
 mod pause_points;
 mod rev_evict;
 mod review_rev1;

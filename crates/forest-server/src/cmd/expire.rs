@@ -525,7 +525,10 @@ pub fn expire_cycle(shared: &Shared, max: usize) -> usize {
             let _guard = shared.collections.lock(user);
             // Checked again under the lock: a write may have changed it meanwhile.
             if shared.expires.deadline(user) == Some(*deadline) {
-                // A failed write fails the store; the next start finds the key again.
+                // A failed write fails the store; the next start finds the key again. A
+                // failed read refuses the deletion's writes (`CommandReads`): the key stays
+                // due and is tried again.
+                let _reads = super::CommandReads::begin();
                 let _ = delete_expired(&mut ctx, user);
             }
         }

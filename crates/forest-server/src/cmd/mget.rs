@@ -36,7 +36,7 @@ pub fn mget(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
             .collect();
         let mut missed = false;
         let buffers = &mut ctx.buffers;
-        ctx.shared.store.get_many(&lookups, &mut |i, value| {
+        let read = ctx.shared.store.try_get_many(&lookups, &mut |i, value| {
             let value = match (value, places[i].is_some()) {
                 (None, _) => {
                     missed = true;
@@ -52,6 +52,8 @@ pub fn mget(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
             buffer.extend_from_slice(value);
             replies[i] = Frame::Bulk(buffer);
         });
+        // A page that cannot be read is the reply (review rev-lstore F3), never a nil.
+        read.map_err(|e| super::storage_read_error(&e.to_string()))?;
         if !missed || !expires.moved_since(ended) {
             return Ok(Frame::Array(replies));
         }
@@ -67,19 +69,22 @@ pub fn mget(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         keys.iter()
             .map(|k| {
                 let mut out = buffers.take();
-                if store.get(k, &mut out) {
-                    return Frame::Bulk(out);
+                if store.try_get(k, &mut out)? {
+                    return Ok(Frame::Bulk(out));
                 }
-                let timed = store.get(&crate::expiry::string_key(k), &mut out);
-                match timed
-                    .then(|| crate::expiry::strip_deadline(&mut out))
-                    .flatten()
-                {
-                    Some(deadline) if deadline > now => Frame::Bulk(out),
-                    _ => Frame::Null,
-                }
+                let timed = store.try_get(&crate::expiry::string_key(k), &mut out)?;
+                Ok(
+                    match timed
+                        .then(|| crate::expiry::strip_deadline(&mut out))
+                        .flatten()
+                    {
+                        Some(deadline) if deadline > now => Frame::Bulk(out),
+                        _ => Frame::Null,
+                    },
+                )
             })
-            .collect()
+            .collect::<forest_core::Result<Vec<Frame>>>()
     });
+    let replies = replies.map_err(|e| super::storage_read_error(&e.to_string()))?;
     Ok(Frame::Array(replies))
 }

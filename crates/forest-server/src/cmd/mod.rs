@@ -273,10 +273,19 @@ impl Ctx<'_, '_> {
         }
     }
 
+    /// Refuses a write when a store read of the running command failed ([`CommandReads`]).
+    pub(crate) fn reads_ok(&self) -> Result<(), Frame> {
+        read_failure().map_or(Ok(()), Err)
+    }
+
     /// Writes the open unit, if any, as one atomic batch (EXEC's unit waits for EXEC).
     pub fn end_unit(&mut self) -> Result<(), Frame> {
         if self.unit.as_ref().is_some_and(|u| u.txn) {
             return Ok(());
+        }
+        if let Err(failed) = self.reads_ok() {
+            self.unit = None;
+            return Err(failed);
         }
         let Some(unit) = self.unit.take() else {
             return Ok(());
@@ -572,6 +581,7 @@ impl Ctx<'_, '_> {
 
     /// Sets store key `key` exactly (see [`Self::read_at`]).
     pub(crate) fn upsert_at(&mut self, key: &[u8], value: &[u8]) -> Result<(), Frame> {
+        self.reads_ok()?;
         if self.unit.is_some() {
             check_entry(key, value).map_err(|e| store_error(&e))?;
             self.decide(key, Some(value));
@@ -586,6 +596,7 @@ impl Ctx<'_, '_> {
     }
 
     fn insert_at(&mut self, key: &[u8], value: &[u8]) -> Result<bool, Frame> {
+        self.reads_ok()?;
         if self.unit.is_some() {
             check_entry(key, value).map_err(|e| store_error(&e))?;
             if self.present_at(key) {
@@ -605,6 +616,7 @@ impl Ctx<'_, '_> {
     }
 
     fn update_at(&mut self, key: &[u8], value: &[u8]) -> Result<bool, Frame> {
+        self.reads_ok()?;
         if self.unit.is_some() {
             check_entry(key, value).map_err(|e| store_error(&e))?;
             if !self.present_at(key) {
@@ -625,6 +637,7 @@ impl Ctx<'_, '_> {
 
     /// Removes store key `key` exactly (see [`Self::read_at`]).
     pub(crate) fn remove_at(&mut self, key: &[u8]) -> Result<bool, Frame> {
+        self.reads_ok()?;
         if self.unit.is_some() {
             if !self.present_at(key) {
                 return Ok(false);
@@ -684,6 +697,7 @@ impl Ctx<'_, '_> {
         &mut self,
         batch: &forest_store::WriteBatch,
     ) -> Result<Vec<bool>, Frame> {
+        self.reads_ok()?;
         if self.unit.is_some() {
             return multi::decide_batch(self, batch, false);
         }
@@ -738,6 +752,7 @@ impl Ctx<'_, '_> {
         key: &[u8],
         f: impl FnOnce(Option<&[u8]>) -> forest_core::Result<forest_store::Rmw>,
     ) -> Result<Option<Vec<u8>>, Frame> {
+        self.reads_ok()?;
         if self.unit.is_some() {
             let mut old = Vec::new();
             let old = self.read_at(key, &mut old).then_some(old);
@@ -979,7 +994,14 @@ fn dispatch_into(
         return Err(coll::reserved_key());
     }
     let start = out.len();
+    let reads = CommandReads::begin();
     let written = encode(ctx, argv, out);
+    if let Some(failed) = reads.failed() {
+        // As `run`: nothing of a command whose read failed is sent or written.
+        out.truncate(start);
+        ctx.drop_unit();
+        return Err(failed);
+    }
     // As `run`: a unit left open is written whatever the reply, and its error wins.
     let ended = ctx.end_unit();
     if written.is_err() || ended.is_err() {
@@ -1018,11 +1040,66 @@ pub(crate) fn run(ctx: &mut Ctx<'_, '_>, spec: &'static Spec, argv: &[&[u8]]) ->
     if has_reserved_key(spec, argv) {
         return Err(coll::reserved_key());
     }
+    let reads = CommandReads::begin();
     let reply = (spec.run)(ctx, argv);
+    if let Some(failed) = reads.failed() {
+        // A reply built on a read that failed is wrong, and so are writes decided from it.
+        ctx.drop_unit();
+        return Err(failed);
+    }
     // Handlers write their units under their stripe locks (`coll::write`, SET); a unit
     // left open is still written here, whole, whatever the reply.
     ctx.end_unit()?;
     reply
+}
+
+std::thread_local! {
+    /// The running command's mark in this thread's failed store reads ([`CommandReads`]).
+    static COMMAND_READS: std::cell::Cell<Option<forest_store::ReadFailures>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// A command's reads as a whole (review rev-lstore F3): a store read that could not load a
+/// page (a bwtree on its LSS) answers "not found" and counts in the thread's
+/// [`forest_store::ReadFailures`]; from the command's start on, its reply becomes the error
+/// ([`Self::failed`]) and every write it tries is refused ([`Ctx::reads_ok`]), since a write
+/// decided from a wrong "absent" is wrong too. Nested commands (EXEC's, a script's) mark
+/// their own start and give the outer mark back when done.
+pub(crate) struct CommandReads {
+    outer: Option<forest_store::ReadFailures>,
+}
+
+impl CommandReads {
+    /// Marks the start of a command on this thread.
+    pub(crate) fn begin() -> Self {
+        let mark = forest_store::ReadFailures::mark();
+        Self {
+            outer: COMMAND_READS.with(|c| c.replace(Some(mark))),
+        }
+    }
+
+    /// The error reply if a store read of this command failed.
+    pub(crate) fn failed(&self) -> Option<Frame> {
+        read_failure()
+    }
+}
+
+impl Drop for CommandReads {
+    fn drop(&mut self) {
+        COMMAND_READS.with(|c| c.set(self.outer));
+    }
+}
+
+/// The error reply if a store read of the running command (on this thread) failed.
+fn read_failure() -> Option<Frame> {
+    let mark = COMMAND_READS.with(std::cell::Cell::get)?;
+    mark.since().map(|e| storage_read_error(&e))
+}
+
+/// `-ERR storage: ...`: a store read could not load a page (the message names the segment
+/// file, offset and page), so the command neither answers nor writes.
+pub fn storage_read_error(message: &str) -> Frame {
+    Frame::err(format!("storage: cannot read a page: {message}"))
 }
 
 #[cfg(test)]

@@ -284,6 +284,8 @@ fn key_args<'a>(spec: &Spec, argv: &'a [Vec<u8>]) -> impl Iterator<Item = &'a [u
 
 /// EXEC (see the module doc).
 pub fn exec(ctx: &mut Ctx<'_, '_>, _argv: &[&[u8]]) -> Reply {
+    // Its own mark, whether or not it runs through `run` (`write_unit` checks it).
+    let _reads = super::CommandReads::begin();
     let txn = &mut ctx.client.txn;
     if !txn.multi {
         return Err(Frame::err("EXEC without MULTI"));
@@ -435,6 +437,8 @@ fn write_unit(ctx: &mut Ctx<'_, '_>) -> Result<(), Frame> {
     let Some(unit) = ctx.unit.take() else {
         return Ok(());
     };
+    // A store read of the transaction (or script) failed: its writes may rest on it.
+    ctx.reads_ok()?;
     let mut batch = WriteBatch::new();
     for (key, value) in &unit.overlay {
         match value {

@@ -16,6 +16,7 @@ mod range;
 mod redis_benchmark;
 mod scripting;
 mod server;
+mod storage_errors;
 mod stream_blocking;
 mod streams;
 mod string_keyspace;

@@ -8,6 +8,7 @@ mod correctness;
 mod crash_kill;
 mod crash_sim;
 mod decode_proptest;
+mod llama_faults;
 mod llama_store;
 mod power_loss;
 mod rev_lstore;
