@@ -133,7 +133,9 @@ impl Resumed<'_> {
 /// at the name's length and first byte.
 fn runs_long(shared: &Shared, client: &Client, argv: &[&[u8]]) -> bool {
     if shared.scripts.holding() {
-        return true;
+        // SCRIPT KILL touches no stripe: inline, so that writers filling the blocking pool
+        // while the script runs cannot queue it until the time limit (review rev-pcscript F1).
+        return !is_script_kill(argv);
     }
     let Some(name) = argv.first() else {
         return false;
@@ -154,6 +156,11 @@ fn runs_long(shared: &Shared, client: &Client, argv: &[&[u8]]) -> bool {
         (4, Some(b's')) => is_word(name, "save"),
         _ => false,
     }
+}
+
+/// SCRIPT KILL (any case).
+fn is_script_kill(argv: &[&[u8]]) -> bool {
+    matches!(argv, [name, sub] if is_word(name, "script") && is_word(sub, "kill"))
 }
 
 /// `output` with each write reply at `writes` replaced by `write not acknowledged` (a
