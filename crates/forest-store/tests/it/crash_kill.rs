@@ -37,6 +37,9 @@ use rand::{Rng, SeedableRng};
 const CHILD_ENV: &str = "FOREST_KILL_CHILD";
 /// The environment variable that sets the kill cycles per test (default `CYCLE_COUNT_DEFAULT`).
 const CYCLES_ENV: &str = "FOREST_KILL_CYCLES";
+/// The environment variable that adds an offset to every test's seed base (default 0), so a
+/// loop can try other seeds than CI's.
+const SEED_OFFSET_ENV: &str = "FOREST_KILL_SEED_OFFSET";
 /// 10 cycles × 9 tests = 90 kills per run: a few seconds in the `ci` profile (budget ~60 s).
 /// The two bztree-pm tests run `BZTREE_PM_CYCLES` each; msync's is disk-bound (an msync
 /// per flush): about 70 s in a debug build on a loaded 2-core machine.
@@ -380,21 +383,78 @@ fn kill_cycle(
                 break;
             }
         }
-        assert!(
-            matched.is_some(),
-            "{name} seed {seed}: thread {t}'s keys match no allowed prefix ({acked} acked, \
-             mode {mode}); recovered {:?}",
-            target
-                .iter()
-                .map(|(k, v)| (String::from_utf8_lossy(k), String::from_utf8_lossy(v)))
-                .collect::<Vec<_>>()
-        );
+        if matched.is_none() {
+            // What the shortest allowed prefix holds and the recovered state lacks or holds
+            // otherwise, and the acked writes to those keys: names the lost writes.
+            let mut expected = own(before);
+            for op in &ops[..shortest] {
+                op.apply(&mut expected);
+            }
+            let show = |k: &[u8], v: Option<&Vec<u8>>| {
+                format!(
+                    "{}={}",
+                    String::from_utf8_lossy(k),
+                    v.map_or("(absent)".into(), |v| String::from_utf8_lossy(v)
+                        .into_owned())
+                )
+            };
+            let differ: Vec<String> = expected
+                .keys()
+                .chain(target.keys())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .filter(|&k| expected.get(k) != target.get(k))
+                .map(|k: &Vec<u8>| {
+                    let writes: Vec<usize> = ops
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, op)| &op.key == k || &op.twin() == k)
+                        .map(|(seq, _)| seq)
+                        .collect();
+                    format!(
+                        "{} recovered {}; writes (seq) {writes:?}",
+                        show(k, expected.get(k)),
+                        show(k, target.get(k))
+                    )
+                })
+                .collect();
+            panic!(
+                "{name} seed {seed}: thread {t}'s keys match no allowed prefix ({acked} acked, \
+                 mode {mode}); the first {shortest} writes' state differs at: {differ:#?}; \
+                 recovered {:?}",
+                target
+                    .iter()
+                    .map(|(k, v)| (String::from_utf8_lossy(k), String::from_utf8_lossy(v)))
+                    .collect::<Vec<_>>()
+            );
+        }
     }
     assert!(
         recovered.keys().all(|k| thread_of(k) < THREAD_COUNT),
         "{name} seed {seed}: a key no thread wrote"
     );
     (recovered, lines.len() as u64)
+}
+
+/// The store directory of a kill test, kept (and named on stderr) when the test fails, so the
+/// state that failed can be examined.
+struct KeptOnFailure(Option<tempfile::TempDir>);
+
+impl KeptOnFailure {
+    fn path(&self) -> &Path {
+        self.0.as_ref().expect("held until drop").path()
+    }
+}
+
+impl Drop for KeptOnFailure {
+    fn drop(&mut self) {
+        if let (true, Some(dir)) = (std::thread::panicking(), self.0.take()) {
+            eprintln!(
+                "kill test failed: its store directory is kept at {}",
+                dir.keep().display()
+            );
+        }
+    }
 }
 
 /// Runs the kill cycles of one (mode, engine), or the child if the env var says so.
@@ -411,7 +471,12 @@ fn kill_test_cycles(name: &str, mode: &str, engine: &str, seed_base: u64, defaul
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(default);
-    let tmp = tempfile::tempdir().expect("tempdir");
+    let seed_base = seed_base
+        + std::env::var(SEED_OFFSET_ENV)
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+            .unwrap_or(0);
+    let tmp = KeptOnFailure(Some(tempfile::tempdir().expect("tempdir")));
     let mut state = State::new();
     let mut acked = 0;
     for cycle in 0..cycles {
