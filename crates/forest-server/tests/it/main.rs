@@ -14,6 +14,7 @@ mod protocol_doc;
 mod pubsub;
 mod range;
 mod redis_benchmark;
+mod rev_lfix;
 mod scripting;
 mod server;
 mod storage_errors;
