@@ -398,7 +398,9 @@ pub fn repair(store: &Store) -> forest_core::Result<RepairReport> {
     let mut metas: std::collections::HashMap<Vec<u8>, Meta> = std::collections::HashMap::new();
     let types_start = [RESERVED_BYTE, TYPE_TAG];
     let types_end = [RESERVED_BYTE, TYPE_TAG + 1];
-    store.scan(
+    // Fallible: a scan cut by a page that cannot be read would make every collection not
+    // reached look memberless, and this pass would delete it (review rev-lfix F1).
+    store.try_scan(
         Bound::Included(&types_start[..]),
         Bound::Excluded(&types_end[..]),
         Order::Ascending,
@@ -409,7 +411,7 @@ pub fn repair(store: &Store) -> forest_core::Result<RepairReport> {
             }
             ControlFlow::Continue(())
         },
-    );
+    )?;
     let mut removes: Vec<Vec<u8>> = Vec::new();
     let mut puts: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     let mut report = RepairReport::default();
@@ -453,7 +455,9 @@ pub fn repair(store: &Store) -> forest_core::Result<RepairReport> {
     };
     let members_start = [RESERVED_BYTE, MEMBER_TAG];
     let members_end = [RESERVED_BYTE, MEMBER_TAG + 1];
-    store.scan(
+    // Fallible: a scan cut by a page that cannot be read would make every collection not
+    // reached look memberless, and this pass would delete it (review rev-lfix F1).
+    store.try_scan(
         Bound::Included(&members_start[..]),
         Bound::Excluded(&members_end[..]),
         Order::Ascending,
@@ -549,7 +553,7 @@ pub fn repair(store: &Store) -> forest_core::Result<RepairReport> {
             }
             ControlFlow::Continue(())
         },
-    );
+    )?;
     if let Some(done) = current.take() {
         finish(done, &mut metas, &mut puts, &mut removes, &mut report);
     }

@@ -1267,8 +1267,16 @@ impl Store {
         };
         // Every key's pages, loaded and held before any LSN is taken (`preload`); the reads
         // below then meet resident pages.
-        let keys: SmallVec<[&[u8]; SMALL_UNIT_OPS]> = ops.iter().map(BatchOp::key).collect();
-        let hold = self.preload(&keys)?;
+        // Only a store on its LSS has pages to load (review rev-lfix F6: others built the
+        // key list, on the heap past four ops, for nothing).
+        let hold = match &self.llama {
+            Some(_) => {
+                let keys: SmallVec<[&[u8]; SMALL_UNIT_OPS]> =
+                    ops.iter().map(BatchOp::key).collect();
+                self.preload(&keys)?
+            }
+            None => None,
+        };
         // The batch's own effects so far, by key: Some(value) or None (removed). A small unit
         // leaves it empty and reads its records instead (each key's last record is its state).
         let small = ops.len() <= SMALL_UNIT_OPS;

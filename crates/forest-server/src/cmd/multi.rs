@@ -341,8 +341,13 @@ pub fn exec(ctx: &mut Ctx<'_, '_>, _argv: &[&[u8]]) -> Reply {
     ctx.client.txn.executing = false;
     let written = write_unit(ctx);
     drop(_guards);
-    for (channel, message) in std::mem::take(&mut ctx.client.txn.deferred) {
-        shared.pubsub.publish(&channel, &message);
+    // Published only if the transaction's writes were (review rev-lfix F2: an EXEC refused
+    // for a failed read answered the error yet delivered its PUBLISH).
+    let deferred = std::mem::take(&mut ctx.client.txn.deferred);
+    if written.is_ok() {
+        for (channel, message) in deferred {
+            shared.pubsub.publish(&channel, &message);
+        }
     }
     written?;
     Ok(Frame::Array(replies))
@@ -424,7 +429,7 @@ pub(super) fn end_script(
     };
     drop(guards);
     drop(holding);
-    if keep {
+    if keep && written.is_ok() {
         for (channel, message) in deferred {
             ctx.shared.pubsub.publish(&channel, &message);
         }
