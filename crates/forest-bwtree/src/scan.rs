@@ -61,7 +61,7 @@ use forest_core::{Order, Visitor};
 use forest_llama::page_state::{decode, PageLocation};
 use forest_llama::Pid;
 
-use crate::base_page::{key_cmp, key_eq, BasePage};
+use crate::base_page::{key_cmp, key_eq, key_prefix, BasePage};
 use crate::consolidate::{view, EDITS_MAX};
 use crate::delta::{Kind, Node};
 use crate::gc::{node_ref, reuse_generation};
@@ -560,12 +560,17 @@ fn target(start: Bound<&[u8]>, order: Order) -> Target<'_> {
 fn covers(node: &Node, start: Bound<&[u8]>, order: Order) -> bool {
     let low = node.base_page().low();
     let (high, _) = node.bounds();
-    let below_high = |key: &[u8]| high.is_none_or(|h| key < h);
+    let below_high = |key: &[u8]| high.is_none_or(|h| key_cmp_wide(key, h).is_lt());
+    let low_at_or_below = |key: &[u8]| key_cmp_wide(low, key).is_le();
     match (start, order) {
-        (Bound::Included(k) | Bound::Excluded(k), Order::Ascending) => low <= k && below_high(k),
+        (Bound::Included(k) | Bound::Excluded(k), Order::Ascending) => {
+            low_at_or_below(k) && below_high(k)
+        }
         (Bound::Unbounded, Order::Ascending) => low.is_empty(),
-        (Bound::Included(k), Order::Descending) => low <= k && below_high(k),
-        (Bound::Excluded(k), Order::Descending) => low < k && high.is_none_or(|h| k <= h),
+        (Bound::Included(k), Order::Descending) => low_at_or_below(k) && below_high(k),
+        (Bound::Excluded(k), Order::Descending) => {
+            key_cmp_wide(low, k).is_lt() && high.is_none_or(|h| key_cmp_wide(k, h).is_le())
+        }
         (Bound::Unbounded, Order::Descending) => high.is_none(),
     }
 }
@@ -699,6 +704,8 @@ struct LeafEdits<'g> {
     cut: usize,
     /// The deltas' records, newest per key, sorted by key; `None` values delete.
     edits: [(&'g [u8], Option<&'g [u8]>); EDITS_MAX],
+    /// [`wide_prefix`] of each of `edits`' keys, for the merge's compares.
+    wides: [(u64, u64); EDITS_MAX],
     len: usize,
 }
 
@@ -738,14 +745,29 @@ fn leaf_edits(node: &Node) -> Option<LeafEdits<'_>> {
         }
         current = current.next()?;
     };
-    let items = &mut edits[..len];
-    // Stable (insertion sort at this length: no allocation): the newest delta stays first
-    // among equal keys, and the dedup keeps it.
-    items.sort_by(|a, b| key_cmp(a.0, b.0));
+    // Sorted as (16-byte prefix, index) triples, small and compared inline (see
+    // `wide_prefix`); the full keys only where prefixes tie. Stable (insertion sort at this
+    // length: no allocation): the newest delta stays first among equal keys, and the dedup
+    // keeps it.
+    let mut order = [(0u64, 0u64, 0u8); EDITS_MAX];
+    for (slot, (i, edit)) in order.iter_mut().zip(edits[..len].iter().enumerate()) {
+        let (high, low) = wide_prefix(edit.0);
+        *slot = (high, low, i as u8);
+    }
+    let order = &mut order[..len];
+    order.sort_by(|a, b| {
+        (a.0, a.1)
+            .cmp(&(b.0, b.1))
+            .then_with(|| tail_cmp(edits[usize::from(a.2)].0, edits[usize::from(b.2)].0))
+    });
+    let mut sorted: [(&[u8], Option<&[u8]>); EDITS_MAX] = [(&[], None); EDITS_MAX];
+    let mut wides = [(0u64, 0u64); EDITS_MAX];
     let mut kept = 0;
-    for i in 0..items.len() {
-        if kept == 0 || !key_eq(items[kept - 1].0, items[i].0) {
-            items[kept] = items[i];
+    for &(high, low, i) in order.iter() {
+        let edit = edits[usize::from(i)];
+        if kept == 0 || wides[kept - 1] != (high, low) || !key_eq(sorted[kept - 1].0, edit.0) {
+            sorted[kept] = edit;
+            wides[kept] = (high, low);
             kept += 1;
         }
     }
@@ -753,9 +775,39 @@ fn leaf_edits(node: &Node) -> Option<LeafEdits<'_>> {
     Some(LeafEdits {
         base,
         cut,
-        edits,
+        edits: sorted,
+        wides,
         len: kept,
     })
+}
+
+/// Orders two keys as slices do, by their first 16 bytes as two zero-padded big-endian
+/// numbers first: a page's keys often share their first 8 bytes (YCSB's `user` and the first
+/// digits), where [`key_cmp`] ties and calls `memcmp` on every comparison of a scan's merge of
+/// base page and deltas. Equal 16-byte prefixes with either key at most 16 bytes long mean one
+/// key is the other's start (the padding is zeros), so the lengths decide.
+#[inline]
+fn key_cmp_wide(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    wide_prefix(a)
+        .cmp(&wide_prefix(b))
+        .then_with(|| tail_cmp(a, b))
+}
+
+/// The first 16 bytes of `key`, zero-padded, as two big-endian numbers: compared as a pair,
+/// they order keys as the keys do, except that equal pairs need [`tail_cmp`].
+#[inline]
+fn wide_prefix(key: &[u8]) -> (u64, u64) {
+    (key_prefix(key), key_prefix(key.get(8..).unwrap_or(&[])))
+}
+
+/// Orders two keys whose [`wide_prefix`] is equal.
+#[inline]
+fn tail_cmp(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    if a.len() <= 16 || b.len() <= 16 {
+        a.len().cmp(&b.len())
+    } else {
+        a[16..].cmp(&b[16..])
+    }
 }
 
 /// Whether `key` sorts before the split point of `start` in `order`: ascending, the keys
@@ -772,6 +824,14 @@ fn start_below(start: Bound<&[u8]>, order: Order, key: &[u8]) -> bool {
 }
 
 impl<'g> LeafEdits<'g> {
+    /// Orders `key` against edit `e`, whose key is `edit_key`, by the edit's prefix kept.
+    #[inline]
+    fn cmp_edit(&self, key: &[u8], e: usize, edit_key: &[u8]) -> std::cmp::Ordering {
+        wide_prefix(key)
+            .cmp(&self.wides[e])
+            .then_with(|| tail_cmp(key, edit_key))
+    }
+
     /// Calls `emit` on the records from `start` on in `order` until it returns false.
     fn walk(
         &self,
@@ -804,7 +864,7 @@ impl<'g> LeafEdits<'g> {
                     (false, None) => return,
                     (true, None) => Some(true),
                     (false, Some(_)) => Some(false),
-                    (true, Some(&(ek, _))) => match key_cmp(base.key(b), ek) {
+                    (true, Some(&(ek, _))) => match self.cmp_edit(base.key(b), e, ek) {
                         std::cmp::Ordering::Less => Some(true),
                         std::cmp::Ordering::Greater => Some(false),
                         std::cmp::Ordering::Equal => {
@@ -834,7 +894,7 @@ impl<'g> LeafEdits<'g> {
                     (false, false) => return,
                     (true, false) => true,
                     (false, true) => false,
-                    (true, true) => match key_cmp(base.key(b - 1), edits[e - 1].0) {
+                    (true, true) => match self.cmp_edit(base.key(b - 1), e - 1, edits[e - 1].0) {
                         std::cmp::Ordering::Greater => true,
                         std::cmp::Ordering::Less => false,
                         std::cmp::Ordering::Equal => {
@@ -884,6 +944,39 @@ fn walk_view<'g>(
                 if !emit(k, Value::Alone(v)) {
                     return;
                 }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wide_compare_orders_like_slices() {
+        // Goal: `key_cmp_wide`, `wide_prefix` + `tail_cmp` and the sort in `leaf_edits` order
+        // keys exactly as byte slices do. Method: keys around the 8- and 16-byte boundaries,
+        // with zero bytes where padding could hide a difference, and YCSB-like keys; every pair
+        // compared against `Ord for [u8]`.
+        let mut keys: Vec<Vec<u8>> = vec![Vec::new()];
+        for len in [1, 7, 8, 9, 15, 16, 17, 23, 24] {
+            for fill in [0u8, b'5', 0xff] {
+                let mut key = vec![b'u'; len];
+                key[len - 1] = fill;
+                keys.push(key.clone());
+                key.push(0);
+                keys.push(key);
+            }
+        }
+        keys.push(b"user1234567890123456789".to_vec());
+        keys.push(b"user1234567890123456788".to_vec());
+        keys.push(b"user12345678901234567890".to_vec());
+        keys.push(b"user123456789012".to_vec());
+        keys.push(b"user123456789012\0".to_vec());
+        for a in &keys {
+            for b in &keys {
+                assert_eq!(key_cmp_wide(a, b), a.cmp(b), "{a:?} vs {b:?}");
             }
         }
     }
