@@ -1,51 +1,13 @@
 //! A store on bwtree under a memory budget meeting pages it cannot read back, and its ESL
 //! after a crash (review rev-lstore F4 and F9; `forest-store/src/llama.rs`).
 
-use std::time::{Duration, Instant};
-
 use forest_store::file::{CrashMode, FaultPlan, SimDir};
 use forest_store::recovery::{recover, RecoveryMode};
-use forest_store::{Durability, Store, StoreOptions, WriteBatch};
+use forest_store::{Durability, Store, WriteBatch};
+
+use crate::llama_store::{key, options, value, wait_evicted};
 
 const BUDGET: u64 = 16 << 10;
-
-fn options(budget: Option<u64>, durability: Durability) -> StoreOptions {
-    StoreOptions {
-        engine: Some("bwtree".into()),
-        durability,
-        memory_budget_bytes: budget,
-        ..StoreOptions::default()
-    }
-}
-
-fn key(i: u32) -> Vec<u8> {
-    format!("key{i:08}").into_bytes()
-}
-
-fn value(i: u32, round: u32) -> Vec<u8> {
-    let mut v = format!("value {i} round {round} ").into_bytes();
-    v.resize(160, b'.');
-    v
-}
-
-/// Waits until the evictor brought the resident bytes within 125 % of the budget.
-fn wait_evicted(store: &Store) {
-    let began = Instant::now();
-    loop {
-        let memory = store.stats().memory.expect("a store with a budget");
-        if memory.evictions > 0
-            && memory.resident_bytes <= memory.budget_bytes + memory.budget_bytes / 4
-        {
-            return;
-        }
-        assert!(
-            began.elapsed() < Duration::from_secs(20),
-            "the evictor did not bring {} resident bytes near the budget",
-            memory.resident_bytes
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
 
 /// Flips every LSS record byte of the store at `path` (past each segment's 64-byte header)
 /// in place; returns each segment's bytes as they were, for [`restore_lss`].

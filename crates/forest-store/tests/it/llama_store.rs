@@ -24,7 +24,7 @@ const MODES: [Durability; 3] = [
     Durability::Periodic { interval_ms: 2 },
 ];
 
-fn options(budget: Option<u64>, durability: Durability) -> StoreOptions {
+pub(crate) fn options(budget: Option<u64>, durability: Durability) -> StoreOptions {
     StoreOptions {
         engine: Some("bwtree".into()),
         durability,
@@ -33,18 +33,18 @@ fn options(budget: Option<u64>, durability: Durability) -> StoreOptions {
     }
 }
 
-fn key(i: u32) -> Vec<u8> {
+pub(crate) fn key(i: u32) -> Vec<u8> {
     format!("key{i:08}").into_bytes()
 }
 
-fn value(i: u32, round: u32) -> Vec<u8> {
+pub(crate) fn value(i: u32, round: u32) -> Vec<u8> {
     let mut v = format!("value {i} round {round} ").into_bytes();
     v.resize(160, b'.');
     v
 }
 
 /// Waits until the evictor brought the resident bytes within 125 % of the budget.
-fn wait_evicted(store: &Store) {
+pub(crate) fn wait_evicted(store: &Store) {
     let began = Instant::now();
     loop {
         let memory = store.stats().memory.expect("a store with a budget");
