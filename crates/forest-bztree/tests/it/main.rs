@@ -11,4 +11,5 @@ mod pause_points;
 mod persistent;
 mod power_loss;
 mod reuse_race;
+mod rev_pmrec2;
 mod structure;
