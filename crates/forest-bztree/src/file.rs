@@ -603,6 +603,12 @@ impl<P: Persist> BzTree<P> {
     pub fn repeat_frees_skipped(&self) -> u64 {
         self.heap.repeats_skipped()
     }
+
+    /// What a SIGKILL now would leave in the tree's file: every word as this process last
+    /// stored it, flushed or not (the page cache keeps a shared mapping's stores).
+    pub fn kill_image(&self) -> Vec<u64> {
+        self.pool.region().snapshot()
+    }
 }
 
 impl BzTree<forest_pmwcas::Sim> {

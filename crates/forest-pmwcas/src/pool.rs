@@ -218,14 +218,14 @@ pub(crate) struct Inner<P: Persist> {
     active_releases: AtomicUsize,
     closed: AtomicBool,
     /// Decided descriptors recovery left to finish after open (`recovery.rs`), sorted: the
-    /// cursors skip them, and `finish_recovery` hands them back through the reuse domain.
+    /// cursors skip them, and `finish_recovery` hands them back through the pool's epoch.
     recovered: Box<[u32]>,
     /// Those of `recovered` (with their generation) not yet finished.
     to_finish: std::sync::Mutex<Vec<(u32, u64)>>,
     /// Whether `to_finish` may be non-empty (one load on the allocation path).
     finishing: AtomicBool,
-    /// Of `pending_releases`, those of descriptors recovery left (`Pool::finish_recovery`
-    /// waits for them).
+    /// Of `pending_releases`, the returns to the free lists of descriptors recovery left
+    /// (`Pool::finish_recovery` waits for them).
     recovered_pending: AtomicUsize,
 }
 
@@ -533,17 +533,24 @@ impl<P: Persist> Pool<P> {
     }
 
     /// Finishes the decided descriptors recovery left for after open (`recovery.rs`: their
-    /// Phase 2, then their release through the pool's epoch, which applies their policies),
-    /// if any are left, and waits (bounded) until those releases ran, also when another
-    /// thread finished them: after it, an audit finds every freed chunk back on the heap's
-    /// lists, unless a thread stayed pinned throughout. The first allocation of a descriptor
-    /// finishes them too, without waiting; dropping the pool does it as well. Returns what
-    /// this call did: descriptors finished (`descriptors_in_flight`), words rolled, values
-    /// its releases free.
+    /// Phase 2, their policies, their durable `Free` status), if any are left, waiting for a
+    /// finish under way in another thread; then waits (bounded) until they are back in the
+    /// free lists, which takes the pool's epoch (unless a thread stayed pinned throughout).
+    /// The first allocation of a descriptor or chunk finishes them too, without the second
+    /// wait; dropping the pool does it as well. Returns what this call did: descriptors
+    /// finished (`descriptors_in_flight`), words rolled, values its policies freed.
     pub fn finish_recovery(&self) -> crate::RecoveryReport {
-        let report = self.inner.finish_recovery(true);
+        let report = self.inner.finish_recovery();
         self.inner.wait_recovered_releases();
         report
+    }
+
+    /// Finishes what recovery left, if that is not done yet (one load once it is), waiting
+    /// for a finish under way: a client that allocates memory its descriptors' policies free
+    /// calls it before taking a chunk (`Inner::finish_recovery` says why), as an allocation
+    /// of a descriptor does.
+    pub fn ensure_recovery_finished(&self) {
+        let _ = self.inner.finish_recovery();
     }
 
     /// How many decided descriptors recovery left for after open (`recovery.rs`) are not
@@ -617,7 +624,7 @@ impl<P: Persist> Drop for Pool<P> {
     fn drop(&mut self) {
         let inner = &self.inner;
         // What recovery left: finished now, so a clean close leaves nothing in flight.
-        let _ = inner.finish_recovery(true);
+        let _ = inner.finish_recovery();
         // No thread is inside the pool now, so none is pinned in the reuse domain.
         inner
             .reuse
@@ -833,8 +840,8 @@ impl<P: Persist> Inner<P> {
         guard: &Guard,
     ) -> Result<(u32, u64), Error> {
         if self.finishing.load(StdOrdering::Acquire) {
-            // Without waiting for a finish under way: the cursors skip its descriptors.
-            let _ = self.finish_recovery(false);
+            // Waiting for a finish under way, if another thread runs it (`finish_recovery`).
+            let _ = self.finish_recovery();
         }
         let partitions = self.partitions.len();
         let home = thread_number() % partitions;
@@ -970,43 +977,53 @@ impl<P: Persist> Inner<P> {
     }
 
     /// Finishes what recovery left (`Pool::finish_recovery`, `recovery.rs` "Left for after
-    /// open"): each descriptor once, by the thread holding the list; with `wait`, a caller
-    /// finding another thread at it waits for it (an audit racing a first write), else returns.
-    /// Each is retired into the pool's epoch like an SMO's descriptor: its release applies the
-    /// policies and makes `Free` durable inside one pinned section, so no chunk it frees can
-    /// be freed by another descriptor before its status is durable (a crash in between would
-    /// repeat its policy on a chunk reused and linked again).
-    pub(crate) fn finish_recovery(self: &Arc<Self>, wait: bool) -> crate::RecoveryReport {
+    /// open"): each descriptor once, by the thread holding the list; a caller finding another
+    /// thread at it waits for it. Each one's Phase 2 runs, then its policies apply and its
+    /// `Free` status is made durable, all before any thread of this run takes a descriptor
+    /// (`allocate`) or a chunk (`ensure_recovery_finished`): a chunk its release freed before
+    /// the crash may since have been taken again and freed under another tag (by recovery's
+    /// rollback of the SMO that took it), and a repeat after this run reused it would free a
+    /// linked node. Only the descriptor's return to its free list waits for the pool's epoch,
+    /// for a thread of this run still helping it.
+    pub(crate) fn finish_recovery(self: &Arc<Self>) -> crate::RecoveryReport {
         let mut report = crate::RecoveryReport::default();
         if !self.finishing.load(StdOrdering::Acquire) {
             return report;
         }
-        let mut left = if wait {
-            self.to_finish
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-        } else {
-            match self.to_finish.try_lock() {
-                Ok(left) => left,
-                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => return report,
-            }
-        };
+        let mut left = self
+            .to_finish
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if !left.is_empty() {
             let guard = self.domain.pin();
+            let per = self.geometry.per_partition();
             for (index, gen) in left.drain(..) {
                 report.descriptors_in_flight += 1;
-                crate::recovery::finish(self, index, gen, &mut report);
+                let succeeded = crate::recovery::finish(self, index, gen, &mut report);
+                let count =
+                    layout::status_count(self.desc(index)[layout::D_STATUS].load(Ordering::SeqCst));
+                report.values_freed += self.apply_policies(index, gen, succeeded, count);
+                // A crash from here to the fence below repeats the policies at the next open,
+                // on chunks nothing took since (every allocation waits for this finish).
+                forest_core::pause::pause_point("pmwcas:policies-applied");
+                self.desc(index)[layout::D_STATUS]
+                    .store(layout::status(gen, 0, State::Free), Ordering::SeqCst);
+                self.flush_status(index);
                 self.recovered_pending.fetch_add(1, StdOrdering::AcqRel);
                 self.pending_releases.fetch_add(1, StdOrdering::AcqRel);
                 let inner = Arc::clone(self);
                 guard.defer(move || {
-                    inner.release(index, gen);
+                    if !inner.closed.load(StdOrdering::SeqCst) {
+                        inner.push_free(index, index as usize / per);
+                    }
+                    inner.pending_releases.fetch_sub(1, StdOrdering::AcqRel);
                     inner.recovered_pending.fetch_sub(1, StdOrdering::AcqRel);
                 });
             }
-            // Handed to the collector at once (`retire`); released as soon as the epoch moves
-            // past the threads pinned now.
+            // The `Free` statuses, flushed one by one, durable together before any allocation.
+            self.persist.fence();
+            // Handed to the collector at once (`retire`): back in the free lists as soon as
+            // the epoch moves past the threads pinned now.
             guard.flush();
         }
         self.finishing.store(false, StdOrdering::Release);
@@ -1087,19 +1104,6 @@ impl<P: Persist> Inner<P> {
             freed += 1;
         });
         freed
-    }
-
-    /// How many values `apply_policies_where` (not `activated_only`) would free.
-    pub(crate) fn policy_values(
-        &self,
-        index: u32,
-        gen: u64,
-        succeeded: bool,
-        count: usize,
-    ) -> usize {
-        let mut values = 0;
-        self.for_each_policy_value(index, gen, succeeded, count, false, |_| values += 1);
-        values
     }
 
     /// Calls `f` with each value the descriptor's `FREE-ONE` entries free (see `apply_policies_where`).

@@ -30,8 +30,8 @@
 //! mapping per word and per chunk (about 6 us per descriptor and 4.5 us per freed chunk on a
 //! loaded machine: 560 of 670 us). Recovery only records them (index, generation); they stay
 //! out of the free lists (the cursors skip them, `pool.rs`) until [`finish`] runs, at the
-//! first descriptor allocation after open, at `Pool::finish_recovery`, or when the pool is
-//! dropped. Their entries are checked at open all the same (a corrupt one is a named error). Why waiting is safe:
+//! first descriptor or chunk allocation after open, at `Pool::finish_recovery`, or when the
+//! pool is dropped. Their entries are checked at open all the same (a corrupt one is a named error). Why waiting is safe:
 //! - A decided descriptor whose status is durable is a state the running protocol already
 //!   handles without its owner: any thread meeting its reference in a word helps it, and
 //!   helping a decided descriptor only runs Phase 2 (persisting a decision left dirty first),
@@ -47,15 +47,21 @@
 //!   reference resolves to the new value on success (the old one is what is freed) and to the
 //!   expected value on failure (the new one is freed), and memory-only entries name nodes the
 //!   operation unlinked or never linked.
-//! - Still they apply in its release through the pool's epoch (`Inner::retire`'s path, as for
-//!   any descriptor that frees memory), which also makes its `Free` status durable, both inside
-//!   one pinned section: a chunk freed there can be reused, but not freed by another
-//!   descriptor's release before that status is durable, so a crash in between repeats the
-//!   policy only on a chunk still free or freed once since (`Recycle::free_by`'s tag). Applied
-//!   at the finish instead, with the release later, a chunk could be reused, linked, freed and
-//!   reused again first, and the repeat would free a linked node (review rev-pmrec2 F1). The
-//!   epoch also keeps a thread of this run that met its reference and is still helping it
-//!   from being overtaken.
+//! - Still they apply in the finish itself, and its `Free` status is made durable there, before
+//!   any thread of this run takes a descriptor or a chunk: every descriptor allocation waits
+//!   for the finish, and so does a client's chunk allocation (`Pool::ensure_recovery_finished`;
+//!   forest-bztree calls it before taking a node or value block). A repeated policy is safe
+//!   only then. A release the crash cut between its policies and its `Free` status freed its
+//!   chunks once already; one of them may have been taken by an SMO in flight at the crash,
+//!   whose rollback at open freed it again under the SMO's tag, or taken, linked and freed
+//!   again. Once this run has taken such a chunk, the repeat finds neither the chunk free nor
+//!   its own tag on it, and frees a linked node: a leaf that the next allocation overwrote
+//!   lost acknowledged writes (issue 16, CI of the first version of this deferral, which
+//!   applied the policies in a later epoch release; test forest-bztree `left_repeat`). A
+//!   crash during the finish repeats them on chunks nothing took since. Only the return to
+//!   the free list goes through the pool's epoch: it keeps a thread of this run that met the
+//!   descriptor's reference and is still helping it from being overtaken by its next
+//!   generation (a helper finding it `Free` reads its word again, `execute.rs`).
 //! - A crash before it is finished finds it decided again: recovery is unchanged, and a
 //!   repeated policy is accepted (`Recycle::free_by`). Nothing else needs it free: the mark
 //!   covers it, and no other descriptor depends on it.
@@ -245,16 +251,16 @@ fn recover_descriptor<P: Persist>(
 }
 
 /// Finishes decided descriptor `index` of generation `gen` that recovery left (module doc):
-/// completes its RDCSS references, runs its Phase 2 as a helper would. The caller then
-/// retires it into the pool's epoch, whose release applies its policies. Any thread, any time
-/// after open, once per descriptor. Counts in `report` the words it found holding a
-/// reference (another thread may help them first) and the values its policies will free.
+/// completes its RDCSS references, runs its Phase 2 as a helper would, and returns whether it
+/// succeeded; the caller then applies its policies and frees it (`Inner::finish_recovery`).
+/// Any thread, any time after open, once per descriptor. Counts in `report` the words it
+/// found holding a reference (another thread may help them first).
 pub(crate) fn finish<P: Persist>(
     inner: &Inner<P>,
     index: u32,
     gen: u64,
     report: &mut RecoveryReport,
-) {
+) -> bool {
     let d = inner.desc(index);
     let status = d[D_STATUS].load(Ordering::SeqCst);
     debug_assert_eq!(
@@ -296,9 +302,7 @@ pub(crate) fn finish<P: Persist>(
     }
     let outcome = inner.help(index, gen, 0);
     debug_assert_eq!(outcome, Some(succeeded), "a left descriptor stays decided");
-    if let Some(succeeded) = outcome {
-        report.values_freed += inner.policy_values(index, gen, succeeded, count);
-    }
+    succeeded
 }
 
 /// A decided descriptor's entries name target words (or are tombstones): a corrupt pool

@@ -7,6 +7,7 @@ mod conformance;
 mod conformance_pm;
 mod file_lock;
 mod kill;
+mod left_repeat;
 mod pause_points;
 mod persistent;
 mod power_loss;

@@ -37,6 +37,8 @@ struct Gate {
 // the other writer goes on (reusing freed chunks) for a while; crash image; recover; audit.
 #[test]
 fn repeated_policy_frees_skip_reused_chunks() {
+    // The pause hook is process-wide: no other test's hook meanwhile.
+    let _turn = forest_core::conformance::pause::take_turn();
     let mut skipped = Vec::new();
     for round in 0..8u64 {
         let gate = Arc::new(Gate::default());

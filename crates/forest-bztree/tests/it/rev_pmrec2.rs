@@ -9,7 +9,10 @@
 //! Fixed: the finish retires the descriptor into the pool's epoch, whose release (a crossbeam
 //! deferred function, run pinned) applies the policies and makes the status durable, as for
 //! any descriptor that frees memory: a chunk freed there cannot be freed a second time before
-//! the status is durable. Rounds: `FOREST_REV_PMREC2_ROUNDS` (default 2).
+//! the status is durable. Rounds: `FOREST_REV_PMREC2_ROUNDS` (default 2). Since then (test
+//! `left_repeat`) the finish applies the policies and makes the status durable itself, before
+//! any allocation of the run returns; its pause point `pmwcas:policies-applied` sits between
+//! the two, where "f" now stops with the writers waiting for it.
 #![cfg(feature = "pause-points")]
 #![allow(clippy::unwrap_used)]
 
@@ -118,11 +121,8 @@ fn image_with_left_descriptors(round: u64) -> Vec<u64> {
 /// finish that freed memory and that descriptor's durable `Free` status while the writers go
 /// on. Returns the failed audits.
 fn rounds_with(pause: bool) -> Vec<String> {
-    // The pause hook is global: one scenario at a time.
-    static SERIAL: Mutex<()> = Mutex::new(());
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // The pause hook is global: one scenario at a time, and no other test's hook meanwhile.
+    let _turn = forest_core::conformance::pause::take_turn();
     let rounds: u64 = std::env::var("FOREST_REV_PMREC2_ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())

@@ -1,7 +1,7 @@
 //! Decided descriptors that recovery leaves for after open (`recovery.rs` "Left for after
 //! open"): the open only records them; reads in the new run see the recovered values; the
-//! first allocation finishes them (Phase 2, policies, release); and an allocation racing a
-//! finish in progress takes another descriptor (the cursors skip them, `pool.rs`).
+//! first allocation finishes them (Phase 2, policies, durable `Free`) before it returns; and an
+//! allocation racing a finish in progress waits for it.
 
 #![cfg(not(any(loom, shuttle)))]
 #![cfg(feature = "pause-points")]
@@ -137,14 +137,13 @@ fn decided_descriptors_are_finished_at_the_first_allocation() {
             0,
             "{point}: finished by the allocation"
         );
-        // The policy applies in its release through the pool's epoch (after the writer
-        // unpinned), which `finish_recovery` waits for.
-        let _ = pool.finish_recovery();
+        // The policy applied in the finish, before the allocation returned.
         assert_eq!(
             *freed.0.lock().unwrap(),
             [50],
             "{point}: the policy applied"
         );
+        let _ = pool.finish_recovery();
         // Released durably: a later recovery does not repeat it (only the last PMwCAS, whose
         // descriptor waits in the reuse domain, may be in flight; it frees nothing).
         let again = pool.persist().durable_image();
@@ -157,8 +156,13 @@ fn decided_descriptors_are_finished_at_the_first_allocation() {
     }
 }
 
+// Goal: an allocation while another thread finishes what recovery left waits for that
+// finish, policies included: a repeated policy must come before this run takes anything it
+// could free (`recovery.rs` "Left for after open"). Method: "f" finishes and stops in the left
+// descriptor's Phase 2; "a" runs a PMwCAS meanwhile; "a" must not return before "f" goes on,
+// and when it returns the left descriptor's memory is freed.
 #[test]
-fn an_allocation_racing_the_finish_takes_another_descriptor() {
+fn an_allocation_during_the_finish_waits_for_it() {
     let _serial = crate::serial();
     // A still holds the left descriptor's reference: the finish has work to do.
     let image = image_at("pmwcas:status-persisted");
@@ -175,14 +179,29 @@ fn an_allocation_racing_the_finish_takes_another_descriptor() {
             .unwrap()
     };
     wait(&reached, "the finish's Phase 2");
-    // The list is taken: this allocation does not wait for it, and must not take its
-    // descriptor (index 0, the cursor's next) from under it.
-    assert!(write(&pool, 1, 0, 1), "a PMwCAS during the finish");
+    let writer = {
+        let (pool, freed) = (Arc::clone(&pool), Arc::clone(&freed));
+        std::thread::Builder::new()
+            .name("a".into())
+            .spawn(move || {
+                let wrote = write(&pool, 1, 0, 1);
+                (wrote, freed.0.lock().unwrap().clone())
+            })
+            .unwrap()
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        !writer.is_finished(),
+        "a PMwCAS returned while the finish was under way"
+    );
     go.send(()).unwrap();
+    assert_eq!(finisher.join().unwrap(), 1, "f finished the descriptor");
+    let (wrote, freed_then) = writer.join().unwrap();
+    assert!(wrote, "the PMwCAS after the finish");
     assert_eq!(
-        finisher.join().unwrap(),
-        1,
-        "the finish ran on its own descriptor"
+        freed_then,
+        [50],
+        "the left policy applied before the PMwCAS returned"
     );
     set_pause_hook(None);
     assert_eq!((read(&pool, 0), read(&pool, 1)), (100, 1));
