@@ -201,8 +201,8 @@ fn rounds_with(pause: bool) -> Vec<String> {
             .collect();
         std::thread::sleep(Duration::from_millis(100));
         let image2 = tree.crash_image(round + 100);
-        // "f" may be stopped inside the epoch release (pinned), which holds every retired
-        // descriptor back: writers waiting for one could never stop until it goes on.
+        // "f" is stopped inside the finish, which every allocation of the writers waits for:
+        // they could never stop until it goes on.
         gate.open();
         stop.store(true, Ordering::Relaxed);
         for w in writers {
