@@ -10,8 +10,12 @@
 //! - `killed DIR KEYS RUNS`: builds a file of KEYS keys, then RUNS times starts a child
 //!   process that opens it and upserts random keys on 2 threads, kills it with SIGKILL after
 //!   300 ms, and times the open that recovers the file (the issue 16 bar: recovery after
-//!   SIGKILL). Prints each open's figures, then the medians.
-//! - `overhead DIR KEYS OPS WRITE_PERCENT`: loads KEYS keys into `bztree` and into `bztree-pm`
+//!   SIGKILL), then the finishing of what it left for after open (forest-pmwcas
+//!   `recovery.rs`; otherwise the first write does it). Prints each open's figures and phases
+//!   (`OpenPhases`, `RecoveryReport`), then the medians.
+//! - `overhead DIR KEYS OPS WRITE_PERCENT [VALUE_BYTES]`: loads KEYS keys with VALUE_BYTES-byte
+//!   values (8; over the inline limit, 256 with 1 KiB nodes, a value is a block freed by
+//!   `FREE-ONE` when replaced) into `bztree` and into `bztree-pm`
 //!   (file in DIR, `clwb`), runs OPS uniform reads and upserts of existing keys on one thread,
 //!   and prints the CPU time per op of each (from `/proc/thread-self/schedstat`, so time the
 //!   thread spent descheduled on a shared machine is not counted) and their ratio.
@@ -133,7 +137,8 @@ fn killed(dir: &Path, keys: u64, runs: usize) {
         load(&tree, keys);
     }
     let exe = std::env::current_exe().expect("own path");
-    let (mut wall, mut recovery) = (Vec::new(), Vec::new());
+    let (mut wall, mut recovery, mut phases, mut finish) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for run in 0..runs {
         let mut child = std::process::Command::new(&exe)
             .arg("write-until-killed")
@@ -148,29 +153,88 @@ fn killed(dir: &Path, keys: u64, runs: usize) {
         let tree = BzTree::open(&path, config(heap_mib), Clwb::detect()).expect("open");
         let us = started.elapsed().as_micros() as u64;
         let report = tree.open_report().clone();
+        // What recovery left for after open (the first write would do it).
+        let finishing = Instant::now();
+        let finished = tree.finish_recovery();
+        let finish_us = finishing.elapsed().as_micros() as u64;
         let mut out = Vec::new();
         assert!(tree.get(&key(keys / 2), &mut out), "a loaded key is found");
         drop(tree);
         println!(
-            "killed {run}: {us} us wall, recovery_micros {}, in flight {}, descriptors scanned {}, words rolled {}, values freed {}",
+            "killed {run}: {us} us wall, recovery_micros {}, in flight {}, descriptors scanned {}, words rolled {}, values freed {}; left for after open {}, finished in {finish_us} us (words rolled {}, values freed {})",
             report.recovery_micros,
             report.pool.descriptors_in_flight,
             report.pool.descriptors_scanned,
             report.pool.words_rolled_forward + report.pool.words_rolled_back,
-            report.pool.values_freed
+            report.pool.values_freed,
+            report.pool.descriptors_left,
+            finished.words_rolled_forward + finished.words_rolled_back,
+            finished.values_freed
         );
+        finish.push(finish_us);
+        let b = breakdown(&report);
+        println!("  {}", show(&b));
+        phases.push(b);
         wall.push(us);
         recovery.push(report.recovery_micros);
     }
     println!(
-        "keys {keys}, after SIGKILL: median open {} us, median recovery_micros {} us",
+        "keys {keys}, after SIGKILL: median open {} us, median recovery_micros {} us, median finish after open {} us",
         median(&mut wall),
-        median(&mut recovery)
+        median(&mut recovery),
+        median(&mut finish)
     );
+    let medians: Vec<(&str, u64)> = (0..phases[0].len())
+        .map(|i| {
+            let mut v: Vec<u64> = phases.iter().map(|b| b[i].1).collect();
+            (phases[0][i].0, median(&mut v))
+        })
+        .collect();
+    println!("  medians: {}", show(&medians));
     let _ = std::fs::remove_file(&path);
 }
 
-fn run_mix(tree: &dyn Index, keys: u64, ops: u64, write_percent: u64) -> f64 {
+/// An open's phases in microseconds (`OpenPhases`, `RecoveryReport`): the mapping, the header
+/// checks, the allocator's lists, the pool (of it: the descriptor scan, of that the words
+/// restored and the policies applied, and the final fence), the epoch bump.
+fn breakdown(report: &forest_bztree::OpenReport) -> Vec<(&'static str, u64)> {
+    let (p, q) = (&report.phases, &report.pool);
+    vec![
+        ("map", p.map_nanos / 1000),
+        ("headers", p.headers_nanos / 1000),
+        ("allocator", p.allocator_nanos / 1000),
+        ("pool", p.pool_nanos / 1000),
+        ("scan", q.scan_nanos / 1000),
+        ("words", q.words_nanos / 1000),
+        ("policies", q.policies_nanos / 1000),
+        ("fence", q.fence_nanos / 1000),
+        ("epoch", p.epoch_nanos / 1000),
+    ]
+}
+
+fn show(b: &[(&str, u64)]) -> String {
+    b.iter()
+        .map(|(name, us)| format!("{name} {us}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+        + " (us)"
+}
+
+/// A value of `bytes` bytes (at least 8) for `x`.
+fn value(x: u64, bytes: usize) -> Vec<u8> {
+    let mut v = x.to_le_bytes().repeat(bytes.div_ceil(8).max(1));
+    v.truncate(bytes.max(8));
+    v
+}
+
+fn load_values(tree: &dyn Index, keys: u64, value_bytes: usize) {
+    for i in 0..keys {
+        tree.upsert(&key(i), &value(i, value_bytes))
+            .expect("upsert");
+    }
+}
+
+fn run_mix(tree: &dyn Index, keys: u64, ops: u64, write_percent: u64, value_bytes: usize) -> f64 {
     let mut out = Vec::new();
     let mut x = 42u64;
     let started = cpu_ns();
@@ -178,7 +242,8 @@ fn run_mix(tree: &dyn Index, keys: u64, ops: u64, write_percent: u64) -> f64 {
         x = mix(x);
         let i = x % keys;
         if (x >> 40) % 100 < write_percent {
-            tree.upsert(&key(i), &x.to_le_bytes()).expect("upsert");
+            tree.upsert(&key(i), &value(x, value_bytes))
+                .expect("upsert");
         } else {
             assert!(tree.get(&key(i), &mut out));
         }
@@ -186,21 +251,21 @@ fn run_mix(tree: &dyn Index, keys: u64, ops: u64, write_percent: u64) -> f64 {
     (cpu_ns() - started) as f64 / ops as f64
 }
 
-fn overhead(dir: &Path, keys: u64, ops: u64, write_percent: u64) {
-    let heap_mib = (keys as usize / 2000).max(64);
+fn overhead(dir: &Path, keys: u64, ops: u64, write_percent: u64, value_bytes: usize) {
+    let heap_mib = ((keys as usize * (value_bytes + 64) * 4) >> 20).max(64);
     let volatile = BzTree::with_config(config(heap_mib)).expect("volatile tree");
-    load(&volatile, keys);
-    let v = run_mix(&volatile, keys, ops, write_percent);
+    load_values(&volatile, keys, value_bytes);
+    let v = run_mix(&volatile, keys, ops, write_percent, value_bytes);
     drop(volatile);
     let path = dir.join(format!("bztree-pm-overhead-{}.pool", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let pm = BzTree::open(&path, config(heap_mib), Clwb::detect()).expect("pm tree");
-    load(&pm, keys);
-    let p = run_mix(&pm, keys, ops, write_percent);
+    load_values(&pm, keys, value_bytes);
+    let p = run_mix(&pm, keys, ops, write_percent, value_bytes);
     drop(pm);
     let _ = std::fs::remove_file(&path);
     println!(
-        "{write_percent}% upserts, {keys} keys, {ops} ops: bztree {v:.0} ns/op, bztree-pm {p:.0} ns/op CPU, ratio {:.2}x",
+        "{write_percent}% upserts, {keys} keys, {value_bytes}-byte values, {ops} ops: bztree {v:.0} ns/op, bztree-pm {p:.0} ns/op CPU, ratio {:.2}x",
         v / p
     );
 }
@@ -218,9 +283,15 @@ fn main() {
         ),
         Some("killed") => killed(&dir, num(2, 1_000_000), num(3, 5) as usize),
         Some("write-until-killed") => write_until_killed(&dir, num(2, 1_000_000)),
-        Some("overhead") => overhead(&dir, num(2, 200_000), num(3, 1_000_000), num(4, 50)),
+        Some("overhead") => overhead(
+            &dir,
+            num(2, 200_000),
+            num(3, 1_000_000),
+            num(4, 50),
+            num(5, 8) as usize,
+        ),
         _ => eprintln!(
-            "usage: bztree_pm recovery DIR KEYS OPENS [DESCRIPTORS] | killed DIR KEYS RUNS | overhead DIR KEYS OPS WRITE_PERCENT"
+            "usage: bztree_pm recovery DIR KEYS OPENS [DESCRIPTORS] | killed DIR KEYS RUNS | overhead DIR KEYS OPS WRITE_PERCENT [VALUE_BYTES]"
         ),
     }
 }

@@ -81,7 +81,9 @@ pub struct OpenReport {
     /// Descriptor pool recovery.
     pub pool: RecoveryReport,
     /// Frees the recoveries skipped as repeats of frees done before the crash (the chunk
-    /// free already, or freed by the same descriptor generation and perhaps reused since).
+    /// free already, or freed by the same descriptor generation and perhaps reused since),
+    /// at open; most repeats come later, when what recovery left is finished
+    /// ([`BzTree::repeat_frees_skipped`]).
     pub repeat_frees_skipped: u64,
     /// The global index epoch of this run.
     pub index_epoch: u64,
@@ -90,6 +92,28 @@ pub struct OpenReport {
     pub same_boot: bool,
     /// Wall time of the recovery steps.
     pub recovery_micros: u64,
+    /// Where `recovery_micros` (and the mapping before it) went.
+    pub phases: OpenPhases,
+}
+
+/// Wall time of each step of an open, in nanoseconds (the `recovery_micros` breakdown; the
+/// pool's own steps are in [`RecoveryReport`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenPhases {
+    /// Locking and mapping the file (before `recovery_micros` starts).
+    pub map_nanos: u64,
+    /// Reading and checking the pool and tree headers.
+    pub headers_nanos: u64,
+    /// Allocator recovery (the unactivated lists).
+    pub allocator_nanos: u64,
+    /// `Pool::open`: the header check, the descriptor recovery, the free lists.
+    pub pool_nanos: u64,
+    /// The root check and the epoch bump (stamping and persisting the header words).
+    pub epoch_nanos: u64,
+}
+
+fn nanos_since(t: std::time::Instant) -> u64 {
+    u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn corrupt(path: &Path, word: u64, what: String) -> Error {
@@ -139,13 +163,19 @@ fn lock_file(path: &Path) -> Result<std::fs::File> {
 
 /// The first 64 bits of the kernel's boot id, 0 if it cannot be read.
 fn boot_id() -> u64 {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .ok()
-        .and_then(|s| {
-            let hex: String = s.chars().filter(char::is_ascii_hexdigit).take(16).collect();
-            u64::from_str_radix(&hex, 16).ok()
-        })
-        .unwrap_or(0)
+    // Read once per process: it cannot change while the process runs, and each read of the
+    // proc file cost an open a system call or three (20-50 us of a recovery on a loaded
+    // machine, read twice per open before).
+    static BOOT_ID: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *BOOT_ID.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .ok()
+            .and_then(|s| {
+                let hex: String = s.chars().filter(char::is_ascii_hexdigit).take(16).collect();
+                u64::from_str_radix(&hex, 16).ok()
+            })
+            .unwrap_or(0)
+    })
 }
 
 /// A tree file's header words as a plain read finds them: no lock, no mapping, no recovery
@@ -268,6 +298,7 @@ impl<P: Persist> BzTree<P> {
     /// match the file's; heap and descriptor pool sizes are the file's.
     pub fn open(path: &Path, config: BzTreeConfig, persist: P) -> Result<Self> {
         let bytes = Self::region_bytes(&config)?;
+        let mapping = std::time::Instant::now();
         let lock = lock_file(path)?;
         let exists = std::fs::metadata(path)
             .map(|m| m.len() > 0)
@@ -280,8 +311,11 @@ impl<P: Persist> BzTree<P> {
             },
             other => corrupt(path, 0, other.to_string()),
         })?;
+        let map_nanos = nanos_since(mapping);
         let mut tree = if exists {
-            Self::open_in(region, config, persist, path)?
+            let mut tree = Self::open_in(region, config, persist, path)?;
+            tree.open_report.phases.map_nanos = map_nanos;
+            tree
         } else {
             Self::create_in(region, config, persist)?
         };
@@ -483,6 +517,11 @@ impl<P: Persist> BzTree<P> {
         }
         let same_boot = word(W_BOOT) != 0 && word(W_BOOT) == boot_id();
         let epoch = word(W_EPOCH);
+        let mut phases = OpenPhases {
+            headers_nanos: nanos_since(started),
+            ..OpenPhases::default()
+        };
+        let step = std::time::Instant::now();
         let heap = Self::heap_for(&region, &geometry, start, end);
         let allocator = {
             let flush = |r: std::ops::Range<usize>| {
@@ -494,6 +533,8 @@ impl<P: Persist> BzTree<P> {
             heap.recover(&flush)
                 .map_err(|what| corrupt(path, at(W_STATE), what))?
         };
+        phases.allocator_nanos = nanos_since(step);
+        let step = std::time::Instant::now();
         let pool_config = PoolConfig {
             partition_count: geometry.partition_count,
             descriptors_per_partition: geometry.descriptor_count / geometry.partition_count,
@@ -503,6 +544,8 @@ impl<P: Persist> BzTree<P> {
         };
         let (pool, report) = Pool::open(region, persist, pool_config)
             .map_err(|e| corrupt(path, 0, e.to_string()))?;
+        phases.pool_nanos = nanos_since(step);
+        let step = std::time::Instant::now();
         let index_epoch = epoch % EPOCH_MASK + 1;
         let descriptor_count = geometry.descriptor_count;
         let mut tree = Self {
@@ -529,6 +572,7 @@ impl<P: Persist> BzTree<P> {
         }
         tree.stamp_open(index_epoch);
         tree.persist_bytes(base, W_STATE * 8);
+        phases.epoch_nanos = nanos_since(step);
         tree.open_report = OpenReport {
             created: false,
             allocator,
@@ -537,6 +581,7 @@ impl<P: Persist> BzTree<P> {
             index_epoch,
             same_boot,
             recovery_micros: started.elapsed().as_micros() as u64,
+            phases,
         };
         Ok(tree)
     }
@@ -544,6 +589,25 @@ impl<P: Persist> BzTree<P> {
     /// What the open that made this tree found and did.
     pub fn open_report(&self) -> &OpenReport {
         &self.open_report
+    }
+
+    /// Finishes now the decided descriptors the open's recovery left for after it
+    /// (forest-pmwcas `recovery.rs`: their words, their policies' frees); otherwise the first
+    /// write does it. Returns what it did.
+    pub fn finish_recovery(&self) -> RecoveryReport {
+        self.pool.finish_recovery()
+    }
+
+    /// Frees skipped as repeats of frees done before a crash since this tree was opened:
+    /// [`OpenReport::repeat_frees_skipped`] plus those of finishing what recovery left.
+    pub fn repeat_frees_skipped(&self) -> u64 {
+        self.heap.repeats_skipped()
+    }
+
+    /// What a SIGKILL now would leave in the tree's file: every word as this process last
+    /// stored it, flushed or not (the page cache keeps a shared mapping's stores).
+    pub fn kill_image(&self) -> Vec<u64> {
+        self.pool.region().snapshot()
     }
 }
 

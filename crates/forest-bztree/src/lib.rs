@@ -86,7 +86,7 @@ use forest_core::{Counter, Error, Index, IndexStats, Order, Result, Visitor};
 use forest_pmwcas::{Guard, NoPersist, Persist, Policy, Pool, Region, ENTRIES_MAX};
 
 pub use crate::audit::Audit;
-pub use crate::file::{peek_header, HeaderPeek, OpenReport};
+pub use crate::file::{peek_header, HeaderPeek, OpenPhases, OpenReport};
 pub use crate::heap::AllocatorRecovery;
 use crate::heap::NodeHeap;
 

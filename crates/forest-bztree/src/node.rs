@@ -165,11 +165,17 @@ impl<P: Persist> BzTree<P> {
         self.heap.bytes(block + 8, len)
     }
 
+    /// A chunk of the heap (`NodeHeap::alloc`), once the descriptors a crash left are
+    /// finished: their policies may repeat frees of chunks this run could otherwise take
+    /// (forest-pmwcas `Pool::ensure_recovery_finished`).
+    fn alloc_chunk(&self, bytes: u64, zeroed: bool) -> Option<u64> {
+        self.pool.ensure_recovery_finished();
+        self.heap.alloc(bytes, zeroed, &|r| self.flush(r))
+    }
+
     /// A new value block holding `value`, or `None` when the heap is full.
     pub(crate) fn new_value_block(&self, value: &[u8]) -> Option<u64> {
-        let block = self
-            .heap
-            .alloc(8 + value.len() as u64, false, &|r| self.flush(r))?;
+        let block = self.alloc_chunk(8 + value.len() as u64, false)?;
         self.heap
             .atomic(block)
             .store(value.len() as u64, Ordering::Relaxed);
@@ -209,7 +215,7 @@ impl<P: Persist> BzTree<P> {
         if size > OFFSET_MAX || block > BLOCK_SIZE_MAX || records.len() as u64 > RECORD_COUNT_MAX {
             return None;
         }
-        let node = self.heap.alloc(size, true, &|r| self.flush(r))?;
+        let node = self.alloc_chunk(size, true)?;
         self.write_header(node, size, records.len() as u64, 0);
         let mut end = size;
         for (i, r) in records.iter().enumerate() {
@@ -247,7 +253,7 @@ impl<P: Persist> BzTree<P> {
         if size > OFFSET_MAX {
             return None;
         }
-        let node = self.heap.alloc(size, true, &|r| self.flush(r))?;
+        let node = self.alloc_chunk(size, true)?;
         self.write_header(node, size, entries.len() as u64, level);
         let mut end = size;
         for (i, (key, child)) in entries.iter().enumerate() {

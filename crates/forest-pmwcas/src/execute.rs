@@ -149,10 +149,15 @@ impl<P: Persist> Inner<P> {
         if depth > 0 {
             self.counters().help();
         }
+        // The reference is loaded, not yet pinned: the generation may be retired meanwhile.
+        forest_core::pause::pause_point("pmwcas:help-reference-loaded");
         // Before the snapshot: a generation read `Undecided` under this pin is not reused
         // before it drops (`reuse.rs`).
         let _pin = self.pin_reuse();
         let snap = self.snapshot(index, gen)?;
+        // A generation read decided may be released and reused from here on, though pinned
+        // (it was retired before the pin): `run` checks the generation (`undecided`).
+        forest_core::pause::pause_point("pmwcas:help-snapshot-taken");
         self.run(index, gen, &snap, depth)
     }
 

@@ -74,6 +74,9 @@ use crate::word::{Word, DESCRIPTORS_MAX, TAG_MASK};
 /// Short: the waiting thread is pinned, so garbage retired in its own epoch cannot come back
 /// until it unpins; the caller's remedy is to drop its guard and retry (module doc).
 pub const ALLOCATE_WAIT_ROUNDS_MAX: usize = if cfg!(any(loom, shuttle)) { 4 } else { 1_000 };
+/// How long `Pool::finish_recovery` waits for the releases of what recovery left: only a
+/// thread pinned in the pool's epoch throughout holds them back.
+const RECOVERED_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(2);
 /// Bounded wait of `Drop` for pending releases, in rounds of flush and yield.
 const CLOSE_WAIT_ROUNDS_MAX: usize = if cfg!(any(loom, shuttle)) { 1 } else { 10_000 };
 /// Most partitions (more would only spread descriptors thinner).
@@ -214,6 +217,16 @@ pub(crate) struct Inner<P: Persist> {
     pending_releases: AtomicUsize,
     active_releases: AtomicUsize,
     closed: AtomicBool,
+    /// Decided descriptors recovery left to finish after open (`recovery.rs`), sorted: the
+    /// cursors skip them, and `finish_recovery` hands them back through the pool's epoch.
+    recovered: Box<[u32]>,
+    /// Those of `recovered` (with their generation) not yet finished.
+    to_finish: std::sync::Mutex<Vec<(u32, u64)>>,
+    /// Whether `to_finish` may be non-empty (one load on the allocation path).
+    finishing: AtomicBool,
+    /// Of `pending_releases`, the returns to the free lists of descriptors recovery left
+    /// (`Pool::finish_recovery` waits for them).
+    recovered_pending: AtomicUsize,
 }
 
 /// A PMwCAS descriptor pool over a region (see the module doc and the crate doc).
@@ -327,8 +340,16 @@ impl<P: Persist> Pool<P> {
                 "pool geometry {found:?} differs from the configuration's {expected:?}"
             )));
         }
-        let pool = Self::assemble(region, persist, geometry, config.recyclers);
-        let report = crate::recovery::recover(&pool.inner)?;
+        let mut pool = Self::assemble(region, persist, geometry, config.recyclers);
+        let (report, deferred) = crate::recovery::recover(&pool.inner)?;
+        {
+            let inner = Arc::get_mut(&mut pool.inner).expect("a pool being opened is not shared");
+            let mut recovered: Vec<u32> = deferred.iter().map(|&(index, _)| index).collect();
+            recovered.sort_unstable();
+            inner.recovered = recovered.into_boxed_slice();
+            inner.finishing = AtomicBool::new(!deferred.is_empty());
+            inner.to_finish = std::sync::Mutex::new(deferred);
+        }
         pool.inner.reset_free_lists();
         Ok((pool, report))
     }
@@ -448,6 +469,10 @@ impl<P: Persist> Pool<P> {
             pending_releases: AtomicUsize::new(0),
             active_releases: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
+            recovered: Box::new([]),
+            to_finish: std::sync::Mutex::new(Vec::new()),
+            finishing: AtomicBool::new(false),
+            recovered_pending: AtomicUsize::new(0),
         };
         debug_assert_eq!(per * geometry.partition_count, geometry.descriptor_count);
         Self {
@@ -505,6 +530,37 @@ impl<P: Persist> Pool<P> {
         }
         let (index, gen) = self.inner.allocate(recycler, guard)?;
         Ok(crate::Descriptor::new(self, guard, index, gen))
+    }
+
+    /// Finishes the decided descriptors recovery left for after open (`recovery.rs`: their
+    /// Phase 2, their policies, their durable `Free` status), if any are left, waiting for a
+    /// finish under way in another thread; then waits (bounded) until they are back in the
+    /// free lists, which takes the pool's epoch (unless a thread stayed pinned throughout).
+    /// The first allocation of a descriptor or chunk finishes them too, without the second
+    /// wait; dropping the pool does it as well. Returns what this call did: descriptors
+    /// finished (`descriptors_in_flight`), words rolled, values its policies freed.
+    pub fn finish_recovery(&self) -> crate::RecoveryReport {
+        let report = self.inner.finish_recovery();
+        self.inner.wait_recovered_releases();
+        report
+    }
+
+    /// Finishes what recovery left, if that is not done yet (one load once it is), waiting
+    /// for a finish under way: a client that allocates memory its descriptors' policies free
+    /// calls it before taking a chunk (`Inner::finish_recovery` says why), as an allocation
+    /// of a descriptor does.
+    pub fn ensure_recovery_finished(&self) {
+        let _ = self.inner.finish_recovery();
+    }
+
+    /// How many decided descriptors recovery left for after open (`recovery.rs`) are not
+    /// finished yet.
+    pub fn recovery_left(&self) -> usize {
+        self.inner
+            .to_finish
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
     }
 
     /// Each partition's high-water mark as the region holds it: how many of its descriptors,
@@ -567,6 +623,8 @@ impl<P: Persist> Pool<P> {
 impl<P: Persist> Drop for Pool<P> {
     fn drop(&mut self) {
         let inner = &self.inner;
+        // What recovery left: finished now, so a clean close leaves nothing in flight.
+        let _ = inner.finish_recovery();
         // No thread is inside the pool now, so none is pinned in the reuse domain.
         inner
             .reuse
@@ -693,10 +751,13 @@ impl<P: Persist> Inner<P> {
             partition.mark.store(mark, Ordering::Relaxed);
             partition.cursor.store(0, Ordering::Relaxed);
             partition.head.store(0, Ordering::Release);
-            // Recovery freed those below the mark; those above are not read (their pages
-            // stay untouched until used).
+            // Recovery freed those below the mark but the ones it left to finish; those above
+            // are not read (their pages stay untouched until used).
             #[cfg(debug_assertions)]
             for index in p * per..p * per + mark as usize {
+                if self.recovered.binary_search(&(index as u32)).is_ok() {
+                    continue;
+                }
                 assert_eq!(
                     layout::status_state(
                         self.desc(index as u32)[layout::D_STATUS].load(Ordering::Relaxed)
@@ -758,14 +819,30 @@ impl<P: Persist> Inner<P> {
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => return Some((partition as u64 * per + current) as u32),
+                Ok(_) => {
+                    let index = (partition as u64 * per + current) as u32;
+                    // One recovery left to finish comes back through its stack instead.
+                    if !self.recovered.is_empty() && self.recovered.binary_search(&index).is_ok() {
+                        current += 1;
+                        continue;
+                    }
+                    return Some(index);
+                }
                 Err(c) => current = c,
             }
         }
     }
 
     /// Takes a free descriptor and starts its next generation (state `Building`).
-    fn allocate(&self, recycler: RecyclerId, guard: &Guard) -> Result<(u32, u64), Error> {
+    fn allocate(
+        self: &Arc<Self>,
+        recycler: RecyclerId,
+        guard: &Guard,
+    ) -> Result<(u32, u64), Error> {
+        if self.finishing.load(StdOrdering::Acquire) {
+            // Waiting for a finish under way, if another thread runs it (`finish_recovery`).
+            let _ = self.finish_recovery();
+        }
         let partitions = self.partitions.len();
         let home = thread_number() % partitions;
         for round in 0..=ALLOCATE_WAIT_ROUNDS_MAX {
@@ -899,6 +976,73 @@ impl<P: Persist> Inner<P> {
         guard.flush();
     }
 
+    /// Finishes what recovery left (`Pool::finish_recovery`, `recovery.rs` "Left for after
+    /// open"): each descriptor once, by the thread holding the list; a caller finding another
+    /// thread at it waits for it. Each one's Phase 2 runs, then its policies apply and its
+    /// `Free` status is made durable, all before any thread of this run takes a descriptor
+    /// (`allocate`) or a chunk (`ensure_recovery_finished`): a chunk its release freed before
+    /// the crash may since have been taken again and freed under another tag (by recovery's
+    /// rollback of the SMO that took it), and a repeat after this run reused it would free a
+    /// linked node. Only the descriptor's return to its free list waits for the pool's epoch,
+    /// for a thread of this run still helping it.
+    pub(crate) fn finish_recovery(self: &Arc<Self>) -> crate::RecoveryReport {
+        let mut report = crate::RecoveryReport::default();
+        if !self.finishing.load(StdOrdering::Acquire) {
+            return report;
+        }
+        let mut left = self
+            .to_finish
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !left.is_empty() {
+            let guard = self.domain.pin();
+            let per = self.geometry.per_partition();
+            for (index, gen) in left.drain(..) {
+                report.descriptors_in_flight += 1;
+                let succeeded = crate::recovery::finish(self, index, gen, &mut report);
+                let count =
+                    layout::status_count(self.desc(index)[layout::D_STATUS].load(Ordering::SeqCst));
+                report.values_freed += self.apply_policies(index, gen, succeeded, count);
+                // A crash from here to the fence below repeats the policies at the next open,
+                // on chunks nothing took since (every allocation waits for this finish).
+                forest_core::pause::pause_point("pmwcas:policies-applied");
+                self.desc(index)[layout::D_STATUS]
+                    .store(layout::status(gen, 0, State::Free), Ordering::SeqCst);
+                self.flush_status(index);
+                self.recovered_pending.fetch_add(1, StdOrdering::AcqRel);
+                self.pending_releases.fetch_add(1, StdOrdering::AcqRel);
+                let inner = Arc::clone(self);
+                guard.defer(move || {
+                    if !inner.closed.load(StdOrdering::SeqCst) {
+                        inner.push_free(index, index as usize / per);
+                    }
+                    inner.pending_releases.fetch_sub(1, StdOrdering::AcqRel);
+                    inner.recovered_pending.fetch_sub(1, StdOrdering::AcqRel);
+                });
+            }
+            // The `Free` statuses, flushed one by one, durable together before any allocation.
+            self.persist.fence();
+            // Handed to the collector at once (`retire`): back in the free lists as soon as
+            // the epoch moves past the threads pinned now.
+            guard.flush();
+        }
+        self.finishing.store(false, StdOrdering::Release);
+        drop(left);
+        report
+    }
+
+    /// Waits (bounded) for the releases of what recovery left (`Pool::finish_recovery`).
+    fn wait_recovered_releases(&self) {
+        let deadline = std::time::Instant::now() + RECOVERED_WAIT_MAX;
+        while self.recovered_pending.load(StdOrdering::Acquire) != 0 {
+            self.domain.pin().flush();
+            if cfg!(any(loom, shuttle)) || std::time::Instant::now() >= deadline {
+                return;
+            }
+            crate::sync::yield_now();
+        }
+    }
+
     /// Releases a descriptor the pool's epoch held (`retire`).
     fn release(&self, index: u32, gen: u64) {
         self.release_descriptor(index, gen, true);
@@ -951,9 +1095,28 @@ impl<P: Persist> Inner<P> {
         count: usize,
         activated_only: bool,
     ) -> usize {
-        let d = self.desc(index);
-        let recycler = self.recycler(d[layout::D_RECYCLER].load(Ordering::Relaxed));
+        let recycler = self.recycler(self.desc(index)[layout::D_RECYCLER].load(Ordering::Relaxed));
         let mut freed = 0;
+        self.for_each_policy_value(index, gen, succeeded, count, activated_only, |value| {
+            recycler.free_by(value, descriptor_tag(index, gen), &|r| {
+                self.persist_bytes(r)
+            });
+            freed += 1;
+        });
+        freed
+    }
+
+    /// Calls `f` with each value the descriptor's `FREE-ONE` entries free (see `apply_policies_where`).
+    fn for_each_policy_value(
+        &self,
+        index: u32,
+        gen: u64,
+        succeeded: bool,
+        count: usize,
+        activated_only: bool,
+        mut f: impl FnMut(u64),
+    ) {
+        let d = self.desc(index);
         for i in 0..count.min(layout::ENTRIES_MAX) {
             let e = layout::DESCRIPTOR_HEADER_WORDS + i * layout::ENTRY_WORDS;
             let address = d[e + layout::E_ADDRESS].load(Ordering::Relaxed);
@@ -975,13 +1138,9 @@ impl<P: Persist> Inner<P> {
             };
             let value = d[e + field].load(Ordering::Relaxed) & crate::word::VALUE_MASK;
             if value != 0 {
-                recycler.free_by(value, descriptor_tag(index, gen), &|r| {
-                    self.persist_bytes(r)
-                });
-                freed += 1;
+                f(value);
             }
         }
-        freed
     }
 
     fn apply_policies(&self, index: u32, gen: u64, succeeded: bool, count: usize) -> usize {

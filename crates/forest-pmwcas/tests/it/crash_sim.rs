@@ -20,8 +20,6 @@ use std::sync::{Arc, Mutex};
 use forest_core::pause::set_pause_hook;
 use forest_pmwcas::{Policy, Pool, PoolConfig, Recycle, Region, Sim, VALUE_MASK};
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
 const POINTS: &[&str] = &[
     "pmwcas:activation-persisted",
     "pmwcas:descriptor-persisted",
@@ -96,12 +94,20 @@ fn words_of(pool: &Pool<Sim>) -> [u64; 3] {
     std::array::from_fn(|i| pool.read(pool.word(base + 8 * i as u64).unwrap(), &guard))
 }
 
-/// Opens a crash image, checks it is explained by a prefix of the operations, recovers again.
+/// Opens a crash image, checks it is explained by a prefix of the operations, recovers again
+/// (before and after the decided descriptors recovery leaves for after open are finished).
 fn check_image(image: &[u64], second_succeeds: bool, what: &str) -> forest_pmwcas::RecoveryReport {
     let freed = Arc::new(Freed::default());
     let region = Region::from_image(image);
     let sim = Sim::new(&region);
-    let (pool, first) = Pool::open(region, sim, config(&freed)).unwrap();
+    let (pool, mut first) = Pool::open(region, sim, config(&freed)).unwrap();
+    // What a crash before they are finished leaves.
+    let image2 = pool.persist().durable_image();
+    let finished = pool.finish_recovery();
+    assert_eq!(pool.recovery_left(), 0, "{what}: finished");
+    first.words_rolled_forward += finished.words_rolled_forward;
+    first.words_rolled_back += finished.words_rolled_back;
+    first.values_freed += finished.values_freed;
     let words = words_of(&pool);
     let outcomes = [BEFORE, AFTER_FIRST, after_second(second_succeeds)];
     assert!(
@@ -123,10 +129,20 @@ fn check_image(image: &[u64], second_succeeds: bool, what: &str) -> forest_pmwca
         freed_now.is_subset(&allowed),
         "{what}: freed {freed_now:?} outside {allowed:?} for {words:?}"
     );
-    // Recover again from what is durable now: nothing to roll, same words.
-    let image2 = pool.persist().durable_image();
-    drop(pool);
+    // Recovered again from before the finish: the same words (idempotent, `recovery.rs`).
     let region = Region::from_image(&image2);
+    let sim = Sim::new(&region);
+    let (again, _) = Pool::open(region, sim, config(&freed)).unwrap();
+    assert_eq!(
+        words_of(&again),
+        words,
+        "{what}: recovery before the first was finished"
+    );
+    drop(again);
+    // Recover again from what is durable now: nothing to roll, same words.
+    let image3 = pool.persist().durable_image();
+    drop(pool);
+    let region = Region::from_image(&image3);
     let sim = Sim::new(&region);
     let (pool, report) = Pool::open(region, sim, config(&freed)).unwrap();
     assert_eq!(
@@ -189,9 +205,7 @@ fn crash_at(
 
 #[test]
 fn crash_at_every_step_recovers_all_old_or_all_new() {
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _serial = crate::serial();
     let mut images = 0;
     let (mut forward, mut back, mut freed) = (0, 0, 0);
     for second_succeeds in [true, false] {
@@ -230,9 +244,7 @@ fn crash_at_every_step_recovers_all_old_or_all_new() {
 #[test]
 fn crash_image_of_a_finished_run_is_the_final_state() {
     // Goal: after both PMwCASes return, everything they did is durable (no unflushed word).
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _serial = crate::serial();
     let freed = Arc::new(Freed::default());
     let cfg = config(&freed);
     let region = Region::heap(cfg.region_bytes().unwrap());

@@ -15,14 +15,6 @@ use std::sync::{Arc, Mutex};
 use forest_core::pause::set_pause_hook;
 use forest_pmwcas::{Error, Pool, PoolConfig, Region, Sim, CONTROL_MASK};
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 fn config(partitions: usize, per: usize) -> PoolConfig {
     PoolConfig {
         partition_count: partitions,
@@ -70,7 +62,14 @@ fn open_image(
 ) -> Result<(Pool<Sim>, forest_pmwcas::RecoveryReport), Error> {
     let region = Region::from_image(image);
     let sim = Sim::new(&region);
-    Pool::open(region, sim, cfg)
+    // Decided descriptors are finished after open (`recovery.rs`): counted here, so that the
+    // report says what the whole recovery did.
+    let (pool, mut report) = Pool::open(region, sim, cfg)?;
+    let finished = pool.finish_recovery();
+    report.words_rolled_forward += finished.words_rolled_forward;
+    report.words_rolled_back += finished.words_rolled_back;
+    report.values_freed += finished.values_freed;
+    Ok((pool, report))
 }
 
 /// `image` with word `word_at` (a byte offset) set to `value`.
@@ -85,7 +84,7 @@ fn with_word(image: &[u64], word_at: u64, value: u64) -> Vec<u64> {
 // a named error. Method: a durable image after one PMwCAS (mark 1 of 8), edited.
 #[test]
 fn recovery_scans_only_below_the_marks() {
-    let _serial = serial();
+    let _serial = crate::serial();
     let cfg = config(1, 8);
     let geometry = cfg.geometry().unwrap();
     let pool = new_pool(cfg.clone());
@@ -131,7 +130,7 @@ fn recovery_scans_only_below_the_marks() {
 // so it empties its home partition and takes one from the other.
 #[test]
 fn a_taken_descriptor_raises_its_own_partitions_mark() {
-    let _serial = serial();
+    let _serial = crate::serial();
     let pool = new_pool(config(2, 2));
     let guard = pool.pin();
     let held: Vec<_> = (0..3)
@@ -224,7 +223,7 @@ fn crash_on_a_new_slot(
 // descriptor above the old mark was what recovery had to see.
 #[test]
 fn a_crash_just_after_a_new_slot_is_first_used_is_recovered() {
-    let _serial = serial();
+    let _serial = crate::serial();
     let cfg = config(1, 4);
     let geometry = cfg.geometry().unwrap();
     let base = geometry.user_start_bytes();

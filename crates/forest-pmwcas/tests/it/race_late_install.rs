@@ -98,6 +98,7 @@ type Job = Box<dyn FnOnce(&Pool<NoPersist>) -> u64 + Send>;
 
 #[test]
 fn late_install_for_completed_p1_does_not_overwrite_p2() {
+    let _serial = crate::serial();
     let pool = Arc::new(
         Pool::create_volatile(
             NoPersist,

@@ -1,0 +1,207 @@
+//! Review rev-pmrec's F2, forced with pause points: a helper that loaded a reference before it
+//! pinned the reuse domain snapshots a generation g already decided and retired; g is released
+//! and reused (g + 1, `Undecided`) while the helper is pinned; the helper's `run` must see that
+//! the status is no longer g's (`execute.rs` `undecided` compares the generation) and install
+//! nothing. Without that check it runs g's Phase 1 against g + 1's `Undecided` status: its
+//! RDCSS installation in A (back at g's expected value) completes to a reference to g + 1,
+//! which g + 1 does not target, so A holds it for good and a read of A never returns.
+//!
+//! The interleaving (one descriptor, so g + 1 is the same one):
+//! 1. O runs g = {A: 0 -> 1, B: 7 -> 1} and stops after installing A (B holds 0: g fails).
+//! 2. H reads A, meets g's reference and stops before pinning (`help-reference-loaded`).
+//! 3. O finishes: g fails, A is rolled back to 0, g is retired at epoch e (the epoch moves to
+//!    e + 1, nobody being pinned).
+//! 4. H pins at e + 1, snapshots g (`Failed`, not released yet) and stops
+//!    (`help-snapshot-taken`).
+//! 5. M allocates: the pool is empty, the epoch can move to e + 2 (H announces e + 1), g is
+//!    released and M takes it as g + 1 = {C: 0 -> 1}, published, stopped before its first
+//!    install.
+//! 6. H resumes: it must return A's value, 0. M finishes; A, B, C read 0, 0, 1.
+
+#![cfg(not(any(loom, shuttle)))]
+#![cfg(feature = "pause-points")]
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use forest_core::pause::set_pause_hook;
+use forest_pmwcas::{NoPersist, Pool, PoolConfig};
+
+/// A thread stopped at the `occurrence`-th time it reaches `point`, until released.
+struct Stop {
+    thread: &'static str,
+    point: &'static str,
+    occurrence: usize,
+    count: AtomicUsize,
+    reached: Mutex<Sender<()>>,
+    go: Mutex<Receiver<()>>,
+}
+
+/// The test's side of a stop.
+struct Handle {
+    reached: Receiver<()>,
+    go: Sender<()>,
+    what: String,
+}
+
+impl Handle {
+    fn wait(&self) {
+        self.reached
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("never reached {}", self.what));
+    }
+
+    fn release(&self) {
+        self.go.send(()).unwrap();
+    }
+}
+
+fn stops(list: &[(&'static str, &'static str, usize)]) -> Vec<Handle> {
+    let mut all = Vec::new();
+    let mut handles = Vec::new();
+    for &(thread, point, occurrence) in list {
+        let (reached_tx, reached_rx) = channel();
+        let (go_tx, go_rx) = channel();
+        all.push(Stop {
+            thread,
+            point,
+            occurrence,
+            count: AtomicUsize::new(0),
+            reached: Mutex::new(reached_tx),
+            go: Mutex::new(go_rx),
+        });
+        handles.push(Handle {
+            reached: reached_rx,
+            go: go_tx,
+            what: format!("{thread} at {point} #{occurrence}"),
+        });
+    }
+    let all = Arc::new(all);
+    set_pause_hook(Some(Arc::new(move |name| {
+        let current = std::thread::current();
+        let Some(thread) = current.name() else { return };
+        for stop in all.iter() {
+            if stop.thread == thread
+                && stop.point == name
+                && stop.count.fetch_add(1, Ordering::SeqCst) + 1 == stop.occurrence
+            {
+                stop.reached.lock().unwrap().send(()).unwrap();
+                stop.go.lock().unwrap().recv().unwrap();
+            }
+        }
+    })));
+    handles
+}
+
+/// A thread's body; its result comes back through a channel so that a hang is a failure.
+type Job = Box<dyn FnOnce(&Pool<NoPersist>) -> u64 + Send>;
+
+fn spawn(pool: &Arc<Pool<NoPersist>>, name: &str, f: Job) -> Receiver<u64> {
+    let pool = Arc::clone(pool);
+    let (tx, rx) = channel();
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let _ = tx.send(f(&pool));
+        })
+        .unwrap();
+    rx
+}
+
+fn outcome(rx: &Receiver<u64>, what: &str) -> u64 {
+    rx.recv_timeout(Duration::from_secs(20))
+        .unwrap_or_else(|_| panic!("{what} never returned"))
+}
+
+fn read_word(pool: &Pool<NoPersist>, offset: u64) -> u64 {
+    let guard = pool.pin();
+    pool.read(pool.word(offset).unwrap(), &guard)
+}
+
+#[test]
+fn helper_of_a_reused_generation_installs_nothing() {
+    let _serial = crate::serial();
+    let pool = Arc::new(
+        Pool::create_volatile(
+            NoPersist,
+            PoolConfig {
+                partition_count: 1,
+                descriptors_per_partition: 1,
+                client_words: 0,
+                user_words: 8,
+                recyclers: Vec::new(),
+            },
+        )
+        .unwrap(),
+    );
+    let base = pool.user_area().start;
+    let (a, b, c) = (base, base + 8, base + 16);
+    let [o_installed_a, h_loaded, h_snapshot, m_before_install] =
+        <[Handle; 4]>::try_from(stops(&[
+            ("o", "pmwcas:phase1-word-installed", 1),
+            ("h", "pmwcas:help-reference-loaded", 1),
+            ("h", "pmwcas:help-snapshot-taken", 1),
+            ("m", "pmwcas:rdcss-installing", 1),
+        ]))
+        .ok()
+        .unwrap();
+    // 1.
+    let o = spawn(
+        &pool,
+        "o",
+        Box::new(move |pool| {
+            let guard = pool.pin();
+            let mut d = pool.allocate_descriptor(&guard).unwrap();
+            d.add_word(pool.word(a).unwrap(), 0, 1).unwrap();
+            d.add_word(pool.word(b).unwrap(), 7, 1).unwrap();
+            u64::from(d.execute().unwrap())
+        }),
+    );
+    o_installed_a.wait();
+    // 2.
+    let h = spawn(&pool, "h", Box::new(move |pool| read_word(pool, a)));
+    h_loaded.wait();
+    // 3.
+    o_installed_a.release();
+    assert_eq!(outcome(&o, "O's PMwCAS"), 0, "g fails on B");
+    // 4.
+    h_loaded.release();
+    h_snapshot.wait();
+    // 5.
+    let m = spawn(
+        &pool,
+        "m",
+        Box::new(move |pool| {
+            let guard = pool.pin();
+            let mut d = pool.allocate_descriptor(&guard).unwrap();
+            d.add_word(pool.word(c).unwrap(), 0, 1).unwrap();
+            u64::from(d.execute().unwrap())
+        }),
+    );
+    m_before_install.wait();
+    // 6.
+    h_snapshot.release();
+    let h_saw = outcome(
+        &h,
+        "H's read of A (a stale helper installed a reference to the reused generation?)",
+    );
+    m_before_install.release();
+    assert_eq!(outcome(&m, "M's PMwCAS"), 1, "g + 1 succeeds");
+    set_pause_hook(None);
+    assert_eq!(h_saw, 0, "H reads A rolled back");
+    let r = spawn(
+        &pool,
+        "reader",
+        Box::new(move |pool| {
+            (read_word(pool, a) << 16) | (read_word(pool, b) << 8) | read_word(pool, c)
+        }),
+    );
+    assert_eq!(
+        outcome(&r, "the final reads (A holds a stale reference?)"),
+        1,
+        "A, B, C = 0, 0, 1"
+    );
+}
