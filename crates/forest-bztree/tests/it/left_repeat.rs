@@ -275,3 +275,66 @@ fn a_cut_release_repeated_after_open_frees_no_linked_node() {
 fn a_cut_release_repeated_after_a_frozen_rebuild_frees_no_linked_node() {
     rounds(true);
 }
+
+// Goal (review rev-pmfix2): a SIGKILL inside the finish, after a left descriptor's policies
+// and before its `Free` status, leaves it decided again; the next open repeats its policies,
+// safe because this run took nothing meanwhile. Method: open the kill image, finish in thread
+// "f" and take a second kill image at the finish's `pmwcas:policies-applied`; reopen that one
+// and run as above: every key reads back, the audits pass.
+#[test]
+fn a_kill_inside_the_finish_repeats_it_safely() {
+    let _turn = take_turn();
+    let rounds: u64 = std::env::var("FOREST_LEFT_REPEAT_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2);
+    let mut failures = Vec::new();
+    for round in 0..rounds {
+        let image = kill_image();
+        let tree = Arc::new(
+            BzTree::open_in(
+                Region::from_image(&image),
+                config(),
+                NoPersist,
+                Path::new("<kill image>"),
+            )
+            .unwrap(),
+        );
+        assert!(tree.open_report().pool.descriptors_left > 0);
+        let second: Arc<Mutex<Option<Vec<u64>>>> = Arc::default();
+        {
+            let (tree, second) = (Arc::downgrade(&tree), Arc::clone(&second));
+            set_pause_hook(Some(Arc::new(move |name| {
+                if std::thread::current().name() == Some("f") && name == "pmwcas:policies-applied" {
+                    let mut s = second.lock().unwrap();
+                    if s.is_none() {
+                        *s = tree.upgrade().map(|t| t.kill_image());
+                    }
+                }
+            })));
+        }
+        let f = {
+            let tree = Arc::clone(&tree);
+            std::thread::Builder::new()
+                .name("f".into())
+                .spawn(move || {
+                    tree.finish_recovery();
+                })
+                .unwrap()
+        };
+        f.join().unwrap();
+        set_pause_hook(None);
+        let second = second
+            .lock()
+            .unwrap()
+            .take()
+            .expect("the finish applied policies");
+        for f in run_after_kill(&second, false) {
+            failures.push(format!("round {round}: {f}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "after the kill in the finish: {failures:#?}"
+    );
+}
