@@ -1013,9 +1013,14 @@ impl<P: Persist> Inner<P> {
                 self.pending_releases.fetch_add(1, StdOrdering::AcqRel);
                 let inner = Arc::clone(self);
                 guard.defer(move || {
+                    // Announced before `closed` is read, as `release_descriptor` does: `Drop`
+                    // waits for active releases, so no free-list link is written after close
+                    // (review rev-pmfix2 F1: a reopen of the file in this process).
+                    inner.active_releases.fetch_add(1, StdOrdering::SeqCst);
                     if !inner.closed.load(StdOrdering::SeqCst) {
                         inner.push_free(index, index as usize / per);
                     }
+                    inner.active_releases.fetch_sub(1, StdOrdering::SeqCst);
                     inner.pending_releases.fetch_sub(1, StdOrdering::AcqRel);
                     inner.recovered_pending.fetch_sub(1, StdOrdering::AcqRel);
                 });
