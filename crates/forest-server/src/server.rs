@@ -401,6 +401,8 @@ pub struct Server {
     shared: Arc<Shared>,
     listener: TcpListener,
     open_ms: u128,
+    /// Entries recovery brought back, less the server's own (`expiry::layout`'s entries).
+    recovered_keys: u64,
 }
 
 impl Server {
@@ -427,6 +429,15 @@ impl Server {
                 ..StoreOptions::default()
             },
         )?;
+        // The start line counts keys, not the server's own entries recovery read back.
+        let own = [
+            crate::expiry::layout::LAYOUT_KEY,
+            crate::expiry::layout::PROGRESS_KEY,
+        ]
+        .iter()
+        .filter(|key| store.get(&key[..], &mut Vec::new()))
+        .count() as u64;
+        let recovered_keys = store.recovery_report().keys_recovered.saturating_sub(own);
         // The keys in this build's layout first (a store of an older one is moved over).
         crate::expiry::layout::relayout(&store)?;
         // A crash may have cut a collection command in two; mend before serving.
@@ -439,6 +450,7 @@ impl Server {
             shared,
             listener,
             open_ms,
+            recovered_keys,
         })
     }
 
@@ -462,7 +474,7 @@ impl Server {
             self.shared.engine,
             c.dir.display(),
             c.durability,
-            self.shared.store.recovery_report().keys_recovered,
+            self.recovered_keys,
             self.open_ms
         )
     }
