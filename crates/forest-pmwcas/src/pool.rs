@@ -997,7 +997,11 @@ impl<P: Persist> Inner<P> {
         if !left.is_empty() {
             let guard = self.domain.pin();
             let per = self.geometry.per_partition();
-            for (index, gen) in left.drain(..) {
+            // Each taken off the list only once its `Free` is stored: a panic in between
+            // leaves it there for the next caller (idempotent), not decided and forgotten
+            // until the next open repeats its policies on chunks this run took (review
+            // rev-pmfix2 F2).
+            while let Some(&(index, gen)) = left.last() {
                 report.descriptors_in_flight += 1;
                 let succeeded = crate::recovery::finish(self, index, gen, &mut report);
                 let count =
@@ -1009,6 +1013,7 @@ impl<P: Persist> Inner<P> {
                 self.desc(index)[layout::D_STATUS]
                     .store(layout::status(gen, 0, State::Free), Ordering::SeqCst);
                 self.flush_status(index);
+                left.pop();
                 self.recovered_pending.fetch_add(1, StdOrdering::AcqRel);
                 self.pending_releases.fetch_add(1, StdOrdering::AcqRel);
                 let inner = Arc::clone(self);

@@ -313,6 +313,9 @@ struct EvictorState {
 struct EvictorShared {
     state: Mutex<EvictorState>,
     cv: Condvar,
+    /// A wake is pending: reads and writes above the budget look at it before taking the
+    /// mutex, so they do not all serialise on it until the evictor runs (review rev-lfix F3).
+    pending: std::sync::atomic::AtomicBool,
 }
 
 /// The background evictor (module doc).
@@ -340,6 +343,9 @@ impl Evictor {
     }
 
     fn wake(&self) {
+        if self.shared.pending.swap(true, Ordering::AcqRel) {
+            return;
+        }
         let mut state = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
         if !state.woken {
             state.woken = true;
@@ -392,6 +398,9 @@ fn evictor_loop(tree: &BwTree, budget: u64, shared: &EvictorShared) {
                 return;
             }
             state.woken = false;
+            // Wakes from here on ask for another pass (one coming before this store is
+            // covered by the pass that follows).
+            shared.pending.store(false, Ordering::Release);
         }
         if tree.resident_bytes() <= budget {
             continue;

@@ -174,6 +174,21 @@ fn a_running_script_leaves_the_runtimes_serving() {
                 assert_eq!(reply, R::Simple("PONG".into()), "{what}");
                 assert!(took < ANSWER_MAX, "{what}: PING took {took:?}");
             }
+            // The PINGs were answered while the script held the stripes: the write still
+            // waits for them (review rev-pcscript F3: `until_waiting` alone is timing-based).
+            writer
+                .stream
+                .set_read_timeout(Some(Duration::from_millis(100)))
+                .expect("timeout");
+            assert_eq!(
+                writer.try_read(),
+                None,
+                "{what}: the script no longer held the stripes"
+            );
+            writer
+                .stream
+                .set_read_timeout(Some(ANSWER_MAX + Duration::from_secs(3)))
+                .expect("timeout");
             kill(&mut killer, &what);
             match round {
                 "pipelined" => {
