@@ -191,7 +191,9 @@ fn write_section(
             let i = &stats.index;
             write!(out, "# Forest\r\n")?;
             write!(out, "engine:{}\r\n", stats.engine)?;
-            write!(out, "keys:{}\r\n", i.key_count)?;
+            // Store entries, less the server's own (its key layout entry), as DBSIZE.
+            let own = shared.collections.server_entries().max(0) as u64;
+            write!(out, "keys:{}\r\n", i.key_count.saturating_sub(own))?;
             write!(out, "collections:{}\r\n", shared.collections.live_count())?;
             write!(
                 out,
