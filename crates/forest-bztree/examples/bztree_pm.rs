@@ -274,6 +274,11 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let num = |i: usize, default: u64| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default);
     let dir = Path::new(args.get(1).map_or("/tmp", String::as_str)).to_path_buf();
+    // A missing DIR is made here rather than failing the first open with "NotFound".
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("bztree_pm: cannot create {}: {e}", dir.display());
+        std::process::exit(2);
+    }
     match args.first().map(String::as_str) {
         Some("recovery") => recovery(
             &dir,

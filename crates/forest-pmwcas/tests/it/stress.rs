@@ -149,5 +149,7 @@ fn stress_persistent_sim_ends_durable() {
             "word {i}"
         );
     }
-    assert!(pool.stats().dirty_flushes > 0 || pool.stats().helps == 0);
+    // No claim ties helps to dirty flushes: a helper that meets a descriptor reference its
+    // installer has already flushed and cleaned helps without flushing anything (a CI run
+    // under load saw helps 1, dirty_flushes 0), so the check above is the durability claim.
 }
