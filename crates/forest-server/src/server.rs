@@ -597,6 +597,8 @@ fn run_threads(shared: &Arc<Shared>, listener: TcpListener) {
         }
     }
     drop(listener);
+    // A running script would hold its connection's thread (`Scripts::stop`).
+    shared.scripts.stop();
     let _ = stopper.join();
     // Blocked connections sleep on their waiter, not in a read: wake them to end.
     shared.blocking.stop_all();
