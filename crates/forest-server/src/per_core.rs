@@ -16,10 +16,11 @@
 //! Long commands: a script (EVAL and its kin, an EXEC that queued one) and SAVE run on a
 //! blocking thread (`spawn_blocking`; the connection's state moves there and back), so that
 //! the runtime serves its other connections meanwhile, SCRIPT KILL included. While a script
-//! holds (or is about to take) every stripe lock, every command goes there too, since any
-//! may wait for those locks; the runtime's [`RuntimeGate`] keeps a command that began
-//! inline from meeting a script that took them after it looked (`crate::connection`). A
-//! blocked command's retry waits (asynchronously) for the script to end instead.
+//! holds (or is about to take) every stripe lock, a command that may wait for those locks
+//! awaits the script's end on the runtime instead ([`crate::connection::Leave`]; no thread
+//! per waiting command), as a blocked command's retry does; the runtime's [`RuntimeGate`]
+//! keeps a command that began inline from meeting a script that took them after it looked
+//! (`crate::connection`). A script stops when the server stops (`Scripts::stop`).
 //!
 //! Stop: the acceptor stops accepting, a watch channel tells every connection to stop at
 //! its next read (the batch it runs finishes and its replies go out), and after
@@ -40,8 +41,8 @@ use crate::cmd::script::RuntimeGate;
 use crate::server::{Shared, STOP_GRACE};
 use crate::tokio_io::Durable;
 
-/// The name of a runtime's blocking threads (scripts, SAVE), which tests count.
-pub const BLOCKING_THREAD_NAME: &str = "forest-blk";
+/// The name of a runtime's blocking threads (scripts, SAVE), as `top -H` and /proc show it.
+const BLOCKING_THREAD_NAME: &str = "forest-blk";
 
 /// A runtime's durability waiter: a thread that blocks in the store's sync on behalf of
 /// the runtime's tasks (see the module doc).
