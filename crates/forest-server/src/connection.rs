@@ -78,10 +78,10 @@ pub struct Conn {
     more: bool,
     /// Set: batches run on a per-core runtime's only thread, marked in its gate; a command
     /// that may run long or wait for a script's stripe locks ends the batch before it, and
-    /// [`Self::offload_next`] says so (see [`Self::process_offloaded`]).
+    /// [`Self::left`] says so and why.
     pub runtime_gate: Option<Arc<RuntimeGate>>,
     /// The last batch stopped before such a command.
-    offload_next: bool,
+    left: Option<Leave>,
 }
 
 /// A batch between [`Conn::begin`] and [`Conn::finish_with`]: its commands ran, its
@@ -126,22 +126,29 @@ impl Resumed<'_> {
     }
 }
 
-/// Whether a command must not run on a runtime's only thread (see
-/// [`Conn::runtime_gate`]): a script (EVAL and its kin, or an EXEC that queued one) may run
-/// for seconds, SAVE writes a checkpoint, and while a script runs it holds every stripe
-/// lock, which any command may wait for. The common case costs one atomic load and a look
-/// at the name's length and first byte.
-fn runs_long(shared: &Shared, client: &Client, argv: &[&[u8]]) -> bool {
+/// Why a per-core batch stopped before a command (see [`Conn::runtime_gate`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Leave {
+    /// It may run long: [`Conn::process_offloaded`] on a blocking thread.
+    Offload,
+    /// A script holds (or takes) every stripe lock, which the command may wait for: the
+    /// connection awaits [`crate::cmd::script::Scripts::released`] on its runtime, then
+    /// processes again (no thread per waiting command).
+    AfterScript,
+}
+
+/// Whether a command must not run on a runtime's only thread now (see
+/// [`Conn::runtime_gate`]): while a script holds every stripe lock, any command may wait
+/// for them, except the few in [`touches_no_stripe`]; otherwise a script (EVAL and its kin,
+/// or an EXEC that queued one) may run for seconds and SAVE writes a checkpoint. The common
+/// case costs one atomic load and a look at the name's length and first byte.
+fn leaves_runtime(shared: &Shared, client: &Client, argv: &[&[u8]]) -> Option<Leave> {
     if shared.scripts.holding() {
-        // SCRIPT KILL touches no stripe: inline, so that writers filling the blocking pool
-        // while the script runs cannot queue it until the time limit (review rev-pcscript F1).
-        return !is_script_kill(argv);
+        return (!touches_no_stripe(argv)).then_some(Leave::AfterScript);
     }
-    let Some(name) = argv.first() else {
-        return false;
-    };
+    let name = argv.first()?;
     let txn = &client.txn;
-    match (name.len(), name.first().map(u8::to_ascii_lowercase)) {
+    let long = match (name.len(), name.first().map(u8::to_ascii_lowercase)) {
         (4 | 7 | 10, Some(b'e')) => {
             if is_word(name, "exec") {
                 txn.queues_a_script()
@@ -155,12 +162,22 @@ fn runs_long(shared: &Shared, client: &Client, argv: &[&[u8]]) -> bool {
         }
         (4, Some(b's')) => is_word(name, "save"),
         _ => false,
-    }
+    };
+    long.then_some(Leave::Offload)
 }
 
-/// SCRIPT KILL (any case).
-fn is_script_kill(argv: &[&[u8]]) -> bool {
-    matches!(argv, [name, sub] if is_word(name, "script") && is_word(sub, "kill"))
+/// Commands that take no stripe lock and run inline while a script holds them: SCRIPT KILL
+/// (else it would queue behind the waiting writers until the time limit: review
+/// rev-pcscript F1), SHUTDOWN (answers BUSY, or stops the script with NOSAVE, as Redis),
+/// and PING, ECHO, TIME and QUIT, so that clients see the server alive.
+fn touches_no_stripe(argv: &[&[u8]]) -> bool {
+    match argv {
+        [name, sub] if is_word(name, "script") => is_word(sub, "kill"),
+        [name, ..] => ["ping", "echo", "time", "quit", "shutdown"]
+            .iter()
+            .any(|word| is_word(name, word)),
+        [] => true,
+    }
 }
 
 /// `output` with each write reply at `writes` replaced by `write not acknowledged` (a
@@ -193,22 +210,21 @@ impl Conn {
             writes: Vec::new(),
             more: false,
             runtime_gate: None,
-            offload_next: false,
+            left: None,
         }
     }
 
-    /// Whether the next batch must run where blocking is allowed: the last one stopped
-    /// before a command that may run long or wait for a script's locks (see
-    /// [`Self::runtime_gate`]).
-    pub fn offload_next(&self) -> bool {
-        self.offload_next
+    /// Why the last batch stopped before a command that must not run inline now (see
+    /// [`Self::runtime_gate`]); None if it did not.
+    pub fn left(&self) -> Option<Leave> {
+        self.left
     }
 
-    /// [`Self::process`] for a batch [`Self::offload_next`] asked for, on a thread that may
+    /// [`Self::process`] for a batch [`Leave::Offload`] asked for, on a thread that may
     /// block (not a runtime's: its other connections are served meanwhile). It runs every
     /// complete command, long ones included, and waits for durability on this thread.
     pub fn process_offloaded(&mut self, shared: &Shared) -> Step {
-        self.offload_next = false;
+        self.left = None;
         let gate = self.runtime_gate.take();
         let step = self.process(shared);
         self.runtime_gate = gate;
@@ -258,9 +274,9 @@ impl Conn {
             writes,
             more,
             runtime_gate,
-            offload_next,
+            left,
         } = self;
-        *offload_next = false;
+        *left = None;
         let mut pending = Pending {
             batch: None,
             step: Step::Continue,
@@ -289,10 +305,12 @@ impl Conn {
         let inline = runtime_gate.as_deref().map(RuntimeGate::enter);
         for i in 0..requests.len() {
             requests.argv(i, input, &mut argv);
-            if inline.is_some() && runs_long(shared, client, &argv) {
-                // Left, with what follows it, for a thread that may block.
-                *offload_next = true;
-                break;
+            if inline.is_some() {
+                if let Some(why) = leaves_runtime(shared, client, &argv) {
+                    // Left, with what follows it, for later or a thread that may block.
+                    *left = Some(why);
+                    break;
+                }
             }
             executed = i + 1;
             let mut ctx = Ctx {
@@ -341,7 +359,7 @@ impl Conn {
             }
         }
         drop(inline);
-        if *offload_next && executed > 0 {
+        if left.is_some() && executed > 0 {
             // The name of the last command that ran, not of the one left.
             requests.argv(executed - 1, input, &mut argv);
         }
@@ -349,7 +367,7 @@ impl Conn {
             .first()
             .and_then(|n| cmd::lookup(n))
             .map(|spec| spec.name);
-        if *offload_next {
+        if left.is_some() {
             pending.consumed = requests.cut(executed);
             *more = true;
             if executed == 0 {

@@ -16,16 +16,18 @@
 //! Long commands: a script (EVAL and its kin, an EXEC that queued one) and SAVE run on a
 //! blocking thread (`spawn_blocking`; the connection's state moves there and back), so that
 //! the runtime serves its other connections meanwhile, SCRIPT KILL included. While a script
-//! holds (or is about to take) every stripe lock, every command goes there too, since any
-//! may wait for those locks; the runtime's [`RuntimeGate`] keeps a command that began
-//! inline from meeting a script that took them after it looked (`crate::connection`). A
-//! blocked command's retry waits (asynchronously) for the script to end instead.
+//! holds (or is about to take) every stripe lock, a command that may wait for those locks
+//! awaits the script's end on the runtime instead ([`crate::connection::Leave`]; no thread
+//! per waiting command), as a blocked command's retry does; the runtime's [`RuntimeGate`]
+//! keeps a command that began inline from meeting a script that took them after it looked
+//! (`crate::connection`). A script stops when the server stops (`Scripts::stop`).
 //!
 //! Stop: the acceptor stops accepting, a watch channel tells every connection to stop at
 //! its next read (the batch it runs finishes and its replies go out), and after
 //! [`crate::server::STOP_GRACE`] each runtime aborts its tasks still running (clients that
 //! never read).
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -39,6 +41,9 @@ use crate::cmd::script::RuntimeGate;
 use crate::server::{Shared, STOP_GRACE};
 use crate::tokio_io::Durable;
 
+/// The name of a runtime's blocking threads (scripts, SAVE), as `top -H` and /proc show it.
+const BLOCKING_THREAD_NAME: &str = "forest-blk";
+
 /// A runtime's durability waiter: a thread that blocks in the store's sync on behalf of
 /// the runtime's tasks (see the module doc).
 #[derive(Debug, Default)]
@@ -51,26 +56,53 @@ pub struct Waiter {
 struct Queue {
     waiting: Vec<oneshot::Sender<()>>,
     stop: bool,
+    /// The thread panicked: the store's directory, for the error every wait gets.
+    failed: Option<PathBuf>,
+}
+
+/// The error of a wait whose waiter thread panicked: whether the write is durable is
+/// unknown, so it is not acknowledged.
+fn waiter_failed(dir: &Path) -> forest_core::Error {
+    forest_core::Error::Io {
+        path: dir.to_path_buf(),
+        op: "sync",
+        source: std::io::Error::other("the I/O thread's durability waiter panicked"),
+    }
 }
 
 impl Waiter {
     /// Returns once every write logged before the call is durable, or the store failed
-    /// (the batch's own wait then reports the error).
-    pub async fn durable(&self) {
+    /// (the batch's own wait then reports the error); an error if the waiter thread
+    /// panicked (before or during this wait).
+    pub async fn durable(&self) -> forest_core::Result<()> {
         let (tx, rx) = oneshot::channel();
         {
             let mut queue = self.queue.lock();
+            if let Some(dir) = &queue.failed {
+                return Err(waiter_failed(dir));
+            }
             if queue.stop {
-                return;
+                return Ok(());
             }
             queue.waiting.push(tx);
         }
         self.work.notify_one();
-        let _ = rx.await;
+        // A sender dropped unanswered: the thread panicked in `sync`.
+        rx.await.map_err(|_| {
+            let queue = self.queue.lock();
+            waiter_failed(queue.failed.as_deref().unwrap_or(Path::new("")))
+        })
     }
 
-    /// The waiter thread's loop: one sync per round of requests, until stopped.
-    fn run(&self, shared: &Shared) {
+    /// The waiter thread's loop: one `sync` per round of requests, until stopped. If it
+    /// panics, every wait queued or to come is answered with an error (rev-io low finding:
+    /// they were never answered).
+    fn run(&self, dir: &Path, sync: impl Fn() -> forest_core::Result<()>) {
+        let _failed = OnPanic(|| {
+            let mut queue = self.queue.lock();
+            queue.failed = Some(dir.to_path_buf());
+            queue.waiting.clear();
+        });
         loop {
             let waiting = {
                 let mut queue = self.queue.lock();
@@ -83,7 +115,7 @@ impl Waiter {
                 std::mem::take(&mut queue.waiting)
             };
             // An error is the batch's to report: its wait returns it at once.
-            let _ = shared.store.sync();
+            let _ = sync();
             for tx in waiting {
                 let _ = tx.send(());
             }
@@ -94,6 +126,17 @@ impl Waiter {
     fn stop(&self) {
         self.queue.lock().stop = true;
         self.work.notify_all();
+    }
+}
+
+/// Runs its closure when dropped during a panic.
+struct OnPanic<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for OnPanic<F> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            (self.0)();
+        }
     }
 }
 
@@ -140,7 +183,9 @@ pub fn run(shared: &Arc<Shared>, listener: std::net::TcpListener) {
             shared.shutdown.request(false);
         }
     }
-    // Connections see the stop at their next read; the runtimes end once theirs are done.
+    // Connections see the stop at their next read; the runtimes end once theirs are done,
+    // a script's too.
+    shared.scripts.stop();
     let _ = stop_tx.send(true);
     for core in cores {
         drop(core.incoming);
@@ -148,7 +193,9 @@ pub fn run(shared: &Arc<Shared>, listener: std::net::TcpListener) {
     }
 }
 
-/// Starts runtime `index` on its own thread, with its durability waiter.
+/// Starts runtime `index` on its own thread, with its durability waiter. A waiter that
+/// cannot start fails the runtime's start (it was left waiting inline, blocking its
+/// thread in every fsync: rev-io low finding).
 fn start_core(
     shared: &Arc<Shared>,
     index: usize,
@@ -157,36 +204,33 @@ fn start_core(
     let (incoming, receiver) = mpsc::unbounded_channel();
     let load = Arc::new(AtomicUsize::new(0));
     let runtime = tokio::runtime::Builder::new_current_thread()
+        .thread_name(BLOCKING_THREAD_NAME)
         .enable_io()
         .enable_time()
         .build()?;
+    let durable = if shared.config.durability.acks_durable() {
+        let waiter = Arc::new(Waiter::default());
+        let thread_waiter = Arc::clone(&waiter);
+        let thread_shared = Arc::clone(shared);
+        let handle = std::thread::Builder::new()
+            .name(format!("forest-wait-{index}"))
+            .spawn(move || {
+                thread_waiter.run(&thread_shared.config.dir, || thread_shared.store.sync());
+            })?;
+        Some((waiter, handle))
+    } else {
+        None
+    };
+    let mode = match &durable {
+        Some((waiter, _)) => Durable::Await(Arc::clone(waiter)),
+        None => Durable::Inline,
+    };
+    let stop_waiter = durable.as_ref().map(|(waiter, _)| Arc::clone(waiter));
     let shared = Arc::clone(shared);
     let core_load = Arc::clone(&load);
-    let thread = std::thread::Builder::new()
+    let spawned = std::thread::Builder::new()
         .name(format!("forest-io-{index}"))
         .spawn(move || {
-            let durable = if shared.config.durability.acks_durable() {
-                let waiter = Arc::new(Waiter::default());
-                let thread_waiter = Arc::clone(&waiter);
-                let thread_shared = Arc::clone(&shared);
-                let spawned = std::thread::Builder::new()
-                    .name(format!("forest-wait-{index}"))
-                    .spawn(move || thread_waiter.run(&thread_shared));
-                match spawned {
-                    Ok(handle) => Some((waiter, handle)),
-                    Err(e) => {
-                        eprintln!("forest serve: cannot start durability waiter {index}: {e}");
-                        shared.shutdown.request(false);
-                        None
-                    }
-                }
-            } else {
-                None
-            };
-            let mode = match &durable {
-                Some((waiter, _)) => Durable::Await(Arc::clone(waiter)),
-                None => Durable::Inline,
-            };
             let gate = shared.scripts.runtime_gate();
             runtime.block_on(serve_core(
                 &shared, receiver, stop, &core_load, &mode, &gate,
@@ -196,7 +240,17 @@ fn start_core(
                 waiter.stop();
                 let _ = handle.join();
             }
-        })?;
+        });
+    let thread = match spawned {
+        Ok(thread) => thread,
+        Err(e) => {
+            // The closure, and with it the waiter's handle, is gone: the thread ends alone.
+            if let Some(waiter) = stop_waiter {
+                waiter.stop();
+            }
+            return Err(e);
+        }
+    };
     Ok(Core {
         incoming,
         load,
@@ -422,6 +476,40 @@ mod tests {
         fn lock(&self) -> Result<DirLock> {
             self.inner.lock()
         }
+    }
+
+    // Goal (rev-io low finding): a waiter thread that panics in its sync answers the wait
+    // it served and every later one with an error, at once.
+    // Method: a waiter whose sync panics, on its own thread; two waits on a runtime, each
+    // bounded by 10 s. Without the drop guard the second wait was never answered.
+    #[test]
+    fn a_panicking_waiter_answers_every_wait_with_an_error() {
+        let waiter = Arc::new(Waiter::default());
+        let thread = {
+            let waiter = Arc::clone(&waiter);
+            std::thread::spawn(move || {
+                waiter.run(Path::new("dir"), || -> Result<()> {
+                    panic!("injected: sync")
+                })
+            })
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            for which in ["the wait it served", "a later wait"] {
+                let waited = tokio::time::timeout(Duration::from_secs(10), waiter.durable())
+                    .await
+                    .unwrap_or_else(|_| panic!("{which} was never answered"));
+                let error = waited.expect_err(which).to_string();
+                assert!(
+                    error.contains("durability waiter panicked"),
+                    "{which}: {error}"
+                );
+            }
+        });
+        assert!(thread.join().is_err(), "the waiter did not panic");
     }
 
     fn roundtrip(stream: &mut TcpStream, request: &[u8], reply: &[u8]) {

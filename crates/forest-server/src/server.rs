@@ -1,10 +1,10 @@
 //! The server: configuration, the state all connections share, the accept loop with its
 //! client bound, and the orderly stop (DESIGN.md "Server"; masstree.md §5).
 //!
-//! I/O models ([`IoModel`]): `threads` (the default) runs one OS thread per connection,
-//! blocking reads and writes (a slow client blocks only its own thread); `per-core` runs
-//! connections as tasks on `--threads` single-threaded runtimes, each connection staying on
-//! one ([`crate::per_core`]; not the default while a Lua script stalls its whole runtime); `tokio` runs connections as tasks on
+//! I/O models ([`IoModel`]): `per-core` (the default since session 14) runs connections as
+//! tasks on `--threads` single-threaded runtimes, each connection staying on one
+//! ([`crate::per_core`]); `threads` runs one OS thread per connection, blocking reads and
+//! writes (a slow client blocks only its own thread); `tokio` runs connections as tasks on
 //! a multi-thread runtime of `--threads` workers ([`crate::tokio_io`]). All run a
 //! connection's pipelined commands as one batch ([`crate::connection`]).
 //!
@@ -52,10 +52,10 @@ pub const CURSOR_BYTES_MAX: usize = 32 * 1024 * 1024;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum IoModel {
     /// Tokio tasks on `threads` single-threaded runtimes, one thread each; a connection
-    /// stays on the runtime the acceptor gave it.
+    /// stays on the runtime the acceptor gave it. The default (session 14).
+    #[default]
     PerCore,
     /// A thread per connection.
-    #[default]
     Threads,
     /// Tokio tasks on a multi-thread runtime of `threads` workers.
     Tokio,
@@ -597,6 +597,8 @@ fn run_threads(shared: &Arc<Shared>, listener: TcpListener) {
         }
     }
     drop(listener);
+    // A running script would hold its connection's thread (`Scripts::stop`).
+    shared.scripts.stop();
     let _ = stopper.join();
     // Blocked connections sleep on their waiter, not in a read: wake them to end.
     shared.blocking.stop_all();

@@ -20,7 +20,7 @@ use tokio::task::JoinSet;
 
 use crate::blocking::Wake;
 use crate::cmd::script::{GateMark, RuntimeGate};
-use crate::connection::{Conn, Step, BLOCKED_INPUT_BYTES_MAX, READ_BYTES};
+use crate::connection::{Conn, Leave, Step, BLOCKED_INPUT_BYTES_MAX, READ_BYTES};
 use crate::pubsub::Mailbox;
 use crate::server::{Shared, STOP_GRACE};
 
@@ -104,6 +104,8 @@ async fn accept_loop(shared: Arc<Shared>, listener: std::net::TcpListener) {
         }
     }
     drop(listener);
+    // A running script would hold its connection past the grace (`Scripts::stop`).
+    shared.scripts.stop();
     let _ = stop_tx.send(true);
     let drained = tokio::time::timeout(STOP_GRACE, async {
         while connections.join_next().await.is_some() {}
@@ -138,16 +140,21 @@ async fn process(conn: &mut Conn, shared: &Shared, durable: &Durable) -> Step {
         }
         Durable::Await(waiter) => {
             let pending = conn.begin(shared);
-            if pending.wrote(conn) {
-                waiter.durable().await;
+            let waited = if pending.wrote(conn) {
+                waiter.durable().await
+            } else {
+                Ok(())
+            };
+            match waited {
+                // Durable (or failed) by now: the wait returns at once.
+                Ok(()) => conn.finish_with(shared, pending, |batch| batch.wait()),
+                Err(e) => conn.finish_with(shared, pending, |_| Err(e)),
             }
-            // Durable (or failed) by now: the wait returns at once.
-            conn.finish_with(shared, pending, |batch| batch.wait())
         }
     }
 }
 
-/// Runs the batch [`Conn::offload_next`] asked for on a blocking thread, and awaits it: the
+/// Runs the batch [`Leave::Offload`] asked for on a blocking thread, and awaits it: the
 /// runtime serves its other connections meanwhile (a script may run for seconds; SCRIPT KILL
 /// from a connection of the same runtime stops it). None if that thread panicked.
 async fn offload(mut conn: Conn, shared: &Arc<Shared>) -> Option<(Conn, Step)> {
@@ -161,7 +168,8 @@ async fn offload(mut conn: Conn, shared: &Arc<Shared>) -> Option<(Conn, Step)> {
 }
 
 /// Per-core: marks the runtime's gate once no script holds (or takes) the stripes, which a
-/// blocked command's retry may wait for (see [`RuntimeGate`]); polls meanwhile.
+/// blocked command's retry may wait for (see [`RuntimeGate`]); awaits their release
+/// meanwhile (it polled every millisecond: review rev-pcscript F2).
 async fn enter_gate<'g>(gate: &'g RuntimeGate, shared: &Shared) -> GateMark<'g> {
     loop {
         let inline = gate.enter();
@@ -169,7 +177,7 @@ async fn enter_gate<'g>(gate: &'g RuntimeGate, shared: &Shared) -> GateMark<'g> 
             return inline;
         }
         drop(inline);
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        shared.scripts.released().await;
     }
 }
 
@@ -193,10 +201,15 @@ async fn resume(conn: &mut Conn, shared: &Shared, wake: Wake, durable: &Durable)
             let resumed = conn.resume_begin(shared, wake);
             // Not across the durability wait: a script would wait for it.
             drop(inline.take());
-            if resumed.wrote() {
-                waiter.durable().await;
-            }
-            conn.resume_finish_with(shared, resumed, |batch| batch.wait());
+            let waited = if resumed.wrote() {
+                waiter.durable().await
+            } else {
+                Ok(())
+            };
+            match waited {
+                Ok(()) => conn.resume_finish_with(shared, resumed, |batch| batch.wait()),
+                Err(e) => conn.resume_finish_with(shared, resumed, |_| Err(e)),
+            };
         }
     }
 }
@@ -354,16 +367,22 @@ pub(crate) async fn serve(
             continue;
         }
         if conn.has_more() {
-            if conn.offload_next() {
-                let Some((back, ran)) = offload(conn, shared).await else {
-                    // Its thread panicked: the connection's state went with it.
-                    shared.drop_client(id);
-                    let _ = stream.shutdown().await;
-                    return;
-                };
-                (conn, step) = (back, ran);
-            } else {
-                step = process(&mut conn, shared, durable).await;
+            match conn.left() {
+                Some(Leave::Offload) => {
+                    let Some((back, ran)) = offload(conn, shared).await else {
+                        // Its thread panicked: the connection's state went with it.
+                        shared.drop_client(id);
+                        let _ = stream.shutdown().await;
+                        return;
+                    };
+                    (conn, step) = (back, ran);
+                }
+                Some(Leave::AfterScript) => {
+                    // The server's stop kills the script (`Scripts::stop`): bounded.
+                    shared.scripts.released().await;
+                    step = process(&mut conn, shared, durable).await;
+                }
+                None => step = process(&mut conn, shared, durable).await,
             }
             if stream.write_all(&conn.output).await.is_err() {
                 break;

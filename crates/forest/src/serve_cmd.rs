@@ -47,11 +47,11 @@ pub struct ServeArgs {
     /// Require AUTH with this password (user `default`) before other commands.
     #[arg(long, value_name = "PASS")]
     pub requirepass: Option<String>,
-    /// How connections are driven: threads (one per connection), per-core (tasks on
-    /// --threads single-threaded runtimes, each connection staying on one, as Redis's event
-    /// loop, one per core; a Lua script stalls its runtime's other connections until it
-    /// ends) or tokio (tasks on a multi-thread runtime of --threads workers).
-    #[arg(long, default_value = "threads", value_name = "MODEL")]
+    /// How connections are driven: per-core (tasks on --threads single-threaded runtimes,
+    /// each connection staying on one, as Redis's event loop, one per core; Lua scripts and
+    /// SAVE run on a blocking thread), threads (one thread per connection) or tokio (tasks
+    /// on a multi-thread runtime of --threads workers).
+    #[arg(long, default_value = "per-core", value_name = "MODEL")]
     pub io: IoModel,
     /// A subscriber's output bound, as Redis's `client-output-buffer-limit pubsub`: cut at
     /// HARD bytes queued, or over SOFT for SECONDS (units b, k, kb, m, mb, g, gb; 0: none).

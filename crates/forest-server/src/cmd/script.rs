@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use mlua::chunk::ChunkMode;
 use mlua::{Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use super::{int_arg, is_word, multi, unknown_subcommand, wrong_arity, Ctx, Reply};
 use crate::frame::{Frame, Protocol};
@@ -87,9 +87,11 @@ pub struct Scripts {
     running: AtomicBool,
     /// SCRIPT KILL asked the running script to stop.
     kill: Arc<AtomicBool>,
+    /// The server stops: every script, running or starting, is stopped ([`Scripts::stop`]).
+    stopping: AtomicBool,
     /// Scripts (or EXECs running one) taking or holding every stripe lock
-    /// ([`Scripts::holding`]).
-    holding: AtomicUsize,
+    /// ([`Scripts::holding`]), and how their end is signalled.
+    hold: Arc<HoldState>,
     /// One per per-core runtime ([`RuntimeGate`]).
     gates: Mutex<Vec<Arc<RuntimeGate>>>,
     /// The interpreter's memory bound ([`LUA_MEMORY_BYTES_MAX`]; smaller in tests).
@@ -103,7 +105,8 @@ impl Default for Scripts {
             time_limit_ms: AtomicU64::new(TIME_LIMIT_MS_DEFAULT),
             running: AtomicBool::new(false),
             kill: Arc::new(AtomicBool::new(false)),
-            holding: AtomicUsize::new(0),
+            stopping: AtomicBool::new(false),
+            hold: Arc::new(HoldState::default()),
             gates: Mutex::new(Vec::new()),
             memory_bytes_max: std::sync::atomic::AtomicUsize::new(LUA_MEMORY_BYTES_MAX),
         }
@@ -163,31 +166,85 @@ impl Scripts {
     }
 
     /// Whether a script is taking or holding every stripe lock: any command may then wait
-    /// for it (up to the time limit), so the per-core model runs none on a runtime's only
-    /// thread meanwhile ([`RuntimeGate`]).
+    /// for it (up to the time limit), so the per-core model runs none that may on a
+    /// runtime's only thread meanwhile ([`RuntimeGate`]).
     pub fn holding(&self) -> bool {
-        self.holding.load(Ordering::SeqCst) != 0
+        self.hold.count.load(Ordering::SeqCst) != 0
+    }
+
+    /// Returns once no script takes or holds every stripe lock, without blocking the
+    /// thread: a per-core connection awaits it on its runtime instead of holding a blocking
+    /// thread per command while a script runs (session 14: a busy server under a long
+    /// script spawned one per command).
+    pub async fn released(&self) {
+        loop {
+            let notified = self.hold.released.notified();
+            tokio::pin!(notified);
+            // Registered before the look: a release after it wakes this future.
+            notified.as_mut().enable();
+            if !self.holding() {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// A new per-core runtime's gate (see [`RuntimeGate`]).
     pub fn runtime_gate(&self) -> Arc<RuntimeGate> {
-        let gate = Arc::new(RuntimeGate::default());
+        let gate = Arc::new(RuntimeGate {
+            inline: AtomicBool::new(false),
+            hold: Arc::clone(&self.hold),
+        });
         self.gates.lock().push(Arc::clone(&gate));
         gate
     }
 
     /// Marks a script (or an EXEC that runs one) as [`Self::holding`] before it takes every
     /// stripe, until the guard is dropped (after it released them); returns once no runtime
-    /// runs commands inline that began before they could see the mark.
+    /// runs commands inline that began before they could see the mark. It sleeps on
+    /// [`HoldState::cleared`] meanwhile (a runtime's batch may run a long command inline,
+    /// KEYS or FLUSHALL; a `yield_now` loop burnt a core for as long: review rev-pcscript F2).
     pub(super) fn hold(&self) -> Holding<'_> {
-        self.holding.fetch_add(1, Ordering::SeqCst);
+        self.hold.count.fetch_add(1, Ordering::SeqCst);
+        let holding = Holding(&self.hold);
         for gate in self.gates.lock().iter() {
-            // A batch's commands take microseconds; it stops at its next command now.
+            if !gate.inline.load(Ordering::SeqCst) {
+                continue;
+            }
+            let mut cleared = self.hold.lock.lock();
+            // The gate's drop clears `inline`, then (seeing the count) takes the lock to
+            // notify: a clear after this look wakes the wait below.
             while gate.inline.load(Ordering::SeqCst) {
-                std::thread::yield_now();
+                self.hold.cleared.wait(&mut cleared);
             }
         }
-        Holding(&self.holding)
+        holding
+    }
+
+    /// Marks a script as running until the guard drops, on a panic too (a panic that left
+    /// the mark made SCRIPT KILL answer OK with no script: review rev-pcscript F5).
+    fn start_running(&self) -> Running<'_> {
+        self.kill.store(false, Ordering::SeqCst);
+        self.running.store(true, Ordering::SeqCst);
+        // After the reset: a stop that this look misses sets `kill` after it.
+        if self.stopping.load(Ordering::SeqCst) {
+            self.kill.store(true, Ordering::SeqCst);
+        }
+        Running(&self.running)
+    }
+
+    /// Whether a script runs, or takes or holds the stripes to run (SHUTDOWN answers BUSY).
+    pub fn busy(&self) -> bool {
+        self.running.load(Ordering::SeqCst) || self.holding()
+    }
+
+    /// The server stops (SHUTDOWN NOSAVE, a signal, SHUTDOWN): the running script and any
+    /// later one stop at their next hook, their writes dropped, so that the stop waits for
+    /// no script's time limit (it waited up to 5 s, or for ever with no limit: review
+    /// rev-pcscript F4). Redis exits under a running script the same way.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.kill.store(true, Ordering::SeqCst);
     }
 
     /// A new interpreter (the next script's) holds at most `bytes`.
@@ -308,8 +365,11 @@ impl Scripts {
         }
         let limit = self.time_limit_ms();
         let deadline = (limit > 0).then(|| Instant::now() + Duration::from_millis(limit));
-        self.kill.store(false, Ordering::SeqCst);
-        self.running.store(true, Ordering::SeqCst);
+        let running = self.start_running();
+        #[cfg(test)]
+        if PANIC_WHILE_RUNNING.with(std::cell::Cell::get) {
+            panic!("injected: a script's run panics");
+        }
         let protocol = std::mem::replace(&mut ctx.client.protocol, Protocol::Resp2);
         let rules = Rules {
             read_only: ro_command || shebang.no_writes,
@@ -318,7 +378,7 @@ impl Scripts {
         };
         let outcome = engine.call(ctx, &function, keys, args, rules);
         ctx.client.protocol = protocol;
-        self.running.store(false, Ordering::SeqCst);
+        drop(running);
         match outcome {
             Outcome::Done(Ok(value)) => (lua_to_reply(&value), true),
             Outcome::Done(Err(error)) => (Err(script_error(&error, &sha)), true),
@@ -358,25 +418,57 @@ impl Scripts {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Tests: the next script run on this thread panics once marked running.
+    static PANIC_WHILE_RUNNING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The count behind [`Scripts::holding`] and the signals of its changes, shared with the
+/// runtimes' gates.
+#[derive(Debug, Default)]
+pub struct HoldState {
+    count: AtomicUsize,
+    /// Notified when the count falls to zero ([`Scripts::released`]).
+    released: tokio::sync::Notify,
+    /// With [`Self::cleared`]: a script waiting for a runtime's gate to clear sleeps there.
+    lock: Mutex<()>,
+    cleared: Condvar,
+}
+
 /// A script's mark in [`Scripts::holding`].
-pub(super) struct Holding<'a>(&'a AtomicUsize);
+pub(super) struct Holding<'a>(&'a HoldState);
 
 impl Drop for Holding<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.released.notify_waiters();
+        }
+    }
+}
+
+/// [`Scripts::start_running`]'s mark.
+struct Running<'a>(&'a AtomicBool);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
     }
 }
 
 /// A per-core runtime's thread runs a batch's commands inline (the per-core model,
 /// `crate::connection`): a command waiting there for a script's stripe locks would stall
 /// every connection of the runtime. Dekker's handshake keeps it from happening: the thread
-/// marks the gate, then looks at [`Scripts::holding`] before each command (set: the rest of
-/// the batch goes to a blocking thread); a script marks `holding`, then waits for every
-/// gate to clear before it takes the stripes. One of the two sees the other's mark.
-#[derive(Debug, Default)]
+/// marks the gate, then looks at [`Scripts::holding`] before each command (set: the batch
+/// ends there, and the connection awaits [`Scripts::released`] or, for a long command, a
+/// blocking thread); a script marks `holding`, then waits for every gate to clear before
+/// it takes the stripes. One of the two sees the other's mark; the gate's drop, seeing
+/// `holding`, wakes the script's wait.
+#[derive(Debug)]
 #[repr(align(128))] // Its own cache line: each runtime writes its gate twice a batch.
 pub struct RuntimeGate {
     inline: AtomicBool,
+    hold: Arc<HoldState>,
 }
 
 impl RuntimeGate {
@@ -393,7 +485,13 @@ pub struct GateMark<'a>(&'a RuntimeGate);
 
 impl Drop for GateMark<'_> {
     fn drop(&mut self) {
-        self.0.inline.store(false, Ordering::Release);
+        let gate = self.0;
+        // SeqCst, then the look at the count: the other half of `Scripts::hold`'s handshake.
+        gate.inline.store(false, Ordering::SeqCst);
+        if gate.hold.count.load(Ordering::SeqCst) != 0 {
+            drop(gate.hold.lock.lock());
+            gate.hold.cleared.notify_all();
+        }
     }
 }
 
@@ -1589,6 +1687,80 @@ mod tests {
                 Frame::Integer(0)
             );
         });
+    }
+
+    /// CPU time (user + system) the calling thread used so far, in clock ticks.
+    fn thread_cpu_ticks() -> u64 {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("thread stat");
+        // The fields after the command name (which ends with ')'): utime, stime are 12th, 13th.
+        let fields: Vec<&str> = stat[stat.rfind(')').expect("name") + 2..]
+            .split(' ')
+            .collect();
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
+    }
+
+    // Goal (review rev-pcscript F2): a script waiting for a runtime's gate to clear (a
+    // batch running inline, which may be long: KEYS, FLUSHALL) sleeps; it spun in
+    // `yield_now` for as long, a core's worth of CPU on an idle machine.
+    // Method: a runtime gate marked inline; a thread takes `hold` (it must wait), the gate
+    // clears after 1 s, and the thread's own CPU time over its wait must stay under 50 ms
+    // (clock ticks of /proc/thread-self/stat).
+    #[test]
+    fn a_script_waiting_for_a_gate_sleeps() {
+        let scripts = Scripts::default();
+        let gate = scripts.runtime_gate();
+        let mark = gate.enter();
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                let before = thread_cpu_ticks();
+                let started = Instant::now();
+                let holding = scripts.hold();
+                let (waited, ticks) = (started.elapsed(), thread_cpu_ticks() - before);
+                drop(holding);
+                (waited, ticks)
+            });
+            std::thread::sleep(Duration::from_secs(1));
+            drop(mark);
+            let (waited, ticks) = waiter.join().expect("waiter");
+            assert!(
+                waited >= Duration::from_millis(900),
+                "hold did not wait: {waited:?}"
+            );
+            let hz = 100; // Linux's USER_HZ, the unit of /proc's CPU times.
+            let used = Duration::from_millis(ticks * 1000 / hz);
+            assert!(
+                used < Duration::from_millis(50),
+                "hold used {used:?} of CPU waiting"
+            );
+        });
+        assert!(!scripts.holding());
+    }
+
+    // Goal (review rev-pcscript F5): a script whose run panics leaves no running mark:
+    // SCRIPT KILL then answers NOTBUSY, and the stripes are free for the next script.
+    // Method: inject a panic right after the run is marked (thread-local hook), catch it,
+    // then SCRIPT KILL and a second EVAL. Before the drop guard SCRIPT KILL answered OK.
+    #[test]
+    fn a_panicking_script_leaves_no_running_mark() {
+        let h = Harness::new();
+        let shared = &h.shared;
+        let mut client = shared.new_client("a".into(), "b".into(), None);
+        PANIC_WHILE_RUNNING.with(|p| p.set(true));
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_on(shared, &mut client, &[b"EVAL", b"return 1", b"0"])
+        }));
+        PANIC_WHILE_RUNNING.with(|p| p.set(false));
+        assert!(panicked.is_err(), "the injected panic did not happen");
+        assert!(!shared.scripts.holding());
+        let mut other = shared.new_client("c".into(), "d".into(), None);
+        assert_eq!(
+            error_of(run_on(shared, &mut other, &[b"SCRIPT", b"KILL"])),
+            "NOTBUSY No scripts in execution right now."
+        );
+        assert_eq!(
+            run_on(shared, &mut other, &[b"EVAL", b"return 2", b"0"]),
+            Frame::Integer(2)
+        );
     }
 
     // Goal: EVAL inside MULTI is queued and runs in EXEC's one batch, seeing the earlier

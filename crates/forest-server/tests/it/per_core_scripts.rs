@@ -223,14 +223,21 @@ fn a_running_script_leaves_the_runtimes_serving() {
     }
 }
 
-// Goal (review rev-pcscript F1): SCRIPT KILL from the script's runtime is answered while
-// the script runs even when many connections of that runtime write meanwhile.
+/// Threads of this process (the server runs in it).
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(0, Iterator::count)
+}
+
+// Goal (review rev-pcscript F1; session 14, the thread pile-up): SCRIPT KILL from the
+// script's runtime is answered while the script runs even when many connections of that
+// runtime write meanwhile, and the waiting writes take no thread each.
 // Method: one runtime; a looping script (time limit 20 s); `writers` other connections each
-// send a SET, which waits for the script's stripe locks on a blocking thread (every command
-// goes there while a script holds them); then SCRIPT KILL must answer within 2 s, and each
-// SET goes through after the script. tokio's blocking pool runs at most 512 threads: with
-// 600 writers the SETs took them all and SCRIPT KILL queued behind them until the script
-// timed out (100 writers: answered at once); SCRIPT KILL now runs inline.
+// send a SET, which waits for the script's stripe locks; then SCRIPT KILL must answer within
+// 2 s, and each SET goes through after the script. Session 13 sent every command to a
+// blocking thread while a script held the stripes: with 600 writers the SETs took all 512 of
+// tokio's blocking pool (SCRIPT KILL queued behind them until then; it runs inline since).
+// Now a waiting SET awaits the script's end on its runtime: the process must not grow by
+// half as many threads as writers (other tests' servers run meanwhile; it grew by 512).
 fn script_kill_with_writers_waiting(writers: usize) {
     let what = format!("{writers} writers");
     let dir = tempfile::tempdir().expect("tempdir");
@@ -244,6 +251,7 @@ fn script_kill_with_writers_waiting(writers: usize) {
     );
     script.send_raw(b"EVAL \"while true do end\" 0\r\n");
     until_waiting(&mut writer, "w", &what);
+    let before = threads();
     let mut waiting: Vec<Client> = (0..writers)
         .map(|i| {
             let mut c = server.client();
@@ -251,8 +259,13 @@ fn script_kill_with_writers_waiting(writers: usize) {
             c
         })
         .collect();
-    // Each SET reaches the runtime and a blocking thread.
+    // Each SET reaches the runtime (and, before the fix, a blocking thread).
     std::thread::sleep(Duration::from_secs(2));
+    let grown = threads().saturating_sub(before);
+    assert!(
+        grown < writers / 2,
+        "{what}: {grown} more threads while the writers wait for the script"
+    );
     kill(&mut killer, &what);
     let reply = script.read();
     assert!(killed(&reply), "{what}: {reply:?}");
@@ -264,4 +277,72 @@ fn script_kill_with_writers_waiting(writers: usize) {
 #[test]
 fn script_kill_is_answered_while_many_writers_wait_for_the_script() {
     script_kill_with_writers_waiting(600);
+}
+
+// Goal (review rev-pcscript F4): SHUTDOWN while a script runs answers as Redis does, and
+// the stop waits for no script. SHUTDOWN and SHUTDOWN SAVE answer BUSY (redis
+// `shutdownCommand`); SHUTDOWN NOSAVE stops the script (its write dropped) and the server;
+// a stop requested otherwise (a signal) stops the script too. Both I/O models.
+// Method: a script that writes, then loops (time limit 60 s); from another connection
+// (once a SET waits for the script's stripes) SHUTDOWN and SHUTDOWN SAVE (BUSY each), then
+// SHUTDOWN NOSAVE:
+// the server must end within 10 s, and after a restart the script's write is absent. Then
+// the same with the stop requested through the server's handle. Before the fix the stop
+// waited for the script's time limit (SHUTDOWN NOSAVE from a per-core runtime waited for
+// the script's stripes).
+#[test]
+fn shutdown_during_a_script_answers_busy_or_stops_it() {
+    const BUSY: &str =
+        "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+    for (io, threads) in [(IoModel::PerCore, 1), (IoModel::Threads, 2)] {
+        for how in ["nosave", "signal"] {
+            let what = format!("{io} {how}");
+            let dir = tempfile::tempdir().expect("tempdir");
+            let mut server = Up::start(dir.path(), io, threads);
+            let mut script = server.client();
+            let mut other = server.client();
+            assert_eq!(
+                script.cmd(&["CONFIG", "SET", "busy-reply-threshold", "60000"]),
+                R::Simple("OK".into())
+            );
+            script.send_raw(b"EVAL \"redis.call('set', 'w', 1) while true do end\" 0\r\n");
+            // The script holds the stripes once a SET waits for them.
+            let mut writer = server.client();
+            until_waiting(&mut writer, "x", &what);
+            assert_eq!(other.cmd(&["SHUTDOWN"]), R::Err(BUSY.into()), "{what}");
+            assert_eq!(
+                other.cmd(&["SHUTDOWN", "SAVE"]),
+                R::Err(BUSY.into()),
+                "{what}"
+            );
+            let stop_started = Instant::now();
+            match how {
+                "nosave" => {
+                    common::send(&mut other, &["SHUTDOWN", "NOSAVE"]);
+                    assert_eq!(other.try_read(), None, "{what}: SHUTDOWN NOSAVE answered");
+                }
+                _ => server.shutdown.request(false),
+            }
+            let thread = server.thread.take().expect("running");
+            while !thread.is_finished() {
+                assert!(
+                    stop_started.elapsed() < Duration::from_secs(10),
+                    "{what}: the stop waited for the script"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            thread.join().expect("server thread").expect("server run");
+            match script.try_read() {
+                None => {}
+                Some(reply) => assert!(killed(&reply), "{what}: the script's reply {reply:?}"),
+            }
+            drop(server);
+            let server = Up::start(dir.path(), io, threads);
+            assert_eq!(
+                server.client().cmd(&["EXISTS", "w"]),
+                R::Int(0),
+                "{what}: the stopped script's write"
+            );
+        }
+    }
 }
