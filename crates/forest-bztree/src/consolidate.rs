@@ -19,7 +19,7 @@
 use forest_core::Result;
 use forest_pmwcas::{Guard, Persist};
 
-use crate::node::{LiveRecord, Payload, HEADER_BYTES};
+use crate::node::{key_cmp, LiveRecord, Payload, HEADER_BYTES};
 use crate::status_word::StatusWord;
 use crate::{BzTree, Outcome, Path, Target};
 
@@ -74,7 +74,9 @@ impl<P: Persist> BzTree<P> {
                 Some(LiveRecord { key, payload })
             })
             .collect();
-        live.sort_by(|a, b| a.key.cmp(b.key));
+        // Unstable: a frozen leaf has one visible version per key (asserted below), and the
+        // estimate's dedup keeps either version's size.
+        live.sort_unstable_by(|a, b| key_cmp(a.key, b.key));
         if s.is_frozen() {
             // Frozen before the read: no completion can change an entry any more.
             debug_assert!(

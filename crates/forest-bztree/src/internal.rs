@@ -30,6 +30,18 @@ impl<P: Persist> BzTree<P> {
         path
     }
 
+    /// The leaf whose range holds `key`, recording no path: a point read's descent (§4.2.5),
+    /// which never runs an SMO and so needs no parent (the path's 512 bytes were a tenth of a
+    /// read's instructions).
+    pub(crate) fn leaf_for(&self, key: &[u8], guard: &Guard) -> u64 {
+        let mut node = self.root(guard);
+        while self.level(node) > 0 {
+            let slot = self.child_slot(node, key, false);
+            node = self.child(node, slot, guard);
+        }
+        node
+    }
+
     /// Re-traverses by `key` to `target` (§4.3: "re-traverse the index to find the valid
     /// parent"): the path whose last element is `target`'s parent (or an empty path if it is
     /// the root), or `None` if `target` is no longer in the tree.

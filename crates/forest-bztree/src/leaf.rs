@@ -128,8 +128,7 @@ impl<P: Persist> BzTree<P> {
             return false;
         }
         let guard = self.pool.pin();
-        let path = self.descend(key, false, &guard);
-        let leaf = path.leaf;
+        let leaf = self.leaf_for(key, &guard);
         loop {
             let s = self.status(leaf, &guard);
             let search = self.search_leaf(leaf, s, key, SKIP_NONE, &guard);

@@ -42,7 +42,10 @@
 //!
 //! Thresholds (`BzTreeConfig`): a leaf is consolidated when a write finds no room or its
 //! delete size passes `delete_size_max`; it splits instead when its live bytes plus the write
-//! would pass `max_size`; a delete that leaves it below `min_size` merges it (§5.1).
+//! would pass `max_size`; a delete that leaves it below `min_size` merges it (§5.1). A rebuilt
+//! leaf gets its live records, the pending write and `free_space` more bytes, within
+//! `node_size` (§4.3 "along with some free space"; §7.7 Fig. 8b varies it); by default every
+//! leaf is a whole node.
 //!
 //! Pause points (feature `pause-points`, forest-core `pause`), no latch held at any:
 //! - `insert:reserved`: a record's space is reserved (2-word PMwCAS done), its bytes not yet
@@ -101,6 +104,12 @@ pub struct BzTreeConfig {
     pub min_size: usize,
     /// Delete size above which a write consolidates the leaf first (§4.3).
     pub delete_size_max: usize,
+    /// Free space a leaf built by a consolidation, split or merge gets beyond its records and
+    /// the pending write (§4.3 "along with some free space", §7.7 Fig. 8b), capped so that the
+    /// leaf stays within `node_size`. At `node_size` (the default) every leaf is a full node.
+    /// Smaller leaves hold a shorter unsorted region (fewer key compares per search) and take
+    /// less memory, and are consolidated more often.
+    pub free_space: usize,
     /// Longest value stored inline; longer ones go to a value block behind a record pointer
     /// (§4.2.3).
     pub inline_value_max: usize,
@@ -129,6 +138,7 @@ impl BzTreeConfig {
             max_size: node_size / 4 * 3,
             min_size: node_size / 4,
             delete_size_max: node_size / 4,
+            free_space: node_size,
             inline_value_max: node_size / 4,
             heap_bytes: 8 << 30,
             descriptor_count: 32 * 1024,
@@ -156,6 +166,12 @@ impl BzTreeConfig {
             return bad(format!(
                 "min_size {} is more than half of max_size {} (merges would split again)",
                 self.min_size, self.max_size
+            ));
+        }
+        if self.free_space < 64 || !self.free_space.is_multiple_of(8) {
+            return bad(format!(
+                "free_space {} is not a multiple of 8 of at least 64",
+                self.free_space
             ));
         }
         if self.inline_value_max > self.node_size / 2 {

@@ -200,12 +200,15 @@ impl<P: Persist> BzTree<P> {
     }
 
     /// A new consolidated leaf holding `records` (sorted by key) with room for `extra` more
-    /// bytes (§4.3): the configured node size, or larger when the records need it. `None` when
-    /// the heap is full or the records exceed what a node can address.
+    /// bytes and `free_space` (§4.3), at most the configured node size unless the records need
+    /// more. `None` when the heap is full or the records exceed what a node can address.
     pub(crate) fn build_leaf(&self, records: &[LiveRecord<'_>], extra: u64) -> Option<u64> {
         let content: u64 = HEADER_BYTES + records.iter().map(LiveRecord::node_bytes).sum::<u64>();
-        let size = (content + extra)
-            .max(self.config.node_size as u64)
+        // The records, the pending write and `free_space` more, within the node size unless
+        // the records and the write alone need more.
+        let size = (content + extra + self.config.free_space as u64)
+            .min(self.config.node_size as u64)
+            .max(content + extra)
             .div_ceil(8)
             * 8;
         let block: u64 = records

@@ -16,6 +16,7 @@ const PARAMS: &[Param] = &[
         meaning: "node size in bytes (§7.1: 1 KB); split above 3/4 of it, merge below 1/4, \
                   consolidate at 1/4 deleted, values inline up to 1/4 (§4.3, §5.1)",
     },
+    FREE_PARAM,
     Param {
         key: "heap_mib",
         values: "N",
@@ -30,6 +31,32 @@ const PARAMS: &[Param] = &[
     },
 ];
 
+/// `free`, shared with bztree-pm.
+pub(crate) const FREE_PARAM: Param = Param {
+    key: "free",
+    values: "N|full",
+    default: "full",
+    meaning: "free space in bytes a rebuilt leaf gets beyond its records (§4.3, §7.7 Fig. 8b), \
+              within the node size; full: every leaf a whole node",
+};
+
+/// Parses `free`: `None` for `full`.
+pub(crate) fn free_space(engine: &str, key: &str, value: &str) -> Result<Option<usize>> {
+    if value == "full" {
+        return Ok(None);
+    }
+    number(engine, key, value).map(Some)
+}
+
+/// `free`'s resolved value.
+pub(crate) fn free_resolved(config: &BzTreeConfig) -> String {
+    if config.free_space >= config.node_size {
+        "full".to_string()
+    } else {
+        config.free_space.to_string()
+    }
+}
+
 pub(crate) const ENTRY: EngineEntry = EngineEntry {
     name: NAME,
     about: "the BzTree on PMwCAS (volatile): in-place leaf updates, frozen-node SMOs in one multi-word CAS",
@@ -43,18 +70,22 @@ fn config(spec: &EngineSpec) -> Result<BzTreeConfig> {
     let mut node = 1024usize;
     let mut heap_mib = 8192usize;
     let mut descriptors = 32768usize;
+    let mut free = None;
     for (k, v) in &spec.params {
         match k.as_str() {
             "node" => node = number(NAME, k, v)?,
+            "free" => free = free_space(NAME, k, v)?,
             "heap_mib" => heap_mib = number(NAME, k, v)?,
             "descriptors" => descriptors = number(NAME, k, v)?,
             _ => return Err(unknown_param(NAME, k, PARAMS)),
         }
     }
+    let defaults = BzTreeConfig::with_node_size(node);
     let config = BzTreeConfig {
         heap_bytes: heap_mib.saturating_mul(1 << 20),
         descriptor_count: descriptors,
-        ..BzTreeConfig::with_node_size(node)
+        free_space: free.unwrap_or(defaults.free_space),
+        ..defaults
     };
     config.check()?;
     Ok(config)
@@ -64,6 +95,7 @@ fn resolve(spec: &EngineSpec) -> Result<Resolved> {
     let config = config(spec)?;
     Ok(vec![
         ("node", config.node_size.to_string()),
+        ("free", free_resolved(&config)),
         ("heap_mib", (config.heap_bytes >> 20).to_string()),
         ("descriptors", config.descriptor_count.to_string()),
     ])

@@ -42,6 +42,7 @@ const PARAMS: &[Param] = &[
         default: "1024",
         meaning: "node size in bytes (§7.1: 1 KB), as for bztree",
     },
+    crate::bztree::FREE_PARAM,
     Param {
         key: "heap_mib",
         values: "N",
@@ -83,6 +84,7 @@ fn parse(spec: &EngineSpec) -> Result<Parsed> {
     let mut node = 1024usize;
     let mut heap_mib = 8192usize;
     let mut descriptors = 32768usize;
+    let mut free = None;
     for (k, v) in &spec.params {
         match k.as_str() {
             "persist" => match v.as_str() {
@@ -95,15 +97,18 @@ fn parse(spec: &EngineSpec) -> Result<Parsed> {
             },
             "dir" => dir = v.clone(),
             "node" => node = number(NAME, k, v)?,
+            "free" => free = crate::bztree::free_space(NAME, k, v)?,
             "heap_mib" => heap_mib = number(NAME, k, v)?,
             "descriptors" => descriptors = number(NAME, k, v)?,
             _ => return Err(unknown_param(NAME, k, PARAMS)),
         }
     }
+    let defaults = BzTreeConfig::with_node_size(node);
     let config = BzTreeConfig {
         heap_bytes: heap_mib.saturating_mul(1 << 20),
         descriptor_count: descriptors,
-        ..BzTreeConfig::with_node_size(node)
+        free_space: free.unwrap_or(defaults.free_space),
+        ..defaults
     };
     config.check()?;
     Ok(Parsed {
@@ -119,6 +124,7 @@ fn resolve(spec: &EngineSpec) -> Result<Resolved> {
         ("persist", p.persist),
         ("dir", p.dir),
         ("node", p.config.node_size.to_string()),
+        ("free", crate::bztree::free_resolved(&p.config)),
         ("heap_mib", (p.config.heap_bytes >> 20).to_string()),
         ("descriptors", p.config.descriptor_count.to_string()),
     ])

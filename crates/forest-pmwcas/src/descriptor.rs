@@ -106,6 +106,7 @@ impl<P: Persist> std::fmt::Debug for Descriptor<'_, P> {
 }
 
 impl<'a, P: Persist> Descriptor<'a, P> {
+    #[inline]
     pub(crate) fn new(pool: &'a Pool<P>, guard: &'a Guard, index: u32, gen: u64) -> Self {
         Self {
             pool,
@@ -316,7 +317,14 @@ impl<'a, P: Persist> Descriptor<'a, P> {
 
     /// `PMwCAS(descriptor)`: executes the operation; `Ok(true)` if every word changed,
     /// `Ok(false)` if none did (§2.3). An unset reserved slot is an error and discards it.
+    #[inline]
     pub fn execute(mut self) -> Result<bool, Error> {
+        // Inlined, so the descriptor (about 500 bytes of entries) is run where the caller
+        // built it rather than copied into this call.
+        self.execute_in_place()
+    }
+
+    fn execute_in_place(&mut self) -> Result<bool, Error> {
         if let Some(i) = self.entries[..self.count]
             .iter()
             .position(|e| e.address != layout::TOMBSTONE && !e.new_set)

@@ -227,6 +227,44 @@ pub(crate) struct Inner<P: Persist> {
     /// Of `pending_releases`, the returns to the free lists of descriptors recovery left
     /// (`Pool::finish_recovery` waits for them).
     recovered_pending: AtomicUsize,
+    /// `geometry`'s derived word positions, computed once: every PMwCAS step looks them up
+    /// (its divisions and range checks were a tenth of a volatile PMwCAS's instructions).
+    bounds: Bounds,
+}
+
+/// Word positions derived from the geometry and the region (`Inner::bounds`).
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    /// First word of the descriptors.
+    pool_word: usize,
+    /// Descriptors per partition.
+    per_partition: usize,
+    /// Target words: the client header `client_start..client_end`, and the user area
+    /// `user_start..region_words`.
+    client_start: usize,
+    client_end: usize,
+    user_start: usize,
+    region_words: usize,
+}
+
+impl Bounds {
+    fn new(geometry: &Geometry, region_words: usize) -> Self {
+        Self {
+            pool_word: geometry.pool_word(),
+            per_partition: geometry.per_partition(),
+            client_start: geometry.client_word(),
+            client_end: geometry.client_word() + geometry.client_words,
+            user_start: geometry.user_word(),
+            region_words,
+        }
+    }
+
+    /// `Geometry::is_target_word`, from the cached positions.
+    #[inline]
+    fn is_target_word(&self, w: usize) -> bool {
+        (w >= self.client_start && w < self.client_end)
+            || (w >= self.user_start && w < self.region_words)
+    }
 }
 
 /// A PMwCAS descriptor pool over a region (see the module doc and the crate doc).
@@ -447,7 +485,9 @@ impl<P: Persist> Pool<P> {
             recyclers.push(Arc::new(NoRecycle));
         }
         let per = geometry.descriptor_count / geometry.partition_count;
+        let bounds = Bounds::new(&geometry, region.words().len());
         let inner = Inner {
+            bounds,
             region,
             persist,
             geometry,
@@ -507,6 +547,7 @@ impl<P: Persist> Pool<P> {
     }
 
     /// Allocates a descriptor with the default recycler (§2.3 `AllocateDescriptor()`).
+    #[inline]
     pub fn allocate_descriptor<'a>(
         &'a self,
         guard: &'a Guard,
@@ -516,6 +557,7 @@ impl<P: Persist> Pool<P> {
 
     /// Allocates a descriptor whose `FREE-ONE` entries are freed by `recycler`
     /// (§2.3 `AllocateDescriptor(callback)`).
+    #[inline]
     pub fn allocate_descriptor_with<'a>(
         &'a self,
         recycler: RecyclerId,
@@ -648,7 +690,8 @@ impl<P: Persist> Inner<P> {
     /// The words of descriptor `index`.
     #[inline]
     pub(crate) fn desc(&self, index: u32) -> &[AtomicU64] {
-        let start = self.geometry.descriptor_word(index as usize);
+        let start = self.bounds.pool_word + index as usize * DESCRIPTOR_WORDS;
+        debug_assert_eq!(start, self.geometry.descriptor_word(index as usize));
         &self.region.words()[start..start + DESCRIPTOR_WORDS]
     }
 
@@ -667,7 +710,11 @@ impl<P: Persist> Inner<P> {
     #[inline]
     pub(crate) fn target_word(&self, offset: u64) -> Option<&Word> {
         let w = usize::try_from(offset).ok()? / WORD_BYTES;
-        if !self.geometry.is_target_word(w, self.region.words().len()) {
+        debug_assert_eq!(
+            self.bounds.is_target_word(w),
+            self.geometry.is_target_word(w, self.region.words().len())
+        );
+        if !self.bounds.is_target_word(w) {
             return None;
         }
         self.region.word(offset)
@@ -679,10 +726,7 @@ impl<P: Persist> Inner<P> {
             .region
             .offset_of(word)
             .ok_or(Error::NotATargetWord { offset: None })?;
-        if !self
-            .geometry
-            .is_target_word(offset as usize / WORD_BYTES, self.region.words().len())
-        {
+        if !self.bounds.is_target_word(offset as usize / WORD_BYTES) {
             return Err(Error::NotATargetWord {
                 offset: Some(offset),
             });
@@ -806,7 +850,7 @@ impl<P: Persist> Inner<P> {
 
     /// The next descriptor of `partition` not yet handed out in this run, if any.
     fn take_unused(&self, partition: usize) -> Option<u32> {
-        let per = self.geometry.per_partition() as u64;
+        let per = self.bounds.per_partition as u64;
         let cursor = &self.partitions[partition].cursor;
         let mut current = cursor.load(Ordering::Relaxed);
         loop {
@@ -873,7 +917,7 @@ impl<P: Persist> Inner<P> {
     /// leaves `Free` (module doc): after warm-up, one load.
     #[inline]
     fn cover(&self, index: u32) {
-        let per = self.geometry.per_partition();
+        let per = self.bounds.per_partition;
         let (p, need) = (index as usize / per, (index as usize % per + 1) as u64);
         if self.partitions[p].mark.load(Ordering::Acquire) < need {
             self.raise_mark(p, need);
@@ -933,7 +977,7 @@ impl<P: Persist> Inner<P> {
         if persist {
             self.persist_status(index);
         }
-        let per = self.geometry.descriptor_count / self.geometry.partition_count;
+        let per = self.bounds.per_partition;
         self.push_free(index, index as usize / per);
     }
 
@@ -1088,7 +1132,7 @@ impl<P: Persist> Inner<P> {
                 .store(layout::status(gen, 0, State::Free), Ordering::SeqCst);
             self.persist_status(index);
             forest_core::pause::pause_point("pmwcas:released");
-            let per = self.geometry.descriptor_count / self.geometry.partition_count;
+            let per = self.bounds.per_partition;
             self.push_free(index, index as usize / per);
         }
         self.active_releases.fetch_sub(1, StdOrdering::SeqCst);
