@@ -64,6 +64,7 @@
 //! above it and read back when met. Not built yet: cleaning, checkpoints, recovery.
 
 mod base_page;
+pub mod clean;
 mod consolidate;
 mod delta;
 pub mod flush;
@@ -203,6 +204,14 @@ pub mod counter_names {
     pub const EVICT_CAS_FAILURES: &str = "evict_cas_failures";
     /// Resident bytes of page states, as counted at install and retire.
     pub const RESIDENT_BYTES: &str = "resident_bytes";
+    /// LSS segments the cleaner removed (issue 17, `clean.rs`).
+    pub const SEGMENTS_CLEANED: &str = "lss_segments_cleaned";
+    /// Bytes of page images the cleaner wrote.
+    pub const BYTES_RELOCATED: &str = "lss_bytes_relocated";
+    /// Bytes of live page pieces in the LSS.
+    pub const LSS_LIVE_BYTES: &str = "lss_live_bytes";
+    /// Bytes of the LSS's segments (written since open, not removed).
+    pub const LSS_TOTAL_BYTES: &str = "lss_total_bytes";
     /// Pages whose delta chain length, when stats were taken, was 0, 1, 2-3, 4-7, 8-15, 16+.
     pub const CHAIN_LEN_BUCKETS: [&str; 6] = [
         "chain_len_0",
@@ -468,6 +477,14 @@ impl BwTree {
             }
         }
         self.table.free(pid, guard);
+        if let Some(storage) = &self.storage {
+            // Every piece of the page is dead (`clean.rs`); this thread is pinned, so the PID
+            // is not handed out again, and no piece of a later page under it exists yet.
+            storage.lss.note_freed(
+                pid,
+                forest_llama::lss::LssAddress::current(forest_llama::lss::LSS_OFFSET_MAX),
+            );
+        }
         self.pids_freed.fetch_add(1, Ordering::AcqRel);
     }
 
