@@ -54,14 +54,21 @@
 //! - `merge:root-remove-installed`: a one-child root frozen, before the root PID swap.
 //!
 //! - `flush:reserved` (forest-llama): a flush reserved its piece's room, before its CAS;
-//! - `flush:installed` (forest-llama): its flush delta is installed, before the copy.
+//! - `flush:installed` (forest-llama): its flush delta is installed, before the copy;
+//! - `load:word-read` (`storage.rs`): a reader read an evicted page's address, before it reads
+//!   the pieces (not after a CAS);
+//! - `clean:relocated` (forest-llama): the cleaner's image of an evicted page is stable,
+//!   before the CAS that switches the word to it;
+//! - `clean:before-remove` (`clean.rs`): a victim holds no live piece, before the Mk-Stable and
+//!   the removal of its file (between relocation and segment reuse).
 //!
 //! §V (issue 17, increment 2): record deltas carry the caller's LSN ([`BwTree::upsert_with_lsn`]
 //! and its siblings; the [`forest_core::Index`] methods write LSN 0), the ESL comes from an
 //! [`EslSource`], consolidation and splits fold only deltas with LSN <= ESL and keep the rest on
 //! top (§V-A), and [`BwTree::flush_page`] posts a page to the LSS (`flush.rs`). Increment 3
 //! (`storage.rs`): [`BwTree::with_lss`] attaches an LSS and a memory budget; pages are evicted
-//! above it and read back when met. Not built yet: cleaning, checkpoints, recovery.
+//! above it and read back when met. Increment 5 (`clean.rs`): the LSS cleaner. Not built yet:
+//! checkpoints, recovery.
 
 mod base_page;
 pub mod clean;

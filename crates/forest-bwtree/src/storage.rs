@@ -354,6 +354,7 @@ impl BwTree {
                 "page {pid}'s mapping word holds {bits:#x}, no LSS address"
             )));
         };
+        pause_point("load:word-read");
         let state = match self.rebuild(&storage.lss, pid, address) {
             Ok(state) => state,
             // The cleaner moved the page and removed the segment read (`clean.rs`):

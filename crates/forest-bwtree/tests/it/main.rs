@@ -3,6 +3,7 @@
 //! build). One file's tests: `cargo test -p forest-bwtree --test it -- NAME::`.
 
 mod clean;
+mod clean_pause;
 mod common;
 mod conformance;
 mod evict;
