@@ -77,6 +77,38 @@ impl BwTree {
         Ok(cleaned)
     }
 
+    /// [`Self::clean_to_target`] unless another thread is cleaning (the after-operation
+    /// path of a tree without a background evictor, `storage.rs`).
+    pub(crate) fn clean_if_idle(&self) -> Result<usize> {
+        let Some(storage) = &self.storage else {
+            return Ok(0);
+        };
+        let factor = *storage
+            .space_factor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if !above_target(&storage.lss, factor) {
+            return Ok(0);
+        }
+        let Ok(_one) = storage.cleaning.try_lock() else {
+            return Ok(0);
+        };
+        let mut cleaned = 0;
+        for _ in 0..SEGMENTS_PER_ROUND {
+            if !above_target(&storage.lss, factor) {
+                break;
+            }
+            let Some(victim) = pick_victim(&storage.lss) else {
+                break;
+            };
+            if !self.clean_segment_locked(victim)? {
+                break;
+            }
+            cleaned += 1;
+        }
+        Ok(cleaned)
+    }
+
     /// Picks a victim by cost-benefit and cleans it (callable directly, e.g. by tests):
     /// the segment removed, or `None` if there was no candidate or a page in it could not
     /// be moved now.

@@ -516,6 +516,13 @@ impl BwTree {
         {
             self.record_load_error(e);
         }
+        if !help {
+            // Without a background thread the after-op evictor also keeps the LSS within its
+            // space target (`clean.rs`); a cleaner already at work is left alone.
+            if let Err(e) = self.clean_if_idle() {
+                self.record_load_error(e);
+            }
+        }
     }
 
     /// Evicts pages until the resident bytes are at most the budget, or a sweep of every

@@ -337,3 +337,26 @@ fn the_space_factor_is_checked() {
     assert!(t.set_lss_space_factor(f64::NAN).is_err());
     t.set_lss_space_factor(1.5).unwrap();
 }
+
+// Goal: a tree without a background evictor cleans after its operations (the conformance
+// kit's `evict::tiny_budget_cleaning` relies on it). Method: the kit's tree, 20 overwrites of
+// 300 keys; segments cleaned and the LSS within 3x its live bytes, with no explicit call.
+#[test]
+fn the_after_operation_evictor_cleans() {
+    let t = crate::evict::tiny_budget_cleaning_tree();
+    for round in 0..20 {
+        for i in 0..300 {
+            t.upsert(&key(i), &value(i, round)).unwrap();
+        }
+    }
+    let lss = t.lss().unwrap();
+    assert!(counter(&t, "lss_segments_cleaned") > 0);
+    let (live, total) = (lss.live_bytes(), lss.total_bytes());
+    assert!(
+        total <= 3 * live.max(SEGMENT_BYTES),
+        "LSS {total} bytes, live {live}"
+    );
+    for i in 0..300 {
+        assert_eq!(t.try_get(&key(i)).unwrap(), Some(value(i, 19)));
+    }
+}
