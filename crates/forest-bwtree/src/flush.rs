@@ -453,6 +453,17 @@ impl BwTree {
 
     /// [`Self::flush_page`] inside an operation (a load error unwinds, `storage.rs`).
     pub(crate) fn flush_page_inner(&self, pid: Pid, lss: &Lss) -> Result<PageFlush> {
+        self.flush_page_with(pid, lss, false)
+    }
+
+    /// [`Self::flush_page_inner`]; with `force_image`, a whole image even when a run would
+    /// do, or nothing is new (the cleaner's fresh image of a resident page, `clean.rs`).
+    pub(crate) fn flush_page_with(
+        &self,
+        pid: Pid,
+        lss: &Lss,
+        force_image: bool,
+    ) -> Result<PageFlush> {
         let guard = &crossbeam_epoch::pin();
         let Some((state, node)) = self.read_node(pid, guard) else {
             return Ok(PageFlush::Gone);
@@ -462,7 +473,12 @@ impl BwTree {
         }
         // Read after the state: ESL only grows, so it is at least every flush delta's in it.
         let esl = self.esl();
-        let (kind, payload, lsn_low, lsn_high, prev) = match plan(node, esl) {
+        let planned = if force_image {
+            Plan::Image
+        } else {
+            plan(node, esl)
+        };
+        let (kind, payload, lsn_low, lsn_high, prev) = match planned {
             Plan::Clean => return Ok(PageFlush::Clean),
             Plan::Run {
                 prev,

@@ -54,16 +54,24 @@
 //! - `merge:root-remove-installed`: a one-child root frozen, before the root PID swap.
 //!
 //! - `flush:reserved` (forest-llama): a flush reserved its piece's room, before its CAS;
-//! - `flush:installed` (forest-llama): its flush delta is installed, before the copy.
+//! - `flush:installed` (forest-llama): its flush delta is installed, before the copy;
+//! - `load:word-read` (`storage.rs`): a reader read an evicted page's address, before it reads
+//!   the pieces (not after a CAS);
+//! - `clean:relocated` (forest-llama): the cleaner's image of an evicted page is stable,
+//!   before the CAS that switches the word to it;
+//! - `clean:before-remove` (`clean.rs`): a victim holds no live piece, before the Mk-Stable and
+//!   the removal of its file (between relocation and segment reuse).
 //!
 //! §V (issue 17, increment 2): record deltas carry the caller's LSN ([`BwTree::upsert_with_lsn`]
 //! and its siblings; the [`forest_core::Index`] methods write LSN 0), the ESL comes from an
 //! [`EslSource`], consolidation and splits fold only deltas with LSN <= ESL and keep the rest on
 //! top (§V-A), and [`BwTree::flush_page`] posts a page to the LSS (`flush.rs`). Increment 3
 //! (`storage.rs`): [`BwTree::with_lss`] attaches an LSS and a memory budget; pages are evicted
-//! above it and read back when met. Not built yet: cleaning, checkpoints, recovery.
+//! above it and read back when met. Increment 5 (`clean.rs`): the LSS cleaner. Not built yet:
+//! checkpoints, recovery.
 
 mod base_page;
+pub mod clean;
 mod consolidate;
 mod delta;
 pub mod flush;
@@ -203,6 +211,14 @@ pub mod counter_names {
     pub const EVICT_CAS_FAILURES: &str = "evict_cas_failures";
     /// Resident bytes of page states, as counted at install and retire.
     pub const RESIDENT_BYTES: &str = "resident_bytes";
+    /// LSS segments the cleaner removed (issue 17, `clean.rs`).
+    pub const SEGMENTS_CLEANED: &str = "lss_segments_cleaned";
+    /// Bytes of page images the cleaner wrote.
+    pub const BYTES_RELOCATED: &str = "lss_bytes_relocated";
+    /// Bytes of live page pieces in the LSS.
+    pub const LSS_LIVE_BYTES: &str = "lss_live_bytes";
+    /// Bytes of the LSS's segments (written since open, not removed).
+    pub const LSS_TOTAL_BYTES: &str = "lss_total_bytes";
     /// Pages whose delta chain length, when stats were taken, was 0, 1, 2-3, 4-7, 8-15, 16+.
     pub const CHAIN_LEN_BUCKETS: [&str; 6] = [
         "chain_len_0",
@@ -468,6 +484,14 @@ impl BwTree {
             }
         }
         self.table.free(pid, guard);
+        if let Some(storage) = &self.storage {
+            // Every piece of the page is dead (`clean.rs`); this thread is pinned, so the PID
+            // is not handed out again, and no piece of a later page under it exists yet.
+            storage.lss.note_freed(
+                pid,
+                forest_llama::lss::LssAddress::current(forest_llama::lss::LSS_OFFSET_MAX),
+            );
+        }
         self.pids_freed.fetch_add(1, Ordering::AcqRel);
     }
 

@@ -85,6 +85,11 @@ pub(crate) struct Storage {
     /// no page is evicted, so the pages a store preloaded for a logged write stay resident
     /// until it is applied (review rev-lstore F4).
     holds: RwLock<()>,
+    /// The cleaner's counters and its space target (`clean.rs`).
+    pub(crate) clean_stats: forest_llama::clean::CleanStats,
+    pub(crate) space_factor: Mutex<f64>,
+    /// One cleaner at a time.
+    pub(crate) cleaning: Mutex<()>,
 }
 
 std::thread_local! {
@@ -190,6 +195,9 @@ impl BwTree {
             load_errors: std::sync::atomic::AtomicU64::new(0),
             background: AtomicBool::new(false),
             holds: RwLock::new(()),
+            clean_stats: forest_llama::clean::CleanStats::default(),
+            space_factor: Mutex::new(crate::clean::LSS_SPACE_FACTOR_DEFAULT),
+            cleaning: Mutex::new(()),
         };
         let guard = &crossbeam_epoch::pin();
         self.table.for_each_state(guard, |_, state| {
@@ -346,8 +354,12 @@ impl BwTree {
                 "page {pid}'s mapping word holds {bits:#x}, no LSS address"
             )));
         };
+        pause_point("load:word-read");
         let state = match self.rebuild(&storage.lss, pid, address) {
             Ok(state) => state,
+            // The cleaner moved the page and removed the segment read (`clean.rs`):
+            // addresses only grow, so a changed word means "read it again".
+            Err(_) if self.moved(pid, bits) => return None,
             Err(e) => fail_load(e),
         };
         pause_point("load:rebuilt");
@@ -365,6 +377,12 @@ impl BwTree {
                 None
             }
         }
+    }
+
+    /// Whether `pid`'s word no longer holds the LSS address `bits` (loaded, relocated by the
+    /// cleaner, or freed since it was read).
+    pub(crate) fn moved(&self, pid: Pid, bits: u64) -> bool {
+        !matches!(self.table.read_location(pid), PageLocation::Stored(now) if now == bits)
     }
 
     /// Page `pid` rebuilt from its pieces (newest at `newest`): one base page topped by a
@@ -497,6 +515,13 @@ impl BwTree {
             .and_then(|r| r)
         {
             self.record_load_error(e);
+        }
+        if !help {
+            // Without a background thread the after-op evictor also keeps the LSS within its
+            // space target (`clean.rs`); a cleaner already at work is left alone.
+            if let Err(e) = self.clean_if_idle() {
+                self.record_load_error(e);
+            }
         }
     }
 
@@ -719,12 +744,14 @@ impl BwTree {
         };
         let mut counts = Vec::new();
         for pid in 0..self.table.pid_end() as Pid {
-            let Some(address) = self.evicted_at(pid) else {
-                continue;
-            };
-            match self.rebuild_image(&storage.lss, pid, address) {
-                Ok(image) => counts.push((image.level, image.records.len() as u64)),
-                Err(e) => self.record_load_error(e),
+            // Retried while the cleaner moves the page under the read (`clean.rs`).
+            while let Some(address) = self.evicted_at(pid) {
+                match self.rebuild_image(&storage.lss, pid, address) {
+                    Ok(image) => counts.push((image.level, image.records.len() as u64)),
+                    Err(_) if self.moved(pid, address.to_bits()) => continue,
+                    Err(e) => self.record_load_error(e),
+                }
+                break;
             }
         }
         counts
@@ -733,15 +760,19 @@ impl BwTree {
     /// The level of page `pid`, read from its pieces if it is evicted (not loaded: stats
     /// must not change what is resident); `None` if the PID holds no page.
     pub(crate) fn page_level(&self, pid: Pid, guard: &Guard) -> Option<u32> {
-        match (self.table.read_location(pid), &self.storage) {
-            (PageLocation::Stored(bits), Some(storage)) => {
-                let address = LssAddress::from_bits(bits)?;
-                match self.rebuild_image(&storage.lss, pid, address) {
-                    Ok(image) => Some(image.level),
-                    Err(e) => fail_load(e),
+        loop {
+            return match (self.table.read_location(pid), &self.storage) {
+                (PageLocation::Stored(bits), Some(storage)) => {
+                    let address = LssAddress::from_bits(bits)?;
+                    match self.rebuild_image(&storage.lss, pid, address) {
+                        Ok(image) => Some(image.level),
+                        // Moved by the cleaner meanwhile (`clean.rs`): read the word again.
+                        Err(_) if self.moved(pid, bits) => continue,
+                        Err(e) => fail_load(e),
+                    }
                 }
-            }
-            _ => self.read_node(pid, guard).map(|(_, node)| node.level),
+                _ => self.read_node(pid, guard).map(|(_, node)| node.level),
+            };
         }
     }
 
@@ -761,6 +792,22 @@ impl BwTree {
                 s.evict_cas_failures.get(),
             ),
             (crate::counter_names::RESIDENT_BYTES, storage.resident.get()),
+            (
+                crate::counter_names::SEGMENTS_CLEANED,
+                storage.clean_stats.segments_cleaned.get(),
+            ),
+            (
+                crate::counter_names::BYTES_RELOCATED,
+                storage.clean_stats.bytes_relocated.get(),
+            ),
+            (
+                crate::counter_names::LSS_LIVE_BYTES,
+                storage.lss.live_bytes(),
+            ),
+            (
+                crate::counter_names::LSS_TOTAL_BYTES,
+                storage.lss.total_bytes(),
+            ),
         ]
     }
 }

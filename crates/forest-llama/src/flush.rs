@@ -122,6 +122,9 @@ pub fn flush<'g, T: PageState>(
     // (2) Reserve: fixes the address the flush delta names.
     let mut reservation = lss.reserve(piece.payload.len())?;
     let address = reservation.address();
+    // Live from its reservation (`lss/space.rs`), so the cleaner never takes a piece about
+    // to be installed for dead.
+    lss.note_piece(pid, address, reservation.len());
     pause_point("flush:reserved");
     // (3) CAS the flush delta onto the state the piece was marshalled from.
     let delta = make_delta(FlushDelta {
@@ -141,12 +144,16 @@ pub fn flush<'g, T: PageState>(
                 lsn_high: piece.lsn_high,
                 prev: piece.prev,
             });
+            if piece.kind == RecordKind::PageImage {
+                lss.note_image(pid, address);
+            }
             Ok(FlushOutcome::Installed { address, state })
         }
         Err((delta, found)) => {
             // Never published: the caller's delta type drops alone, as after a failed Update-D.
             drop(delta);
             reservation.fail(pid);
+            lss.note_lost(pid, address);
             Ok(FlushOutcome::Lost {
                 found,
                 filler: address,

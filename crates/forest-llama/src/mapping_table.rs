@@ -234,6 +234,24 @@ impl<T: PageState> MappingTable<T> {
         }
     }
 
+    /// Relocation (the LSS cleaner, `clean.rs`): replaces the LSS address `old` of an
+    /// evicted page by `new`, where the cleaner rewrote its pieces as one image, with a CAS.
+    /// False if the word no longer holds `old` (the page was loaded, or freed).
+    ///
+    /// Precondition: the piece at `new` is stable and rebuilds exactly what `old`'s pieces do.
+    pub fn relocate(&self, pid: Pid, old: u64, new: u64) -> bool {
+        let (Some(old), Some(new)) = (
+            page_state::encode_stored(old),
+            page_state::encode_stored(new),
+        ) else {
+            return false;
+        };
+        self.inner
+            .word(pid)
+            .compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
     /// The raw state word of `pid`, to detect that the page changed (§III-C); never to be
     /// turned into a pointer, since no guard protects what it points to.
     #[inline]

@@ -105,6 +105,18 @@ fn write_section(
                     write!(out, "forest_evictions:{}\r\n", m.evictions)?;
                     write!(out, "forest_loads:{}\r\n", m.loads)?;
                     write!(out, "forest_lss_bytes_written:{}\r\n", m.lss_bytes_written)?;
+                    write!(out, "forest_lss_live_bytes:{}\r\n", m.lss_live_bytes)?;
+                    write!(out, "forest_lss_total_bytes:{}\r\n", m.lss_total_bytes)?;
+                    write!(
+                        out,
+                        "forest_lss_segments_cleaned:{}\r\n",
+                        m.lss_segments_cleaned
+                    )?;
+                    write!(
+                        out,
+                        "forest_lss_bytes_relocated:{}\r\n",
+                        m.lss_bytes_relocated
+                    )?;
                     write!(out, "forest_esl:{}\r\n", m.esl)?;
                     if let Some(e) = &m.evictor_error {
                         write!(

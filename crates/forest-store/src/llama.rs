@@ -37,7 +37,9 @@ use std::time::Duration;
 use forest_bwtree::{BwTree, EslSource};
 use forest_core::{Error, Index, IndexStats, Order, Result, Visitor};
 use forest_engines::EngineSpec;
-use forest_llama::lss::{Lss, LssAddress, LssConfig, BUFFER_BYTES_DEFAULT};
+use forest_llama::lss::{
+    Lss, LssAddress, LssConfig, BUFFER_BYTES_DEFAULT, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MIN,
+};
 
 use crate::file::Dir;
 use crate::lsn::LsnAllocator;
@@ -198,8 +200,12 @@ impl Maker {
         // Flush buffers are memory outside the budget: a small budget gets small ones.
         let buffer_bytes =
             (self.budget / 4).clamp(BUFFER_BYTES_SMALLEST, u64::from(BUFFER_BYTES_DEFAULT));
+        // Segments are the cleaner's unit (`forest_bwtree::clean`): eight buffers each, so a
+        // small store's LSS can shrink to a few times its live bytes.
+        let segment_bytes = (8 * buffer_bytes).clamp(SEGMENT_BYTES_MIN, SEGMENT_BYTES_DEFAULT);
         let config = LssConfig {
             buffer_bytes: buffer_bytes as u32,
+            segment_bytes,
             ..LssConfig::default()
         };
         let (lss, _) = Lss::open(Arc::clone(&self.dir), config, LssAddress::current(0))?;
@@ -401,6 +407,13 @@ fn evictor_loop(tree: &BwTree, budget: u64, shared: &EvictorShared) {
             // Wakes from here on ask for another pass (one coming before this store is
             // covered by the pass that follows).
             shared.pending.store(false, Ordering::Release);
+        }
+        // The cleaner (issue 17, increment 5): keeps the LSS within its space target; a
+        // write error (ENOSPC, EIO) poisons the LSS, named like the evictor's.
+        if let Err(e) = tree.clean_to_target() {
+            eprintln!("forest-store: bwtree LSS cleaner: {e}");
+            shared.state.lock().unwrap_or_else(|e| e.into_inner()).error = Some(e.to_string());
+            std::thread::sleep(EVICTOR_POLL);
         }
         if tree.resident_bytes() <= budget {
             continue;

@@ -305,6 +305,14 @@ pub struct MemoryStats {
     pub esl: u64,
     /// Bytes written to the LSS.
     pub lss_bytes_written: u64,
+    /// Bytes of live page pieces in the LSS (the cleaner's accounting).
+    pub lss_live_bytes: u64,
+    /// Bytes of the LSS's segment files (written since open, not removed by the cleaner).
+    pub lss_total_bytes: u64,
+    /// Segments the cleaner removed.
+    pub lss_segments_cleaned: u64,
+    /// Bytes of page images the cleaner wrote.
+    pub lss_bytes_relocated: u64,
     /// The error the background evictor met last, if any.
     pub evictor_error: Option<String>,
 }
@@ -1752,6 +1760,16 @@ impl Store {
                     loads: evict.map_or(0, |s| s.loads.get()),
                     esl: llama.esl(),
                     lss_bytes_written: llama.tree.lss().map_or(0, |l| l.stats().bytes_written),
+                    lss_live_bytes: llama.tree.lss().map_or(0, |l| l.live_bytes()),
+                    lss_total_bytes: llama.tree.lss().map_or(0, |l| l.total_bytes()),
+                    lss_segments_cleaned: llama
+                        .tree
+                        .clean_stats()
+                        .map_or(0, |s| s.segments_cleaned.get()),
+                    lss_bytes_relocated: llama
+                        .tree
+                        .clean_stats()
+                        .map_or(0, |s| s.bytes_relocated.get()),
                     evictor_error: llama.evictor_error(),
                 }
             }),

@@ -329,3 +329,36 @@ forest_core::conformance_tests!(
     || super::tiny_budget_tree(),
     sizes = super::tiny_budget_sizes()
 );
+
+/// [`tiny_budget_tree`] over 16 KiB segments: the after-operation evictor also cleans the
+/// LSS (issue 17, increment 5), many times per check.
+pub fn tiny_budget_cleaning_tree() -> BwTree {
+    let config = BwTreeConfig {
+        max_records_per_page: 4,
+        consolidate_threshold: 2,
+        read_consolidate_threshold: 2,
+        merge_threshold: 2,
+    };
+    let dir: Arc<dyn Dir> = Arc::new(SimDir::new(8));
+    let lss_config = LssConfig {
+        segment_bytes: 16 << 10,
+        buffer_bytes: 4 << 10,
+        buffer_count: 2,
+        writer_thread_count: 1,
+    };
+    let lss = Arc::new(
+        Lss::open(dir, lss_config, LssAddress::current(0))
+            .unwrap()
+            .0,
+    );
+    BwTree::with_config(config)
+        .unwrap()
+        .with_lss(lss, Some(16 << 10))
+        .unwrap()
+}
+
+forest_core::conformance_tests!(
+    tiny_budget_cleaning,
+    || super::tiny_budget_cleaning_tree(),
+    sizes = super::tiny_budget_sizes()
+);

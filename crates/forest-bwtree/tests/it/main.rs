@@ -2,6 +2,8 @@
 //! file linked the engine and the conformance kit again for each, which cost CI minutes of
 //! build). One file's tests: `cargo test -p forest-bwtree --test it -- NAME::`.
 
+mod clean;
+mod clean_pause;
 mod common;
 mod conformance;
 mod evict;

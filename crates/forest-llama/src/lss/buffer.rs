@@ -61,7 +61,9 @@ use parking_lot::{Condvar, Mutex};
 
 use super::record::{self, RecordHeader, RecordKind, PID_NONE, RECORD_HEADER_BYTES};
 use super::segment::{OpenReport, Segments, SEGMENT_HEADER_BYTES};
+use super::space::SpaceMap;
 use super::{LssAddress, LssConfig, Record, LSS_OFFSET_MAX};
+use crate::Pid;
 
 // ---------------------------------------------------------------------------------------
 // The state word.
@@ -375,6 +377,13 @@ pub struct LssStats {
     pub oversize_count: u64,
     /// Reservations dropped without a record (written as failed-flush fillers).
     pub filler_count: u64,
+    /// Bytes of live page pieces (`space.rs`).
+    pub live_bytes: u64,
+    /// Bytes of the segment files this LSS wrote and did not remove (segments from before
+    /// its open are not counted).
+    pub total_bytes: u64,
+    /// Segments the cleaner removed.
+    pub segments_removed: u64,
 }
 
 #[derive(Default)]
@@ -407,6 +416,8 @@ struct Shared {
     queue_cv: Condvar,
     failure: OnceLock<Failure>,
     counters: Counters,
+    /// Live pieces per segment and page (`space.rs`), for the cleaner.
+    space: Mutex<SpaceMap>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -469,6 +480,7 @@ impl Lss {
             queue_cv: Condvar::new(),
             failure: OnceLock::new(),
             counters: Counters::default(),
+            space: Mutex::new(SpaceMap::new(config.segment_bytes, end)),
         });
         // Generation 0 starts at the end found; everything below it is durable.
         let base = if end.is_multiple_of(config.segment_bytes) {
@@ -568,16 +580,21 @@ impl Lss {
     }
 
     /// Calls `visit` with every durable record from `from` (a record's address, or a
-    /// segment's start) to [`Lss::hi_stable`], in log order (recovery's scan, later).
+    /// segment's start) to [`Lss::hi_stable`], in log order (recovery's scan, later);
+    /// segments the cleaner removed are passed over.
     pub fn scan(
         &self,
         from: LssAddress,
         mut visit: impl FnMut(LssAddress, &RecordHeader, &[u8]) -> Result<()>,
     ) -> Result<()> {
         let hi = self.shared.hi_stable.load(Ordering::Acquire);
-        self.shared.segments.scan(from, hi, &mut |address, record| {
-            visit(address, &record.header, record.payload)
-        })
+        let space = &self.shared.space;
+        self.shared.segments.scan(
+            from,
+            hi,
+            &|sequence| space.lock().is_removed(sequence),
+            &mut |address, record| visit(address, &record.header, record.payload),
+        )
     }
 
     /// The LSS's counters.
@@ -590,12 +607,111 @@ impl Lss {
             sealed_wait_count: c.sealed_wait_count.load(Ordering::Relaxed),
             oversize_count: c.oversize_count.load(Ordering::Relaxed),
             filler_count: c.filler_count.load(Ordering::Relaxed),
+            live_bytes: self.live_bytes(),
+            total_bytes: self.total_bytes(),
+            segments_removed: self.shared.space.lock().removed_count() as u64,
         }
     }
 
     /// The configuration the LSS runs with.
     pub fn config(&self) -> &LssConfig {
         &self.shared.config
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Live-piece accounting and segment removal (`space.rs`, `crate::clean`).
+
+    /// The segment that holds `address`.
+    pub fn segment_of(&self, address: LssAddress) -> u64 {
+        address.offset() / self.shared.config.segment_bytes
+    }
+
+    /// Notes a piece of page `pid` of `bytes` (header included) reserved at `address`: live
+    /// until [`Self::note_lost`], a newer [`Self::note_image`] or [`Self::note_freed`].
+    pub fn note_piece(&self, pid: Pid, address: LssAddress, bytes: usize) {
+        // A record fits a segment (checked at reservation), a u32.
+        let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
+        self.shared.space.lock().add(pid, address.offset(), bytes);
+    }
+
+    /// Notes that the piece at `address` lost its flush (it is a filler now).
+    pub fn note_lost(&self, pid: Pid, address: LssAddress) {
+        self.shared.space.lock().lost(pid, address.offset());
+    }
+
+    /// Notes that the page image at `address` was installed as page `pid`'s newest piece:
+    /// its older pieces are dead.
+    pub fn note_image(&self, pid: Pid, address: LssAddress) {
+        self.shared.space.lock().image(pid, address.offset());
+    }
+
+    /// Notes that page `pid` was freed: its pieces below `below` are dead (pass the log's
+    /// end, or a bound that a later page of the same PID cannot have written below).
+    pub fn note_freed(&self, pid: Pid, below: LssAddress) {
+        self.shared.space.lock().freed_below(pid, below.offset());
+    }
+
+    /// Bytes of live page pieces.
+    pub fn live_bytes(&self) -> u64 {
+        self.shared.space.lock().live_total()
+    }
+
+    /// Bytes of the segments this LSS wrote since it was opened and did not remove.
+    pub fn total_bytes(&self) -> u64 {
+        let hi = self.shared.hi_stable.load(Ordering::Acquire);
+        self.shared.space.lock().written_bytes(hi)
+    }
+
+    /// Live bytes in segment `sequence`.
+    pub fn segment_live_bytes(&self, sequence: u64) -> u64 {
+        self.shared.space.lock().live_bytes(sequence)
+    }
+
+    /// The pages with a live piece in segment `sequence`.
+    pub fn segment_live_pages(&self, sequence: u64) -> Vec<Pid> {
+        self.shared.space.lock().live_pages(sequence)
+    }
+
+    /// Whether page `pid` has a live piece in segment `sequence`.
+    pub fn page_has_live_piece_in(&self, pid: Pid, sequence: u64) -> bool {
+        self.shared.space.lock().has_live_piece_in(pid, sequence)
+    }
+
+    /// Live bytes of page `pid`'s pieces.
+    pub fn page_live_bytes(&self, pid: Pid) -> u64 {
+        self.shared.space.lock().page_live_bytes(pid)
+    }
+
+    /// The segments the cleaner may pick now (tracked, wholly durable, not removed), oldest
+    /// first, each with its live bytes.
+    pub fn clean_candidates(&self) -> Vec<(u64, u64)> {
+        let hi = self.shared.hi_stable.load(Ordering::Acquire);
+        let below = hi / self.shared.config.segment_bytes;
+        self.shared.space.lock().candidates(below)
+    }
+
+    /// Removes segment `sequence`, whose pieces are all dead: first makes everything posted
+    /// so far stable (so every piece that superseded one of its pieces is durable), then
+    /// deletes its file and syncs the directory. Reads of it after that fail (their
+    /// caller re-reads the mapping word: the page moved, `crate::clean`). Refused while a
+    /// piece in it is live or the segment is not wholly durable.
+    pub fn remove_segment(&self, sequence: u64) -> Result<()> {
+        self.shared.mk_stable(LSS_OFFSET_MAX - 1)?;
+        let mut space = self.shared.space.lock();
+        let hi = self.shared.hi_stable.load(Ordering::Acquire);
+        if space.is_removed(sequence) {
+            return Ok(());
+        }
+        let live = space.live_bytes(sequence);
+        if live > 0 || sequence >= hi / self.shared.config.segment_bytes {
+            return Err(Error::InvalidUse(format!(
+                "LSS segment {sequence} cannot be removed: {live} live bytes, Hi-Stable {hi}"
+            )));
+        }
+        // Under the space lock: no note races the removal (none can name this segment).
+        self.shared.segments.remove(sequence)?;
+        space.mark_removed(sequence);
+        Ok(())
     }
 
     /// Makes everything posted durable and stops the writer threads; the first failure, if

@@ -8,6 +8,7 @@
 //! | [`record`] | §V-B "Page Marshalling" (one contiguous piece per flush), §V-A system-transaction records; llama-notes §2 failed-flush fillers |
 //! | [`segment`] | §II-E, TSBw §II-D: the log as fixed-size segment files; the end of the stable prefix at open |
 //! | [`buffer`] | §V-B "Flush Activity", §VIII-B latch-free flush buffer; TSBw §II-D Flush, Mk-Stable, Hi-Stable |
+//! | `space` | §II-E, TSBw §V-A: live bytes per segment for the cleaner (`crate::clean`) |
 //!
 //! Addresses: an [`LssAddress`] is a logical byte offset into one endless log, monotonic,
 //! never reused; segment `n` holds offsets `n * segment_bytes ..  (n + 1) * segment_bytes`
@@ -30,6 +31,7 @@
 pub mod buffer;
 pub mod record;
 pub mod segment;
+pub(crate) mod space;
 
 use std::fmt;
 

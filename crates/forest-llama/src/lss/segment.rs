@@ -223,6 +223,18 @@ impl Segments {
         Ok(file)
     }
 
+    /// Deletes segment `sequence`'s file and forgets its handles (a reader still holding
+    /// one finishes its read on the unlinked file), then syncs the directory.
+    pub(crate) fn remove(&self, sequence: u64) -> Result<()> {
+        self.files.lock().remove(&sequence);
+        self.readers.lock().remove(&sequence);
+        let name = segment_file_name(sequence);
+        if self.dir.exists(&name)? {
+            self.dir.remove(&name)?;
+        }
+        self.dir.sync_dir()
+    }
+
     /// Reads the record at `address`. Every failure names the segment file, the offset in it
     /// and, for a damaged record, the PID its header claims.
     pub(crate) fn read_record(&self, address: LssAddress) -> Result<Record> {
@@ -279,12 +291,17 @@ impl Segments {
         &self,
         from: LssAddress,
         until: u64,
+        removed: &dyn Fn(u64) -> bool,
         visit: &mut dyn FnMut(LssAddress, &record::RecordRef<'_>) -> Result<()>,
     ) -> Result<()> {
         let mut offset = from.offset();
         while offset < until {
             let sequence = offset / self.segment_bytes;
             let segment_start = sequence * self.segment_bytes;
+            if removed(sequence) {
+                offset = segment_start + self.segment_bytes;
+                continue;
+            }
             let mut at = (offset - segment_start).max(SEGMENT_HEADER_BYTES);
             let name = segment_file_name(sequence);
             let mut window = ReadWindow::new(self.dir.open(&name)?, READ_CHUNK_BYTES)?;

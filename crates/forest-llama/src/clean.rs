@@ -1,0 +1,136 @@
+//! LSS cleaning (Bw-tree §II-E: "The LSS cleans prior parts of flash representing the old
+//! parts of its log storage ... During cleaning, LSS makes pages and their deltas contiguous";
+//! TSBw §V-A: "nodes that are still active need to be relocated (re-written) to the end of
+//! the queue"; llama-notes §4; LFS's cost-benefit policy). Issue 17, increment 5.
+//!
+//! LLAMA's part: the live-byte accounting (`lss/space.rs`), the victim policy
+//! ([`pick_victim`]), the relocation of an evicted page ([`relocate`]) and the removal of a
+//! segment ([`Lss::remove_segment`]). The access method's part (forest-bwtree `clean.rs`)
+//! knows what a page is: it flushes a resident page as a fresh image, and rebuilds an
+//! evicted page's pieces into the one image [`relocate`] writes.
+//!
+//! The protocol for a victim segment V (docs/ARCHITECTURE.md "Built: cleaning"):
+//! 1. for each page P with a live piece in V: if P is resident, flush it as a whole image
+//!    (its older pieces die when the image is installed; a later flush continues from the
+//!    image, never from V); if P is evicted (its word holds the address A of its newest
+//!    piece, whose chain reaches V), rebuild P from its pieces, post the image at the log
+//!    end (address A'), make it stable, and CAS the word from A to A' ([`relocate`]). A page
+//!    loaded, updated or freed meanwhile makes the CAS fail; the cleaner looks at P again.
+//! 2. once V holds no live piece: make everything posted stable (every piece that superseded
+//!    one in V is then durable, so recovery will find it), then delete V's file.
+//!
+//! Invariants:
+//! - A word holds an address only if every piece up to it is stable (eviction's invariant):
+//!   [`relocate`] makes the image stable before its CAS.
+//! - Addresses only grow, so a word that held A and now holds something else never holds A
+//!   again: a reader that read A before the CAS and finds V gone re-reads the word, finds it
+//!   changed, and starts over (forest-bwtree `storage.rs`); nothing else keeps V's addresses
+//!   (a resident page's flush deltas in V are superseded by the image's delta on top, and
+//!   runs continue from the newest flush delta).
+//! - A segment is removed only with zero live bytes and below Hi-Stable's segment, after a
+//!   Mk-Stable of everything posted.
+
+use crossbeam_epoch::Guard;
+use forest_core::pause::pause_point;
+use forest_core::{Counter, Result};
+
+use crate::lss::{Lss, LssAddress, RecordHeader, RecordKind};
+use crate::mapping_table::{MappingTable, PageState, Pid};
+
+/// The cleaner's counters.
+#[derive(Default)]
+pub struct CleanStats {
+    /// Segments removed.
+    pub segments_cleaned: Counter,
+    /// Bytes of page images the cleaner wrote (relocations and fresh images of resident
+    /// pages).
+    pub bytes_relocated: Counter,
+    /// Evicted pages relocated by CAS.
+    pub relocations: Counter,
+    /// Relocation CASes that lost (the page was loaded or freed meanwhile).
+    pub relocation_races: Counter,
+}
+
+/// Picks the segment to clean by LFS's cost-benefit, age × free / (1 + live), among the
+/// segments [`Lss::clean_candidates`] lists (age: segments written since, a log-distance
+/// proxy for LFS's time since the last write). `None` if no candidate has a free byte.
+pub fn pick_victim(lss: &Lss) -> Option<u64> {
+    let segment_bytes = lss.config().segment_bytes;
+    let candidates = lss.clean_candidates();
+    let newest = candidates.last().map_or(0, |(s, _)| *s) + 1;
+    candidates
+        .into_iter()
+        .filter(|&(_, live)| live < segment_bytes)
+        .map(|(sequence, live)| {
+            let age = (newest - sequence) as f64;
+            let free = (segment_bytes - live) as f64;
+            (sequence, age * free / (1.0 + live as f64))
+        })
+        // The best score; among equals the oldest (max_by keeps the last maximum).
+        .rev()
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(sequence, _)| sequence)
+}
+
+/// Whether the LSS is above its space target: more than `space_factor` × its live bytes,
+/// and past two segments (one segment is always being filled).
+pub fn above_target(lss: &Lss, space_factor: f64) -> bool {
+    let total = lss.total_bytes();
+    total > 2 * lss.config().segment_bytes
+        && total as f64 > space_factor * lss.live_bytes().max(1) as f64
+}
+
+/// How a [`relocate`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Relocation {
+    /// The word holds the image's address now.
+    Moved(LssAddress),
+    /// The word no longer held `old`: the image is dead; look at the page again.
+    Changed,
+}
+
+/// Relocates evicted page `pid` (step 1, module doc): posts `image` (a page-image payload
+/// that `old`'s pieces rebuild to, LSNs `lsn_low..=lsn_high`) at the log end, makes it
+/// stable, then CASes the word from `old` to it (pause point `clean:relocated` before the
+/// CAS). Errors: the LSS's (too large, poisoned); the page is then unchanged.
+// The table, the store, the page, its old address, the image and its LSN range, the stats.
+#[allow(clippy::too_many_arguments)]
+pub fn relocate<T: PageState>(
+    table: &MappingTable<T>,
+    lss: &Lss,
+    pid: Pid,
+    old: LssAddress,
+    image: &[u8],
+    lsn_low: u64,
+    lsn_high: u64,
+    stats: &CleanStats,
+    _guard: &Guard,
+) -> Result<Relocation> {
+    let mut reservation = lss.reserve(image.len())?;
+    let address = reservation.address();
+    let bytes = reservation.len();
+    lss.note_piece(pid, address, bytes);
+    reservation.payload_mut().copy_from_slice(image);
+    reservation.commit(&RecordHeader {
+        kind: RecordKind::PageImage,
+        pid,
+        lsn_low,
+        lsn_high,
+        prev: None,
+    });
+    stats.bytes_relocated.add(bytes as u64);
+    if let Err(e) = lss.mk_stable(address) {
+        lss.note_lost(pid, address);
+        return Err(e);
+    }
+    pause_point("clean:relocated");
+    if table.relocate(pid, old.to_bits(), address.to_bits()) {
+        lss.note_image(pid, address);
+        stats.relocations.incr();
+        Ok(Relocation::Moved(address))
+    } else {
+        lss.note_lost(pid, address);
+        stats.relocation_races.incr();
+        Ok(Relocation::Changed)
+    }
+}

@@ -1,0 +1,248 @@
+//! Live bytes per segment (Bw-tree §II-E: the LSS "cleans prior parts of flash"; TSBw §V-A:
+//! "overwritten nodes are the garbage"; LFS's segment usage table, llama-notes §4): which
+//! page pieces of the LSS are still part of their page, for the cleaner (`crate::clean`).
+//!
+//! A piece is *live* from the reservation of its flush until one of:
+//! - its flush lost the CAS (the room became a failed-flush filler): [`SpaceMap::lost`];
+//! - a newer page image of the same page was installed: [`SpaceMap::image`] kills the
+//!   page's pieces below the image's address (a page's pieces lie in address order = chain
+//!   order, `flush.rs`, and a chain ends at its newest image, so every older piece is out of
+//!   it; the rule holds whatever order the notes arrive in);
+//! - its page was freed: [`SpaceMap::freed_below`].
+//!
+//! An incremental run keeps the pieces below it live until the next image, since the page
+//! is rebuilt from all of them (`read.rs`).
+//!
+//! Invariant: every piece that is in a page's current chain (the chain its mapping word or
+//! its newest in-memory flush delta names) is counted live. The converse is loose (a piece
+//! may stay counted a little after it died, until a note arrives), which only delays
+//! cleaning. Dead is not the same as reusable: a segment is removed only once the pieces that
+//! superseded its pieces are stable (`Lss::remove_segment`'s caller makes them so).
+//!
+//! Only segments written since the LSS was opened are tracked (`tracked_from`): what an
+//! earlier run left is not known here until LSS recovery (a later increment) rebuilds it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::Pid;
+
+/// Live pieces of one segment.
+#[derive(Default, Debug)]
+struct SegmentSpace {
+    live_bytes: u64,
+    /// Live pieces by log offset: (page, bytes).
+    pieces: BTreeMap<u64, (Pid, u32)>,
+}
+
+/// The live-piece accounting of one LSS (module doc).
+#[derive(Debug)]
+pub(crate) struct SpaceMap {
+    segment_bytes: u64,
+    /// The first segment all of whose pieces were posted through this map.
+    tracked_from: u64,
+    /// Live pieces by page: offset -> bytes.
+    pages: HashMap<Pid, BTreeMap<u64, u32>>,
+    segments: BTreeMap<u64, SegmentSpace>,
+    live_total: u64,
+    /// Segments the cleaner removed.
+    removed: BTreeSet<u64>,
+}
+
+impl SpaceMap {
+    pub(crate) fn new(segment_bytes: u64, open_end: u64) -> Self {
+        Self {
+            segment_bytes,
+            tracked_from: open_end.div_ceil(segment_bytes),
+            pages: HashMap::new(),
+            segments: BTreeMap::new(),
+            live_total: 0,
+            removed: BTreeSet::new(),
+        }
+    }
+
+    pub(crate) fn segment_of(&self, offset: u64) -> u64 {
+        offset / self.segment_bytes
+    }
+
+    /// A piece of `pid` of `bytes` reserved at `offset`: live until a note says otherwise.
+    pub(crate) fn add(&mut self, pid: Pid, offset: u64, bytes: u32) {
+        if self
+            .pages
+            .entry(pid)
+            .or_default()
+            .insert(offset, bytes)
+            .is_none()
+        {
+            let segment = self.segments.entry(self.segment_of(offset)).or_default();
+            segment.pieces.insert(offset, (pid, bytes));
+            segment.live_bytes += u64::from(bytes);
+            self.live_total += u64::from(bytes);
+        }
+    }
+
+    /// Drops the piece of `pid` at `offset`, if counted.
+    pub(crate) fn lost(&mut self, pid: Pid, offset: u64) {
+        let Some(page) = self.pages.get_mut(&pid) else {
+            return;
+        };
+        if let Some(bytes) = page.remove(&offset) {
+            if page.is_empty() {
+                self.pages.remove(&pid);
+            }
+            self.drop_from_segment(offset, bytes);
+        }
+    }
+
+    /// A page image of `pid` at `offset` was installed: the page's pieces below it are dead.
+    /// Nothing happens if the image itself is no longer counted (its page was freed since).
+    pub(crate) fn image(&mut self, pid: Pid, offset: u64) {
+        if self
+            .pages
+            .get(&pid)
+            .is_some_and(|p| p.contains_key(&offset))
+        {
+            self.freed_below(pid, offset);
+        }
+    }
+
+    /// Drops every piece of `pid` below `below` (its page was freed: all of them; an image
+    /// superseded them: those below it).
+    pub(crate) fn freed_below(&mut self, pid: Pid, below: u64) {
+        let Some(page) = self.pages.get_mut(&pid) else {
+            return;
+        };
+        let keep = page.split_off(&below);
+        let dead = std::mem::replace(page, keep);
+        if page.is_empty() {
+            self.pages.remove(&pid);
+        }
+        for (offset, bytes) in dead {
+            self.drop_from_segment(offset, bytes);
+        }
+    }
+
+    fn drop_from_segment(&mut self, offset: u64, bytes: u32) {
+        let sequence = self.segment_of(offset);
+        if let Some(segment) = self.segments.get_mut(&sequence) {
+            if segment.pieces.remove(&offset).is_some() {
+                segment.live_bytes -= u64::from(bytes);
+                self.live_total -= u64::from(bytes);
+            }
+            if segment.pieces.is_empty() {
+                self.segments.remove(&sequence);
+            }
+        }
+    }
+
+    pub(crate) fn live_total(&self) -> u64 {
+        self.live_total
+    }
+
+    pub(crate) fn live_bytes(&self, sequence: u64) -> u64 {
+        self.segments.get(&sequence).map_or(0, |s| s.live_bytes)
+    }
+
+    /// The pages with a live piece in segment `sequence`, each once.
+    pub(crate) fn live_pages(&self, sequence: u64) -> Vec<Pid> {
+        let mut pids: Vec<Pid> = self
+            .segments
+            .get(&sequence)
+            .map(|s| s.pieces.values().map(|(pid, _)| *pid).collect())
+            .unwrap_or_default();
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+
+    /// Whether page `pid` has a live piece in segment `sequence`.
+    pub(crate) fn has_live_piece_in(&self, pid: Pid, sequence: u64) -> bool {
+        let start = sequence * self.segment_bytes;
+        self.pages
+            .get(&pid)
+            .is_some_and(|p| p.range(start..start + self.segment_bytes).next().is_some())
+    }
+
+    /// Live bytes of page `pid`'s pieces (tests: checked against a walk of its chain).
+    pub(crate) fn page_live_bytes(&self, pid: Pid) -> u64 {
+        self.pages
+            .get(&pid)
+            .map_or(0, |p| p.values().map(|b| u64::from(*b)).sum())
+    }
+
+    pub(crate) fn is_removed(&self, sequence: u64) -> bool {
+        self.removed.contains(&sequence)
+    }
+
+    pub(crate) fn mark_removed(&mut self, sequence: u64) {
+        self.removed.insert(sequence);
+    }
+
+    /// Bytes of the tracked segments up to log offset `end`, removed ones left out.
+    pub(crate) fn written_bytes(&self, end: u64) -> u64 {
+        let start = self.tracked_from * self.segment_bytes;
+        let removed = self.removed.range(self.tracked_from..).count() as u64;
+        end.saturating_sub(start)
+            .saturating_sub(removed * self.segment_bytes)
+    }
+
+    pub(crate) fn removed_count(&self) -> usize {
+        self.removed.len()
+    }
+
+    /// The tracked, not removed segments below `below` (the segments the cleaner may pick:
+    /// wholly written), oldest first, each with its live bytes.
+    pub(crate) fn candidates(&self, below: u64) -> Vec<(u64, u64)> {
+        (self.tracked_from..below)
+            .filter(|s| !self.removed.contains(s))
+            .map(|s| (s, self.live_bytes(s)))
+            .collect()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    // Goal: the notes keep per-segment and total live bytes exact whatever their order.
+    // Method: pieces of two pages over three segments; an image note before and after the
+    // runs below it; a lost flush; a free.
+    #[test]
+    fn notes_in_any_order_keep_counts_exact() {
+        let mut map = SpaceMap::new(1000, 0);
+        map.add(1, 100, 50); // image
+        map.add(1, 200, 10); // run
+        map.add(2, 300, 40); // image of page 2
+        map.add(1, 1100, 60); // new image of page 1, in segment 1
+        assert_eq!(map.live_total(), 160);
+        // A run reserved after the new image, noted before the image's note.
+        map.add(1, 1200, 5);
+        map.image(1, 1100);
+        assert_eq!(map.live_bytes(0), 40);
+        assert_eq!(map.live_bytes(1), 65);
+        assert_eq!(map.live_pages(0), vec![2]);
+        assert!(!map.has_live_piece_in(1, 0));
+        map.lost(1, 1200);
+        map.lost(1, 1200); // idempotent
+        assert_eq!(map.page_live_bytes(1), 60);
+        map.freed_below(2, u64::MAX);
+        assert_eq!(map.live_bytes(0), 0);
+        assert_eq!(map.live_total(), 60);
+        // An image noted after its page was freed changes nothing.
+        map.add(3, 2100, 7);
+        map.freed_below(3, u64::MAX);
+        map.image(3, 2100);
+        assert_eq!(map.live_total(), 60);
+        assert_eq!(map.candidates(2), vec![(0, 0), (1, 60)]);
+        map.mark_removed(0);
+        assert_eq!(map.candidates(2), vec![(1, 60)]);
+    }
+
+    // Goal: segments written before the open are never candidates. Method: open at 2500.
+    #[test]
+    fn segments_before_the_open_are_not_tracked() {
+        let map = SpaceMap::new(1000, 2500);
+        assert_eq!(map.candidates(5), vec![(3, 0), (4, 0)]);
+        let map = SpaceMap::new(1000, 3000);
+        assert_eq!(map.candidates(5), vec![(3, 0), (4, 0)]);
+    }
+}
