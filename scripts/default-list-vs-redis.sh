@@ -5,7 +5,10 @@
 # an error. forest runs with --durability periodic:1000, redis with appendonly yes,
 # appendfsync everysec (the pairing of scripts/bench-server.sh).
 #
-#   scripts/default-list-vs-redis.sh FOREST_BIN [N] [PIPELINE]
+#   scripts/default-list-vs-redis.sh FOREST_BIN [N] [PIPELINE] [TESTS]
+#
+# TESTS (optional) is redis-benchmark's -t list, e.g. lpush,rpush,lpop,rpop,lrange_100, for a
+# shorter run of some tests (a loaded machine's A/B); omitted, the whole default list.
 #
 # Needs redis-server, redis-benchmark and redis-cli on PATH (Debian: redis-server,
 # redis-tools). Uses ports 16391/16392 and temporary directories; stops what it started.
@@ -13,6 +16,7 @@ set -euo pipefail
 bin=${1:?forest binary}
 n=${2:-100000}
 pipeline=${3:-1}
+tests=${4:-}
 fport=16391
 rport=16392
 fdir=$(mktemp -d)
@@ -28,7 +32,7 @@ for port in $fport $rport; do
 done
 run() {
   # CSV lines: "TEST","rps",...
-  redis-benchmark -p "$1" -n "$n" -P "$pipeline" --csv 2>&1 | tr -d '\r'
+  redis-benchmark -p "$1" -n "$n" -P "$pipeline" ${tests:+-t "$tests"} --csv 2>&1 | tr -d '\r'
 }
 forest=$(run $fport)
 redis=$(run $rport)

@@ -105,23 +105,28 @@ pub fn new_value(suffix: &[u8], value: Value<'_>, storage: SuffixStorage) -> Own
         let header = [value.kind as u8 | SEPARATE, suffix_len[0], suffix_len[1]];
         let padding = [0u8; ADDRESS_AT - HEADER_BYTES];
         let address = address.to_le_bytes();
-        let bytes = header
-            .iter()
-            .chain(&padding)
-            .chain(&address)
-            .chain(value.bytes);
-        for (d, s) in o.iter_mut().zip(bytes) {
-            d.write(*s);
-        }
+        fill(&mut o, &[&header, &padding, &address, value.bytes]);
         return o;
     }
     let mut o = Owned::<Block>::init(HEADER_BYTES + suffix.len() + value.bytes.len());
     let header = [value.kind as u8, suffix_len[0], suffix_len[1]];
-    let bytes = header.iter().chain(suffix).chain(value.bytes);
-    for (d, s) in o.iter_mut().zip(bytes) {
-        d.write(*s);
-    }
+    fill(&mut o, &[&header, suffix, value.bytes]);
     o
+}
+
+/// Writes `parts` one after another over all of `block`, whose length is their sum. One
+/// slice copy per part (a memcpy): a byte loop over the chained parts cost ~400 instructions
+/// per value of a list push (session 14's callgrind).
+fn fill(block: &mut Block, parts: &[&[u8]]) {
+    debug_assert_eq!(block.len(), parts.iter().map(|p| p.len()).sum::<usize>());
+    let mut at = 0;
+    for part in parts {
+        // A zip of two slices compiles to a copy (`write_copy_of_slice` is past the MSRV).
+        for (d, s) in block[at..at + part.len()].iter_mut().zip(part.iter()) {
+            d.write(*s);
+        }
+        at += part.len();
+    }
 }
 
 /// The separate suffix block of `b`, if it has one: its address and length.

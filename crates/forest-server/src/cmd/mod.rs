@@ -959,6 +959,7 @@ pub(crate) type Encoder = fn(&mut Ctx<'_, '_>, &[&[u8]], &mut Vec<u8>) -> Result
 fn encoder(spec: &Spec) -> Option<Encoder> {
     match spec.name {
         "forest.range" => Some(range::range_into),
+        "lrange" => Some(list::lrange_into),
         "zrangebylex" => Some(zlex::zrangebylex_into),
         "zrevrangebylex" => Some(zlex::zrevrangebylex_into),
         _ => None,
@@ -1157,6 +1158,31 @@ pub(crate) mod testing {
 
         pub fn run_bytes(&mut self, argv: &[&[u8]]) -> Frame {
             run_on(&self.shared, &mut self.client, argv)
+        }
+
+        /// Runs one command as a connection's top-level command (`execute_into`: a command
+        /// with an [`Encoder`] writes its reply's bytes) and returns the reply's bytes in the
+        /// client's protocol.
+        pub fn run_into(&mut self, argv: &[&str]) -> Vec<u8> {
+            let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
+            let protocol = self.client.protocol;
+            let mut batch = self.shared.store.batch();
+            let mut buffers = Buffers::default();
+            let mut ctx = Ctx {
+                shared: &self.shared,
+                client: &mut self.client,
+                batch: &mut batch,
+                unit: None,
+                wrote: false,
+                after: After::Continue,
+                buffers: &mut buffers,
+            };
+            let mut out = Vec::new();
+            if let Some(reply) = execute_into(&mut ctx, &argv, &mut out) {
+                reply.encode_to(protocol, &mut out);
+            }
+            batch.wait().expect("wait");
+            out
         }
 
         /// The engine's entries, less the server's own (the key layout entry).
