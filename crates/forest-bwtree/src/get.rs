@@ -20,9 +20,9 @@
 use crossbeam_epoch::{Guard, Shared};
 use forest_llama::Pid;
 
-use crate::base_page::{copy_bytes, decode_pid, key_cmp, key_eq};
+use crate::base_page::{copy_bytes, decode_pid, key_cmp};
 use crate::consolidate::view;
-use crate::delta::{Kind, Node};
+use crate::delta::{KeyProbe, Kind, Node};
 use crate::{root_word_pid, BwTree};
 
 /// What a search looks for.
@@ -179,13 +179,16 @@ pub(crate) enum Lookup<'g> {
 /// right, so a point operation walks a leaf's chain once.
 #[inline]
 pub(crate) fn lookup<'g>(node: &'g Node, key: &[u8]) -> Lookup<'g> {
+    // Record deltas are told apart by length and hash first: a boxed key is read only when
+    // both match (delta.rs `Bytes::Heap`).
+    let mut probe = KeyProbe::new(key);
     let mut current = node;
     loop {
         match &current.kind {
-            Kind::Insert(r) | Kind::Modify(r) if key_eq(r.key(), key) => {
+            Kind::Insert(r) | Kind::Modify(r) if r.key_is(&mut probe) => {
                 return Lookup::Found(r.value())
             }
-            Kind::Delete(k, _) if key_eq(k, key) => return Lookup::Absent,
+            Kind::Delete(k, _) if k.is_key(&mut probe) => return Lookup::Absent,
             Kind::Split {
                 separator,
                 side_link,
