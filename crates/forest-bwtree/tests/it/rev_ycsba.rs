@@ -219,3 +219,30 @@ fn rev_ycsba_mixed_sizes_concurrent_churn_agrees_with_model() {
     let (splits, merges, leaves) = counters(&tree);
     eprintln!("splits {splits} merges {merges} leaves {leaves}");
 }
+
+// Goal: with a small configured merge threshold (valid: `bwtree:merge=2`), leaves of large
+// records still merge when they empty; the scaled threshold (merge * split_above / max) must not
+// round to 0. Method: max 128, merge 2; a sliding window of 50 live keys with 2000-byte values
+// over 20000 increasing keys (insert i, remove i - 50); count the leaves left.
+#[test]
+#[ignore = "rev: F2 scaled merge threshold rounds to 0: emptied leaves of large records never merge"]
+fn rev_ycsba_small_merge_threshold_still_merges_large_leaves() {
+    let tree = BwTree::with_config(BwTreeConfig {
+        merge_threshold: 2,
+        ..BwTreeConfig::default()
+    })
+    .unwrap();
+    let key = |i: u32| format!("user{i:08}").into_bytes();
+    let value = vec![3u8; 2000];
+    for i in 0..20_000u32 {
+        tree.upsert(&key(i), &value).unwrap();
+        if i >= 50 {
+            assert!(tree.remove(&key(i - 50)));
+        }
+    }
+    let (splits, merges, leaves) = counters(&tree);
+    eprintln!("splits {splits} merges {merges} leaves {leaves}");
+    assert_eq!(tree.stats().key_count, 50);
+    // 50 live records of 2 KiB need a handful of leaves, not one per 16 keys ever written.
+    assert!(leaves <= 20, "{leaves} leaves for 50 live keys ({splits} splits, {merges} merges)");
+}
