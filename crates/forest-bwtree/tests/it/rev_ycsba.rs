@@ -204,7 +204,11 @@ fn rev_ycsba_mixed_sizes_concurrent_churn_agrees_with_model() {
                         model.insert(k.clone(), v);
                     }
                     let got = tree.get(&k, &mut out).then(|| out.clone());
-                    assert_eq!(got.as_ref(), model.get(&k), "t{t} step {step} read-your-write");
+                    assert_eq!(
+                        got.as_ref(),
+                        model.get(&k),
+                        "t{t} step {step} read-your-write"
+                    );
                 }
                 model
             })
@@ -244,5 +248,8 @@ fn rev_ycsba_small_merge_threshold_still_merges_large_leaves() {
     eprintln!("splits {splits} merges {merges} leaves {leaves}");
     assert_eq!(tree.stats().key_count, 50);
     // 50 live records of 2 KiB need a handful of leaves, not one per 16 keys ever written.
-    assert!(leaves <= 20, "{leaves} leaves for 50 live keys ({splits} splits, {merges} merges)");
+    assert!(
+        leaves <= 20,
+        "{leaves} leaves for 50 live keys ({splits} splits, {merges} merges)"
+    );
 }
