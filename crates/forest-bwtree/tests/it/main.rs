@@ -13,6 +13,7 @@ mod flush_pause;
 mod page_hold;
 mod pause_points;
 mod rev_evict;
+mod rev_ycsba;
 mod review_rev1;
 mod scan_side_links;
 mod stress;
