@@ -36,7 +36,6 @@ fn scan_all(tree: &BwTree) -> Vec<(Vec<u8>, Vec<u8>)> {
 // checks uniform sizes only). Method: keys in order and in a scattered order, values of 8 bytes
 // and of 2000 bytes in blocks, in runs, and one huge among small ones; count merges.
 #[test]
-#[ignore = "rev: F1 mixed-size leaves merge (and re-split) on an insert-only load"]
 fn rev_ycsba_mixed_sizes_insert_only_never_merges() {
     let patterns: [(&str, fn(u32) -> usize); 4] = [
         ("alternate 8/2000", |i| if i % 2 == 0 { 8 } else { 2000 }),
@@ -141,7 +140,6 @@ fn rev_ycsba_hash_collisions_agree_with_model() {
 // otherwise), then rewrite every key with a value of its own size, 5 passes; count splits and
 // merges during the updates; all keys still read back.
 #[test]
-#[ignore = "rev: F1 same-size updates keep splitting and merging mixed-size leaves"]
 fn rev_ycsba_same_size_updates_do_not_reshape() {
     let tree = BwTree::new();
     let n = 4000u32;
@@ -229,7 +227,6 @@ fn rev_ycsba_mixed_sizes_concurrent_churn_agrees_with_model() {
 // round to 0. Method: max 128, merge 2; a sliding window of 50 live keys with 2000-byte values
 // over 20000 increasing keys (insert i, remove i - 50); count the leaves left.
 #[test]
-#[ignore = "rev: F2 scaled merge threshold rounds to 0: emptied leaves of large records never merge"]
 fn rev_ycsba_small_merge_threshold_still_merges_large_leaves() {
     let tree = BwTree::with_config(BwTreeConfig {
         merge_threshold: 2,
