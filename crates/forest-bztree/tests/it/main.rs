@@ -12,5 +12,6 @@ mod pause_points;
 mod persistent;
 mod power_loss;
 mod reuse_race;
+mod rev_bzperf;
 mod rev_pmrec2;
 mod structure;
