@@ -31,8 +31,7 @@ impl<P: Persist> BzTree<P> {
     }
 
     /// The leaf whose range holds `key`, recording no path: a point read's descent (§4.2.5),
-    /// which never runs an SMO and so needs no parent (the path's 512 bytes were a tenth of a
-    /// read's instructions).
+    /// which never runs an SMO and so needs no parent (no 512-byte path filled per read).
     pub(crate) fn leaf_for(&self, key: &[u8], guard: &Guard) -> u64 {
         let mut node = self.root(guard);
         while self.level(node) > 0 {

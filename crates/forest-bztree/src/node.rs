@@ -206,7 +206,9 @@ impl<P: Persist> BzTree<P> {
         let content: u64 = HEADER_BYTES + records.iter().map(LiveRecord::node_bytes).sum::<u64>();
         // The records, the pending write and `free_space` more, within the node size unless
         // the records and the write alone need more.
-        let size = (content + extra + self.config.free_space as u64)
+        // Saturating: a free_space far above the node size means whole nodes (review rev-bzperf F1).
+        let size = (content + extra)
+            .saturating_add(self.config.free_space as u64)
             .min(self.config.node_size as u64)
             .max(content + extra)
             .div_ceil(8)

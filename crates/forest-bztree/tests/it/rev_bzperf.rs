@@ -15,7 +15,6 @@ fn key(i: u32) -> [u8; 8] {
 // `build_leaf`'s `content + extra + free_space` overflows: a debug build panics ("attempt to
 // add with overflow"), a release build wraps and builds leaves with no free space at all.
 #[test]
-#[ignore = "rev: F1 build_leaf overflows on a huge free_space (debug panic, release: no free space while reported full)"]
 fn huge_free_space_is_full_leaves() {
     let run = |free_space: usize| {
         let config = BzTreeConfig {
