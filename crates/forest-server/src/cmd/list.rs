@@ -582,6 +582,61 @@ mod tests {
         );
     }
 
+    // Review rev-lists14. Goal: LRANGE's encoder answers as `lrange` for a list with a
+    // deadline, once that deadline passed (absent, then a new list under the name), inside
+    // MULTI/EXEC (queued, then EXEC's array), for a range longer than the reserved header
+    // width, and for a huge index pair. Method: a frozen clock; each case through
+    // `run_into` against `run`'s reply encoded, in RESP2 and RESP3.
+    #[test]
+    fn rev_lrange_into_deadlines_exec_and_long_ranges() {
+        let mut h = Harness::new();
+        h.shared.expires.freeze_clock();
+        let now = h.shared.expires.now_ms() as i64;
+        let mut args: Vec<String> = vec!["RPUSH".into(), "big".into()];
+        args.extend((0..1500).map(|i| format!("e{i}")));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        h.run(&args);
+        h.run(&["RPUSH", "d", "a", "b", "c"]);
+        h.run(&["PEXPIREAT", "d", &(now + 60_000).to_string()]);
+        let check = |h: &mut Harness, argv: &[&str]| {
+            for protocol in [crate::frame::Protocol::Resp2, crate::frame::Protocol::Resp3] {
+                h.client.protocol = protocol;
+                let mut expected = Vec::new();
+                h.run(argv).encode_to(protocol, &mut expected);
+                assert_eq!(h.run_into(argv), expected, "{argv:?} {protocol:?}");
+            }
+        };
+        for (a, b) in [("0", "-1"), ("1", "1"), ("-100", "100"), ("2", "1")] {
+            check(&mut h, &["LRANGE", "d", a, b]);
+        }
+        for (a, b) in [("0", "-1"), ("0", "8"), ("0", "99"), ("-1000", "-1"), ("5", "1499")] {
+            check(&mut h, &["LRANGE", "big", a, b]);
+        }
+        let huge = i64::MAX.to_string();
+        let tiny = i64::MIN.to_string();
+        check(&mut h, &["LRANGE", "big", &tiny, &huge]);
+        check(&mut h, &["LRANGE", "big", "99999999999999999999", "1"]);
+        h.client.protocol = crate::frame::Protocol::Resp2;
+        assert_eq!(
+            h.run_into(&["LRANGE", "d", "0", "-1"]),
+            b"*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n"
+        );
+        // In a transaction: queued, then EXEC's array holds LRANGE's reply.
+        assert_eq!(h.run_into(&["MULTI"]), b"+OK\r\n");
+        assert_eq!(h.run_into(&["LRANGE", "d", "0", "1"]), b"+QUEUED\r\n");
+        assert_eq!(
+            h.run_into(&["EXEC"]),
+            b"*1\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n"
+        );
+        // Past the deadline: absent, and a new list under the name is read whole.
+        h.shared.expires.advance_clock_ms(120_000);
+        assert_eq!(h.run_into(&["LRANGE", "d", "0", "-1"]), b"*0\r\n");
+        check(&mut h, &["LRANGE", "d", "0", "-1"]);
+        h.run(&["RPUSH", "d", "z"]);
+        assert_eq!(h.run_into(&["LRANGE", "d", "0", "-1"]), b"*1\r\n$1\r\nz\r\n");
+        check(&mut h, &["LRANGE", "d", "0", "-1"]);
+    }
+
     fn model_range(model: &VecDeque<String>, start: i64, stop: i64) -> Frame {
         let Some((a, b)) = super::coll::index_range(start, stop, model.len() as u64) else {
             return bulks(&[]);

@@ -236,3 +236,64 @@ fn a_page_that_cannot_be_read_is_an_error_reply() {
         .collect();
     assert_eq!(reply, R::Arr(expected), "MGET after the damage was undone");
 }
+
+// Review rev-lists14. Goal: LRANGE, now written straight into the connection's output
+// (`list::lrange_into`), answers the storage error whole when a page cannot be read, with
+// nothing of a partial array before it: the replies around it in one pipeline parse and are
+// right. Method: a long list and strings on a 16 KiB budget, pages evicted, every LSS record
+// byte flipped; pipelines PING, LRANGE, PING; then the damage undone, the list reads whole.
+#[test]
+fn lrange_on_a_page_that_cannot_be_read_is_the_error_alone() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("store");
+    let server = Running::start(&dir);
+    let mut client = Client::connect(server.addr);
+    let pushes: Vec<Vec<String>> = (0..FIELDS)
+        .step_by(50)
+        .map(|from| {
+            let mut argv = vec!["RPUSH".to_string(), "l".to_string()];
+            argv.extend((from..(from + 50).min(FIELDS)).map(value));
+            argv
+        })
+        .collect();
+    pipeline(&mut client, &pushes);
+    let sets: Vec<Vec<String>> = (0..STRINGS)
+        .map(|i| vec!["SET".to_string(), format!("k{i:05}"), value(i)])
+        .collect();
+    pipeline(&mut client, &sets);
+    let began = Instant::now();
+    loop {
+        let resident = info_field(&mut client, "forest_resident_bytes");
+        if info_field(&mut client, "forest_evictions") > 0 && resident <= BUDGET + BUDGET / 4 {
+            break;
+        }
+        assert!(began.elapsed() < Duration::from_secs(20), "no eviction: {resident}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let saved = damage_lss(&dir);
+    let mut errors = 0;
+    for (a, b, range) in [
+        ("0", "-1", 0..FIELDS),
+        ("0", "9", 0..10),
+        ("-10", "-1", FIELDS - 10..FIELDS),
+        ("100", "299", 100..300),
+    ] {
+        client.send(&[b"PING"]);
+        client.send(&[b"LRANGE", b"l", a.as_bytes(), b.as_bytes()]);
+        client.send(&[b"PING"]);
+        assert_eq!(client.read(), R::Simple("PONG".into()), "before LRANGE {a} {b}");
+        let reply = client.read();
+        if is_storage_error(&reply) {
+            errors += 1;
+        } else {
+            let expected: Vec<R> = range.map(|i| R::bulk(&value(i))).collect();
+            assert_eq!(reply, R::Arr(expected), "LRANGE l {a} {b}");
+        }
+        assert_eq!(client.read(), R::Simple("PONG".into()), "after LRANGE {a} {b}");
+    }
+    assert!(errors > 0, "no LRANGE met the damage");
+    restore_lss(&saved);
+    let reply = client.cmd(&["LRANGE", "l", "0", "-1"]);
+    let expected: Vec<R> = (0..FIELDS).map(|i| R::bulk(&value(i))).collect();
+    assert_eq!(reply, R::Arr(expected), "LRANGE after the damage was undone");
+}

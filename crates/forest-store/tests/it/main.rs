@@ -23,3 +23,4 @@ mod store;
 mod temporal;
 mod temporal_checkpoint;
 mod verify;
+mod rev_lists14;
