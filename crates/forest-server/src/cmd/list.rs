@@ -609,7 +609,13 @@ mod tests {
         for (a, b) in [("0", "-1"), ("1", "1"), ("-100", "100"), ("2", "1")] {
             check(&mut h, &["LRANGE", "d", a, b]);
         }
-        for (a, b) in [("0", "-1"), ("0", "8"), ("0", "99"), ("-1000", "-1"), ("5", "1499")] {
+        for (a, b) in [
+            ("0", "-1"),
+            ("0", "8"),
+            ("0", "99"),
+            ("-1000", "-1"),
+            ("5", "1499"),
+        ] {
             check(&mut h, &["LRANGE", "big", a, b]);
         }
         let huge = i64::MAX.to_string();
@@ -624,16 +630,16 @@ mod tests {
         // In a transaction: queued, then EXEC's array holds LRANGE's reply.
         assert_eq!(h.run_into(&["MULTI"]), b"+OK\r\n");
         assert_eq!(h.run_into(&["LRANGE", "d", "0", "1"]), b"+QUEUED\r\n");
-        assert_eq!(
-            h.run_into(&["EXEC"]),
-            b"*1\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n"
-        );
+        assert_eq!(h.run_into(&["EXEC"]), b"*1\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n");
         // Past the deadline: absent, and a new list under the name is read whole.
         h.shared.expires.advance_clock_ms(120_000);
         assert_eq!(h.run_into(&["LRANGE", "d", "0", "-1"]), b"*0\r\n");
         check(&mut h, &["LRANGE", "d", "0", "-1"]);
         h.run(&["RPUSH", "d", "z"]);
-        assert_eq!(h.run_into(&["LRANGE", "d", "0", "-1"]), b"*1\r\n$1\r\nz\r\n");
+        assert_eq!(
+            h.run_into(&["LRANGE", "d", "0", "-1"]),
+            b"*1\r\n$1\r\nz\r\n"
+        );
         check(&mut h, &["LRANGE", "d", "0", "-1"]);
     }
 

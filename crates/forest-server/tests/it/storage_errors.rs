@@ -267,7 +267,10 @@ fn lrange_on_a_page_that_cannot_be_read_is_the_error_alone() {
         if info_field(&mut client, "forest_evictions") > 0 && resident <= BUDGET + BUDGET / 4 {
             break;
         }
-        assert!(began.elapsed() < Duration::from_secs(20), "no eviction: {resident}");
+        assert!(
+            began.elapsed() < Duration::from_secs(20),
+            "no eviction: {resident}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let saved = damage_lss(&dir);
@@ -281,7 +284,11 @@ fn lrange_on_a_page_that_cannot_be_read_is_the_error_alone() {
         client.send(&[b"PING"]);
         client.send(&[b"LRANGE", b"l", a.as_bytes(), b.as_bytes()]);
         client.send(&[b"PING"]);
-        assert_eq!(client.read(), R::Simple("PONG".into()), "before LRANGE {a} {b}");
+        assert_eq!(
+            client.read(),
+            R::Simple("PONG".into()),
+            "before LRANGE {a} {b}"
+        );
         let reply = client.read();
         if is_storage_error(&reply) {
             errors += 1;
@@ -289,11 +296,19 @@ fn lrange_on_a_page_that_cannot_be_read_is_the_error_alone() {
             let expected: Vec<R> = range.map(|i| R::bulk(&value(i))).collect();
             assert_eq!(reply, R::Arr(expected), "LRANGE l {a} {b}");
         }
-        assert_eq!(client.read(), R::Simple("PONG".into()), "after LRANGE {a} {b}");
+        assert_eq!(
+            client.read(),
+            R::Simple("PONG".into()),
+            "after LRANGE {a} {b}"
+        );
     }
     assert!(errors > 0, "no LRANGE met the damage");
     restore_lss(&saved);
     let reply = client.cmd(&["LRANGE", "l", "0", "-1"]);
     let expected: Vec<R> = (0..FIELDS).map(|i| R::bulk(&value(i))).collect();
-    assert_eq!(reply, R::Arr(expected), "LRANGE after the damage was undone");
+    assert_eq!(
+        reply,
+        R::Arr(expected),
+        "LRANGE after the damage was undone"
+    );
 }

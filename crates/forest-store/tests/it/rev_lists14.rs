@@ -41,7 +41,9 @@ fn two_stores_one_thread_alternating_survive_reopen() {
                             ])
                             .expect("batch");
                     } else {
-                        stores[s].upsert(key.as_bytes(), &i.to_le_bytes()).expect("upsert");
+                        stores[s]
+                            .upsert(key.as_bytes(), &i.to_le_bytes())
+                            .expect("upsert");
                     }
                     written += 1;
                 }
