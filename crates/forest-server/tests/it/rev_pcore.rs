@@ -206,6 +206,44 @@ fn rev_f1_shutdown_stops_a_server_running_short_scripts() {
     );
 }
 
+// Finding F5. Goal: a stop by signal (SIGTERM, the server's handle) while a script runs
+// within its time limit lets it finish, as Redis does (its SIGTERM handler only sets
+// `shutdown_asap`, acted on once the script has returned; `whileBlockedCron` exits early
+// only while loading): the script's client gets its reply and its write survives the
+// restart. h-pcore's `Scripts::stop` kills it instead, its writes dropped, and its client
+// is told "Script killed by user with SCRIPT KILL" (no user killed it); the doc comment
+// on `Scripts::stop` says Redis exits under a running script the same way.
+// Method: a script that writes and ends by itself after ~1.5 s; once a SET waits for its
+// stripes, the stop is requested through the handle; then a restart. Both models.
+#[test]
+#[ignore = "rev: F5 a signal's stop kills a script within its limit (writes dropped, SCRIPT KILL text) where Redis lets it finish"]
+fn rev_f5_a_stop_by_signal_lets_a_short_script_finish() {
+    let mut failures = Vec::new();
+    for (io, threads) in [(IoModel::PerCore, 1), (IoModel::Threads, 2)] {
+        let what = format!("{io}");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut server = Up::start(dir.path(), io, threads);
+        let mut script = server.client();
+        let mut writer = server.client();
+        let body = short_script(1500);
+        common::send(&mut script, &["EVAL", &body, "0"]);
+        until_waiting(&mut writer, "x");
+        server.shutdown.request(false);
+        assert!(server.ended(), "{what}: the server did not stop");
+        let reply = script.try_read();
+        if reply != Some(R::Int(1)) {
+            failures.push(format!("{what}: the script's reply {reply:?}"));
+        }
+        drop(server);
+        let server = Up::start(dir.path(), io, threads);
+        let exists = server.client().cmd(&["EXISTS", "w"]);
+        if exists != R::Int(1) {
+            failures.push(format!("{what}: EXISTS w after the restart: {exists:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
 /// Threads of this process (the server runs in it).
 fn threads() -> usize {
     std::fs::read_dir("/proc/self/task").map_or(0, Iterator::count)
