@@ -122,7 +122,6 @@ fn short_script(ms: u64) -> String {
 // stripes, SHUTDOWN from another connection. On h-pcore it answers -BUSY and the server
 // keeps running (both models).
 #[test]
-#[ignore = "rev: F1 SHUTDOWN during a script within its time limit answers BUSY where Redis shuts down after the script"]
 fn rev_f1_shutdown_during_a_short_script_stops_after_it() {
     let mut failures = Vec::new();
     for (io, threads) in [(IoModel::PerCore, 1), (IoModel::Threads, 2)] {
@@ -161,7 +160,6 @@ fn rev_f1_shutdown_during_a_short_script_stops_after_it() {
 // h-pcore `Scripts::busy` counts a script from its `hold()` on, so with scripts in flight
 // nearly every SHUTDOWN is answered BUSY (per-core; threads alike).
 #[test]
-#[ignore = "rev: F1 SHUTDOWN answered BUSY over and over on a server running short scripts back to back"]
 fn rev_f1_shutdown_stops_a_server_running_short_scripts() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut server = Up::start(dir.path(), IoModel::PerCore, 2);
@@ -216,7 +214,6 @@ fn rev_f1_shutdown_stops_a_server_running_short_scripts() {
 // Method: a script that writes and ends by itself after ~1.5 s; once a SET waits for its
 // stripes, the stop is requested through the handle; then a restart. Both models.
 #[test]
-#[ignore = "rev: F5 a signal's stop kills a script within its limit (writes dropped, SCRIPT KILL text) where Redis lets it finish"]
 fn rev_f5_a_stop_by_signal_lets_a_short_script_finish() {
     let mut failures = Vec::new();
     for (io, threads) in [(IoModel::PerCore, 1), (IoModel::Threads, 2)] {
@@ -307,7 +304,6 @@ fn rev_f2_evals_waiting_for_a_script_take_no_thread_each() {
 // Method: the command on an idle server; on h-pcore the connection closes and the server
 // stops (SAVE wins; NOSAVE is now parsed, but the combination not refused).
 #[test]
-#[ignore = "rev: F3 SHUTDOWN SAVE NOSAVE stops the server where Redis answers a syntax error"]
 fn rev_f3_shutdown_save_nosave_is_a_syntax_error() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = Up::start(dir.path(), IoModel::PerCore, 1);
