@@ -168,12 +168,16 @@ fn leaves_runtime(shared: &Shared, client: &Client, argv: &[&[u8]]) -> Option<Le
 
 /// Commands that take no stripe lock and run inline while a script holds them: SCRIPT KILL
 /// (else it would queue behind the waiting writers until the time limit: review
-/// rev-pcscript F1), SHUTDOWN (answers BUSY, or stops the script with NOSAVE, as Redis),
-/// and PING, ECHO, TIME and QUIT, so that clients see the server alive.
+/// rev-pcscript F1), SHUTDOWN NOSAVE (stops the script, as Redis), and PING, ECHO, TIME
+/// and QUIT, so that clients see the server alive. Any other SHUTDOWN waits for the script
+/// like other commands (review rev-pcore F1).
 fn touches_no_stripe(argv: &[&[u8]]) -> bool {
     match argv {
         [name, sub] if is_word(name, "script") => is_word(sub, "kill"),
-        [name, ..] => ["ping", "echo", "time", "quit", "shutdown"]
+        [name, args @ ..] if is_word(name, "shutdown") => {
+            args.iter().any(|arg| is_word(arg, "nosave"))
+        }
+        [name, ..] => ["ping", "echo", "time", "quit"]
             .iter()
             .any(|word| is_word(name, word)),
         [] => true,

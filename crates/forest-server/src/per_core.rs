@@ -184,7 +184,7 @@ pub fn run(shared: &Arc<Shared>, listener: std::net::TcpListener) {
         }
     }
     // Connections see the stop at their next read; the runtimes end once theirs are done,
-    // a script's too.
+    // a running script's too (it runs to its end: `Scripts::stop`).
     shared.scripts.stop();
     let _ = stop_tx.send(true);
     for core in cores {

@@ -597,7 +597,7 @@ fn run_threads(shared: &Arc<Shared>, listener: TcpListener) {
         }
     }
     drop(listener);
-    // A running script would hold its connection's thread (`Scripts::stop`).
+    // A running script ends by itself (its time limit), a later one at once (`Scripts::stop`).
     shared.scripts.stop();
     let _ = stopper.join();
     // Blocked connections sleep on their waiter, not in a read: wake them to end.

@@ -104,7 +104,7 @@ async fn accept_loop(shared: Arc<Shared>, listener: std::net::TcpListener) {
         }
     }
     drop(listener);
-    // A running script would hold its connection past the grace (`Scripts::stop`).
+    // A running script ends by itself (its time limit), a later one at once (`Scripts::stop`).
     shared.scripts.stop();
     let _ = stop_tx.send(true);
     let drained = tokio::time::timeout(STOP_GRACE, async {

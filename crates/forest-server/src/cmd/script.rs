@@ -87,7 +87,7 @@ pub struct Scripts {
     running: AtomicBool,
     /// SCRIPT KILL asked the running script to stop.
     kill: Arc<AtomicBool>,
-    /// The server stops: every script, running or starting, is stopped ([`Scripts::stop`]).
+    /// The server stops: scripts that start from now on are stopped ([`Scripts::stop`]).
     stopping: AtomicBool,
     /// Scripts (or EXECs running one) taking or holding every stripe lock
     /// ([`Scripts::holding`]), and how their end is signalled.
@@ -233,17 +233,25 @@ impl Scripts {
         Running(&self.running)
     }
 
-    /// Whether a script runs, or takes or holds the stripes to run (SHUTDOWN answers BUSY).
+    /// Whether a script runs, or takes or holds the stripes to run (SHUTDOWN NOSAVE kills it).
     pub fn busy(&self) -> bool {
         self.running.load(Ordering::SeqCst) || self.holding()
     }
 
-    /// The server stops (SHUTDOWN NOSAVE, a signal, SHUTDOWN): the running script and any
-    /// later one stop at their next hook, their writes dropped, so that the stop waits for
-    /// no script's time limit (it waited up to 5 s, or for ever with no limit: review
-    /// rev-pcscript F4). Redis exits under a running script the same way.
+    /// The server stops (a signal, the stop handle, SHUTDOWN once its wait for the script
+    /// is over): the running script runs to its end, bounded by the time limit, as Redis
+    /// acts on a SIGTERM once the script has returned (review rev-pcore F5); a script that
+    /// starts later is stopped at its first hook, its writes dropped, so the stop waits for
+    /// no new script. With no time limit (0) the stop waits as long as the script runs, as
+    /// Redis does; SCRIPT KILL or SHUTDOWN NOSAVE ends it.
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::SeqCst);
+    }
+
+    /// SHUTDOWN NOSAVE: [`Self::stop`], and the running script is stopped at its next hook
+    /// too, its writes dropped (Redis exits under it).
+    pub fn stop_now(&self) {
+        self.stop();
         self.kill.store(true, Ordering::SeqCst);
     }
 
@@ -382,6 +390,14 @@ impl Scripts {
         match outcome {
             Outcome::Done(Ok(value)) => (lua_to_reply(&value), true),
             Outcome::Done(Err(error)) => (Err(script_error(&error, &sha)), true),
+            // Not a user's SCRIPT KILL: the server stops (review rev-pcore F5).
+            Outcome::Stopped(STOP_KILL) if self.stopping.load(Ordering::SeqCst) => (
+                Err(Frame::err(format!(
+                    "Script stopped: the server is shutting down... script: {sha}; none of \
+                     its writes were applied."
+                ))),
+                false,
+            ),
             Outcome::Stopped(STOP_KILL) => (
                 Err(Frame::err(format!(
                     "Script killed by user with SCRIPT KILL... script: {sha}; none of its \

@@ -8,7 +8,7 @@
 
 use crate::common;
 
-use common::{data_dir, read_exact_len, resp, Server};
+use common::{data_dir, io_flag_sets, read_exact_len, resp, Server};
 use std::io::Write;
 
 /// The store's fsync count so far.
@@ -81,6 +81,29 @@ fn sync_and_group_replies_wait_for_the_fsync() {
         assert!(
             after - before >= writes,
             "{mode}: {writes} sequential writes acknowledged after only {} fsyncs",
+            after - before
+        );
+    }
+}
+
+// Goal: the acknowledged-write rule holds under every I/O model, not only the default
+// (review rev-pcore F4: with per-core the default, the test above no longer ran threads).
+// Method: one round of each write in sync mode per `--io` flag set; the fsync count must
+// grow by at least one per write.
+#[test]
+fn sync_replies_wait_for_the_fsync_under_each_io_model() {
+    for io in io_flag_sets() {
+        let (_tmp, dir) = data_dir();
+        let mut flags = vec!["--durability", "sync"];
+        flags.extend_from_slice(&io);
+        let server = Server::start(&dir, &flags);
+        let mut c = server.client();
+        let before = fsyncs(&mut c);
+        let writes = one_of_each_write(&mut c, 0);
+        let after = fsyncs(&mut c);
+        assert!(
+            after - before >= writes,
+            "{io:?}: {writes} sequential writes acknowledged after only {} fsyncs",
             after - before
         );
     }
