@@ -246,3 +246,45 @@ mod tests {
         assert_eq!(map.candidates(5), vec![(3, 0), (4, 0)]);
     }
 }
+
+/// Review rev-clean (session 14): tests that show a finding, `#[ignore]`d so the branch stays
+/// green; run with `cargo test -p forest-llama --lib -- rev_clean --ignored --nocapture`.
+#[cfg(all(test, not(loom)))]
+mod rev_clean {
+    use super::*;
+
+    // rev: F5. Goal: the accounting's memory and the cleaner's per-call work stay bounded by
+    // the segments that exist, not by every segment ever removed. `removed` keeps one entry
+    // per removed segment forever, `candidates` walks every sequence from `tracked_from`
+    // (one set lookup each) and `written_bytes` counts the whole set: the store's evictor
+    // thread calls them (`above_target`, `pick_victim`) on every 50 ms poll, so after a day
+    // of a small store's 128 KiB segments (~400 removed a second at 50 MB/s: ~35 M) each call
+    // walks tens of millions of entries. Method: 1 000 000 segments written and removed in
+    // order, 4 left; time `candidates` and `written_bytes`, and the set's size.
+    #[test]
+    #[ignore = "rev: F5 the removed-segment set grows forever and candidates/written_bytes walk it on every call"]
+    fn rev_f5_removed_segments_cost_nothing_once_gone() {
+        const SEGMENTS: u64 = 1_000_000;
+        let mut map = SpaceMap::new(1 << 17, 0);
+        for s in 0..SEGMENTS {
+            map.mark_removed(s);
+        }
+        let below = SEGMENTS + 4;
+        let began = std::time::Instant::now();
+        let candidates = map.candidates(below);
+        let total = map.written_bytes(below * (1 << 17));
+        let took = began.elapsed();
+        eprintln!(
+            "{} removed entries kept; candidates ({}) + written_bytes ({total}) took {took:?}",
+            map.removed.len(),
+            candidates.len()
+        );
+        assert_eq!(candidates.len(), 4);
+        assert!(
+            map.removed.len() < 1_000,
+            "{} entries kept for removed segments",
+            map.removed.len()
+        );
+        assert!(took < std::time::Duration::from_millis(5), "{took:?}");
+    }
+}
