@@ -246,3 +246,41 @@ fn rev_f3_a_flush_does_not_wait_for_a_segment_removals_fsync() {
         "a flush waited {took:?} for another thread's segment removal"
     );
 }
+
+// rev: F7. Goal: the invariant the removed-segment readers rely on as documented
+// (forest-llama `clean.rs`: "Addresses only grow, so a word that held A and now holds
+// something else never holds A again"; ARCHITECTURE "Built: LSS cleaning": "since
+// addresses only grow, a changed word means 'moved'"). Method: evict a leaf (word = A), read
+// a key of it (the word now holds the loaded state), evict it again unchanged: the word
+// holds A again.
+#[test]
+#[ignore = "rev: F7 a word that held A and changed can hold A again (load, then evict unchanged): the documented invariant is false"]
+fn rev_f7_a_word_never_returns_to_an_address_it_left() {
+    let sim = SimDir::new(47);
+    let t = BwTree::with_config(small_pages())
+        .unwrap()
+        .with_lss(lss_on(Arc::new(sim)), None)
+        .unwrap();
+    for i in 0..100 {
+        t.upsert(&key(i), &value(i, 0)).unwrap();
+    }
+    flush_all(&t);
+    let pid = t
+        .page_ids()
+        .into_iter()
+        .find(|&pid| {
+            t.page_image(pid)
+                .is_some_and(|img| img.level == 0 && img.records.iter().any(|(k, _)| *k == key(5)))
+        })
+        .unwrap();
+    assert!(t.evict_pid(pid).unwrap());
+    let a = t.evicted_at(pid).unwrap();
+    assert!(t.try_get(&key(5)).unwrap().is_some());
+    assert!(
+        t.evicted_at(pid).is_none(),
+        "the read loaded the page: the word changed"
+    );
+    assert!(t.evict_pid(pid).unwrap());
+    let again = t.evicted_at(pid).unwrap();
+    assert_ne!(again, a, "the word left {a:?} and holds it again");
+}
