@@ -284,3 +284,33 @@ fn rev_f7_a_word_never_returns_to_an_address_it_left() {
     let again = t.evicted_at(pid).unwrap();
     assert_ne!(again, a, "the word left {a:?} and holds it again");
 }
+
+// rev: check (passes): an EIO at a relocation's Mk-Stable stops the cleaner with an error,
+// removes nothing, and leaves every evicted page readable. Method: the victim of
+// `fill_and_evict`; the 3rd sync from then on fails; clean the victim; every key reads.
+#[test]
+fn rev_check_eio_during_relocation_removes_nothing() {
+    let sim = SimDir::new(48);
+    let t = BwTree::with_config(small_pages())
+        .unwrap()
+        .with_lss(lss_on(Arc::new(sim.clone())), None)
+        .unwrap();
+    let victim = fill_and_evict(&t);
+    let words: Vec<_> = t
+        .page_ids()
+        .into_iter()
+        .map(|p| (p, t.evicted_at(p)))
+        .collect();
+    sim.set_faults(forest_file::FaultPlan::sync(3));
+    assert!(t.clean_segment(victim).is_err());
+    assert!(sim.exists(&segment_file_name(victim)).unwrap());
+    let relocations = t.clean_stats().unwrap().relocations.get();
+    let changed = words.iter().filter(|(p, w)| t.evicted_at(*p) != *w).count();
+    assert!(
+        changed as u64 <= relocations,
+        "{changed} words changed, {relocations} relocations"
+    );
+    for i in 0..400 {
+        assert!(t.try_get(&key(i)).unwrap().is_some(), "key {i}");
+    }
+}
