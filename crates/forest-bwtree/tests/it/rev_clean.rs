@@ -82,15 +82,11 @@ fn fill_and_evict(t: &BwTree) -> u64 {
     victim
 }
 
-// rev: F1. Goal: two trees on one LSS (`with_lss` takes an `Arc<Lss>` and refuses nothing)
-// keep their pages when one of them cleans. The accounting (`lss/space.rs`) is keyed by PID
-// alone, per LSS, while PIDs are per tree: tree A's cleaner finds tree B's PIDs in the
-// victim, reads them in A's mapping table (absent: `Empty`), notes them freed, and removes
-// the segment that holds B's evicted pages. Method: B with 400 keys, leaves evicted; A an
-// empty tree on the same LSS; A cleans B's oldest segment; B reads every key.
+// rev: F1. Two trees on one LSS would share the PID-keyed accounting: one tree's cleaner
+// would note the other's pieces dead and remove their segment. `with_lss` refuses an LSS a
+// live tree uses; once that tree is dropped the LSS may be attached again.
 #[test]
-#[ignore = "rev: F1 a second tree on the same LSS has its pieces noted dead and its segment removed by the other tree's cleaner"]
-fn rev_f1_two_trees_on_one_lss_keep_their_pages() {
+fn rev_f1_second_tree_on_one_lss_is_refused() {
     let sim = SimDir::new(41);
     let lss = lss_on(Arc::new(sim.clone()));
     let b = BwTree::with_config(small_pages())
@@ -98,28 +94,22 @@ fn rev_f1_two_trees_on_one_lss_keep_their_pages() {
         .with_lss(Arc::clone(&lss), None)
         .unwrap();
     let victim = fill_and_evict(&b);
-    let a = BwTree::with_config(small_pages())
+    let refused = BwTree::with_config(small_pages())
         .unwrap()
-        .with_lss(Arc::clone(&lss), None)
-        .unwrap();
-    let removed = a.clean_segment(victim).unwrap();
-    eprintln!(
-        "tree A removed segment {victim}: {removed}; file exists: {}",
-        sim.exists(&segment_file_name(victim)).unwrap()
-    );
-    let mut missing = Vec::new();
-    for i in 0..400 {
-        match b.try_get(&key(i)) {
-            Ok(Some(_)) => {}
-            other => missing.push((i, format!("{other:?}"))),
-        }
+        .with_lss(Arc::clone(&lss), None);
+    match refused {
+        Err(forest_core::Error::InvalidUse(why)) => assert!(why.contains("already used")),
+        other => panic!("a second tree on the LSS: {:?}", other.map(|_| ())),
     }
-    assert!(
-        missing.is_empty(),
-        "tree B lost {} keys after tree A cleaned; first: {:?}",
-        missing.len(),
-        missing.first()
-    );
+    assert!(sim.exists(&segment_file_name(victim)).unwrap());
+    for i in 0..400 {
+        assert!(b.try_get(&key(i)).unwrap().is_some(), "key {i}");
+    }
+    drop(b);
+    assert!(BwTree::with_config(small_pages())
+        .unwrap()
+        .with_lss(lss, None)
+        .is_ok());
 }
 
 // rev: F2. Goal: cleaning a segment costs a bounded number of buffer writes (each is a
@@ -208,7 +198,6 @@ impl Dir for SlowRemoveSync {
 // a remove takes 600 ms; thread A cleans a victim; once A is in that fsync, this thread
 // flushes a resident page and times it (expected: a few ms).
 #[test]
-#[ignore = "rev: F3 remove_segment holds the space mutex across unlink + directory fsync; every flush waits on it"]
 fn rev_f3_a_flush_does_not_wait_for_a_segment_removals_fsync() {
     let (tx, rx) = mpsc::channel();
     let dir = Arc::new(SlowRemoveSync {
@@ -247,42 +236,45 @@ fn rev_f3_a_flush_does_not_wait_for_a_segment_removals_fsync() {
     );
 }
 
-// rev: F7. Goal: the invariant the removed-segment readers rely on as documented
-// (forest-llama `clean.rs`: "Addresses only grow, so a word that held A and now holds
-// something else never holds A again"; ARCHITECTURE "Built: LSS cleaning": "since
-// addresses only grow, a changed word means 'moved'"). Method: evict a leaf (word = A), read
-// a key of it (the word now holds the loaded state), evict it again unchanged: the word
-// holds A again.
+// rev: F7. A word may return to an address it left (load, then evict unchanged), so
+// "addresses only grow" is no argument; what holds is that once a segment is removed no word
+// names it again: its removal needed every piece dead, by a newer image or a relocation CAS
+// made while the word held A (after which a load's install from A fails). Method: an evicted
+// leaf in the victim; load it and evict it again (the word may hold A again); clean the
+// victim; the word then lies outside it, and stays so across another load and eviction.
 #[test]
-#[ignore = "rev: F7 a word that held A and changed can hold A again (load, then evict unchanged): the documented invariant is false"]
-fn rev_f7_a_word_never_returns_to_an_address_it_left() {
+fn rev_f7_no_word_names_a_removed_segment() {
     let sim = SimDir::new(47);
     let t = BwTree::with_config(small_pages())
         .unwrap()
-        .with_lss(lss_on(Arc::new(sim)), None)
+        .with_lss(lss_on(Arc::new(sim.clone())), None)
         .unwrap();
-    for i in 0..100 {
-        t.upsert(&key(i), &value(i, 0)).unwrap();
-    }
-    flush_all(&t);
-    let pid = t
-        .page_ids()
-        .into_iter()
-        .find(|&pid| {
-            t.page_image(pid)
-                .is_some_and(|img| img.level == 0 && img.records.iter().any(|(k, _)| *k == key(5)))
-        })
-        .unwrap();
-    assert!(t.evict_pid(pid).unwrap());
+    let lss = Arc::clone(t.lss().unwrap());
+    let victim = fill_and_evict(&t);
+    let in_victim = |p| t.evicted_at(p).is_some_and(|a| lss.segment_of(a) == victim);
+    let pid = t.page_ids().into_iter().find(|&p| in_victim(p)).unwrap();
     let a = t.evicted_at(pid).unwrap();
-    assert!(t.try_get(&key(5)).unwrap().is_some());
-    assert!(
-        t.evicted_at(pid).is_none(),
-        "the read loaded the page: the word changed"
-    );
+    for i in 0..400 {
+        assert!(t.try_get(&key(i)).unwrap().is_some(), "key {i}");
+    }
+    assert!(t.evicted_at(pid).is_none(), "the reads loaded the page");
     assert!(t.evict_pid(pid).unwrap());
-    let again = t.evicted_at(pid).unwrap();
-    assert_ne!(again, a, "the word left {a:?} and holds it again");
+    eprintln!(
+        "evicted at {a:?}, loaded, evicted unchanged at {:?}",
+        t.evicted_at(pid)
+    );
+    assert!(t.clean_segment(victim).unwrap());
+    assert!(!sim.exists(&segment_file_name(victim)).unwrap());
+    assert!(t.page_ids().into_iter().all(|p| !in_victim(p)));
+    assert!(t.page_ids().into_iter().all(|p| t.evicted_at(p) != Some(a)));
+    for i in 0..400 {
+        assert!(t.try_get(&key(i)).unwrap().is_some(), "key {i}");
+    }
+    assert!(t.evict_pid(pid).unwrap());
+    assert!(
+        !in_victim(pid),
+        "the page was evicted back into the removed segment"
+    );
 }
 
 // rev: check (passes): an EIO at a relocation's Mk-Stable stops the cleaner with an error,
