@@ -144,7 +144,7 @@ impl BwTree {
             }
         }
         if lss.segment_live_bytes(sequence) > 0 {
-            return Ok(false); // a page came back into it? (cannot: addresses only grow)
+            return Ok(false); // a page came back into it? (cannot: posts go to the log end)
         }
         forest_core::pause::pause_point("clean:before-remove");
         lss.remove_segment(sequence)?;

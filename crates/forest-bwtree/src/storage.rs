@@ -92,6 +92,12 @@ pub(crate) struct Storage {
     pub(crate) cleaning: Mutex<()>,
 }
 
+impl Drop for Storage {
+    fn drop(&mut self) {
+        self.lss.detach();
+    }
+}
+
 std::thread_local! {
     /// Page holds this thread has open (any tree): its own eviction must not wait for them.
     static HOLDING: Cell<u32> = const { Cell::new(0) };
@@ -176,13 +182,17 @@ fn shape(node: &Node, esl: u64) -> Shape {
 impl BwTree {
     /// This tree on `lss` (issue 17): pages may be flushed to it and, with
     /// `memory_budget_bytes`, evicted when the resident bytes of page states (base pages and
-    /// deltas) pass the budget, and read back when met. Call on a fresh tree.
+    /// deltas) pass the budget, and read back when met. Call on a fresh tree. One tree per
+    /// LSS: an `lss` another live tree uses is refused with [`Error::InvalidUse`] (its
+    /// cleaner would take this tree's pieces, keyed by PID, for dead ones).
     pub fn with_lss(mut self, lss: Arc<Lss>, memory_budget_bytes: Option<u64>) -> Result<Self> {
         if memory_budget_bytes == Some(0) {
             return Err(Error::Config(
                 "memory_budget_bytes is 0; give at least one page's bytes, or none".into(),
             ));
         }
+        // One tree per LSS (`Lss::attach`); released when this tree's storage drops.
+        lss.attach()?;
         let storage = Storage {
             lss,
             budget: memory_budget_bytes,

@@ -22,11 +22,17 @@
 //! Invariants:
 //! - A word holds an address only if every piece up to it is stable (eviction's invariant):
 //!   [`relocate`] makes the image stable before its CAS.
-//! - Addresses only grow, so a word that held A and now holds something else never holds A
-//!   again: a reader that read A before the CAS and finds V gone re-reads the word, finds it
-//!   changed, and starts over (forest-bwtree `storage.rs`); nothing else keeps V's addresses
-//!   (a resident page's flush deltas in V are superseded by the image's delta on top, and
-//!   runs continue from the newest flush delta).
+//! - Once V is removed, no word holds an address in V again. A word may return to an address
+//!   it left (load, then evict unchanged: the loaded state names A, review rev-clean F7), but
+//!   V is removed only after every piece in it is dead, which takes either a newer image
+//!   installed on the page's in-memory state (later evictions write the newer address) or a
+//!   relocation CAS made while the word held A (after it, a load's install, which CASes from
+//!   A, fails and cannot install a state naming A). So a reader that read A before and finds
+//!   V gone re-reads the word, finds it changed, and starts over (forest-bwtree
+//!   `storage.rs`); nothing else keeps V's addresses (a resident page's flush deltas in V are
+//!   superseded by the image's delta on top, and runs continue from the newest flush delta).
+//! - One tree per LSS ([`Lss::attach`]): pieces are keyed by PID, which one tree's mapping
+//!   table gives a meaning.
 //! - A segment is removed only with zero live bytes and below Hi-Stable's segment, after a
 //!   Mk-Stable of everything posted.
 

@@ -418,6 +418,9 @@ struct Shared {
     counters: Counters,
     /// Live pieces per segment and page (`space.rs`), for the cleaner.
     space: Mutex<SpaceMap>,
+    /// A tree uses this LSS ([`Lss::attach`]): the accounting is keyed by PID, and PIDs are
+    /// per tree, so one tree per LSS.
+    attached: AtomicBool,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -481,6 +484,7 @@ impl Lss {
             failure: OnceLock::new(),
             counters: Counters::default(),
             space: Mutex::new(SpaceMap::new(config.segment_bytes, end)),
+            attached: AtomicBool::new(false),
         });
         // Generation 0 starts at the end found; everything below it is durable.
         let base = if end.is_multiple_of(config.segment_bytes) {
@@ -621,6 +625,29 @@ impl Lss {
     // -----------------------------------------------------------------------------------
     // Live-piece accounting and segment removal (`space.rs`, `crate::clean`).
 
+    /// Marks the LSS as used by one tree; refused if a tree already uses it. One tree per
+    /// LSS: the live-piece accounting and the cleaner's relocation key pieces by PID, which
+    /// only one mapping table gives a meaning (another tree's pieces would look dead).
+    pub fn attach(&self) -> Result<()> {
+        if self
+            .shared
+            .attached
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Err(Error::InvalidUse(format!(
+                "the LSS in {} is already used by a tree; give each tree its own LSS",
+                self.shared.segments.dir().path().display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Undoes [`Self::attach`] (the tree that used the LSS is gone).
+    pub fn detach(&self) {
+        self.shared.attached.store(false, Ordering::Release);
+    }
+
     /// The segment that holds `address`.
     pub fn segment_of(&self, address: LssAddress) -> u64 {
         address.offset() / self.shared.config.segment_bytes
@@ -697,21 +724,40 @@ impl Lss {
     /// piece in it is live or the segment is not wholly durable.
     pub fn remove_segment(&self, sequence: u64) -> Result<()> {
         self.shared.mk_stable(LSS_OFFSET_MAX - 1)?;
+        {
+            let mut space = self.shared.space.lock();
+            let hi = self.shared.hi_stable.load(Ordering::Acquire);
+            if space.is_removed(sequence) {
+                return Ok(());
+            }
+            let live = space.live_bytes(sequence);
+            if live > 0 || sequence >= hi / self.shared.config.segment_bytes {
+                return Err(Error::InvalidUse(format!(
+                    "LSS segment {sequence} cannot be removed: {live} live bytes, Hi-Stable {hi}"
+                )));
+            }
+            if space.is_removing(sequence) {
+                return Err(Error::InvalidUse(format!(
+                    "LSS segment {sequence} is being removed by another thread"
+                )));
+            }
+            // No note can name this segment any more (no live piece, wholly durable), so the
+            // mark alone keeps it out of the candidates; the delete and the directory fsync
+            // run without the lock, which every flush's reservation takes.
+            space.mark_removing(sequence);
+        }
+        let removed = self.shared.segments.remove(sequence);
         let mut space = self.shared.space.lock();
-        let hi = self.shared.hi_stable.load(Ordering::Acquire);
-        if space.is_removed(sequence) {
-            return Ok(());
+        match removed {
+            Ok(()) => {
+                space.mark_removed(sequence);
+                Ok(())
+            }
+            Err(e) => {
+                space.unmark_removing(sequence);
+                Err(e)
+            }
         }
-        let live = space.live_bytes(sequence);
-        if live > 0 || sequence >= hi / self.shared.config.segment_bytes {
-            return Err(Error::InvalidUse(format!(
-                "LSS segment {sequence} cannot be removed: {live} live bytes, Hi-Stable {hi}"
-            )));
-        }
-        // Under the space lock: no note races the removal (none can name this segment).
-        self.shared.segments.remove(sequence)?;
-        space.mark_removed(sequence);
-        Ok(())
     }
 
     /// Makes everything posted durable and stops the writer threads; the first failure, if

@@ -226,12 +226,14 @@ impl Segments {
     /// Deletes segment `sequence`'s file and forgets its handles (a reader still holding
     /// one finishes its read on the unlinked file), then syncs the directory.
     pub(crate) fn remove(&self, sequence: u64) -> Result<()> {
-        self.files.lock().remove(&sequence);
-        self.readers.lock().remove(&sequence);
         let name = segment_file_name(sequence);
         if self.dir.exists(&name)? {
             self.dir.remove(&name)?;
         }
+        // After the delete: a reader that opened a handle before it is cut off here, and
+        // none can open a new one (review rev-clean F8).
+        self.files.lock().remove(&sequence);
+        self.readers.lock().remove(&sequence);
         self.dir.sync_dir()
     }
 
