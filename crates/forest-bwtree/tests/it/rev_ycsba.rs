@@ -37,14 +37,18 @@ fn scan_all(tree: &BwTree) -> Vec<(Vec<u8>, Vec<u8>)> {
 // and of 2000 bytes in blocks, in runs, and one huge among small ones; count merges.
 #[test]
 fn rev_ycsba_mixed_sizes_insert_only_never_merges() {
-    let patterns: [(&str, fn(u32) -> usize); 4] = [
+    type Pattern = (&'static str, fn(u32) -> usize);
+    let patterns: [Pattern; 4] = [
         ("alternate 8/2000", |i| if i % 2 == 0 { 8 } else { 2000 }),
         ("blocks of 20", |i| if (i / 20) % 2 == 0 { 8 } else { 2000 }),
         ("blocks of 40", |i| if (i / 40) % 2 == 0 { 8 } else { 2000 }),
-        (
-            "one 64 KiB in 50",
-            |i| if i % 50 == 0 { 64 << 10 } else { 8 },
-        ),
+        ("one 64 KiB in 50", |i| {
+            if i.is_multiple_of(50) {
+                64 << 10
+            } else {
+                8
+            }
+        }),
     ];
     let mut failures = Vec::new();
     for (name, len) in patterns {
@@ -143,7 +147,7 @@ fn rev_ycsba_hash_collisions_agree_with_model() {
 fn rev_ycsba_same_size_updates_do_not_reshape() {
     let tree = BwTree::new();
     let n = 4000u32;
-    let len = |i: u32| if i % 50 == 0 { 64 << 10 } else { 8 };
+    let len = |i: u32| if i.is_multiple_of(50) { 64 << 10 } else { 8 };
     for i in 0..n {
         tree.upsert(format!("user{i:08}").as_bytes(), &vec![7u8; len(i)])
             .unwrap();
@@ -181,7 +185,7 @@ fn rev_ycsba_mixed_sizes_concurrent_churn_agrees_with_model() {
             let tree = tree.clone();
             std::thread::spawn(move || {
                 let mut model = BTreeMap::new();
-                let mut x: u64 = 0x2545_F491_4F6C_DD1D ^ u64::from(t + 1) * 0x9E37_79B9;
+                let mut x: u64 = 0x2545_F491_4F6C_DD1D ^ (u64::from(t + 1) * 0x9E37_79B9);
                 let mut rnd = |m: u64| {
                     x ^= x << 13;
                     x ^= x >> 7;
