@@ -15,6 +15,7 @@
 //! - `conformance` (feature `testkit`): the one test kit every engine passes.
 
 pub mod error;
+pub mod hash;
 pub mod index;
 pub mod limits;
 pub mod pause;

@@ -45,6 +45,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::ops::{Bound, ControlFlow};
 use std::sync::atomic::{AtomicI64, Ordering};
 
+use forest_core::hash::{fold_words, GOLDEN};
 use forest_core::Order;
 use forest_store::Store;
 use parking_lot::{ReentrantMutex, ReentrantMutexGuard};
@@ -225,30 +226,11 @@ pub fn score_from(bytes: [u8; 8]) -> f64 {
 /// shared a stripe under every seed (review rev-lists14 F1). A poor spread would cost
 /// contention, never correctness.
 fn stripe_hash(seed: u64, user: &[u8]) -> u64 {
-    const K: u64 = 0x9e37_79b9_7f4a_7c15;
     let fold = |a: u64, b: u64| {
         let p = u128::from(a) * u128::from(b);
         (p as u64) ^ ((p >> 64) as u64)
     };
-    let mix = |h: u64, word: u64| fold(word ^ seed, h ^ K);
-    let mut h = seed ^ (user.len() as u64).wrapping_mul(K);
-    let mut words = user.chunks_exact(8);
-    for word in &mut words {
-        let mut bytes = [0u8; 8];
-        bytes.copy_from_slice(word);
-        h = mix(h, u64::from_le_bytes(bytes));
-    }
-    let rest = words.remainder();
-    if !rest.is_empty() {
-        let mut bytes = [0u8; 8];
-        bytes[..rest.len()].copy_from_slice(rest);
-        h = mix(h, u64::from_le_bytes(bytes));
-    }
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    h ^ (h >> 33)
+    fold_words(seed, user, |h, word| fold(word ^ seed, h ^ GOLDEN))
 }
 
 /// The server's collection state: stripe locks and the two counts.

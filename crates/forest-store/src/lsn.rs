@@ -16,6 +16,7 @@
 //! LSNs from the replay start ([`recovery_cutoff`]). A write is acknowledged only when every
 //! LSN up to its own is durable (see `wal::group_commit`), so the cutoff never drops it.
 
+use forest_core::hash::{fold_words, GOLDEN};
 use parking_lot::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -76,26 +77,8 @@ impl LsnAllocator {
 /// [`KeyStripes::index_of`]'s hash: every byte moves it, and its low bits are as mixed as
 /// its high ones (the finaliser), so the stripe mask may take them.
 fn key_hash(key: &[u8]) -> u64 {
-    const K: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mix = |h: u64, word: u64| (h ^ word).wrapping_mul(K).rotate_left(29);
-    let mut h = (key.len() as u64).wrapping_mul(K);
-    let mut words = key.chunks_exact(8);
-    for word in &mut words {
-        let mut bytes = [0u8; 8];
-        bytes.copy_from_slice(word);
-        h = mix(h, u64::from_le_bytes(bytes));
-    }
-    let rest = words.remainder();
-    if !rest.is_empty() {
-        let mut bytes = [0u8; 8];
-        bytes[..rest.len()].copy_from_slice(rest);
-        h = mix(h, u64::from_le_bytes(bytes));
-    }
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    h ^ (h >> 33)
+    let mix = |h: u64, word: u64| (h ^ word).wrapping_mul(GOLDEN).rotate_left(29);
+    fold_words(0, key, mix)
 }
 
 /// How many key stripes: enough that unrelated keys rarely share one under 64 writers.

@@ -702,10 +702,8 @@ impl Store {
     /// a page answers false and parks the error ([`Self::take_load_error`],
     /// [`ReadFailures`]); [`Self::try_get`] returns it.
     pub fn get(&self, key: &[u8], out: &mut Vec<u8>) -> bool {
-        self.try_get(key, out).unwrap_or_else(|e| {
-            self.park(e);
-            false
-        })
+        let read = self.try_get(key, out);
+        self.or_park(read, || false)
     }
 
     /// [`Self::get`] that returns a page-load error (file, offset, page) instead of "not
@@ -732,12 +730,8 @@ impl Store {
     /// parked as by [`Self::get`] and every key visited as absent; [`Self::try_get_many`]
     /// returns it.
     pub fn get_many(&self, keys: &[&[u8]], visit: &mut dyn FnMut(usize, Option<&[u8]>)) {
-        if let Err(e) = self.try_get_many(keys, visit) {
-            self.park(e);
-            for i in 0..keys.len() {
-                visit(i, None);
-            }
-        }
+        let read = self.try_get_many(keys, visit);
+        self.or_park(read, || (0..keys.len()).for_each(|i| visit(i, None)))
     }
 
     /// [`Self::get_many`] that returns a page-load error; `visit` is then not called.
@@ -820,9 +814,8 @@ impl Store {
         limit: usize,
         visit: &mut Visitor<'_>,
     ) {
-        if let Err(e) = self.try_scan_up_to(lower, upper, order, limit, visit) {
-            self.park(e);
-        }
+        let read = self.try_scan_up_to(lower, upper, order, limit, visit);
+        self.or_park(read, || ())
     }
 
     /// [`Self::scan_up_to`] for keys alone: the values are not copied into the scan's
@@ -836,9 +829,8 @@ impl Store {
         limit: usize,
         visit: &mut Visitor<'_>,
     ) {
-        if let Err(e) = self.try_scan_keys_up_to(lower, upper, order, limit, visit) {
-            self.park(e);
-        }
+        let read = self.try_scan_keys_up_to(lower, upper, order, limit, visit);
+        self.or_park(read, || ())
     }
 
     /// [`Self::scan_up_to`] that returns a page-load error (the visitor may have seen a
@@ -1555,6 +1547,15 @@ impl Store {
         if let Some(llama) = &self.llama {
             llama.park(error);
         }
+    }
+
+    /// The result of a read that has no `Result` in its signature: its value, or, after a
+    /// page-load error, `absent()` with the error parked ([`Self::park`]).
+    fn or_park<T>(&self, read: Result<T>, absent: impl FnOnce() -> T) -> T {
+        read.unwrap_or_else(|e| {
+            self.park(e);
+            absent()
+        })
     }
 
     /// [`Self::scan`] that returns a page-load error (the visitor may have seen a prefix).
