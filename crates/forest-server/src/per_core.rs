@@ -44,20 +44,34 @@ use crate::tokio_io::Durable;
 /// The name of a runtime's blocking threads (scripts, SAVE), as `top -H` and /proc show it.
 const BLOCKING_THREAD_NAME: &str = "forest-blk";
 
+/// The store's sync, as a waiter runs it.
+type SyncFn = dyn Fn() -> forest_core::Result<()> + Send + Sync;
+
 /// A runtime's durability waiter: a thread that blocks in the store's sync on behalf of
 /// the runtime's tasks (see the module doc).
-#[derive(Debug, Default)]
 pub struct Waiter {
     queue: Mutex<Queue>,
     work: Condvar,
+    /// The store's directory, for the error of a wait whose sync panicked.
+    dir: PathBuf,
+    sync: Arc<SyncFn>,
+}
+
+impl std::fmt::Debug for Waiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waiter")
+            .field("queue", &self.queue)
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Default)]
 struct Queue {
     waiting: Vec<oneshot::Sender<()>>,
     stop: bool,
-    /// The thread panicked: the store's directory, for the error every wait gets.
-    failed: Option<PathBuf>,
+    /// The thread panicked.
+    failed: bool,
 }
 
 /// The error of a wait whose waiter thread panicked: whether the write is durable is
@@ -71,36 +85,57 @@ fn waiter_failed(dir: &Path) -> forest_core::Error {
 }
 
 impl Waiter {
+    /// A waiter for the store in `dir` whose sync is `sync`; [`Self::run`] is its thread.
+    pub fn new(
+        dir: PathBuf,
+        sync: impl Fn() -> forest_core::Result<()> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            queue: Mutex::default(),
+            work: Condvar::new(),
+            dir,
+            sync: Arc::new(sync),
+        }
+    }
+
     /// Returns once every write logged before the call is durable, or the store failed
-    /// (the batch's own wait then reports the error); an error if the waiter thread
-    /// panicked (before or during this wait).
+    /// (the batch's own wait then reports the error); an error if the sync that served it
+    /// panicked. Once the waiter thread panicked, each wait runs the sync on a blocking
+    /// thread of the runtime instead (review rev-pcore F6: such writes were applied but
+    /// answered "not acknowledged", so a client retrying an INCR applied it twice).
     pub async fn durable(&self) -> forest_core::Result<()> {
         let (tx, rx) = oneshot::channel();
-        {
+        let failed = {
             let mut queue = self.queue.lock();
-            if let Some(dir) = &queue.failed {
-                return Err(waiter_failed(dir));
+            if !queue.failed && !queue.stop {
+                queue.waiting.push(tx);
             }
-            if queue.stop {
-                return Ok(());
+            (queue.failed, queue.stop)
+        };
+        match failed {
+            (true, _) => {
+                let sync = Arc::clone(&self.sync);
+                // A result's error is the batch's to report, as in `run`.
+                tokio::task::spawn_blocking(move || drop(sync()))
+                    .await
+                    .map_err(|_| waiter_failed(&self.dir))
             }
-            queue.waiting.push(tx);
+            (false, true) => Ok(()),
+            (false, false) => {
+                self.work.notify_one();
+                // A sender dropped unanswered: the thread panicked in this wait's `sync`.
+                rx.await.map_err(|_| waiter_failed(&self.dir))
+            }
         }
-        self.work.notify_one();
-        // A sender dropped unanswered: the thread panicked in `sync`.
-        rx.await.map_err(|_| {
-            let queue = self.queue.lock();
-            waiter_failed(queue.failed.as_deref().unwrap_or(Path::new("")))
-        })
     }
 
     /// The waiter thread's loop: one `sync` per round of requests, until stopped. If it
-    /// panics, every wait queued or to come is answered with an error (rev-io low finding:
-    /// they were never answered).
-    fn run(&self, dir: &Path, sync: impl Fn() -> forest_core::Result<()>) {
+    /// panics, the waits it held are answered with an error (rev-io low finding: they were
+    /// never answered) and later ones sync on a blocking thread ([`Self::durable`]).
+    pub fn run(&self) {
         let _failed = OnPanic(|| {
             let mut queue = self.queue.lock();
-            queue.failed = Some(dir.to_path_buf());
+            queue.failed = true;
             queue.waiting.clear();
         });
         loop {
@@ -115,7 +150,7 @@ impl Waiter {
                 std::mem::take(&mut queue.waiting)
             };
             // An error is the batch's to report: its wait returns it at once.
-            let _ = sync();
+            let _ = (self.sync)();
             for tx in waiting {
                 let _ = tx.send(());
             }
@@ -209,14 +244,14 @@ fn start_core(
         .enable_time()
         .build()?;
     let durable = if shared.config.durability.acks_durable() {
-        let waiter = Arc::new(Waiter::default());
+        let sync_shared = Arc::clone(shared);
+        let waiter = Arc::new(Waiter::new(shared.config.dir.clone(), move || {
+            sync_shared.store.sync()
+        }));
         let thread_waiter = Arc::clone(&waiter);
-        let thread_shared = Arc::clone(shared);
         let handle = std::thread::Builder::new()
             .name(format!("forest-wait-{index}"))
-            .spawn(move || {
-                thread_waiter.run(&thread_shared.config.dir, || thread_shared.store.sync());
-            })?;
+            .spawn(move || thread_waiter.run())?;
         Some((waiter, handle))
     } else {
         None
@@ -479,19 +514,18 @@ mod tests {
     }
 
     // Goal (rev-io low finding): a waiter thread that panics in its sync answers the wait
-    // it served and every later one with an error, at once.
-    // Method: a waiter whose sync panics, on its own thread; two waits on a runtime, each
-    // bounded by 10 s. Without the drop guard the second wait was never answered.
+    // it served with an error, at once, and a later one too when its own sync (on a
+    // blocking thread since rev-pcore F6) panics as well.
+    // Method: a waiter whose sync always panics, on its own thread; two waits on a runtime,
+    // each bounded by 10 s. Without the drop guard the second wait was never answered.
     #[test]
     fn a_panicking_waiter_answers_every_wait_with_an_error() {
-        let waiter = Arc::new(Waiter::default());
+        let waiter = Arc::new(Waiter::new(PathBuf::from("dir"), || -> Result<()> {
+            panic!("injected: sync")
+        }));
         let thread = {
             let waiter = Arc::clone(&waiter);
-            std::thread::spawn(move || {
-                waiter.run(Path::new("dir"), || -> Result<()> {
-                    panic!("injected: sync")
-                })
-            })
+            std::thread::spawn(move || waiter.run())
         };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
@@ -506,6 +540,51 @@ mod tests {
                 assert!(
                     error.contains("durability waiter panicked"),
                     "{which}: {error}"
+                );
+            }
+        });
+        assert!(thread.join().is_err(), "the waiter did not panic");
+    }
+
+    // Goal (review rev-pcore F6): after the waiter thread panicked, a later write on its
+    // runtime is still made durable and acknowledged (it was applied but answered "not
+    // acknowledged", so a client retrying an INCR applied it twice).
+    // Method: a waiter whose sync panics once, then counts its calls; the wait it served
+    // fails, a later wait succeeds, and only after a sync that began after it asked.
+    #[test]
+    fn a_wait_after_the_waiter_panicked_is_made_durable() {
+        let syncs = Arc::new(AtomicUsize::new(0));
+        let waiter = {
+            let syncs = Arc::clone(&syncs);
+            Arc::new(Waiter::new(PathBuf::from("dir"), move || -> Result<()> {
+                if syncs.fetch_add(1, Ordering::SeqCst) == 0 {
+                    panic!("injected: sync");
+                }
+                Ok(())
+            }))
+        };
+        let thread = {
+            let waiter = Arc::clone(&waiter);
+            std::thread::spawn(move || waiter.run())
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let served = tokio::time::timeout(Duration::from_secs(10), waiter.durable())
+                .await
+                .expect("the wait it served was never answered");
+            assert!(served.is_err(), "the panicked sync's wait was acknowledged");
+            for round in 0..2 {
+                let before = syncs.load(Ordering::SeqCst);
+                tokio::time::timeout(Duration::from_secs(10), waiter.durable())
+                    .await
+                    .expect("a later wait was never answered")
+                    .unwrap_or_else(|e| panic!("later wait {round}: {e}"));
+                assert!(
+                    syncs.load(Ordering::SeqCst) > before,
+                    "later wait {round} was answered without a sync"
                 );
             }
         });
