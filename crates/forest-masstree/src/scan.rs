@@ -168,19 +168,10 @@ impl Batch {
     }
 }
 
-/// A scan's buffers: its batch, the key prefix of the layer being walked and the key it
-/// resumes after, kept per thread so a scan allocates nothing once the thread has scanned.
-#[derive(Default)]
-struct Scratch {
-    batch: Batch,
-    prefix: Vec<u8>,
-    resume: Vec<u8>,
-}
-
 thread_local! {
-    /// The thread's buffers between scans (taken while a scan runs, so a scan nested in a
-    /// visitor gets fresh ones).
-    static BUFFER: Cell<Scratch> = Cell::new(Scratch::default());
+    /// The thread's batch buffer between scans (taken while a scan runs, so a scan nested in
+    /// a visitor gets a fresh one).
+    static BUFFER: Cell<Batch> = Cell::new(Batch::default());
 }
 
 /// A slot of a border node, as read before the node's validation.
@@ -274,19 +265,6 @@ struct Level<'g, const W: usize, const F: usize> {
     version: u64,
     /// Ascending: the first place still to hand out; descending: the last.
     at: Place,
-    /// The live slots of `node` read at `version` and the `next` link read with them, kept
-    /// while the walk is in a layer below (`Some` only then): back from it, the walk goes on
-    /// from this snapshot if the node's version is still `version`, instead of re-reading
-    /// and re-prefetching the whole node once per layer link (YCSB's `user` keys put about
-    /// 11 keys in each layer, so a layer-0 node was read about 15 times).
-    kept: Option<Kept<'g, W, F>>,
-}
-
-/// A border node's validated snapshot (`Level::kept`).
-struct Kept<'g, const W: usize, const F: usize> {
-    items: [Option<Item<'g, W, F>>; W],
-    count: usize,
-    next: Option<BorderRef<'g, W, F>>,
 }
 
 /// An item's place.
@@ -419,7 +397,6 @@ impl<'s, 'g, const W: usize, const F: usize> Collect<'s, 'g, '_, W, F> {
             node,
             version,
             at,
-            kept: None,
         })
     }
 
@@ -514,18 +491,7 @@ impl<'s, 'g, const W: usize, const F: usize> Collect<'s, 'g, '_, W, F> {
         let mut stack: Vec<Level<'g, W, F>> = Vec::new();
         stack.extend(self.enter(root, true));
         while let Some(level) = stack.last_mut() {
-            let snapshot = match level.kept.take() {
-                // Back from a layer below, and the node has not changed since it was read:
-                // its snapshot still holds (its blocks and layers were prefetched then).
-                Some(k) if !level.node.base.version.has_changed(level.version) => {
-                    items = k.items;
-                    Some((k.count, k.next, false))
-                }
-                _ => self
-                    .read_validated(level, &mut items)
-                    .map(|(count, next)| (count, next, true)),
-            };
-            let Some((count, next, fresh)) = snapshot else {
+            let Some((count, next)) = self.read_validated(level, &mut items) else {
                 if !level.layer0 && level.node.node() == level.link {
                     // The layer was emptied and removed since its slot was validated.
                     stack.pop();
@@ -536,7 +502,7 @@ impl<'s, 'g, const W: usize, const F: usize> Collect<'s, 'g, '_, W, F> {
                 self.tree.counters.restarts.incr();
                 return ControlFlow::Break(Stop::More);
             };
-            if fresh && self.tree.config.prefetch {
+            if self.tree.config.prefetch {
                 self.prefetch(level, &items[..count], next);
             }
             let mut below = None;
@@ -585,8 +551,7 @@ impl<'s, 'g, const W: usize, const F: usize> Collect<'s, 'g, '_, W, F> {
             }
             if let Some((slice, link)) = below {
                 // Into the layer below, at its place in key order; this level goes on once
-                // it is done, from its snapshot if the node is unchanged by then.
-                level.kept = Some(Kept { items, count, next });
+                // it is done, re-reading its node (the items above are overwritten).
                 push_slice(self.prefix, slice, SLICE_BYTES);
                 match self.enter(link.node(), false) {
                     Some(l) => stack.push(l),
@@ -678,12 +643,8 @@ fn run<const W: usize, const F: usize>(
     visit: &mut Visitor<'_>,
     pinned: bool,
 ) {
-    let Scratch {
-        mut batch,
-        mut prefix,
-        resume: mut resume_buf,
-    } = BUFFER.take();
-    resume_buf.clear();
+    let mut batch = BUFFER.take();
+    let mut prefix = Vec::new();
     // The last key handed out, once a batch was.
     let mut resume: Option<Vec<u8>> = None;
     let mut handed_count = 0;
@@ -724,7 +685,7 @@ fn run<const W: usize, const F: usize>(
                 break;
             }
             if handed {
-                let r = resume.get_or_insert_with(|| std::mem::take(&mut resume_buf));
+                let r = resume.get_or_insert_with(Vec::new);
                 r.clear();
                 r.extend_from_slice(&batch.bytes[batch.last_at..]);
             }
@@ -741,7 +702,7 @@ fn run<const W: usize, const F: usize>(
             break;
         }
         if let Some(last) = batch.last_key() {
-            let r = resume.get_or_insert_with(|| std::mem::take(&mut resume_buf));
+            let r = resume.get_or_insert_with(Vec::new);
             r.clear();
             r.extend_from_slice(last);
         }
@@ -754,12 +715,7 @@ fn run<const W: usize, const F: usize>(
     }
     if batch.bytes.capacity() <= KEPT_BYTES_MAX {
         batch.clear();
-        let resume = resume.unwrap_or(resume_buf);
-        BUFFER.set(Scratch {
-            batch,
-            prefix,
-            resume,
-        });
+        BUFFER.set(batch);
     }
 }
 
