@@ -43,7 +43,9 @@ fn main() {
             buffer_count: 2,
             writer_thread_count: 1,
         };
-        let lss = Lss::open(dir, lss_config, LssAddress::current(0)).unwrap().0;
+        let lss = Lss::open(dir, lss_config, LssAddress::current(0))
+            .unwrap()
+            .0;
         tree = tree.with_lss(Arc::new(lss), None).unwrap();
     }
     for i in 0..keys {
