@@ -68,7 +68,8 @@ pub enum PageFlush {
     /// The page changed between the read and the flush delta's CAS: a failed-flush filler
     /// took the room (at `filler`); the caller may flush again.
     Lost { filler: LssAddress },
-    /// The page is frozen by a merge: not flushed.
+    /// The page is frozen by a merge, or not yet published by the SMO step that allocated
+    /// it (`smo_log.rs`): not flushed.
     Frozen,
     /// The PID holds no page (merged away and freed).
     Gone,
