@@ -10,7 +10,9 @@
 //! word (`storage.rs` `moved`).
 
 use forest_core::Result;
-use forest_llama::clean::{above_target, pick_victim, relocate, CleanStats};
+use forest_llama::clean::{
+    above_target, finish_relocations, pick_victim, post_relocation, relocate, CleanStats,
+};
 use forest_llama::lss::{Lss, LssAddress};
 use forest_llama::page_state::PageLocation;
 use forest_llama::read::{payload_error, read_pieces};
@@ -138,7 +140,9 @@ impl BwTree {
             return Ok(false);
         };
         let lss = &storage.lss;
-        for pid in lss.segment_live_pages(sequence) {
+        let pids = lss.segment_live_pages(sequence);
+        self.catching(|| self.relocate_evicted(lss, &pids))??;
+        for pid in pids {
             if !self.catching(|| self.clean_page(lss, pid, sequence))?? {
                 return Ok(false);
             }
@@ -150,6 +154,51 @@ impl BwTree {
         lss.remove_segment(sequence)?;
         storage.clean_stats.segments_cleaned.incr();
         Ok(true)
+    }
+
+    /// Relocates every page of `pids` that is evicted now with one Mk-Stable for all their
+    /// images (forest-llama `finish_relocations`; review rev-clean F2: one per page cost a
+    /// buffer write and an fsync each). A page that changes meanwhile is left to
+    /// [`Self::clean_page`], which looks at it again.
+    fn relocate_evicted(&self, lss: &Lss, pids: &[Pid]) -> Result<()> {
+        let Some(storage) = &self.storage else {
+            return Ok(());
+        };
+        let guard = &crossbeam_epoch::pin();
+        let mut posted = Vec::new();
+        for &pid in pids {
+            let PageLocation::Stored(bits) = self.table.read_location(pid) else {
+                continue;
+            };
+            let Some(old) = LssAddress::from_bits(bits) else {
+                continue;
+            };
+            let (image, lsn_low, lsn_high) = match self.image_of_pieces(lss, pid, old) {
+                Ok(found) => found,
+                Err(_) if self.moved(pid, bits) => continue,
+                Err(e) => return Err(e),
+            };
+            match post_relocation(
+                lss,
+                pid,
+                old,
+                &image,
+                lsn_low,
+                lsn_high,
+                &storage.clean_stats,
+            ) {
+                Ok(p) => posted.push(p),
+                Err(e) => {
+                    // Posted images die unswitched; every word is unchanged.
+                    for p in &posted {
+                        lss.note_lost(p.pid, p.image);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        finish_relocations(&self.table, lss, &posted, &storage.clean_stats, guard)?;
+        Ok(())
     }
 
     /// Moves page `pid`'s live pieces out of segment `sequence`; whether none is left there.

@@ -68,7 +68,8 @@ pub enum PageFlush {
     /// The page changed between the read and the flush delta's CAS: a failed-flush filler
     /// took the room (at `filler`); the caller may flush again.
     Lost { filler: LssAddress },
-    /// The page is frozen by a merge: not flushed.
+    /// The page is frozen by a merge, or not yet published by the SMO step that allocated
+    /// it (`smo_log.rs`): not flushed.
     Frozen,
     /// The PID holds no page (merged away and freed).
     Gone,
@@ -400,7 +401,7 @@ fn plan(node: &Node, esl: u64) -> Plan<'_> {
 
 /// The LSN range of the record deltas at or below `esl` in the chain from `node` (merged
 /// pages' chains included), `(0, 0)` if none.
-fn lsn_range(node: &Node, esl: u64) -> (u64, u64) {
+pub(crate) fn lsn_range(node: &Node, esl: u64) -> (u64, u64) {
     let mut range: Option<(u64, u64)> = None;
     let mut current = Some(node);
     while let Some(n) = current {
@@ -423,7 +424,7 @@ fn lsn_range(node: &Node, esl: u64) -> (u64, u64) {
 }
 
 /// The image of the state `node` at `esl`: its records with LSN <= ESL.
-fn image_at(node: &Node, esl: u64) -> PageImage {
+pub(crate) fn image_at(node: &Node, esl: u64) -> PageImage {
     let (v, _held) = view_at(node, esl);
     PageImage {
         level: node.level,
@@ -468,7 +469,7 @@ impl BwTree {
         let Some((state, node)) = self.read_node(pid, guard) else {
             return Ok(PageFlush::Gone);
         };
-        if matches!(node.kind, Kind::RemoveNode { .. }) {
+        if matches!(node.kind, Kind::RemoveNode { .. }) || self.is_unpublished(pid) {
             return Ok(PageFlush::Frozen);
         }
         // Read after the state: ESL only grows, so it is at least every flush delta's in it.

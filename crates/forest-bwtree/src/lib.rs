@@ -53,6 +53,10 @@
 //! - `merge:node-merge-installed`: node merge delta, before the PID is freed;
 //! - `merge:root-remove-installed`: a one-child root frozen, before the root PID swap.
 //!
+//! On an LSS each of these SMO points lies after its step's system-transaction unit
+//! (`smo_log.rs`), so they are the crash points of the SMOs' transactions; also
+//! - `txn:committed` (`smo_log.rs`): any SMO step's unit is filled, before its follow-up.
+//!
 //! - `flush:reserved` (forest-llama): a flush reserved its piece's room, before its CAS;
 //! - `flush:installed` (forest-llama): its flush delta is installed, before the copy;
 //! - `load:word-read` (`storage.rs`): a reader read an evicted page's address, before it reads
@@ -67,8 +71,8 @@
 //! [`EslSource`], consolidation and splits fold only deltas with LSN <= ESL and keep the rest on
 //! top (§V-A), and [`BwTree::flush_page`] posts a page to the LSS (`flush.rs`). Increment 3
 //! (`storage.rs`): [`BwTree::with_lss`] attaches an LSS and a memory budget; pages are evicted
-//! above it and read back when met. Increment 5 (`clean.rs`): the LSS cleaner. Not built yet:
-//! checkpoints, recovery.
+//! above it and read back when met. Increment 5 (`clean.rs`): the LSS cleaner. Increment 6
+//! (`smo_log.rs`): SMOs as system transactions on an LSS. Not built yet: checkpoints, recovery.
 
 mod base_page;
 pub mod clean;
@@ -82,6 +86,7 @@ pub mod memcheck;
 mod merge;
 mod page_buffers;
 mod scan;
+pub mod smo_log;
 mod split;
 mod storage;
 

@@ -56,6 +56,7 @@ use crate::consolidate::view;
 use crate::delta::{Kind, Node, NodeMerge};
 use crate::gc::node_ref;
 use crate::get::{route, Path, Route, Target};
+use crate::smo_log::{newest_piece, SmoDelta, StepLog};
 use crate::{root_word_pid, BwTree};
 
 impl BwTree {
@@ -119,7 +120,8 @@ impl BwTree {
         let delta = Owned::new(Node::delta(node, 0, Kind::RemoveNode { committed: false }));
         self.stats.merge_attempts.incr();
         self.stats.cas_attempts.incr();
-        match self.table.update_d(pid, state, delta, guard) {
+        // On an LSS, T1 of the merge (`smo_log.rs`): the remove-node delta on R.
+        match self.remove_node_step(pid, state, node, delta, guard) {
             Ok(installed) => {
                 self.count_delta(node_ref(installed));
                 pause_point("merge:remove-node-installed");
@@ -201,7 +203,35 @@ impl BwTree {
             let kind = Kind::NodeMerge(NodeMerge::new(low, frozen, high, side_link));
             let delta = Owned::new(Node::delta(l_node, record_count, kind));
             self.stats.cas_attempts.incr();
-            match self.table.update_d(left, l_state, delta, guard) {
+            // On an LSS, T3 of the merge: the node-merge delta on L naming R's newest piece,
+            // and Free R (done in memory below, once committed).
+            let mut cas = None;
+            self.smo_step(
+                || {
+                    StepLog::default()
+                        .delta(
+                            left,
+                            newest_piece(l_node),
+                            SmoDelta::NodeMerge {
+                                separator: low.to_vec(),
+                                right: r,
+                                right_piece: newest_piece(frozen),
+                                high: high.map(<[u8]>::to_vec),
+                                side_link,
+                            },
+                        )
+                        .freed(r)
+                },
+                &[],
+                || {
+                    let result = self.table.update_d(left, l_state, delta, guard);
+                    let won = result.is_ok();
+                    cas = Some(result);
+                    won
+                },
+                guard,
+            );
+            match cas.expect("smo_step runs the CAS") {
                 Ok(installed) => {
                     self.count_delta(node_ref(installed));
                     self.stats.merges.incr();
@@ -272,7 +302,28 @@ impl BwTree {
                     };
                     let delta = Owned::new(Node::delta(p_node, p_node.record_count - 1, kind));
                     self.stats.cas_attempts.incr();
-                    match self.table.update_d(parent, p_state, delta, guard) {
+                    // On an LSS, T2 of the merge: the index-term delete on the parent.
+                    let mut cas = None;
+                    self.smo_step(
+                        || {
+                            StepLog::default().delta(
+                                parent,
+                                newest_piece(p_node),
+                                SmoDelta::IndexTermDelete {
+                                    separator: low.to_vec(),
+                                },
+                            )
+                        },
+                        &[],
+                        || {
+                            let result = self.table.update_d(parent, p_state, delta, guard);
+                            let won = result.is_ok();
+                            cas = Some(result);
+                            won
+                        },
+                        guard,
+                    );
+                    match cas.expect("smo_step runs the CAS") {
                         Ok(installed) => {
                             self.count_delta(node_ref(installed));
                             pause_point("merge:index-term-delete-installed");
@@ -343,7 +394,7 @@ impl BwTree {
         }
         let delta = Owned::new(Node::delta(node, 0, Kind::RemoveNode { committed: false }));
         self.stats.cas_attempts.incr();
-        match self.table.update_d(pid, state, delta, guard) {
+        match self.remove_node_step(pid, state, node, delta, guard) {
             Ok(installed) => {
                 self.count_delta(node_ref(installed));
                 pause_point("merge:root-remove-installed");
@@ -374,7 +425,18 @@ impl BwTree {
             return false;
         };
         self.stats.cas_attempts.incr();
-        if !self.set_root(root_word, decode_pid(child)) {
+        let child = decode_pid(child);
+        // On an LSS: {the root word names the child, Free R}.
+        if !self.smo_step(
+            || {
+                StepLog::default()
+                    .delta(child, None, SmoDelta::Root)
+                    .freed(r)
+            },
+            &[],
+            || self.set_root(root_word, child),
+            guard,
+        ) {
             self.stats.cas_failures.incr();
             return false;
         }
@@ -393,6 +455,31 @@ impl BwTree {
 }
 
 impl BwTree {
+    /// The remove-node delta's CAS on `pid` at `state` as a step of its own (T1 of a merge
+    /// or of a root collapse, `smo_log.rs`).
+    fn remove_node_step<'g>(
+        &self,
+        pid: Pid,
+        state: Shared<'g, Node>,
+        node: &Node,
+        delta: Owned<Node>,
+        guard: &'g Guard,
+    ) -> Result<Shared<'g, Node>, (Owned<Node>, Shared<'g, Node>)> {
+        let mut cas = None;
+        self.smo_step(
+            || StepLog::default().delta(pid, newest_piece(node), SmoDelta::RemoveNode),
+            &[],
+            || {
+                let result = self.table.update_d(pid, state, delta, guard);
+                let won = result.is_ok();
+                cas = Some(result);
+                won
+            },
+            guard,
+        );
+        cas.expect("smo_step runs the CAS")
+    }
+
     /// Gives every frozen state that no node merge delta owns back to its page, so that the
     /// table frees it with the page when it drops. For the tree's `Drop`: no operation runs
     /// then, so a page still frozen has no node merge delta over its frozen state (the thread

@@ -28,8 +28,10 @@ use forest_llama::Pid;
 use crate::base_page::{key_cmp, BasePage, NO_PID};
 use crate::consolidate::{build_state, view, view_at};
 use crate::delta::{Kind, Node, Record};
+use crate::flush::{image_at, lsn_range};
 use crate::gc::node_ref;
 use crate::get::{route, Path, Route, Target};
+use crate::smo_log::{newest_piece, SmoDelta, StepLog};
 use crate::{root_word_pid, BwTree};
 
 impl BwTree {
@@ -86,6 +88,7 @@ impl BwTree {
         };
         debug_assert_eq!(q_state.record_count as usize, full.records.len() - middle);
         let q = self.table.allocate();
+        self.unpublished(q, true);
         let q_installed = self.table.install_new(q, q_state, guard);
         self.count_state(node_ref(q_installed));
         let kind = Kind::Split {
@@ -96,7 +99,37 @@ impl BwTree {
         let delta = Owned::new(Node::delta(node, left_count, kind));
         self.stats.split_attempts.incr();
         self.stats.cas_attempts.incr();
-        match self.table.update_d(pid, state, delta, guard) {
+        // On an LSS, T1 of the split (`smo_log.rs`): Allocate Q, Q's image, the split delta.
+        let mut cas = None;
+        self.smo_step(
+            || {
+                let (q_node, esl) = (node_ref(q_installed), self.esl());
+                StepLog::default()
+                    .delta_with_lsns(
+                        q,
+                        SmoDelta::PageImage(image_at(q_node, esl)),
+                        lsn_range(q_node, esl),
+                    )
+                    .delta(
+                        pid,
+                        newest_piece(node),
+                        SmoDelta::Split {
+                            separator: separator.to_vec(),
+                            right: q,
+                        },
+                    )
+            },
+            &[q],
+            || {
+                let result = self.table.update_d(pid, state, delta, guard);
+                let won = result.is_ok();
+                cas = Some(result);
+                won
+            },
+            guard,
+        );
+        self.unpublished(q, false);
+        match cas.expect("smo_step runs the CAS") {
             Ok(installed) => {
                 self.count_delta(node_ref(installed));
                 self.stats.splits.incr();
@@ -112,9 +145,8 @@ impl BwTree {
             }
             Err((abandoned, _)) => {
                 drop(abandoned);
-                // Q was never reachable: free it (its state and PID are reclaimed after the
-                // epoch, like any freed page).
-                self.free_page(q, guard);
+                // Q was never reachable: `smo_step` freed it (TAbort; its state and PID are
+                // reclaimed after the epoch, like any freed page).
                 self.stats.failed_splits.incr();
                 self.stats.cas_failures.incr();
             }
@@ -203,7 +235,30 @@ impl BwTree {
                     };
                     let delta = Owned::new(Node::delta(node, node.record_count + 1, kind));
                     self.stats.cas_attempts.incr();
-                    match self.table.update_d(parent, state, delta, guard) {
+                    // On an LSS, T2 of the split: the index-term delta (each attempt its own).
+                    let mut cas = None;
+                    self.smo_step(
+                        || {
+                            StepLog::default().delta(
+                                parent,
+                                newest_piece(node),
+                                SmoDelta::IndexTerm {
+                                    separator: separator.to_vec(),
+                                    child: side_link,
+                                    high: high.map(<[u8]>::to_vec),
+                                },
+                            )
+                        },
+                        &[],
+                        || {
+                            let result = self.table.update_d(parent, state, delta, guard);
+                            let won = result.is_ok();
+                            cas = Some(result);
+                            won
+                        },
+                        guard,
+                    );
+                    match cas.expect("smo_step runs the CAS") {
                         Ok(installed) => {
                             let installed_node = node_ref(installed);
                             self.count_delta(installed_node);
@@ -280,16 +335,29 @@ impl BwTree {
         let entries = [(&[][..], &left[..]), (separator, &right[..])];
         let page = BasePage::build(b"", None, NO_PID, entries.into_iter());
         let root = self.table.allocate();
+        self.unpublished(root, true);
         let root_state =
             self.table
                 .install_new(root, Owned::new(Node::base(level + 1, page)), guard);
         self.count_state(node_ref(root_state));
         self.stats.cas_attempts.incr();
-        if self.set_root(root_word, root) {
+        // On an LSS: {Allocate root, its image, the root word}; a lost CAS frees the root.
+        let grown = self.smo_step(
+            || {
+                let image = image_at(node_ref(root_state), self.esl());
+                StepLog::default()
+                    .delta(root, None, SmoDelta::PageImage(image))
+                    .delta(root, None, SmoDelta::Root)
+            },
+            &[root],
+            || self.set_root(root_word, root),
+            guard,
+        );
+        self.unpublished(root, false);
+        if grown {
             return true;
         }
         self.stats.cas_failures.incr();
-        self.free_page(root, guard);
         false
     }
 }

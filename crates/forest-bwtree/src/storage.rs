@@ -90,6 +90,14 @@ pub(crate) struct Storage {
     pub(crate) space_factor: Mutex<f64>,
     /// One cleaner at a time.
     pub(crate) cleaning: Mutex<()>,
+    /// The SMOs' system transactions (`smo_log.rs`), and steps run unlogged because the
+    /// LSS refused their unit.
+    pub(crate) txn_stats: forest_llama::sys_txn::TxnStats,
+    pub(crate) sys_txn_errors: forest_core::Counter,
+    /// Pages an SMO step allocated and has not yet published or freed (`smo_log.rs`): not
+    /// flushed until then. The count lets a flush skip the lock when it is zero.
+    pub(crate) unpublished: Mutex<Vec<forest_llama::Pid>>,
+    pub(crate) unpublished_count: std::sync::atomic::AtomicUsize,
 }
 
 impl Drop for Storage {
@@ -206,6 +214,10 @@ impl BwTree {
             background: AtomicBool::new(false),
             holds: RwLock::new(()),
             clean_stats: forest_llama::clean::CleanStats::default(),
+            txn_stats: forest_llama::sys_txn::TxnStats::default(),
+            unpublished: Mutex::new(Vec::new()),
+            unpublished_count: std::sync::atomic::AtomicUsize::new(0),
+            sys_txn_errors: forest_core::Counter::default(),
             space_factor: Mutex::new(crate::clean::LSS_SPACE_FACTOR_DEFAULT),
             cleaning: Mutex::new(()),
         };

@@ -13,15 +13,17 @@
 //! 1. for each page P with a live piece in V: if P is resident, flush it as a whole image
 //!    (its older pieces die when the image is installed; a later flush continues from the
 //!    image, never from V); if P is evicted (its word holds the address A of its newest
-//!    piece, whose chain reaches V), rebuild P from its pieces, post the image at the log
-//!    end (address A'), make it stable, and CAS the word from A to A' ([`relocate`]). A page
-//!    loaded, updated or freed meanwhile makes the CAS fail; the cleaner looks at P again.
+//!    piece, whose chain reaches V), rebuild P from its pieces and post the image at the log
+//!    end (address A', [`post_relocation`]); once every evicted page of V is posted, one
+//!    Mk-Stable of the highest A' makes them all stable, then each word is CASed from A to
+//!    A' ([`finish_relocations`]). A page loaded, updated or freed meanwhile makes its CAS
+//!    fail; the cleaner looks at P again.
 //! 2. once V holds no live piece: make everything posted stable (every piece that superseded
 //!    one in V is then durable, so recovery will find it), then delete V's file.
 //!
 //! Invariants:
 //! - A word holds an address only if every piece up to it is stable (eviction's invariant):
-//!   [`relocate`] makes the image stable before its CAS.
+//!   [`finish_relocations`] makes the images stable before their CASes.
 //! - Once V is removed, no word holds an address in V again. A word may return to an address
 //!   it left (load, then evict unchanged: the loaded state names A, review rev-clean F7), but
 //!   V is removed only after every piece in it is dead, which takes either a newer image
@@ -95,14 +97,21 @@ pub enum Relocation {
     Changed,
 }
 
-/// Relocates evicted page `pid` (step 1, module doc): posts `image` (a page-image payload
-/// that `old`'s pieces rebuild to, LSNs `lsn_low..=lsn_high`) at the log end, makes it
-/// stable, then CASes the word from `old` to it (pause point `clean:relocated` before the
-/// CAS). Errors: the LSS's (too large, poisoned); the page is then unchanged.
-// The table, the store, the page, its old address, the image and its LSN range, the stats.
-#[allow(clippy::too_many_arguments)]
-pub fn relocate<T: PageState>(
-    table: &MappingTable<T>,
+/// An image a relocation posted and has not yet switched to ([`post_relocation`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Posted {
+    pub pid: Pid,
+    /// The address the word held when the image was built.
+    pub old: LssAddress,
+    /// The image's address.
+    pub image: LssAddress,
+}
+
+/// Posts the relocated image of evicted page `pid` at the log end (step 1, module doc):
+/// `image` is a page-image payload that `old`'s pieces rebuild to, LSNs `lsn_low..=lsn_high`.
+/// Nothing refers to it until [`finish_relocations`] switches the word to it. Errors: the
+/// LSS's (too large, poisoned); the page is then unchanged.
+pub fn post_relocation(
     lss: &Lss,
     pid: Pid,
     old: LssAddress,
@@ -110,8 +119,7 @@ pub fn relocate<T: PageState>(
     lsn_low: u64,
     lsn_high: u64,
     stats: &CleanStats,
-    _guard: &Guard,
-) -> Result<Relocation> {
+) -> Result<Posted> {
     let mut reservation = lss.reserve(image.len())?;
     let address = reservation.address();
     let bytes = reservation.len();
@@ -125,18 +133,66 @@ pub fn relocate<T: PageState>(
         prev: None,
     });
     stats.bytes_relocated.add(bytes as u64);
-    if let Err(e) = lss.mk_stable(address) {
-        lss.note_lost(pid, address);
+    Ok(Posted {
+        pid,
+        old,
+        image: address,
+    })
+}
+
+/// Makes every image in `posted` stable with ONE Mk-Stable (of the highest address: the
+/// stable part is a prefix), then CASes each page's word from its old address to its image
+/// (pause point `clean:relocated` before the CASes). So cleaning a segment costs the buffer
+/// writes its images fill, not a write and an fsync per page (review rev-clean F2). A lost
+/// CAS marks that image dead; the caller looks at the page again. On an Mk-Stable error
+/// every image is dead and every word unchanged.
+pub fn finish_relocations<T: PageState>(
+    table: &MappingTable<T>,
+    lss: &Lss,
+    posted: &[Posted],
+    stats: &CleanStats,
+    _guard: &Guard,
+) -> Result<Vec<Relocation>> {
+    let Some(highest) = posted.iter().map(|p| p.image).max() else {
+        return Ok(Vec::new());
+    };
+    if let Err(e) = lss.mk_stable(highest) {
+        for p in posted {
+            lss.note_lost(p.pid, p.image);
+        }
         return Err(e);
     }
     pause_point("clean:relocated");
-    if table.relocate(pid, old.to_bits(), address.to_bits()) {
-        lss.note_image(pid, address);
-        stats.relocations.incr();
-        Ok(Relocation::Moved(address))
-    } else {
-        lss.note_lost(pid, address);
-        stats.relocation_races.incr();
-        Ok(Relocation::Changed)
-    }
+    Ok(posted
+        .iter()
+        .map(|p| {
+            if table.relocate(p.pid, p.old.to_bits(), p.image.to_bits()) {
+                lss.note_image(p.pid, p.image);
+                stats.relocations.incr();
+                Relocation::Moved(p.image)
+            } else {
+                lss.note_lost(p.pid, p.image);
+                stats.relocation_races.incr();
+                Relocation::Changed
+            }
+        })
+        .collect())
+}
+
+/// Relocates one evicted page: [`post_relocation`], then [`finish_relocations`] of it alone.
+// The table, the store, the page, its old address, the image and its LSN range, the stats.
+#[allow(clippy::too_many_arguments)]
+pub fn relocate<T: PageState>(
+    table: &MappingTable<T>,
+    lss: &Lss,
+    pid: Pid,
+    old: LssAddress,
+    image: &[u8],
+    lsn_low: u64,
+    lsn_high: u64,
+    stats: &CleanStats,
+    guard: &Guard,
+) -> Result<Relocation> {
+    let posted = post_relocation(lss, pid, old, image, lsn_low, lsn_high, stats)?;
+    Ok(finish_relocations(table, lss, &[posted], stats, guard)?[0])
 }

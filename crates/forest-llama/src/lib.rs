@@ -9,6 +9,7 @@
 //! | [`evict`] | §V-B swapping pages out: resident bytes, the clock, swap-out by CAS to an LSS address |
 //! | [`read`] | TSBw §II-C Read of an evicted page: its piece chain from the LSS |
 //! | [`clean`] | §II-E, TSBw §V-A: LSS cleaning (live bytes per segment, cost-benefit victims, relocation by CAS, segment removal) |
+//! | [`sys_txn`] | TSBw §II-E, Bw §IV-C, §V-A: system transactions (TBegin, TCommit as one unit record reserved before the SMO's CAS, TAbort) |
 //! | [`lss`] | §II-E, §V-B, §VIII-B; TSBw §II-D: the log-structured store (segment files, records, the latch-free flush buffer, Mk-Stable, Hi-Stable) |
 //!
 //! The access method (forest-bwtree) owns the meaning of a page state: this crate only stores
@@ -24,5 +25,6 @@ pub mod lss;
 pub mod mapping_table;
 pub mod page_state;
 pub mod read;
+pub mod sys_txn;
 
 pub use mapping_table::{MappingTable, PageState, Pid, PID_COUNT_MAX};

@@ -19,3 +19,5 @@ mod review_rev1;
 mod scan_side_links;
 mod stress;
 mod structure;
+mod sys_txn;
+mod sys_txn_pause;

@@ -5,3 +5,4 @@
 mod flush;
 mod lss;
 mod lss_record;
+mod sys_txn;
