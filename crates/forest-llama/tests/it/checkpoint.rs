@@ -551,3 +551,57 @@ fn clean_bound_follows_the_kept_checkpoints() {
     drop(table);
     lss.close().unwrap();
 }
+
+// Goal: a flush that reserved below S but had not yet made its CAS when the checkpoint began
+// is recorded: the walk waits for it (step 2), so the scan from S, which never reads that
+// piece, does not need to. This is the race a walk before Mk-Stable(S) would lose. Method:
+// hold a reservation (flush's step 2 done), start a checkpoint in another thread, check it
+// waits, then install the flush delta and commit the piece as `flush` does; the checkpoint
+// must name that piece and begin above it.
+#[test]
+fn a_flush_in_flight_below_s_is_recorded() {
+    let sim = SimDir::new(31);
+    let lss = open_lss(&sim);
+    let ckpt_sim = SimDir::new(32);
+    let (checkpoints, _) = Checkpoints::open(Arc::new(ckpt_sim.clone())).unwrap();
+    let table = MappingTable::<Toy>::new();
+    let guard = &epoch::pin();
+    let pid = table.allocate();
+    table.install_new(pid, fresh(None), guard);
+    let payload = image(pid);
+    let mut reservation = lss.reserve(payload.len()).unwrap();
+    let address = reservation.address();
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        let (checkpoints, table, lss) = (&checkpoints, &table, &lss);
+        s.spawn(move || {
+            let info = checkpoints.take(table, lss, 0, newest_flushed).unwrap();
+            sender.send(info).unwrap();
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(
+            receiver.try_recv().is_err(),
+            "the checkpoint finished while a reservation below S was in flight"
+        );
+        let state = table.read(pid, guard);
+        table
+            .update_d(pid, state, delta_on(state, Some(address)), guard)
+            .map_err(|_| ())
+            .unwrap();
+        reservation.payload_mut().copy_from_slice(&payload);
+        reservation.commit(&forest_llama::lss::RecordHeader {
+            kind: RecordKind::PageImage,
+            pid,
+            lsn_low: 0,
+            lsn_high: 0,
+            prev: None,
+        });
+    });
+    let info = receiver.recv().unwrap();
+    assert!(info.start > address);
+    let (_, c) = read_newest(&ckpt_sim).unwrap().checkpoint.unwrap();
+    assert_eq!(c.entries, vec![(pid, address)]);
+    assert_eq!(lss.read(address).unwrap().header.pid, pid);
+    drop(table);
+    lss.close().unwrap();
+}
