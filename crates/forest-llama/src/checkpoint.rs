@@ -546,14 +546,13 @@ pub struct Checkpoints {
     dir: Arc<dyn Dir>,
     /// Walks begun in this process (the cleaner's tickets compare against it).
     walks_begun: AtomicU64,
-    state: Mutex<State>,
-}
-
-struct State {
-    next_sequence: u64,
+    /// The next checkpoint's sequence; held across a whole `take`, so takes run one at a
+    /// time.
+    next_sequence: Mutex<u64>,
     /// The kept checkpoints, oldest first: (walk number, S). Walk 0: taken by an earlier
-    /// process, which says nothing of segments emptied in this one.
-    kept: Vec<(u64, LssAddress)>,
+    /// process, which says nothing of segments emptied in this one. Its own lock, so the
+    /// cleaner never waits for a checkpoint's walk or I/O.
+    kept: Mutex<Vec<(u64, LssAddress)>>,
 }
 
 impl Checkpoints {
@@ -595,10 +594,8 @@ impl Checkpoints {
         let checkpoints = Self {
             dir,
             walks_begun: AtomicU64::new(0),
-            state: Mutex::new(State {
-                next_sequence: seen_max.map_or(1, |s| s + 1),
-                kept,
-            }),
+            next_sequence: Mutex::new(seen_max.map_or(1, |s| s + 1)),
+            kept: Mutex::new(kept),
         };
         Ok((checkpoints, outcome))
     }
@@ -614,17 +611,20 @@ impl Checkpoints {
         rssp: u64,
         newest_flushed: impl FnMut(Pid, Shared<'_, T>) -> Option<LssAddress>,
     ) -> Result<CheckpointInfo> {
-        let mut state = self.state.lock();
+        let mut next_sequence = self.next_sequence.lock();
         let walk_number = self.walks_begun.fetch_add(1, Ordering::AcqRel) + 1;
-        let sequence = state.next_sequence;
+        let sequence = *next_sequence;
         let (checkpoint, stable_end) = walk(table, lss, sequence, rssp, newest_flushed)?;
         // A failed write leaves the sequence used: a torn `.tmp` is never read anyway.
-        state.next_sequence += 1;
+        *next_sequence += 1;
         let bytes = write_tmp(&*self.dir, &checkpoint)?;
         publish(&*self.dir, sequence)?;
-        state.kept.push((walk_number, checkpoint.start));
-        let excess = state.kept.len().saturating_sub(GENERATIONS_KEPT);
-        state.kept.drain(..excess);
+        {
+            let mut kept = self.kept.lock();
+            kept.push((walk_number, checkpoint.start));
+            let excess = kept.len().saturating_sub(GENERATIONS_KEPT);
+            kept.drain(..excess);
+        }
         prune(&*self.dir)?;
         Ok(CheckpointInfo {
             sequence,
@@ -645,17 +645,16 @@ impl Checkpoints {
     /// The S of the older kept checkpoint: no segment at or above it may be removed. `None`
     /// before any checkpoint exists (then recovery scans from the LSS's start: nothing may go).
     pub fn clean_bound(&self) -> Option<LssAddress> {
-        self.state.lock().kept.first().map(|&(_, start)| start)
+        self.kept.lock().first().map(|&(_, start)| start)
     }
 
     /// Whether the cleaner may remove a segment that ends at `segment_end` (exclusive) and
     /// emptied when [`Self::clean_ticket`] gave `ticket`: wholly below the older kept
     /// checkpoint's S, and every kept checkpoint walked after it emptied.
     pub fn may_remove(&self, segment_end: LssAddress, ticket: u64) -> bool {
-        let state = self.state.lock();
-        state.kept.len() == GENERATIONS_KEPT
-            && state
-                .kept
+        let kept = self.kept.lock();
+        kept.len() == GENERATIONS_KEPT
+            && kept
                 .iter()
                 .all(|&(walk, start)| walk > ticket && segment_end.offset() <= start.offset())
     }
