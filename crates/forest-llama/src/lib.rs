@@ -8,6 +8,7 @@
 //! | [`flush`] | TSBw §II-D Flush: reserve, CAS the flush delta, copy the piece or write a failed-flush filler; §V-B page marshalling is the access method's |
 //! | [`evict`] | §V-B swapping pages out: resident bytes, the clock, swap-out by CAS to an LSS address |
 //! | [`read`] | TSBw §II-C Read of an evicted page: its piece chain from the LSS |
+//! | [`checkpoint`] | §V-A, §VIII-B; TSBw §II-D: mapping-table checkpoints (PID → newest stable piece, free PIDs, the LSS address to scan from) |
 //! | [`clean`] | §II-E, TSBw §V-A: LSS cleaning (live bytes per segment, cost-benefit victims, relocation by CAS, segment removal) |
 //! | [`sys_txn`] | TSBw §II-E, Bw §IV-C, §V-A: system transactions (TBegin, TCommit as one unit record reserved before the SMO's CAS, TAbort) |
 //! | [`lss`] | §II-E, §V-B, §VIII-B; TSBw §II-D: the log-structured store (segment files, records, the latch-free flush buffer, Mk-Stable, Hi-Stable) |
@@ -18,6 +19,7 @@
 //! is the storage layer under flushing, eviction, cleaning and recovery, which later
 //! increments of issue 17 build on it.
 
+pub mod checkpoint;
 pub mod clean;
 pub mod evict;
 pub mod flush;

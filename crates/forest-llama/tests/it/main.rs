@@ -2,6 +2,7 @@
 //! file linked the engine and the conformance kit again for each, which cost CI minutes of
 //! build). One file's tests: `cargo test -p forest-llama --test it -- NAME::`.
 
+mod checkpoint;
 mod flush;
 mod lss;
 mod lss_record;

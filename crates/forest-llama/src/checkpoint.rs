@@ -1,0 +1,661 @@
+//! Mapping-table checkpoints (issue 17 "Recovery", first part; Bw-tree §V-A, §VIII-B; TSBw
+//! §II-D; llama-notes §4): PID → address of the page's newest stable piece, the free PIDs and
+//! the LSS address S the checkpoint began at, written fuzzily while pages change and published
+//! atomically. Recovery (a later increment) loads the newest valid one and scans the LSS from S.
+//! File format byte by byte in docs/FORMAT.md "Mapping-table checkpoints".
+//!
+//! Taking one ([`Checkpoints::take`]):
+//! 1. `walk` = the number of walks begun, plus one (for the cleaner's rule below);
+//! 2. S = [`Lss::mk_stable`] of everything reserved: every record below S is durable, so every
+//!    flush that reserved below S has already made its CAS (a flush copies and commits after
+//!    its CAS, and a buffer becomes durable only once its writers left);
+//! 3. walk the words: an evicted page (tag `01`) records its address (stable by eviction's
+//!    invariant); a resident page records the address of its newest flush delta, which the
+//!    access method finds (`newest_flushed`), or nothing if it has none; a free-list word
+//!    records a free PID; an empty word nothing;
+//! 4. T = Mk-Stable of everything reserved again: every address recorded is now stable (a
+//!    resident page's newest flush may lie at or above S);
+//! 5. write `map-<seq>.tmp`, fsync, rename to `map-<seq>`, fsync the directory (the store's
+//!    checkpoint rules, forest-store `checkpoint.rs`), then delete all but the newest
+//!    [`GENERATIONS_KEPT`].
+//!
+//! Why a fuzzy walk is complete (recovery scans the LSS from S to the end of the stable
+//! prefix and applies each page piece in address order, later wins): take a page P and its
+//! newest stable piece at a crash after publication, A.
+//! - A ≥ S: the scan reads A, and nothing of P after it is stable, so P ends at A.
+//! - A < S: A's flush made its CAS before the walk (step 2), so the word the walk read holds
+//!   A's flush delta, or a newer state of P: a state built on it (deltas, a consolidation,
+//!   which keeps the newest flush), a later flush, or an eviction or relocation to a stable
+//!   address. So the walk records A or a later piece of P. P has no piece between A and S
+//!   (every piece below S is stable, and A is the newest stable one), so a later piece lies
+//!   at or above S, and once recorded it is stable by step 4 and newer than A, which cannot
+//!   be: the walk recorded A, and the scan meets nothing newer of P. P ends at A.
+//! - P has no stable piece: the walk recorded none below S (it would be stable), and any at
+//!   or above S it recorded is stable by step 4, a contradiction; the scan finds none either.
+//!
+//! The checkpoint leaves open whether a PID below `pid_end` with neither an entry nor a free
+//! mark (allocated with no stable piece, or freed while its epoch drained) exists after the
+//! scan: that is recovery's, with the system transactions' Allocate and Free.
+//!
+//! What the cleaner must obey so recovery never meets a missing piece ([`Checkpoints::
+//! may_remove`]): a segment can be removed only if (a) it lies wholly below the S of the
+//! *older* kept checkpoint (recovery falls back to it when the newest is damaged, and scans
+//! from its S), and (b) both kept checkpoints began their walks after the segment's last live
+//! piece died ([`Checkpoints::clean_ticket`] when it emptied): a walk that read a word before a
+//! relocation or a newer image superseded the piece would name the removed piece.
+//!
+//! Invariants:
+//! - A published `map-<seq>` was fsynced whole before its rename; a `.tmp` is never read.
+//! - Every address in a published checkpoint was stable before it was published.
+//! - [`decode`] never panics and checks every byte it accepts: header and body crc32c, counts
+//!   against the length, PIDs strictly ascending and below `pid_end`, no PID both mapped and
+//!   free; a failure is [`Error::Corrupt`] naming the file and offset.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crossbeam_epoch::Shared;
+use forest_core::{Error, Result};
+use forest_file::Dir;
+use parking_lot::Mutex;
+
+use crate::lss::{Lss, LssAddress, LSS_OFFSET_MAX};
+use crate::mapping_table::{MappingTable, PageState, Pid, PID_COUNT_MAX};
+use crate::page_state::PageLocation;
+
+/// The first 8 bytes of a mapping-table checkpoint.
+pub const MAP_MAGIC: [u8; 8] = *b"FORESTMP";
+/// The last 4 bytes of a mapping-table checkpoint.
+pub const MAP_TRAILER_MAGIC: [u8; 4] = *b"MPEN";
+/// The format version this build writes and reads.
+pub const MAP_FORMAT_VERSION: u32 = 1;
+/// Bytes of the header.
+pub const MAP_HEADER_BYTES: usize = 72;
+/// Bytes of one mapped entry (PID, address).
+pub const MAP_ENTRY_BYTES: usize = 16;
+/// Bytes of one free PID.
+pub const MAP_FREE_BYTES: usize = 8;
+/// Bytes of the trailer (body crc32c, magic).
+pub const MAP_TRAILER_BYTES: usize = 8;
+/// Published checkpoints kept: the newest and the one recovery falls back to.
+pub const GENERATIONS_KEPT: usize = 2;
+
+const MAGIC_AT: usize = 0;
+const VERSION_AT: usize = 8;
+const RESERVED_A_AT: usize = 12;
+const SEQUENCE_AT: usize = 16;
+const START_AT: usize = 24;
+const RSSP_AT: usize = 32;
+const PID_END_AT: usize = 40;
+const ENTRY_COUNT_AT: usize = 48;
+const FREE_COUNT_AT: usize = 56;
+const RESERVED_B_AT: usize = 64;
+const HEADER_CRC_AT: usize = 68;
+const _: () = assert!(HEADER_CRC_AT + 4 == MAP_HEADER_BYTES);
+
+/// PIDs walked under one epoch pin, so a long walk does not hold reclamation back.
+const WALK_PIN_PIDS: u64 = 4096;
+
+const PREFIX: &str = "map-";
+const TMP_SUFFIX: &str = ".tmp";
+
+/// The name of published checkpoint `sequence`.
+pub fn map_file_name(sequence: u64) -> String {
+    format!("{PREFIX}{sequence:016x}")
+}
+
+/// The name checkpoint `sequence` is written under before its rename.
+pub fn map_tmp_name(sequence: u64) -> String {
+    format!("{PREFIX}{sequence:016x}{TMP_SUFFIX}")
+}
+
+/// The sequence of a published checkpoint's name, if `name` is one.
+pub fn parse_map_file_name(name: &str) -> Option<u64> {
+    let hex = name.strip_prefix(PREFIX)?;
+    if hex.len() != 16 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u64::from_str_radix(hex, 16).ok()
+}
+
+fn is_map_tmp(name: &str) -> bool {
+    name.strip_suffix(TMP_SUFFIX)
+        .is_some_and(|n| parse_map_file_name(n).is_some())
+}
+
+/// One mapping-table checkpoint's content.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MapCheckpoint {
+    /// Its number: the newest checkpoint has the highest.
+    pub sequence: u64,
+    /// S: recovery scans the LSS from here (every record below it was durable when the walk
+    /// began).
+    pub start: LssAddress,
+    /// The store's field, opaque to LLAMA: the RSSP (Bw-tree §V-A) the store had acknowledged
+    /// before the checkpoint began, so every update below it lies in pieces below S; WAL redo
+    /// after this checkpoint alone may start there. 0 if none.
+    pub rssp: u64,
+    /// One past the highest PID the table had handed out.
+    pub pid_end: u64,
+    /// PID → address of its newest stable piece, PIDs strictly ascending.
+    pub entries: Vec<(Pid, LssAddress)>,
+    /// PIDs on the free list, strictly ascending, none of them in `entries`.
+    pub free: Vec<Pid>,
+}
+
+fn put_u32(out: &mut Vec<u8>, v: u32) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn u32_at(data: &[u8], at: usize) -> u32 {
+    let mut w = [0u8; 4];
+    w.copy_from_slice(&data[at..at + 4]);
+    u32::from_le_bytes(w)
+}
+
+fn u64_at(data: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&data[at..at + 8]);
+    u64::from_le_bytes(w)
+}
+
+fn corrupt(path: &Path, offset: usize, what: impl Into<String>) -> Error {
+    Error::Corrupt {
+        path: path.to_path_buf(),
+        offset: offset as u64,
+        what: what.into(),
+    }
+}
+
+impl MapCheckpoint {
+    /// The file's bytes (docs/FORMAT.md "Mapping-table checkpoints"), as given: [`walk`]
+    /// builds sorted lists, and [`decode`] refuses any other.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(
+            MAP_HEADER_BYTES
+                + self.entries.len() * MAP_ENTRY_BYTES
+                + self.free.len() * MAP_FREE_BYTES
+                + MAP_TRAILER_BYTES,
+        );
+        out.extend_from_slice(&MAP_MAGIC);
+        put_u32(&mut out, MAP_FORMAT_VERSION);
+        put_u32(&mut out, 0);
+        put_u64(&mut out, self.sequence);
+        put_u64(&mut out, self.start.to_bits());
+        put_u64(&mut out, self.rssp);
+        put_u64(&mut out, self.pid_end);
+        put_u64(&mut out, self.entries.len() as u64);
+        put_u64(&mut out, self.free.len() as u64);
+        put_u32(&mut out, 0);
+        let crc = crc32c::crc32c(&out[..HEADER_CRC_AT]);
+        put_u32(&mut out, crc);
+        for &(pid, address) in &self.entries {
+            put_u64(&mut out, pid);
+            put_u64(&mut out, address.to_bits());
+        }
+        for &pid in &self.free {
+            put_u64(&mut out, pid);
+        }
+        let crc = crc32c::crc32c(&out[MAP_HEADER_BYTES..]);
+        put_u32(&mut out, crc);
+        out.extend_from_slice(&MAP_TRAILER_MAGIC);
+        out
+    }
+}
+
+/// Checks and decodes a whole checkpoint file read from `path`. Never panics; any damage is
+/// [`Error::Corrupt`] with the offset of the first bad field.
+pub fn decode(path: &Path, data: &[u8]) -> Result<MapCheckpoint> {
+    let least = MAP_HEADER_BYTES + MAP_TRAILER_BYTES;
+    if data.len() < least {
+        return Err(corrupt(
+            path,
+            data.len(),
+            format!(
+                "map checkpoint cut short: {} bytes, at least {least}",
+                data.len()
+            ),
+        ));
+    }
+    let stored = u32_at(data, HEADER_CRC_AT);
+    let computed = crc32c::crc32c(&data[..HEADER_CRC_AT]);
+    if stored != computed {
+        return Err(corrupt(
+            path,
+            HEADER_CRC_AT,
+            format!(
+                "map checkpoint header checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
+            ),
+        ));
+    }
+    if data[MAGIC_AT..VERSION_AT] != MAP_MAGIC {
+        return Err(corrupt(path, MAGIC_AT, "not a map checkpoint (bad magic)"));
+    }
+    let version = u32_at(data, VERSION_AT);
+    if version != MAP_FORMAT_VERSION {
+        return Err(corrupt(
+            path,
+            VERSION_AT,
+            format!("map checkpoint format version {version}, this build reads version {MAP_FORMAT_VERSION}"),
+        ));
+    }
+    if u32_at(data, RESERVED_A_AT) != 0 {
+        return Err(corrupt(path, RESERVED_A_AT, "reserved bytes not zero"));
+    }
+    if u32_at(data, RESERVED_B_AT) != 0 {
+        return Err(corrupt(path, RESERVED_B_AT, "reserved bytes not zero"));
+    }
+    let sequence = u64_at(data, SEQUENCE_AT);
+    let Some(start) = LssAddress::from_bits(u64_at(data, START_AT)) else {
+        return Err(corrupt(path, START_AT, "start is not an LSS address"));
+    };
+    let rssp = u64_at(data, RSSP_AT);
+    let pid_end = u64_at(data, PID_END_AT);
+    if pid_end > PID_COUNT_MAX as u64 {
+        return Err(corrupt(
+            path,
+            PID_END_AT,
+            format!("pid_end {pid_end} above the table's {PID_COUNT_MAX} PIDs"),
+        ));
+    }
+    let entry_count = u64_at(data, ENTRY_COUNT_AT);
+    let free_count = u64_at(data, FREE_COUNT_AT);
+    let expected = entry_count
+        .checked_mul(MAP_ENTRY_BYTES as u64)
+        .and_then(|e| {
+            free_count
+                .checked_mul(MAP_FREE_BYTES as u64)?
+                .checked_add(e)
+        })
+        .and_then(|b| b.checked_add(least as u64));
+    if expected != Some(data.len() as u64) {
+        return Err(corrupt(
+            path,
+            ENTRY_COUNT_AT,
+            format!(
+                "{entry_count} entries and {free_count} free PIDs do not fill the file's {} bytes",
+                data.len()
+            ),
+        ));
+    }
+    let trailer_at = data.len() - MAP_TRAILER_BYTES;
+    if data[trailer_at + 4..] != MAP_TRAILER_MAGIC {
+        return Err(corrupt(
+            path,
+            trailer_at + 4,
+            "map checkpoint trailer missing (bad trailer magic)",
+        ));
+    }
+    let stored = u32_at(data, trailer_at);
+    let computed = crc32c::crc32c(&data[MAP_HEADER_BYTES..trailer_at]);
+    if stored != computed {
+        return Err(corrupt(
+            path,
+            trailer_at,
+            format!(
+                "map checkpoint body checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
+            ),
+        ));
+    }
+    // The counts fill the file exactly, so they fit memory.
+    let mut entries = Vec::with_capacity(entry_count as usize);
+    let mut at = MAP_HEADER_BYTES;
+    let free_at = MAP_HEADER_BYTES + entry_count as usize * MAP_ENTRY_BYTES;
+    while at < free_at {
+        let pid = u64_at(data, at);
+        if pid >= pid_end {
+            return Err(corrupt(
+                path,
+                at,
+                format!("entry PID {pid} not below pid_end {pid_end}"),
+            ));
+        }
+        if entries.last().is_some_and(|&(last, _)| last >= pid) {
+            return Err(corrupt(path, at, format!("entry PID {pid} out of order")));
+        }
+        let Some(address) = LssAddress::from_bits(u64_at(data, at + 8)) else {
+            return Err(corrupt(
+                path,
+                at + 8,
+                format!("entry of PID {pid}: not an LSS address"),
+            ));
+        };
+        entries.push((pid, address));
+        at += MAP_ENTRY_BYTES;
+    }
+    let mut free: Vec<Pid> = Vec::with_capacity(free_count as usize);
+    while at < trailer_at {
+        let pid = u64_at(data, at);
+        if pid >= pid_end {
+            return Err(corrupt(
+                path,
+                at,
+                format!("free PID {pid} not below pid_end {pid_end}"),
+            ));
+        }
+        if free.last().is_some_and(|&last| last >= pid) {
+            return Err(corrupt(path, at, format!("free PID {pid} out of order")));
+        }
+        if entries.binary_search_by_key(&pid, |&(p, _)| p).is_ok() {
+            return Err(corrupt(
+                path,
+                at,
+                format!("PID {pid} is both mapped and free"),
+            ));
+        }
+        free.push(pid);
+        at += MAP_FREE_BYTES;
+    }
+    Ok(MapCheckpoint {
+        sequence,
+        start,
+        rssp,
+        pid_end,
+        entries,
+        free,
+    })
+}
+
+/// What [`read_newest`] found.
+#[derive(Debug, Default)]
+pub struct ReadOutcome {
+    /// The newest valid checkpoint, with its file name; `None` if there is no checkpoint file.
+    pub checkpoint: Option<(String, MapCheckpoint)>,
+    /// Newer published checkpoints that failed their checks, each with its error.
+    pub rejected: Vec<(String, String)>,
+    /// Unpublished `.tmp` files (never read).
+    pub tmp: Vec<String>,
+}
+
+/// Reads the newest valid checkpoint in `dir`, newest first: a torn or damaged one falls back
+/// to the one before. No checkpoint file is `Ok` with none; checkpoint files of which none is
+/// valid is [`Error::Corrupt`] (recovery must not silently start from nothing). Changes
+/// nothing on disk.
+pub fn read_newest(dir: &dyn Dir) -> Result<ReadOutcome> {
+    let names = dir.list()?;
+    let mut outcome = ReadOutcome {
+        tmp: names.iter().filter(|n| is_map_tmp(n)).cloned().collect(),
+        ..ReadOutcome::default()
+    };
+    let mut published: Vec<(u64, &String)> = names
+        .iter()
+        .filter_map(|n| parse_map_file_name(n).map(|s| (s, n)))
+        .collect();
+    published.sort_unstable_by_key(|&(s, _)| std::cmp::Reverse(s));
+    for (sequence, name) in &published {
+        let file = dir.open(name)?;
+        let path = file.path().to_path_buf();
+        let mut data = Vec::new();
+        file.read_all(&mut data)?;
+        let checked = decode(&path, &data).and_then(|c| {
+            if c.sequence == *sequence {
+                Ok(c)
+            } else {
+                Err(corrupt(
+                    &path,
+                    SEQUENCE_AT,
+                    format!("sequence {} differs from the name's {sequence}", c.sequence),
+                ))
+            }
+        });
+        match checked {
+            Ok(c) => {
+                outcome.checkpoint = Some(((*name).clone(), c));
+                return Ok(outcome);
+            }
+            Err(e) => outcome.rejected.push(((*name).clone(), e.to_string())),
+        }
+    }
+    if let Some((name, _)) = outcome.rejected.first() {
+        return Err(Error::Corrupt {
+            path: dir.path().join(name),
+            offset: 0,
+            what: format!(
+                "no valid map checkpoint among {} files: {}",
+                outcome.rejected.len(),
+                outcome
+                    .rejected
+                    .iter()
+                    .map(|(n, e)| format!("{n}: {e}"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        });
+    }
+    Ok(outcome)
+}
+
+/// Writes `checkpoint` to `map-<seq>.tmp` and fsyncs it; on error the file is removed (best
+/// effort, as the store's checkpoints: a full disk must not stay full of it).
+pub fn write_tmp(dir: &dyn Dir, checkpoint: &MapCheckpoint) -> Result<u64> {
+    let name = map_tmp_name(checkpoint.sequence);
+    if dir.exists(&name)? {
+        dir.remove(&name)?;
+    }
+    let bytes = checkpoint.encode();
+    let written = (|| {
+        let mut file = dir.create(&name)?;
+        file.append(&bytes)?;
+        file.sync()
+    })();
+    if written.is_err() {
+        let _ = dir.remove(&name);
+    }
+    written.map(|()| bytes.len() as u64)
+}
+
+/// Publishes written checkpoint `sequence`: rename, then fsync the directory.
+pub fn publish(dir: &dyn Dir, sequence: u64) -> Result<()> {
+    dir.rename(&map_tmp_name(sequence), &map_file_name(sequence))?;
+    dir.sync_dir()
+}
+
+/// Deletes every published checkpoint but the newest [`GENERATIONS_KEPT`], then syncs the
+/// directory. Call only once the newest is published and its rename durable.
+pub fn prune(dir: &dyn Dir) -> Result<()> {
+    let mut sequences: Vec<u64> = dir
+        .list()?
+        .iter()
+        .filter_map(|n| parse_map_file_name(n))
+        .collect();
+    sequences.sort_unstable_by(|a, b| b.cmp(a));
+    if sequences.len() <= GENERATIONS_KEPT {
+        return Ok(());
+    }
+    for &sequence in &sequences[GENERATIONS_KEPT..] {
+        dir.remove(&map_file_name(sequence))?;
+    }
+    dir.sync_dir()
+}
+
+/// What [`Checkpoints::take`] wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckpointInfo {
+    pub sequence: u64,
+    /// S.
+    pub start: LssAddress,
+    /// Hi-Stable once every recorded address was stable (step 4).
+    pub stable_end: LssAddress,
+    pub entry_count: usize,
+    pub free_count: usize,
+    pub bytes: u64,
+}
+
+/// Walks `table` into a checkpoint (steps 2–4 of the module doc); `newest_flushed` gives the
+/// address of a resident state's newest flush delta. Writes nothing to disk.
+pub fn walk<T: PageState>(
+    table: &MappingTable<T>,
+    lss: &Lss,
+    sequence: u64,
+    rssp: u64,
+    mut newest_flushed: impl FnMut(Pid, Shared<'_, T>) -> Option<LssAddress>,
+) -> Result<(MapCheckpoint, LssAddress)> {
+    let everything = LssAddress::current(LSS_OFFSET_MAX);
+    let start = lss.mk_stable(everything)?;
+    let pid_end = table.pid_end() as u64;
+    let mut entries = Vec::new();
+    let mut free = Vec::new();
+    let mut pid = 0;
+    while pid < pid_end {
+        let _guard = crossbeam_epoch::pin();
+        let end = (pid + WALK_PIN_PIDS).min(pid_end);
+        for p in pid..end {
+            match table.read_location(p) {
+                PageLocation::Memory(ptr) if !ptr.is_null() => {
+                    // Read under `_guard`: the state lives until it unpins.
+                    if let Some(address) = newest_flushed(p, Shared::from(ptr)) {
+                        entries.push((p, address));
+                    }
+                }
+                PageLocation::Stored(bits) => match LssAddress::from_bits(bits) {
+                    Some(address) => entries.push((p, address)),
+                    None => {
+                        return Err(Error::InvalidUse(format!(
+                            "map checkpoint: PID {p}'s word holds {bits:#x}, not an LSS address"
+                        )))
+                    }
+                },
+                PageLocation::FreeLink(_) => free.push(p),
+                PageLocation::Memory(_) | PageLocation::Empty => {}
+            }
+        }
+        pid = end;
+    }
+    let stable_end = lss.mk_stable(everything)?;
+    Ok((
+        MapCheckpoint {
+            sequence,
+            start,
+            rssp,
+            pid_end,
+            entries,
+            free,
+        },
+        stable_end,
+    ))
+}
+
+/// The checkpoints of one LSS directory: taking them in sequence, and the bound the cleaner
+/// must respect (module doc).
+pub struct Checkpoints {
+    dir: Arc<dyn Dir>,
+    /// Walks begun in this process (the cleaner's tickets compare against it).
+    walks_begun: AtomicU64,
+    /// The next checkpoint's sequence; held across a whole `take`, so takes run one at a
+    /// time.
+    next_sequence: Mutex<u64>,
+    /// The kept checkpoints, oldest first: (walk number, S). Walk 0: taken by an earlier
+    /// process, which says nothing of segments emptied in this one. Its own lock, so the
+    /// cleaner never waits for a checkpoint's walk or I/O.
+    kept: Mutex<Vec<(u64, LssAddress)>>,
+}
+
+impl Checkpoints {
+    /// Opens the checkpoints of `dir`: reads the newest valid one ([`read_newest`]), deletes
+    /// unpublished `.tmp` files, and renames damaged published ones `<name>.corrupt` so that
+    /// pruning never keeps a damaged file in place of a valid one.
+    pub fn open(dir: Arc<dyn Dir>) -> Result<(Self, ReadOutcome)> {
+        let outcome = read_newest(&*dir)?;
+        for name in &outcome.tmp {
+            dir.remove(name)?;
+        }
+        for (name, _) in &outcome.rejected {
+            dir.rename(name, &format!("{name}.corrupt"))?;
+        }
+        if !outcome.tmp.is_empty() || !outcome.rejected.is_empty() {
+            dir.sync_dir()?;
+        }
+        let mut published: Vec<u64> = dir
+            .list()?
+            .iter()
+            .filter_map(|n| parse_map_file_name(n))
+            .collect();
+        published.sort_unstable();
+        let seen_max = outcome
+            .rejected
+            .iter()
+            .filter_map(|(n, _)| parse_map_file_name(n))
+            .chain(published.iter().copied())
+            .max();
+        let mut kept = Vec::new();
+        for &sequence in published.iter().rev().take(GENERATIONS_KEPT).rev() {
+            let name = map_file_name(sequence);
+            let file = dir.open(&name)?;
+            let mut data = Vec::new();
+            file.read_all(&mut data)?;
+            let checkpoint = decode(file.path(), &data)?;
+            kept.push((0, checkpoint.start));
+        }
+        let checkpoints = Self {
+            dir,
+            walks_begun: AtomicU64::new(0),
+            next_sequence: Mutex::new(seen_max.map_or(1, |s| s + 1)),
+            kept: Mutex::new(kept),
+        };
+        Ok((checkpoints, outcome))
+    }
+
+    /// Takes a checkpoint of `table` over `lss` (module doc, steps 1–5); one at a time.
+    /// `rssp` is the store's field ([`MapCheckpoint::rssp`]); `newest_flushed` gives the
+    /// address of a resident state's newest flush delta (the access method's: it must find it
+    /// through consolidations too), or `None` if the page has never been flushed.
+    pub fn take<T: PageState>(
+        &self,
+        table: &MappingTable<T>,
+        lss: &Lss,
+        rssp: u64,
+        newest_flushed: impl FnMut(Pid, Shared<'_, T>) -> Option<LssAddress>,
+    ) -> Result<CheckpointInfo> {
+        let mut next_sequence = self.next_sequence.lock();
+        let walk_number = self.walks_begun.fetch_add(1, Ordering::AcqRel) + 1;
+        let sequence = *next_sequence;
+        let (checkpoint, stable_end) = walk(table, lss, sequence, rssp, newest_flushed)?;
+        // A failed write leaves the sequence used: a torn `.tmp` is never read anyway.
+        *next_sequence += 1;
+        let bytes = write_tmp(&*self.dir, &checkpoint)?;
+        publish(&*self.dir, sequence)?;
+        {
+            let mut kept = self.kept.lock();
+            kept.push((walk_number, checkpoint.start));
+            let excess = kept.len().saturating_sub(GENERATIONS_KEPT);
+            kept.drain(..excess);
+        }
+        prune(&*self.dir)?;
+        Ok(CheckpointInfo {
+            sequence,
+            start: checkpoint.start,
+            stable_end,
+            entry_count: checkpoint.entries.len(),
+            free_count: checkpoint.free.len(),
+            bytes,
+        })
+    }
+
+    /// The cleaner's ticket for a segment whose last live piece just died: pass it to
+    /// [`Self::may_remove`].
+    pub fn clean_ticket(&self) -> u64 {
+        self.walks_begun.load(Ordering::Acquire)
+    }
+
+    /// The S of the older kept checkpoint: no segment at or above it may be removed. `None`
+    /// before any checkpoint exists (then recovery scans from the LSS's start: nothing may go).
+    pub fn clean_bound(&self) -> Option<LssAddress> {
+        self.kept.lock().first().map(|&(_, start)| start)
+    }
+
+    /// Whether the cleaner may remove a segment that ends at `segment_end` (exclusive) and
+    /// emptied when [`Self::clean_ticket`] gave `ticket`: wholly below the older kept
+    /// checkpoint's S, and every kept checkpoint walked after it emptied.
+    pub fn may_remove(&self, segment_end: LssAddress, ticket: u64) -> bool {
+        let kept = self.kept.lock();
+        kept.len() == GENERATIONS_KEPT
+            && kept
+                .iter()
+                .all(|&(walk, start)| walk > ticket && segment_end.offset() <= start.offset())
+    }
+}
