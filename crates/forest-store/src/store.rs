@@ -184,6 +184,11 @@ pub enum BatchOp {
     Update(Vec<u8>, Vec<u8>),
     /// Removes the key.
     Remove(Vec<u8>),
+    /// Removes the key, which the caller knows present: not read first, which saves
+    /// [`Self::Remove`]'s descent of the index (a list's pop, which has just read its
+    /// element). Always logged and reported as a change: if the key was absent after all, the
+    /// store is unchanged (the logged removal replays as nothing).
+    RemovePresent(Vec<u8>),
 }
 
 impl BatchOp {
@@ -193,7 +198,8 @@ impl BatchOp {
             BatchOp::Insert(k, _)
             | BatchOp::Upsert(k, _)
             | BatchOp::Update(k, _)
-            | BatchOp::Remove(k) => k,
+            | BatchOp::Remove(k)
+            | BatchOp::RemovePresent(k) => k,
         }
     }
 }
@@ -1240,7 +1246,7 @@ impl Store {
                 BatchOp::Insert(k, v) | BatchOp::Upsert(k, v) | BatchOp::Update(k, v) => {
                     check_entry(k, v)?
                 }
-                BatchOp::Remove(k) => check_key(k)?,
+                BatchOp::Remove(k) | BatchOp::RemovePresent(k) => check_key(k)?,
             }
         }
         self.commit.check_failed()?;
@@ -1308,6 +1314,7 @@ impl Store {
                 BatchOp::Upsert(_, v) => Some(Some(&v[..])),
                 BatchOp::Update(_, v) => present()?.then_some(Some(&v[..])),
                 BatchOp::Remove(_) => present()?.then_some(None),
+                BatchOp::RemovePresent(_) => Some(None),
             };
             changed.push(effect.is_some());
             if let Some(state) = effect {

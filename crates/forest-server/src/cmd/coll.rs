@@ -371,7 +371,7 @@ pub fn remove_known_member(ctx: &mut Ctx<'_, '_>, key: Vec<u8>) -> Result<(), Fr
     if ctx.unit.is_none() {
         return remove_member(ctx, &key).map(|_| ());
     }
-    ctx.decide_owned(key, None);
+    ctx.decide_remove_present(key);
     ctx.shared.collections.add_reserved(-1);
     Ok(())
 }

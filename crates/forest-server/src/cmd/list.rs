@@ -742,6 +742,56 @@ mod tests {
         assert_eq!(h.run(&["LLEN", "l"]), wrong);
     }
 
+    // Goal: a pop removes what it read without the store reading it again (`RemovePresent`)
+    // only where it read it in the store: pops of elements pushed in the same unit (EXEC,
+    // LMOVE of a list onto itself) and pops of many leave the same lists and the same number
+    // of store entries, before and after a restart. Method: one scenario, the lists and the
+    // engine's entry count (a member and a type entry per non-empty list) checked.
+    #[test]
+    fn pops_of_stored_and_unit_elements() {
+        let mut h = Harness::new();
+        h.run(&["RPUSH", "l", "a", "b", "c"]);
+        assert_eq!(h.run(&["LPOP", "l"]), bulk("a"));
+        assert_eq!(h.run(&["LMOVE", "l", "l", "RIGHT", "LEFT"]), bulk("c"));
+        assert_eq!(all(&mut h, "l"), bulks(&["c", "b"]));
+        h.run(&["MULTI"]);
+        h.run(&["RPUSH", "m", "x", "y"]);
+        h.run(&["LPOP", "m"]);
+        h.run(&["RPOP", "l"]);
+        h.run(&["RPUSH", "l", "d"]);
+        h.run(&["LPOP", "l"]);
+        assert_eq!(
+            h.run(&["EXEC"]),
+            Frame::Array(vec![
+                Frame::Integer(2),
+                bulk("x"),
+                bulk("b"),
+                Frame::Integer(2),
+                bulk("c"),
+            ])
+        );
+        let many: Vec<String> = (0..20).map(|i| format!("e{i}")).collect();
+        let mut push = vec!["RPUSH", "n"];
+        push.extend(many.iter().map(String::as_str));
+        h.run(&push);
+        let popped = h.run(&["LPOP", "n", "19"]);
+        assert_eq!(
+            popped,
+            bulks(&many[..19].iter().map(String::as_str).collect::<Vec<_>>())
+        );
+        let check = |h: &mut Harness| {
+            assert_eq!(all(h, "l"), bulks(&["d"]));
+            assert_eq!(all(h, "m"), bulks(&["y"]));
+            assert_eq!(all(h, "n"), bulks(&["e19"]));
+            assert_eq!(h.entries(), 6, "a member and a type entry per list");
+        };
+        check(&mut h);
+        let mut h = h.restart();
+        check(&mut h);
+        assert_eq!(h.run(&["RPOP", "n"]), bulk("e19"));
+        assert_eq!(h.entries(), 4);
+    }
+
     const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
     fn all(h: &mut Harness, key: &str) -> Frame {

@@ -170,6 +170,13 @@ pub struct Unit {
     /// once the unit's batch is visible ([`expire::apply_deadlines`]), never before, nor when
     /// the batch fails; the unit's own reads see them first ([`Ctx::deadline`]).
     pub(crate) deadlines: Vec<expire::DeadlineChange>,
+    /// Set once a removal is decided that [`Ctx::decide_remove_present`] did not vouch for
+    /// (read present in the store, the key untouched by the unit before). Until then every
+    /// removal in the overlay is of a key the store holds, and [`Ctx::end_unit`] writes them
+    /// as [`forest_store::BatchOp::RemovePresent`], which the store applies without reading
+    /// the key again (a pop's unit: one removal and its type entry). EXEC writes plain
+    /// removals.
+    plain_removal: bool,
 }
 
 impl Unit {
@@ -293,7 +300,10 @@ impl Ctx<'_, '_> {
         // A deadline change may move a string between its two places: readers that miss
         // it meanwhile read again (`Expires::read_string`).
         let Unit {
-            overlay, deadlines, ..
+            overlay,
+            deadlines,
+            plain_removal,
+            ..
         } = unit;
         let moves = !deadlines.is_empty();
         if moves {
@@ -302,6 +312,7 @@ impl Ctx<'_, '_> {
         let mut ops = std::mem::take(&mut self.buffers.unit_ops);
         ops.extend(overlay.into_iter().map(|(key, value)| match value {
             Some(value) => forest_store::BatchOp::Upsert(key, value),
+            None if !plain_removal => forest_store::BatchOp::RemovePresent(key),
             None => forest_store::BatchOp::Remove(key),
         }));
         let written = match ops.is_empty() {
@@ -342,7 +353,9 @@ impl Ctx<'_, '_> {
                     self.buffers.give(key);
                     self.buffers.give(value);
                 }
-                forest_store::BatchOp::Remove(key) => self.buffers.give(key),
+                forest_store::BatchOp::Remove(key) | forest_store::BatchOp::RemovePresent(key) => {
+                    self.buffers.give(key)
+                }
             }
         }
         if ops.capacity() <= UNIT_OPS_KEPT {
@@ -529,6 +542,7 @@ impl Ctx<'_, '_> {
         let unit = self.unit.as_mut().expect("a unit is open");
         // Pooled copies: `end_unit` gives them back once written.
         let value = value.map(|v| self.buffers.copy_of(v));
+        unit.plain_removal |= value.is_none();
         match unit.overlay.get_mut(key) {
             Some(state) => {
                 if let Some(old) = std::mem::replace(state, value) {
@@ -546,7 +560,22 @@ impl Ctx<'_, '_> {
     fn decide_owned(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
         self.touched_type_entry(&key);
         let unit = self.unit.as_mut().expect("a unit is open");
+        unit.plain_removal |= value.is_none();
         unit.overlay.insert(key, value);
+    }
+
+    /// [`Self::decide_owned`] of the removal of `key`, which the running command has just read
+    /// present: if it read it in the store (its unit had not touched it), the store may
+    /// remove it without reading it again ([`Unit::plain_removal`]).
+    fn decide_remove_present(&mut self, key: Vec<u8>) {
+        self.touched_type_entry(&key);
+        let unit = self.unit.as_mut().expect("a unit is open");
+        if let Some(old) = unit.overlay.insert(key, None) {
+            unit.plain_removal = true;
+            if let Some(old) = old {
+                self.buffers.give(old);
+            }
+        }
     }
 
     /// Sets `key` to `value` through the batch; a string with a deadline at its place,
@@ -686,7 +715,7 @@ impl Ctx<'_, '_> {
                 BatchOp::Upsert(_, v) => placed.put(key, &value(v)),
                 BatchOp::Insert(_, v) => placed.insert(key, &value(v)),
                 BatchOp::Update(_, v) => placed.update(key, &value(v)),
-                BatchOp::Remove(_) => placed.remove(key),
+                BatchOp::Remove(_) | BatchOp::RemovePresent(_) => placed.remove(key),
             };
         }
         self.write_at(&placed)

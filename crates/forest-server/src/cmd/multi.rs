@@ -503,7 +503,7 @@ pub(super) fn decide_batch(
             BatchOp::Insert(k, v) | BatchOp::Upsert(k, v) | BatchOp::Update(k, v) => {
                 check_entry(k, v).map_err(|e| store_error(&e))?
             }
-            BatchOp::Remove(_) => {}
+            BatchOp::Remove(_) | BatchOp::RemovePresent(_) => {}
         }
     }
     let mut changed = Vec::with_capacity(batch.len());
@@ -515,8 +515,8 @@ pub(super) fn decide_batch(
             (BatchOp::Insert(k, v), false) => ctx.insert_at(k, v)?,
             (BatchOp::Update(k, v), true) => ctx.update(k, v)?,
             (BatchOp::Update(k, v), false) => ctx.update_at(k, v)?,
-            (BatchOp::Remove(k), true) => ctx.remove(k)?,
-            (BatchOp::Remove(k), false) => ctx.remove_at(k)?,
+            (BatchOp::Remove(k) | BatchOp::RemovePresent(k), true) => ctx.remove(k)?,
+            (BatchOp::Remove(k) | BatchOp::RemovePresent(k), false) => ctx.remove_at(k)?,
         });
     }
     Ok(changed)

@@ -810,6 +810,7 @@ impl BatchModel {
                     BatchOp::Upsert(_, v) => Some(Some(v.clone())),
                     BatchOp::Update(_, v) => present.then(|| Some(v.clone())),
                     BatchOp::Remove(_) => present.then_some(None),
+                    BatchOp::RemovePresent(_) => Some(None),
                 };
                 let Some(effect) = effect else {
                     return false;

@@ -233,6 +233,10 @@ pub(crate) fn run_with_budget(
                                             && sim.insert(k.clone(), v.clone()).is_some()
                                     }
                                     BatchOp::Remove(k) => sim.remove(k).is_some(),
+                                    BatchOp::RemovePresent(k) => {
+                                        sim.remove(k);
+                                        true
+                                    }
                                 })
                                 .collect();
                             let r = s.write_batch(&ops);
@@ -248,7 +252,9 @@ pub(crate) fn run_with_budget(
                                 }
                                 if *changed {
                                     match op {
-                                        BatchOp::Remove(k) => model.effect(k, None),
+                                        BatchOp::Remove(k) | BatchOp::RemovePresent(k) => {
+                                            model.effect(k, None)
+                                        }
                                         BatchOp::Insert(k, v)
                                         | BatchOp::Upsert(k, v)
                                         | BatchOp::Update(k, v) => model.effect(k, Some(v.clone())),

@@ -2,7 +2,8 @@
 //! no heap allocation; the unit's own earlier effects are found among its records instead of
 //! in a map). They must decide exactly as larger batches do: each op against the current
 //! values and the batch's earlier ops, one key written several times included, and their
-//! records must replay to the same state after a power loss.
+//! records must replay to the same state after a power loss. `BatchOp::RemovePresent` (a
+//! removal not read first) joins them, on absent keys too.
 
 use std::collections::BTreeMap;
 
@@ -22,11 +23,13 @@ fn options() -> StoreOptions {
 fn random_op(rng: &mut StdRng, round: usize) -> BatchOp {
     let key = vec![b'k', rng.random_range(0..3u8)];
     let value = format!("v{round}-{}", rng.random_range(0..1000)).into_bytes();
-    match rng.random_range(0..4) {
+    match rng.random_range(0..5) {
         0 => BatchOp::Insert(key, value),
         1 => BatchOp::Upsert(key, value),
         2 => BatchOp::Update(key, value),
-        _ => BatchOp::Remove(key),
+        3 => BatchOp::Remove(key),
+        // Present or not: an absent key is the caller's mistake, which must stay harmless.
+        _ => BatchOp::RemovePresent(key),
     }
 }
 
@@ -49,6 +52,11 @@ fn apply(model: &mut BTreeMap<Vec<u8>, Vec<u8>>, op: &BatchOp) -> bool {
             None => false,
         },
         BatchOp::Remove(k) => model.remove(k).is_some(),
+        // Not read: reported as a change even where the key was absent.
+        BatchOp::RemovePresent(k) => {
+            model.remove(k);
+            true
+        }
     }
 }
 
