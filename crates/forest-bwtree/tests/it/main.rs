@@ -14,6 +14,7 @@ mod page_hold;
 mod pause_points;
 mod rev_clean;
 mod rev_evict;
+mod rev_systxn;
 mod rev_ycsba;
 mod review_rev1;
 mod scan_side_links;
