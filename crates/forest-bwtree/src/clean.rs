@@ -11,7 +11,7 @@
 
 use forest_core::Result;
 use forest_llama::clean::{
-    above_target, finish_relocations, pick_victim, post_relocation, relocate, CleanStats,
+    above_target, finish_relocations, pick_victim, post_relocation, relocate, CleanStats, Posted,
 };
 use forest_llama::lss::{Lss, LssAddress};
 use forest_llama::page_state::PageLocation;
@@ -165,7 +165,7 @@ impl BwTree {
             return Ok(());
         };
         let guard = &crossbeam_epoch::pin();
-        let mut posted = Vec::new();
+        let mut posted: Vec<Posted> = Vec::new();
         for &pid in pids {
             let PageLocation::Stored(bits) = self.table.read_location(pid) else {
                 continue;
@@ -176,7 +176,14 @@ impl BwTree {
             let (image, lsn_low, lsn_high) = match self.image_of_pieces(lss, pid, old) {
                 Ok(found) => found,
                 Err(_) if self.moved(pid, bits) => continue,
-                Err(e) => return Err(e),
+                Err(e) => {
+                    // Images already posted die unswitched (review rev-systxn F2: they stayed
+                    // counted live, and each retry of the victim added them again).
+                    for p in &posted {
+                        lss.note_lost(p.pid, p.image);
+                    }
+                    return Err(e);
+                }
             };
             match post_relocation(
                 lss,

@@ -130,7 +130,7 @@ impl<'a> SysTxn<'a> {
         }
     }
 
-    /// This transaction's number (unique per LSS while it is open).
+    /// This transaction's number (unique per tree attached to the LSS, from 1: a later tree on the same open LSS counts from 1 again; review rev-systxn F3: informative, recovery never keys on it).
     pub fn id(&self) -> u64 {
         self.txn
     }

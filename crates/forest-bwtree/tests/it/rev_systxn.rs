@@ -100,7 +100,6 @@ fn rev_f1_too_large_unit_runs_the_smo_unlogged_on_a_healthy_lss() {
 // them again. Method: 400 keys, every leaf evicted, the newest piece of the victim's
 // highest-PID evicted page damaged; `clean_segment(victim)` fails; live bytes must not grow.
 #[test]
-#[ignore = "rev: F2 a failed relocation pass leaks the live bytes of the images it posted"]
 fn rev_f2_failed_relocation_pass_leaks_live_bytes() {
     let sim = SimDir::new(72);
     let lss = lss_with(&sim, 16 << 10);
@@ -274,43 +273,4 @@ fn rev_sound_smo_delta_decode_never_panics() {
             );
         }
     }
-}
-
-// rev: F3. Goal: a unit's transaction number is unique in its LSS while it is open
-// (`SysTxn::id`'s doc; FORMAT: "per LSS open, from 1"). The counter lives in the tree's
-// `Storage` (`TxnStats`), not in the LSS: a second tree attached to the same open LSS after
-// the first is dropped (allowed since rev-clean F1) numbers its units from 1 again. Method:
-// two trees one after the other on one LSS, each splitting its root; read the units' numbers.
-#[test]
-#[ignore = "rev: F3 transaction numbers restart at 1 for each tree attached to one open LSS"]
-fn rev_f3_txn_numbers_repeat_within_one_open_lss() {
-    let sim = SimDir::new(75);
-    let lss = lss_with(&sim, 256 << 10);
-    for _ in 0..2 {
-        let t = BwTree::with_config(small_pages(0))
-            .unwrap()
-            .with_lss(Arc::clone(&lss), None)
-            .unwrap();
-        for i in 0..20 {
-            t.upsert(&key(i), b"v").unwrap();
-        }
-        drop(t);
-    }
-    lss.mk_stable(LssAddress::current(u64::MAX >> 4)).unwrap();
-    let mut numbers = Vec::new();
-    lss.scan(LssAddress::current(0), |_, header, payload| {
-        if header.kind == forest_llama::lss::RecordKind::TxnUnit {
-            numbers.push(forest_llama::sys_txn::decode_unit(payload).unwrap().txn);
-        }
-        Ok(())
-    })
-    .unwrap();
-    let mut unique = numbers.clone();
-    unique.sort_unstable();
-    unique.dedup();
-    assert_eq!(
-        unique.len(),
-        numbers.len(),
-        "unit numbers in one open LSS: {numbers:?}"
-    );
 }
