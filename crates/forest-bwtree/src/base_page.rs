@@ -12,7 +12,9 @@
 //! Invariants:
 //! - A base page is immutable once built; consolidation (§III-B) builds a new one.
 //! - Its keys are sorted and unique.
-//! - Its prefix array holds [`key_prefix`] of each key, in key order; its slots (when present)
+//! - Its keys share their first `skip` bytes with the low key (the common prefix of the low and
+//!   high keys: YCSB keys share `user` and some digits), and its prefix array holds
+//!   [`key_prefix`] of the bytes after them, in key order; its slots (when present)
 //!   hold increasing offsets that end at the arena's length; a uniform page (all records of
 //!   one key and one value length) has no slots.
 //!
@@ -59,6 +61,10 @@ pub(crate) fn key_eq(a: &[u8], b: &[u8]) -> bool {
 const HEADER_WORDS: usize = 2;
 /// The high-key length word's value for "no high key" (a real key is at most 16 KiB).
 const NO_HIGH: u64 = u32::MAX as u64;
+/// Bits of word 1 holding the low key's length, and (from [`SKIP_SHIFT`]) the common prefix's.
+const LEN_MASK: u64 = 0xFFFF;
+const SKIP_SHIFT: u32 = 16;
+const _: () = assert!(forest_core::limits::KEY_BYTES_MAX <= LEN_MASK as usize);
 /// The cache line size the prefix prefetch steps by (x86-64).
 const CACHE_LINE_BYTES: usize = 64;
 /// The most record bytes [`BasePage::prefetch`] fetches with the prefixes: a full page of
@@ -158,7 +164,10 @@ impl BasePage {
         let arena_word = HEADER_WORDS + len + slot_count;
         let mut words = crate::page_buffers::take(arena_word + total.div_ceil(8));
         words[0] = side_link;
-        words[1] = low.len() as u64 | (high.map_or(NO_HIGH, |h| h.len() as u64) << 32);
+        let skip = common_prefix_len(low, high, records.clone());
+        words[1] = low.len() as u64
+            | (skip as u64) << SKIP_SHIFT
+            | (high.map_or(NO_HIGH, |h| h.len() as u64) << 32);
         let (head, arena_words) = words.split_at_mut(arena_word);
         let arena = bytes_mut(arena_words);
         let mut at = 0;
@@ -169,7 +178,7 @@ impl BasePage {
         put(&mut at, low);
         put(&mut at, high_bytes);
         for (i, (key, value)) in records.enumerate() {
-            head[HEADER_WORDS + i] = key_prefix(key);
+            head[HEADER_WORDS + i] = key_prefix(&key[skip..]);
             if slot_count > 0 {
                 head[HEADER_WORDS + len + i] =
                     ((at as u64) << SLOT_KEY_LEN_BITS) | key.len() as u64;
@@ -229,7 +238,14 @@ impl BasePage {
     /// The lengths of the low key and of the high key (`NO_HIGH` if none).
     #[inline]
     fn bound_lens(&self) -> (usize, u64) {
-        ((self.words[1] & NO_HIGH) as usize, self.words[1] >> 32)
+        ((self.words[1] & LEN_MASK) as usize, self.words[1] >> 32)
+    }
+
+    /// The length of the prefix every key on the page shares with the low key (the prefix
+    /// array holds the 8 bytes after it).
+    #[inline]
+    fn skip(&self) -> usize {
+        ((self.words[1] >> SKIP_SHIFT) & LEN_MASK) as usize
     }
 
     /// The smallest key the page may hold; empty for the leftmost page of a level.
@@ -406,14 +422,28 @@ impl BasePage {
     /// search among them for keys that share longer prefixes.
     #[inline]
     pub(crate) fn search(&self, key: &[u8]) -> Result<usize, usize> {
-        let prefix = key_prefix(key);
+        let skip = self.skip();
+        let prefix = if skip == 0 {
+            key_prefix(key)
+        } else {
+            // Keys without the page's common prefix order before or after all its keys.
+            match key[..key.len().min(skip)].cmp(&self.low()[..skip]) {
+                std::cmp::Ordering::Equal => key_prefix(&key[skip..]),
+                std::cmp::Ordering::Less => return Err(0),
+                std::cmp::Ordering::Greater => return Err(self.len()),
+            }
+        };
         let prefixes = self.prefixes();
         let first = prefixes.partition_point(|&p| p < prefix);
         if prefixes.get(first) != Some(&prefix) {
             return Err(first);
         }
-        if self.shape != NOT_UNIFORM && (self.shape >> 16) as usize == key.len() && key.len() <= 8 {
-            // Keys of one length of at most 8 bytes are equal when their prefixes are.
+        if self.shape != NOT_UNIFORM
+            && (self.shape >> 16) as usize == key.len()
+            && key.len() - skip <= 8
+        {
+            // Keys of one length, at most 8 bytes after the common prefix, are equal when their
+            // prefixes are.
             return Ok(first);
         }
         if prefixes.get(first + 1) != Some(&prefix) {
@@ -461,10 +491,13 @@ impl BasePage {
         }
         let (key_len, value_len) = ((self.shape >> 16) as usize, (self.shape & 0xFFFF) as usize);
         let stride = key_len + value_len;
+        let skip = self.skip();
         if stride == 0
-            || edits
-                .iter()
-                .any(|(k, v)| v.is_some_and(|v| k.len() != key_len || v.len() != value_len))
+            || edits.iter().any(|(k, v)| {
+                v.is_some_and(|v| {
+                    k.len() != key_len || v.len() != value_len || k[..skip] != self.low()[..skip]
+                })
+            })
         {
             return None;
         }
@@ -527,7 +560,7 @@ impl BasePage {
                 from += 1; // replaced or deleted
             }
             if let Some(value) = value {
-                prefixes[to] = key_prefix(key);
+                prefixes[to] = key_prefix(&key[skip..]);
                 let record = &mut records[to * stride..(to + 1) * stride];
                 copy_bytes(&mut record[..key_len], key);
                 copy_bytes(&mut record[key_len..], value);
@@ -548,6 +581,28 @@ impl BasePage {
         );
         Some(page)
     }
+}
+
+/// The length of the prefix that every key of a page shares with its low key: the common
+/// prefix of the low and high keys (keys in [low, high) share it), cut to what the first and
+/// last records share with the low key, so that a page built from records outside its bounds
+/// still searches correctly. 0 for the leftmost and the rightmost page of a level.
+fn common_prefix_len<'a>(
+    low: &[u8],
+    high: Option<&[u8]>,
+    mut records: impl ExactSizeIterator<Item = (&'a [u8], &'a [u8])> + Clone,
+) -> usize {
+    let lcp = |a: &[u8], b: &[u8]| a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let Some(high) = high else { return 0 };
+    let mut skip = lcp(low, high);
+    if skip == 0 {
+        return 0;
+    }
+    let last = records.clone().last();
+    for (key, _) in records.next().into_iter().chain(last) {
+        skip = skip.min(lcp(low, key));
+    }
+    skip
 }
 
 /// The child PID stored as an index entry's value.
@@ -619,6 +674,57 @@ mod tests {
         check_page(b"", Some(b"abcdefgh\0"), &mixed[..4]);
         check_page(b"k", Some(b"q"), &[]);
         check_page(b"", None, &[]);
+    }
+
+    // Goal: a page whose low and high keys share a long prefix (YCSB keys: `user` and digits)
+    // searches from past it and still places keys outside its bounds, keys shorter than the
+    // prefix and keys that tie on the 8 bytes after it; `with_edits` keeps the skip. Method:
+    // uniform keys `user1234NNtiedJ` in [user1234, user1235) (common prefix `user123`),
+    // accessors and searches against slice order, then an edit that adds and deletes keys.
+    #[test]
+    fn common_prefix_is_skipped() {
+        let keys: Vec<Vec<u8>> = (0..20)
+            .flat_map(|i| (0..3).map(move |j| format!("user1234{i:02}tied{j}").into_bytes()))
+            .collect();
+        let records: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &b"vvvv"[..])).collect();
+        let (low, high) = (&b"user1234"[..], Some(&b"user1235"[..]));
+        check_page(low, high, &records);
+        let page = BasePage::build(low, high, 7, records.iter().copied());
+        assert_eq!(page.skip(), 7);
+        let probes: [&[u8]; 10] = [
+            b"",
+            b"user",
+            b"user123",
+            b"user1234",
+            b"user12339",
+            b"user123405tied",
+            b"user123405tied1\0",
+            b"user1235",
+            b"user1236",
+            b"zzz",
+        ];
+        for probe in probes {
+            let want = records.partition_point(|&(k, _)| k < probe);
+            let got = page.search(probe);
+            assert_eq!(got.unwrap_or_else(|i| i), want, "{probe:?}");
+            assert_eq!(got.is_ok(), records.iter().any(|&(k, _)| k == probe));
+        }
+        let (added, deleted) = (b"user123405tied9".to_vec(), keys[40].clone());
+        let mut edits: Vec<Edit<'_>> = vec![(&added[..], Some(&b"wwww"[..])), (&deleted[..], None)];
+        edits.sort_by(|a, b| a.0.cmp(b.0));
+        let edited = page.with_edits(&edits).expect("uniform records and edits");
+        let mut want: Vec<(&[u8], &[u8])> = records.clone();
+        want.retain(|&(k, _)| k != &deleted[..]);
+        let at = want.partition_point(|&(k, _)| k < &added[..]);
+        want.insert(at, (&added[..], &b"wwww"[..]));
+        assert_eq!(edited.len(), want.len());
+        for (i, &(key, value)) in want.iter().enumerate() {
+            assert_eq!((edited.key(i), edited.value(i)), (key, value));
+            assert_eq!(edited.search(key), Ok(i));
+        }
+        // A key outside the common prefix cannot join the page by the fast path.
+        let outside: Vec<Edit<'_>> = vec![(&b"user9999999tied"[..], Some(&b"wwww"[..]))];
+        assert!(page.with_edits(&outside).is_none());
     }
 
     // Goal: prefix-first comparisons agree with slice order. Method: all pairs of keys around
