@@ -15,6 +15,7 @@ mod pause_points;
 mod rev_clean;
 mod rev_evict;
 mod rev_ycsba;
+mod rev_bwleaf;
 mod review_rev1;
 mod scan_side_links;
 mod stress;
