@@ -57,7 +57,8 @@ pub(crate) fn key_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && key_prefix(a) == key_prefix(b) && (a.len() <= 8 || a[8..] == b[8..])
 }
 
-/// Words before a base page's prefix array: the side link, and the low and high key lengths.
+/// Words before a base page's prefix array: the side link, and word 1 with the low and high key
+/// lengths and the length of the prefix every key shares (the skip, bits 16..32).
 const HEADER_WORDS: usize = 2;
 /// The high-key length word's value for "no high key" (a real key is at most 16 KiB).
 const NO_HIGH: u64 = u32::MAX as u64;
@@ -811,13 +812,16 @@ mod tests {
                     map.insert(key, vec![b'v'; if uniform { 3 } else { rng.below(4) }]);
                 }
             }
-            let records: Vec<(&[u8], &[u8])> =
-                map.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+            let records: Vec<(&[u8], &[u8])> = map.iter().map(|(k, v)| (&k[..], &v[..])).collect();
             let page = BasePage::build(&low, high.as_deref(), 1, records.iter().copied());
             skipped += usize::from(page.skip() > 0);
             let mut probes: Vec<Vec<u8>> = (0..30).map(|_| gen(&mut rng)).collect();
             probes.extend((0..=stem.len()).map(|n| stem[..n].to_vec()));
-            probes.extend([low.clone(), high.clone().unwrap_or_default(), vec![0xff; 30]]);
+            probes.extend([
+                low.clone(),
+                high.clone().unwrap_or_default(),
+                vec![0xff; 30],
+            ]);
             probes.extend(map.keys().cloned());
             for probe in &probes {
                 let want = match map.contains_key(probe) {
@@ -858,12 +862,23 @@ mod tests {
                 }
                 for probe in probes.iter().chain(edits.keys()) {
                     let below = want.range::<Vec<u8>, _>(..probe).count();
-                    let expect = if want.contains_key(probe) { Ok(below) } else { Err(below) };
-                    assert_eq!(edited.search(probe), expect, "round {round} edited {probe:?}");
+                    let expect = if want.contains_key(probe) {
+                        Ok(below)
+                    } else {
+                        Err(below)
+                    };
+                    assert_eq!(
+                        edited.search(probe),
+                        expect,
+                        "round {round} edited {probe:?}"
+                    );
                 }
             }
         }
-        assert!(skipped > 500 && edited_skipped > 100, "{skipped} {edited_skipped}");
+        assert!(
+            skipped > 500 && edited_skipped > 100,
+            "{skipped} {edited_skipped}"
+        );
     }
 
     // Measurement (review rev-bwleaf), not a check: ns per hit search over a leaf of 100
@@ -880,8 +895,9 @@ mod tests {
             }
             h
         };
-        let mut keys: Vec<Vec<u8>> =
-            (0..1_000_000u64).map(|i| format!("user{}", hash(i)).into_bytes()).collect();
+        let mut keys: Vec<Vec<u8>> = (0..1_000_000u64)
+            .map(|i| format!("user{}", hash(i)).into_bytes())
+            .collect();
         keys.sort();
         keys.dedup();
         let value = [0u8; 100];

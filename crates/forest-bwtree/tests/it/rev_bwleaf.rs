@@ -71,7 +71,11 @@ fn run(tree: &BwTree, seed: u64, ops: usize, uniform: Option<usize>) {
         match rng.below(10) {
             0..=4 => {
                 let value = format!("v{op}").into_bytes();
-                let value = if uniform.is_some() { vec![b'v'; 4] } else { value };
+                let value = if uniform.is_some() {
+                    vec![b'v'; 4]
+                } else {
+                    value
+                };
                 tree.upsert(&key, &value).unwrap();
                 model.insert(key, value);
             }
@@ -81,18 +85,25 @@ fn run(tree: &BwTree, seed: u64, ops: usize, uniform: Option<usize>) {
             7..=8 => {
                 let mut out = Vec::new();
                 let found = tree.get(&key, &mut out);
-                assert_eq!(found.then_some(&out), model.get(&key), "op {op} get {key:?}");
+                assert_eq!(
+                    found.then_some(&out),
+                    model.get(&key),
+                    "op {op} get {key:?}"
+                );
             }
             _ => {
                 let (lower, upper) = (bound(&mut rng, uniform), bound(&mut rng, uniform));
-                let order = if rng.below(2) == 0 { Order::Ascending } else { Order::Descending };
+                let order = if rng.below(2) == 0 {
+                    Order::Ascending
+                } else {
+                    Order::Descending
+                };
                 let limit = rng.below(40) + 1;
                 let mut want: Vec<_> = match (&lower, &upper) {
-                    (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b))
-                        if a > b =>
-                    {
-                        Vec::new()
-                    }
+                    (
+                        Bound::Included(a) | Bound::Excluded(a),
+                        Bound::Included(b) | Bound::Excluded(b),
+                    ) if a > b => Vec::new(),
                     (Bound::Excluded(a), Bound::Excluded(b)) if a == b => Vec::new(),
                     _ => model
                         .range::<Vec<u8>, _>((lower.clone(), upper.clone()))
@@ -118,17 +129,25 @@ fn run(tree: &BwTree, seed: u64, ops: usize, uniform: Option<usize>) {
                     } else {
                         tree.scan(as_ref(&lower), as_ref(&upper), order, &mut visit);
                     }
-                    assert_eq!(got, want, "op {op} scan {lower:?} {upper:?} {order:?} pinned {pinned}");
+                    assert_eq!(
+                        got, want,
+                        "op {op} scan {lower:?} {upper:?} {order:?} pinned {pinned}"
+                    );
                 }
             }
         }
     }
     // Every key the generator can make, and the whole tree, at the end.
     let mut all = Vec::new();
-    tree.scan(Bound::Unbounded, Bound::Unbounded, Order::Ascending, &mut |k, v| {
-        all.push((k.to_vec(), v.to_vec()));
-        ControlFlow::Continue(())
-    });
+    tree.scan(
+        Bound::Unbounded,
+        Bound::Unbounded,
+        Order::Ascending,
+        &mut |k, v| {
+            all.push((k.to_vec(), v.to_vec()));
+            ControlFlow::Continue(())
+        },
+    );
     assert_eq!(all, model.into_iter().collect::<Vec<_>>());
 }
 
@@ -147,8 +166,18 @@ fn small() -> BwTreeConfig {
 #[test]
 fn rev_prefix_keys_agree_with_a_model_in_memory() {
     for seed in 1..=6 {
-        run(&BwTree::with_config(small()).unwrap(), seed * 0x9E37_79B9, 6_000, None);
-        run(&BwTree::with_config(small()).unwrap(), seed * 0x7F4A_7C15, 6_000, Some(14));
+        run(
+            &BwTree::with_config(small()).unwrap(),
+            seed * 0x9E37_79B9,
+            6_000,
+            None,
+        );
+        run(
+            &BwTree::with_config(small()).unwrap(),
+            seed * 0x7F4A_7C15,
+            6_000,
+            Some(14),
+        );
     }
 }
 
