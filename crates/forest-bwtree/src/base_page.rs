@@ -12,7 +12,9 @@
 //! Invariants:
 //! - A base page is immutable once built; consolidation (§III-B) builds a new one.
 //! - Its keys are sorted and unique.
-//! - Its prefix array holds [`key_prefix`] of each key, in key order; its slots (when present)
+//! - Its keys share their first `skip` bytes with the low key (the common prefix of the low and
+//!   high keys: YCSB keys share `user` and some digits), and its prefix array holds
+//!   [`key_prefix`] of the bytes after them, in key order; its slots (when present)
 //!   hold increasing offsets that end at the arena's length; a uniform page (all records of
 //!   one key and one value length) has no slots.
 //!
@@ -55,10 +57,15 @@ pub(crate) fn key_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && key_prefix(a) == key_prefix(b) && (a.len() <= 8 || a[8..] == b[8..])
 }
 
-/// Words before a base page's prefix array: the side link, and the low and high key lengths.
+/// Words before a base page's prefix array: the side link, and word 1 with the low and high key
+/// lengths and the length of the prefix every key shares (the skip, bits 16..32).
 const HEADER_WORDS: usize = 2;
 /// The high-key length word's value for "no high key" (a real key is at most 16 KiB).
 const NO_HIGH: u64 = u32::MAX as u64;
+/// Bits of word 1 holding the low key's length, and (from [`SKIP_SHIFT`]) the common prefix's.
+const LEN_MASK: u64 = 0xFFFF;
+const SKIP_SHIFT: u32 = 16;
+const _: () = assert!(forest_core::limits::KEY_BYTES_MAX <= LEN_MASK as usize);
 /// The cache line size the prefix prefetch steps by (x86-64).
 const CACHE_LINE_BYTES: usize = 64;
 /// The most record bytes [`BasePage::prefetch`] fetches with the prefixes: a full page of
@@ -158,7 +165,10 @@ impl BasePage {
         let arena_word = HEADER_WORDS + len + slot_count;
         let mut words = crate::page_buffers::take(arena_word + total.div_ceil(8));
         words[0] = side_link;
-        words[1] = low.len() as u64 | (high.map_or(NO_HIGH, |h| h.len() as u64) << 32);
+        let skip = common_prefix_len(low, high, records.clone());
+        words[1] = low.len() as u64
+            | (skip as u64) << SKIP_SHIFT
+            | (high.map_or(NO_HIGH, |h| h.len() as u64) << 32);
         let (head, arena_words) = words.split_at_mut(arena_word);
         let arena = bytes_mut(arena_words);
         let mut at = 0;
@@ -169,7 +179,7 @@ impl BasePage {
         put(&mut at, low);
         put(&mut at, high_bytes);
         for (i, (key, value)) in records.enumerate() {
-            head[HEADER_WORDS + i] = key_prefix(key);
+            head[HEADER_WORDS + i] = key_prefix(&key[skip..]);
             if slot_count > 0 {
                 head[HEADER_WORDS + len + i] =
                     ((at as u64) << SLOT_KEY_LEN_BITS) | key.len() as u64;
@@ -229,7 +239,14 @@ impl BasePage {
     /// The lengths of the low key and of the high key (`NO_HIGH` if none).
     #[inline]
     fn bound_lens(&self) -> (usize, u64) {
-        ((self.words[1] & NO_HIGH) as usize, self.words[1] >> 32)
+        ((self.words[1] & LEN_MASK) as usize, self.words[1] >> 32)
+    }
+
+    /// The length of the prefix every key on the page shares with the low key (the prefix
+    /// array holds the 8 bytes after it).
+    #[inline]
+    fn skip(&self) -> usize {
+        ((self.words[1] >> SKIP_SHIFT) & LEN_MASK) as usize
     }
 
     /// The smallest key the page may hold; empty for the leftmost page of a level.
@@ -406,14 +423,28 @@ impl BasePage {
     /// search among them for keys that share longer prefixes.
     #[inline]
     pub(crate) fn search(&self, key: &[u8]) -> Result<usize, usize> {
-        let prefix = key_prefix(key);
+        let skip = self.skip();
+        let prefix = if skip == 0 {
+            key_prefix(key)
+        } else {
+            // Keys without the page's common prefix order before or after all its keys.
+            match key[..key.len().min(skip)].cmp(&self.low()[..skip]) {
+                std::cmp::Ordering::Equal => key_prefix(&key[skip..]),
+                std::cmp::Ordering::Less => return Err(0),
+                std::cmp::Ordering::Greater => return Err(self.len()),
+            }
+        };
         let prefixes = self.prefixes();
         let first = prefixes.partition_point(|&p| p < prefix);
         if prefixes.get(first) != Some(&prefix) {
             return Err(first);
         }
-        if self.shape != NOT_UNIFORM && (self.shape >> 16) as usize == key.len() && key.len() <= 8 {
-            // Keys of one length of at most 8 bytes are equal when their prefixes are.
+        if self.shape != NOT_UNIFORM
+            && (self.shape >> 16) as usize == key.len()
+            && key.len() - skip <= 8
+        {
+            // Keys of one length, at most 8 bytes after the common prefix, are equal when their
+            // prefixes are.
             return Ok(first);
         }
         if prefixes.get(first + 1) != Some(&prefix) {
@@ -461,10 +492,13 @@ impl BasePage {
         }
         let (key_len, value_len) = ((self.shape >> 16) as usize, (self.shape & 0xFFFF) as usize);
         let stride = key_len + value_len;
+        let skip = self.skip();
         if stride == 0
-            || edits
-                .iter()
-                .any(|(k, v)| v.is_some_and(|v| k.len() != key_len || v.len() != value_len))
+            || edits.iter().any(|(k, v)| {
+                v.is_some_and(|v| {
+                    k.len() != key_len || v.len() != value_len || k[..skip] != self.low()[..skip]
+                })
+            })
         {
             return None;
         }
@@ -527,7 +561,7 @@ impl BasePage {
                 from += 1; // replaced or deleted
             }
             if let Some(value) = value {
-                prefixes[to] = key_prefix(key);
+                prefixes[to] = key_prefix(&key[skip..]);
                 let record = &mut records[to * stride..(to + 1) * stride];
                 copy_bytes(&mut record[..key_len], key);
                 copy_bytes(&mut record[key_len..], value);
@@ -548,6 +582,28 @@ impl BasePage {
         );
         Some(page)
     }
+}
+
+/// The length of the prefix that every key of a page shares with its low key: the common
+/// prefix of the low and high keys (keys in [low, high) share it), cut to what the first and
+/// last records share with the low key, so that a page built from records outside its bounds
+/// still searches correctly. 0 for the leftmost and the rightmost page of a level.
+fn common_prefix_len<'a>(
+    low: &[u8],
+    high: Option<&[u8]>,
+    mut records: impl ExactSizeIterator<Item = (&'a [u8], &'a [u8])> + Clone,
+) -> usize {
+    let lcp = |a: &[u8], b: &[u8]| a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let Some(high) = high else { return 0 };
+    let mut skip = lcp(low, high);
+    if skip == 0 {
+        return 0;
+    }
+    let last = records.clone().last();
+    for (key, _) in records.next().into_iter().chain(last) {
+        skip = skip.min(lcp(low, key));
+    }
+    skip
 }
 
 /// The child PID stored as an index entry's value.
@@ -621,6 +677,57 @@ mod tests {
         check_page(b"", None, &[]);
     }
 
+    // Goal: a page whose low and high keys share a long prefix (YCSB keys: `user` and digits)
+    // searches from past it and still places keys outside its bounds, keys shorter than the
+    // prefix and keys that tie on the 8 bytes after it; `with_edits` keeps the skip. Method:
+    // uniform keys `user1234NNtiedJ` in [user1234, user1235) (common prefix `user123`),
+    // accessors and searches against slice order, then an edit that adds and deletes keys.
+    #[test]
+    fn common_prefix_is_skipped() {
+        let keys: Vec<Vec<u8>> = (0..20)
+            .flat_map(|i| (0..3).map(move |j| format!("user1234{i:02}tied{j}").into_bytes()))
+            .collect();
+        let records: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &b"vvvv"[..])).collect();
+        let (low, high) = (&b"user1234"[..], Some(&b"user1235"[..]));
+        check_page(low, high, &records);
+        let page = BasePage::build(low, high, 7, records.iter().copied());
+        assert_eq!(page.skip(), 7);
+        let probes: [&[u8]; 10] = [
+            b"",
+            b"user",
+            b"user123",
+            b"user1234",
+            b"user12339",
+            b"user123405tied",
+            b"user123405tied1\0",
+            b"user1235",
+            b"user1236",
+            b"zzz",
+        ];
+        for probe in probes {
+            let want = records.partition_point(|&(k, _)| k < probe);
+            let got = page.search(probe);
+            assert_eq!(got.unwrap_or_else(|i| i), want, "{probe:?}");
+            assert_eq!(got.is_ok(), records.iter().any(|&(k, _)| k == probe));
+        }
+        let (added, deleted) = (b"user123405tied9".to_vec(), keys[40].clone());
+        let mut edits: Vec<Edit<'_>> = vec![(&added[..], Some(&b"wwww"[..])), (&deleted[..], None)];
+        edits.sort_by(|a, b| a.0.cmp(b.0));
+        let edited = page.with_edits(&edits).expect("uniform records and edits");
+        let mut want: Vec<(&[u8], &[u8])> = records.clone();
+        want.retain(|&(k, _)| k != &deleted[..]);
+        let at = want.partition_point(|&(k, _)| k < &added[..]);
+        want.insert(at, (&added[..], &b"wwww"[..]));
+        assert_eq!(edited.len(), want.len());
+        for (i, &(key, value)) in want.iter().enumerate() {
+            assert_eq!((edited.key(i), edited.value(i)), (key, value));
+            assert_eq!(edited.search(key), Ok(i));
+        }
+        // A key outside the common prefix cannot join the page by the fast path.
+        let outside: Vec<Edit<'_>> = vec![(&b"user9999999tied"[..], Some(&b"wwww"[..]))];
+        assert!(page.with_edits(&outside).is_none());
+    }
+
     // Goal: prefix-first comparisons agree with slice order. Method: all pairs of keys around
     // the 8-byte boundary.
     #[test]
@@ -641,6 +748,186 @@ mod tests {
                 assert_eq!(key_cmp(a, b), a.cmp(b), "{a:?} {b:?}");
                 assert_eq!(key_eq(a, b), a == b, "{a:?} {b:?}");
             }
+        }
+    }
+
+    /// A small xorshift generator: reproducible without a dev-dependency's API.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+        /// A key made of a common stem's start and adversarial bytes (0x00, 0x01, 0x7f,
+        /// 0xfe, 0xff), of `len` bytes if given.
+        fn key(&mut self, stem: &[u8], len: Option<usize>) -> Vec<u8> {
+            const BYTES: [u8; 6] = [0x00, 0x01, 0x7f, 0xfe, 0xff, b'u'];
+            let len = len.unwrap_or_else(|| self.below(stem.len() + 12));
+            let keep = self.below(stem.len() + 1).min(len);
+            let mut key = stem[..keep].to_vec();
+            while key.len() < len {
+                key.push(BYTES[self.below(BYTES.len())]);
+            }
+            key
+        }
+    }
+
+    // Goal (review rev-bwleaf): the prefix skip keeps `search` exact for every key, in or out
+    // of the page's bounds and prefix, on pages with and without fences, uniform or mixed, and
+    // through `with_edits`. Method: random pages whose low and high keys share stems of 0..20
+    // bytes of 0x00/0x01/0x7f/0xfe/0xff; keys (some shorter than, equal to or a prefix of the
+    // stem); every probe against slice order; random edits (adds, replaces, deletes, keys off
+    // the prefix) against a BTreeMap.
+    #[test]
+    fn rev_prefix_skip_search_matches_slice_order() {
+        use std::collections::BTreeMap;
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        // Rounds whose page skips a prefix, and those whose edits took the fast path with one.
+        let (mut skipped, mut edited_skipped) = (0, 0);
+        for round in 0..6_000 {
+            let stem_len = rng.below(20);
+            let stem = rng.key(&[], Some(stem_len));
+            let uniform = rng.below(2) == 0;
+            let key_len = stem.len() + rng.below(10);
+            let gen = |rng: &mut Rng| rng.key(&stem, uniform.then_some(key_len));
+            let mut fences = [gen(&mut rng), gen(&mut rng)];
+            fences.sort();
+            let (low, high) = match rng.below(4) {
+                0 => (Vec::new(), None),
+                1 => (fences[0].clone(), None),
+                2 => (Vec::new(), Some(fences[1].clone())),
+                _ => (fences[0].clone(), Some(fences[1].clone())),
+            };
+            let in_bounds = |k: &[u8]| k >= &low[..] && high.as_ref().is_none_or(|h| k < &h[..]);
+            let mut map = BTreeMap::new();
+            for _ in 0..rng.below(40) {
+                let key = gen(&mut rng);
+                // Mostly in bounds; sometimes not (a page built from records past its fences).
+                if in_bounds(&key) || rng.below(8) == 0 {
+                    map.insert(key, vec![b'v'; if uniform { 3 } else { rng.below(4) }]);
+                }
+            }
+            let records: Vec<(&[u8], &[u8])> = map.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+            let page = BasePage::build(&low, high.as_deref(), 1, records.iter().copied());
+            skipped += usize::from(page.skip() > 0);
+            let mut probes: Vec<Vec<u8>> = (0..30).map(|_| gen(&mut rng)).collect();
+            probes.extend((0..=stem.len()).map(|n| stem[..n].to_vec()));
+            probes.extend([
+                low.clone(),
+                high.clone().unwrap_or_default(),
+                vec![0xff; 30],
+            ]);
+            probes.extend(map.keys().cloned());
+            for probe in &probes {
+                let want = match map.contains_key(probe) {
+                    true => Ok(map.range::<Vec<u8>, _>(..probe).count()),
+                    false => Err(map.range::<Vec<u8>, _>(..probe).count()),
+                };
+                assert_eq!(
+                    page.search(probe),
+                    want,
+                    "round {round} low {low:?} high {high:?} skip {} probe {probe:?}",
+                    page.skip()
+                );
+            }
+            // Edits (sorted, one per key) through the fast path, when it takes them.
+            let mut edits = BTreeMap::new();
+            for _ in 0..rng.below(crate::consolidate::EDITS_MAX + 1) {
+                let key = if rng.below(2) == 0 && !map.is_empty() {
+                    map.keys().nth(rng.below(map.len())).unwrap().clone()
+                } else {
+                    gen(&mut rng)
+                };
+                let value = (rng.below(3) != 0).then(|| vec![b'w'; 3]);
+                edits.insert(key, value);
+            }
+            let list: Vec<Edit<'_>> = edits.iter().map(|(k, v)| (&k[..], v.as_deref())).collect();
+            if let Some(edited) = page.with_edits(&list) {
+                edited_skipped += usize::from(edited.skip() > 0);
+                let mut want = map.clone();
+                for (k, v) in &edits {
+                    match v {
+                        Some(v) => want.insert(k.clone(), v.clone()),
+                        None => want.remove(k),
+                    };
+                }
+                assert_eq!(edited.len(), want.len(), "round {round}");
+                for (i, (k, v)) in want.iter().enumerate() {
+                    assert_eq!((edited.key(i), edited.value(i)), (&k[..], &v[..]));
+                }
+                for probe in probes.iter().chain(edits.keys()) {
+                    let below = want.range::<Vec<u8>, _>(..probe).count();
+                    let expect = if want.contains_key(probe) {
+                        Ok(below)
+                    } else {
+                        Err(below)
+                    };
+                    assert_eq!(
+                        edited.search(probe),
+                        expect,
+                        "round {round} edited {probe:?}"
+                    );
+                }
+            }
+        }
+        assert!(
+            skipped > 500 && edited_skipped > 100,
+            "{skipped} {edited_skipped}"
+        );
+    }
+
+    // Measurement (review rev-bwleaf), not a check: ns per hit search over a leaf of 100
+    // consecutive YCSB keys (`user` + a hashed u64 in decimal, as YCSB's), the same records
+    // built with fences that share a prefix (skip > 0) and without a high key (skip 0).
+    // Run: cargo test --release -p forest-bwtree --lib rev_bench_prefix_skip -- --ignored --nocapture
+    #[test]
+    #[ignore = "rev: measurement of the prefix skip's search cost (release build)"]
+    fn rev_bench_prefix_skip() {
+        let hash = |i: u64| {
+            let mut h = 0xcbf2_9ce4_8422_2325u64;
+            for b in i.to_le_bytes() {
+                h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+            }
+            h
+        };
+        let mut keys: Vec<Vec<u8>> = (0..1_000_000u64)
+            .map(|i| format!("user{}", hash(i)).into_bytes())
+            .collect();
+        keys.sort();
+        keys.dedup();
+        let value = [0u8; 100];
+        for (start, size) in [(500_000, 100), (200_000, 32), (700_000, 400)] {
+            let chunk = &keys[start..start + size];
+            let records: Vec<(&[u8], &[u8])> = chunk.iter().map(|k| (&k[..], &value[..])).collect();
+            let (low, high) = (&chunk[0][..], &keys[start + size][..]);
+            let skipped = BasePage::build(low, Some(high), 1, records.iter().copied());
+            let plain = BasePage::build(low, None, 1, records.iter().copied());
+            assert_eq!(plain.skip(), 0);
+            let mut line = format!("page of {size}, skip {}:", skipped.skip());
+            for round in 0..2 {
+                for (name, page) in [("skip", &skipped), ("no skip", &plain)] {
+                    let t = std::time::Instant::now();
+                    let mut found = 0usize;
+                    for _ in 0..20_000 {
+                        for k in chunk {
+                            found += std::hint::black_box(page)
+                                .search(std::hint::black_box(k))
+                                .unwrap_or(0);
+                        }
+                    }
+                    let ns = t.elapsed().as_nanos() as f64 / (20_000 * size) as f64;
+                    assert!(found > 0);
+                    if round == 1 {
+                        line += &format!(" {name} {ns:.1} ns");
+                    }
+                }
+            }
+            println!("{line}");
         }
     }
 }

@@ -12,6 +12,7 @@ mod flush;
 mod flush_pause;
 mod page_hold;
 mod pause_points;
+mod rev_bwleaf;
 mod rev_clean;
 mod rev_evict;
 mod rev_systxn;
