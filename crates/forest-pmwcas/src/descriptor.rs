@@ -27,6 +27,13 @@
 //! - `Discard` and dropping an unexecuted descriptor free the new values of its `FREE-ONE`
 //!   entries at once (nothing else ever saw them) and return it to its free list.
 //! - A PMwCAS with no target word (memory only) succeeds; its policies still apply.
+//! - A volatile single-word PMwCAS with no policy (a freeze, §4.3/§5.2) is the CAS it
+//!   amounts to: read the word (helping whatever PMwCAS holds it, §2.3.1), compare, CAS from
+//!   the plain expected value, again if the CAS met a reference installed meanwhile. Nothing
+//!   is published, so the descriptor goes straight back to its free list. Linearizable as
+//!   the full protocol is: a PMwCAS that installs in the word afterwards expected the value
+//!   the CAS replaced and fails, and the CAS fails on a word holding a reference. Durable
+//!   mode keeps the full protocol (recovery must see the descriptor; issue 16 session 15).
 
 use crate::error::Error;
 use crate::execute::{Snapshot, Target};
@@ -333,6 +340,13 @@ impl<'a, P: Persist> Descriptor<'a, P> {
             return Err(Error::SlotUnset { slot: i });
         }
         let inner = &self.pool.inner;
+        if !P::DURABLE
+            && self.count == 1
+            && self.entries[0].address < layout::TOMBSTONE
+            && self.entries[0].policy == Policy::None
+        {
+            return Ok(self.execute_single());
+        }
         let d = inner.desc(self.index);
         for i in 0..self.count {
             self.write_entry(i);
@@ -395,6 +409,28 @@ impl<'a, P: Persist> Descriptor<'a, P> {
         });
         inner.retire(self.index, self.gen, self.guard, frees_memory);
         Ok(succeeded)
+    }
+
+    /// A volatile single-word PMwCAS without policy (module doc): a helping read and a CAS.
+    fn execute_single(&mut self) -> bool {
+        let inner = &self.pool.inner;
+        let e = self.entries[0];
+        let succeeded = match inner.target_word(e.address) {
+            Some(word) => loop {
+                if inner.read(word) != e.expected {
+                    break false;
+                }
+                // No dirty bit in volatile mode: a plain value is exactly `expected`.
+                if word.cas_raw(e.expected, e.new).is_ok() {
+                    break true;
+                }
+            },
+            None => false, // `add_word` admits target words only
+        };
+        inner.counters().attempt(1, succeeded);
+        self.finished = true;
+        inner.free_unpublished(self.index, self.gen, false);
+        succeeded
     }
 
     /// `Discard(descriptor)`: cancels the PMwCAS; no word changes, memory activated into it is

@@ -670,7 +670,7 @@ impl<P: Persist> Drop for Pool<P> {
         // No thread is inside the pool now, so none is pinned in the reuse domain.
         inner
             .reuse
-            .drain(|index, gen| inner.release_descriptor(index, gen, false));
+            .drain(|index, gen| inner.release_within(index, gen, false));
         for _ in 0..CLOSE_WAIT_ROUNDS_MAX {
             if inner.pending_releases.load(StdOrdering::Acquire) == 0 {
                 break;
@@ -903,7 +903,7 @@ impl<P: Persist> Inner<P> {
             // releases out and give the others a turn; retrying is safe, nothing was taken.
             self.counters().pool_wait();
             self.reuse
-                .collect_all(|index, gen| self.release_descriptor(index, gen, false));
+                .collect_all(|index, gen| self.release_within(index, gen, false));
             guard.flush();
             crate::sync::yield_now();
         }
@@ -1006,7 +1006,7 @@ impl<P: Persist> Inner<P> {
         if !frees_memory {
             self.reuse
                 .retire(thread_number(), index, gen, |index, gen| {
-                    self.release_descriptor(index, gen, false)
+                    self.release_within(index, gen, false)
                 });
             return;
         }
@@ -1105,37 +1105,45 @@ impl<P: Persist> Inner<P> {
 
     /// Applies the policies of a finished descriptor, marks it free (durably), and returns it
     /// to its partition (§2.3 "Memory management"). Without `policies` (a descriptor whose
-    /// policies free nothing, `retire`) the entries are not read again.
+    /// policies free nothing, `retire`) the entries are not read again. For a release the
+    /// pool's epoch runs (a deferred function, which may run after the pool is dropped):
+    /// announced, and skipped once the pool is closed.
     fn release_descriptor(&self, index: u32, gen: u64, policies: bool) {
         self.active_releases.fetch_add(1, StdOrdering::SeqCst);
         if !self.closed.load(StdOrdering::SeqCst) {
-            let d = self.desc(index);
-            let status = d[layout::D_STATUS].load(Ordering::SeqCst);
-            assert_eq!(
-                layout::status_gen(status),
-                gen,
-                "a retired descriptor is reused only after release"
-            );
-            let state = layout::status_state(status & !layout::STATUS_DIRTY);
-            debug_assert!(matches!(state, Some(State::Succeeded | State::Failed)));
-            if policies {
-                self.apply_policies(
-                    index,
-                    gen,
-                    state == Some(State::Succeeded),
-                    layout::status_count(status),
-                );
-            }
-            // A crash here repeats the policies at recovery (`Recycle::free_by`).
-            forest_core::pause::pause_point("pmwcas:policies-applied");
-            self.desc(index)[layout::D_STATUS]
-                .store(layout::status(gen, 0, State::Free), Ordering::SeqCst);
-            self.persist_status(index);
-            forest_core::pause::pause_point("pmwcas:released");
-            let per = self.bounds.per_partition;
-            self.push_free(index, index as usize / per);
+            self.release_within(index, gen, policies);
         }
         self.active_releases.fetch_sub(1, StdOrdering::SeqCst);
+    }
+
+    /// `release_descriptor` by a thread inside the pool (the reuse domain's releases: a
+    /// retirement, an exhausted allocation, `Drop` itself), which no close can overlap: the
+    /// pool is borrowed. No announcement, so a PMwCAS writes no line shared by all threads.
+    fn release_within(&self, index: u32, gen: u64, policies: bool) {
+        let d = self.desc(index);
+        let status = d[layout::D_STATUS].load(Ordering::SeqCst);
+        assert_eq!(
+            layout::status_gen(status),
+            gen,
+            "a retired descriptor is reused only after release"
+        );
+        let state = layout::status_state(status & !layout::STATUS_DIRTY);
+        debug_assert!(matches!(state, Some(State::Succeeded | State::Failed)));
+        if policies {
+            self.apply_policies(
+                index,
+                gen,
+                state == Some(State::Succeeded),
+                layout::status_count(status),
+            );
+        }
+        // A crash here repeats the policies at recovery (`Recycle::free_by`).
+        forest_core::pause::pause_point("pmwcas:policies-applied");
+        d[layout::D_STATUS].store(layout::status(gen, 0, State::Free), Ordering::SeqCst);
+        self.persist_status(index);
+        forest_core::pause::pause_point("pmwcas:released");
+        let per = self.bounds.per_partition;
+        self.push_free(index, index as usize / per);
     }
 
     /// Frees, through the descriptor's recycler, the memory its `FREE-ONE` entries name:

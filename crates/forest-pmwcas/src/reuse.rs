@@ -20,9 +20,9 @@
 //! already reused: its snapshot then fails the generation check, or it sees g decided, and
 //! every later step checks the generation again (`run`, `phase1`) and every CAS expects a
 //! generation-tagged reference, so it touches nothing of g + 1. The owner needs no pin: its
-//! descriptor is retired only by itself, after its Phase 2. Every such pin is short (one help),
-//! so the epoch advances at nearly every retirement and a thread keeps two or three
-//! descriptors waiting.
+//! descriptor is retired only by itself, after its Phase 2. Every such pin is short (one help):
+//! with no pin held a retired descriptor comes back at once (below), else the epoch advances at
+//! nearly every retirement and a thread keeps two or three descriptors waiting.
 //!
 //! Epoch-based reclamation (Fraser 2004; crossbeam-epoch's rules): a global epoch; a slot per
 //! thread (thread number modulo the slot count; threads sharing a slot share one announcement,
@@ -33,6 +33,19 @@
 //! unpinned. The retiring thread keeps it in its slot's limbo list and releases what is due
 //! at its next retirements; an allocation that finds the pool empty releases every slot's due
 //! descriptors; dropping the pool releases all (no thread is inside it then).
+//!
+//! No shared line written per PMwCAS (issue 16, session 15): pins are rare (a thread pins only
+//! to help), so the domain also counts the pins held (`pinned`, written only by pins). A
+//! retirement fences (SeqCst) and loads that count; if it is zero, the descriptor is released
+//! at once, without the limbo or the epoch. Why that is sound: a helper that read generation
+//! g `Undecided` under its pin incremented the count, fenced, then read the status; the
+//! retiring thread decided g, fenced, then read the count; of two such fenced pairs at least
+//! one sees the other's store, and the helper saw `Undecided`, so the retirement sees the
+//! count above zero and takes the epoch path. A helper pinned after that load is a late
+//! pinner, which the generation checks cover (above). Only the descriptor being retired
+//! skips the limbo: entries already there (retired while some pin was held, maybe by a
+//! thread sharing the slot whose pin is not ordered before this load) still wait for the
+//! epoch, which this retirement then tries to advance.
 //!
 //! Built on `crate::sync`, so loom and shuttle check this code itself (`tests/loom_pmwcas.rs`
 //! "reuse without the pool's epoch"), not a stand-in.
@@ -59,12 +72,19 @@ struct Retired {
 /// A private epoch domain for descriptors (module doc).
 pub(crate) struct ReuseDomain {
     epoch: CachePadded<AtomicU64>,
+    /// Pins held, over all slots (module doc: a retirement that reads 0 releases at once).
+    pinned: CachePadded<AtomicUsize>,
     /// 0 when unpinned, else the announced epoch << `COUNT_BITS` | pinned count.
     slots: Box<[CachePadded<AtomicU64>]>,
     /// Slots ever pinned are below this (advances scan only those).
     used: AtomicUsize,
-    limbo: Box<[CachePadded<Mutex<Vec<Retired>>>]>,
-    /// Retired and not yet released.
+    limbo: Box<[CachePadded<Limbo>]>,
+}
+
+/// One slot's retired descriptors, on a line of their own.
+struct Limbo {
+    list: Mutex<Vec<Retired>>,
+    /// `list`'s length, readable without the lock (`ReuseDomain::waiting`).
     waiting: AtomicUsize,
 }
 
@@ -87,10 +107,12 @@ impl Drop for ReusePin<'_> {
             // Release: the helper's reads of the descriptor happen before a releaser sees the
             // slot move on.
             match slot.compare_exchange_weak(current, new, Ordering::Release, Ordering::Relaxed) {
-                Ok(_) => return,
+                Ok(_) => break,
                 Err(c) => current = c,
             }
         }
+        // After the slot: a retirement that reads 0 finds no pin in any slot either.
+        self.domain.pinned.fetch_sub(1, Ordering::Release);
     }
 }
 
@@ -99,14 +121,19 @@ impl ReuseDomain {
         let slots = slots.max(1);
         Self {
             epoch: CachePadded::new(AtomicU64::new(1)),
+            pinned: CachePadded::new(AtomicUsize::new(0)),
             slots: (0..slots)
                 .map(|_| CachePadded::new(AtomicU64::new(0)))
                 .collect(),
             used: AtomicUsize::new(0),
             limbo: (0..slots)
-                .map(|_| CachePadded::new(Mutex::new(Vec::new())))
+                .map(|_| {
+                    CachePadded::new(Limbo {
+                        list: Mutex::new(Vec::new()),
+                        waiting: AtomicUsize::new(0),
+                    })
+                })
                 .collect(),
-            waiting: AtomicUsize::new(0),
         }
     }
 
@@ -117,6 +144,9 @@ impl ReuseDomain {
     /// Pins thread number `thread` (module doc).
     pub(crate) fn pin(&self, thread: usize) -> ReusePin<'_> {
         let s = self.slot_of(thread);
+        // Counted before the fence below: a retirement that reads 0 after its own fence
+        // precedes this pin's status reads (module doc).
+        self.pinned.fetch_add(1, Ordering::SeqCst);
         // Counted before the announcement: an advance that scans up to `used` sees this slot.
         let mut used = self.used.load(Ordering::SeqCst);
         while used <= s {
@@ -173,21 +203,32 @@ impl ReuseDomain {
         }
     }
 
-    /// Queues descriptor `index` generation `gen`, finished and free of references but for
-    /// helpers still pinned, on thread `thread`'s slot; then hands `release` every descriptor
-    /// of that slot whose epoch has passed.
+    /// Hands back descriptor `index` generation `gen`, finished and free of references but
+    /// for helpers still pinned: at once if no pin is held (module doc), else queued on thread
+    /// `thread`'s slot. Then hands `release` every descriptor of that slot whose epoch has
+    /// passed.
     pub(crate) fn retire(
         &self,
         thread: usize,
         index: u32,
         gen: u64,
-        release: impl FnMut(u32, u64),
+        mut release: impl FnMut(u32, u64),
     ) {
         let s = self.slot_of(thread);
         fence(Ordering::SeqCst);
+        if self.pinned.load(Ordering::SeqCst) == 0 {
+            release(index, gen);
+            if self.limbo[s].waiting.load(Ordering::Relaxed) != 0 {
+                self.collect(s, release);
+            }
+            return;
+        }
         let epoch = self.epoch.load(Ordering::Relaxed);
-        self.waiting.fetch_add(1, Ordering::Relaxed);
-        self.lock(s).push(Retired { epoch, index, gen });
+        {
+            let mut limbo = self.lock(s);
+            limbo.push(Retired { epoch, index, gen });
+            self.limbo[s].waiting.store(limbo.len(), Ordering::Relaxed);
+        }
         self.collect(s, release);
     }
 
@@ -204,7 +245,7 @@ impl ReuseDomain {
     pub(crate) fn drain(&self, mut release: impl FnMut(u32, u64)) {
         for s in 0..self.slots.len() {
             let all = std::mem::take(&mut *self.lock(s));
-            self.waiting.fetch_sub(all.len(), Ordering::Relaxed);
+            self.limbo[s].waiting.store(0, Ordering::Relaxed);
             for r in all {
                 release(r.index, r.gen);
             }
@@ -213,9 +254,14 @@ impl ReuseDomain {
 
     /// Descriptors retired here and not yet released.
     pub(crate) fn waiting(&self) -> usize {
-        self.waiting.load(Ordering::Relaxed)
+        self.limbo
+            .iter()
+            .map(|l| l.waiting.load(Ordering::Relaxed))
+            .sum()
     }
 
+    /// Hands `release` slot `s`'s descriptors whose epoch has passed, after trying to advance
+    /// the epoch.
     fn collect(&self, s: usize, mut release: impl FnMut(u32, u64)) -> usize {
         let epoch = self.try_advance();
         let mut total = 0;
@@ -225,18 +271,19 @@ impl ReuseDomain {
             let mut n = 0;
             {
                 let mut limbo = self.lock(s);
+                let list = &mut *limbo;
                 let mut i = 0;
-                while i < limbo.len() && n < due.len() {
-                    if limbo[i].epoch + 2 <= epoch {
-                        let r = limbo.swap_remove(i);
+                while i < list.len() && n < due.len() {
+                    if list[i].epoch + 2 <= epoch {
+                        let r = list.swap_remove(i);
                         due[n] = (r.index, r.gen);
                         n += 1;
                     } else {
                         i += 1;
                     }
                 }
+                self.limbo[s].waiting.store(list.len(), Ordering::Relaxed);
             }
-            self.waiting.fetch_sub(n, Ordering::Relaxed);
             for &(index, gen) in &due[..n] {
                 release(index, gen);
             }
@@ -249,6 +296,7 @@ impl ReuseDomain {
 
     fn lock(&self, s: usize) -> impl std::ops::DerefMut<Target = Vec<Retired>> + '_ {
         self.limbo[s]
+            .list
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }

@@ -265,12 +265,13 @@ fn reuse_without_the_pool_epoch() {
 // Goal (review rev-pmrec): the reuse pin is what keeps a helper's *install* of an old
 // generation from landing after its descriptor is reused, when a target word's value comes
 // back (ABA). Method: two descriptors; the writer runs g1 {A: 0 -> 1, B: 0 -> 1} (on d0),
-// g2 {A: 1 -> 0} (d1), g3 {B: 1 -> 2} (d0 again); the main thread yields, then reads A
+// g2 {A: 1 -> 0, C: 0 -> 1} (d1), g3 {B: 1 -> 2, C: 1 -> 2} (d0 again; C makes g2 and g3
+// real descriptors, a single-word PMwCAS publishes none); the main thread yields, then reads A
 // (helping g1 wherever it stands). A helper of g1 that read g1 `Undecided` and is held up
 // before its RDCSS would, unpinned, install g1's entry into A once g2 restored A to 0 and d0
 // moved on to g3, and the completion would then write g3's entry 0 expected value (1) into A:
 // a lost write. With the pin it cannot: d0 is not released before the helper unpins. The end
-// state is (0, 2).
+// state is (0, 2, 2).
 #[test]
 fn reuse_pin_stops_a_stale_install_after_aba() {
     loom::model(|| {
@@ -279,14 +280,14 @@ fn reuse_pin_stops_a_stale_install_after_aba() {
             let pool = pool.clone();
             loom::thread::spawn(move || {
                 assert!(pmwcas(&pool, &[(0, 0, 1), (1, 0, 1)]));
-                assert!(pmwcas(&pool, &[(0, 1, 0)]));
-                assert!(pmwcas(&pool, &[(1, 1, 2)]));
+                assert!(pmwcas(&pool, &[(0, 1, 0), (2, 0, 1)]));
+                assert!(pmwcas(&pool, &[(1, 1, 2), (2, 1, 2)]));
             })
         };
         loom::thread::yield_now();
         let _ = read(&pool, 0);
         writer.join().unwrap();
-        assert_eq!((read(&pool, 0), read(&pool, 1)), (0, 2));
+        assert_eq!((read(&pool, 0), read(&pool, 1), read(&pool, 2)), (0, 2, 2));
     });
 }
 
@@ -324,5 +325,44 @@ fn reuse_while_the_owner_stays_pinned() {
         assert!(b >= a, "B ({b}) behind A ({a}): a torn PMwCAS");
         writer.join().unwrap();
         assert_eq!((read(&pool, 0), read(&pool, 1)), (2, 2));
+    });
+}
+
+// Goal (session 15): the volatile single-word PMwCAS is a helping read and a CAS
+// (`descriptor.rs`), with no descriptor published; racing a 2-word PMwCAS on the same word
+// from the same value, exactly one wins, and no reader sees the 2-word one half done.
+// Method: thread 1 runs {A: 0 -> 1, B: 0 -> 1}; thread 2 runs {A: 0 -> 5}; the main thread
+// reads A then B: A == 5 means B stays 0, A == 1 means B is 1; the end state matches the
+// winner.
+#[test]
+fn single_word_pmwcas_races_a_two_word_one() {
+    // Three threads that help, as `overlapping_two_word_pmwcas_one_wins_no_mix`: bound 2
+    // unless FOREST_LOOM_FULL is set.
+    let mut builder = loom::model::Builder::new();
+    if std::env::var_os("FOREST_LOOM_FULL").is_none() {
+        builder.preemption_bound = Some(builder.preemption_bound.map_or(2, |b| b.min(2)));
+    }
+    builder.check(|| {
+        let pool = volatile(2);
+        let pair = {
+            let pool = pool.clone();
+            loom::thread::spawn(move || pmwcas(&pool, &[(0, 0, 1), (1, 0, 1)]))
+        };
+        let single = {
+            let pool = pool.clone();
+            loom::thread::spawn(move || pmwcas(&pool, &[(0, 0, 5)]))
+        };
+        let a = read(&pool, 0);
+        let b = read(&pool, 1);
+        match a {
+            5 => assert_eq!(b, 0, "the 2-word PMwCAS went in after the CAS"),
+            1 => assert_eq!(b, 1, "B behind A: a torn PMwCAS"),
+            _ => assert_eq!(a, 0),
+        }
+        let pair_won = pair.join().unwrap();
+        let single_won = single.join().unwrap();
+        assert!(pair_won != single_won, "exactly one wins");
+        let end = (read(&pool, 0), read(&pool, 1));
+        assert_eq!(end, if pair_won { (1, 1) } else { (5, 0) });
     });
 }

@@ -6,17 +6,22 @@
 //! RDCSS installation in A (back at g's expected value) completes to a reference to g + 1,
 //! which g + 1 does not target, so A holds it for good and a read of A never returns.
 //!
-//! The interleaving (one descriptor, so g + 1 is the same one):
+//! The interleaving (one descriptor, so g + 1 is the same one). Since session 15 a retirement
+//! that finds no reuse pin held releases the descriptor at once (`reuse.rs`), so a second
+//! helper P holds a pin across g's retirement to send g through the epoch, as any concurrent
+//! helper would:
 //! 1. O runs g = {A: 0 -> 1, B: 7 -> 1} and stops after installing A (B holds 0: g fails).
 //! 2. H reads A, meets g's reference and stops before pinning (`help-reference-loaded`).
-//! 3. O finishes: g fails, A is rolled back to 0, g is retired at epoch e (the epoch moves to
-//!    e + 1, nobody being pinned).
-//! 4. H pins at e + 1, snapshots g (`Failed`, not released yet) and stops
+//! 3. P reads A, meets g's reference, pins, snapshots g (`Undecided`) and stops
 //!    (`help-snapshot-taken`).
-//! 5. M allocates: the pool is empty, the epoch can move to e + 2 (H announces e + 1), g is
-//!    released and M takes it as g + 1 = {C: 0 -> 1}, published, stopped before its first
-//!    install.
-//! 6. H resumes: it must return A's value, 0. M finishes; A, B, C read 0, 0, 1.
+//! 4. O finishes: g fails, A is rolled back to 0, g is retired at epoch e with P pinned (the
+//!    epoch moves to e + 1, P announcing e).
+//! 5. P resumes and returns A's value, 0, unpinning; H pins at e + 1, snapshots g (`Failed`,
+//!    not released yet) and stops (`help-snapshot-taken`).
+//! 6. M allocates: the pool is empty, the epoch can move to e + 2 (H announces e + 1), g is
+//!    released and M takes it as g + 1 = {C: 0 -> 1, D: 0 -> 1} (two words: a single-word
+//!    PMwCAS publishes no descriptor), published, stopped before its first install.
+//! 7. H resumes: it must return A's value, 0. M finishes; A, B, C, D read 0, 0, 1, 1.
 
 #![cfg(not(any(loom, shuttle)))]
 #![cfg(feature = "pause-points")]
@@ -138,12 +143,13 @@ fn helper_of_a_reused_generation_installs_nothing() {
         .unwrap(),
     );
     let base = pool.user_area().start;
-    let (a, b, c) = (base, base + 8, base + 16);
-    let [o_installed_a, h_loaded, h_snapshot, m_before_install] =
-        <[Handle; 4]>::try_from(stops(&[
+    let (a, b, c, d) = (base, base + 8, base + 16, base + 24);
+    let [o_installed_a, h_loaded, h_snapshot, p_snapshot, m_before_install] =
+        <[Handle; 5]>::try_from(stops(&[
             ("o", "pmwcas:phase1-word-installed", 1),
             ("h", "pmwcas:help-reference-loaded", 1),
             ("h", "pmwcas:help-snapshot-taken", 1),
+            ("p", "pmwcas:help-snapshot-taken", 1),
             ("m", "pmwcas:rdcss-installing", 1),
         ]))
         .ok()
@@ -165,24 +171,31 @@ fn helper_of_a_reused_generation_installs_nothing() {
     let h = spawn(&pool, "h", Box::new(move |pool| read_word(pool, a)));
     h_loaded.wait();
     // 3.
+    let p = spawn(&pool, "p", Box::new(move |pool| read_word(pool, a)));
+    p_snapshot.wait();
+    // 4.
     o_installed_a.release();
     assert_eq!(outcome(&o, "O's PMwCAS"), 0, "g fails on B");
-    // 4.
+    // 5. P unpins first: a pool of one partition has one reuse slot, whose announcement
+    // stays the oldest of the pins sharing it (`reuse.rs`).
+    p_snapshot.release();
+    assert_eq!(outcome(&p, "P's read of A"), 0, "P reads A rolled back");
     h_loaded.release();
     h_snapshot.wait();
-    // 5.
+    // 6.
     let m = spawn(
         &pool,
         "m",
         Box::new(move |pool| {
             let guard = pool.pin();
-            let mut d = pool.allocate_descriptor(&guard).unwrap();
-            d.add_word(pool.word(c).unwrap(), 0, 1).unwrap();
-            u64::from(d.execute().unwrap())
+            let mut g1 = pool.allocate_descriptor(&guard).unwrap();
+            g1.add_word(pool.word(c).unwrap(), 0, 1).unwrap();
+            g1.add_word(pool.word(d).unwrap(), 0, 1).unwrap();
+            u64::from(g1.execute().unwrap())
         }),
     );
     m_before_install.wait();
-    // 6.
+    // 7.
     h_snapshot.release();
     let h_saw = outcome(
         &h,
@@ -196,12 +209,15 @@ fn helper_of_a_reused_generation_installs_nothing() {
         &pool,
         "reader",
         Box::new(move |pool| {
-            (read_word(pool, a) << 16) | (read_word(pool, b) << 8) | read_word(pool, c)
+            (read_word(pool, a) << 24)
+                | (read_word(pool, b) << 16)
+                | (read_word(pool, c) << 8)
+                | read_word(pool, d)
         }),
     );
     assert_eq!(
         outcome(&r, "the final reads (A holds a stale reference?)"),
-        1,
-        "A, B, C = 0, 0, 1"
+        0x0101,
+        "A, B, C, D = 0, 0, 1, 1"
     );
 }
