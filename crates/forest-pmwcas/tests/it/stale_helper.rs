@@ -221,3 +221,80 @@ fn helper_of_a_reused_generation_installs_nothing() {
         "A, B, C, D = 0, 0, 1, 1"
     );
 }
+
+// Review rev-pmw (coverage of the pin-count fast path, expected to pass): the scenario above
+// without P, so g's retirement finds no reuse pin held and releases g at once (`reuse.rs`),
+// while H holds g's reference loaded and unpinned. M reuses the descriptor as g + 1 =
+// {C: 0 -> 1, D: 0 -> 1} and stops before its first install; H then pins, must find its
+// snapshot stale (generation g + 1), read A again and return 0, installing nothing.
+#[test]
+fn rev_pmw_helper_unpinned_across_a_fast_path_release_installs_nothing() {
+    let _serial = crate::serial();
+    let pool = Arc::new(
+        Pool::create_volatile(
+            NoPersist,
+            PoolConfig {
+                partition_count: 1,
+                descriptors_per_partition: 1,
+                client_words: 0,
+                user_words: 8,
+                recyclers: Vec::new(),
+            },
+        )
+        .unwrap(),
+    );
+    let base = pool.user_area().start;
+    let (a, b, c, d) = (base, base + 8, base + 16, base + 24);
+    let [o_installed_a, h_loaded, m_before_install] = <[Handle; 3]>::try_from(stops(&[
+        ("o", "pmwcas:phase1-word-installed", 1),
+        ("h", "pmwcas:help-reference-loaded", 1),
+        ("m", "pmwcas:rdcss-installing", 1),
+    ]))
+    .ok()
+    .unwrap();
+    let o = spawn(
+        &pool,
+        "o",
+        Box::new(move |pool| {
+            let guard = pool.pin();
+            let mut d = pool.allocate_descriptor(&guard).unwrap();
+            d.add_word(pool.word(a).unwrap(), 0, 1).unwrap();
+            d.add_word(pool.word(b).unwrap(), 7, 1).unwrap();
+            u64::from(d.execute().unwrap())
+        }),
+    );
+    o_installed_a.wait();
+    let h = spawn(&pool, "h", Box::new(move |pool| read_word(pool, a)));
+    h_loaded.wait();
+    o_installed_a.release();
+    assert_eq!(outcome(&o, "O's PMwCAS"), 0, "g fails on B");
+    assert_eq!(pool.descriptors_waiting(), 0, "no pin held: g released at once");
+    let m = spawn(
+        &pool,
+        "m",
+        Box::new(move |pool| {
+            let guard = pool.pin();
+            let mut g1 = pool.allocate_descriptor(&guard).unwrap();
+            g1.add_word(pool.word(c).unwrap(), 0, 1).unwrap();
+            g1.add_word(pool.word(d).unwrap(), 0, 1).unwrap();
+            u64::from(g1.execute().unwrap())
+        }),
+    );
+    m_before_install.wait();
+    h_loaded.release();
+    assert_eq!(outcome(&h, "H's read of A"), 0, "H reads A rolled back");
+    m_before_install.release();
+    assert_eq!(outcome(&m, "M's PMwCAS"), 1, "g + 1 succeeds");
+    set_pause_hook(None);
+    let r = spawn(
+        &pool,
+        "reader",
+        Box::new(move |pool| {
+            (read_word(pool, a) << 24)
+                | (read_word(pool, b) << 16)
+                | (read_word(pool, c) << 8)
+                | read_word(pool, d)
+        }),
+    );
+    assert_eq!(outcome(&r, "the final reads"), 0x0101, "A, B, C, D = 0, 0, 1, 1");
+}
