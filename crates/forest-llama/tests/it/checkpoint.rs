@@ -677,13 +677,18 @@ fn rev_f2_highest_sequence_name_does_not_break_numbering() {
         Ok(r) => r.unwrap(),
         Err(p) => panic!(
             "open panicked: {:?}",
-            p.downcast_ref::<String>().cloned().or(p.downcast_ref::<&str>().map(|s| s.to_string()))
+            p.downcast_ref::<String>()
+                .cloned()
+                .or(p.downcast_ref::<&str>().map(|s| s.to_string()))
         ),
     };
     let table = MappingTable::<Toy>::new();
     let info = checkpoints.take(&table, &lss, 0, newest_flushed).unwrap();
     let (_, newest) = read_newest(&sim).unwrap().checkpoint.unwrap();
-    assert_eq!(newest.sequence, info.sequence, "the checkpoint just taken is not the newest");
+    assert_eq!(
+        newest.sequence, info.sequence,
+        "the checkpoint just taken is not the newest"
+    );
     drop(table);
     lss.close().unwrap();
 }
@@ -728,9 +733,21 @@ fn rev_f4_lost_relocation_image_is_not_the_pages_newest_piece() {
     let (x, _) = flush_image(&table, &lss, pid, updated, guard).unwrap();
     // The cleaner posts its image of A1's state and loses the CAS.
     let stats = CleanStats::default();
-    let moved = relocate(&table, &lss, pid, a1, b"stale image of A1", 0, 0, &stats, guard).unwrap();
+    let moved = relocate(
+        &table,
+        &lss,
+        pid,
+        a1,
+        b"stale image of A1",
+        0,
+        0,
+        &stats,
+        guard,
+    )
+    .unwrap();
     assert_eq!(moved, Relocation::Changed);
-    lss.mk_stable(LssAddress::current(forest_llama::lss::LSS_OFFSET_MAX)).unwrap();
+    lss.mk_stable(LssAddress::current(forest_llama::lss::LSS_OFFSET_MAX))
+        .unwrap();
     // Recovery as documented: the checkpoint's entries, then the scan from S, later wins.
     let mut recovered: BTreeMap<Pid, LssAddress> = c.entries.iter().copied().collect();
     lss.scan(c.start, |address, header, _| {
@@ -769,8 +786,16 @@ fn rev_f5_recorded_free_pid_reused_after_the_walk() {
         table.install_new(pid, fresh(None), guard);
         table.free(pid, guard);
     }
-    for _ in 0..256 {
+    // Drain the epoch until PID 0 is on the free list (other tests may hold pins a while).
+    for _ in 0..100_000 {
+        if matches!(
+            table.read_location(0),
+            forest_llama::page_state::PageLocation::FreeLink(_)
+        ) {
+            break;
+        }
         epoch::pin().flush();
+        std::thread::yield_now();
     }
     checkpoints.take(&table, &lss, 0, newest_flushed).unwrap();
     let (_, c) = read_newest(&ckpt_sim).unwrap().checkpoint.unwrap();
@@ -780,7 +805,8 @@ fn rev_f5_recorded_free_pid_reused_after_the_walk() {
     assert_eq!(pid, 0);
     let state = table.install_new(pid, fresh(None), guard);
     flush_image(&table, &lss, pid, state, guard).unwrap();
-    lss.mk_stable(LssAddress::current(forest_llama::lss::LSS_OFFSET_MAX)).unwrap();
+    lss.mk_stable(LssAddress::current(forest_llama::lss::LSS_OFFSET_MAX))
+        .unwrap();
     let mut mapped: BTreeMap<Pid, LssAddress> = c.entries.iter().copied().collect();
     lss.scan(c.start, |address, header, _| {
         if matches!(header.kind, RecordKind::PageImage | RecordKind::DeltaRun) {
