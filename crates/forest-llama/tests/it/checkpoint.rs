@@ -13,7 +13,7 @@ use crossbeam_epoch::{self as epoch, Guard, Owned, Shared};
 use forest_core::Error;
 use forest_file::{CrashMode, Dir, FaultPlan, SimDir};
 use forest_llama::checkpoint::{
-    self, decode, map_file_name, map_tmp_name, read_newest, Checkpoints, MapCheckpoint,
+    self, decode, map_file_name, map_tmp_name, read_newest, Checkpoints, MapCheckpoint, Recovery,
     MAP_HEADER_BYTES,
 };
 use forest_llama::flush::{flush, FlushOutcome, Piece};
@@ -124,6 +124,7 @@ fn sample(sequence: u64) -> MapCheckpoint {
         start: LssAddress::current(4096 * sequence),
         rssp: 77 + sequence,
         pid_end: 10,
+        stable_end: LssAddress::current(4096 * sequence + 50),
         entries: vec![
             (0, LssAddress::current(100)),
             (3, LssAddress::current(9000 + sequence)),
@@ -135,16 +136,17 @@ fn sample(sequence: u64) -> MapCheckpoint {
 
 fn checkpoint_strategy() -> impl Strategy<Value = MapCheckpoint> {
     (
-        any::<u64>(),
+        0..u64::MAX,
         0..(1u64 << 61),
         any::<u64>(),
+        0..(1u64 << 40),
         proptest::collection::btree_map(
             0..1000u64,
             (0..(1u64 << 61), any::<bool>(), any::<bool>()),
             0..40,
         ),
     )
-        .prop_map(|(sequence, start, rssp, pids)| {
+        .prop_map(|(sequence, start, rssp, beyond, pids)| {
             let mut entries = Vec::new();
             let mut free = Vec::new();
             for (pid, (offset, archive, is_free)) in pids {
@@ -161,6 +163,7 @@ fn checkpoint_strategy() -> impl Strategy<Value = MapCheckpoint> {
                 start: LssAddress::current(start),
                 rssp,
                 pid_end: 1000,
+                stable_end: LssAddress::current(start + beyond),
                 entries,
                 free,
             }
@@ -606,14 +609,13 @@ fn a_flush_in_flight_below_s_is_recorded() {
     lss.close().unwrap();
 }
 
-// ---- Reviewer's tests (rev-mapckpt). Each fails on h-mapckpt; ignored so the branch stays
-// green. Run: cargo test -p forest-llama --test it -- checkpoint::rev_ --ignored
+// ---- Reviewer's tests (rev-mapckpt). Each failed on h-mapckpt; fixed on f-mapckpt.
+// Run: cargo test -p forest-llama --test it -- checkpoint::rev_
 
 // Goal: a damaged *older* checkpoint (the fallback) does not stop `Checkpoints::open` when
 // the newest is valid: read_newest loads the newest, so recovery has what it needs.
 // Method: publish 1 and 2, flip a body byte of 1, open.
 #[test]
-#[ignore = "rev: F1 Checkpoints::open fails outright when the older kept checkpoint is damaged though the newest is valid"]
 fn rev_f1_open_survives_a_damaged_older_checkpoint() {
     let sim = SimDir::new(41);
     publish_whole(&sim, &sample(1));
@@ -633,7 +635,6 @@ fn rev_f1_open_survives_a_damaged_older_checkpoint() {
 // restart without taking one, open again and take: the new checkpoint gets the set-aside
 // sequence again; damage it and reopen: the first `.corrupt` is overwritten.
 #[test]
-#[ignore = "rev: F3 a sequence set aside as .corrupt is reused after a restart, and a second .corrupt overwrites the first"]
 fn rev_f3_sequence_set_aside_is_never_reused() {
     let sim = SimDir::new(42);
     let lss = open_lss(&SimDir::new(43));
@@ -661,7 +662,6 @@ fn rev_f3_sequence_set_aside_is_never_reused() {
 // below an existing one. Method: a (damaged) file named with the highest sequence next to a
 // valid checkpoint; open, then take: the new checkpoint must be the one read_newest loads.
 #[test]
-#[ignore = "rev: F2 a map-ffffffffffffffff file makes Checkpoints::open overflow (panic in debug; wraps to 0 in release, new checkpoints older than the stale one)"]
 fn rev_f2_highest_sequence_name_does_not_break_numbering() {
     let sim = SimDir::new(44);
     let lss = open_lss(&SimDir::new(45));
@@ -701,7 +701,6 @@ fn rev_f2_highest_sequence_name_does_not_break_numbering() {
 // already committed as a PageImage record of P (relocate makes it stable before its CAS).
 // The documented recovery rule then ends P at A' (the stale image rebuilt from A1), not X.
 #[test]
-#[ignore = "rev: F4 a lost relocation leaves a PageImage record of the page above its newest piece; scan-from-S 'later wins' ends the page there (stale)"]
 fn rev_f4_lost_relocation_image_is_not_the_pages_newest_piece() {
     use forest_llama::clean::{relocate, CleanStats, Relocation};
     let sim = SimDir::new(51);
@@ -748,18 +747,17 @@ fn rev_f4_lost_relocation_image_is_not_the_pages_newest_piece() {
     assert_eq!(moved, Relocation::Changed);
     lss.mk_stable(LssAddress::current(forest_llama::lss::LSS_OFFSET_MAX))
         .unwrap();
-    // Recovery as documented: the checkpoint's entries, then the scan from S, later wins.
-    let mut recovered: BTreeMap<Pid, LssAddress> = c.entries.iter().copied().collect();
+    // Recovery as documented: the checkpoint's entries, then the scan from S, each record
+    // applied by the recovery rule.
+    let mut recovered = Recovery::from_checkpoint(&c);
     lss.scan(c.start, |address, header, _| {
-        if matches!(header.kind, RecordKind::PageImage | RecordKind::DeltaRun) {
-            recovered.insert(header.pid, address);
-        }
+        recovered.apply_piece(address, header);
         Ok(())
     })
     .unwrap();
     assert_eq!(
-        recovered.get(&pid),
-        Some(&x),
+        recovered.address_of(pid),
+        Some(x),
         "P's newest stable piece is {x} (installed); recovery ends it elsewhere"
     );
     drop(table);
@@ -773,7 +771,6 @@ fn rev_f4_lost_relocation_image_is_not_the_pages_newest_piece() {
 // (entries, then the scan from S, later wins) and the recorded free list: PID 0 is then
 // both mapped and free, so a recovery that trusts the free list hands it out twice.
 #[test]
-#[ignore = "rev: F5 a PID recorded free can be reallocated and flushed at or above S; the documented recovery leaves it both mapped and free"]
 fn rev_f5_recorded_free_pid_reused_after_the_walk() {
     let sim = SimDir::new(61);
     let lss = open_lss(&sim);
@@ -807,19 +804,18 @@ fn rev_f5_recorded_free_pid_reused_after_the_walk() {
     flush_image(&table, &lss, pid, state, guard).unwrap();
     lss.mk_stable(LssAddress::current(forest_llama::lss::LSS_OFFSET_MAX))
         .unwrap();
-    let mut mapped: BTreeMap<Pid, LssAddress> = c.entries.iter().copied().collect();
+    let mut recovered = Recovery::from_checkpoint(&c);
     lss.scan(c.start, |address, header, _| {
-        if matches!(header.kind, RecordKind::PageImage | RecordKind::DeltaRun) {
-            mapped.insert(header.pid, address);
-        }
+        recovered.apply_piece(address, header);
         Ok(())
     })
     .unwrap();
     assert!(
-        !(mapped.contains_key(&0) && c.free.contains(&0)),
-        "PID 0 is both mapped ({:?}) and on the recorded free list",
-        mapped.get(&0)
+        !(recovered.address_of(0).is_some() && recovered.is_free(0)),
+        "PID 0 is both mapped ({:?}) and free after recovery",
+        recovered.address_of(0)
     );
+    assert!(recovered.address_of(0).is_some(), "PID 0's flush is lost");
     drop(table);
     lss.close().unwrap();
 }
