@@ -14,28 +14,64 @@
 //!    access method finds (`newest_flushed`), or nothing if it has none; a free-list word
 //!    records a free PID; an empty word nothing;
 //! 4. T = Mk-Stable of everything reserved again: every address recorded is now stable (a
-//!    resident page's newest flush may lie at or above S);
+//!    resident page's newest flush may lie at or above S). T is in the file: damage recovery
+//!    meets in [S, T) lost a piece the checkpoint relies on; damage at or above T may be a
+//!    torn tail;
 //! 5. write `map-<seq>.tmp`, fsync, rename to `map-<seq>`, fsync the directory (the store's
 //!    checkpoint rules, forest-store `checkpoint.rs`), then delete all but the newest
 //!    [`GENERATIONS_KEPT`].
 //!
-//! Why a fuzzy walk is complete (recovery scans the LSS from S to the end of the stable
-//! prefix and applies each page piece in address order, later wins): take a page P and its
-//! newest stable piece at a crash after publication, A.
-//! - A ≥ S: the scan reads A, and nothing of P after it is stable, so P ends at A.
-//! - A < S: A's flush made its CAS before the walk (step 2), so the word the walk read holds
-//!   A's flush delta, or a newer state of P: a state built on it (deltas, a consolidation,
-//!   which keeps the newest flush), a later flush, or an eviction or relocation to a stable
-//!   address. So the walk records A or a later piece of P. P has no piece between A and S
-//!   (every piece below S is stable, and A is the newest stable one), so a later piece lies
-//!   at or above S, and once recorded it is stable by step 4 and newer than A, which cannot
-//!   be: the walk recorded A, and the scan meets nothing newer of P. P ends at A.
-//! - P has no stable piece: the walk recorded none below S (it would be stable), and any at
-//!   or above S it recorded is stable by step 4, a contradiction; the scan finds none either.
+//! Recovery rule ([`Recovery`]): start from the checkpoint's entries and free PIDs, then scan
+//! the LSS from S to the end of the stable prefix and apply each valid record in address
+//! order ([`Recovery::apply_piece`]): a delta run or a flush's page image becomes its page's
+//! address and takes the PID off the free set; a relocation image (a page image whose `prev`
+//! names the address `old` it relocates from, docs/FORMAT.md) applies only if `old` holds
+//! the state the page recovers to (its address, or an image of that state applied before);
+//! every other kind changes nothing. The
+//! cleaner makes a relocation image stable *before* its CAS, so a relocation that lost
+//! (the page was loaded and flushed meanwhile) leaves a valid image above the page's newest
+//! piece: "later wins" alone would bring back that stale state (review rev-mapckpt F4).
 //!
-//! The checkpoint leaves open whether a PID below `pid_end` with neither an entry nor a free
-//! mark (allocated with no stable piece, or freed while its epoch drained) exists after the
-//! scan: that is recovery's, with the system transactions' Allocate and Free.
+//! A *piece* of P below is a record whose CAS installed it (a flush's delta on P's state, an
+//! eviction's or a relocation's word); P's pieces lie in address order (a flush reserves
+//! before its CAS, and a relocation's CAS wins only if no piece was installed since it was
+//! posted: the word still holds `old`). A lost flush leaves a filler; a lost relocation an
+//! image of `old`, the same page state as `old`.
+//!
+//! Why a fuzzy walk is complete: recovery ends each page P at its newest stable piece at the
+//! crash, or at a lost relocation image of that piece (the same state; its segment is kept
+//! while a kept checkpoint's scan reaches it, below).
+//! 1. The walk records, for the newest piece A of P below S, A or a later piece (E ≥ S), and
+//!    nothing if P has none: A's flush made its CAS before the walk (step 2), so the word
+//!    the walk read holds A's flush delta or a newer state of P (a state built on it, deltas,
+//!    a consolidation, which keeps the newest flush, a later flush, an eviction or
+//!    relocation to a stable address). Every address recorded is stable (step 4).
+//! 2. Say the scan is *on track* at Y if P recovers to the state of its newest piece below Y
+//!    (that piece or an image of it; the addresses known to hold it include that piece),
+//!    and *off track* if P recovers to the entry E ≥ Y and every piece of P in [S, Y)
+//!    is a relocation. At Y = S, one holds by 1.
+//! 3. A record of P at Y: a delta run or a flush's image is P's next piece and applies: on
+//!    track. A relocation of `old` that won: on track, `old` is the newest piece, which
+//!    holds P's state, and it applies; off track, it is skipped (P is at E, and `old` < Y ≤
+//!    E), and P stays off track if Y < E, or is at its newest piece if Y = E: on track. A
+//!    lost relocation of `old` (no piece): on track it applies only if `old` holds P's state
+//!    (an image of it: on track); off track, skipped. Fillers change nothing.
+//! 4. E is stable, so the scan passes it: it ends on track, at P's newest stable piece or an
+//!    image of it. With no stable piece, the walk recorded nothing and the scan meets no
+//!    piece; a relocation image needs P mapped to apply.
+//!
+//! The free marks are a snapshot of the free list as the walk read it: a PID recorded free
+//! may be allocated again and flushed at or above S, and then the scan meets its piece and
+//! the rule takes it off the free set (review rev-mapckpt F5). The checkpoint leaves open
+//! whether a PID below `pid_end` with neither an entry nor a free mark (allocated with no
+//! stable piece, or freed while its epoch drained), or a PID freed after the walk, exists
+//! after the scan: that is recovery's, with the system transactions' Allocate and Free.
+//!
+//! Opening ([`Checkpoints::open`]) sets damaged published files aside as `<name>.corrupt`,
+//! the older kept one included (then one generation is kept and the cleaner may remove
+//! nothing until a second is taken); sequences continue above every `map-<seq>` and
+//! `.corrupt` name, `u64::MAX` is never one. A whole file of a newer format version is
+//! refused ([`Error::InvalidUse`]) and left in place.
 //!
 //! What the cleaner must obey so recovery never meets a missing piece ([`Checkpoints::
 //! may_remove`]): a segment can be removed only if (a) it lies wholly below the S of the
@@ -48,8 +84,12 @@
 //! - A published `map-<seq>` was fsynced whole before its rename; a `.tmp` is never read.
 //! - Every address in a published checkpoint was stable before it was published.
 //! - [`decode`] never panics and checks every byte it accepts: header and body crc32c, counts
-//!   against the length, PIDs strictly ascending and below `pid_end`, no PID both mapped and
-//!   free; a failure is [`Error::Corrupt`] naming the file and offset.
+//!   against the length, T not below S, PIDs strictly ascending and below `pid_end`, no PID
+//!   both mapped and free; a failure is [`Error::Corrupt`] naming the file and offset (a
+//!   newer version: [`Error::InvalidUse`]).
+//! - `walks_begun`'s increment and [`Checkpoints::clean_ticket`]'s load are SeqCst: the
+//!   cleaner writes "segment emptied" then reads the count, a walk increments it then reads
+//!   the words (store buffering: acquire/release alone lets both read the old values).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -585,9 +625,9 @@ pub fn walk<T: PageState>(
 /// end of the stable prefix, in address order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Recovery {
-    /// PID → the address it recovers to and, if that is a relocation image, the address the
-    /// image relocates from (so a second image of the same state is recognised too).
-    pages: BTreeMap<Pid, (LssAddress, Option<LssAddress>)>,
+    /// PID → the addresses known to hold the state it recovers to, the one it recovers to
+    /// last (never empty): a piece, then the relocation images of it the scan applied.
+    pages: BTreeMap<Pid, Vec<LssAddress>>,
     free: BTreeSet<Pid>,
 }
 
@@ -598,7 +638,7 @@ impl Recovery {
             pages: checkpoint
                 .entries
                 .iter()
-                .map(|&(pid, address)| (pid, (address, None)))
+                .map(|&(pid, address)| (pid, vec![address]))
                 .collect(),
             free: checkpoint.free.iter().copied().collect(),
         }
@@ -607,21 +647,21 @@ impl Recovery {
     /// Applies the record at `address` with `header`; whether it changed what its page
     /// recovers to. A delta run or a flush's page image is the page's newest piece so far, and
     /// takes its PID off the free set (the free marks are a snapshot: the PID was allocated
-    /// again). A relocation image of `old` applies only if the page recovers to `old`, or to
-    /// another image of `old` (same state): otherwise its CAS lost to a newer piece, and it
-    /// is dead. Every other kind changes nothing.
+    /// again). A relocation image of `old` applies only if `old` holds the state the page
+    /// recovers to (its address, or one of that state's images applied before): otherwise
+    /// its CAS lost to a newer piece, and it is dead. Every other kind changes nothing.
     pub fn apply_piece(&mut self, address: LssAddress, header: &RecordHeader) -> bool {
         let pid = header.pid;
         match (header.kind, header.relocated_from()) {
             (RecordKind::PageImage, Some(old)) => match self.pages.get_mut(&pid) {
-                Some(entry) if entry.0 == old || entry.1 == Some(old) => {
-                    *entry = (address, Some(old));
+                Some(same_state) if same_state.contains(&old) => {
+                    same_state.push(address);
                     true
                 }
                 _ => false,
             },
             (RecordKind::PageImage | RecordKind::DeltaRun, _) => {
-                self.pages.insert(pid, (address, None));
+                self.pages.insert(pid, vec![address]);
                 self.free.remove(&pid);
                 true
             }
@@ -631,7 +671,9 @@ impl Recovery {
 
     /// The address `pid` recovers to, if any.
     pub fn address_of(&self, pid: Pid) -> Option<LssAddress> {
-        self.pages.get(&pid).map(|&(address, _)| address)
+        self.pages
+            .get(&pid)
+            .and_then(|same_state| same_state.last().copied())
     }
 
     /// Whether `pid` recovers free.
@@ -643,7 +685,7 @@ impl Recovery {
     pub fn pages(&self) -> impl Iterator<Item = (Pid, LssAddress)> + '_ {
         self.pages
             .iter()
-            .map(|(&pid, &(address, _))| (pid, address))
+            .filter_map(|(&pid, same_state)| Some((pid, *same_state.last()?)))
     }
 
     /// Every free PID, ascending; none of them mapped.

@@ -1026,3 +1026,27 @@ fn a_won_relocation_is_recovered() {
     drop(table);
     lss.close().unwrap();
 }
+
+// Goal (F4): a lost relocation of the piece a won relocation moved (two cleaners raced on
+// the page) lands on the same state, and a later relocation of the won image still applies.
+// Method: apply headers by hand: piece Q, relocation R of Q, a late image of Q, then a
+// relocation of R.
+#[test]
+fn recovery_rule_follows_every_image_of_the_same_state() {
+    use forest_llama::lss::RecordHeader;
+    let at = LssAddress::current;
+    let c = MapCheckpoint {
+        entries: vec![(0, at(100))],
+        free: vec![],
+        ..sample(1)
+    };
+    let image_of = |old| RecordHeader {
+        prev: Some(old),
+        ..RecordHeader::new(RecordKind::PageImage, 0)
+    };
+    let mut r = Recovery::from_checkpoint(&c);
+    assert!(r.apply_piece(at(5000), &image_of(at(100))));
+    assert!(r.apply_piece(at(5100), &image_of(at(100))));
+    assert!(r.apply_piece(at(5200), &image_of(at(5000))));
+    assert_eq!(r.address_of(0), Some(at(5200)));
+}
