@@ -14,28 +14,64 @@
 //!    access method finds (`newest_flushed`), or nothing if it has none; a free-list word
 //!    records a free PID; an empty word nothing;
 //! 4. T = Mk-Stable of everything reserved again: every address recorded is now stable (a
-//!    resident page's newest flush may lie at or above S);
+//!    resident page's newest flush may lie at or above S). T is in the file: damage recovery
+//!    meets in [S, T) lost a piece the checkpoint relies on; damage at or above T may be a
+//!    torn tail;
 //! 5. write `map-<seq>.tmp`, fsync, rename to `map-<seq>`, fsync the directory (the store's
 //!    checkpoint rules, forest-store `checkpoint.rs`), then delete all but the newest
 //!    [`GENERATIONS_KEPT`].
 //!
-//! Why a fuzzy walk is complete (recovery scans the LSS from S to the end of the stable
-//! prefix and applies each page piece in address order, later wins): take a page P and its
-//! newest stable piece at a crash after publication, A.
-//! - A ≥ S: the scan reads A, and nothing of P after it is stable, so P ends at A.
-//! - A < S: A's flush made its CAS before the walk (step 2), so the word the walk read holds
-//!   A's flush delta, or a newer state of P: a state built on it (deltas, a consolidation,
-//!   which keeps the newest flush), a later flush, or an eviction or relocation to a stable
-//!   address. So the walk records A or a later piece of P. P has no piece between A and S
-//!   (every piece below S is stable, and A is the newest stable one), so a later piece lies
-//!   at or above S, and once recorded it is stable by step 4 and newer than A, which cannot
-//!   be: the walk recorded A, and the scan meets nothing newer of P. P ends at A.
-//! - P has no stable piece: the walk recorded none below S (it would be stable), and any at
-//!   or above S it recorded is stable by step 4, a contradiction; the scan finds none either.
+//! Recovery rule ([`Recovery`]): start from the checkpoint's entries and free PIDs, then scan
+//! the LSS from S to the end of the stable prefix and apply each valid record in address
+//! order ([`Recovery::apply_piece`]): a delta run or a flush's page image becomes its page's
+//! address and takes the PID off the free set; a relocation image (a page image whose `prev`
+//! names the address `old` it relocates from, docs/FORMAT.md) applies only if `old` holds
+//! the state the page recovers to (its address, or an image of that state applied before);
+//! every other kind changes nothing. The
+//! cleaner makes a relocation image stable *before* its CAS, so a relocation that lost
+//! (the page was loaded and flushed meanwhile) leaves a valid image above the page's newest
+//! piece: "later wins" alone would bring back that stale state (review rev-mapckpt F4).
 //!
-//! The checkpoint leaves open whether a PID below `pid_end` with neither an entry nor a free
-//! mark (allocated with no stable piece, or freed while its epoch drained) exists after the
-//! scan: that is recovery's, with the system transactions' Allocate and Free.
+//! A *piece* of P below is a record whose CAS installed it (a flush's delta on P's state, an
+//! eviction's or a relocation's word); P's pieces lie in address order (a flush reserves
+//! before its CAS, and a relocation's CAS wins only if no piece was installed since it was
+//! posted: the word still holds `old`). A lost flush leaves a filler; a lost relocation an
+//! image of `old`, the same page state as `old`.
+//!
+//! Why a fuzzy walk is complete: recovery ends each page P at its newest stable piece at the
+//! crash, or at a lost relocation image of that piece (the same state; its segment is kept
+//! while a kept checkpoint's scan reaches it, below).
+//! 1. The walk records, for the newest piece A of P below S, A or a later piece (E ≥ S), and
+//!    nothing if P has none: A's flush made its CAS before the walk (step 2), so the word
+//!    the walk read holds A's flush delta or a newer state of P (a state built on it, deltas,
+//!    a consolidation, which keeps the newest flush, a later flush, an eviction or
+//!    relocation to a stable address). Every address recorded is stable (step 4).
+//! 2. Say the scan is *on track* at Y if P recovers to the state of its newest piece below Y
+//!    (that piece or an image of it; the addresses known to hold it include that piece),
+//!    and *off track* if P recovers to the entry E ≥ Y and every piece of P in [S, Y)
+//!    is a relocation. At Y = S, one holds by 1.
+//! 3. A record of P at Y: a delta run or a flush's image is P's next piece and applies: on
+//!    track. A relocation of `old` that won: on track, `old` is the newest piece, which
+//!    holds P's state, and it applies; off track, it is skipped (P is at E, and `old` < Y ≤
+//!    E), and P stays off track if Y < E, or is at its newest piece if Y = E: on track. A
+//!    lost relocation of `old` (no piece): on track it applies only if `old` holds P's state
+//!    (an image of it: on track); off track, skipped. Fillers change nothing.
+//! 4. E is stable, so the scan passes it: it ends on track, at P's newest stable piece or an
+//!    image of it. With no stable piece, the walk recorded nothing and the scan meets no
+//!    piece; a relocation image needs P mapped to apply.
+//!
+//! The free marks are a snapshot of the free list as the walk read it: a PID recorded free
+//! may be allocated again and flushed at or above S, and then the scan meets its piece and
+//! the rule takes it off the free set (review rev-mapckpt F5). The checkpoint leaves open
+//! whether a PID below `pid_end` with neither an entry nor a free mark (allocated with no
+//! stable piece, or freed while its epoch drained), or a PID freed after the walk, exists
+//! after the scan: that is recovery's, with the system transactions' Allocate and Free.
+//!
+//! Opening ([`Checkpoints::open`]) sets damaged published files aside as `<name>.corrupt`,
+//! the older kept one included (then one generation is kept and the cleaner may remove
+//! nothing until a second is taken); sequences continue above every `map-<seq>` and
+//! `.corrupt` name, `u64::MAX` is never one. A whole file of a newer format version is
+//! refused ([`Error::InvalidUse`]) and left in place.
 //!
 //! What the cleaner must obey so recovery never meets a missing piece ([`Checkpoints::
 //! may_remove`]): a segment can be removed only if (a) it lies wholly below the S of the
@@ -48,9 +84,14 @@
 //! - A published `map-<seq>` was fsynced whole before its rename; a `.tmp` is never read.
 //! - Every address in a published checkpoint was stable before it was published.
 //! - [`decode`] never panics and checks every byte it accepts: header and body crc32c, counts
-//!   against the length, PIDs strictly ascending and below `pid_end`, no PID both mapped and
-//!   free; a failure is [`Error::Corrupt`] naming the file and offset.
+//!   against the length, T not below S, PIDs strictly ascending and below `pid_end`, no PID
+//!   both mapped and free; a failure is [`Error::Corrupt`] naming the file and offset (a
+//!   newer version: [`Error::InvalidUse`]).
+//! - `walks_begun`'s increment and [`Checkpoints::clean_ticket`]'s load are SeqCst: the
+//!   cleaner writes "segment emptied" then reads the count, a walk increments it then reads
+//!   the words (store buffering: acquire/release alone lets both read the old values).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -60,7 +101,7 @@ use forest_core::{Error, Result};
 use forest_file::Dir;
 use parking_lot::Mutex;
 
-use crate::lss::{Lss, LssAddress, LSS_OFFSET_MAX};
+use crate::lss::{Lss, LssAddress, RecordHeader, RecordKind, LSS_OFFSET_MAX};
 use crate::mapping_table::{MappingTable, PageState, Pid, PID_COUNT_MAX};
 use crate::page_state::PageLocation;
 
@@ -71,7 +112,7 @@ pub const MAP_TRAILER_MAGIC: [u8; 4] = *b"MPEN";
 /// The format version this build writes and reads.
 pub const MAP_FORMAT_VERSION: u32 = 1;
 /// Bytes of the header.
-pub const MAP_HEADER_BYTES: usize = 72;
+pub const MAP_HEADER_BYTES: usize = 80;
 /// Bytes of one mapped entry (PID, address).
 pub const MAP_ENTRY_BYTES: usize = 16;
 /// Bytes of one free PID.
@@ -90,8 +131,9 @@ const RSSP_AT: usize = 32;
 const PID_END_AT: usize = 40;
 const ENTRY_COUNT_AT: usize = 48;
 const FREE_COUNT_AT: usize = 56;
-const RESERVED_B_AT: usize = 64;
-const HEADER_CRC_AT: usize = 68;
+const STABLE_END_AT: usize = 64;
+const RESERVED_B_AT: usize = 72;
+const HEADER_CRC_AT: usize = 76;
 const _: () = assert!(HEADER_CRC_AT + 4 == MAP_HEADER_BYTES);
 
 /// PIDs walked under one epoch pin, so a long walk does not hold reclamation back.
@@ -99,6 +141,7 @@ const WALK_PIN_PIDS: u64 = 4096;
 
 const PREFIX: &str = "map-";
 const TMP_SUFFIX: &str = ".tmp";
+const CORRUPT_SUFFIX: &str = ".corrupt";
 
 /// The name of published checkpoint `sequence`.
 pub fn map_file_name(sequence: u64) -> String {
@@ -110,13 +153,19 @@ pub fn map_tmp_name(sequence: u64) -> String {
     format!("{PREFIX}{sequence:016x}{TMP_SUFFIX}")
 }
 
-/// The sequence of a published checkpoint's name, if `name` is one.
+/// The sequence of a published checkpoint's name, if `name` is one. `u64::MAX` is never a
+/// sequence (there would be no next one), so `map-ffffffffffffffff` is no checkpoint's name.
 pub fn parse_map_file_name(name: &str) -> Option<u64> {
     let hex = name.strip_prefix(PREFIX)?;
     if hex.len() != 16 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
-    u64::from_str_radix(hex, 16).ok()
+    u64::from_str_radix(hex, 16).ok().filter(|&s| s != u64::MAX)
+}
+
+/// The sequence of a checkpoint set aside as `<name>.corrupt`, if `name` is one.
+fn parse_corrupt_name(name: &str) -> Option<u64> {
+    parse_map_file_name(name.strip_suffix(CORRUPT_SUFFIX)?)
 }
 
 fn is_map_tmp(name: &str) -> bool {
@@ -138,9 +187,13 @@ pub struct MapCheckpoint {
     pub rssp: u64,
     /// One past the highest PID the table had handed out.
     pub pid_end: u64,
+    /// T: Hi-Stable once the walk finished (step 4). Recovery that meets damage in [S, T)
+    /// has lost a piece the checkpoint relies on; damage at or above T may be a torn tail.
+    pub stable_end: LssAddress,
     /// PID → address of its newest stable piece, PIDs strictly ascending.
     pub entries: Vec<(Pid, LssAddress)>,
-    /// PIDs on the free list, strictly ascending, none of them in `entries`.
+    /// PIDs on the free list when the walk read their words, strictly ascending, none of
+    /// them in `entries`: a snapshot; a PID may be allocated again after (see [`Recovery`]).
     pub free: Vec<Pid>,
 }
 
@@ -191,6 +244,7 @@ impl MapCheckpoint {
         put_u64(&mut out, self.pid_end);
         put_u64(&mut out, self.entries.len() as u64);
         put_u64(&mut out, self.free.len() as u64);
+        put_u64(&mut out, self.stable_end.to_bits());
         put_u32(&mut out, 0);
         let crc = crc32c::crc32c(&out[..HEADER_CRC_AT]);
         put_u32(&mut out, crc);
@@ -237,6 +291,14 @@ pub fn decode(path: &Path, data: &[u8]) -> Result<MapCheckpoint> {
         return Err(corrupt(path, MAGIC_AT, "not a map checkpoint (bad magic)"));
     }
     let version = u32_at(data, VERSION_AT);
+    if version > MAP_FORMAT_VERSION {
+        // Whole (the crc matched): not damage, a newer build's file. Never set it aside.
+        return Err(Error::InvalidUse(format!(
+            "{}: map checkpoint format version {version} is newer than this build's \
+             {MAP_FORMAT_VERSION}; open the directory with a build that reads it",
+            path.display()
+        )));
+    }
     if version != MAP_FORMAT_VERSION {
         return Err(corrupt(
             path,
@@ -255,6 +317,16 @@ pub fn decode(path: &Path, data: &[u8]) -> Result<MapCheckpoint> {
         return Err(corrupt(path, START_AT, "start is not an LSS address"));
     };
     let rssp = u64_at(data, RSSP_AT);
+    let Some(stable_end) = LssAddress::from_bits(u64_at(data, STABLE_END_AT)) else {
+        return Err(corrupt(
+            path,
+            STABLE_END_AT,
+            "stable_end is not an LSS address",
+        ));
+    };
+    if stable_end.offset() < start.offset() {
+        return Err(corrupt(path, STABLE_END_AT, "stable_end below start"));
+    }
     let pid_end = u64_at(data, PID_END_AT);
     if pid_end > PID_COUNT_MAX as u64 {
         return Err(corrupt(
@@ -356,6 +428,7 @@ pub fn decode(path: &Path, data: &[u8]) -> Result<MapCheckpoint> {
         start,
         rssp,
         pid_end,
+        stable_end,
         entries,
         free,
     })
@@ -366,7 +439,8 @@ pub fn decode(path: &Path, data: &[u8]) -> Result<MapCheckpoint> {
 pub struct ReadOutcome {
     /// The newest valid checkpoint, with its file name; `None` if there is no checkpoint file.
     pub checkpoint: Option<(String, MapCheckpoint)>,
-    /// Newer published checkpoints that failed their checks, each with its error.
+    /// Published checkpoints that failed their checks, each with its error: those newer than
+    /// the one loaded ([`read_newest`]), and a damaged older kept one ([`Checkpoints::open`]).
     pub rejected: Vec<(String, String)>,
     /// Unpublished `.tmp` files (never read).
     pub tmp: Vec<String>,
@@ -374,8 +448,9 @@ pub struct ReadOutcome {
 
 /// Reads the newest valid checkpoint in `dir`, newest first: a torn or damaged one falls back
 /// to the one before. No checkpoint file is `Ok` with none; checkpoint files of which none is
-/// valid is [`Error::Corrupt`] (recovery must not silently start from nothing). Changes
-/// nothing on disk.
+/// valid is [`Error::Corrupt`] (recovery must not silently start from nothing). A whole file
+/// of a newer format version is [`Error::InvalidUse`], never a fallback. Changes nothing on
+/// disk.
 pub fn read_newest(dir: &dyn Dir) -> Result<ReadOutcome> {
     let names = dir.list()?;
     let mut outcome = ReadOutcome {
@@ -408,7 +483,11 @@ pub fn read_newest(dir: &dyn Dir) -> Result<ReadOutcome> {
                 outcome.checkpoint = Some(((*name).clone(), c));
                 return Ok(outcome);
             }
-            Err(e) => outcome.rejected.push(((*name).clone(), e.to_string())),
+            Err(e @ Error::Corrupt { .. }) => {
+                outcome.rejected.push(((*name).clone(), e.to_string()))
+            }
+            // A newer format's file: refusing it is the only safe answer.
+            Err(e) => return Err(e),
         }
     }
     if let Some((name, _)) = outcome.rejected.first() {
@@ -533,11 +612,86 @@ pub fn walk<T: PageState>(
             start,
             rssp,
             pid_end,
+            stable_end,
             entries,
             free,
         },
         stable_end,
     ))
+}
+
+/// Recovery's mapping table while it scans the LSS from S (module doc, "Recovery rule"):
+/// starts from a checkpoint, then [`Self::apply_piece`] of every valid record from S to the
+/// end of the stable prefix, in address order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// PID → the addresses known to hold the state it recovers to, the one it recovers to
+    /// last (never empty): a piece, then the relocation images of it the scan applied.
+    pages: BTreeMap<Pid, Vec<LssAddress>>,
+    free: BTreeSet<Pid>,
+}
+
+impl Recovery {
+    /// The state a checkpoint records: its entries, and its free PIDs.
+    pub fn from_checkpoint(checkpoint: &MapCheckpoint) -> Self {
+        Self {
+            pages: checkpoint
+                .entries
+                .iter()
+                .map(|&(pid, address)| (pid, vec![address]))
+                .collect(),
+            free: checkpoint.free.iter().copied().collect(),
+        }
+    }
+
+    /// Applies the record at `address` with `header`; whether it changed what its page
+    /// recovers to. A delta run or a flush's page image is the page's newest piece so far, and
+    /// takes its PID off the free set (the free marks are a snapshot: the PID was allocated
+    /// again). A relocation image of `old` applies only if `old` holds the state the page
+    /// recovers to (its address, or one of that state's images applied before): otherwise
+    /// its CAS lost to a newer piece, and it is dead. Every other kind changes nothing.
+    pub fn apply_piece(&mut self, address: LssAddress, header: &RecordHeader) -> bool {
+        let pid = header.pid;
+        match (header.kind, header.relocated_from()) {
+            (RecordKind::PageImage, Some(old)) => match self.pages.get_mut(&pid) {
+                Some(same_state) if same_state.contains(&old) => {
+                    same_state.push(address);
+                    true
+                }
+                _ => false,
+            },
+            (RecordKind::PageImage | RecordKind::DeltaRun, _) => {
+                self.pages.insert(pid, vec![address]);
+                self.free.remove(&pid);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The address `pid` recovers to, if any.
+    pub fn address_of(&self, pid: Pid) -> Option<LssAddress> {
+        self.pages
+            .get(&pid)
+            .and_then(|same_state| same_state.last().copied())
+    }
+
+    /// Whether `pid` recovers free.
+    pub fn is_free(&self, pid: Pid) -> bool {
+        self.free.contains(&pid)
+    }
+
+    /// Every mapped PID and its address, ascending.
+    pub fn pages(&self) -> impl Iterator<Item = (Pid, LssAddress)> + '_ {
+        self.pages
+            .iter()
+            .filter_map(|(&pid, same_state)| Some((pid, *same_state.last()?)))
+    }
+
+    /// Every free PID, ascending; none of them mapped.
+    pub fn free(&self) -> impl Iterator<Item = Pid> + '_ {
+        self.free.iter().copied()
+    }
 }
 
 /// The checkpoints of one LSS directory: taking them in sequence, and the bound the cleaner
@@ -558,43 +712,72 @@ pub struct Checkpoints {
 impl Checkpoints {
     /// Opens the checkpoints of `dir`: reads the newest valid one ([`read_newest`]), deletes
     /// unpublished `.tmp` files, and renames damaged published ones `<name>.corrupt` so that
-    /// pruning never keeps a damaged file in place of a valid one.
+    /// pruning never keeps a damaged file in place of a valid one. The older kept checkpoint
+    /// is checked too: if damaged, it is set aside the same way (and reported in
+    /// `rejected`), and only one generation is kept, so [`Self::may_remove`] refuses every
+    /// segment until a second checkpoint is taken. Sequences continue above every
+    /// `map-<seq>` and `map-<seq>.corrupt`, so none is reused.
     pub fn open(dir: Arc<dyn Dir>) -> Result<(Self, ReadOutcome)> {
-        let outcome = read_newest(&*dir)?;
+        let mut outcome = read_newest(&*dir)?;
+        let mut older = Vec::new();
+        if let Some((newest, _)) = &outcome.checkpoint {
+            let newest = parse_map_file_name(newest);
+            let mut published: Vec<u64> = dir
+                .list()?
+                .iter()
+                .filter_map(|n| parse_map_file_name(n))
+                .filter(|&s| Some(s) < newest)
+                .collect();
+            published.sort_unstable();
+            for &sequence in published.iter().rev().take(GENERATIONS_KEPT - 1) {
+                let name = map_file_name(sequence);
+                let file = dir.open(&name)?;
+                let mut data = Vec::new();
+                file.read_all(&mut data)?;
+                match decode(file.path(), &data) {
+                    Ok(c) if c.sequence == sequence => older.push(c.start),
+                    Ok(c) => outcome.rejected.push((
+                        name,
+                        format!("sequence {} differs from the name's {sequence}", c.sequence),
+                    )),
+                    Err(e @ Error::Corrupt { .. }) => outcome.rejected.push((name, e.to_string())),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
         for name in &outcome.tmp {
             dir.remove(name)?;
         }
         for (name, _) in &outcome.rejected {
-            dir.rename(name, &format!("{name}.corrupt"))?;
+            dir.rename(name, &format!("{name}{CORRUPT_SUFFIX}"))?;
         }
         if !outcome.tmp.is_empty() || !outcome.rejected.is_empty() {
             dir.sync_dir()?;
         }
-        let mut published: Vec<u64> = dir
+        let seen_max = dir
             .list()?
             .iter()
-            .filter_map(|n| parse_map_file_name(n))
-            .collect();
-        published.sort_unstable();
-        let seen_max = outcome
-            .rejected
-            .iter()
-            .filter_map(|(n, _)| parse_map_file_name(n))
-            .chain(published.iter().copied())
+            .filter_map(|n| parse_map_file_name(n).or_else(|| parse_corrupt_name(n)))
             .max();
-        let mut kept = Vec::new();
-        for &sequence in published.iter().rev().take(GENERATIONS_KEPT).rev() {
-            let name = map_file_name(sequence);
-            let file = dir.open(&name)?;
-            let mut data = Vec::new();
-            file.read_all(&mut data)?;
-            let checkpoint = decode(file.path(), &data)?;
-            kept.push((0, checkpoint.start));
+        let next = match seen_max {
+            None => 1,
+            // parse_map_file_name refuses u64::MAX, so this is never None; kept checked.
+            Some(s) => s.checked_add(1).ok_or_else(|| {
+                Error::InvalidUse(format!(
+                    "{}: map checkpoint sequences exhausted",
+                    dir.path().display()
+                ))
+            })?,
+        };
+        // Oldest first; walk 0: taken by an earlier process.
+        let mut kept: Vec<(u64, LssAddress)> = older.into_iter().map(|s| (0, s)).collect();
+        if let Some((_, c)) = &outcome.checkpoint {
+            kept.push((0, c.start));
         }
         let checkpoints = Self {
             dir,
             walks_begun: AtomicU64::new(0),
-            next_sequence: Mutex::new(seen_max.map_or(1, |s| s + 1)),
+            next_sequence: Mutex::new(next),
             kept: Mutex::new(kept),
         };
         Ok((checkpoints, outcome))
@@ -612,7 +795,9 @@ impl Checkpoints {
         newest_flushed: impl FnMut(Pid, Shared<'_, T>) -> Option<LssAddress>,
     ) -> Result<CheckpointInfo> {
         let mut next_sequence = self.next_sequence.lock();
-        let walk_number = self.walks_begun.fetch_add(1, Ordering::AcqRel) + 1;
+        // SeqCst with `clean_ticket`'s load (store buffering): the cleaner's "segment
+        // emptied" then ticket, against this increment then the walk's reads of the words.
+        let walk_number = self.walks_begun.fetch_add(1, Ordering::SeqCst) + 1;
         let sequence = *next_sequence;
         let (checkpoint, stable_end) = walk(table, lss, sequence, rssp, newest_flushed)?;
         // A failed write leaves the sequence used: a torn `.tmp` is never read anyway.
@@ -639,7 +824,7 @@ impl Checkpoints {
     /// The cleaner's ticket for a segment whose last live piece just died: pass it to
     /// [`Self::may_remove`].
     pub fn clean_ticket(&self) -> u64 {
-        self.walks_begun.load(Ordering::Acquire)
+        self.walks_begun.load(Ordering::SeqCst)
     }
 
     /// The S of the older kept checkpoint: no segment at or above it may be removed. `None`

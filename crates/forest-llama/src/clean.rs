@@ -109,6 +109,7 @@ pub struct Posted {
 
 /// Posts the relocated image of evicted page `pid` at the log end (step 1, module doc):
 /// `image` is a page-image payload that `old`'s pieces rebuild to, LSNs `lsn_low..=lsn_high`.
+/// The record is a page image whose `prev` is `old` ([`RecordHeader::relocated_from`]).
 /// Nothing refers to it until [`finish_relocations`] switches the word to it. Errors: the
 /// LSS's (too large, poisoned); the page is then unchanged.
 pub fn post_relocation(
@@ -130,7 +131,8 @@ pub fn post_relocation(
         pid,
         lsn_low,
         lsn_high,
-        prev: None,
+        // Names what it relocates, so recovery can tell a lost relocation (checkpoint.rs).
+        prev: Some(old),
     });
     stats.bytes_relocated.add(bytes as u64);
     Ok(Posted {

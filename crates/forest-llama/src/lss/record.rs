@@ -39,7 +39,10 @@ pub const PID_NONE: u64 = u64::MAX;
 #[repr(u8)]
 pub enum RecordKind {
     /// A whole page state, consolidated into one contiguous image (a first flush, or a page the
-    /// cleaner relocates; Bw-tree §II-E).
+    /// cleaner relocates; Bw-tree §II-E). A flush's has no `prev`; a relocation's names in
+    /// `prev` the address it relocates from ([`RecordHeader::relocated_from`]), so recovery
+    /// applies it only if the page recovers to that address (a relocation whose CAS lost
+    /// leaves a stable image that must not supersede newer pieces).
     PageImage = 1,
     /// The deltas of one incremental flush, consolidated into one run (Bw-tree §V-B); `prev`
     /// names the page's previous piece.
@@ -98,11 +101,20 @@ pub struct RecordHeader {
     /// The lowest and highest LSN of the updates in the payload (both 0 when it holds none).
     pub lsn_low: u64,
     pub lsn_high: u64,
-    /// The LSS address of the page's previous piece, if this piece continues one.
+    /// The LSS address of the page's previous piece, if this piece continues one; for a page
+    /// image, the address a relocation relocates from.
     pub prev: Option<LssAddress>,
 }
 
 impl RecordHeader {
+    /// The address a relocation image relocates from: a [`RecordKind::PageImage`]'s `prev`.
+    pub fn relocated_from(&self) -> Option<LssAddress> {
+        match self.kind {
+            RecordKind::PageImage => self.prev,
+            _ => None,
+        }
+    }
+
     /// A header of `kind` for `pid` with no LSNs and no previous piece.
     pub fn new(kind: RecordKind, pid: u64) -> Self {
         Self {
