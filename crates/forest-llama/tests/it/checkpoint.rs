@@ -438,8 +438,22 @@ fn fuzzy_walk_under_concurrent_updates() {
             table.free(pid, guard);
         }
     }
-    for _ in 0..256 {
+    // The frees reach the free list once the epoch advances, which other tests of this
+    // process can hold back while they pin: wait for it rather than assume it.
+    let on_free_list = |pid: Pid| {
+        matches!(
+            table.read_location(pid),
+            forest_llama::page_state::PageLocation::FreeLink(_)
+        )
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !(on_free_list(page_count) && on_free_list(page_count + 1)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the frees never drained"
+        );
         epoch::pin().flush();
+        std::thread::yield_now();
     }
     let installed: Installed = Mutex::new(BTreeMap::new());
     let stop = AtomicBool::new(false);

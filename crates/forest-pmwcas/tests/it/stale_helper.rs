@@ -268,7 +268,11 @@ fn rev_pmw_helper_unpinned_across_a_fast_path_release_installs_nothing() {
     h_loaded.wait();
     o_installed_a.release();
     assert_eq!(outcome(&o, "O's PMwCAS"), 0, "g fails on B");
-    assert_eq!(pool.descriptors_waiting(), 0, "no pin held: g released at once");
+    assert_eq!(
+        pool.descriptors_waiting(),
+        0,
+        "no pin held: g released at once"
+    );
     let m = spawn(
         &pool,
         "m",
@@ -296,5 +300,9 @@ fn rev_pmw_helper_unpinned_across_a_fast_path_release_installs_nothing() {
                 | read_word(pool, d)
         }),
     );
-    assert_eq!(outcome(&r, "the final reads"), 0x0101, "A, B, C, D = 0, 0, 1, 1");
+    assert_eq!(
+        outcome(&r, "the final reads"),
+        0x0101,
+        "A, B, C, D = 0, 0, 1, 1"
+    );
 }
