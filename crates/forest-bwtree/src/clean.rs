@@ -11,7 +11,7 @@
 
 use forest_core::Result;
 use forest_llama::clean::{
-    above_target, finish_relocations, pick_victim, post_relocation, relocate, CleanStats, Posted,
+    above_target, finish_relocations, post_relocation, relocate, CleanStats, Posted,
 };
 use forest_llama::lss::{Lss, LssAddress};
 use forest_llama::page_state::PageLocation;
@@ -66,7 +66,10 @@ impl BwTree {
             .space_factor
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let mut cleaned = 0;
+        let mut cleaned = {
+            let _one = storage.cleaning.lock().unwrap_or_else(|e| e.into_inner());
+            self.remove_waiting(storage)?
+        };
         for _ in 0..SEGMENTS_PER_ROUND {
             if !above_target(&storage.lss, factor) {
                 break;
@@ -95,12 +98,12 @@ impl BwTree {
         let Ok(_one) = storage.cleaning.try_lock() else {
             return Ok(0);
         };
-        let mut cleaned = 0;
+        let mut cleaned = self.remove_waiting(storage)?;
         for _ in 0..SEGMENTS_PER_ROUND {
             if !above_target(&storage.lss, factor) {
                 break;
             }
-            let Some(victim) = pick_victim(&storage.lss) else {
+            let Some(victim) = self.pick_clean_victim(storage) else {
                 break;
             };
             if !self.clean_segment_locked(victim)? {
@@ -119,7 +122,7 @@ impl BwTree {
             return Ok(None);
         };
         let _one = storage.cleaning.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(victim) = pick_victim(&storage.lss) else {
+        let Some(victim) = self.pick_clean_victim(storage) else {
             return Ok(None);
         };
         Ok(self.clean_segment_locked(victim)?.then_some(victim))
@@ -150,10 +153,8 @@ impl BwTree {
         if lss.segment_live_bytes(sequence) > 0 {
             return Ok(false); // a page came back into it? (cannot: posts go to the log end)
         }
-        forest_core::pause::pause_point("clean:before-remove");
-        lss.remove_segment(sequence)?;
-        storage.clean_stats.segments_cleaned.incr();
-        Ok(true)
+        // With mapping-table checkpoints it may have to wait (`map_checkpoint.rs`).
+        self.remove_emptied(storage, sequence)
     }
 
     /// Relocates every page of `pids` that is evicted now with one Mk-Stable for all their

@@ -99,7 +99,7 @@ pub(crate) fn view_at(node: &Node, esl: u64) -> (View<'_>, Vec<Held<'_>>) {
                 }
                 None
             }
-            Kind::RemoveNode { .. } | Kind::Flush(_) => None,
+            Kind::RemoveNode { .. } | Kind::Flush(..) => None,
         };
         if let Some((key, value)) = entry {
             if below(key, limit) {
@@ -167,43 +167,51 @@ fn folded_newer(deltas: &[(&[u8], Option<&[u8]>)], key: &[u8]) -> bool {
     deltas.iter().any(|(k, _)| key_eq(k, key))
 }
 
-/// The newest flush delta of the chain from `node` if a consolidation at `esl` folds only
-/// deltas that flushes already wrote, so that the new base page equals the page's LSS state
-/// and the flush delta may sit on it (the next flush stays incremental). `None` if the chain
-/// has no flush delta, holds a structure delta (not a plain leaf chain), or would fold a
-/// delta no flush wrote: one above the newest flush delta, or one below it that it held
-/// back (LSN above its ESL, kept in its annotation) and that is now at or below `esl`.
-pub(crate) fn clean_flush(node: &Node, esl: u64) -> Option<FlushDelta> {
-    let mut flushed: Option<FlushDelta> = None;
-    let mut current = node;
-    loop {
-        match &current.kind {
-            Kind::Base(_) => return flushed,
+/// The flush delta a consolidation at `esl` of the chain from `node` puts on the new base
+/// page: the chain's newest one, so that the page keeps naming its newest piece (a
+/// mapping-table checkpoint records it, forest-llama `checkpoint.rs`), and whether it is then
+/// *behind* ([`Kind::Flush`]): the new base page holds writes no flush wrote, so the next
+/// flush is an image. Not behind only if the consolidation folds deltas that flushes already
+/// wrote, so that the new base page equals the page's LSS state (the next flush stays
+/// incremental). Behind if the newest flush delta is, if the chain holds a structure delta
+/// (not a plain leaf chain), or if it would fold a delta no flush wrote: one above the newest
+/// flush delta, or one below it that it held back (LSN above its ESL, kept in its annotation)
+/// and that is now at or below `esl`. `None` if the chain has no flush delta.
+pub(crate) fn carried_flush(node: &Node, esl: u64) -> Option<(FlushDelta, bool)> {
+    let mut flushed: Option<(FlushDelta, bool)> = None;
+    // Whether a delta folded so far (newest first) makes the new base page behind.
+    let mut dirty = false;
+    let mut current = Some(node);
+    while let Some(n) = current {
+        match &n.kind {
+            Kind::Base(_) => break,
             Kind::Insert(_) | Kind::Modify(_) | Kind::Delete(..) => {
-                let lsn = current.lsn();
-                let unflushed = flushed.is_none_or(|f| lsn > f.annotation);
-                if unflushed && lsn <= esl {
-                    return None;
+                let lsn = n.lsn();
+                let unflushed = flushed.is_none_or(|(f, _)| lsn > f.annotation);
+                dirty |= unflushed && lsn <= esl;
+            }
+            Kind::Flush(f, behind) => {
+                if flushed.is_none() {
+                    flushed = Some((*f, *behind));
                 }
             }
-            Kind::Flush(f) => {
-                flushed.get_or_insert(*f);
-            }
-            _ => return None,
+            // A merged page's frozen state (`right`) is not this page's: its pieces are not.
+            _ => dirty = true,
         }
-        current = current.next()?;
+        current = n.next();
     }
+    flushed.map(|(f, behind)| (f, behind || dirty))
 }
 
 /// A new page state: `page` (at `level`), topped by a flush delta for `flushed` if given,
-/// then by the `held` deltas (newest first, as [`view_at`] returns them; installed oldest
+/// (behind if its bool says so), then by the `held` deltas (newest first, as [`view_at`] returns them; installed oldest
 /// first, so the newest ends on top). A held write becomes an insert or a modify as its key
 /// is absent or present at that point; a held delete of an absent key changes nothing at any
 /// ESL and is dropped.
 pub(crate) fn build_state(
     level: u32,
     page: BasePage,
-    flushed: Option<FlushDelta>,
+    flushed: Option<(FlushDelta, bool)>,
     held: &[Held<'_>],
 ) -> Owned<Node> {
     // Each node is leaked into the next one, which owns it from then on (`gc.rs` frees the
@@ -219,8 +227,8 @@ pub(crate) fn build_state(
         .map(|h| (h.key, page.search(h.key).is_ok()))
         .collect();
     let mut top = Box::new(Node::base(level, page));
-    if let Some(f) = flushed {
-        top = push(top, count, Kind::Flush(f));
+    if let Some((f, behind)) = flushed {
+        top = push(top, count, Kind::Flush(f, behind));
     }
     for h in held.iter().rev() {
         let here = present
@@ -297,7 +305,7 @@ fn staying_on_top(node: &Node, esl: u64) -> u32 {
     while let Some(n) = current {
         match n.kind {
             Kind::Base(_) => break,
-            Kind::Flush(_) => flush = 1,
+            Kind::Flush(..) => flush = 1,
             _ if n.lsn() > esl => held += 1,
             _ => {}
         }
@@ -432,7 +440,7 @@ impl BwTree {
                 // §V-A: only deltas with LSN <= ESL are folded; the rest stay on top.
                 let (v, held) = view_at(node, esl);
                 let page = BasePage::build(v.low, v.high, v.side_link, v.records.iter().copied());
-                build_state(node.level, page, clean_flush(node, esl), &held)
+                build_state(node.level, page, carried_flush(node, esl), &held)
             }
         };
         debug_assert_eq!(new_state.record_count, node.record_count);

@@ -149,8 +149,11 @@ pub(crate) enum Kind {
         separator: Box<[u8]>,
     },
     /// The state below was flushed (flush.rs): the piece's address, the highest LSN in it,
-    /// and as annotation the ESL the flush used.
-    Flush(FlushDelta),
+    /// and as annotation the ESL the flush used. `true`: *behind*, the base page right below
+    /// holds writes no piece has (a consolidation folded unflushed or structure deltas), so
+    /// the address only names the page's newest piece (for checkpoints and `prev` links) and
+    /// the next flush is a whole image.
+    Flush(FlushDelta, bool),
 }
 
 /// A node merge delta: the removed right sibling's frozen state, now part of this page.
@@ -489,7 +492,7 @@ impl Node {
                         + merge.right().chain_bytes()
                 }
                 Kind::IndexTermDelete { separator } => separator.len(),
-                Kind::Flush(_) => 0,
+                Kind::Flush(..) => 0,
             }
     }
 

@@ -25,9 +25,11 @@
 //!   deltas and flush deltas, so the run and the pieces before it describe the page alone;
 //!   any structure delta (split, merge, index term) since the base page, or a page with no
 //!   flush delta yet, makes the flush a whole image.
-//! - A consolidation keeps the page's flush delta (directly on the new base page) only if it
-//!   folded nothing unflushed (`consolidate.rs` `clean_flush`); otherwise the new base page
-//!   holds writes no piece has, and the next flush is a whole image.
+//! - A consolidation puts the page's newest flush delta back on the new base page, so a
+//!   resident page always names its newest piece (mapping-table checkpoints record it). If
+//!   the consolidation folded anything unflushed (or a structure delta) the new base page
+//!   holds writes no piece has: the flush delta is then *behind* (`consolidate.rs`
+//!   `carried_flush`) and the next flush is a whole image.
 //! - A frozen page (remove node delta on top) is not flushed: the delta would hide its
 //!   freeze from the readers that look only at the top (the merge's system transactions,
 //!   a later increment, flush it).
@@ -363,7 +365,11 @@ fn plan(node: &Node, esl: u64) -> Plan<'_> {
             Kind::Base(_) => break,
             Kind::Insert(r) | Kind::Modify(r) => (r.key(), Some(r.value())),
             Kind::Delete(key, _) => (&key[..], None),
-            Kind::Flush(f) => {
+            Kind::Flush(f, behind) => {
+                if newest_flush.is_none() && *behind {
+                    // The base page holds writes no piece has.
+                    return Plan::Image;
+                }
                 newest_flush.get_or_insert(*f);
                 current = current.next().expect("a chain ends in a base page");
                 continue;
@@ -520,7 +526,7 @@ impl BwTree {
             state,
             &piece,
             esl,
-            |delta| Node::delta(node, node.record_count, Kind::Flush(delta)).into_owned(),
+            |delta| Node::delta(node, node.record_count, Kind::Flush(delta, false)).into_owned(),
             guard,
         )?;
         Ok(match outcome {
@@ -565,7 +571,7 @@ impl BwTree {
         };
         let mut current = Some(node);
         while let Some(n) = current {
-            if let Kind::Flush(f) = &n.kind {
+            if let Kind::Flush(f, _) = &n.kind {
                 return Some(*f);
             }
             current = n.next();

@@ -138,7 +138,7 @@ pub(crate) fn route<'g>(node: &'g Node, target: Target<'_>) -> Route<'g> {
             | Kind::Modify(_)
             | Kind::Delete(..)
             | Kind::RemoveNode { .. }
-            | Kind::Flush(_) => {}
+            | Kind::Flush(..) => {}
         }
         current = current.next().expect("a chain ends in a base page");
     }

@@ -82,6 +82,7 @@ pub mod flush;
 mod gc;
 mod get;
 mod insert;
+mod map_checkpoint;
 pub mod memcheck;
 mod merge;
 mod page_buffers;

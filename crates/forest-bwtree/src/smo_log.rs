@@ -227,7 +227,7 @@ impl Reader<'_> {
 pub(crate) fn newest_piece(node: &Node) -> Option<LssAddress> {
     let mut current = Some(node);
     while let Some(n) = current {
-        if let Kind::Flush(f) = &n.kind {
+        if let Kind::Flush(f, _) = &n.kind {
             return Some(f.address);
         }
         current = n.next();

@@ -98,6 +98,8 @@ pub(crate) struct Storage {
     /// flushed until then. The count lets a flush skip the lock when it is zero.
     pub(crate) unpublished: Mutex<Vec<forest_llama::Pid>>,
     pub(crate) unpublished_count: std::sync::atomic::AtomicUsize,
+    /// The mapping-table checkpoints the cleaner obeys, once set (`map_checkpoint.rs`).
+    pub(crate) map_checkpoints: std::sync::OnceLock<crate::map_checkpoint::MapCheckpoints>,
 }
 
 impl Drop for Storage {
@@ -172,8 +174,13 @@ enum Shape {
 fn shape(node: &Node, esl: u64) -> Shape {
     match &node.kind {
         Kind::Base(_) => return Shape::Flush,
-        Kind::Flush(f) if matches!(node.next().map(|n| &n.kind), Some(Kind::Base(_))) => {
-            return Shape::Ready(*f)
+        Kind::Flush(f, behind) if matches!(node.next().map(|n| &n.kind), Some(Kind::Base(_))) => {
+            // Behind: the base page holds writes no piece has; an image first.
+            return if *behind {
+                Shape::Flush
+            } else {
+                Shape::Ready(*f)
+            };
         }
         _ => {}
     }
@@ -220,6 +227,7 @@ impl BwTree {
             sys_txn_errors: forest_core::Counter::default(),
             space_factor: Mutex::new(crate::clean::LSS_SPACE_FACTOR_DEFAULT),
             cleaning: Mutex::new(()),
+            map_checkpoints: std::sync::OnceLock::new(),
         };
         let guard = &crossbeam_epoch::pin();
         self.table.for_each_state(guard, |_, state| {
@@ -432,7 +440,7 @@ impl BwTree {
             // whether such a delta was held back) may be today's.
             annotation: self.esl(),
         };
-        Ok(build_state(image.level, page, Some(flushed), &[]))
+        Ok(build_state(image.level, page, Some((flushed, false)), &[]))
     }
 
     /// The page image that page `pid`'s pieces (newest at `newest`) rebuild to.

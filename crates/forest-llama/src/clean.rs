@@ -63,12 +63,18 @@ pub struct CleanStats {
 /// segments [`Lss::clean_candidates`] lists (age: segments written since, a log-distance
 /// proxy for LFS's time since the last write). `None` if no candidate has a free byte.
 pub fn pick_victim(lss: &Lss) -> Option<u64> {
+    pick_victim_where(lss, |_| true)
+}
+
+/// [`pick_victim`] among the segments `allowed` accepts (a mapping-table checkpoint's bound,
+/// `checkpoint.rs` `Checkpoints::clean_bound`); ages still count from the newest segment.
+pub fn pick_victim_where(lss: &Lss, allowed: impl Fn(u64) -> bool) -> Option<u64> {
     let segment_bytes = lss.config().segment_bytes;
     let candidates = lss.clean_candidates();
     let newest = candidates.last().map_or(0, |(s, _)| *s) + 1;
     candidates
         .into_iter()
-        .filter(|&(_, live)| live < segment_bytes)
+        .filter(|&(sequence, live)| live < segment_bytes && allowed(sequence))
         .map(|(sequence, live)| {
             let age = (newest - sequence) as f64;
             let free = (segment_bytes - live) as f64;
