@@ -16,7 +16,7 @@ use forest_bwtree::flush::PageFlush;
 use forest_bwtree::{BwTree, BwTreeConfig};
 use forest_core::Index;
 use forest_file::{Dir, SimDir};
-use forest_llama::checkpoint::{read_newest, Checkpoints, MapCheckpoint};
+use forest_llama::checkpoint::{read_newest, Checkpoints, MapCheckpoint, Recovery};
 use forest_llama::lss::segment::parse_segment_file_name;
 use forest_llama::lss::{Lss, LssAddress, LssConfig, RecordKind};
 use forest_llama::read::read_pieces;
@@ -117,15 +117,17 @@ fn value(i: u32, round: u32) -> Vec<u8> {
 
 /// The newest page piece of each PID below `start`, from the LSS's existing segments.
 fn newest_pieces_below(lss: &Lss, start: LssAddress) -> BTreeMap<Pid, LssAddress> {
-    let mut newest = BTreeMap::new();
+    // Recovery's own rule (forest-llama `checkpoint::Recovery`): a relocation image whose CAS
+    // lost is a valid record of its page, yet not the page's newest state (review rev-mapckpt F4).
+    let mut recovery = Recovery::default();
     lss.scan(LssAddress::current(0), |at, header, _| {
-        if at < start && matches!(header.kind, RecordKind::PageImage | RecordKind::DeltaRun) {
-            newest.insert(header.pid, at);
+        if at < start {
+            recovery.apply_piece(at, header);
         }
         Ok(())
     })
     .unwrap();
-    newest
+    recovery.pages().collect()
 }
 
 /// Checks checkpoint `c` (still kept) against the LSS: every entry is a stable piece of its
@@ -144,7 +146,12 @@ fn check_entries(lss: &Lss, c: &MapCheckpoint, stable_end: LssAddress) -> usize 
         ));
         read_pieces(lss, pid, a).unwrap_or_else(|e| panic!("PID {pid}'s chain from {a}: {e}"));
         if let Some(&b) = below.get(&pid) {
-            assert!(a >= b, "PID {pid}: {a} older than its piece {b} below S");
+            // A relocation image of `a` holds the same state as `a`.
+            let same_state = lss.read(b).unwrap().header.relocated_from() == Some(a);
+            assert!(
+                a >= b || same_state,
+                "PID {pid}: {a} older than its piece {b} below S"
+            );
         }
     }
     for (pid, b) in &below {
