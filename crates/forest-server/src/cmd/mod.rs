@@ -978,9 +978,9 @@ pub fn execute(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Frame {
 }
 
 /// A handler that writes its reply straight into the connection's output, the bytes its
-/// [`Frame`] would encode to in the connection's protocol (a flat array of bulk strings:
-/// the same in RESP2 and RESP3), with no [`Frame`] per element and no second copy. On `Err`
-/// it has written nothing.
+/// [`Frame`] would encode to in the connection's protocol (an array of bulk strings, or with
+/// WITHSCORES of members and scores, which differ between RESP2 and RESP3), with no [`Frame`]
+/// per element and no second copy. On `Err` it has written nothing.
 pub(crate) type Encoder = fn(&mut Ctx<'_, '_>, &[&[u8]], &mut Vec<u8>) -> Result<(), Frame>;
 
 /// The commands with an [`Encoder`], used only for a connection's top-level command: within
@@ -989,6 +989,10 @@ fn encoder(spec: &Spec) -> Option<Encoder> {
     match spec.name {
         "forest.range" => Some(range::range_into),
         "lrange" => Some(list::lrange_into),
+        "zrange" => Some(zset::zrange_into),
+        "zrevrange" => Some(zset::zrevrange_into),
+        "zrangebyscore" => Some(zset::zrangebyscore_into),
+        "zrevrangebyscore" => Some(zset::zrevrangebyscore_into),
         "zrangebylex" => Some(zlex::zrangebylex_into),
         "zrevrangebylex" => Some(zlex::zrevrangebylex_into),
         _ => None,

@@ -215,6 +215,12 @@ impl<'o> ArrayInto<'o> {
         self.items += 1;
     }
 
+    /// One element of any kind, which `write` encodes into the output (a score, a pair).
+    pub(super) fn element(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
+        write(self.out);
+        self.items += 1;
+    }
+
     /// Writes the header.
     pub(super) fn finish(self) {
         let header = ArrayHeader::new(self.items);

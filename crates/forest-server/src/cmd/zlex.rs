@@ -160,7 +160,7 @@ pub fn zrevrangebylex_into(
 /// The members of sorted set `user` that lex query `query` selects, written into `out` as
 /// `zset::range_generic` would reply: under the key's stripe lock, missing key empty,
 /// another type WRONGTYPE, damaged scores skipped as [`in_lex_order`] skips them.
-fn lex_into(
+pub(super) fn lex_into(
     ctx: &mut Ctx<'_, '_>,
     user: &[u8],
     query: zset::RangeQuery<'_>,
