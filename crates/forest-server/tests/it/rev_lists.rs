@@ -159,7 +159,7 @@ fn race_on(engine: &str, budget: Option<u64>) {
             .map(|t| {
                 let mut c = up.client();
                 std::thread::spawn(move || {
-                    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t + 1) * 0x1234_5678_9abc);
+                    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((t + 1) * 0x1234_5678_9abc));
                     let mut round = 0;
                     while Instant::now() < until {
                         one_op(&mut c, &mut rng, round);
@@ -179,7 +179,10 @@ fn race_on(engine: &str, budget: Option<u64>) {
     let up = Up::start(tmp.path(), engine, budget);
     let mut c = up.client();
     let after = check(&mut c, &format!("{engine} after the restart"));
-    assert_eq!(after, before, "{engine}: the collections across the restart");
+    assert_eq!(
+        after, before,
+        "{engine}: the collections across the restart"
+    );
 }
 
 // Goal: pops decided from a read of the element, written without the store reading it again,
@@ -207,8 +210,8 @@ fn pops_racing_other_writers_keep_counts_on_every_engine() {
 // the type entry stays, and the later purge of the expired list moves the counts again:
 // DBSIZE stops matching the keys. Method: a list given a 1 ms deadline, popped at delays
 // around it, many times; every command must answer and DBSIZE must equal KEYS *.
+// Fixed (branch f-lists): one "now" per command (`Ctx::now_ms`), so both reads agree.
 #[test]
-#[ignore = "rev: F2 a deadline passing between write_existing's two reads breaks the counts"]
 fn pop_racing_its_lists_deadline_keeps_counts() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let up = Up::start(tmp.path(), "lockbtree", None);
@@ -241,8 +244,8 @@ fn pop_racing_its_lists_deadline_keeps_counts() {
 // cleared as strays), whose type entry the push writes over the old one; the old deadline
 // stays in the map, so the new list is hidden at once. RPUSH answered 1 (a new list, as
 // Redis's after the expiry), yet the element is gone: Redis keeps it (a new key, no TTL).
+// Fixed (branch f-lists) as the test above.
 #[test]
-#[ignore = "rev: F2 a push racing its list's deadline answers 1 and loses the element"]
 fn push_racing_its_lists_deadline_keeps_the_new_list() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let up = Up::start(tmp.path(), "lockbtree", None);
