@@ -325,6 +325,7 @@ impl Conn {
                 wrote: false,
                 after: After::Continue,
                 buffers,
+                now: Default::default(),
             };
             let start = output.len();
             let reply = cmd::execute_into(&mut ctx, &argv, output);
@@ -500,6 +501,7 @@ impl Conn {
                 wrote: false,
                 after: After::Continue,
                 buffers,
+                now: Default::default(),
             };
             let reply = cmd::blocking::resume(&mut ctx, wake);
             (reply, ctx.wrote)

@@ -186,8 +186,11 @@ pub enum BatchOp {
     Remove(Vec<u8>),
     /// Removes the key, which the caller knows present: not read first, which saves
     /// [`Self::Remove`]'s descent of the index (a list's pop, which has just read its
-    /// element). Always logged and reported as a change: if the key was absent after all, the
-    /// store is unchanged (the logged removal replays as nothing).
+    /// element). Always reported as a change, and logged (but a single record on an msync
+    /// bztree-pm, which goes to the tree unlogged): if the key was absent after all, the store
+    /// is unchanged (the removal applies and replays as nothing). On a temporal store it is
+    /// read first, as [`Self::Remove`] is, since a removal there is a delete version at a new
+    /// timestamp: an absent key gets none (still reported a change).
     RemovePresent(Vec<u8>),
 }
 
@@ -1290,6 +1293,7 @@ impl Store {
         let mut scratch = Vec::new();
         let mut changed = Changed::with_capacity(ops.len());
         let mut records = UnitRecords::new();
+        let temporal = self.index.as_temporal().is_some();
         for op in ops {
             let key = op.key();
             let earlier = if small {
@@ -1314,9 +1318,12 @@ impl Store {
                 BatchOp::Upsert(_, v) => Some(Some(&v[..])),
                 BatchOp::Update(_, v) => present()?.then_some(Some(&v[..])),
                 BatchOp::Remove(_) => present()?.then_some(None),
+                // A temporal removal is a version, so an absent key must not get one (F1).
+                BatchOp::RemovePresent(_) if temporal => present()?.then_some(None),
                 BatchOp::RemovePresent(_) => Some(None),
             };
-            changed.push(effect.is_some());
+            // RemovePresent is reported a change whatever it found (its doc).
+            changed.push(effect.is_some() || matches!(op, BatchOp::RemovePresent(_)));
             if let Some(state) = effect {
                 if !small {
                     overlay.insert(key, state);

@@ -461,6 +461,7 @@ mod tests {
             wrote: false,
             after: super::super::After::Continue,
             buffers: &mut buffers,
+            now: Default::default(),
         };
         let reply = resume(&mut ctx, wake);
         h.client.blocking.flush(&h.shared.blocking);

@@ -520,6 +520,7 @@ pub fn expire_cycle(shared: &Shared, max: usize) -> usize {
             after: After::Continue,
             buffers: &mut buffers,
             unit: None,
+            now: Default::default(),
         };
         for (deadline, user) in &due {
             let _guard = shared.collections.lock(user);
@@ -614,7 +615,7 @@ fn expire_generic(
             .checked_mul(1000)
             .ok_or_else(|| invalid_expire(command))?;
     }
-    let now = ctx.shared.expires.now_ms();
+    let now = ctx.now_ms();
     if !absolute {
         when = when
             .checked_add(now as i64)
@@ -673,7 +674,7 @@ fn ttl_generic(ctx: &mut Ctx<'_, '_>, user: &[u8], millis: bool, absolute: bool)
     let ms = if absolute {
         deadline
     } else {
-        deadline.saturating_sub(ctx.shared.expires.now_ms())
+        deadline.saturating_sub(ctx.now_ms())
     };
     let ms = i64::try_from(ms).unwrap_or(i64::MAX);
     Ok(Frame::Integer(if millis {
@@ -791,7 +792,7 @@ pub fn getex(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
             None => Ok(Frame::Null),
         };
     }
-    let now = shared.expires.now_ms();
+    let now = ctx.now_ms();
     match change {
         GetexChange::Keep => {}
         GetexChange::Persist => {
@@ -825,14 +826,14 @@ pub fn getex(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
 
 /// SETEX key seconds value.
 pub fn setex(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
-    let now = ctx.shared.expires.now_ms();
+    let now = ctx.now_ms();
     let deadline = positive_deadline(argv[2], TimeUnit::Seconds, false, now, "setex")?;
     super::set::set_with_deadline(ctx, argv[1], argv[3], deadline, now)
 }
 
 /// PSETEX key milliseconds value.
 pub fn psetex(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
-    let now = ctx.shared.expires.now_ms();
+    let now = ctx.now_ms();
     let deadline = positive_deadline(argv[2], TimeUnit::Millis, false, now, "psetex")?;
     super::set::set_with_deadline(ctx, argv[1], argv[3], deadline, now)
 }
@@ -1483,6 +1484,7 @@ mod tests {
             after: After::Continue,
             buffers: &mut buffers,
             unit: None,
+            now: Default::default(),
         };
         let generation = h.shared.expires.generation();
         let mut listed =

@@ -18,8 +18,8 @@ pub fn mget(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
             keys.iter().map(|k| ctx.get_reply(k)).collect(),
         ));
     }
+    let now = ctx.now_ms();
     let expires = &ctx.shared.expires;
-    let now = expires.now_ms();
     for _ in 0..MGET_RETRIES {
         let mut replies = vec![Frame::Null; keys.len()];
         // Each key where it lives (`crate::expiry`'s layout): a string with a deadline at

@@ -156,6 +156,10 @@ pub struct Ctx<'a, 's> {
     /// to the store as one atomic batch when it finishes (issue 12), so a crash keeps all
     /// of a command's members and meta entry or none, and no reader sees part of it.
     pub unit: Option<Unit>,
+    /// The command's "now" for deadlines, read from the clock once, at its first use
+    /// ([`Self::now_ms`]), as Redis's command-time snapshot: a deadline passing while the
+    /// command runs must not make a key it has seen live absent (review rev-lists F2).
+    pub now: std::cell::Cell<Option<u64>>,
 }
 
 /// A command's decided writes (see [`Ctx::unit`]) and the state they leave, by key.
@@ -380,14 +384,26 @@ impl Ctx<'_, '_> {
         self.shared.expires.deadline(user)
     }
 
-    /// Whether `user`'s deadline (as [`Self::deadline`]) is at or before now.
+    /// The command's now in milliseconds since the Unix epoch ([`Self::now`]): the clock's
+    /// first reading in this command, whatever it reads later.
+    pub fn now_ms(&self) -> u64 {
+        match self.now.get() {
+            Some(now) => now,
+            None => {
+                let now = self.shared.expires.now_ms();
+                self.now.set(Some(now));
+                now
+            }
+        }
+    }
+
+    /// Whether `user`'s deadline (as [`Self::deadline`]) is at or before the command's now.
     pub fn is_due(&self, user: &[u8]) -> bool {
         let pending = self.unit.as_ref().is_some_and(|u| !u.deadlines.is_empty());
         if !pending && !self.shared.expires.any() {
             return false;
         }
-        self.deadline(user)
-            .is_some_and(|d| d <= self.shared.expires.now_ms())
+        self.deadline(user).is_some_and(|d| d <= self.now_ms())
     }
 
     /// [`crate::expiry::Expires::hides`] as the running command sees deadlines.
@@ -408,7 +424,7 @@ impl Ctx<'_, '_> {
         if self.unit.is_none() && !is_reserved(key) {
             let expires = &self.shared.expires;
             return match expires.read_string(&self.shared.store, key, out) {
-                Some(Some(deadline)) => deadline > expires.now_ms(),
+                Some(Some(deadline)) => deadline > self.now_ms(),
                 Some(None) => true,
                 None => false,
             };
@@ -1209,6 +1225,7 @@ pub(crate) mod testing {
                 wrote: false,
                 after: After::Continue,
                 buffers: &mut buffers,
+                now: Default::default(),
             };
             let mut out = Vec::new();
             if let Some(reply) = execute_into(&mut ctx, &argv, &mut out) {
@@ -1268,6 +1285,7 @@ pub(crate) mod testing {
             wrote: false,
             after: After::Continue,
             buffers: &mut buffers,
+            now: Default::default(),
         };
         let reply = execute(&mut ctx, argv);
         batch.wait().expect("wait");
@@ -1320,6 +1338,7 @@ pub(crate) mod testing {
             after: After::Continue,
             buffers: &mut buffers,
             unit: None,
+            now: Default::default(),
         };
         execute(&mut ctx, &argv)
     }
@@ -1421,6 +1440,7 @@ mod tests {
             after: After::Continue,
             buffers: &mut buffers,
             unit: None,
+            now: Default::default(),
         };
         assert_eq!(execute(&mut ctx, &argv), Frame::Integer(20_000));
         batch.wait().expect("wait");

@@ -493,6 +493,7 @@ pub(super) mod tests {
             wrote: false,
             after: super::super::After::Continue,
             buffers: &mut buffers,
+            now: Default::default(),
         };
         let argv: [&[u8]; 3] = [b"FOREST.RANGE", b"-", b"+"];
         let reply = super::range(&mut ctx, &argv).expect("a reply");

@@ -104,7 +104,7 @@ pub fn set(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
                 TimeOption::ExAt => (TimeUnit::Seconds, true),
                 TimeOption::PxAt => (TimeUnit::Millis, true),
             };
-            let clock = ctx.shared.expires.now_ms();
+            let clock = ctx.now_ms();
             now = Some(clock);
             Expiry::At(expire::positive_deadline(
                 arg, unit, absolute, clock, "set",
@@ -178,7 +178,7 @@ fn set_locked(ctx: &mut Ctx<'_, '_>, key: &[u8], value: &[u8], options: SetOptio
     };
     let now = match now {
         Some(now) => now,
-        None if old.is_some() || expiry != Expiry::Clear => shared.expires.now_ms(),
+        None if old.is_some() || expiry != Expiry::Clear => ctx.now_ms(),
         None => 0,
     };
     if old.is_some_and(|d| d <= now) {

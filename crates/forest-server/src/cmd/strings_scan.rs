@@ -263,6 +263,7 @@ mod tests {
             wrote: false,
             after: super::super::After::Continue,
             buffers: &mut buffers,
+            now: Default::default(),
         };
         let mut out = Vec::new();
         let mut visit = |k: &[u8], v: &[u8]| {

@@ -15,6 +15,7 @@ mod pubsub;
 mod range;
 mod redis_benchmark;
 mod rev_lfix;
+mod rev_lists;
 mod rev_pcore;
 mod scripting;
 mod server;
