@@ -678,9 +678,11 @@ impl BwTree {
         allow_index: bool,
         wait: bool,
     ) -> Result<Attempt> {
-        // Consolidate, flush, swap out: three rounds, twice (a change of the page makes the
-        // swap-out CAS lose once and the page be brought to shape again).
-        for _ in 0..6 {
+        // Consolidate, flush, consolidate, swap out: four rounds, twice (a change of the page
+        // makes the swap-out CAS lose once and the page be brought to shape again). The second
+        // consolidation folds the image's flush delta onto the behind one a dirty
+        // consolidation carried (review rev-ckwire F1: one consolidation would do).
+        for _ in 0..8 {
             let guard = &crossbeam_epoch::pin();
             let PageLocation::Memory(ptr) = self.table.read_location(pid) else {
                 return Ok(Attempt::Skipped); // evicted already, or no page
