@@ -99,7 +99,7 @@ impl Server {
         let stderr = Arc::new(Mutex::new(Vec::new()));
         let mut err_pipe = child.stderr.take().ok_or("no stderr pipe")?;
         let sink = Arc::clone(&stderr);
-        std::thread::spawn(move || {
+        let err_reader = std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
             while let Ok(n) = err_pipe.read(&mut buf) {
                 if n == 0 {
@@ -140,13 +140,34 @@ impl Server {
                         return Ok(server);
                     }
                 }
-                Err(_) => {
-                    let status = server
-                        .child
-                        .as_mut()
-                        .and_then(|c| c.try_wait().ok().flatten());
+                Err(gone) => {
+                    // Stdout closed (the server is exiting) or the start timed out. On a
+                    // close, wait for the exit and for stderr to drain: a refusal's message
+                    // may still be in the pipe when stdout's reader gives up (CI of stop 30).
+                    let mut status = None;
+                    if gone == mpsc::RecvTimeoutError::Disconnected {
+                        while Instant::now() < deadline {
+                            status = server
+                                .child
+                                .as_mut()
+                                .and_then(|c| c.try_wait().ok().flatten());
+                            if status.is_some() {
+                                break;
+                            }
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                        if status.is_some() {
+                            let _ = err_reader.join();
+                        }
+                    } else {
+                        status = server
+                            .child
+                            .as_mut()
+                            .and_then(|c| c.try_wait().ok().flatten());
+                    }
                     return Err(format!(
-                        "no start line (exit status {status:?}); stderr:\n{}",
+                        "no start line ({}); stderr:\n{}",
+                        status.map_or("still running".to_string(), |s| s.to_string()),
                         server.stderr_text()
                     ));
                 }
@@ -388,4 +409,22 @@ impl Barrier {
                 .0;
         }
     }
+}
+
+// Goal: a server that refuses to start is reported with its stderr, even when stdout closes
+// before the message is read (CI of stop 30 saw "no start line (exit status None)" with an
+// empty stderr). Method: a stand-in that closes stdout, waits, then writes stderr and exits 2.
+#[test]
+fn refusal_is_reported_with_its_stderr() {
+    let mut command = Command::new("sh");
+    command.args([
+        "-c",
+        "exec 1>&-; sleep 0.3; echo 'refused: bad flag' >&2; exit 2",
+    ]);
+    let dir = std::env::temp_dir();
+    let Err(err) = Server::spawn(command, &dir, &["--io", "none"]) else {
+        panic!("the stand-in printed no start line, yet spawn succeeded");
+    };
+    assert!(err.contains("refused: bad flag"), "{err}");
+    assert!(err.contains("exit status: 2"), "{err}");
 }
