@@ -10,14 +10,10 @@
 
 use crate::common;
 
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{Client, R};
-use forest_server::shutdown::Shutdown;
-use forest_server::{Config, IoModel, Server};
-use forest_store::Durability;
+use common::{threads, Client, Running, R};
+use forest_server::IoModel;
 
 /// How long a PING or SCRIPT KILL may take while a script runs (it is answered at once; the
 /// slack is for a loaded machine). Before the fix it waited for the script.
@@ -25,50 +21,9 @@ const ANSWER_MAX: Duration = Duration::from_secs(2);
 /// How long a write must stay unanswered to show that it waits for the script's locks.
 const WAITING: Duration = Duration::from_millis(300);
 
-struct Up {
-    addr: std::net::SocketAddr,
-    shutdown: Arc<Shutdown>,
-    thread: Option<JoinHandle<forest_core::Result<()>>>,
-}
-
-impl Up {
-    fn start(dir: &std::path::Path, io: IoModel, threads: usize) -> Up {
-        let server = Server::open(Config {
-            dir: dir.to_path_buf(),
-            port: 0,
-            io,
-            threads,
-            durability: Durability::Periodic { interval_ms: 50 },
-            ..Config::default()
-        })
-        .expect("open");
-        let addr = server.local_addr().expect("bound");
-        let shutdown = server.shutdown_handle();
-        let thread = Some(std::thread::spawn(move || server.run()));
-        Up {
-            addr,
-            shutdown,
-            thread,
-        }
-    }
-
-    /// A client whose reads give up after [`ANSWER_MAX`] and a little more (None then).
-    fn client(&self) -> Client {
-        let c = Client::connect(self.addr);
-        c.stream
-            .set_read_timeout(Some(ANSWER_MAX + Duration::from_secs(3)))
-            .expect("timeout");
-        c
-    }
-}
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        if let Some(thread) = self.thread.take() {
-            self.shutdown.request(false);
-            let _ = thread.join();
-        }
-    }
+/// A client whose reads give up after [`ANSWER_MAX`] and a little more (None then).
+fn client(server: &Running) -> Client {
+    server.client_timing_out(ANSWER_MAX + Duration::from_secs(3))
 }
 
 /// Sends `argv` and returns its reply and how long it took; fails the test if none came.
@@ -82,30 +37,15 @@ fn timed(c: &mut Client, argv: &[&str], what: &str) -> (R, Duration) {
 }
 
 /// Sends `SET key v` on `writer` until one stays unanswered for [`WAITING`]: it waits for
-/// the stripe locks of the script that started meanwhile. Replies that did come are OK.
+/// the stripe locks of the script that started meanwhile.
 fn until_waiting(writer: &mut Client, key: &str, what: &str) {
-    let started = Instant::now();
-    writer
-        .stream
-        .set_read_timeout(Some(WAITING))
-        .expect("timeout");
-    loop {
-        common::send(writer, &["SET", key, "v"]);
-        match writer.try_read() {
-            Some(R::Simple(ok)) if ok == "OK" => {}
-            Some(other) => panic!("{what}: SET: {other:?}"),
-            None => break,
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "{what}: the script never held the stripes"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    writer
-        .stream
-        .set_read_timeout(Some(ANSWER_MAX + Duration::from_secs(3)))
-        .expect("timeout");
+    common::until_waiting(
+        writer,
+        key,
+        what,
+        WAITING,
+        ANSWER_MAX + Duration::from_secs(3),
+    );
 }
 
 /// SCRIPT KILL on `killer` until OK (NOTBUSY: the script has not started), each answered
@@ -149,11 +89,11 @@ fn a_running_script_leaves_the_runtimes_serving() {
     for threads in [1, 2] {
         let io = IoModel::PerCore;
         let dir = tempfile::tempdir().expect("tempdir");
-        let server = Up::start(dir.path(), io, threads);
-        let mut script = server.client();
-        let mut writer = server.client();
-        let mut killer = server.client();
-        let mut pinger = server.client();
+        let server = Running::start_with(dir.path(), io, threads);
+        let mut script = client(&server);
+        let mut writer = client(&server);
+        let mut killer = client(&server);
+        let mut pinger = client(&server);
         assert_eq!(
             script.cmd(&["CONFIG", "SET", "busy-reply-threshold", "20000"]),
             R::Simple("OK".into())
@@ -223,11 +163,6 @@ fn a_running_script_leaves_the_runtimes_serving() {
     }
 }
 
-/// Threads of this process (the server runs in it).
-fn threads() -> usize {
-    std::fs::read_dir("/proc/self/task").map_or(0, Iterator::count)
-}
-
 // Goal (review rev-pcscript F1; session 14, the thread pile-up): SCRIPT KILL from the
 // script's runtime is answered while the script runs even when many connections of that
 // runtime write meanwhile, and the waiting writes take no thread each.
@@ -241,10 +176,10 @@ fn threads() -> usize {
 fn script_kill_with_writers_waiting(writers: usize) {
     let what = format!("{writers} writers");
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = Up::start(dir.path(), IoModel::PerCore, 1);
-    let mut script = server.client();
-    let mut writer = server.client();
-    let mut killer = server.client();
+    let server = Running::start_with(dir.path(), IoModel::PerCore, 1);
+    let mut script = client(&server);
+    let mut writer = client(&server);
+    let mut killer = client(&server);
     assert_eq!(
         script.cmd(&["CONFIG", "SET", "busy-reply-threshold", "20000"]),
         R::Simple("OK".into())
@@ -254,7 +189,7 @@ fn script_kill_with_writers_waiting(writers: usize) {
     let before = threads();
     let mut waiting: Vec<Client> = (0..writers)
         .map(|i| {
-            let mut c = server.client();
+            let mut c = client(&server);
             common::send(&mut c, &["SET", &format!("k{i}"), "v"]);
             c
         })
@@ -293,29 +228,25 @@ fn shutdown_nosave_during_a_script_stops_it() {
     for (io, threads) in [(IoModel::PerCore, 1), (IoModel::Threads, 2)] {
         let what = format!("{io}");
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut server = Up::start(dir.path(), io, threads);
-        let mut script = server.client();
-        let mut other = server.client();
+        let mut server = Running::start_with(dir.path(), io, threads);
+        let mut script = client(&server);
+        let mut other = client(&server);
         assert_eq!(
             script.cmd(&["CONFIG", "SET", "busy-reply-threshold", "60000"]),
             R::Simple("OK".into())
         );
         script.send_raw(b"EVAL \"redis.call('set', 'w', 1) while true do end\" 0\r\n");
         // The script holds the stripes once a SET waits for them.
-        let mut writer = server.client();
+        let mut writer = client(&server);
         until_waiting(&mut writer, "x", &what);
         let stop_started = Instant::now();
         common::send(&mut other, &["SHUTDOWN", "NOSAVE"]);
         assert_eq!(other.try_read(), None, "{what}: SHUTDOWN NOSAVE answered");
-        let thread = server.thread.take().expect("running");
-        while !thread.is_finished() {
-            assert!(
-                stop_started.elapsed() < Duration::from_secs(10),
-                "{what}: the stop waited for the script"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        thread.join().expect("server thread").expect("server run");
+        let left = Duration::from_secs(10).saturating_sub(stop_started.elapsed());
+        let run = server
+            .run_result(left)
+            .unwrap_or_else(|| panic!("{what}: the stop waited for the script"));
+        run.expect("server run");
         match script.try_read() {
             None => {}
             Some(reply) => assert!(
@@ -324,9 +255,9 @@ fn shutdown_nosave_during_a_script_stops_it() {
             ),
         }
         drop(server);
-        let server = Up::start(dir.path(), io, threads);
+        let server = Running::start_with(dir.path(), io, threads);
         assert_eq!(
-            server.client().cmd(&["EXISTS", "w"]),
+            client(&server).cmd(&["EXISTS", "w"]),
             R::Int(0),
             "{what}: the stopped script's write"
         );

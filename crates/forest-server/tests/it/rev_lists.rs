@@ -7,56 +7,24 @@
 
 use crate::common;
 
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{Client, R};
-use forest_server::shutdown::Shutdown;
-use forest_server::{Config, IoModel, Server};
+use common::{Client, Running, R};
+use forest_server::{Config, IoModel};
 use forest_store::Durability;
 
-struct Up {
-    addr: std::net::SocketAddr,
-    shutdown: Arc<Shutdown>,
-    thread: Option<JoinHandle<forest_core::Result<()>>>,
-}
-
-impl Up {
-    fn start(dir: &std::path::Path, engine: &str, budget: Option<u64>) -> Up {
-        let server = Server::open(Config {
-            dir: dir.to_path_buf(),
-            port: 0,
-            io: IoModel::Threads,
-            threads: 4,
-            engine: Some(engine.to_string()),
-            memory_budget_bytes: budget,
-            durability: Durability::Periodic { interval_ms: 5 },
-            ..Config::default()
-        })
-        .expect("open");
-        let addr = server.local_addr().expect("bound");
-        let shutdown = server.shutdown_handle();
-        let thread = Some(std::thread::spawn(move || server.run()));
-        Up {
-            addr,
-            shutdown,
-            thread,
-        }
-    }
-
-    fn client(&self) -> Client {
-        Client::connect(self.addr)
-    }
-}
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        if let Some(thread) = self.thread.take() {
-            self.shutdown.request(false);
-            let _ = thread.join();
-        }
-    }
+/// The reviewer's server: `engine`, an optional memory budget, four threads.
+fn start(dir: &std::path::Path, engine: &str, budget: Option<u64>) -> Running {
+    Running::open(Config {
+        dir: dir.to_path_buf(),
+        port: 0,
+        io: IoModel::Threads,
+        threads: 4,
+        engine: Some(engine.to_string()),
+        memory_budget_bytes: budget,
+        durability: Durability::Periodic { interval_ms: 5 },
+        ..Config::default()
+    })
 }
 
 struct Rng(u64);
@@ -153,7 +121,7 @@ fn check(c: &mut Client, context: &str) -> Vec<R> {
 fn race_on(engine: &str, budget: Option<u64>) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let before = {
-        let up = Up::start(tmp.path(), engine, budget);
+        let up = start(tmp.path(), engine, budget);
         let until = Instant::now() + Duration::from_millis(2500);
         let workers: Vec<_> = (0..4u64)
             .map(|t| {
@@ -176,7 +144,7 @@ fn race_on(engine: &str, budget: Option<u64>) {
         let mut c = up.client();
         check(&mut c, &format!("{engine} after the race"))
     };
-    let up = Up::start(tmp.path(), engine, budget);
+    let up = start(tmp.path(), engine, budget);
     let mut c = up.client();
     let after = check(&mut c, &format!("{engine} after the restart"));
     assert_eq!(
@@ -214,7 +182,7 @@ fn pops_racing_other_writers_keep_counts_on_every_engine() {
 #[test]
 fn pop_racing_its_lists_deadline_keeps_counts() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let up = Up::start(tmp.path(), "lockbtree", None);
+    let up = start(tmp.path(), "lockbtree", None);
     let mut c = up.client();
     c.cmd(&["SET", "plain", "1"]);
     for i in 0..3000u64 {
@@ -248,7 +216,7 @@ fn pop_racing_its_lists_deadline_keeps_counts() {
 #[test]
 fn push_racing_its_lists_deadline_keeps_the_new_list() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let up = Up::start(tmp.path(), "lockbtree", None);
+    let up = start(tmp.path(), "lockbtree", None);
     let mut c = up.client();
     for i in 0..3000u64 {
         c.cmd(&["DEL", "l"]);

@@ -5,98 +5,25 @@
 use crate::common;
 
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{Client, R};
-use forest_server::shutdown::Shutdown;
+use common::{threads, Client, Running, R};
 use forest_server::{Config, IoModel, Server};
 use forest_store::Durability;
 
-struct Up {
-    addr: std::net::SocketAddr,
-    shutdown: Arc<Shutdown>,
-    thread: Option<JoinHandle<forest_core::Result<()>>>,
+/// The reviewer's server: 20 s reads.
+fn client(server: &Running) -> Client {
+    server.client_timing_out(Duration::from_secs(20))
 }
 
-impl Up {
-    fn start(dir: &std::path::Path, io: IoModel, threads: usize) -> Up {
-        let server = Server::open(Config {
-            dir: dir.to_path_buf(),
-            port: 0,
-            io,
-            threads,
-            durability: Durability::Periodic { interval_ms: 50 },
-            ..Config::default()
-        })
-        .expect("open");
-        let addr = server.local_addr().expect("bound");
-        let shutdown = server.shutdown_handle();
-        let thread = Some(std::thread::spawn(move || server.run()));
-        Up {
-            addr,
-            shutdown,
-            thread,
-        }
-    }
-
-    fn client(&self) -> Client {
-        let c = Client::connect(self.addr);
-        c.stream
-            .set_read_timeout(Some(Duration::from_secs(20)))
-            .expect("timeout");
-        c
-    }
-
-    /// Waits (at most 20 s) for the server's run to end.
-    fn ended(&mut self) -> bool {
-        let started = Instant::now();
-        let thread = self.thread.take().expect("running");
-        while !thread.is_finished() {
-            if started.elapsed() > Duration::from_secs(20) {
-                self.thread = Some(thread);
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = thread.join();
-        true
-    }
-}
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        if let Some(thread) = self.thread.take() {
-            self.shutdown.request(false);
-            let _ = thread.join();
-        }
-    }
-}
-
-/// Sends `SET key v` until one stays unanswered for 300 ms: a script holds the stripes.
 fn until_waiting(writer: &mut Client, key: &str) {
-    let started = Instant::now();
-    writer
-        .stream
-        .set_read_timeout(Some(Duration::from_millis(300)))
-        .expect("timeout");
-    loop {
-        common::send(writer, &["SET", key, "v"]);
-        match writer.try_read() {
-            Some(R::Simple(ok)) if ok == "OK" => {}
-            Some(other) => panic!("SET: {other:?}"),
-            None => break,
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "no script held the stripes"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    writer
-        .stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .expect("timeout");
+    common::until_waiting(
+        writer,
+        key,
+        "rev-pcore",
+        Duration::from_millis(300),
+        Duration::from_secs(20),
+    );
 }
 
 /// A script that writes `w` and then runs for about `ms` milliseconds (it ends by itself,
@@ -127,10 +54,10 @@ fn rev_f1_shutdown_during_a_short_script_stops_after_it() {
     for (io, threads) in [(IoModel::PerCore, 1), (IoModel::Threads, 2)] {
         let what = format!("{io}");
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut server = Up::start(dir.path(), io, threads);
-        let mut script = server.client();
-        let mut other = server.client();
-        let mut writer = server.client();
+        let mut server = Running::start_with(dir.path(), io, threads);
+        let mut script = client(&server);
+        let mut other = client(&server);
+        let mut writer = client(&server);
         let body = short_script(1500);
         common::send(&mut script, &["EVAL", &body, "0"]);
         until_waiting(&mut writer, "x");
@@ -143,9 +70,9 @@ fn rev_f1_shutdown_during_a_short_script_stops_after_it() {
         }
         assert!(server.ended(), "{what}: the server did not stop");
         drop(server);
-        let server = Up::start(dir.path(), io, threads);
+        let server = Running::start_with(dir.path(), io, threads);
         assert_eq!(
-            server.client().cmd(&["EXISTS", "w"]),
+            client(&server).cmd(&["EXISTS", "w"]),
             R::Int(1),
             "{what}: the script ended before the stop: its write stands"
         );
@@ -162,12 +89,12 @@ fn rev_f1_shutdown_during_a_short_script_stops_after_it() {
 #[test]
 fn rev_f1_shutdown_stops_a_server_running_short_scripts() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut server = Up::start(dir.path(), IoModel::PerCore, 2);
+    let mut server = Running::start_with(dir.path(), IoModel::PerCore, 2);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let body = short_script(5);
     let loops: Vec<_> = (0..4)
         .map(|_| {
-            let mut c = server.client();
+            let mut c = client(&server);
             let stop = Arc::clone(&stop);
             let body = body.clone();
             std::thread::spawn(move || {
@@ -181,7 +108,7 @@ fn rev_f1_shutdown_stops_a_server_running_short_scripts() {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(300));
-    let mut other = server.client();
+    let mut other = client(&server);
     let mut busy = 0;
     for _ in 0..20 {
         common::send(&mut other, &["SHUTDOWN"]);
@@ -219,31 +146,26 @@ fn rev_f5_a_stop_by_signal_lets_a_short_script_finish() {
     for (io, threads) in [(IoModel::PerCore, 1), (IoModel::Threads, 2)] {
         let what = format!("{io}");
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut server = Up::start(dir.path(), io, threads);
-        let mut script = server.client();
-        let mut writer = server.client();
+        let mut server = Running::start_with(dir.path(), io, threads);
+        let mut script = client(&server);
+        let mut writer = client(&server);
         let body = short_script(1500);
         common::send(&mut script, &["EVAL", &body, "0"]);
         until_waiting(&mut writer, "x");
-        server.shutdown.request(false);
+        server.request_stop();
         assert!(server.ended(), "{what}: the server did not stop");
         let reply = script.try_read();
         if reply != Some(R::Int(1)) {
             failures.push(format!("{what}: the script's reply {reply:?}"));
         }
         drop(server);
-        let server = Up::start(dir.path(), io, threads);
-        let exists = server.client().cmd(&["EXISTS", "w"]);
+        let server = Running::start_with(dir.path(), io, threads);
+        let exists = client(&server).cmd(&["EXISTS", "w"]);
         if exists != R::Int(1) {
             failures.push(format!("{what}: EXISTS w after the restart: {exists:?}"));
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
-}
-
-/// Threads of this process (the server runs in it).
-fn threads() -> usize {
-    std::fs::read_dir("/proc/self/task").map_or(0, Iterator::count)
 }
 
 // Finding F2. Goal: the claim "no thread per waiting command" holds for EVAL too: EVALs
@@ -266,10 +188,10 @@ fn rev_f2_evals_waiting_for_a_script_take_no_thread_each() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(600);
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = Up::start(dir.path(), IoModel::PerCore, 1);
-    let mut script = server.client();
-    let mut writer = server.client();
-    let mut killer = server.client();
+    let server = Running::start_with(dir.path(), IoModel::PerCore, 1);
+    let mut script = client(&server);
+    let mut writer = client(&server);
+    let mut killer = client(&server);
     assert_eq!(
         script.cmd(&["CONFIG", "SET", "busy-reply-threshold", "20000"]),
         R::Simple("OK".into())
@@ -279,7 +201,7 @@ fn rev_f2_evals_waiting_for_a_script_take_no_thread_each() {
     let before = threads();
     let mut waiting_evals: Vec<Client> = (0..evals)
         .map(|_| {
-            let mut c = server.client();
+            let mut c = client(&server);
             common::send(&mut c, &["EVAL", "return 1", "0"]);
             c
         })
@@ -306,8 +228,8 @@ fn rev_f2_evals_waiting_for_a_script_take_no_thread_each() {
 #[test]
 fn rev_f3_shutdown_save_nosave_is_a_syntax_error() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = Up::start(dir.path(), IoModel::PerCore, 1);
-    let mut c = server.client();
+    let server = Running::start_with(dir.path(), IoModel::PerCore, 1);
+    let mut c = client(&server);
     assert_eq!(
         c.try_read_after(&["SHUTDOWN", "SAVE", "NOSAVE"]),
         Some(R::Err("ERR syntax error".into()))
@@ -344,11 +266,11 @@ fn rss_kib() -> usize {
 fn rev_probe_idle_connections_and_blpop_after_a_script() {
     for io in [IoModel::PerCore, IoModel::Threads] {
         let dir = tempfile::tempdir().expect("tempdir");
-        let server = Up::start(dir.path(), io, 2);
-        let mut first = server.client();
+        let server = Running::start_with(dir.path(), io, 2);
+        let mut first = client(&server);
         assert_eq!(first.cmd(&["PING"]), R::Simple("PONG".into()));
         let (t0, m0) = (threads(), rss_kib());
-        let mut idle: Vec<Client> = (0..1000).map(|_| server.client()).collect();
+        let mut idle: Vec<Client> = (0..1000).map(|_| client(&server)).collect();
         for c in idle.iter_mut().step_by(100) {
             assert_eq!(c.cmd(&["PING"]), R::Simple("PONG".into()));
         }

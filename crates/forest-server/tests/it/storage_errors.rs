@@ -83,6 +83,28 @@ fn info_field(client: &mut Client, name: &str) -> u64 {
         .expect("a number")
 }
 
+/// Writes `collection` and `STRINGS` strings, then waits until pages were evicted down to
+/// the budget (so reads must load them from the LSS).
+fn load_and_evict(client: &mut Client, collection: &[Vec<String>]) {
+    pipeline(client, collection);
+    let sets: Vec<Vec<String>> = (0..STRINGS)
+        .map(|i| vec!["SET".to_string(), format!("k{i:05}"), value(i)])
+        .collect();
+    pipeline(client, &sets);
+    let began = Instant::now();
+    loop {
+        let resident = info_field(client, "forest_resident_bytes");
+        if info_field(client, "forest_evictions") > 0 && resident <= BUDGET + BUDGET / 4 {
+            break;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(20),
+            "no eviction down to the budget: {resident} resident bytes"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Flips every LSS record byte on disk (past each segment's 64-byte header), in place;
 /// returns each segment's bytes as they were, for [`restore_lss`].
 fn damage_lss(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
@@ -146,25 +168,7 @@ fn a_page_that_cannot_be_read_is_an_error_reply() {
             argv
         })
         .collect();
-    pipeline(&mut client, &hset);
-    let sets: Vec<Vec<String>> = (0..STRINGS)
-        .map(|i| vec!["SET".to_string(), format!("k{i:05}"), value(i)])
-        .collect();
-    pipeline(&mut client, &sets);
-
-    // Written durably, then evicted down to the budget.
-    let began = Instant::now();
-    loop {
-        let resident = info_field(&mut client, "forest_resident_bytes");
-        if info_field(&mut client, "forest_evictions") > 0 && resident <= BUDGET + BUDGET / 4 {
-            break;
-        }
-        assert!(
-            began.elapsed() < Duration::from_secs(20),
-            "no eviction down to the budget: {resident} resident bytes"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    load_and_evict(&mut client, &hset);
     let saved = damage_lss(&dir);
 
     let mut errors = 0;
@@ -256,23 +260,7 @@ fn lrange_on_a_page_that_cannot_be_read_is_the_error_alone() {
             argv
         })
         .collect();
-    pipeline(&mut client, &pushes);
-    let sets: Vec<Vec<String>> = (0..STRINGS)
-        .map(|i| vec!["SET".to_string(), format!("k{i:05}"), value(i)])
-        .collect();
-    pipeline(&mut client, &sets);
-    let began = Instant::now();
-    loop {
-        let resident = info_field(&mut client, "forest_resident_bytes");
-        if info_field(&mut client, "forest_evictions") > 0 && resident <= BUDGET + BUDGET / 4 {
-            break;
-        }
-        assert!(
-            began.elapsed() < Duration::from_secs(20),
-            "no eviction: {resident}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    load_and_evict(&mut client, &pushes);
     let saved = damage_lss(&dir);
     let mut errors = 0;
     for (a, b, range) in [

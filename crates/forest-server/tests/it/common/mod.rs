@@ -28,14 +28,23 @@ pub struct Running {
 
 impl Running {
     pub fn start(dir: &std::path::Path, io: IoModel) -> Running {
-        let config = Config {
+        Self::start_with(dir, io, 2)
+    }
+
+    /// As [`Running::start`] with `threads` I/O threads (runtimes under per-core).
+    pub fn start_with(dir: &std::path::Path, io: IoModel, threads: usize) -> Running {
+        Self::open(Config {
             dir: dir.to_path_buf(),
             port: 0,
             io,
-            threads: 2,
+            threads,
             durability: Durability::Periodic { interval_ms: 50 },
             ..Config::default()
-        };
+        })
+    }
+
+    /// Opens a server on `config` and runs it on a thread of this process.
+    pub fn open(config: Config) -> Running {
         let server = Server::open(config).expect("open");
         let addr = server.local_addr().expect("bound");
         let shutdown = server.shutdown_handle();
@@ -45,6 +54,37 @@ impl Running {
             shutdown,
             thread: Some(thread),
         }
+    }
+
+    /// Waits (at most 20 s) for the server's run to end, by itself (SHUTDOWN, a signal).
+    pub fn ended(&mut self) -> bool {
+        self.run_result(Duration::from_secs(20)).is_some()
+    }
+
+    /// The run's result once it ended by itself, waiting at most `within`; None if it runs on.
+    pub fn run_result(&mut self, within: Duration) -> Option<forest_core::Result<()>> {
+        let started = std::time::Instant::now();
+        let thread = self.thread.take().expect("running");
+        while !thread.is_finished() {
+            if started.elapsed() > within {
+                self.thread = Some(thread);
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(thread.join().expect("server thread"))
+    }
+
+    /// Asks the server to stop (as a signal does), without waiting.
+    pub fn request_stop(&self) {
+        self.shutdown.request(false);
+    }
+
+    /// A client whose reads give up after `timeout` (a read then returns None).
+    pub fn client_timing_out(&self, timeout: Duration) -> Client {
+        let c = Client::connect(self.addr);
+        c.stream.set_read_timeout(Some(timeout)).expect("timeout");
+        c
     }
 
     pub fn client(&self) -> Client {
@@ -251,4 +291,40 @@ pub fn assert_silent(c: &mut Client) {
         .set_read_timeout(Some(READ_TIMEOUT))
         .expect("timeout");
     assert_eq!(got, None, "a blocked client got a reply");
+}
+
+/// Sends `SET key v` on `writer` until one stays unanswered for `waiting`: it waits for the
+/// stripe locks of a script that started meanwhile (replies that did come must be OK). The
+/// writer's read timeout is `then` afterwards.
+pub fn until_waiting(
+    writer: &mut Client,
+    key: &str,
+    what: &str,
+    waiting: Duration,
+    then: Duration,
+) {
+    let started = std::time::Instant::now();
+    writer
+        .stream
+        .set_read_timeout(Some(waiting))
+        .expect("timeout");
+    loop {
+        send(writer, &["SET", key, "v"]);
+        match writer.try_read() {
+            Some(R::Simple(ok)) if ok == "OK" => {}
+            Some(other) => panic!("{what}: SET: {other:?}"),
+            None => break,
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{what}: no script held the stripes"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    writer.stream.set_read_timeout(Some(then)).expect("timeout");
+}
+
+/// Threads of this process (the servers of these tests run in it).
+pub fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(0, Iterator::count)
 }
