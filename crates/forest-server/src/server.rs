@@ -301,6 +301,11 @@ pub struct Shared {
     pub blocking: Arc<crate::blocking::Blocking>,
     /// EVAL's interpreter and script cache ([`crate::cmd::script`]).
     pub scripts: crate::cmd::script::Scripts,
+    /// Per-core and tokio: one offloaded batch (a script, an EXEC that queued one, SAVE)
+    /// runs at a time. A script takes every stripe lock, so a second one could only wait on
+    /// its blocking thread: connections await this permit on their runtime instead (review
+    /// rev-pcore F2: EVALs released together by a script's end each took a thread).
+    pub offloads: tokio::sync::Semaphore,
     /// Redis's encoding and memory tuning parameters, kept for CONFIG GET only
     /// ([`crate::cmd::config`]).
     pub tuning: Mutex<Vec<(&'static str, String)>>,
@@ -338,6 +343,7 @@ impl Shared {
             pubsub: Arc::new(crate::pubsub::Hub::new(config.pubsub_limits)),
             blocking: Arc::default(),
             scripts: crate::cmd::script::Scripts::default(),
+            offloads: tokio::sync::Semaphore::new(1),
             tuning: Mutex::new(crate::cmd::tuning_defaults()),
             engine,
             store: Arc::new(store),

@@ -157,7 +157,10 @@ async fn process(conn: &mut Conn, shared: &Shared, durable: &Durable) -> Step {
 /// Runs the batch [`Leave::Offload`] asked for on a blocking thread, and awaits it: the
 /// runtime serves its other connections meanwhile (a script may run for seconds; SCRIPT KILL
 /// from a connection of the same runtime stops it). None if that thread panicked.
+/// One at a time ([`Shared::offloads`]): the others await their turn without a thread.
 async fn offload(mut conn: Conn, shared: &Arc<Shared>) -> Option<(Conn, Step)> {
+    // Never closed, so acquiring only waits.
+    let _turn = shared.offloads.acquire().await.ok()?;
     let shared = Arc::clone(shared);
     tokio::task::spawn_blocking(move || {
         let step = conn.process_offloaded(&shared);

@@ -179,7 +179,6 @@ fn rev_f5_a_stop_by_signal_lets_a_short_script_finish() {
 // every waiting EVAL wakes on the same `released()` signal, and those that run before
 // the first offloaded one marks `holding` again are each sent to `spawn_blocking`.
 #[test]
-#[ignore = "rev: F2 EVALs released together by a script's end each take a blocking thread"]
 fn rev_f2_evals_waiting_for_a_script_take_no_thread_each() {
     // On the branch, 600 EVALs: +15, +43, +52, +111 threads in four runs (timing: it fails
     // in most runs, not all); 300: +12 to +47. REV_EVALS sets the count.
