@@ -21,6 +21,7 @@ use forest_store::Store;
 use super::range::{empty_between, lex_bound, LexBound};
 use super::{is_word, not_an_integer, syntax_error, Ctx, Reply};
 use crate::collection::RESERVED_BYTE;
+use crate::expiry::layout::{moved_window, old_string_bounds, old_string_key};
 use crate::expiry::{decode_string, split_string_key, string_bounds, string_key};
 use crate::frame::Frame;
 
@@ -161,6 +162,23 @@ pub fn retain(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     Ok(Frame::Integer(i64::try_from(threshold).unwrap_or(i64::MAX)))
 }
 
+/// Where strings with a deadline were: layout 2's place, or before a move from layout 1
+/// ([`moved_window`]) layout 1's, read as of the move's start.
+#[derive(Clone, Copy)]
+struct Places(Option<(u64, u64)>);
+
+impl Places {
+    fn of(store: &Store) -> Result<Places, Frame> {
+        moved_window(store).map(Places).map_err(error)
+    }
+
+    /// The time to read layout 1's place at for `t`, or None: layout 2's place, at `t`.
+    fn old_at(self, t: u64) -> Option<u64> {
+        let (began, done) = self.0?;
+        (t < done).then(|| t.min(began.saturating_sub(1)))
+    }
+}
+
 /// The value of string `key` as of `t`, from whichever place it was in.
 fn value_as_of(store: &Store, key: &[u8], t: u64) -> Result<Option<Vec<u8>>, Frame> {
     if key.first() == Some(&RESERVED_BYTE) {
@@ -171,10 +189,11 @@ fn value_as_of(store: &Store, key: &[u8], t: u64) -> Result<Option<Vec<u8>>, Fra
     if store.get_as_of(key, t, &mut out).map_err(error)? {
         return Ok(Some(out));
     }
-    if store
-        .get_as_of(&string_key(key), t, &mut out)
-        .map_err(error)?
-    {
+    let (place, at) = match Places::of(store)?.old_at(t) {
+        Some(at) => (old_string_key(key), at),
+        None => (string_key(key), t),
+    };
+    if store.get_as_of(&place, at, &mut out).map_err(error)? {
         if let Some((deadline, value)) = decode_string(&out) {
             if alive_at(deadline, t) {
                 return Ok(Some(value.to_vec()));
@@ -220,19 +239,32 @@ type Bounds<'a> = (Bound<&'a [u8]>, Bound<&'a [u8]>);
 /// Strings read as of a time: (user key, value).
 type Rows = Vec<(Vec<u8>, Vec<u8>)>;
 
-/// The same user-key bounds over the `FF 'x'` entries.
-fn stamped_bounds((lower, upper): Bounds<'_>) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
-    let (low, high) = string_bounds();
+/// The same user-key bounds over the `FF 'x'` entries of layout 2 (`old`: of layout 1).
+fn stamped_bounds((lower, upper): Bounds<'_>, old: bool) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let (low, high) = if old {
+        let (low, high) = old_string_bounds();
+        (low.to_vec(), high.to_vec())
+    } else {
+        let (low, high) = string_bounds();
+        (low.to_vec(), high.to_vec())
+    };
+    let place = |k: &[u8]| {
+        if old {
+            old_string_key(k)
+        } else {
+            string_key(k)
+        }
+    };
     let lower = match lower {
-        Bound::Unbounded => Bound::Included(low.to_vec()),
-        Bound::Included(k) => Bound::Included(string_key(k)),
-        Bound::Excluded(k) => Bound::Excluded(string_key(k)),
+        Bound::Unbounded => Bound::Included(low),
+        Bound::Included(k) => Bound::Included(place(k)),
+        Bound::Excluded(k) => Bound::Excluded(place(k)),
     };
     let upper = match upper {
-        Bound::Excluded(k) if k == [RESERVED_BYTE] => Bound::Excluded(high.to_vec()),
-        Bound::Unbounded => Bound::Excluded(high.to_vec()),
-        Bound::Included(k) => Bound::Included(string_key(k)),
-        Bound::Excluded(k) => Bound::Excluded(string_key(k)),
+        Bound::Excluded(k) if k == [RESERVED_BYTE] => Bound::Excluded(high),
+        Bound::Unbounded => Bound::Excluded(high),
+        Bound::Included(k) => Bound::Included(place(k)),
+        Bound::Excluded(k) => Bound::Excluded(place(k)),
     };
     (lower, upper)
 }
@@ -245,17 +277,30 @@ fn as_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
     }
 }
 
-/// Up to `limit` live strings of one place as of `t`, in `order`: (user key, value).
+/// Which entries [`read_place`] reads.
+#[derive(Clone, Copy, PartialEq)]
+enum Place {
+    /// Strings without a deadline: the user key itself.
+    Raw,
+    /// Layout 2's `FF 'x' 00×6 <user>`.
+    Stamped,
+    /// Layout 1's `FF 'x' <user>`.
+    Old,
+}
+
+/// Up to `limit` live strings of one place as of `t` (read at `at`), in `order`: (user key,
+/// value).
 fn read_place(
     store: &Store,
     (lower, upper): (Bound<&[u8]>, Bound<&[u8]>),
-    stamped: bool,
+    place: Place,
     order: Order,
-    t: u64,
+    (t, at): (u64, u64),
     limit: usize,
 ) -> Result<Rows, Frame> {
     let mut rows = Vec::new();
     let mut resume: Option<Vec<u8>> = None;
+    let old_prefix = old_string_bounds().0.len();
     while rows.len() < limit {
         let (lo, hi) = match (&resume, order) {
             (None, _) => (lower, upper),
@@ -264,12 +309,16 @@ fn read_place(
         };
         let want = limit - rows.len();
         resume = store
-            .scan_as_of(lo, hi, order, t, want, &mut |k, v| {
-                if !stamped {
-                    rows.push((k.to_vec(), v.to_vec()));
-                } else if let (Some(user), Some((deadline, value))) =
-                    (split_string_key(k), decode_string(v))
-                {
+            .scan_as_of(lo, hi, order, at, want, &mut |k, v| {
+                let user = match place {
+                    Place::Raw => {
+                        rows.push((k.to_vec(), v.to_vec()));
+                        return ControlFlow::Continue(());
+                    }
+                    Place::Stamped => split_string_key(k),
+                    Place::Old => k.get(old_prefix..),
+                };
+                if let (Some(user), Some((deadline, value))) = (user, decode_string(v)) {
                     if alive_at(deadline, t) {
                         rows.push((user.to_vec(), value.to_vec()));
                     }
@@ -292,14 +341,18 @@ fn read_range(
     t: u64,
     limit: usize,
 ) -> Result<Rows, Frame> {
-    let mut rows = read_place(store, bounds, false, order, t, limit)?;
-    let stamped = stamped_bounds(bounds);
+    let mut rows = read_place(store, bounds, Place::Raw, order, (t, t), limit)?;
+    let (place, at) = match Places::of(store)?.old_at(t) {
+        Some(at) => (Place::Old, at),
+        None => (Place::Stamped, t),
+    };
+    let stamped = stamped_bounds(bounds, place == Place::Old);
     let more = read_place(
         store,
         (as_ref(&stamped.0), as_ref(&stamped.1)),
-        true,
+        place,
         order,
-        t,
+        (t, at),
         limit,
     )?;
     if !more.is_empty() {
@@ -453,7 +506,19 @@ pub fn history(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         }
         Ok((h, 0))
     };
-    let ((raw, raw_seeded), (stamped, stamped_seeded)) = (all(key)?, all(&string_key(key))?);
+    let (raw, raw_seeded) = all(key)?;
+    // Before a move from layout 1, layout 1's place up to the move's start; the move's own
+    // versions (a put at layout 2's place, a delete at layout 1's) changed no value.
+    let (stamped, stamped_seeded) = match Places::of(store)?.0 {
+        None => all(&string_key(key))?,
+        Some((began, done)) => {
+            let (mut old, seeded) = all(&old_string_key(key))?;
+            old.retain(|(ts, _)| *ts < began);
+            let (new, _) = all(&string_key(key))?;
+            old.extend(new.into_iter().filter(|(ts, _)| *ts >= done));
+            (old, seeded)
+        }
+    };
     let mut times: Vec<u64> = raw[raw_seeded..]
         .iter()
         .chain(&stamped[stamped_seeded..])
