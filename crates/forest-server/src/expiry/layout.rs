@@ -768,7 +768,10 @@ mod tests {
         assert_eq!(history.len(), 2, "one write, no move event: {history:?}");
         assert_eq!(history[1], Frame::bulk(b"v"));
         // A later write at layout 2's place is listed after it.
-        assert_eq!(run(&shared, &[b"SET", b"k", b"w", b"EX", b"1000"]), Frame::ok());
+        assert_eq!(
+            run(&shared, &[b"SET", b"k", b"w", b"EX", b"1000"]),
+            Frame::ok()
+        );
         let Frame::Array(history) = run(&shared, &[b"ASOF.HISTORY", b"k"]) else {
             panic!("ASOF.HISTORY")
         };
