@@ -36,7 +36,7 @@
 //! | [`scan::scan_crossing_and_equal_bounds`] | crossing bounds give nothing; equal bounds give the key for Included/Included and nothing otherwise | 600 keys |
 //! | [`scan::scan_early_stop`] | a visitor that breaks after 0, 1, k records stops the scan at once, with the right prefix | 600 keys |
 //! | [`scan::scan_pinned_bounds`], [`scan::scan_pinned_crossing_and_equal_bounds`], [`scan::scan_pinned_early_stop`] | the three checks above through [`Index::scan_pinned`] ([`PinnedScans`]) | as above |
-//! | [`scan::scan_visitor_reenters`] | `visit` may call get, upsert and remove on the same index without deadlock (20 s watchdog) | 600 keys |
+//! | [`scan::scan_visitor_reenters`] | `visit` may call get, upsert and remove on the same index without deadlock (watchdog: 20 s without a visit) | 600 keys |
 //! | [`stress::stress_disjoint_keys`] | threads on disjoint, interleaved key sets check every return value against their own model; at the end the index equals the union of the models | 50 k / 1 M ops |
 //! | [`stress::stress_hot_keys`] | threads upsert 16 hot keys with (thread, sequence) values; readers (gets and scans) never see a writer's sequence go back; at the end each key holds some writer's last write | 50 k / 1 M ops |
 //! | [`stress::stress_scan_during_writes`] | scans with random bounds and orders, during inserts and removes of volatile keys, are strictly ordered, stay within bounds, return every stable key and only correct values | 50 k / 1 M writes |
@@ -153,9 +153,9 @@ pub fn pinned(make: Make<'_>) -> impl Fn() -> Arc<dyn Index> + '_ {
 /// operations of more threads than cores (preemption inside critical sections).
 pub const STRESS_THREAD_COUNT_MIN: usize = 4;
 
-/// How long [`scan::scan_visitor_reenters`] waits by default before it calls a scan
-/// deadlocked: its 600-record scans take milliseconds, so only a deadlock comes near this, even
-/// on a loaded machine.
+/// How long [`scan::scan_visitor_reenters`] waits by default, with no record visited, before
+/// it calls a scan deadlocked: a visit takes microseconds to milliseconds, so only a deadlock
+/// comes near this, even on a loaded machine.
 pub const REENTRY_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// How big the checks are.
@@ -171,7 +171,8 @@ pub struct Sizes {
     pub stress_op_count: usize,
     /// Threads of each stress check.
     pub thread_count: usize,
-    /// How long [`scan::scan_visitor_reenters`] waits before it calls a scan deadlocked.
+    /// How long [`scan::scan_visitor_reenters`] waits without a visit before it calls a scan
+    /// deadlocked.
     pub reentry_timeout: Duration,
     /// [`scan::scan_bounds`] checks every this-many-th of its (lower, upper) pairs (1:
     /// all). Each bound kind still appears on each side hundreds of times.

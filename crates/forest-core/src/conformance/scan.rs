@@ -5,6 +5,7 @@
 
 use std::collections::BTreeSet;
 use std::ops::{Bound, ControlFlow};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 
@@ -281,7 +282,7 @@ pub fn scan_pinned_early_stop(make: Make<'_>, sizes: &Sizes) {
 }
 
 /// The body of [`scan_visitor_reenters`], run on a watched thread.
-fn reenter(index: &dyn Index, model: &Model) {
+fn reenter(index: &dyn Index, model: &Model, progress: &AtomicU64) {
     const CHECK: &str = "scan_visitor_reenters";
     let name = index.name();
     let lower_key = fixture_key(100);
@@ -298,6 +299,7 @@ fn reenter(index: &dyn Index, model: &Model) {
             let mut out = Vec::new();
             let mut failure: Option<String> = None;
             index.scan(lower, upper, order, &mut |key, value| {
+                progress.fetch_add(1, Ordering::Relaxed);
                 let position = seen.len();
                 seen.push(key.to_vec());
                 // Read back the record being visited (fixture records never change).
@@ -379,17 +381,34 @@ pub fn scan_visitor_reenters(make: Make<'_>, sizes: &Sizes) {
     let (index, model) = fixture(make, CHECK);
     let name = index.name();
     let (done_tx, done_rx) = mpsc::channel();
+    // Records visited so far: the watchdog fires only after a whole timeout without one, so
+    // a slow machine (or an index paging on a tiny budget) is never taken for a deadlock.
+    let progress = Arc::new(AtomicU64::new(0));
     let worker = {
         let index = index.clone();
+        let progress = Arc::clone(&progress);
         std::thread::Builder::new()
             .name("kit-reenter".into())
             .spawn(move || {
-                reenter(&*index, &model);
+                reenter(&*index, &model, &progress);
                 let _ = done_tx.send(());
             })
             .unwrap_or_else(|e| panic!("[{CHECK}] cannot spawn the scan thread: {e}"))
     };
-    match done_rx.recv_timeout(sizes.reentry_timeout) {
+    let mut seen = 0;
+    let outcome = loop {
+        match done_rx.recv_timeout(sizes.reentry_timeout) {
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let now = progress.load(Ordering::Relaxed);
+                if now == seen {
+                    break Err(mpsc::RecvTimeoutError::Timeout);
+                }
+                seen = now;
+            }
+            other => break other,
+        }
+    };
+    match outcome {
         Ok(()) => {
             if let Err(payload) = worker.join() {
                 std::panic::resume_unwind(payload);
@@ -401,7 +420,7 @@ pub fn scan_visitor_reenters(make: Make<'_>, sizes: &Sizes) {
         },
         // The stuck thread is left behind; the test process ends with the failure.
         Err(mpsc::RecvTimeoutError::Timeout) => panic!(
-            "[{CHECK}] index {name}: a scan whose visitor calls get/upsert/remove on the same index did not finish in {:?}: deadlock? (visit must not run under a latch or an epoch pin)",
+            "[{CHECK}] index {name}: a scan whose visitor calls get/upsert/remove on the same index visited nothing for {:?}: deadlock? (visit must not run under a latch or an epoch pin)",
             sizes.reentry_timeout
         ),
     }
