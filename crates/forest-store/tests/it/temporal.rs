@@ -528,14 +528,19 @@ fn run_model(test: &str, shards: usize, threads: u32) {
         assert_eq!(store.stats().checkpoint_count, 1, "{what}");
         let mut extra = Vec::new();
         for i in 0..KEY_COUNT {
+            // One writer: its write in flight is after its last ack. Several: each writer's
+            // is after its own last ack, so after the last version of the key it wrote
+            // (another writer's ack may be later).
+            let after = if threads == 1 {
+                last_ack
+            } else {
+                model
+                    .get(&key(i))
+                    .and_then(|h| h.keys().next_back().copied())
+                    .unwrap_or(0)
+            };
             for (ts, v) in store
-                .history(
-                    &key(i),
-                    last_ack + 1,
-                    u64::MAX,
-                    Order::Ascending,
-                    usize::MAX,
-                )
+                .history(&key(i), after + 1, u64::MAX, Order::Ascending, usize::MAX)
                 .expect("temporal store call")
             {
                 extra.push((key(i), ts, v));
