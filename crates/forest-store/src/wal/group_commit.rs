@@ -294,7 +294,8 @@ impl GroupCommit {
     /// shard's lock and carried in each of its records ([`FLAG_TIMESTAMP`](super::record::FLAG_TIMESTAMP));
     /// `apply` gets it. LSNs and timestamp are taken together under one lock across shards,
     /// so timestamps increase with LSNs; units of different shards apply concurrently (the
-    /// store hands its timestamps in flight to the engine, §IV-B1's EOSL-TS). Returns the unit's last LSN and its timestamp.
+    /// store hands its timestamps in flight to the engine, §IV-B1's EOSL-TS). Returns the
+    /// unit's last LSN and its timestamp.
     pub fn log_unit_stamped(
         &self,
         shard: usize,
