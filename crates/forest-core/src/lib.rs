@@ -33,4 +33,4 @@ pub use limits::{
     STORED_VALUE_BYTES_MAX, VALUE_BYTES_MAX,
 };
 pub use stats::{Counter, IndexStats};
-pub use temporal::{discarded, HistoryVisitor, TemporalIndex, Timestamp, VersionVisitor};
+pub use temporal::{discarded, HistoryVisitor, InFlight, TemporalIndex, Timestamp, VersionVisitor};

@@ -111,6 +111,23 @@ pub trait TemporalIndex: Index {
         to: Timestamp,
         visit: &mut VersionVisitor<'_>,
     ) -> Result<()>;
+
+    /// Hands the index its caller's timestamps in flight (§IV-B1's EOSL-TS): a store whose
+    /// units take timestamps with [`Self::tick`] and apply them with [`Self::put_version`]
+    /// later, several at once, says which are taken and not yet applied, and a data page's
+    /// time split never splits above the oldest of them (its version would otherwise be older
+    /// than its page's start, and history is never updated). Set once; later calls change
+    /// nothing.
+    fn set_in_flight(&self, source: std::sync::Arc<dyn InFlight>);
+}
+
+/// §IV-B1's end of stable log for timestamps (EOSL-TS): which timestamps a caller of
+/// [`TemporalIndex::tick`] has taken but not yet applied.
+pub trait InFlight: Send + Sync {
+    /// The smallest timestamp taken and not yet applied (None: none is in flight). A
+    /// timestamp being taken while this runs is waited for; one taken after it returns is
+    /// above every timestamp the index's clock had handed out when it was called.
+    fn oldest_unapplied(&self) -> Option<Timestamp>;
 }
 
 /// The callback of [`TemporalIndex::versions_from`]: a key, a version's timestamp and its

@@ -355,8 +355,9 @@ pub struct Store {
     /// False while the state recovered from logs is not yet durable on its own (the open's
     /// checkpoint pending): closing then must not seal the logs as clean.
     clean_close: AtomicBool,
-    /// A temporal store's unit between its timestamp and its apply (`temporal`).
-    pending_ts: AtomicU64,
+    /// A temporal store's units between their timestamp and their apply, per shard
+    /// (`temporal`: §IV-B1's EOSL-TS).
+    in_flight: Arc<temporal::InFlight>,
     /// `META`'s `layout` ([`Self::layout`]) and `durable_through` as recorded at open (what
     /// [`Self::set_layout`] writes back beside the new layout).
     layout: Mutex<(u32, u64)>,
@@ -585,7 +586,7 @@ impl Store {
             }
         };
         if let Some(temporal) = recovered.index.as_temporal() {
-            temporal::check_open(&options, recorded.as_ref(), &engine)?;
+            temporal::check_open(recorded.as_ref(), &engine)?;
             // After redo, not before (split times would pass the versions redo replays): the
             // logged timestamps may all lie below the threshold, and a wall clock set back
             // across the restart would put `now()` and new writes below it (review
@@ -633,6 +634,7 @@ impl Store {
         let commit = GroupCommit::start(writers, Arc::clone(&lsns), options.durability)?;
         let llama = maker.map(|m| m.finish(&lsns)).transpose()?;
         let lsn_end = lsns.next();
+        let in_flight = Arc::new(temporal::InFlight::new(options.shards));
         let store = Self {
             dir: Box::new(dir),
             index: recovered.index,
@@ -655,10 +657,11 @@ impl Store {
             pm,
             llama,
             clean_close: AtomicBool::new(true),
-            pending_ts: AtomicU64::new(0),
+            in_flight,
             layout: Mutex::new(recorded_layout),
             _lock: lock,
         };
+        store.hand_over_in_flight();
         if replayed {
             // What recovery read may be only in the page cache (a failed fsync marks pages
             // clean without writing them, and a reopen reads them back): writing it anew in
@@ -1340,13 +1343,13 @@ impl Store {
                 // As below: the gate is left once applied; odd stripes while applying.
                 let _pass = pass;
                 let _applying = Applying::begin(&self.stripes, &stripes);
-                self.apply_versions(temporal, &unit, ts)
+                self.apply_versions(shard, temporal, &unit, ts)
             };
             let mut refused = None;
             let logged = self.commit.log_unit_stamped(
                 shard,
                 &unit,
-                &|| self.tick(temporal),
+                &|| self.tick(shard, temporal),
                 |ts| refused = apply(ts).err().map(|e| self.fail_logged_unapplied(e)),
                 deferred,
             )?;

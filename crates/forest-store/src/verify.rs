@@ -49,6 +49,8 @@ pub struct CheckpointCheck {
     pub bytes: u64,
     /// Set when the checkpoint is complete.
     pub info: Option<CheckpointInfo>,
+    /// A temporal checkpoint's retention threshold `T` and cut (set when it is complete).
+    pub temporal: Option<checkpoint::TemporalBlock>,
     pub error: Option<String>,
 }
 
@@ -57,6 +59,8 @@ pub struct CheckpointCheck {
 pub struct VerifyReport {
     /// The engine the meta file records, if any.
     pub engine_recorded: Option<String>,
+    /// A temporal store's retention threshold `T` in the meta file (0: none).
+    pub retention_recorded: u64,
     /// The engine recovery ran with (named, recorded or the default).
     pub engine: String,
     /// The engine named differs from the recorded one: an open would refuse it without
@@ -142,11 +146,13 @@ fn check_log(dir: &dyn Dir, name: &str) -> LogCheck {
 
 fn check_checkpoint(dir: &dyn Dir, name: &str) -> CheckpointCheck {
     let bytes = dir.open(name).and_then(|f| f.len()).unwrap_or_default();
-    let result = CheckpointStream::open(dir, name).and_then(|mut s| s.check_all());
+    let result = CheckpointStream::open(dir, name)
+        .and_then(|mut s| s.check_all().map(|info| (info, s.temporal())));
     CheckpointCheck {
         name: name.to_string(),
         bytes,
-        info: result.as_ref().ok().copied(),
+        info: result.as_ref().ok().map(|r| r.0),
+        temporal: result.as_ref().ok().and_then(|r| r.1),
         error: result.err().map(|e| e.to_string()),
     }
 }
@@ -157,9 +163,13 @@ fn check_checkpoint(dir: &dyn Dir, name: &str) -> CheckpointCheck {
 pub fn verify(dir: &dyn Dir, engine: Option<&str>) -> Result<VerifyReport> {
     let engine = engine.map(canonical_spec).transpose()?;
     let _lock = dir.lock()?;
-    let (engine_recorded, meta_error) = match meta::read(dir) {
-        Ok(m) => (m.map(|m| m.engine), None),
-        Err(e) => (None, Some(e.to_string())),
+    let (engine_recorded, retention_recorded, meta_error) = match meta::read(dir) {
+        Ok(m) => (
+            m.as_ref().map(|m| m.engine.clone()),
+            m.map_or(0, |m| m.retention),
+            None,
+        ),
+        Err(e) => (None, 0, Some(e.to_string())),
     };
     let engine_conflict = match (&engine, &engine_recorded) {
         (Some(named), Some(recorded)) if *named != spec_form(recorded) => Some(format!(
@@ -223,6 +233,7 @@ pub fn verify(dir: &dyn Dir, engine: Option<&str>) -> Result<VerifyReport> {
     };
     Ok(VerifyReport {
         engine_recorded,
+        retention_recorded,
         engine,
         engine_conflict,
         meta_error,

@@ -44,8 +44,11 @@
 //! `key_split:index-split-installed`, `time_split:leaf-split-installed`,
 //! `time_split:index-split-installed`, each after step 1's CAS and before step 2.
 //!
-//! Not built yet (later increments of issue 18): LSNs and the store's EOSL-TS, LSS-C / LSS-H,
-//! migration, archive GC (retention frees in-memory historical pages, `retention.rs`).
+//! §IV-B1's EOSL-TS: a store hands over its timestamps in flight
+//! ([`TemporalIndex::set_in_flight`]), and leaves time-split below the oldest
+//! (`time_split.rs`).
+//!
+//! Not built yet (later increments of issue 18): LSS-C / LSS-H, migration, archive GC (retention frees in-memory historical pages, `retention.rs`).
 
 mod as_of;
 mod descend;
@@ -68,8 +71,8 @@ use forest_core::limits::KEY_BYTES_MAX;
 use forest_core::stats::names;
 use forest_core::sync::atomic::{AtomicU64, Ordering};
 use forest_core::{
-    check_entry, Counter, Error, HistoryVisitor, Index, IndexStats, Order, Result, TemporalIndex,
-    Timestamp, VersionVisitor, Visitor,
+    check_entry, Counter, Error, HistoryVisitor, InFlight, Index, IndexStats, Order, Result,
+    TemporalIndex, Timestamp, VersionVisitor, Visitor,
 };
 use forest_llama::{MappingTable, Pid};
 
@@ -165,6 +168,8 @@ pub struct TsbTree {
     retention: AtomicU64,
     /// Historical pages waiting for the threshold (`retention.rs`).
     retire_queue: retention::RetireQueue,
+    /// §IV-B1: a store's timestamps taken and not yet applied (`time_split.rs`).
+    in_flight: std::sync::OnceLock<std::sync::Arc<dyn InFlight>>,
 }
 
 /// What a write does.
@@ -241,6 +246,7 @@ impl TsbTree {
                 .collect(),
             retention: AtomicU64::new(0),
             retire_queue: retention::RetireQueue::default(),
+            in_flight: std::sync::OnceLock::new(),
         }
     }
 
@@ -728,5 +734,9 @@ impl TemporalIndex for TsbTree {
         visit: &mut VersionVisitor<'_>,
     ) -> Result<()> {
         self.versions_between(from, to, visit)
+    }
+
+    fn set_in_flight(&self, source: std::sync::Arc<dyn InFlight>) {
+        let _ = self.in_flight.set(source);
     }
 }

@@ -13,8 +13,14 @@
 //! - The split time of a leaf: in memory, the clock's newest timestamp, read after reading
 //!   P, so every version on P is at or before it (one at it stays current) and every later
 //!   write to P (which must CAS onto a state that includes the split delta, so it takes its
-//!   timestamp after) is at or after it; no split when that is P's own start. With a store, §IV-B1's EOSL-TS
-//!   replaces it ([`crate::TsbTree::split_time`] is the hook).
+//!   timestamp after) is at or after it; no split when that is P's own start. With a store,
+//!   §IV-B1's EOSL-TS bounds it ([`crate::TsbTree::split_time`]): a store's units take their
+//!   timestamps under their shard's lock and apply later, several shards at once, so the
+//!   split time is at most the oldest timestamp taken and not yet applied
+//!   ([`forest_core::InFlight`]); such a version lands at or after the split, in the current
+//!   page, never in the historical one. The paper's EOSL-TS is "below which no update is
+//!   outstanding"; forest takes it as that oldest outstanding timestamp itself, since a version
+//!   at exactly the split time belongs to the current page.
 //! - The parent's change: the term that led to P (P's current term) now leads to Q, and a new
 //!   current term `(P's low key, T, P)` is added. It is skipped when P's current term is
 //!   already at or after T (a later time split of P got there first), so terms never go back
@@ -114,14 +120,24 @@ pub(crate) fn split_versions(records: &[Record], t: u64) -> (Vec<Record>, Vec<Re
 
 impl TsbTree {
     /// The time at which to split a data page now: the newest timestamp handed out or put
-    /// (module doc), without moving the clock. Not a new tick: a store's redo puts old
-    /// versions in timestamp order (`stamped.rs`), and a wall-clock split time would leave
-    /// the next ones below their page's start; and not one above it: the other versions of
-    /// a store's atomic batch share its timestamp and may still come. A writer whose CAS
-    /// comes after the split took its timestamp again after reading the split page, so it
-    /// is at or above. The store's EOSL-TS (§IV-B1) will come in here.
+    /// (module doc), without moving the clock, or §IV-B1's EOSL-TS when a store has
+    /// timestamps in flight: the oldest taken and not yet applied, if lower. Not a new tick:
+    /// a store's redo puts old versions in timestamp order (`stamped.rs`), and a wall-clock
+    /// split time would leave the next ones below their page's start; and not one above the
+    /// newest: the other versions of a store's atomic batch share its timestamp and may
+    /// still come. A writer whose CAS comes after the split took its timestamp again after
+    /// reading the split page, so it is at or above; a store's unit in flight is at or above
+    /// by EOSL-TS, so its version never has to go into the historical page.
+    ///
+    /// The clock is read before the units in flight: a unit marks its slot before it ticks
+    /// (an RMW of the clock), so a clock value at or after its tick makes its mark visible
+    /// here, and one before its tick is below its timestamp.
     pub fn split_time(&self) -> u64 {
-        self.clock.last()
+        let last = self.clock.last();
+        match self.in_flight.get().and_then(|s| s.oldest_unapplied()) {
+            Some(oldest) => last.min(oldest),
+            None => last,
+        }
     }
 
     /// Time-splits leaf `pid` (state `state`, folded into `view`). Returns the current page's

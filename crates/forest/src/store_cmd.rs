@@ -417,6 +417,12 @@ fn print_verify(dir: &Path, report: &VerifyReport) {
         Some(engine) => println!("engine recorded: {engine}"),
         None => println!("engine recorded: none"),
     }
+    if report.retention_recorded > 0 {
+        println!(
+            "retention threshold recorded: {}",
+            report.retention_recorded
+        );
+    }
     if let Some(e) = &report.meta_error {
         println!("meta: DAMAGED: {e}");
     }
@@ -443,10 +449,17 @@ fn print_verify(dir: &Path, report: &VerifyReport) {
     }
     for cp in &report.checkpoints {
         match (&cp.info, &cp.error) {
-            (Some(info), _) => println!(
-                "checkpoint {}: {} bytes, start lsn {}, end lsn {}, {} entries",
-                cp.name, cp.bytes, info.start_lsn, info.end_lsn, info.entry_count
-            ),
+            (Some(info), _) => {
+                let mut line = format!(
+                    "checkpoint {}: {} bytes, start lsn {}, end lsn {}, {} entries",
+                    cp.name, cp.bytes, info.start_lsn, info.end_lsn, info.entry_count
+                );
+                // A temporal checkpoint's T and cut (review rev-tckpt F5).
+                if let Some(t) = cp.temporal {
+                    line += &format!(", retention threshold {}, cut {}", t.threshold, t.cut);
+                }
+                println!("{line}");
+            }
             (None, Some(e)) => println!("checkpoint {}: {} bytes, DAMAGED: {e}", cp.name, cp.bytes),
             (None, None) => println!("checkpoint {}: {} bytes", cp.name, cp.bytes),
         }

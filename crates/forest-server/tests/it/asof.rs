@@ -289,6 +289,8 @@ fn asof_retain_discards_history_before_the_threshold() {
             other => panic!("INFO: {other:?}"),
         };
         assert!(info.contains(&format!("asof_retention:{t2}")), "{info}");
+        // Once (review rev-retain F6: the engine's `retention` counter repeated it).
+        assert_eq!(info.matches(t2.as_str()).count(), 1, "{info}");
         if restarted {
             break;
         }

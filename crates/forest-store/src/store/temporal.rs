@@ -3,13 +3,23 @@
 //! reads may ask for any past time.
 //!
 //! Timestamps. A unit (one write, or one atomic batch) takes its timestamp from the engine's
-//! clock (wall-clock microseconds, `max(now, last + 1)`) right after its LSNs, under the
-//! shard log's lock, and applies there too; the timestamp is in each of its log records
-//! (`wal::record`'s `FLAG_TIMESTAMP`). A temporal store has one shard log, so timestamps
-//! strictly increase in LSN order and units apply in that order, which time splits rely on
-//! (a page's history is complete when it splits; §IV-B1's EOSL-TS would lift this). Every
-//! record of a batch has the batch's timestamp, so an as-of read sees a batch whole or not
-//! at all; a batch that writes one key twice makes one version, its last write's.
+//! clock (wall-clock microseconds, `max(now, last + 1)`) with its LSNs, under the shard log's
+//! lock and one lock common to all shards (`GroupCommit::log_unit_stamped`), so timestamps
+//! strictly increase in LSN order across shards; it applies under its shard's lock, so units
+//! of different shards apply concurrently, out of timestamp order, while each key's units
+//! (serialised by the key stripes) apply in order. The timestamp is in each of its log
+//! records (`wal::record`'s `FLAG_TIMESTAMP`). Every record of a batch has the batch's
+//! timestamp, so an as-of read sees a batch whole or not at all; a batch that writes one key
+//! twice makes one version, its last write's.
+//!
+//! EOSL-TS (tsbw-tree-temporal.md §IV-B1). Each shard has a slot holding the timestamp of its
+//! unit in flight (taken, not yet applied; a shard has at most one, under its lock), marked
+//! before the tick. [`InFlight`] hands their minimum to the engine
+//! ([`TemporalIndex::set_in_flight`]), whose data pages time-split at or below it: a version
+//! still to come is never older than its page's start, so history is never updated. The same
+//! slots keep [`Store::now`] below every unit not yet applied. Redo applies one record at a
+//! time in LSN (= timestamp) order and needs no slot. Pause point (feature `pause-points`):
+//! `temporal:ticked`, a unit's timestamp taken and marked in flight, nothing applied yet.
 //!
 //! Redo. Recovery replays the logs in LSN order, inline, each record as
 //! [`TemporalIndex::put_version`] at its logged timestamp: the same versions at the same
@@ -55,31 +65,80 @@ use forest_core::{
     check_entry, check_key, Error, Order, Result, TemporalIndex, Timestamp, Visitor,
 };
 
-use super::{Rmw, Store, StoreOptions, WriteBatch};
+use super::{Rmw, Store, WriteBatch};
 use crate::meta::StoreMeta;
 use crate::wal::Op;
 
-/// `pending_ts` while a unit is taking its timestamp.
+/// A slot's value while its unit is taking its timestamp.
 const TICKING: u64 = u64::MAX;
+
+/// Per shard, the timestamp of the unit between its tick and its apply (0: none; see the
+/// module doc): §IV-B1's EOSL-TS for the engine, and [`Store::now`]'s bound.
+pub(super) struct InFlight {
+    slots: Box<[Slot]>,
+}
+
+/// One shard's slot, on its own cache line: shards write theirs concurrently.
+#[derive(Default)]
+#[repr(align(64))]
+struct Slot(std::sync::atomic::AtomicU64);
+
+impl std::ops::Deref for Slot {
+    type Target = std::sync::atomic::AtomicU64;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl InFlight {
+    pub(super) fn new(shards: usize) -> Self {
+        Self {
+            slots: (0..shards).map(|_| Default::default()).collect(),
+        }
+    }
+
+    /// Marks `shard`'s unit as ticking, takes its timestamp, records it.
+    fn tick(&self, shard: usize, temporal: &dyn TemporalIndex) -> u64 {
+        self.slots[shard].store(TICKING, Ordering::SeqCst);
+        let ts = temporal.tick();
+        self.slots[shard].store(ts, Ordering::SeqCst);
+        ts
+    }
+
+    fn applied(&self, shard: usize) {
+        self.slots[shard].store(0, Ordering::SeqCst);
+    }
+
+    /// The smallest timestamp in flight, waiting out a unit taking one.
+    fn oldest(&self) -> Option<u64> {
+        let mut oldest = None;
+        for slot in self.slots.iter() {
+            let ts = loop {
+                match slot.load(Ordering::SeqCst) {
+                    TICKING => std::hint::spin_loop(),
+                    ts => break ts,
+                }
+            };
+            if ts != 0 {
+                oldest = Some(oldest.map_or(ts, |o: u64| o.min(ts)));
+            }
+        }
+        oldest
+    }
+}
+
+impl forest_core::InFlight for InFlight {
+    fn oldest_unapplied(&self) -> Option<Timestamp> {
+        self.oldest()
+    }
+}
 
 /// Versions of one key's history: (timestamp, value or None for a delete).
 pub type History = Vec<(Timestamp, Option<Vec<u8>>)>;
 
-/// Refuses what a temporal store cannot do in this increment: several shard logs (no
-/// timestamp order across them), and switching to it from another engine (the logs and
-/// checkpoints of that engine hold no timestamps).
-pub(super) fn check_open(
-    options: &StoreOptions,
-    recorded: Option<&StoreMeta>,
-    engine: &str,
-) -> Result<()> {
-    if options.shards != 1 {
-        return Err(Error::Config(format!(
-            "engine `{engine}` is temporal and needs shards=1 ({} given): its timestamps \
-             follow the LSNs of one log",
-            options.shards
-        )));
-    }
+/// Refuses switching to a temporal engine from another engine (the logs and checkpoints of
+/// that engine hold no timestamps).
+pub(super) fn check_open(recorded: Option<&StoreMeta>, engine: &str) -> Result<()> {
     if let Some(meta) = recorded {
         let was = super::spec_form(&meta.engine);
         let temporal_before = forest_engines::EngineSpec::parse(&was)
@@ -146,27 +205,42 @@ impl Store {
         self.index.as_temporal().is_some()
     }
 
-    /// A unit's timestamp, under its shard's lock; [`Self::now`] stays below it until the
-    /// unit has applied.
-    pub(super) fn tick(&self, temporal: &dyn TemporalIndex) -> u64 {
-        self.pending_ts.store(TICKING, Ordering::SeqCst);
-        let ts = temporal.tick();
-        self.pending_ts.store(ts, Ordering::SeqCst);
-        ts
+    /// A unit's timestamp, under its shard's lock; [`Self::now`] and the engine's split
+    /// times stay at or below it until the unit has applied.
+    pub(super) fn tick(&self, shard: usize, temporal: &dyn TemporalIndex) -> u64 {
+        self.in_flight.tick(shard, temporal)
     }
 
-    /// Applies a unit's records as versions at `ts`, then lets [`Self::now`] pass it.
+    /// Applies a unit's records as versions at `ts`, then lets [`Self::now`] and split times
+    /// pass it (also when the engine refused one: the store fails then).
     pub(super) fn apply_versions(
         &self,
+        shard: usize,
         temporal: &dyn TemporalIndex,
         unit: &[(Op, &[u8], &[u8])],
         ts: u64,
     ) -> Result<()> {
-        for &(op, key, value) in unit {
-            temporal.put_version(key, ts, (op == Op::Put).then_some(value))?;
+        forest_core::pause::pause_point("temporal:ticked");
+        let applied = unit.iter().try_for_each(|&(op, key, value)| {
+            temporal
+                .put_version(key, ts, (op == Op::Put).then_some(value))
+                .map(|_| ())
+        });
+        self.in_flight.applied(shard);
+        applied
+    }
+
+    /// The shard this thread's writes log to (tests pick writers on different shards).
+    #[doc(hidden)]
+    pub fn shard_of_this_thread(&self) -> usize {
+        self.commit.shard_of_thread()
+    }
+
+    /// Hands the slots of timestamps in flight to the engine (§IV-B1's EOSL-TS).
+    pub(super) fn hand_over_in_flight(&self) {
+        if let Some(temporal) = self.index.as_temporal() {
+            temporal.set_in_flight(self.in_flight.clone());
         }
-        self.pending_ts.store(0, Ordering::SeqCst);
-        Ok(())
     }
 
     /// Logs and applies one write of `key` on a temporal store; its LSN and timestamp (None:
@@ -195,9 +269,9 @@ impl Store {
         self.commit.log_unit_stamped(
             shard,
             &unit,
-            &|| self.tick(temporal),
+            &|| self.tick(shard, temporal),
             |ts| {
-                if let Err(e) = self.apply_versions(temporal, &unit, ts) {
+                if let Err(e) = self.apply_versions(shard, temporal, &unit, ts) {
                     *refused = Some(self.fail_logged_unapplied(e));
                 }
             },
@@ -210,13 +284,10 @@ impl Store {
     pub fn now(&self) -> Result<Timestamp> {
         let temporal = self.temporal()?;
         let now = temporal.now();
-        loop {
-            match self.pending_ts.load(Ordering::SeqCst) {
-                TICKING => std::hint::spin_loop(),
-                0 => return Ok(now),
-                pending => return Ok(now.min(pending - 1)),
-            }
-        }
+        Ok(match self.in_flight.oldest() {
+            Some(pending) => now.min(pending - 1),
+            None => now,
+        })
     }
 
     /// The error for a time after [`Self::now`], whose answer could still change, or below

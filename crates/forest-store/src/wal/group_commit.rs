@@ -136,6 +136,9 @@ struct Inner {
     failed: AtomicBool,
     shutdown: AtomicBool,
     fsync_count: AtomicU64,
+    /// A temporal store's units take their LSNs and timestamp under it, so timestamps follow
+    /// LSN order across shards too (redo replays in LSN order; `store/temporal.rs`).
+    stamp: Mutex<()>,
 }
 
 /// The shard logs of an open store and their flushers.
@@ -192,6 +195,7 @@ impl GroupCommit {
             failed: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
             fsync_count: AtomicU64::new(0),
+            stamp: Mutex::new(()),
         });
         let mut flushers = Vec::new();
         for index in 0..inner.shards.len() {
@@ -288,8 +292,10 @@ impl GroupCommit {
     /// [`Self::log_unit`] for a store over a temporal engine (issue 18): `tick` (the
     /// engine's clock) gives the unit one timestamp, taken right after its LSNs under the
     /// shard's lock and carried in each of its records ([`FLAG_TIMESTAMP`](super::record::FLAG_TIMESTAMP));
-    /// `apply` gets it. With one shard, timestamps therefore increase with LSNs, and units
-    /// apply in that order. Returns the unit's last LSN and its timestamp.
+    /// `apply` gets it. LSNs and timestamp are taken together under one lock across shards,
+    /// so timestamps increase with LSNs; units of different shards apply concurrently (the
+    /// store hands its timestamps in flight to the engine, §IV-B1's EOSL-TS). Returns the
+    /// unit's last LSN and its timestamp.
     pub fn log_unit_stamped(
         &self,
         shard: usize,
@@ -335,9 +341,14 @@ impl GroupCommit {
         if inner.failed.load(Ordering::SeqCst) {
             return Err(inner.failure_error());
         }
-        let first = inner.lsns.allocate_n(count.get());
+        let (first, ts) = match tick {
+            Some(tick) => {
+                let _stamp = inner.stamp.lock();
+                (inner.lsns.allocate_n(count.get()), Some(tick()))
+            }
+            None => (inner.lsns.allocate_n(count.get()), None),
+        };
         let last = first + count.get() - 1;
-        let ts = tick.map(|tick| tick());
         let nonce = state.nonce;
         for (i, &(op, key, value)) in records.iter().enumerate() {
             let record = Record {

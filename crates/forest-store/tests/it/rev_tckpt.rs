@@ -168,8 +168,10 @@ fn verify_reads_temporal_checkpoints() {
             store.checkpoint().expect("checkpoint");
         }
     }
+    let threshold = store.retention().expect("retention");
+    let before_last = store.now().expect("now");
     store.checkpoint().expect("checkpoint");
-    store.put_ts(b"late", b"v").expect("put");
+    let late = store.put_ts(b"late", b"v").expect("put");
     let live = store.to_vec().len() as u64;
     store.close().expect("close");
     let report = Store::verify(dir.clone(), None).expect("verify");
@@ -177,6 +179,20 @@ fn verify_reads_temporal_checkpoints() {
     assert_eq!(report.checkpoints.len(), 2, "{report:?}");
     assert!(
         report.checkpoints.iter().all(|c| c.info.is_some()),
+        "{report:?}"
+    );
+    // T and each checkpoint's cut, for `forest check` to print (review rev-tckpt F5).
+    assert_eq!(report.retention_recorded, threshold);
+    for c in &report.checkpoints {
+        let t = c.temporal.expect("a temporal checkpoint's block");
+        assert_eq!(t.threshold, threshold, "{c:?}");
+        assert!(threshold <= t.cut && t.cut < late, "{c:?}");
+    }
+    assert!(
+        report
+            .checkpoints
+            .iter()
+            .any(|c| c.temporal.is_some_and(|t| t.cut >= before_last)),
         "{report:?}"
     );
     let recovery = report.recovery.as_ref().expect("recoverable");

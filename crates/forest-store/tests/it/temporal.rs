@@ -36,10 +36,15 @@ pub(crate) const KEY_COUNT: u32 = 12;
 pub(crate) type Model = BTreeMap<Vec<u8>, BTreeMap<u64, Option<Vec<u8>>>>;
 
 pub(crate) fn options(engine: &str) -> StoreOptions {
+    sharded(engine, 1)
+}
+
+/// [`options`] with `shards` shard logs.
+pub(crate) fn sharded(engine: &str, shards: usize) -> StoreOptions {
     StoreOptions {
         engine: Some(engine.to_string()),
         durability: Durability::Group,
-        shards: 1,
+        shards,
         switch_engine: false,
         memory_budget_bytes: None,
     }
@@ -308,28 +313,46 @@ pub(crate) fn random_write(
     }
 }
 
-/// Child mode: write single upserts and removes until killed, printing `ack <key-hex>
-/// <value-hex|-> <ts>` after each acknowledged write.
+/// Child mode (spec `dir,seed,shards,threads`): `threads` threads write single upserts and
+/// removes of their own keys (key `i` belongs to thread `i % threads`) until killed, printing
+/// `ack <key-hex> <value-hex|-> <ts>` after each acknowledged write.
 fn run_child(spec: &str) -> ! {
-    let (dir, seed) = spec.rsplit_once(',').expect("dir,seed");
-    let mut rng = StdRng::seed_from_u64(seed.parse().expect("seed"));
-    let store = Store::open_path(dir, options(ENGINE)).expect("child open");
-    loop {
-        let k = key(rng.random_range(0..KEY_COUNT));
-        let line = if rng.random_range(0..4) == 0 {
-            match store.remove_ts(&k).expect("child remove") {
-                Some(ts) => format!("ack {} - {ts}", hex(&k)),
-                None => continue,
-            }
-        } else {
-            let v = rng.random::<u32>().to_le_bytes();
-            let ts = store.put_ts(&k, &v).expect("child put");
-            format!("ack {} {} {ts}", hex(&k), hex(&v))
-        };
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "{line}").expect("stdout");
-        out.flush().expect("flush");
-    }
+    let words: Vec<&str> = spec.rsplitn(4, ',').collect();
+    let [threads, shards, seed, dir] = words[..] else {
+        panic!("spec {spec}: dir,seed,shards,threads")
+    };
+    let (threads, shards): (u32, usize) = (
+        threads.parse().expect("threads"),
+        shards.parse().expect("shards"),
+    );
+    let seed: u64 = seed.parse().expect("seed");
+    let store = Store::open_path(dir, sharded(ENGINE, shards)).expect("child open");
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let store = &store;
+            s.spawn(move || {
+                let mut rng = StdRng::seed_from_u64(seed ^ u64::from(t));
+                let mine: Vec<u32> = (0..KEY_COUNT).filter(|i| i % threads == t).collect();
+                loop {
+                    let k = key(mine[rng.random_range(0..mine.len())]);
+                    let line = if rng.random_range(0..4) == 0 {
+                        match store.remove_ts(&k).expect("child remove") {
+                            Some(ts) => format!("ack {} - {ts}", hex(&k)),
+                            None => continue,
+                        }
+                    } else {
+                        let v = rng.random::<u32>().to_le_bytes();
+                        let ts = store.put_ts(&k, &v).expect("child put");
+                        format!("ack {} {} {ts}", hex(&k), hex(&v))
+                    };
+                    let mut out = std::io::stdout().lock();
+                    writeln!(out, "{line}").expect("stdout");
+                    out.flush().expect("flush");
+                }
+            });
+        }
+    });
+    unreachable!("the writers run until killed")
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -343,14 +366,23 @@ fn unhex(s: &str) -> Vec<u8> {
         .collect()
 }
 
-/// Runs a child writer on `dir`, kills it after `acks` acknowledged writes, and returns
-/// them as (key, value, ts).
-fn kill_child(dir: &Path, seed: u64, acks: usize) -> Vec<(Vec<u8>, Option<Vec<u8>>, u64)> {
+/// Runs a child writer (test `test`, `shards` logs, `threads` writers) on `dir`, kills it
+/// after `acks` acknowledged writes, and returns them as (key, value, ts).
+fn kill_child(
+    test: &str,
+    dir: &Path,
+    seed: u64,
+    (shards, threads): (usize, u32),
+    acks: usize,
+) -> Vec<(Vec<u8>, Option<Vec<u8>>, u64)> {
     let (_, module) = module_path!().split_once("::").expect("a module");
-    let path = format!("{module}::temporal_model_with_reopen_and_sigkill");
+    let path = format!("{module}::{test}");
     let mut child = Command::new(std::env::current_exe().expect("current_exe"))
         .args(["--exact", path.as_str(), "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, format!("{},{seed}", dir.display()))
+        .env(
+            CHILD_ENV,
+            format!("{},{seed},{shards},{threads}", dir.display()),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -400,6 +432,21 @@ fn kill_child(dir: &Path, seed: u64, acks: usize) -> Vec<(Vec<u8>, Option<Vec<u8
 // each, every key's whole history and the earlier reads are checked again.
 #[test]
 fn temporal_model_with_reopen_and_sigkill() {
+    run_model("temporal_model_with_reopen_and_sigkill", 1, 1);
+}
+
+// Goal: as above over three shard logs, with units of several shards in flight at once
+// (§IV-B1's EOSL-TS holds time splits below them, `store/temporal.rs`). Method: the model
+// test with three shards; each round also runs three threads writing their own keys at
+// once, and the killed child writes from three threads (up to three writes in flight may
+// have reached the logs).
+#[test]
+fn temporal_model_over_several_shards() {
+    run_model("temporal_model_over_several_shards", 3, 3);
+}
+
+/// The model test of `test` with `shards` shard logs and `threads` concurrent writers.
+fn run_model(test: &str, shards: usize, threads: u32) {
     if let Ok(spec) = std::env::var(CHILD_ENV) {
         run_child(&spec);
     }
@@ -414,7 +461,8 @@ fn temporal_model_with_reopen_and_sigkill() {
     let mut stamps = Vec::new();
     for round in 0..4 {
         let what = format!("seed {seed} round {round}");
-        let store = Store::open_path(tmp.path(), options(ENGINE)).expect("temporal store call");
+        let store =
+            Store::open_path(tmp.path(), sharded(ENGINE, shards)).expect("temporal store call");
         if round >= 1 {
             let report = store.recovery_report();
             assert!(report.checkpoint_start_lsn.is_some(), "{what}: {report:?}");
@@ -431,6 +479,9 @@ fn temporal_model_with_reopen_and_sigkill() {
             } else {
                 random_write(&store, &mut model, &mut stamps, &mut rng);
             }
+        }
+        if threads > 1 {
+            concurrent_writes(&store, &mut model, &mut stamps, threads, seed ^ round, ops);
         }
         check_all_history(&store, &model, &what);
         if round >= 1 {
@@ -453,7 +504,13 @@ fn temporal_model_with_reopen_and_sigkill() {
         }
         drop(store);
         let last_ts = stamps.iter().max().copied().unwrap_or(0);
-        let acked = kill_child(tmp.path(), seed ^ round, rng.random_range(5..60));
+        let acked = kill_child(
+            test,
+            tmp.path(),
+            seed ^ round,
+            (shards, threads),
+            rng.random_range(5..60),
+        );
         for (k, v, ts) in acked {
             assert!(
                 ts > last_ts,
@@ -462,29 +519,35 @@ fn temporal_model_with_reopen_and_sigkill() {
             model.entry(k).or_default().insert(ts, v);
             stamps.push(ts);
         }
-        // The write in flight at the kill may have reached the log: it is the one version
-        // after the last ack, if any.
+        // The writes in flight at the kill (one per writer) may have reached the log: the
+        // versions after the last ack, if any.
         let last_ack = stamps.iter().max().copied().unwrap_or(0);
-        let store = Store::open_path(tmp.path(), options(ENGINE)).expect("temporal store call");
+        let store =
+            Store::open_path(tmp.path(), sharded(ENGINE, shards)).expect("temporal store call");
         // The open after a crash that replayed records writes a checkpoint.
         assert_eq!(store.stats().checkpoint_count, 1, "{what}");
         let mut extra = Vec::new();
         for i in 0..KEY_COUNT {
+            // One writer: its write in flight is after its last ack. Several: each writer's
+            // is after its own last ack, so after the last version of the key it wrote
+            // (another writer's ack may be later).
+            let after = if threads == 1 {
+                last_ack
+            } else {
+                model
+                    .get(&key(i))
+                    .and_then(|h| h.keys().next_back().copied())
+                    .unwrap_or(0)
+            };
             for (ts, v) in store
-                .history(
-                    &key(i),
-                    last_ack + 1,
-                    u64::MAX,
-                    Order::Ascending,
-                    usize::MAX,
-                )
+                .history(&key(i), after + 1, u64::MAX, Order::Ascending, usize::MAX)
                 .expect("temporal store call")
             {
                 extra.push((key(i), ts, v));
             }
         }
         assert!(
-            extra.len() <= 1,
+            extra.len() <= threads as usize,
             "{what}: versions after the last ack: {extra:?}"
         );
         for (k, ts, v) in extra {
@@ -502,6 +565,61 @@ fn temporal_model_with_reopen_and_sigkill() {
             );
         }
         store.close().expect("temporal store call");
+    }
+}
+
+/// A version one writer wrote: (key, timestamp, value or None for a delete).
+type Written = (Vec<u8>, u64, Option<Vec<u8>>);
+
+/// `threads` threads write their own keys at once (key `i` to thread `i % threads`), `ops`
+/// writes in all; their versions join the model.
+fn concurrent_writes(
+    store: &Store,
+    model: &mut Model,
+    stamps: &mut Vec<u64>,
+    threads: u32,
+    seed: u64,
+    ops: usize,
+) {
+    let written: Vec<Vec<Written>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let mut own: Model = (0..KEY_COUNT)
+                    .filter(|i| i % threads == t)
+                    .filter_map(|i| model.get_key_value(&key(i)))
+                    .map(|(k, h)| (k.clone(), h.clone()))
+                    .collect();
+                s.spawn(move || {
+                    let mut rng = StdRng::seed_from_u64(seed ^ u64::from(t));
+                    let mine: Vec<u32> = (0..KEY_COUNT).filter(|i| i % threads == t).collect();
+                    let mut out = Vec::new();
+                    for _ in 0..ops / threads as usize {
+                        let k = key(mine[rng.random_range(0..mine.len())]);
+                        let present = value_at(&own, &k, u64::MAX).is_some();
+                        let (ts, v) = if rng.random_range(0..4) == 0 {
+                            let ts = store.remove_ts(&k).expect("temporal store call");
+                            assert_eq!(ts.is_some(), present, "remove of {k:?}");
+                            let Some(ts) = ts else { continue };
+                            (ts, None)
+                        } else {
+                            let v = rng.random::<u32>().to_le_bytes().to_vec();
+                            (store.put_ts(&k, &v).expect("temporal store call"), Some(v))
+                        };
+                        own.entry(k.clone()).or_default().insert(ts, v.clone());
+                        out.push((k, ts, v));
+                    }
+                    out
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a writer"))
+            .collect()
+    });
+    for (k, ts, v) in written.into_iter().flatten() {
+        model.entry(k).or_default().insert(ts, v);
+        stamps.push(ts);
     }
 }
 
@@ -588,7 +706,7 @@ fn wal_redo_is_idempotent() {
 }
 
 // Goal: every temporal call on a store of another engine answers an error naming the
-// engine; a temporal store refuses several shards and a switch from another engine; a time
+// engine; a temporal store refuses a switch from another engine; a time
 // in the future is refused. Method: each call on a lockbtree store, then the refused opens,
 // then reads at now + 1 s on a tsbtree store.
 #[test]
@@ -639,17 +757,6 @@ fn errors_name_the_problem() {
     );
 
     let tmp = tempfile::tempdir().expect("temporal store call");
-    let sharded = Store::open_path(
-        tmp.path(),
-        StoreOptions {
-            shards: 2,
-            ..options("tsbtree")
-        },
-    )
-    .unwrap_err()
-    .to_string();
-    assert!(sharded.contains("needs shards=1"), "{sharded}");
-
     let store = Store::open_path(tmp.path(), options("tsbtree")).expect("temporal store call");
     let ts = store.put_ts(b"a", b"1").expect("temporal store call");
     assert!(store.now().expect("temporal store call") >= ts);
@@ -822,4 +929,131 @@ fn a_threshold_never_covers_a_write_a_crash_can_lose() {
         found && after == out,
         "the read at the threshold changed across the crash"
     );
+}
+
+// Goal (§IV-B1's EOSL-TS over several shards): a unit that took its timestamp and has not
+// applied it while another shard's writes time-split its page still applies, at its
+// timestamp, in the current page; the split time stays at or below it, so its version never
+// goes into a historical page after the split. Before, the split took the clock's newest
+// time (a later unit's) and the held write was refused as older than its page's start.
+// Method: two shards; a writer of k00 paused at `temporal:ticked`; a writer on the other
+// shard updates k01 (on the same leaf) until it time-splits; then the first goes on; its
+// version, the as-of reads around it and a reopen are checked. Durability `periodic`, so
+// the second writer's acknowledgements do not wait for the held unit's LSN.
+#[cfg(feature = "pause-points")]
+#[test]
+fn a_unit_in_flight_keeps_its_version_out_of_history() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{mpsc, Arc, Mutex};
+
+    let tmp = tempfile::tempdir().expect("temporal store call");
+    // Acknowledged at once: a write waits for durability in LSN order, and the held unit's
+    // shard cannot flush while it holds the shard's lock.
+    let options = || StoreOptions {
+        durability: Durability::Periodic { interval_ms: 5 },
+        ..sharded(ENGINE, 2)
+    };
+    let store = Store::open_path(tmp.path(), options()).expect("temporal store call");
+    let k00 = key(0);
+    let k01 = key(1);
+    let old = store.put_ts(&k00, b"old").expect("temporal store call");
+    let (paused_tx, paused_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (paused_tx, go_rx) = (Mutex::new(paused_tx), Mutex::new(go_rx));
+    let fired = AtomicBool::new(false);
+    forest_core::pause::set_pause_hook(Some(Arc::new(move |name| {
+        if name == "temporal:ticked"
+            && std::thread::current().name() == Some("held")
+            && !fired.swap(true, Ordering::SeqCst)
+        {
+            paused_tx
+                .lock()
+                .expect("hook")
+                .send(())
+                .expect("test alive");
+            go_rx.lock().expect("hook").recv().expect("test alive");
+        }
+    })));
+    let time_splits = |store: &Store| {
+        store
+            .stats()
+            .index
+            .counters
+            .iter()
+            .find(|(n, _)| *n == "time_splits")
+            .map_or(0, |c| c.1)
+    };
+    std::thread::scope(|s| {
+        let (store, k00, k01) = (&store, &k00, &k01);
+        let (shard_tx, shard_rx) = mpsc::channel::<usize>();
+        let held = std::thread::Builder::new()
+            .name("held".into())
+            .spawn_scoped(s, move || {
+                shard_tx
+                    .send(store.shard_of_this_thread())
+                    .expect("test alive");
+                store.put_ts(k00, b"held")
+            })
+            .expect("spawn");
+        let held_shard = shard_rx.recv().expect("the held writer's shard");
+        paused_rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("the held writer reached its pause point");
+        // A writer on the other shard (the held one holds its shard's lock): new threads
+        // until one logs to it (threads take shards in turn).
+        let splits_before = time_splits(store);
+        let (writer_stamps, splits) = (0..64)
+            .find_map(|_| {
+                s.spawn(move || {
+                    if store.shard_of_this_thread() == held_shard {
+                        return None;
+                    }
+                    let stamps: Vec<u64> = (0..40u32)
+                        .map(|i| store.put_ts(k01, &i.to_le_bytes()).expect("a write"))
+                        .collect();
+                    Some((stamps, time_splits(store)))
+                })
+                .join()
+                .expect("writer")
+            })
+            .expect("a thread on the other shard");
+        assert!(
+            splits > splits_before,
+            "no time split ran while the unit was held"
+        );
+        go_tx.send(()).expect("held writer alive");
+        let held_ts = held
+            .join()
+            .expect("held writer")
+            .expect("the held version applies after the splits");
+        assert!(
+            old < held_ts && held_ts < writer_stamps[0],
+            "{held_ts} {writer_stamps:?}"
+        );
+    });
+    forest_core::pause::set_pause_hook(None);
+    for store in [Some(store), None] {
+        let store = match store {
+            Some(s) => s,
+            None => Store::open_path(tmp.path(), options()).expect("reopen"),
+        };
+        let h = store
+            .history(&k00, 0, u64::MAX, Order::Ascending, 9)
+            .expect("temporal store call");
+        assert_eq!(h.len(), 2, "{h:?}");
+        assert_eq!(h[1].1.as_deref(), Some(&b"held"[..]));
+        let mut out = Vec::new();
+        assert!(store.get_as_of(&k00, h[1].0 - 1, &mut out).expect("read"));
+        assert_eq!(out, b"old");
+        assert!(store.get_as_of(&k00, h[1].0, &mut out).expect("read"));
+        assert_eq!(out, b"held");
+        assert_eq!(
+            store
+                .history(&k01, 0, u64::MAX, Order::Ascending, 99)
+                .expect("temporal store call")
+                .len(),
+            40
+        );
+        store.close().expect("close");
+    }
 }

@@ -3,6 +3,7 @@
 //! build). One file's tests: `cargo test -p forest-tsbtree --test it -- NAME::`.
 
 mod conformance;
+mod eosl;
 mod export;
 mod fig3;
 mod history_links;
