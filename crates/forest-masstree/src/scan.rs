@@ -10,22 +10,28 @@
 //! the next batch descends again from the root to just past the last key handed out. The
 //! quota starts at [`BATCH_RECORDS_FIRST`] (a short scan copies little it will not hand
 //! out) and grows to [`BATCH_RECORDS_MAX`] (a long scan descends rarely). No pin or lock is
-//! held while the visitor runs, and each record handed out was in the tree when its node was
+//! held while the visitor runs, and each record handed out was in the tree when its slot was
 //! validated.
 //!
 //! Within a batch the walk keeps a stack of levels, one per layer it is inside (`Level`:
-//! the layer's link, the border node at hand with its version, and the place in key order up
-//! to which it has handed out; a stack on the heap, so the 2,048 layers of a 16 KiB key need
-//! no deep recursion):
-//! - A node is read whole into a small array (each slot's slice, `keylen` and block, or its
-//!   layer link) and validated by its version; only then are its records copied out (a block
-//!   never changes once published and the pin keeps it alive, so a value is copied once,
-//!   straight into the buffer). At a layer link the walk pushes a level for the layer below
+//! the layer's link, the border node at hand with its version, its permutation and the
+//! walk's position in it, and the place in key order up to which it has handed out; a stack
+//! on the heap, so the 2,048 layers of a 16 KiB key need no deep recursion):
+//! - A node's permutation is read once at a stable version; then each slot in turn is read
+//!   (slice, `keylen`, block or layer link) and validated by the node's version before it is
+//!   used, as masstree-beta's scan emits each key only after checking the node unchanged.
+//!   A record's block never changes once published and the pin keeps it alive, so it is
+//!   copied after its validation, once, straight into the buffer. A failed validation (or a
+//!   slot mid-change) re-reads the node from the walk's place, walking right past splits
+//!   (Fig. 7); the records already copied were each validated, so they stay.
+//! - At a layer link (validated like a record) the walk pushes a level for the layer below
 //!   (at its place in key order: after the keys of that slice that end in it, ascending;
-//!   before them, descending) and, once that layer is done, re-reads the node it left from
-//!   the place after the link. A failed validation re-reads the node, walking right past
-//!   splits (Fig. 7). The key prefix is built once per layer (8 bytes pushed on entry,
-//!   popped on exit), not per record.
+//!   before them, descending). Once that layer is done, it goes on in the node it left at
+//!   the saved position if the node's version is unchanged, without reading it again (YCSB
+//!   keys put ~11 keys in each layer-1 subtree, so a layer-0 node used to be re-read about
+//!   15 times); only a changed node is re-read, from the place after the link. The key
+//!   prefix is built once per layer (8 bytes pushed on entry, popped on exit), not per
+//!   record, and a key is written as whole words (prefix words, slice word, suffix).
 //! - Ascending moves to the `next` link read in the validated snapshot: at version `v` the
 //!   node holds every key below its high key and `next` starts exactly there; later splits
 //!   only move keys right, into nodes the walk still reaches. A layer ends at its last node.
@@ -52,6 +58,7 @@ use crate::block::{self, BlockRef};
 use crate::key::{class_of_keylen, push_slice, slice_of, KEYLEN_LAYER, KEYLEN_SUFFIX, SLICE_BYTES};
 use crate::node::{BorderRef, Kind, NodeRef, TreeGuard};
 use crate::nodeversion::DELETED;
+use crate::permuter::Permuter;
 use crate::Masstree;
 
 /// Records per batch while a scan is short: about two border nodes' worth. A scan cannot
@@ -59,7 +66,9 @@ use crate::Masstree;
 /// miss on its value block, so short scans (YCSB-E's are 1-100 records) copy in small
 /// batches; but each batch also costs a pin and a re-descent from the root. On YCSB-E
 /// (session 11, CPU time on a loaded machine) 32 took 3-4 % less CPU than 16, 24 in between,
-/// 8 more.
+/// 8 more. Session 16, after the walk got cheaper (docs/BENCHMARKS.md, issue 14): 16 still
+/// cost 3.4 % more instructions per YCSB-E scan than 32 (each batch's descent outweighs the
+/// records it saves); for lengths uniform in 1-100 a fixed 32 beats geometric growth.
 pub const BATCH_RECORDS_FIRST: usize = 32;
 
 /// Once a scan has handed out this many records, each batch is as large as all the records
@@ -83,37 +92,59 @@ const BLOCK_LINES: usize = 3;
 /// Layers below a node whose first border node is prefetched ahead of the walk.
 const LAYERS_AHEAD: usize = 2;
 
-/// Appends `src` to `out`; a piece of at most 16 bytes (a layer prefix, a key suffix) with
-/// fixed-size loads and stores (two overlapping words) instead of a call to `memcpy`: the
-/// calls for these short pieces were about a tenth of a scan's CPU time (perf, YCSB-E).
+/// Copies `src` into `buf` at `at` (the caller made room for it and 16 bytes more); a piece
+/// of at most 16 bytes (a key suffix) with fixed-size moves (two overlapping words) instead
+/// of a call to `memcpy`: the calls for these short pieces were about a tenth of a scan's CPU
+/// time (perf, YCSB-E).
 #[inline(always)]
-fn push_bytes(out: &mut Vec<u8>, src: &[u8]) {
+fn put_short(buf: &mut [u8], at: usize, src: &[u8]) {
     let n = src.len();
-    let at = out.len();
     match n {
         0 => {}
-        1..=3 => {
-            for &b in src {
-                out.push(b);
-            }
-        }
+        1..=3 => buf[at..at + n].copy_from_slice(src),
         4..=7 => {
             let head: [u8; 4] = src[..4].try_into().unwrap_or_default();
             let tail: [u8; 4] = src[n - 4..].try_into().unwrap_or_default();
-            out.extend_from_slice(&head);
-            out.extend_from_slice(&tail);
-            out[at + n - 4..at + n].copy_from_slice(&tail);
-            out.truncate(at + n);
+            buf[at..at + 4].copy_from_slice(&head);
+            buf[at + n - 4..at + n].copy_from_slice(&tail);
         }
         8..=16 => {
             let head: [u8; 8] = src[..8].try_into().unwrap_or_default();
             let tail: [u8; 8] = src[n - 8..].try_into().unwrap_or_default();
-            out.extend_from_slice(&head);
-            out.extend_from_slice(&tail);
-            out[at + n - 8..at + n].copy_from_slice(&tail);
-            out.truncate(at + n);
+            buf[at..at + 8].copy_from_slice(&head);
+            buf[at + n - 8..at + n].copy_from_slice(&tail);
         }
-        _ => out.extend_from_slice(src),
+        _ => buf[at..at + n].copy_from_slice(src),
+    }
+}
+
+/// Bytes written past a key's end by [`put_key`] (a whole slice word for a shorter key).
+const KEY_SLACK: usize = SLICE_BYTES + 16;
+
+/// Writes the key `prefix ++ slice[..keylen] (++ suffix)` into `buf` at `at` (room for it and
+/// [`KEY_SLACK`] more made by the caller); returns where it ends. The prefix goes a word at a
+/// time and the slice as one word, so a key costs a few moves, not `memcpy` calls.
+#[inline(always)]
+fn put_key(
+    buf: &mut [u8],
+    at: usize,
+    prefix: &[u8],
+    slice: u64,
+    keylen: u8,
+    suffix: &[u8],
+) -> usize {
+    let mut p = at;
+    for word in prefix.chunks_exact(SLICE_BYTES) {
+        buf[p..p + SLICE_BYTES].copy_from_slice(word);
+        p += SLICE_BYTES;
+    }
+    buf[p..p + SLICE_BYTES].copy_from_slice(&slice.to_be_bytes());
+    if keylen == KEYLEN_SUFFIX {
+        p += SLICE_BYTES;
+        put_short(buf, p, suffix);
+        p + suffix.len()
+    } else {
+        p + usize::from(keylen.min(SLICE_BYTES as u8))
     }
 }
 
@@ -125,27 +156,39 @@ const _: () = assert!(BATCH_GROWTH_AFTER <= BATCH_RECORDS_MAX);
 // Lengths are stored as u32.
 const _: () = assert!(forest_core::KEY_BYTES_MAX <= u32::MAX as usize);
 
-/// The records of one batch: keys and values back to back in `bytes`, each record's key and
-/// value lengths in `lens`, in the order they are handed out.
+/// The records of one batch: keys and values back to back in `bytes[..used]`, each record's
+/// key and value lengths in `lens`, in the order they are handed out. `bytes` is kept
+/// zero-filled to its full length (grown by doubling), so records are written into it by
+/// slice moves, with no length bookkeeping per piece.
 #[derive(Default)]
 struct Batch {
     bytes: Vec<u8>,
+    used: usize,
     lens: Vec<(u32, u32)>,
-    /// [`scan_pinned`] only: where in `bytes` the last key handed out starts (the keys
-    /// before it are dead; they are dropped only once they pass [`PINNED_KEPT_BYTES`], so
-    /// handing a record out moves no bytes).
-    last_at: usize,
+    /// [`scan_pinned`] only: the length of the last key handed out, kept at `bytes[..]`'s
+    /// start (where a restart goes on from).
+    pinned_key: usize,
+    /// Kept with the buffer so a scan allocates nothing: the walk's layer prefix and the
+    /// last key handed out (where the next batch goes on from).
+    prefix: Vec<u8>,
+    resume: Vec<u8>,
 }
-
-/// [`scan_pinned`]: dead keys in front of the last one handed out are dropped once they take
-/// this many bytes.
-const PINNED_KEPT_BYTES: usize = 4096;
 
 impl Batch {
     fn clear(&mut self) {
-        self.bytes.clear();
+        self.used = 0;
         self.lens.clear();
-        self.last_at = 0;
+        self.pinned_key = 0;
+    }
+
+    /// Makes room for `more` bytes past `used`.
+    #[inline]
+    fn room(&mut self, more: usize) {
+        let need = self.used + more;
+        if need > self.bytes.len() {
+            let len = need.max(2 * self.bytes.len()).max(4096);
+            self.bytes.resize(len, 0);
+        }
     }
 
     /// The records as (key, value) pairs.
@@ -163,7 +206,7 @@ impl Batch {
     /// The last record's key.
     fn last_key(&self) -> Option<&[u8]> {
         let &(k, v) = self.lens.last()?;
-        let end = self.bytes.len() - v as usize;
+        let end = self.used - v as usize;
         Some(&self.bytes[end - k as usize..end])
     }
 }
@@ -172,69 +215,6 @@ thread_local! {
     /// The thread's batch buffer between scans (taken while a scan runs, so a scan nested in
     /// a visitor gets a fresh one).
     static BUFFER: Cell<Batch> = Cell::new(Batch::default());
-}
-
-/// A slot of a border node, as read before the node's validation.
-#[derive(Clone, Copy)]
-enum Item<'g, const W: usize, const F: usize> {
-    Record {
-        slice: u64,
-        keylen: u8,
-        block: BlockRef<'g>,
-    },
-    Layer {
-        slice: u64,
-        link: BorderRef<'g, W, F>,
-    },
-}
-
-/// Reads the live slots of `n` into `items` in key order; returns how many, or `None` when a
-/// slot is mid-change (a layer being installed, a block being moved): the caller re-reads.
-/// Unvalidated: the caller checks `n`'s version afterwards.
-#[inline]
-fn read_node<'g, const W: usize, const F: usize>(
-    n: BorderRef<'g, W, F>,
-    guard: &'g TreeGuard<'_>,
-    items: &mut [Option<Item<'g, W, F>>; W],
-) -> Option<usize> {
-    let perm = n.permutation();
-    let mut count = 0;
-    for i in 0..perm.size() {
-        let s = perm.get(i);
-        let slice = n.keyslice[s].load(Ordering::Acquire);
-        let keylen = n.keylen[s].load(Ordering::Acquire);
-        let item = match keylen {
-            KEYLEN_LAYER => {
-                forest_core::pause::pause_point("scan:layer-slot-read");
-                Item::Layer {
-                    slice,
-                    // A listed layer slot without its link is being rewritten, or was moved
-                    // or removed since `perm` was read (its link cleared).
-                    link: n.layer[s].load(Ordering::Acquire, guard)?,
-                }
-            }
-            0..=8 => match n.value[s].load_ref(Ordering::Acquire, guard) {
-                Some(block) => Item::Record {
-                    slice,
-                    keylen,
-                    block,
-                },
-                // A slot being emptied: absent.
-                None => continue,
-            },
-            KEYLEN_SUFFIX => Item::Record {
-                slice,
-                keylen,
-                // A long key without its block is in transition.
-                block: n.value[s].load_ref(Ordering::Acquire, guard)?,
-            },
-            // A layer being installed: the writer has the node marked, wait for it.
-            _ => return None,
-        };
-        items[count] = Some(item);
-        count += 1;
-    }
-    Some(count)
 }
 
 /// Why a batch stopped before its walk ended.
@@ -246,13 +226,25 @@ enum Stop {
     End,
 }
 
-/// A place in a layer's key order: a slice and a length class (`class_of_keylen`; a layer
-/// link sorts after the keys of its slice that end in the slice).
-type Place = (u64, u8);
+/// A place in a layer's key order: `slice << 8 | class` (`class_of_keylen`; a layer link
+/// sorts after the keys of its slice that end in the slice, with the class of a long key).
+type Place = u128;
 
-/// The length class of a layer link: that of a long key (`class_of_keylen` caps at it).
-const LAYER_CLASS: u8 = KEYLEN_SUFFIX;
+#[inline(always)]
+fn place(slice: u64, class: u8) -> Place {
+    (u128::from(slice) << 8) | u128::from(class)
+}
 
+/// Past every place: where a descending walk of a whole layer starts.
+const PLACE_END: Place = ((u64::MAX as u128) << 8 | 0xFF) + 1;
+
+/// The slice of a place.
+#[inline(always)]
+fn slice_at(p: Place) -> u64 {
+    (p >> 8) as u64
+}
+
+// A layer link's class is that of a long key: `class_of_keylen` caps at it.
 const _: () = assert!(KEYLEN_LAYER > KEYLEN_SUFFIX);
 
 /// One layer being walked: a level of the scan's stack (masstree-beta's `node_stack_`).
@@ -263,16 +255,44 @@ struct Level<'g, const W: usize, const F: usize> {
     /// The border node at hand and a stable version of it.
     node: BorderRef<'g, W, F>,
     version: u64,
-    /// Ascending: the first place still to hand out; descending: the last.
+    /// Ascending: the first place still to hand out; descending: the place just past the last
+    /// one still to hand out (exclusive). Moved past each record handed out and each layer
+    /// entered, so a re-read skips them.
     at: Place,
+    /// The node's permutation read at `version`, once read, and the walk's position in it
+    /// (ascending: the next index; descending: the count of positions still to visit). Kept
+    /// while a layer below is walked: back from it, the walk goes on here if the node's
+    /// version is unchanged, and re-reads it (from `at`) only if not.
+    perm: Option<Permuter<W>>,
+    pos: usize,
 }
 
-/// An item's place.
-#[inline]
-fn place_of<const W: usize, const F: usize>(item: &Item<'_, W, F>) -> Place {
-    match *item {
-        Item::Record { slice, keylen, .. } => (slice, class_of_keylen(keylen)),
-        Item::Layer { slice, .. } => (slice, LAYER_CLASS),
+impl<const W: usize, const F: usize> Level<'_, W, F> {
+    /// The slice a re-read walks right towards.
+    #[inline]
+    fn at_slice(&self, order: Order) -> u64 {
+        match order {
+            Order::Ascending => slice_at(self.at),
+            Order::Descending => slice_at(self.at.saturating_sub(1)),
+        }
+    }
+}
+
+/// Whether `p` is still to visit at `at` in `order`.
+#[inline(always)]
+fn ahead(order: Order, p: Place, at: Place) -> bool {
+    match order {
+        Order::Ascending => p >= at,
+        Order::Descending => p < at,
+    }
+}
+
+/// The `at` just past `p` in `order`.
+#[inline(always)]
+fn past(order: Order, p: Place) -> Place {
+    match order {
+        Order::Ascending => p + 1,
+        Order::Descending => p,
     }
 }
 
@@ -300,23 +320,34 @@ struct Collect<'s, 'g, 't, const W: usize, const F: usize> {
     pinned: Option<&'s mut Visitor<'s>>,
 }
 
+/// What the walk does after a slot.
+enum Step<'g, const W: usize, const F: usize> {
+    /// On to the next slot.
+    Next,
+    /// Into the layer below, whose slice and link these are.
+    Down(u64, BorderRef<'g, W, F>),
+    /// The node changed or a slot is mid-change: re-read it from the level's place.
+    Reread,
+}
+
 impl<'s, 'g, const W: usize, const F: usize> Collect<'s, 'g, '_, W, F> {
-    /// Copies one record into the batch if it is within the bounds; `Break` when the batch
-    /// is full or the scan passed its far bound.
+    /// Copies one record (validated by its caller; its block never changes once published)
+    /// into the batch if it is within the bounds; `Break` when the batch is full or the scan
+    /// passed its far bound.
     #[inline]
     fn push(&mut self, slice: u64, keylen: u8, b: BlockRef<'g>) -> ControlFlow<Stop> {
-        let start = self.batch.bytes.len();
         let (suffix, value) = block::entry(b.get());
-        let bytes = &mut self.batch.bytes;
-        bytes.reserve(self.prefix.len() + SLICE_BYTES + suffix.len() + value.bytes.len());
-        push_bytes(bytes, self.prefix);
-        if keylen == KEYLEN_SUFFIX {
-            push_slice(bytes, slice, SLICE_BYTES);
-            push_bytes(bytes, suffix);
-        } else {
-            push_slice(bytes, slice, keylen as usize);
+        let pinned = self.pinned.is_some();
+        // The pinned scan keeps only the key at hand, at the buffer's start.
+        let start = if pinned { 0 } else { self.batch.used };
+        let batch = &mut *self.batch;
+        if pinned {
+            batch.used = 0;
         }
-        let key = &bytes[start..];
+        let value_len = if pinned { 0 } else { value.bytes.len() };
+        batch.room(self.prefix.len() + suffix.len() + KEY_SLACK + value_len);
+        let end = put_key(&mut batch.bytes, start, self.prefix, slice, keylen, suffix);
+        let key = &batch.bytes[start..end];
         let (beyond, behind) = match self.order {
             Order::Ascending => (
                 past_upper(key, self.upper),
@@ -327,36 +358,27 @@ impl<'s, 'g, const W: usize, const F: usize> Collect<'s, 'g, '_, W, F> {
                 !self.past_near && past_upper(key, self.upper),
             ),
         };
-        if beyond || behind {
-            bytes.truncate(start);
-            return if beyond {
-                ControlFlow::Break(Stop::End)
-            } else {
-                ControlFlow::Continue(())
-            };
+        if beyond {
+            return ControlFlow::Break(Stop::End);
+        }
+        if behind {
+            return ControlFlow::Continue(());
         }
         // The walk hands out keys in order, so every later key is past the near bound too.
         self.past_near = true;
         if let Some(visit) = self.pinned.as_mut() {
-            let flow = visit(key, value.bytes);
-            // Keep this key: where a restart goes on from.
-            if start >= PINNED_KEPT_BYTES {
-                bytes.drain(..start);
-                self.batch.last_at = 0;
-            } else {
-                self.batch.last_at = start;
-            }
-            return match flow {
+            batch.pinned_key = end;
+            return match visit(key, value.bytes) {
                 ControlFlow::Break(()) => ControlFlow::Break(Stop::End),
                 ControlFlow::Continue(()) => ControlFlow::Continue(()),
             };
         }
-        let key_len = bytes.len() - start;
-        bytes.extend_from_slice(value.bytes);
-        self.batch
-            .lens
-            .push((key_len as u32, value.bytes.len() as u32));
-        if self.batch.lens.len() >= self.quota || self.batch.bytes.len() >= BATCH_BYTES_MAX {
+        let key_len = end - start;
+        let v = value.bytes.len();
+        batch.bytes[end..end + v].copy_from_slice(value.bytes);
+        batch.used = end + v;
+        batch.lens.push((key_len as u32, v as u32));
+        if batch.lens.len() >= self.quota || batch.used >= BATCH_BYTES_MAX {
             return ControlFlow::Break(Stop::More);
         }
         ControlFlow::Continue(())
@@ -369,27 +391,31 @@ impl<'s, 'g, const W: usize, const F: usize> Collect<'s, 'g, '_, W, F> {
         // Once a key was handed out, the near bound lies behind the walk.
         let near = |b: Bound<&'s [u8]>| if self.past_near { Bound::Unbounded } else { b };
         let at = match (self.order, near(self.lower), near(self.upper)) {
-            (Order::Ascending, Bound::Unbounded, _) => (0, 0),
+            (Order::Ascending, Bound::Unbounded, _) => 0,
             (Order::Ascending, Bound::Included(k) | Bound::Excluded(k), _) => {
                 match bound_slice(self.prefix, k) {
-                    Ok(s) => (s, 0),
+                    Ok(s) => place(s, 0),
                     Err(true) => return None, // the layer lies below it
-                    Err(false) => (0, 0),
+                    Err(false) => 0,
                 }
             }
-            (Order::Descending, _, Bound::Unbounded) => (u64::MAX, u8::MAX),
+            (Order::Descending, _, Bound::Unbounded) => PLACE_END,
             (Order::Descending, _, Bound::Included(k) | Bound::Excluded(k)) => {
                 match bound_slice(self.prefix, k) {
-                    Ok(s) => (s, u8::MAX),
-                    Err(true) => (u64::MAX, u8::MAX),
+                    Ok(s) => place(s, u8::MAX) + 1,
+                    Err(true) => PLACE_END,
                     Err(false) => return None, // the layer lies above it
                 }
             }
         };
+        let start = match self.order {
+            Order::Ascending => slice_at(at),
+            Order::Descending => slice_at(at - 1),
+        };
         // The layer's first border node is the one for slice 0: no descent needed.
         let (node, version) = match link.kind() {
-            Kind::Border(b) if at.0 == 0 => (b, b.base.version.stable()),
-            _ => crate::layer::find_border(self.tree, link, at.0, self.guard),
+            Kind::Border(b) if start == 0 => (b, b.base.version.stable()),
+            _ => crate::layer::find_border(self.tree, link, start, self.guard),
         };
         Some(Level {
             link,
@@ -397,180 +423,260 @@ impl<'s, 'g, const W: usize, const F: usize> Collect<'s, 'g, '_, W, F> {
             node,
             version,
             at,
+            perm: None,
+            pos: 0,
         })
-    }
-
-    /// Reads `level`'s node into `items` and validates the read, re-reading and walking
-    /// right past splits towards `level.at` until it holds; updates `level.node` and
-    /// `level.version` to the node read. Returns how many items it read and the `next`
-    /// link read within that version, or `None` when the node is deleted.
-    fn read_validated(
-        &self,
-        level: &mut Level<'g, W, F>,
-        items: &mut [Option<Item<'g, W, F>>; W],
-    ) -> Option<(usize, Option<BorderRef<'g, W, F>>)> {
-        let (mut n, mut v) = (level.node, level.version);
-        loop {
-            if v & DELETED != 0 {
-                level.node = n;
-                return None;
-            }
-            forest_core::pause::pause_point("scan:before-copy");
-            // All of its lines at once (a descent prefetched only the lines a get reads).
-            crate::prefetch::node(n.as_ptr(), border_lines::<W, F>());
-            let Some(count) = read_node(n, self.guard, items) else {
-                forest_core::pause::pause_point("scan:copy-failed");
-                self.tree.counters.retries.incr();
-                (n, v) = crate::layer::walk_right(n, level.at.0, self.guard);
-                continue;
-            };
-            let next = n.next.load(Ordering::Acquire, self.guard);
-            if n.base.version.has_changed(v) {
-                self.tree.counters.retries.incr();
-                (n, v) = crate::layer::walk_right(n, level.at.0, self.guard);
-                continue;
-            }
-            level.node = n;
-            level.version = v;
-            return Some((count, next));
-        }
     }
 
     /// Starts loading what the walk of `level`'s node will read next (§4.2's prefetching,
     /// applied to a scan): the blocks of its records still to hand out in this batch (not
     /// past its quota), the first layers below it and the neighbour it moves to next (whole
     /// nodes: a scan reads their layer and sibling links too), so their cache misses overlap
-    /// instead of coming one after another.
+    /// instead of coming one after another. Reads the node unvalidated: a wrong guess only
+    /// costs a useless prefetch.
     #[inline]
-    fn prefetch(
-        &self,
-        level: &Level<'g, W, F>,
-        items: &[Option<Item<'g, W, F>>],
-        next: Option<BorderRef<'g, W, F>>,
-    ) {
+    fn prefetch(&self, level: &Level<'g, W, F>, perm: Permuter<W>) {
+        let n = level.node;
         let mut layers = 0;
         // Only the blocks this batch will copy: the rest would take memory bandwidth (and
         // line fill buffers) from the records it does copy.
         let mut records = self.quota.saturating_sub(self.batch.lens.len());
-        let mut ahead = |item: &Item<'g, W, F>| match *item {
-            Item::Record { block, .. } if records > 0 => {
+        let size = perm.size();
+        for j in 0..size {
+            let i = match self.order {
+                Order::Ascending => j,
+                Order::Descending => size - 1 - j,
+            };
+            let s = perm.get(i);
+            let keylen = n.keylen[s].load(Ordering::Relaxed);
+            let p = place(
+                n.keyslice[s].load(Ordering::Relaxed),
+                class_of_keylen(keylen),
+            );
+            if !ahead(self.order, p, level.at) {
+                continue;
+            }
+            if keylen == KEYLEN_LAYER {
+                if layers < LAYERS_AHEAD {
+                    layers += 1;
+                    if let Some(link) = n.layer[s].load(Ordering::Relaxed, self.guard) {
+                        crate::prefetch::node(link.as_ptr(), border_lines::<W, F>());
+                    }
+                }
+            } else if records > 0 {
                 records -= 1;
-                block.prefetch(BLOCK_LINES);
+                if let Some(b) = n.value[s].load_ref(Ordering::Relaxed, self.guard) {
+                    b.prefetch(BLOCK_LINES);
+                }
             }
-            Item::Record { .. } => {}
-            Item::Layer { link, .. } if layers < LAYERS_AHEAD => {
-                layers += 1;
-                crate::prefetch::node(link.as_ptr(), border_lines::<W, F>());
+            if records == 0 && layers >= LAYERS_AHEAD {
+                break;
             }
-            Item::Layer { .. } => {}
-        };
-        let live = items.iter().flatten();
+        }
         match self.order {
             Order::Ascending => {
-                live.filter(|i| place_of(i) >= level.at)
-                    .for_each(&mut ahead);
-                if let Some(nx) = next {
+                if let Some(nx) = n.next.load(Ordering::Relaxed, self.guard) {
                     crate::prefetch::node(nx.as_ptr(), border_lines::<W, F>());
                 }
             }
             Order::Descending => {
-                live.rev()
-                    .filter(|i| place_of(i) <= level.at)
-                    .for_each(&mut ahead);
-                if let Some(p) = level.node.prev.load(Ordering::Relaxed, self.guard) {
+                if let Some(p) = n.prev.load(Ordering::Relaxed, self.guard) {
                     crate::prefetch::node(p.as_ptr(), border_lines::<W, F>());
                 }
             }
         }
     }
 
+    /// Back from the layer below the slot at index `i` of `perm`: starts loading the layer
+    /// [`LAYERS_AHEAD`] layer slots further on, so the walk keeps that many layers in flight
+    /// (the node's first ones were started by [`Collect::prefetch`]).
+    #[inline]
+    fn prefetch_layer_after(&self, n: BorderRef<'g, W, F>, perm: Permuter<W>, i: usize) {
+        let j = match self.order {
+            Order::Ascending => i + LAYERS_AHEAD,
+            Order::Descending => match i.checked_sub(LAYERS_AHEAD) {
+                Some(j) => j,
+                None => return,
+            },
+        };
+        if j < perm.size() {
+            let s = perm.get(j);
+            if n.keylen[s].load(Ordering::Relaxed) == KEYLEN_LAYER {
+                if let Some(link) = n.layer[s].load(Ordering::Relaxed, self.guard) {
+                    crate::prefetch::node(link.as_ptr(), border_lines::<W, F>());
+                }
+            }
+        }
+    }
+
+    /// Reads the slot at index `i` of `perm` in `level`'s node and, once the node's version
+    /// validates the read, copies its record out or names the layer to enter.
+    #[inline]
+    fn slot(
+        &mut self,
+        level: &mut Level<'g, W, F>,
+        perm: Permuter<W>,
+        i: usize,
+    ) -> ControlFlow<Stop, Step<'g, W, F>> {
+        let n = level.node;
+        let s = perm.get(i);
+        let slice = n.keyslice[s].load(Ordering::Acquire);
+        let keylen = n.keylen[s].load(Ordering::Acquire);
+        let p = place(slice, class_of_keylen(keylen));
+        // Before the walk's place: below the bound, handed out before the layer it
+        // descended into, or passed on by a removed node.
+        if !ahead(self.order, p, level.at) {
+            return ControlFlow::Continue(Step::Next);
+        }
+        match keylen {
+            KEYLEN_LAYER => {
+                forest_core::pause::pause_point("scan:layer-slot-read");
+                // A listed layer slot without its link is being rewritten, or was moved or
+                // removed since `perm` was read (its link cleared).
+                let Some(link) = n.layer[s].load(Ordering::Acquire, self.guard) else {
+                    return ControlFlow::Continue(Step::Reread);
+                };
+                if n.base.version.has_changed(level.version) {
+                    return ControlFlow::Continue(Step::Reread);
+                }
+                level.at = past(self.order, p);
+                ControlFlow::Continue(Step::Down(slice, link))
+            }
+            0..=KEYLEN_SUFFIX => {
+                let block = n.value[s].load_ref(Ordering::Acquire, self.guard);
+                if n.base.version.has_changed(level.version) {
+                    return ControlFlow::Continue(Step::Reread);
+                }
+                match block {
+                    Some(b) => {
+                        level.at = past(self.order, p);
+                        self.push(slice, keylen, b)?;
+                        ControlFlow::Continue(Step::Next)
+                    }
+                    // A short key's slot being emptied: absent.
+                    None if keylen != KEYLEN_SUFFIX => ControlFlow::Continue(Step::Next),
+                    // A long key without its block is in transition.
+                    None => ControlFlow::Continue(Step::Reread),
+                }
+            }
+            // A layer being installed: the writer has the node marked, wait for it.
+            _ => ControlFlow::Continue(Step::Reread),
+        }
+    }
+
     /// Walks from the tree's root (layer 0) until the batch is full, the scan passes its far
     /// bound (`Break`) or the tree ends (`Continue`).
     fn walk(&mut self, root: NodeRef<'g, W, F>) -> ControlFlow<Stop> {
-        let mut items = [None; W];
-        let mut stack: Vec<Level<'g, W, F>> = Vec::new();
+        let mut stack: Vec<Level<'g, W, F>> = Vec::with_capacity(4);
         stack.extend(self.enter(root, true));
-        while let Some(level) = stack.last_mut() {
-            let Some((count, next)) = self.read_validated(level, &mut items) else {
-                if !level.layer0 && level.node.node() == level.link {
-                    // The layer was emptied and removed since its slot was validated.
-                    stack.pop();
-                    self.prefix.truncate(self.prefix.len() - SLICE_BYTES);
+        'levels: while let Some(level) = stack.last_mut() {
+            let n = level.node;
+            let perm = match level.perm {
+                // Back from a layer below, the node unchanged: go on where the walk was.
+                Some(perm) if !n.base.version.has_changed(level.version) => {
+                    if self.tree.config.prefetch {
+                        let i = match self.order {
+                            Order::Ascending => level.pos.wrapping_sub(1),
+                            Order::Descending => level.pos,
+                        };
+                        self.prefetch_layer_after(n, perm, i);
+                    }
+                    perm
+                }
+                Some(_) => {
+                    self.tree.counters.retries.incr();
+                    (level.node, level.version) =
+                        crate::layer::walk_right(n, level.at_slice(self.order), self.guard);
+                    level.perm = None;
                     continue;
                 }
-                // A removed node: its keys went to a neighbour the walk may have passed.
-                self.tree.counters.restarts.incr();
-                return ControlFlow::Break(Stop::More);
+                None => {
+                    if level.version & DELETED != 0 {
+                        if !level.layer0 && n.node() == level.link {
+                            // The layer was emptied and removed since its slot was validated.
+                            stack.pop();
+                            self.prefix.truncate(self.prefix.len() - SLICE_BYTES);
+                            continue;
+                        }
+                        // A removed node: its keys went to a neighbour the walk may have
+                        // passed.
+                        self.tree.counters.restarts.incr();
+                        return ControlFlow::Break(Stop::More);
+                    }
+                    forest_core::pause::pause_point("scan:before-copy");
+                    // All of its lines at once (a descent prefetched only the lines a get
+                    // reads).
+                    crate::prefetch::node(n.as_ptr(), border_lines::<W, F>());
+                    let perm = n.permutation();
+                    level.perm = Some(perm);
+                    level.pos = match self.order {
+                        Order::Ascending => 0,
+                        Order::Descending => perm.size(),
+                    };
+                    if self.tree.config.prefetch {
+                        self.prefetch(level, perm);
+                    }
+                    perm
+                }
             };
-            if self.tree.config.prefetch {
-                self.prefetch(level, &items[..count], next);
-            }
-            let mut below = None;
-            let live = items[..count].iter().flatten();
-            match self.order {
-                Order::Ascending => {
-                    for item in live {
-                        // Before the walk's place: below the bound, handed out before the
-                        // layer it descended into, or passed on by a removed node.
-                        if place_of(item) < level.at {
-                            continue;
-                        }
-                        match *item {
-                            Item::Record {
-                                slice,
-                                keylen,
-                                block,
-                            } => self.push(slice, keylen, block)?,
-                            Item::Layer { slice, link } => {
-                                level.at = (slice, LAYER_CLASS + 1);
-                                below = Some((slice, link));
-                                break;
-                            }
-                        }
+            loop {
+                let i = match self.order {
+                    Order::Ascending if level.pos < perm.size() => {
+                        level.pos += 1;
+                        level.pos - 1
                     }
-                }
-                Order::Descending => {
-                    for item in live.rev() {
-                        if place_of(item) > level.at {
-                            continue;
+                    Order::Descending if level.pos > 0 => {
+                        level.pos -= 1;
+                        level.pos
+                    }
+                    _ => break,
+                };
+                match self.slot(level, perm, i)? {
+                    Step::Next => {}
+                    Step::Down(slice, link) => {
+                        // Into the layer below, at its place in key order; this level goes on
+                        // once it is done.
+                        push_slice(self.prefix, slice, SLICE_BYTES);
+                        match self.enter(link.node(), false) {
+                            Some(l) => stack.push(l),
+                            None => self.prefix.truncate(self.prefix.len() - SLICE_BYTES),
                         }
-                        match *item {
-                            Item::Record {
-                                slice,
-                                keylen,
-                                block,
-                            } => self.push(slice, keylen, block)?,
-                            Item::Layer { slice, link } => {
-                                level.at = (slice, LAYER_CLASS - 1);
-                                below = Some((slice, link));
-                                break;
-                            }
-                        }
+                        continue 'levels;
+                    }
+                    Step::Reread => {
+                        forest_core::pause::pause_point("scan:copy-failed");
+                        self.tree.counters.retries.incr();
+                        (level.node, level.version) =
+                            crate::layer::walk_right(n, level.at_slice(self.order), self.guard);
+                        level.perm = None;
+                        continue 'levels;
                     }
                 }
             }
-            if let Some((slice, link)) = below {
-                // Into the layer below, at its place in key order; this level goes on once
-                // it is done, re-reading its node (the items above are overwritten).
-                push_slice(self.prefix, slice, SLICE_BYTES);
-                match self.enter(link.node(), false) {
-                    Some(l) => stack.push(l),
-                    None => self.prefix.truncate(self.prefix.len() - SLICE_BYTES),
-                }
+            // Done with the node: on to its neighbour, or the layer is done. `next` is read
+            // within the node's version: at that version the node holds every key below its
+            // high key and `next` starts exactly there.
+            let next = match self.order {
+                Order::Ascending => n.next.load(Ordering::Acquire, self.guard),
+                Order::Descending => None,
+            };
+            if n.base.version.has_changed(level.version) {
+                self.tree.counters.retries.incr();
+                (level.node, level.version) =
+                    crate::layer::walk_right(n, level.at_slice(self.order), self.guard);
+                level.perm = None;
                 continue;
             }
-            // Done with the node: on to its neighbour, or the layer is done.
-            let n = level.node;
             let neighbour = match self.order {
                 Order::Ascending => next.map(|nx| {
                     debug_assert!(nx.lowkey > n.lowkey);
-                    level.at = (nx.lowkey, 0);
+                    level.at = place(nx.lowkey, 0);
                     forest_core::pause::pause_point("scan:next-node");
                     (nx, nx.base.version.stable())
                 }),
                 Order::Descending if n.lowkey == 0 => None,
                 Order::Descending => {
-                    level.at = (n.lowkey - 1, u8::MAX);
+                    level.at = place(n.lowkey, 0);
                     let Some(p) = n.prev.load(Ordering::Acquire, self.guard) else {
                         debug_assert!(false, "a border node of lowkey {} has no prev", n.lowkey);
                         self.tree.counters.restarts.incr();
@@ -580,13 +686,14 @@ impl<'s, 'g, const W: usize, const F: usize> Collect<'s, 'g, '_, W, F> {
                     // `p` may have split since it was linked as `prev`: walk right to the
                     // node for the slice below `n`'s range (masstree-beta's reverse
                     // helper). A deleted `p` ends the batch when it is read.
-                    Some(crate::layer::walk_right(p, level.at.0, self.guard))
+                    Some(crate::layer::walk_right(p, n.lowkey - 1, self.guard))
                 }
             };
             match neighbour {
                 Some((nb, v)) => {
                     level.node = nb;
                     level.version = v;
+                    level.perm = None;
                 }
                 None => {
                     let layer0 = level.layer0;
@@ -644,9 +751,10 @@ fn run<const W: usize, const F: usize>(
     pinned: bool,
 ) {
     let mut batch = BUFFER.take();
-    let mut prefix = Vec::new();
-    // The last key handed out, once a batch was.
-    let mut resume: Option<Vec<u8>> = None;
+    let mut prefix = std::mem::take(&mut batch.prefix);
+    let mut resume = std::mem::take(&mut batch.resume);
+    // Whether `resume` holds the last key handed out (once a batch was).
+    let mut resuming = false;
     let mut handed_count = 0;
     let mut quota = if pinned {
         usize::MAX
@@ -655,10 +763,10 @@ fn run<const W: usize, const F: usize>(
     };
     loop {
         batch.clear();
-        let (lo, hi) = match (&resume, order) {
-            (None, _) => (lower, upper),
-            (Some(r), Order::Ascending) => (Bound::Excluded(&r[..]), upper),
-            (Some(r), Order::Descending) => (lower, Bound::Excluded(&r[..])),
+        let (lo, hi) = match (resuming, order) {
+            (false, _) => (lower, upper),
+            (true, Order::Ascending) => (Bound::Excluded(&resume[..]), upper),
+            (true, Order::Descending) => (lower, Bound::Excluded(&resume[..])),
         };
         let (flow, handed) = {
             let guard = tree.pin();
@@ -685,9 +793,9 @@ fn run<const W: usize, const F: usize>(
                 break;
             }
             if handed {
-                let r = resume.get_or_insert_with(Vec::new);
-                r.clear();
-                r.extend_from_slice(&batch.bytes[batch.last_at..]);
+                resume.clear();
+                resume.extend_from_slice(&batch.bytes[..batch.pinned_key]);
+                resuming = true;
             }
             continue;
         }
@@ -702,9 +810,9 @@ fn run<const W: usize, const F: usize>(
             break;
         }
         if let Some(last) = batch.last_key() {
-            let r = resume.get_or_insert_with(Vec::new);
-            r.clear();
-            r.extend_from_slice(last);
+            resume.clear();
+            resume.extend_from_slice(last);
+            resuming = true;
         }
         handed_count += batch.lens.len();
         quota = if handed_count < BATCH_GROWTH_AFTER {
@@ -713,29 +821,55 @@ fn run<const W: usize, const F: usize>(
             handed_count.min(BATCH_RECORDS_MAX)
         };
     }
-    if batch.bytes.capacity() <= KEPT_BYTES_MAX {
+    if batch.bytes.len() <= KEPT_BYTES_MAX && resume.capacity() <= KEPT_BYTES_MAX {
         batch.clear();
+        prefix.clear();
+        batch.prefix = prefix;
+        batch.resume = resume;
         BUFFER.set(batch);
     }
 }
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::push_bytes;
+    use super::{put_key, put_short, KEY_SLACK};
+    use crate::key::{slice_of, KEYLEN_SUFFIX};
 
     #[test]
-    fn push_bytes_appends_every_length() {
-        // Goal: the fixed-size paths of `push_bytes` (1-3, 4-7, 8-16 bytes, and memcpy past
-        // that) append exactly `src`, after whatever `out` held. Method: every length 0..=40
-        // appended after 0..=9 bytes already there, compared with `extend_from_slice`.
+    fn put_short_writes_every_length() {
+        // Goal: the fixed-size paths of `put_short` (1-3, 4-7, 8-16 bytes, and memcpy past
+        // that) write exactly `src` and nothing before it. Method: every length 0..=40
+        // written at offsets 0..=9 of a buffer of 0xEE, compared with a plain copy.
         let src: Vec<u8> = (1..=40).collect();
-        for before in 0..10usize {
+        for at in 0..10usize {
             for n in 0..=src.len() {
-                let mut got = vec![0xEE; before];
-                let mut want = got.clone();
-                push_bytes(&mut got, &src[..n]);
-                want.extend_from_slice(&src[..n]);
-                assert_eq!(got, want, "{n} bytes after {before}");
+                let mut got = vec![0xEE; at + n + 16];
+                put_short(&mut got, at, &src[..n]);
+                let mut want = vec![0xEE; at + n + 16];
+                want[at..at + n].copy_from_slice(&src[..n]);
+                assert_eq!(got[..at + n], want[..at + n], "{n} bytes at {at}");
+            }
+        }
+    }
+
+    #[test]
+    fn put_key_assembles_prefix_slice_and_suffix() {
+        // Goal: `put_key` writes prefix, the slice's first `keylen` bytes (all 8 and the
+        // suffix for a long key) and returns the key's end, for prefixes of 0-3 words.
+        // Method: keys of every length 0..=30 split as a layer walk would.
+        let whole: Vec<u8> = (b'a'..=b'z').chain(b'0'..=b'9').collect();
+        for words in 0..=3usize {
+            for rest in 0..=(whole.len() - 8 * words) {
+                let key = &whole[..8 * words + rest];
+                let (prefix, tail) = key.split_at(8 * words);
+                let (keylen, suffix) = if tail.len() > 8 {
+                    (KEYLEN_SUFFIX, &tail[8..])
+                } else {
+                    (tail.len() as u8, &[][..])
+                };
+                let mut buf = vec![0u8; 3 + key.len() + KEY_SLACK];
+                let end = put_key(&mut buf, 3, prefix, slice_of(tail), keylen, suffix);
+                assert_eq!(&buf[3..end], key, "{words} words + {rest}");
             }
         }
     }

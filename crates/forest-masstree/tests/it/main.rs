@@ -12,3 +12,4 @@ mod removal;
 mod review13_refs;
 mod scan_batches;
 mod scan_copy;
+mod scan_layers;
