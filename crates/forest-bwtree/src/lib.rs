@@ -134,7 +134,9 @@ pub const CONSOLIDATE_THRESHOLD_MAX: u32 = 1024;
 /// Bw-tree tuning.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BwTreeConfig {
-    /// A page whose record count exceeds this is split (§IV-A).
+    /// A page whose record count exceeds this is split (§IV-A); a leaf of large records
+    /// earlier, at about [`LEAF_BYTES_MAX`] bytes (never below a quarter of this count; the
+    /// merge threshold scales with it).
     pub max_records_per_page: usize,
     /// A page whose delta chain is longer than this is consolidated (§III-B, Fig. 5); a page
     /// whose base page is above 8 KiB keeps a chain four times as long (at most 16), since its
@@ -250,6 +252,7 @@ impl EslSource for std::sync::atomic::AtomicU64 {
 }
 
 pub use crate::delta::LSN_MAX;
+pub use crate::insert::LEAF_BYTES_MAX;
 pub use crate::storage::PageHold;
 
 fn check_lsn(lsn: u64) -> Result<()> {

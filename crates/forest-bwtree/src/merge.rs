@@ -145,7 +145,7 @@ impl BwTree {
             return;
         };
         let total = r_node.record_count as usize + node.record_count as usize;
-        if total <= self.config.max_records_per_page {
+        if total <= self.page_limits(node).0.min(self.page_limits(r_node).0) {
             self.merge_into_left(side_link, r_state, r_node, false, guard);
         }
     }
@@ -240,7 +240,7 @@ impl BwTree {
                     // are reclaimed after the epoch (its frozen state belongs to the left page).
                     self.free_page(r, guard);
                     let merged = node_ref(installed);
-                    if merged.record_count as usize > self.config.max_records_per_page {
+                    if merged.record_count as usize > self.page_limits(merged).0 {
                         self.split(left, installed, merged, path, guard);
                     } else {
                         self.consolidate_if_long(left, installed, merged, guard);

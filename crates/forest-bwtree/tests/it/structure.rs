@@ -222,3 +222,34 @@ fn reads_consolidate_small_pages_only() {
         "a 9 KiB page keeps its chain of 3 after a read (writers' threshold 8)"
     );
 }
+
+// Goal: leaves of large records split at about LEAF_BYTES_MAX, not at max_records_per_page,
+// while leaves of small records keep the record count (insert.rs `page_limits`). Method: load
+// 2000 keys with 100-byte values and with 8-byte values into default trees and compare the
+// leaf counts with what each page size allows.
+#[test]
+fn leaves_of_large_records_split_by_bytes() {
+    let leaves = |value_len: usize| {
+        let tree = BwTree::new();
+        let value = vec![5u8; value_len];
+        for i in 0..2000u32 {
+            tree.insert(format!("user{:08}", i * 7919 % 2000).as_bytes(), &value)
+                .unwrap();
+        }
+        let stats = tree.stats();
+        assert_eq!(stats.key_count, 2000);
+        stats.leaf_node_count
+    };
+    let (large, small) = (leaves(100), leaves(8));
+    let limit = forest_bwtree::LEAF_BYTES_MAX / (100 + 12 + 16); // value, key, prefix and slot
+    assert!(
+        large >= 2000 / limit as u64,
+        "{large} leaves of 100-byte records: at most {limit} records each"
+    );
+    // Before: 128-record leaves either way; half-full pages hold 64 records.
+    assert!(small <= 2000 / 64 + 1, "{small} leaves of 8-byte records");
+    assert!(
+        large > 2 * small,
+        "{large} large-record leaves, {small} small-record ones"
+    );
+}
