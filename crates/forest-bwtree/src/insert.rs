@@ -150,9 +150,11 @@ impl BwTree {
             return (max, merge);
         }
         let base = node.base_page();
-        if base.len() == 0 || base.heap_bytes() <= LEAF_BYTES_MAX {
+        if base.len() == 0 {
             return (max, merge);
         }
+        // By the record size, not the page's bytes: a page just split is small, and must not
+        // fall back to the configured merge threshold (it would merge back at once).
         let per_record = base.heap_bytes() / base.len();
         let split_above = (LEAF_BYTES_MAX / per_record)
             .clamp((max / 4).max(crate::MAX_RECORDS_PER_PAGE_MIN), max);

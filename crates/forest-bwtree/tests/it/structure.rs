@@ -238,6 +238,12 @@ fn leaves_of_large_records_split_by_bytes() {
         }
         let stats = tree.stats();
         assert_eq!(stats.key_count, 2000);
+        // Inserts only: a page split below its limit must not merge back at once.
+        assert_eq!(
+            stats.counter(names::MERGES),
+            Some(0),
+            "{value_len}-byte values"
+        );
         stats.leaf_node_count
     };
     let (large, small) = (leaves(100), leaves(8));
