@@ -138,9 +138,18 @@ impl BwTree {
 pub const LEAF_BYTES_MAX: usize = 4 << 10;
 
 impl BwTree {
-    /// The record counts above which the page at `node` splits and below which it merges:
-    /// the configured ones, scaled down for a leaf whose base page's records average more than
-    /// [`LEAF_BYTES_MAX`] / `max_records_per_page` bytes (at most to a quarter).
+    /// The record counts above which the page at `node` splits and below which it merges.
+    /// Index pages: the configured ones. Leaves split above the configured count, or earlier
+    /// when their base page's records average more than [`LEAF_BYTES_MAX`] /
+    /// `max_records_per_page` bytes, never below a quarter of it (the floor).
+    ///
+    /// Hysteresis (review rev-ycsba F1, F2): every leaf's merge threshold is the configured
+    /// one capped at half the floor. A page just split holds at least half the floor, so it
+    /// never merges back whatever its records' sizes; the threshold is never scaled to 0, so
+    /// an emptied leaf of large records merges; `merge.rs` also skips a leaf merge whose
+    /// merged page would exceed either page's split limit. (Scaling the threshold by
+    /// floor / max instead took small-page configurations' merges away: `merge=2` on 8-record
+    /// pages became 1.)
     pub(crate) fn page_limits(&self, node: &Node) -> (usize, usize) {
         let (max, merge) = (
             self.config.max_records_per_page,
@@ -149,17 +158,17 @@ impl BwTree {
         if node.level != 0 {
             return (max, merge);
         }
+        let floor = (max / 4).max(crate::MAX_RECORDS_PER_PAGE_MIN);
+        let merge_below = merge.min(floor / 2);
         let base = node.base_page();
         if base.len() == 0 {
-            return (max, merge);
+            return (max, merge_below);
         }
-        // By the record size, not the page's bytes: a page just split is small, and must not
-        // fall back to the configured merge threshold (it would merge back at once).
+        // By the record size, not the page's bytes: a page just split is small, and its
+        // records decide its limit.
         let per_record = base.heap_bytes() / base.len();
-        let split_above = (LEAF_BYTES_MAX / per_record)
-            .clamp((max / 4).max(crate::MAX_RECORDS_PER_PAGE_MIN), max);
-        // The merge threshold keeps its ratio to the page size.
-        (split_above, merge * split_above / max)
+        let split_above = (LEAF_BYTES_MAX / per_record).clamp(floor, max);
+        (split_above, merge_below)
     }
 }
 

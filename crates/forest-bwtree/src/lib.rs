@@ -135,8 +135,8 @@ pub const CONSOLIDATE_THRESHOLD_MAX: u32 = 1024;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BwTreeConfig {
     /// A page whose record count exceeds this is split (§IV-A); a leaf of large records
-    /// earlier, at about [`LEAF_BYTES_MAX`] bytes (never below a quarter of this count; the
-    /// merge threshold scales with it).
+    /// earlier, at about [`LEAF_BYTES_MAX`] bytes (never below a quarter of this count, the
+    /// floor).
     pub max_records_per_page: usize,
     /// A page whose delta chain is longer than this is consolidated (§III-B, Fig. 5); a page
     /// whose base page is above 8 KiB keeps a chain four times as long (at most 16), since its
@@ -147,8 +147,10 @@ pub struct BwTreeConfig {
     /// this (§III-B: by the thread that noticed it, after its own operation); larger pages use
     /// `consolidate_threshold`.
     pub read_consolidate_threshold: u32,
-    /// A page whose record count falls below this is merged into its left sibling (§IV-B);
-    /// 0 turns merges off. At most half the page size, so a merged page rarely splits again.
+    /// An index page whose record count falls below this is merged into its left sibling
+    /// (§IV-B); a leaf below this capped at half the floor of the leaves' split limits,
+    /// and only when the merged page fits both pages' split limits (hysteresis: insert.rs
+    /// `page_limits`). 0 turns merges off. At most half the page size.
     pub merge_threshold: usize,
 }
 

@@ -117,6 +117,9 @@ impl BwTree {
             }
             return;
         }
+        if level == 0 && !self.merge_fits_left(pid, node, parent, low, guard) {
+            return;
+        }
         let delta = Owned::new(Node::delta(node, 0, Kind::RemoveNode { committed: false }));
         self.stats.merge_attempts.incr();
         self.stats.cas_attempts.incr();
@@ -133,6 +136,33 @@ impl BwTree {
                 self.stats.cas_failures.incr();
             }
         }
+    }
+
+    /// Hysteresis for leaves (insert.rs `page_limits`): whether leaf `r` (state `node`, low
+    /// key `low`) and its left sibling under `parent` fit in one page by both pages' split
+    /// limits, so the merge does not make a page that splits again. False also when the
+    /// child left of `low` is not R's direct left sibling (a split of it is pending): the
+    /// next write retries once that split is completed.
+    fn merge_fits_left(
+        &self,
+        r: Pid,
+        node: &Node,
+        parent: &Node,
+        low: &[u8],
+        guard: &Guard,
+    ) -> bool {
+        let Route::Child(left) = route(parent, Target::Below(Some(low))) else {
+            return false;
+        };
+        let Some((_, l_node)) = self.read_node(left, guard) else {
+            return false;
+        };
+        let (l_high, l_side) = l_node.bounds();
+        if l_side != r || l_high != Some(low) {
+            return false;
+        }
+        let total = l_node.record_count as usize + node.record_count as usize;
+        total <= self.page_limits(l_node).0.min(self.page_limits(node).0)
     }
 
     /// Merges the right sibling of the page at `node` into it when both fit in one page.

@@ -259,3 +259,80 @@ fn leaves_of_large_records_split_by_bytes() {
         "{large} large-record leaves, {small} small-record ones"
     );
 }
+
+fn merges_and_leaves(tree: &BwTree) -> (u64, u64) {
+    let stats = tree.stats();
+    (
+        stats.counter(names::MERGES).unwrap_or(0),
+        stats.leaf_node_count,
+    )
+}
+
+// Goal: hysteresis (insert.rs `page_limits`, merge.rs `merge_fits_left`): a leaf below its
+// merge threshold does not merge when the merged page would exceed the left sibling's split
+// limit (it would split again), and merges once it fits. Method: 2000-byte values (split limit
+// 32, merge threshold 16 by default); 33 keys split into two leaves, the left one refilled to
+// 30 records; the right one emptied to 7 records (30 + 7 > 32: no merge; before the
+// hysteresis it merged and split again), then the left one shrunk to 20 and one more delete on
+// the right (20 + 6 <= 32: merges).
+#[test]
+fn leaf_merge_skipped_when_the_merged_page_would_split() {
+    let tree = BwTree::new();
+    let key = |i: u32| format!("user{i:08}").into_bytes();
+    let value = vec![9u8; 2000];
+    for i in 0..33 {
+        tree.insert(&key(i * 10), &value).unwrap();
+    }
+    assert_eq!(
+        merges_and_leaves(&tree),
+        (0, 2),
+        "33 large records: one split"
+    );
+    // The left leaf holds keys 0..16 (times 10): refill it between them.
+    for i in 0..14 {
+        tree.insert(&key(i * 10 + 5), &value).unwrap();
+    }
+    assert_eq!(merges_and_leaves(&tree), (0, 2), "left leaf at 30 records");
+    for i in 16..26 {
+        assert!(tree.remove(&key(i * 10)));
+    }
+    assert_eq!(
+        merges_and_leaves(&tree),
+        (0, 2),
+        "right leaf at 7 records: 30 + 7 would exceed the left leaf's limit of 32"
+    );
+    for i in 0..10 {
+        assert!(tree.remove(&key(i * 10 + 5)));
+    }
+    assert!(tree.remove(&key(260)));
+    assert_eq!(
+        merges_and_leaves(&tree),
+        (1, 1),
+        "20 + 6 records fit one leaf"
+    );
+    assert_eq!(tree.stats().key_count, 26);
+}
+
+// Goal: the leaves' merge threshold is the configured one capped at half the floor of the
+// split limits (a quarter of max_records_per_page), also for leaves of small records
+// (insert.rs `page_limits`: a page just split never merges back). Method: default config
+// (128 records, merge 32: leaves merge below 16); 129 keys of 8 bytes split into 64 + 65; the
+// right leaf is emptied to 16 records (no merge; 32 before the hysteresis), then to 15
+// (merges).
+#[test]
+fn small_record_leaves_merge_below_the_capped_threshold() {
+    let tree = BwTree::new();
+    let key = |i: u32| format!("k{i:06}").into_bytes();
+    for i in 0..129 {
+        tree.insert(&key(i), b"8 bytes!").unwrap();
+    }
+    assert_eq!(merges_and_leaves(&tree), (0, 2));
+    let mut i = 128;
+    while tree.stats().key_count > 64 + 16 {
+        assert!(tree.remove(&key(i)));
+        i -= 1;
+    }
+    assert_eq!(merges_and_leaves(&tree), (0, 2), "right leaf at 16 records");
+    assert!(tree.remove(&key(i)));
+    assert_eq!(merges_and_leaves(&tree), (1, 1), "right leaf at 15 records");
+}
