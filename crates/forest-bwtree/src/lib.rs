@@ -139,13 +139,14 @@ pub struct BwTreeConfig {
     /// floor).
     pub max_records_per_page: usize,
     /// A page whose delta chain is longer than this is consolidated (§III-B, Fig. 5); a page
-    /// whose base page is above 8 KiB keeps a chain four times as long (at most 16), since its
-    /// consolidation copies more (consolidate.rs, `writers_threshold`).
+    /// whose base page is above 8 KiB keeps a chain four times as long (at most 16), a leaf
+    /// sized in bytes ([`LEAF_BYTES_MAX`]) twice as long, since its consolidation copies more
+    /// (consolidate.rs, `writers_threshold`).
     pub consolidate_threshold: u32,
     /// A page of at most 8 KiB whose delta chain a read walked (a get's or scan's leaf, an
     /// index page on any descent) is consolidated by the reader when the chain is longer than
-    /// this (§III-B: by the thread that noticed it, after its own operation); larger pages use
-    /// `consolidate_threshold`.
+    /// this (§III-B: by the thread that noticed it, after its own operation); larger pages and
+    /// leaves sized in bytes use the writers' threshold (`consolidate_threshold`, scaled).
     pub read_consolidate_threshold: u32,
     /// An index page whose record count falls below this is merged into its left sibling
     /// (§IV-B); a leaf below this capped at half the floor of the leaves' split limits,

@@ -223,6 +223,42 @@ fn reads_consolidate_small_pages_only() {
     );
 }
 
+// Goal: a leaf sized in bytes (its records too large for max_records_per_page of them to fit
+// in LEAF_BYTES_MAX) is consolidated by readers only at the writers' threshold, as the old
+// leaves of such records (above 8 KiB) were, while a leaf of small records keeps the readers'
+// threshold (consolidate.rs `consolidate_after_read`). Method: give a one-leaf tree a base page
+// of 16 records (below the merge threshold 16 a write merges instead; at 16 the writers'
+// threshold 4 consolidates the chain), add four deltas, read, and count consolidations; once
+// with 100-byte values, once with 8-byte ones. Failed before: a 4 KiB YCSB leaf was under the
+// 8 KiB line and each read after a write consolidated.
+#[test]
+fn reads_leave_byte_sized_leaves_to_the_writers_threshold() {
+    let consolidations = |value_len: usize| {
+        let tree = BwTree::new();
+        let value = vec![3u8; value_len];
+        for i in 0..20u32 {
+            tree.insert(&key(i), &value).unwrap();
+        }
+        let before = tree.stats().counter(names::CONSOLIDATIONS).unwrap();
+        let mut out = Vec::new();
+        assert!(tree.get(&key(19), &mut out));
+        assert_eq!(out, value);
+        let after = tree.stats().counter(names::CONSOLIDATIONS).unwrap();
+        assert_eq!(tree.stats().key_count, 20);
+        (before, after)
+    };
+    assert_eq!(
+        consolidations(100),
+        (1, 1),
+        "the writer consolidated at 16 records; the read leaves a chain of 4 (writers' 4 x 2)"
+    );
+    assert_eq!(
+        consolidations(8),
+        (1, 2),
+        "a leaf of small records is consolidated by the read (readers' threshold 1)"
+    );
+}
+
 // Goal: leaves of large records split at about LEAF_BYTES_MAX, not at max_records_per_page,
 // while leaves of small records keep the record count (insert.rs `page_limits`). Method: load
 // 2000 keys with 100-byte values and with 8-byte values into default trees and compare the
