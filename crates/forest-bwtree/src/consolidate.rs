@@ -344,6 +344,15 @@ const READ_CONSOLIDATE_PAGE_BYTES_MAX: usize = 8 << 10;
 /// 1.63 (the skip list: 1.88).
 const LARGE_PAGE_CHAIN_FACTOR: u32 = 4;
 
+/// How much longer a chain a leaf sized in bytes keeps before a writer, or a reader,
+/// consolidates it (`BwTree::writers_threshold`). Under the readers' threshold a ~4 KiB YCSB
+/// leaf was copied after nearly every update (YCSB A and B +14 % instructions per operation
+/// against 128-record leaves). Callgrind instructions per operation, one thread, 100 000 keys,
+/// against main's 128-record leaves (docs/BENCHMARKS.md, "Issue 14: byte-sized leaves'
+/// chains"): chains of 4 / 8 / 16: YCSB-A -7 / -20 / -25 %, B -8 / -6 / +1.5 %, C -12 / -7 /
+/// +2 %, E -18 / -12 / -0.4 %.
+const BYTE_LEAF_CHAIN_FACTOR: u32 = 2;
+
 impl BwTree {
     /// Replaces `state` of `pid` by a consolidated base page when its chain is longer than
     /// the writers' threshold (§III-B).
@@ -363,20 +372,31 @@ impl BwTree {
     }
 
     /// The writers' threshold for the page at `node`: the configured one, or for a base page
-    /// above [`READ_CONSOLIDATE_PAGE_BYTES_MAX`] [`LARGE_PAGE_CHAIN_FACTOR`] times it (at most
-    /// [`EDITS_MAX`]). A consolidation copies the whole page while a delta costs a read about
-    /// one cache miss, so the chain that balances the two grows with the page (about as its
-    /// square root): under YCSB A's zipfian updates of 100-byte values (16 KiB pages) writers
-    /// consolidating every fourth delta spent their time copying hot pages.
+    /// above [`READ_CONSOLIDATE_PAGE_BYTES_MAX`] [`LARGE_PAGE_CHAIN_FACTOR`] times it, or for a
+    /// leaf sized in bytes [`BYTE_LEAF_CHAIN_FACTOR`] times it (at most [`EDITS_MAX`]). A
+    /// consolidation copies the whole page while a delta costs a read about one cache miss, so
+    /// the chain that balances the two grows with the page (about as its square root): under
+    /// YCSB A's zipfian updates of 100-byte values (16 KiB pages) writers consolidating every
+    /// fourth delta spent their time copying hot pages.
     fn writers_threshold(&self, node: &Node) -> u32 {
         let threshold = self.config.consolidate_threshold;
-        if node.base_page().heap_bytes() <= READ_CONSOLIDATE_PAGE_BYTES_MAX {
+        let factor = if node.base_page().heap_bytes() > READ_CONSOLIDATE_PAGE_BYTES_MAX {
+            LARGE_PAGE_CHAIN_FACTOR
+        } else if self.leaf_sized_in_bytes(node) {
+            BYTE_LEAF_CHAIN_FACTOR
+        } else {
             return threshold;
-        }
+        };
         threshold
-            .saturating_mul(LARGE_PAGE_CHAIN_FACTOR)
+            .saturating_mul(factor)
             .min(EDITS_MAX as u32)
             .max(threshold)
+    }
+
+    /// Whether `node` is a leaf whose split limit its records' bytes set, below
+    /// `max_records_per_page` (insert.rs `page_limits`, [`crate::LEAF_BYTES_MAX`]).
+    fn leaf_sized_in_bytes(&self, node: &Node) -> bool {
+        node.level == 0 && self.page_limits(node).0 < self.config.max_records_per_page
     }
 
     /// After a read of `state` (a get, a scan's page copy, a descent through an index page):
@@ -395,7 +415,9 @@ impl BwTree {
         if node.delta_count <= read_threshold {
             return None;
         }
-        let threshold = if node.base_page().heap_bytes() <= READ_CONSOLIDATE_PAGE_BYTES_MAX {
+        let threshold = if node.base_page().heap_bytes() <= READ_CONSOLIDATE_PAGE_BYTES_MAX
+            && !self.leaf_sized_in_bytes(node)
+        {
             read_threshold
         } else {
             self.writers_threshold(node)

@@ -9,7 +9,9 @@
 //!
 //! After its own write the thread splits the page if it has grown past the page size
 //! (§IV-A), merges it if it has shrunk below the merge threshold (§IV-B), or consolidates it
-//! if the chain is long (§III-B).
+//! if the chain is long (§III-B). A leaf's page size is in records, but a leaf of large
+//! records splits earlier, at about [`LEAF_BYTES_MAX`] (the paper's pages are sized in bytes:
+//! a consolidation copies the whole page).
 
 use crate::delta::{Kind, Lsn48, Node, Record};
 use crate::gc::node_ref;
@@ -114,13 +116,59 @@ impl BwTree {
         path: Path,
         guard: &'g crossbeam_epoch::Guard,
     ) {
-        if node.record_count as usize > self.config.max_records_per_page {
+        let (split_above, merge_below) = self.page_limits(node);
+        if node.record_count as usize > split_above {
             self.split(pid, state, node, path, guard);
-        } else if (node.record_count as usize) < self.config.merge_threshold {
+        } else if (node.record_count as usize) < merge_below {
             self.merge(pid, state, node, guard);
         } else {
             self.consolidate_if_long(pid, state, node, guard);
         }
+    }
+}
+
+/// The bytes of records (keys, values, their prefixes and slots) above which a leaf splits
+/// although it holds fewer than `max_records_per_page` records; never below a quarter of that
+/// count (pages of very large records keep a useful fanout). Measured on YCSB A (100-byte
+/// values, 128-record leaves of about 16 KiB): a consolidation of a hot page copied 16 KiB
+/// every 16 updates and readers walked chains of up to 16 deltas; with 4 KiB leaves readers
+/// consolidate them at the readers' threshold and writers at the configured one
+/// (docs/BENCHMARKS.md, "Issue 14: Bw-tree leaves sized in bytes"). Leaves of 8-byte keys and
+/// values (24 bytes a record) stay at 128 records.
+pub const LEAF_BYTES_MAX: usize = 4 << 10;
+
+impl BwTree {
+    /// The record counts above which the page at `node` splits and below which it merges.
+    /// Index pages: the configured ones. Leaves split above the configured count, or earlier
+    /// when their base page's records average more than [`LEAF_BYTES_MAX`] /
+    /// `max_records_per_page` bytes, never below a quarter of it (the floor).
+    ///
+    /// Hysteresis (review rev-ycsba F1, F2): every leaf's merge threshold is the configured
+    /// one capped at half the floor. A page just split holds at least half the floor, so it
+    /// never merges back whatever its records' sizes; the threshold is never scaled to 0, so
+    /// an emptied leaf of large records merges; `merge.rs` also skips a leaf merge whose
+    /// merged page would exceed either page's split limit. (Scaling the threshold by
+    /// floor / max instead took small-page configurations' merges away: `merge=2` on 8-record
+    /// pages became 1.)
+    pub(crate) fn page_limits(&self, node: &Node) -> (usize, usize) {
+        let (max, merge) = (
+            self.config.max_records_per_page,
+            self.config.merge_threshold,
+        );
+        if node.level != 0 {
+            return (max, merge);
+        }
+        let floor = (max / 4).max(crate::MAX_RECORDS_PER_PAGE_MIN);
+        let merge_below = merge.min(floor / 2);
+        let base = node.base_page();
+        if base.len() == 0 {
+            return (max, merge_below);
+        }
+        // By the record size, not the page's bytes: a page just split is small, and its
+        // records decide its limit.
+        let per_record = base.heap_bytes() / base.len();
+        let split_above = (LEAF_BYTES_MAX / per_record).clamp(floor, max);
+        (split_above, merge_below)
     }
 }
 

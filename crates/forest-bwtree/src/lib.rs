@@ -134,19 +134,24 @@ pub const CONSOLIDATE_THRESHOLD_MAX: u32 = 1024;
 /// Bw-tree tuning.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BwTreeConfig {
-    /// A page whose record count exceeds this is split (§IV-A).
+    /// A page whose record count exceeds this is split (§IV-A); a leaf of large records
+    /// earlier, at about [`LEAF_BYTES_MAX`] bytes (never below a quarter of this count, the
+    /// floor).
     pub max_records_per_page: usize,
     /// A page whose delta chain is longer than this is consolidated (§III-B, Fig. 5); a page
-    /// whose base page is above 8 KiB keeps a chain four times as long (at most 16), since its
-    /// consolidation copies more (consolidate.rs, `writers_threshold`).
+    /// whose base page is above 8 KiB keeps a chain four times as long (at most 16), a leaf
+    /// sized in bytes ([`LEAF_BYTES_MAX`]) twice as long, since its consolidation copies more
+    /// (consolidate.rs, `writers_threshold`).
     pub consolidate_threshold: u32,
     /// A page of at most 8 KiB whose delta chain a read walked (a get's or scan's leaf, an
     /// index page on any descent) is consolidated by the reader when the chain is longer than
-    /// this (§III-B: by the thread that noticed it, after its own operation); larger pages use
-    /// `consolidate_threshold`.
+    /// this (§III-B: by the thread that noticed it, after its own operation); larger pages and
+    /// leaves sized in bytes use the writers' threshold (`consolidate_threshold`, scaled).
     pub read_consolidate_threshold: u32,
-    /// A page whose record count falls below this is merged into its left sibling (§IV-B);
-    /// 0 turns merges off. At most half the page size, so a merged page rarely splits again.
+    /// An index page whose record count falls below this is merged into its left sibling
+    /// (§IV-B); a leaf below this capped at half the floor of the leaves' split limits,
+    /// and only when the merged page fits both pages' split limits (hysteresis: insert.rs
+    /// `page_limits`). 0 turns merges off. At most half the page size.
     pub merge_threshold: usize,
 }
 
@@ -250,6 +255,7 @@ impl EslSource for std::sync::atomic::AtomicU64 {
 }
 
 pub use crate::delta::LSN_MAX;
+pub use crate::insert::LEAF_BYTES_MAX;
 pub use crate::storage::PageHold;
 
 fn check_lsn(lsn: u64) -> Result<()> {

@@ -117,6 +117,9 @@ impl BwTree {
             }
             return;
         }
+        if level == 0 && !self.merge_fits_left(pid, node, parent, low, guard) {
+            return;
+        }
         let delta = Owned::new(Node::delta(node, 0, Kind::RemoveNode { committed: false }));
         self.stats.merge_attempts.incr();
         self.stats.cas_attempts.incr();
@@ -135,6 +138,33 @@ impl BwTree {
         }
     }
 
+    /// Hysteresis for leaves (insert.rs `page_limits`): whether leaf `r` (state `node`, low
+    /// key `low`) and its left sibling under `parent` fit in one page by both pages' split
+    /// limits, so the merge does not make a page that splits again. False also when the
+    /// child left of `low` is not R's direct left sibling (a split of it is pending): the
+    /// next write retries once that split is completed.
+    fn merge_fits_left(
+        &self,
+        r: Pid,
+        node: &Node,
+        parent: &Node,
+        low: &[u8],
+        guard: &Guard,
+    ) -> bool {
+        let Route::Child(left) = route(parent, Target::Below(Some(low))) else {
+            return false;
+        };
+        let Some((_, l_node)) = self.read_node(left, guard) else {
+            return false;
+        };
+        let (l_high, l_side) = l_node.bounds();
+        if l_side != r || l_high != Some(low) {
+            return false;
+        }
+        let total = l_node.record_count as usize + node.record_count as usize;
+        total <= self.page_limits(l_node).0.min(self.page_limits(node).0)
+    }
+
     /// Merges the right sibling of the page at `node` into it when both fit in one page.
     fn absorb_right(&self, node: &Node, guard: &Guard) {
         let (_, side_link) = node.bounds();
@@ -145,7 +175,7 @@ impl BwTree {
             return;
         };
         let total = r_node.record_count as usize + node.record_count as usize;
-        if total <= self.config.max_records_per_page {
+        if total <= self.page_limits(node).0.min(self.page_limits(r_node).0) {
             self.merge_into_left(side_link, r_state, r_node, false, guard);
         }
     }
@@ -240,7 +270,7 @@ impl BwTree {
                     // are reclaimed after the epoch (its frozen state belongs to the left page).
                     self.free_page(r, guard);
                     let merged = node_ref(installed);
-                    if merged.record_count as usize > self.config.max_records_per_page {
+                    if merged.record_count as usize > self.page_limits(merged).0 {
                         self.split(left, installed, merged, path, guard);
                     } else {
                         self.consolidate_if_long(left, installed, merged, guard);

@@ -222,3 +222,153 @@ fn reads_consolidate_small_pages_only() {
         "a 9 KiB page keeps its chain of 3 after a read (writers' threshold 8)"
     );
 }
+
+// Goal: a leaf sized in bytes (its records too large for max_records_per_page of them to fit
+// in LEAF_BYTES_MAX) is consolidated by readers only at the writers' threshold, as the old
+// leaves of such records (above 8 KiB) were, while a leaf of small records keeps the readers'
+// threshold (consolidate.rs `consolidate_after_read`). Method: give a one-leaf tree a base page
+// of 16 records (below the merge threshold 16 a write merges instead; at 16 the writers'
+// threshold 4 consolidates the chain), add four deltas, read, and count consolidations; once
+// with 100-byte values, once with 8-byte ones. Failed before: a 4 KiB YCSB leaf was under the
+// 8 KiB line and each read after a write consolidated.
+#[test]
+fn reads_leave_byte_sized_leaves_to_the_writers_threshold() {
+    let consolidations = |value_len: usize| {
+        let tree = BwTree::new();
+        let value = vec![3u8; value_len];
+        for i in 0..20u32 {
+            tree.insert(&key(i), &value).unwrap();
+        }
+        let before = tree.stats().counter(names::CONSOLIDATIONS).unwrap();
+        let mut out = Vec::new();
+        assert!(tree.get(&key(19), &mut out));
+        assert_eq!(out, value);
+        let after = tree.stats().counter(names::CONSOLIDATIONS).unwrap();
+        assert_eq!(tree.stats().key_count, 20);
+        (before, after)
+    };
+    assert_eq!(
+        consolidations(100),
+        (1, 1),
+        "the writer consolidated at 16 records; the read leaves a chain of 4 (writers' 4 x 2)"
+    );
+    assert_eq!(
+        consolidations(8),
+        (1, 2),
+        "a leaf of small records is consolidated by the read (readers' threshold 1)"
+    );
+}
+
+// Goal: leaves of large records split at about LEAF_BYTES_MAX, not at max_records_per_page,
+// while leaves of small records keep the record count (insert.rs `page_limits`). Method: load
+// 2000 keys with 100-byte values and with 8-byte values into default trees and compare the
+// leaf counts with what each page size allows.
+#[test]
+fn leaves_of_large_records_split_by_bytes() {
+    let leaves = |value_len: usize| {
+        let tree = BwTree::new();
+        let value = vec![5u8; value_len];
+        for i in 0..2000u32 {
+            tree.insert(format!("user{:08}", i * 7919 % 2000).as_bytes(), &value)
+                .unwrap();
+        }
+        let stats = tree.stats();
+        assert_eq!(stats.key_count, 2000);
+        // Inserts only: a page split below its limit must not merge back at once.
+        assert_eq!(
+            stats.counter(names::MERGES),
+            Some(0),
+            "{value_len}-byte values"
+        );
+        stats.leaf_node_count
+    };
+    let (large, small) = (leaves(100), leaves(8));
+    let limit = forest_bwtree::LEAF_BYTES_MAX / (100 + 12 + 16); // value, key, prefix and slot
+    assert!(
+        large >= 2000 / limit as u64,
+        "{large} leaves of 100-byte records: at most {limit} records each"
+    );
+    // Before: 128-record leaves either way; half-full pages hold 64 records.
+    assert!(small <= 2000 / 64 + 1, "{small} leaves of 8-byte records");
+    assert!(
+        large > 2 * small,
+        "{large} large-record leaves, {small} small-record ones"
+    );
+}
+
+fn merges_and_leaves(tree: &BwTree) -> (u64, u64) {
+    let stats = tree.stats();
+    (
+        stats.counter(names::MERGES).unwrap_or(0),
+        stats.leaf_node_count,
+    )
+}
+
+// Goal: hysteresis (insert.rs `page_limits`, merge.rs `merge_fits_left`): a leaf below its
+// merge threshold does not merge when the merged page would exceed the left sibling's split
+// limit (it would split again), and merges once it fits. Method: 2000-byte values (split limit
+// 32, merge threshold 16 by default); 33 keys split into two leaves, the left one refilled to
+// 30 records; the right one emptied to 7 records (30 + 7 > 32: no merge; before the
+// hysteresis it merged and split again), then the left one shrunk to 20 and one more delete on
+// the right (20 + 6 <= 32: merges).
+#[test]
+fn leaf_merge_skipped_when_the_merged_page_would_split() {
+    let tree = BwTree::new();
+    let key = |i: u32| format!("user{i:08}").into_bytes();
+    let value = vec![9u8; 2000];
+    for i in 0..33 {
+        tree.insert(&key(i * 10), &value).unwrap();
+    }
+    assert_eq!(
+        merges_and_leaves(&tree),
+        (0, 2),
+        "33 large records: one split"
+    );
+    // The left leaf holds keys 0..16 (times 10): refill it between them.
+    for i in 0..14 {
+        tree.insert(&key(i * 10 + 5), &value).unwrap();
+    }
+    assert_eq!(merges_and_leaves(&tree), (0, 2), "left leaf at 30 records");
+    for i in 16..26 {
+        assert!(tree.remove(&key(i * 10)));
+    }
+    assert_eq!(
+        merges_and_leaves(&tree),
+        (0, 2),
+        "right leaf at 7 records: 30 + 7 would exceed the left leaf's limit of 32"
+    );
+    for i in 0..10 {
+        assert!(tree.remove(&key(i * 10 + 5)));
+    }
+    assert!(tree.remove(&key(260)));
+    assert_eq!(
+        merges_and_leaves(&tree),
+        (1, 1),
+        "20 + 6 records fit one leaf"
+    );
+    assert_eq!(tree.stats().key_count, 26);
+}
+
+// Goal: the leaves' merge threshold is the configured one capped at half the floor of the
+// split limits (a quarter of max_records_per_page), also for leaves of small records
+// (insert.rs `page_limits`: a page just split never merges back). Method: default config
+// (128 records, merge 32: leaves merge below 16); 129 keys of 8 bytes split into 64 + 65; the
+// right leaf is emptied to 16 records (no merge; 32 before the hysteresis), then to 15
+// (merges).
+#[test]
+fn small_record_leaves_merge_below_the_capped_threshold() {
+    let tree = BwTree::new();
+    let key = |i: u32| format!("k{i:06}").into_bytes();
+    for i in 0..129 {
+        tree.insert(&key(i), b"8 bytes!").unwrap();
+    }
+    assert_eq!(merges_and_leaves(&tree), (0, 2));
+    let mut i = 128;
+    while tree.stats().key_count > 64 + 16 {
+        assert!(tree.remove(&key(i)));
+        i -= 1;
+    }
+    assert_eq!(merges_and_leaves(&tree), (0, 2), "right leaf at 16 records");
+    assert!(tree.remove(&key(i)));
+    assert_eq!(merges_and_leaves(&tree), (1, 1), "right leaf at 15 records");
+}
