@@ -549,6 +549,8 @@ impl<P: Persist> Index for BzTree<P> {
             ("pmwcas_helps", p.helps),
             ("pmwcas_dirty_flushes", p.dirty_flushes),
             ("pmwcas_pool_waits", p.pool_waits),
+            ("pmwcas_epoch_retires", p.epoch_retires),
+            ("pmwcas_reuse_deferred", p.reuse_deferred),
         ];
         for size in 1..=ENTRIES_MAX {
             if p.attempts_by_size[size] > 0 {

@@ -34,6 +34,8 @@
 //!   the full protocol is: a PMwCAS that installs in the word afterwards expected the value
 //!   the CAS replaced and fails, and the CAS fails on a word holding a reference. Durable
 //!   mode keeps the full protocol (recovery must see the descriptor; issue 16 session 15).
+//!   [`Pool::single_word_cas`] is the same step without taking a descriptor from the pool
+//!   (session 16, review rev-pmw F2); in durable mode it runs the full protocol.
 
 use crate::error::Error;
 use crate::execute::{Snapshot, Target};
@@ -127,7 +129,7 @@ impl<'a, P: Persist> Descriptor<'a, P> {
         }
     }
 
-    fn check_value(value: u64) -> Result<(), Error> {
+    pub(crate) fn check_value(value: u64) -> Result<(), Error> {
         if value & CONTROL_MASK != 0 {
             return Err(Error::ControlBits {
                 value,
@@ -416,15 +418,7 @@ impl<'a, P: Persist> Descriptor<'a, P> {
         let inner = &self.pool.inner;
         let e = self.entries[0];
         let succeeded = match inner.target_word(e.address) {
-            Some(word) => loop {
-                if inner.read(word) != e.expected {
-                    break false;
-                }
-                // No dirty bit in volatile mode: a plain value is exactly `expected`.
-                if word.cas_raw(e.expected, e.new).is_ok() {
-                    break true;
-                }
-            },
+            Some(word) => inner.volatile_cas(word, e.expected, e.new),
             None => false, // `add_word` admits target words only
         };
         inner.counters().attempt(1, succeeded);

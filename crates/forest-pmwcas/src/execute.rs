@@ -98,6 +98,22 @@ impl<P: Persist> Inner<P> {
         }
     }
 
+    /// A volatile single-word PMwCAS without policy (`descriptor.rs` module doc): a helping
+    /// read, then a CAS from the plain expected value, again if the CAS met a reference
+    /// installed meanwhile. Volatile mode only (no dirty bits: a plain value is exactly
+    /// `expected`).
+    pub(crate) fn volatile_cas(&self, word: &Word, expected: u64, new: u64) -> bool {
+        debug_assert!(!P::DURABLE);
+        loop {
+            if self.read(word) != expected {
+                return false;
+            }
+            if word.cas_raw(expected, new).is_ok() {
+                return true;
+            }
+        }
+    }
+
     /// Flushes a dirty word, fences, then clears its dirty bit if it still holds `seen`.
     pub(crate) fn clean_dirty(&self, word: &Word, seen: u64) {
         debug_assert!(seen & DIRTY_BIT != 0);

@@ -546,6 +546,31 @@ impl<P: Persist> Pool<P> {
         self.inner.read(word)
     }
 
+    /// A single-word PMwCAS with no policy: `word` from `expected` to `new`; `Ok(true)` if it
+    /// changed. In volatile mode it takes no descriptor: a helping read and a CAS
+    /// (`descriptor.rs` module doc, session 16). In durable mode it is `AllocateDescriptor`,
+    /// `AddWord` and `PMwCAS` (recovery must see the descriptor), so it may return
+    /// `PoolExhausted` as they do.
+    pub fn single_word_cas(
+        &self,
+        word: &Word,
+        expected: u64,
+        new: u64,
+        guard: &Guard,
+    ) -> Result<bool, Error> {
+        if P::DURABLE {
+            let mut d = self.allocate_descriptor(guard)?;
+            d.add_word(word, expected, new)?;
+            return d.execute();
+        }
+        crate::Descriptor::<P>::check_value(expected)?;
+        crate::Descriptor::<P>::check_value(new)?;
+        self.inner.target_offset(word)?;
+        let succeeded = self.inner.volatile_cas(word, expected, new);
+        self.inner.counters().attempt(1, succeeded);
+        Ok(succeeded)
+    }
+
     /// Allocates a descriptor with the default recycler (§2.3 `AllocateDescriptor()`).
     #[inline]
     pub fn allocate_descriptor<'a>(
@@ -1004,12 +1029,17 @@ impl<P: Persist> Inner<P> {
         frees_memory: bool,
     ) {
         if !frees_memory {
-            self.reuse
+            let deferred = self
+                .reuse
                 .retire(thread_number(), index, gen, |index, gen| {
                     self.release_within(index, gen, false)
                 });
+            if deferred {
+                self.counters().reuse_defer();
+            }
             return;
         }
+        self.counters().epoch_retire();
         self.pending_releases.fetch_add(1, StdOrdering::AcqRel);
         let inner = Arc::clone(self);
         guard.defer(move || inner.release(index, gen));

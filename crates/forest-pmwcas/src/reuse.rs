@@ -206,14 +206,14 @@ impl ReuseDomain {
     /// Hands back descriptor `index` generation `gen`, finished and free of references but
     /// for helpers still pinned: at once if no pin is held (module doc), else queued on thread
     /// `thread`'s slot. Then hands `release` every descriptor of that slot whose epoch has
-    /// passed.
+    /// passed. Returns whether the descriptor was queued (a counter).
     pub(crate) fn retire(
         &self,
         thread: usize,
         index: u32,
         gen: u64,
         mut release: impl FnMut(u32, u64),
-    ) {
+    ) -> bool {
         let s = self.slot_of(thread);
         fence(Ordering::SeqCst);
         if self.pinned.load(Ordering::SeqCst) == 0 {
@@ -221,7 +221,7 @@ impl ReuseDomain {
             if self.limbo[s].waiting.load(Ordering::Relaxed) != 0 {
                 self.collect(s, release);
             }
-            return;
+            return false;
         }
         let epoch = self.epoch.load(Ordering::Relaxed);
         {
@@ -230,6 +230,7 @@ impl ReuseDomain {
             self.limbo[s].waiting.store(limbo.len(), Ordering::Relaxed);
         }
         self.collect(s, release);
+        true
     }
 
     /// Hands `release` every descriptor of every slot whose epoch has passed (a pool-exhaustion

@@ -1,5 +1,7 @@
 //! Counters of one pool (issue 16 `stats()`): PMwCAS attempts and failures by size (target
-//! words), helps, dirty-word flushes, pool waits. Each thread counts into its partition's
+//! words), helps, dirty-word flushes, pool waits, and the epoch work of retirements (§2.2:
+//! descriptors whose policies free memory wait for the pool's epoch; others wait in the reuse
+//! domain only while a helper is pinned). Each thread counts into its partition's
 //! padded block, so counting adds no shared cache line to the hot path; `stats()` sums them.
 //! They are std atomics even under loom: counters are not part of the protocol.
 
@@ -15,6 +17,8 @@ pub(crate) struct Counters {
     helps: AtomicU64,
     dirty_flushes: AtomicU64,
     pool_waits: AtomicU64,
+    epoch_retires: AtomicU64,
+    reuse_deferred: AtomicU64,
 }
 
 impl Counters {
@@ -36,6 +40,14 @@ impl Counters {
     pub(crate) fn pool_wait(&self) {
         self.pool_waits.fetch_add(1, Ordering::Relaxed);
     }
+
+    pub(crate) fn epoch_retire(&self) {
+        self.epoch_retires.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn reuse_defer(&self) {
+        self.reuse_deferred.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// A pool's counters, summed over partitions.
@@ -51,6 +63,11 @@ pub struct PmwcasStats {
     pub dirty_flushes: u64,
     /// Times an allocation found its partition and every other empty and waited.
     pub pool_waits: u64,
+    /// Retirements whose policies free memory, deferred to the pool's epoch (crossbeam).
+    pub epoch_retires: u64,
+    /// Retirements that met a helper's reuse pin and waited in the reuse domain's limbo
+    /// (the others released their descriptor at once).
+    pub reuse_deferred: u64,
 }
 
 impl PmwcasStats {
@@ -68,6 +85,8 @@ impl PmwcasStats {
             s.helps += c.helps.load(Ordering::Relaxed);
             s.dirty_flushes += c.dirty_flushes.load(Ordering::Relaxed);
             s.pool_waits += c.pool_waits.load(Ordering::Relaxed);
+            s.epoch_retires += c.epoch_retires.load(Ordering::Relaxed);
+            s.reuse_deferred += c.reuse_deferred.load(Ordering::Relaxed);
         }
         s
     }

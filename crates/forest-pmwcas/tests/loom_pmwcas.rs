@@ -366,3 +366,36 @@ fn single_word_pmwcas_races_a_two_word_one() {
         assert_eq!(end, if pair_won { (1, 1) } else { (5, 0) });
     });
 }
+
+// Goal (review rev-pmw F1): the ABA scenario of `reuse_pin_stops_a_stale_install_after_aba`
+// with its middle step a single-word PMwCAS, which takes and publishes no descriptor (a
+// helping read and a CAS, `Pool::single_word_cas`): the word goes back to g1's expected value
+// without any descriptor being decided, so only the reuse pin stands between a helper of g1
+// held up before its RDCSS and a stale install into A. Method: the writer runs g1 {A: 0 -> 1,
+// B: 0 -> 1}, then the single word {A: 1 -> 0}, then g3 {A: 0 -> 3, C: 0 -> 3} (two
+// descriptors, so g3 may reuse g1's); the main thread reads A meanwhile (helping g1 wherever
+// it stands). A stale install of g1 into A after the CAS would make A 1 again (g1 succeeded)
+// and g3 fail. The end state is (3, 1, 3).
+#[test]
+fn reuse_pin_stops_a_stale_install_after_a_single_word_aba() {
+    loom::model(|| {
+        let pool = volatile(2);
+        let writer = {
+            let pool = pool.clone();
+            loom::thread::spawn(move || {
+                assert!(pmwcas(&pool, &[(0, 0, 1), (1, 0, 1)]));
+                {
+                    // No descriptor taken (`Pool::single_word_cas`, rev-pmw F2).
+                    let guard = pool.pin();
+                    assert!(pool.single_word_cas(word(&pool, 0), 1, 0, &guard).unwrap());
+                }
+                assert!(pmwcas(&pool, &[(0, 0, 3), (2, 0, 3)]));
+            })
+        };
+        loom::thread::yield_now();
+        let a = read(&pool, 0);
+        assert!(matches!(a, 0 | 1 | 3), "A read {a}");
+        writer.join().unwrap();
+        assert_eq!((read(&pool, 0), read(&pool, 1), read(&pool, 2)), (3, 1, 3));
+    });
+}

@@ -156,6 +156,55 @@ fn api_errors_name_the_problem() {
     assert_eq!(pool.read(w0, &guard), 0, "discarded: nothing changed");
 }
 
+fn single_word_cas_checks<P: Persist>(pool: &Pool<P>) {
+    let at = words(pool, 2);
+    let guard = pool.pin();
+    let (w0, w1) = (pool.word(at[0]).unwrap(), pool.word(at[1]).unwrap());
+    assert_eq!(pool.single_word_cas(w0, 0, 7, &guard), Ok(true));
+    assert_eq!(pool.single_word_cas(w0, 0, 8, &guard), Ok(false));
+    assert_eq!(pool.read(w0, &guard), 7, "a failed CAS changes nothing");
+    assert!(matches!(
+        pool.single_word_cas(w1, 0, 1 << 62, &guard),
+        Err(Error::ControlBits { .. })
+    ));
+    let foreign = forest_pmwcas::Word::new(0);
+    assert_eq!(
+        pool.single_word_cas(&foreign, 0, 1, &guard),
+        Err(Error::NotATargetWord { offset: None })
+    );
+    assert_eq!(pool.read(w1, &guard), 0);
+    let s = pool.stats();
+    assert_eq!((s.attempts_by_size[1], s.failures_by_size[1]), (2, 1));
+}
+
+#[test]
+fn single_word_cas_volatile_takes_no_descriptor() {
+    // Goal (rev-pmw F2): `Pool::single_word_cas` succeeds, fails without a change, refuses
+    // control bits and foreign words, counts as a 1-word PMwCAS, and in volatile mode takes no
+    // descriptor: it works with every descriptor of the pool held.
+    let pool = Pool::create_volatile(NoPersist, config(None)).unwrap();
+    single_word_cas_checks(&pool);
+    let guard = pool.pin();
+    let held: Vec<_> = (0..8)
+        .map(|_| pool.allocate_descriptor(&guard).unwrap())
+        .collect();
+    let w = pool.word(words(&pool, 3)[2]).unwrap();
+    assert_eq!(pool.single_word_cas(w, 0, 5, &guard), Ok(true));
+    assert_eq!(pool.read(w, &guard), 5);
+    drop(held);
+}
+
+#[test]
+fn single_word_cas_durable_runs_the_full_protocol() {
+    // Goal: in durable mode the same call is a published descriptor (recovery must see it):
+    // the simulated durable image holds the value once it returns.
+    let pool = sim_pool(config(None));
+    single_word_cas_checks(&pool);
+    let durable = pool.persist().durable_image();
+    let base = pool.user_area().start as usize / 8;
+    assert_eq!(durable[base] & forest_pmwcas::VALUE_MASK, 7);
+}
+
 #[test]
 fn remove_word_and_reserve_entry() {
     // Goal: RemoveWord drops a word from the PMwCAS; ReserveEntry's slot supplies the new
