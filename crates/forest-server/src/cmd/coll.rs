@@ -130,14 +130,29 @@ pub fn write_existing<'a, 's>(
     let Some(seen) = open_read(ctx, user, kind)? else {
         // Absent perhaps because of a write not yet durable (review rev-lists13 F1): the
         // answer waits for it.
-        ctx.observe(&type_key(user));
+        let key = ctx.buffers.concat(&[
+            &[
+                crate::collection::RESERVED_BYTE,
+                crate::collection::TYPE_TAG,
+            ],
+            user,
+        ]);
+        ctx.observe(&key);
+        ctx.buffers.give(key);
         return Ok(absent);
     };
-    write_locked(ctx, user, kind, |ctx, meta| {
-        // The stripe lock is held since the read: nothing changed the collection.
-        debug_assert_eq!(*meta, seen);
-        change(ctx, meta)
-    })
+    // The stripe lock is held since the read: nothing changed the collection, and the
+    // command's one "now" keeps its deadline's verdict, so `seen` is what a second read
+    // would find.
+    ctx.begin_unit();
+    let mut open = Open {
+        meta: seen,
+        existed: true,
+        opened: seen,
+    };
+    let reply = change(ctx, &mut open.meta);
+    finish(ctx, user, open)?;
+    reply
 }
 
 /// [`write`]'s sequence. Precondition: `user`'s stripe lock is held.
@@ -257,11 +272,14 @@ fn settle(ctx: &mut Ctx<'_, '_>, user: &[u8], open: Open) -> Result<(), Frame> {
     match (open.meta.count, open.existed) {
         (0, false) => {
             collections.add_live(-1);
+            ctx.buffers.give(key);
             Ok(())
         }
         (0, true) => {
             collections.add_live(-1);
-            if ctx.remove(&key)? {
+            let removed = ctx.remove(&key);
+            ctx.buffers.give(key);
+            if removed? {
                 collections.add_reserved(-1);
             }
             // An emptied collection is deleted, its deadline with it.
@@ -281,6 +299,9 @@ fn settle(ctx: &mut Ctx<'_, '_>, user: &[u8], open: Open) -> Result<(), Frame> {
             // moves an end or the count, so the blocking commands' hook loses nothing; a
             // stream's writes all signal its readers.
             ctx.observe(&key);
+            // Back to the pool: a no-op command (SADD of a member already there) takes
+            // nothing from it for good, so the next one allocates nothing.
+            ctx.buffers.give(key);
             Ok(())
         }
         (_, existed) => {
@@ -291,7 +312,11 @@ fn settle(ctx: &mut Ctx<'_, '_>, user: &[u8], open: Open) -> Result<(), Frame> {
                     let value = ctx.buffers.copy_of(&value);
                     ctx.decide_owned(key, Some(value))
                 }),
-                false => ctx.upsert(&key, &value),
+                false => {
+                    let upserted = ctx.upsert(&key, &value);
+                    ctx.buffers.give(key);
+                    upserted
+                }
             };
             if result.is_ok() && !existed {
                 collections.add_reserved(1);
@@ -335,6 +360,31 @@ pub fn put_member(ctx: &mut Ctx<'_, '_>, key: &[u8], value: &[u8]) -> Result<boo
         ctx.shared.collections.add_reserved(1);
     }
     Ok(new)
+}
+
+/// Sets member entry `key` of collection `user` to `value` (HSET's field); true if it is new.
+/// A member that already holds `value` is not rewritten, so a command that changes nothing
+/// writes nothing (its reply waits in [`finish`] as any no-op's); `user`'s watchers are still
+/// touched, as Redis's HSET signals the key whatever it set. Precondition: a unit is open
+/// (inside [`write`]); `key` is a pooled buffer, kept or given back.
+pub fn set_member(
+    ctx: &mut Ctx<'_, '_>,
+    user: &[u8],
+    key: Vec<u8>,
+    value: &[u8],
+) -> Result<bool, Frame> {
+    let mut old = ctx.buffers.take();
+    let existed = ctx.read_at(&key, &mut old);
+    let same = existed && old == value;
+    ctx.buffers.give(old);
+    if same {
+        ctx.buffers.give(key);
+        ctx.shared.watches.touched(user);
+        return Ok(false);
+    }
+    // Read just above in this command's view: decided without reading it again.
+    put_known_member(ctx, key, value, existed)?;
+    Ok(!existed)
 }
 
 /// Sets a member entry that the caller knows absent (a list's next sequence number, which
@@ -412,9 +462,7 @@ pub fn members(
     // The store need read no more than `limit` plus the members this command removed: a
     // short read stays optimistic in the store's scan gate (SPOP reads one member).
     let removed = overlay.map_or(0, |o| {
-        o.range::<[u8], _>((lower, upper))
-            .filter(|(_, v)| v.is_none())
-            .count()
+        o.range((lower, upper)).filter(|(_, v)| v.is_none()).count()
     });
     let rows = limit.saturating_add(removed);
     ctx.shared
@@ -433,7 +481,7 @@ pub fn members(
         });
     if let Some(overlay) = overlay {
         let added: Vec<(Vec<u8>, Vec<u8>)> = overlay
-            .range::<[u8], _>((lower, upper))
+            .range((lower, upper))
             .filter_map(|(k, v)| v.as_ref().map(|v| (k.clone(), v.clone())))
             .filter(|(k, _)| out.iter().all(|(o, _)| o != k))
             .collect();

@@ -9,7 +9,7 @@ use forest_core::Order;
 
 use super::{coll, float80, sample};
 use super::{int_arg, Ctx, Reply};
-use crate::collection::{member_key, member_prefix, Kind};
+use crate::collection::{member_key, member_prefix, member_prefix_into, Kind};
 use crate::frame::{Frame, Protocol};
 use crate::parse::parse_int;
 
@@ -19,18 +19,21 @@ pub fn hset(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     if !(argv.len() - 2).is_multiple_of(2) {
         return Err(super::wrong_arity("hset"));
     }
-    let prefix = member_prefix(user);
-    for pair in argv[2..].chunks_exact(2) {
-        coll::check_member_parts(&prefix, pair[0], pair[1])?;
-    }
-    coll::write(ctx, user, Kind::Hash, |ctx, meta| {
-        coll::count_changes(ctx, meta, 1, argv[2..].chunks_exact(2), |ctx, pair| {
-            let key = ctx.buffers.concat(&[&prefix, pair[0]]);
-            let added = coll::put_member(ctx, &key, pair[1]);
-            ctx.buffers.give(key);
-            added
+    let mut prefix = ctx.buffers.take();
+    member_prefix_into(user, &mut prefix);
+    let checked = argv[2..]
+        .chunks_exact(2)
+        .try_for_each(|pair| coll::check_member_parts(&prefix, pair[0], pair[1]));
+    let reply = checked.and_then(|()| {
+        coll::write(ctx, user, Kind::Hash, |ctx, meta| {
+            coll::count_changes(ctx, meta, 1, argv[2..].chunks_exact(2), |ctx, pair| {
+                let key = ctx.buffers.concat(&[&prefix, pair[0]]);
+                coll::set_member(ctx, user, key, pair[1])
+            })
         })
-    })
+    });
+    ctx.buffers.give(prefix);
+    reply
 }
 
 /// HMSET key field value [field value ...]: HSET with Redis 2.0's reply, OK.
@@ -592,5 +595,42 @@ mod tests {
         h.run(&["HSET", "g", "x", "1"]);
         let other = String::from_utf8(other.clone()).expect("utf8");
         assert_eq!(h.run(&["HSCAN", "g", &other]), Frame::err("invalid cursor"));
+    }
+
+    // Goal: HSET of a field to the value it holds writes nothing (session 16: it used to
+    // write the field and the type entry again) yet replies and signals as Redis's: 0, and a
+    // client WATCHing the key sees it touched (Redis's HSET signals the key whatever it set);
+    // a changed value, a new field and a repeated field in one HSET still write.
+    // Method: the store's next LSN before and after each HSET; WATCH, another client's HSET,
+    // then EXEC.
+    #[test]
+    fn hset_of_the_same_value_writes_nothing_but_touches_watchers() {
+        let mut h = Harness::new();
+        let lsn = |h: &Harness| h.shared.store.stats().lsn_next;
+        assert_eq!(h.run(&["HSET", "h", "f", "v", "g", "w"]), Frame::Integer(2));
+        let before = lsn(&h);
+        assert_eq!(h.run(&["HSET", "h", "f", "v"]), Frame::Integer(0));
+        assert_eq!(h.run(&["HSET", "h", "g", "w", "f", "v"]), Frame::Integer(0));
+        assert_eq!(h.run(&["HMSET", "h", "f", "v"]), Frame::ok());
+        assert_eq!(lsn(&h), before, "no-op HSETs wrote");
+        assert_eq!(h.run(&["HSET", "h", "f", "v2"]), Frame::Integer(0));
+        assert!(lsn(&h) > before, "a changed value is written");
+        assert_eq!(h.run(&["HGET", "h", "f"]), bulk("v2"));
+        // The same field twice in one HSET: the second value wins, counted new once.
+        assert_eq!(
+            h.run(&["HSET", "h", "n", "1", "n", "2", "f", "v2"]),
+            Frame::Integer(1)
+        );
+        assert_eq!(h.run(&["HGET", "h", "n"]), bulk("2"));
+        assert_eq!(h.run(&["HLEN", "h"]), Frame::Integer(3));
+        let mut other = h.shared.new_client("b".into(), "c".into(), None);
+        h.run(&["WATCH", "h"]);
+        run_on(&h.shared, &mut other, &[b"HSET", b"h", b"f", b"v2"]);
+        h.run(&["MULTI"]);
+        h.run(&["PING"]);
+        assert_eq!(h.run(&["EXEC"]), Frame::NullArray, "HSET touches watchers");
+        let mut h = h.restart();
+        assert_eq!(h.run(&["HGET", "h", "f"]), bulk("v2"));
+        assert_eq!(h.run(&["HLEN", "h"]), Frame::Integer(3));
     }
 }

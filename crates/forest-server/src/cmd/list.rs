@@ -404,14 +404,50 @@ fn pop(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]], left: bool) -> Reply {
     coll::write_existing(ctx, user, Kind::List, absent, |ctx, meta| {
         let mut prefix = ctx.buffers.take();
         member_prefix_into(user, &mut prefix);
-        let popped = pop_elements(ctx, &prefix, meta, left, count.unwrap_or(1));
+        let reply = match count {
+            // The common pop: no vectors for one element.
+            None => pop_one(ctx, &prefix, meta, left).map(|v| v.map_or(Frame::Null, Frame::Bulk)),
+            Some(n) => pop_elements(ctx, &prefix, meta, left, n)
+                .map(|popped| Frame::Array(popped.into_iter().map(Frame::Bulk).collect())),
+        };
         ctx.buffers.give(prefix);
-        let popped = popped?;
-        Ok(coll::popped_reply(
-            count,
-            popped.into_iter().map(Frame::Bulk).collect(),
-        ))
+        reply
     })
+}
+
+/// [`pop_elements`] of one element, into a pooled buffer: the element, or None for a hole
+/// (see there) or an empty list.
+fn pop_one(
+    ctx: &mut Ctx<'_, '_>,
+    prefix: &[u8],
+    meta: &mut Meta,
+    left: bool,
+) -> Result<Option<Vec<u8>>, Frame> {
+    if meta.count == 0 {
+        return Ok(None);
+    }
+    let seq = if left {
+        meta.a
+    } else {
+        meta.b.saturating_sub(1)
+    };
+    let key = ctx.buffers.concat(&[prefix, &seq_bytes(seq)]);
+    let mut value = ctx.buffers.take();
+    let present = ctx.read_at(&key, &mut value);
+    if left {
+        meta.a = meta.a.saturating_add(1);
+    } else {
+        meta.b = meta.b.saturating_sub(1);
+    }
+    meta.count -= 1;
+    if !present {
+        ctx.buffers.give(key);
+        ctx.buffers.give(value);
+        return Ok(None);
+    }
+    // Read present just above, in this command's view.
+    coll::remove_known_member(ctx, key)?;
+    Ok(Some(value))
 }
 
 /// LPOP key [count].

@@ -37,6 +37,7 @@ mod lmove;
 mod mget;
 pub mod multi;
 mod object;
+pub mod overlay;
 pub mod pubsub;
 mod randomkey;
 mod range;
@@ -167,7 +168,7 @@ pub struct Ctx<'a, 's> {
 pub struct Unit {
     /// The final state of each key written; [`Ctx::end_unit`] writes it as one batch (one
     /// op per key, as EXEC's), so a decided write is copied once.
-    overlay: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    overlay: overlay::Overlay,
     /// EXEC's unit: it spans every queued command; only EXEC writes it ([`multi`]).
     txn: bool,
     /// Deadline changes decided with the writes, in order: the map of deadlines takes them
@@ -185,7 +186,7 @@ pub struct Unit {
 
 impl Unit {
     /// The state the decided writes leave, by key (None: removed).
-    pub fn overlay(&self) -> &std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> {
+    pub fn overlay(&self) -> &overlay::Overlay {
         &self.overlay
     }
 }
@@ -215,6 +216,8 @@ pub struct Buffers {
     /// The ops of the last unit written ([`Ctx::end_unit`]), emptied: their keys and values
     /// went back to `free`, so a collection command's unit allocates nothing once warm.
     unit_ops: Vec<forest_store::BatchOp>,
+    /// The last unit's emptied overlay vector ([`overlay::Overlay`]), for the next unit.
+    overlay_vec: Option<Vec<(Vec<u8>, Option<Vec<u8>>)>>,
 }
 
 impl Buffers {
@@ -273,7 +276,11 @@ impl Ctx<'_, '_> {
     /// Starts a unit (see [`Ctx::unit`]); a unit already open goes on.
     pub fn begin_unit(&mut self) {
         if self.unit.is_none() {
-            self.unit = Some(Unit::default());
+            let small = self.buffers.overlay_vec.take().unwrap_or_default();
+            self.unit = Some(Unit {
+                overlay: overlay::Overlay::with_vec(small),
+                ..Unit::default()
+            });
         }
     }
 
@@ -304,7 +311,7 @@ impl Ctx<'_, '_> {
         // A deadline change may move a string between its two places: readers that miss
         // it meanwhile read again (`Expires::read_string`).
         let Unit {
-            overlay,
+            mut overlay,
             deadlines,
             plain_removal,
             ..
@@ -314,11 +321,14 @@ impl Ctx<'_, '_> {
             self.shared.expires.begin_move();
         }
         let mut ops = std::mem::take(&mut self.buffers.unit_ops);
-        ops.extend(overlay.into_iter().map(|(key, value)| match value {
-            Some(value) => forest_store::BatchOp::Upsert(key, value),
-            None if !plain_removal => forest_store::BatchOp::RemovePresent(key),
-            None => forest_store::BatchOp::Remove(key),
-        }));
+        overlay.drain(|key, value| {
+            ops.push(match value {
+                Some(value) => forest_store::BatchOp::Upsert(key, value),
+                None if !plain_removal => forest_store::BatchOp::RemovePresent(key),
+                None => forest_store::BatchOp::Remove(key),
+            })
+        });
+        self.buffers.overlay_vec = overlay.into_vec();
         let written = match ops.is_empty() {
             true => Ok(()),
             false => {

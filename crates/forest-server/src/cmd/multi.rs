@@ -445,7 +445,7 @@ fn write_unit(ctx: &mut Ctx<'_, '_>) -> Result<(), Frame> {
     // A store read of the transaction (or script) failed: its writes may rest on it.
     ctx.reads_ok()?;
     let mut batch = WriteBatch::new();
-    for (key, value) in &unit.overlay {
+    for (key, value) in unit.overlay.iter() {
         match value {
             Some(value) => batch.put(key, value),
             None => batch.remove(key),
@@ -626,7 +626,7 @@ impl Ctx<'_, '_> {
         if limit == 0 {
             return;
         }
-        let range = overlay.range::<[u8], _>((lower, upper));
+        let range = overlay.range((lower, upper));
         // The store need read no more than `limit` plus the entries the unit removes: if
         // it returns that many, `limit` entries were handed out before it ended.
         let removed = range.clone().filter(|(_, v)| v.is_none()).count();

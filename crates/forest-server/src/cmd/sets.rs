@@ -12,25 +12,30 @@ use forest_core::Order;
 
 use super::{coll, sample};
 use super::{syntax_error, Ctx, Reply};
-use crate::collection::{member_key, member_prefix, Kind};
+use crate::collection::{member_key, member_prefix, member_prefix_into, Kind};
 use crate::frame::Frame;
 use crate::parse::{is_word, parse_int};
 
 /// SADD key member [member ...]: how many were added.
 pub fn sadd(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     let user = argv[1];
-    let prefix = member_prefix(user);
-    for member in &argv[2..] {
-        coll::check_member_parts(&prefix, member, b"")?;
-    }
-    coll::write(ctx, user, Kind::Set, |ctx, meta| {
-        coll::count_changes(ctx, meta, 1, &argv[2..], |ctx, member| {
-            let key = ctx.buffers.concat(&[&prefix, member]);
-            let added = coll::insert_member(ctx, &key, b"");
-            ctx.buffers.give(key);
-            added
+    let mut prefix = ctx.buffers.take();
+    member_prefix_into(user, &mut prefix);
+    let checked = argv[2..]
+        .iter()
+        .try_for_each(|member| coll::check_member_parts(&prefix, member, b""));
+    let reply = checked.and_then(|()| {
+        coll::write(ctx, user, Kind::Set, |ctx, meta| {
+            coll::count_changes(ctx, meta, 1, &argv[2..], |ctx, member| {
+                let key = ctx.buffers.concat(&[&prefix, member]);
+                let added = coll::insert_member(ctx, &key, b"");
+                ctx.buffers.give(key);
+                added
+            })
         })
-    })
+    });
+    ctx.buffers.give(prefix);
+    reply
 }
 
 /// SREM key member [member ...]: how many were removed.

@@ -123,7 +123,7 @@ impl Ctx<'_, '_> {
             let (lowest, past) = string_bounds();
             !u.deadlines.is_empty()
                 || u.overlay
-                    .range::<[u8], _>((Bound::Included(&lowest[..]), Bound::Excluded(&past[..])))
+                    .range((Bound::Included(&lowest[..]), Bound::Excluded(&past[..])))
                     .next()
                     .is_some()
         })

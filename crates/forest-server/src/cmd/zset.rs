@@ -33,6 +33,13 @@ pub const BY_NAME: &[u8] = b"n";
 /// `strtod` reads, are refused (docs/PROTOCOL.md).
 pub(super) fn parse_score(arg: &[u8]) -> Result<f64, Frame> {
     let bad = || Frame::err("value is not a valid float");
+    // A canonical integer below 2^53 (redis-benchmark's ZADD score) is exactly that double,
+    // as strtod reads it: no text copy. parse_int refuses "-0", "+1" and leading zeros.
+    if let Some(n) = crate::parse::parse_int(arg) {
+        if n.unsigned_abs() < 1 << 53 {
+            return Ok(n as f64);
+        }
+    }
     let text = std::str::from_utf8(arg).map_err(|_| bad())?;
     let lower = text.to_ascii_lowercase();
     let score = match lower.as_str() {
@@ -115,7 +122,11 @@ fn add_generic(ctx: &mut Ctx<'_, '_>, user: &[u8], flags: AddFlags, elements: &[
     let mut pairs = Vec::with_capacity(elements.len() / 2);
     for pair in elements.chunks_exact(2) {
         let score = parse_score(pair[0])?;
-        coll::check_member(&member_key(&prefix, &[BY_SCORE, &[0; 8], pair[1]]), b"")?;
+        // The longer of the member's two keys, in a pooled buffer.
+        let key = ctx.buffers.concat(&[&prefix, BY_SCORE, &[0; 8], pair[1]]);
+        let checked = coll::check_member(&key, b"");
+        ctx.buffers.give(key);
+        checked?;
         pairs.push((score, pair[1]));
     }
     let change = |ctx: &mut Ctx<'_, '_>, meta: &mut crate::collection::Meta| {
@@ -175,13 +186,17 @@ pub(super) fn score_of(
     prefix: &[u8],
     member: &[u8],
 ) -> Result<Option<f64>, Frame> {
-    let mut value = Vec::new();
-    if !ctx.read(&member_key(prefix, &[BY_NAME, member]), &mut value) {
-        return Ok(None);
-    }
-    match <[u8; 8]>::try_from(value.as_slice()) {
-        Ok(bytes) => Ok(Some(score_from(bytes))),
-        Err(_) => Err(Frame::err("sorted set entry is damaged")),
+    // Pooled buffers; a member key is reserved, so it is read where it is (no deadline).
+    let key = ctx.buffers.concat(&[prefix, BY_NAME, member]);
+    let mut value = ctx.buffers.take();
+    let present = ctx.read_at(&key, &mut value);
+    let score = <[u8; 8]>::try_from(value.as_slice());
+    ctx.buffers.give(key);
+    ctx.buffers.give(value);
+    match (present, score) {
+        (false, _) => Ok(None),
+        (true, Ok(bytes)) => Ok(Some(score_from(bytes))),
+        (true, Err(_)) => Err(Frame::err("sorted set entry is damaged")),
     }
 }
 
@@ -926,6 +941,33 @@ mod tests {
     use std::collections::HashMap;
 
     use super::super::testing::*;
+
+    // Goal: the integer fast path of parse_score reads what the text path reads (strtod's
+    // value), and leaves "-0", "+1", leading zeros and integers past 2^53 to the text path.
+    // Method: both paths over edge-case integers.
+    #[test]
+    fn parse_score_integer_path_equals_text_path() {
+        for text in [
+            "0",
+            "-0",
+            "+1",
+            "007",
+            "1",
+            "-1",
+            "42",
+            "9007199254740991",
+            "-9007199254740991",
+            "9007199254740992",
+            "9007199254740993",
+            "-9223372036854775808",
+            "9223372036854775807",
+            "123456789012345678",
+        ] {
+            let got = super::parse_score(text.as_bytes()).expect(text);
+            let want: f64 = text.parse().expect(text);
+            assert_eq!(got.to_bits(), want.to_bits(), "{text}");
+        }
+    }
     use crate::frame::{Frame, Protocol};
 
     /// The model's members in Redis's order: by score, then member bytes.
