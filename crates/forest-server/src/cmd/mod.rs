@@ -217,7 +217,7 @@ pub struct Buffers {
     /// went back to `free`, so a collection command's unit allocates nothing once warm.
     unit_ops: Vec<forest_store::BatchOp>,
     /// The last unit's emptied overlay vector ([`overlay::Overlay`]), for the next unit.
-    overlay_vec: Option<Vec<(Vec<u8>, Option<Vec<u8>>)>>,
+    overlay_vec: Option<Vec<overlay::Entry>>,
 }
 
 impl Buffers {

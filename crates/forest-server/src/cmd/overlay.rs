@@ -14,7 +14,8 @@ use std::ops::Bound;
 /// The keys a unit keeps in its sorted vector before it moves to the map.
 pub const SMALL_MAX: usize = 16;
 
-type Entry = (Vec<u8>, Option<Vec<u8>>);
+/// A key the unit wrote and its value, None for a removal.
+pub type Entry = (Vec<u8>, Option<Vec<u8>>);
 
 /// See the module doc.
 #[derive(Clone, Debug, Default)]
