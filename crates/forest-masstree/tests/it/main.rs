@@ -9,6 +9,7 @@ mod hard_cases;
 mod memcheck_poison;
 mod pause_points;
 mod removal;
+mod rev_mscan2;
 mod review13_refs;
 mod scan_batches;
 mod scan_copy;
