@@ -67,8 +67,9 @@ use crate::Masstree;
 /// batches; but each batch also costs a pin and a re-descent from the root. On YCSB-E
 /// (session 11, CPU time on a loaded machine) 32 took 3-4 % less CPU than 16, 24 in between,
 /// 8 more. Session 16, after the walk got cheaper (docs/BENCHMARKS.md, issue 14): 16 still
-/// cost 3.4 % more instructions per YCSB-E scan than 32 (each batch's descent outweighs the
-/// records it saves); for lengths uniform in 1-100 a fixed 32 beats geometric growth.
+/// cost 3.4 % more instructions per YCSB-E scan than 32 in a harness outside the repository
+/// (each batch's descent outweighs the records it saves); for lengths uniform in 1-100 a fixed
+/// 32 beats geometric growth (review rev-mscan2 checked the arithmetic).
 pub const BATCH_RECORDS_FIRST: usize = 32;
 
 /// Once a scan has handed out this many records, each batch is as large as all the records
@@ -510,7 +511,11 @@ impl<'s, 'g, const W: usize, const F: usize> Collect<'s, 'g, '_, W, F> {
     }
 
     /// Reads the slot at index `i` of `perm` in `level`'s node and, once the node's version
-    /// validates the read, copies its record out or names the layer to enter.
+    /// validates the read, copies its record out or names the layer to enter. A slot skipped
+    /// before validation (ahead of the bound, a short key whose block is gone) is covered by
+    /// the next validation: every exit from a node validates its version (a record handed
+    /// out, a layer entered, a stop after a validated record, leaving the node), so a new
+    /// early exit must validate too or it loses keys (review rev-mscan2 F2).
     #[inline]
     fn slot(
         &mut self,
