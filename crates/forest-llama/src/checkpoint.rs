@@ -669,6 +669,19 @@ impl Recovery {
         }
     }
 
+    /// A committed system transaction's Allocate of `pid` (`recover.rs`): the PID is in use
+    /// again, though it may have no piece yet.
+    pub fn apply_allocate(&mut self, pid: Pid) {
+        self.free.remove(&pid);
+    }
+
+    /// A committed system transaction's Free of `pid` (`recover.rs`): it recovers free, and
+    /// its pieces are garbage.
+    pub fn apply_free(&mut self, pid: Pid) {
+        self.pages.remove(&pid);
+        self.free.insert(pid);
+    }
+
     /// The address `pid` recovers to, if any.
     pub fn address_of(&self, pid: Pid) -> Option<LssAddress> {
         self.pages
