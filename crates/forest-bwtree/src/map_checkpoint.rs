@@ -28,7 +28,7 @@ use forest_llama::clean::pick_victim_where;
 use crate::gc::node_ref;
 use crate::smo_log::newest_piece;
 use crate::storage::Storage;
-use crate::BwTree;
+use crate::{root_word_pid, BwTree};
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
@@ -61,13 +61,20 @@ impl BwTree {
 
     /// Takes a mapping-table checkpoint of this tree (forest-llama `Checkpoints::take`):
     /// every page's newest stable piece, the free PIDs and S. `rssp` is the store's field.
-    /// Refused unless [`Self::use_map_checkpoints`] was called.
+    /// Refused unless [`Self::use_map_checkpoints`] was called. Before the walk, pages whose
+    /// SMO deltas no piece holds are flushed, and the root is recorded (`recover.rs`).
     pub fn take_map_checkpoint(&self, rssp: u64) -> Result<CheckpointInfo> {
         let (storage, map) = self.map_checkpoints().ok_or_else(|| {
             Error::InvalidUse("take_map_checkpoint before use_map_checkpoints".into())
         })?;
+        let root = || {
+            // After S (forest-llama `walk`): pages with SMO deltas no piece holds get one
+            // (`recover.rs`), then the root as of now (later root changes are units >= S).
+            self.flush_unlogged_structure(&storage.lss)?;
+            Ok(Some(root_word_pid(self.root_word())))
+        };
         map.checkpoints
-            .take(&self.table, &storage.lss, rssp, |_, state| {
+            .take_with_root(&self.table, &storage.lss, rssp, root, |_, state| {
                 newest_piece(node_ref(state))
             })
     }

@@ -444,7 +444,12 @@ impl BwTree {
     }
 
     /// The page image that page `pid`'s pieces (newest at `newest`) rebuild to.
-    fn rebuild_image(&self, lss: &Lss, pid: Pid, newest: LssAddress) -> Result<PageImage> {
+    pub(crate) fn rebuild_image(
+        &self,
+        lss: &Lss,
+        pid: Pid,
+        newest: LssAddress,
+    ) -> Result<PageImage> {
         self.rebuild_image_lsn(lss, pid, newest)
             .map(|(image, _)| image)
     }

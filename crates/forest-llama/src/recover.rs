@@ -99,10 +99,18 @@ pub struct RecoveredMap {
     /// PID → committed unit deltas above its newest piece, in log order (a page with no piece
     /// starts from its first, a page image).
     pub unit_deltas: BTreeMap<Pid, Vec<UnitDelta>>,
+    /// Per Update-D kind, the newest committed one's PID and unit address (the Bw-tree finds
+    /// its newest root change here; a later piece of the page does not erase it).
+    pub newest_by_kind: BTreeMap<u8, (Pid, LssAddress)>,
     pub stats: ScanStats,
 }
 
 impl RecoveredMap {
+    /// The root the checkpoint recorded ([`MapCheckpoint::root`]).
+    pub fn checkpoint_root(&self) -> Option<Pid> {
+        self.checkpoint.as_ref().and_then(|(_, c)| c.root)
+    }
+
     /// The store's RSSP recorded in the checkpoint used (0 without one: redo everything).
     pub fn rssp(&self) -> u64 {
         self.checkpoint.as_ref().map_or(0, |(_, c)| c.rssp)
@@ -159,6 +167,7 @@ pub fn open_recovering(
 struct Scan {
     recovery: Recovery,
     unit_deltas: BTreeMap<Pid, Vec<UnitDelta>>,
+    newest_by_kind: BTreeMap<u8, (Pid, LssAddress)>,
     pid_end: u64,
     stats: ScanStats,
 }
@@ -168,6 +177,7 @@ impl Scan {
         Self {
             recovery: checkpoint.map_or_else(Recovery::default, Recovery::from_checkpoint),
             unit_deltas: BTreeMap::new(),
+            newest_by_kind: BTreeMap::new(),
             pid_end: checkpoint.map_or(0, |c| c.pid_end),
             stats: ScanStats::default(),
         }
@@ -237,6 +247,7 @@ impl Scan {
                         } => {
                             self.see_pid(lss, address, pid)?;
                             self.recovery.apply_allocate(pid);
+                            self.newest_by_kind.insert(kind, (pid, address));
                             self.unit_deltas.entry(pid).or_default().push(UnitDelta {
                                 unit: address,
                                 txn: unit.txn,
@@ -283,6 +294,7 @@ impl Scan {
             pages,
             free,
             unit_deltas: self.unit_deltas,
+            newest_by_kind: self.newest_by_kind,
             stats: self.stats,
         }
     }

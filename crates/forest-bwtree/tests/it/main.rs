@@ -13,6 +13,7 @@ mod flush_pause;
 mod map_checkpoint;
 mod page_hold;
 mod pause_points;
+mod recover;
 mod rev_bwleaf;
 mod rev_clean;
 mod rev_evict;
