@@ -3,7 +3,8 @@
 //! method's part of forest-llama's `checkpoint.rs`.
 //!
 //! - [`BwTree::take_map_checkpoint`] walks the table with `Checkpoints::take`, naming each
-//!   resident page's newest flush delta's piece. A consolidation keeps that delta on the new
+//!   resident page's newest flush delta's piece, or flushing it first if a system-transaction
+//!   unit below S changed it after that piece (`smo_log.rs` "Checkpoints"). A consolidation keeps that delta on the new
 //!   base page (*behind* if it folded unflushed writes, `consolidate.rs` `carried_flush`), a
 //!   split keeps it below the split delta, a merge's left page keeps its own, a load names
 //!   the address it read and a relocation's CAS puts the new address in the word; so the
@@ -26,7 +27,6 @@ use forest_llama::checkpoint::{CheckpointInfo, Checkpoints};
 use forest_llama::clean::pick_victim_where;
 
 use crate::gc::node_ref;
-use crate::smo_log::newest_piece;
 use crate::storage::Storage;
 use crate::BwTree;
 
@@ -66,10 +66,20 @@ impl BwTree {
         let (storage, map) = self.map_checkpoints().ok_or_else(|| {
             Error::InvalidUse("take_map_checkpoint before use_map_checkpoints".into())
         })?;
-        map.checkpoints
-            .take(&self.table, &storage.lss, rssp, |_, state| {
-                newest_piece(node_ref(state))
-            })
+        let mut barrier_passed = false;
+        let info = map
+            .checkpoints
+            .take(&self.table, &storage.lss, rssp, |pid, state| {
+                // The walk runs after S: wait once for the SMO steps in flight, so every
+                // unit below S is registered before a page is decided (`smo_log.rs`).
+                if !barrier_passed {
+                    BwTree::checkpoint_barrier(storage);
+                    barrier_passed = true;
+                }
+                self.checkpoint_piece(storage, pid, node_ref(state))
+            })?;
+        BwTree::forget_units_below(storage, info.start);
+        Ok(info)
     }
 
     /// The tree's storage and checkpoints, if it uses them.

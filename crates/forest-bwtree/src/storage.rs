@@ -94,10 +94,20 @@ pub(crate) struct Storage {
     /// LSS refused their unit.
     pub(crate) txn_stats: forest_llama::sys_txn::TxnStats,
     pub(crate) sys_txn_errors: forest_core::Counter,
+    /// SMO steps aborted because a healthy LSS refused their unit (too large).
+    pub(crate) sys_txn_refused: forest_core::Counter,
     /// Pages an SMO step allocated and has not yet published or freed (`smo_log.rs`): not
     /// flushed until then. The count lets a flush skip the lock when it is zero.
     pub(crate) unpublished: Mutex<Vec<forest_llama::Pid>>,
     pub(crate) unpublished_count: std::sync::atomic::AtomicUsize,
+    /// Held shared by each SMO step from before its unit is reserved until its pages are
+    /// published and registered in `unit_pages`; a checkpoint's walk takes it exclusively
+    /// once, after S, so every unit below S is registered before the walk decides a page
+    /// (`smo_log.rs` "Checkpoints").
+    pub(crate) smo_barrier: RwLock<()>,
+    /// With checkpoints in use: page → the newest committed unit that changed it, until a
+    /// checkpoint whose S lies above that unit (`smo_log.rs` "Checkpoints").
+    pub(crate) unit_pages: Mutex<std::collections::HashMap<forest_llama::Pid, LssAddress>>,
     /// The mapping-table checkpoints the cleaner obeys, once set (`map_checkpoint.rs`).
     pub(crate) map_checkpoints: std::sync::OnceLock<crate::map_checkpoint::MapCheckpoints>,
 }
@@ -241,6 +251,9 @@ impl BwTree {
             unpublished: Mutex::new(Vec::new()),
             unpublished_count: std::sync::atomic::AtomicUsize::new(0),
             sys_txn_errors: forest_core::Counter::default(),
+            sys_txn_refused: forest_core::Counter::default(),
+            smo_barrier: RwLock::new(()),
+            unit_pages: Mutex::new(std::collections::HashMap::new()),
             space_factor: Mutex::new(crate::clean::LSS_SPACE_FACTOR_DEFAULT),
             cleaning: Mutex::new(()),
             map_checkpoints: std::sync::OnceLock::new(),
