@@ -508,7 +508,20 @@ impl BwTree {
                     let (after, after_node) = self.read_node(pid, guard)?;
                     return (after == before).then_some((after, after_node));
                 }
-                Ok(PageFlush::Flushed { .. } | PageFlush::Lost { .. }) => {}
+                Ok(PageFlush::Flushed { .. }) => {
+                    // Its flush delta right over `before`: that piece holds `before` whole (a
+                    // later flush of a chain with a structure delta would be an image again,
+                    // never Clean).
+                    let (after, after_node) = self.read_node(pid, guard)?;
+                    if matches!(after_node.kind, Kind::Flush(_, false))
+                        && after_node
+                            .next()
+                            .is_some_and(|n| std::ptr::eq(n, node_ref(before)))
+                    {
+                        return Some((after, after_node));
+                    }
+                }
+                Ok(PageFlush::Lost { .. }) => {}
                 Ok(PageFlush::Frozen | PageFlush::Gone) | Err(_) => return None,
             }
         }
