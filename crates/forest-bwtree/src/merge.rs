@@ -41,7 +41,7 @@
 //!
 //! On an LSS (`smo_log.rs`) each CAS above is a system transaction, the commit included
 //! ({merge commit on R}, after T2 and before T3 in the LSS), and R is frozen only in a state
-//! a flush found clean (`clean_state`): T3 names R's newest piece as what L absorbs, and a
+//! its newest piece holds whole (`clean_state`): T3 names R's newest piece as what L absorbs, and a
 //! frozen page is never flushed again.
 //!
 //! Other choices: R must be reached by its parent (its index term posted) and must not be its
@@ -480,8 +480,8 @@ impl BwTree {
 }
 
 impl BwTree {
-    /// On an LSS: page `pid` (read at `state`) flushed until a flush finds it clean, and that
-    /// clean state; `None` if it is frozen, gone or keeps changing, or the flush fails (the
+    /// On an LSS: page `pid` (read at `state`) flushed until its newest piece holds its state
+    /// whole (a flush finds it clean, or installed its delta right over it), and that state; `None` if it is frozen, gone or keeps changing, or the flush fails (the
     /// merge is then left to a later writer). In memory: `state` as it is.
     ///
     /// Why a merge's R must be clean when frozen: a frozen page is never flushed, T3 names
