@@ -3,7 +3,8 @@
 //! method's part of forest-llama's `checkpoint.rs`.
 //!
 //! - [`BwTree::take_map_checkpoint`] walks the table with `Checkpoints::take`, naming each
-//!   resident page's newest flush delta's piece. A consolidation keeps that delta on the new
+//!   resident page's newest flush delta's piece, or flushing it first if a system-transaction
+//!   unit below S changed it after that piece (`smo_log.rs` "Checkpoints"). A consolidation keeps that delta on the new
 //!   base page (*behind* if it folded unflushed writes, `consolidate.rs` `carried_flush`), a
 //!   split keeps it below the split delta, a merge's left page keeps its own, a load names
 //!   the address it read and a relocation's CAS puts the new address in the word; so the
@@ -26,7 +27,6 @@ use forest_llama::checkpoint::{CheckpointInfo, Checkpoints};
 use forest_llama::clean::pick_victim_where;
 
 use crate::gc::node_ref;
-use crate::smo_log::newest_piece;
 use crate::storage::Storage;
 use crate::{root_word_pid, BwTree};
 
@@ -68,15 +68,23 @@ impl BwTree {
             Error::InvalidUse("take_map_checkpoint before use_map_checkpoints".into())
         })?;
         let root = || {
-            // After S (forest-llama `walk`): pages with SMO deltas no piece holds get one
-            // (`recover.rs`), then the root as of now (later root changes are units >= S).
+            // After S (forest-llama `walk`), before the first page is decided: wait once for
+            // the SMO steps in flight, so every unit below S is registered (`smo_log.rs`
+            // "Checkpoints"); pages with SMO deltas no piece holds get one (`recover.rs`);
+            // then the root as of now (later root changes are units >= S).
+            BwTree::checkpoint_barrier(storage);
             self.flush_unlogged_structure(&storage.lss)?;
             Ok(Some(root_word_pid(self.root_word())))
         };
-        map.checkpoints
-            .take_with_root(&self.table, &storage.lss, rssp, root, |_, state| {
-                newest_piece(node_ref(state))
-            })
+        let info = map.checkpoints.take_with_root(
+            &self.table,
+            &storage.lss,
+            rssp,
+            root,
+            |pid, state| self.checkpoint_piece(storage, pid, node_ref(state)),
+        )?;
+        BwTree::forget_units_below(storage, info.start);
+        Ok(info)
     }
 
     /// The tree's storage and checkpoints, if it uses them.

@@ -168,7 +168,8 @@ impl BwTree {
             SmoDelta::IndexTermDelete { separator } => {
                 image.records.retain(|(k, _)| *k != separator);
             }
-            SmoDelta::RemoveNode | SmoDelta::Root => {}
+            // R is frozen whole either way: its state is what its records say.
+            SmoDelta::RemoveNode | SmoDelta::Root | SmoDelta::MergeCommit => {}
             SmoDelta::NodeMerge {
                 separator,
                 right,

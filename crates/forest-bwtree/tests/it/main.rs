@@ -21,6 +21,7 @@ mod rev_systxn;
 mod rev_ycsba;
 mod review_rev1;
 mod scan_side_links;
+mod smo_checkpoint;
 mod stress;
 mod structure;
 mod sys_txn;
