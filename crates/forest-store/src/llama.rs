@@ -16,10 +16,47 @@
 //! - Eviction: a background thread ([`Evictor`]) wakes when a write finds the resident bytes
 //!   above the budget (and every 50 ms) and runs `evict_to_budget`; writers above 125 % of it
 //!   still help (forest-bwtree `storage.rs`). It stops when the store closes or drops.
-//! - Reopen (until the mapping-table checkpoints and LSS recovery of the next increment): the
-//!   store's checkpoint and logs stay the source of truth. Every open discards `DIR/lss/` and
-//!   recreates it, then rebuilds the tree from checkpoint + logs as for a memory engine. The
-//!   store's checkpoint scan reads evicted pages back (a load error fails the checkpoint).
+//! - Reopen without map checkpoints (plain `Store::open` of a store whose `DIR/lss/` holds
+//!   none): the store's checkpoint and logs are the source of truth. The open discards
+//!   `DIR/lss/` and recreates it, then rebuilds the tree from checkpoint + logs as for a
+//!   memory engine. The store's checkpoint scan reads evicted pages back (a load error fails
+//!   the checkpoint).
+//!
+//! Recovery (issue 17 step 3; Bw-tree §V-A: the DC's checkpoint bounds the TC's redo scan
+//! start point; `Store::open_with_map_checkpoints`):
+//! - Map checkpoints (`DIR/lss/map-<seq>`, forest-llama `checkpoint.rs`) are taken by
+//!   `Store::checkpoint` (which then writes no full checkpoint) and on a schedule: once
+//!   `wal_bytes` of WAL (records' headers, keys and values) were logged since the last one,
+//!   the writer whose durable write found it due takes it after its acknowledgement (one at a
+//!   time; a failure is printed and kept in `MemoryStats::map_checkpoint_error`).
+//! - RSSP. The logs are rotated at LSN `R`: every shard is locked, so every write and batch
+//!   below `R` has applied to the tree (a batch's writes carry its last LSN, all below `R`).
+//!   Then the logs are synced, so the store's durable LSN — the tree's ESL — is at least
+//!   `R - 1`. Then every resident page is flushed (`BwTree::flush_resident_pages`): a flush
+//!   leaves out only deltas with LSN above the ESL, so each update below `R` is now in a piece
+//!   (pages evicted earlier had theirs in a piece already: eviction flushes first), and a
+//!   later piece of a page holds what its earlier ones did. The walk that follows records each
+//!   page's newest piece, all below its T (it makes everything stable). So `R` is a valid
+//!   RSSP: every update with a lower LSN is in a piece the checkpoint names or the scan from S
+//!   meets. The store's ESL alone would not do: a page flushed before `R - 1` was durable, or
+//!   written after its flush, holds updates below it in no piece.
+//! - Open: if `DIR/lss/` holds a published map checkpoint (or one set aside as damaged),
+//!   forest-llama `open_recovering` and forest-bwtree `open_recovered` give the tree, and the
+//!   WAL is redone from RSSP only (`recovery::recover_applied` with RSSP − 1). A store that
+//!   has map checkpoints always recovers this way (even opened without asking for them), and
+//!   an open without a budget is refused: its WAL may be cut below the RSSP.
+//! - Redo is idempotent: the WAL holds whole values (`Put` of the value decided under the
+//!   stripe, `Remove`), never increments; a counter, merge or read-modify-write is logged as
+//!   its result, and an atomic batch as its records. Redo applies records in LSN order, so a
+//!   record already in a recovered page is applied again and then overwritten by every later
+//!   record of its key: the final state is the WAL's. A page can hold nothing above the
+//!   WAL's cutoff: a flush writes only deltas at or below the ESL (durable, so redone).
+//! - WAL deletion: once a map checkpoint is published (renamed and the directory synced),
+//!   the logs wholly below the older kept checkpoint's RSSP are deleted, so recovery can fall
+//!   back from a damaged newest checkpoint to the older one (forest-llama keeps two).
+//! - Left open: `Store::verify` and `forest check` still read the store's own checkpoint and
+//!   logs (they report a loss on a store whose WAL was cut); a segment written before an open
+//!   is never cleaned in that process (the LSS space map starts at the open's end).
 //! - Load errors (a checksum, EIO) name the segment file, offset and page. Writes return them
 //!   before taking an LSN: under a page hold (forest-bwtree `BwTree::hold_pages`, which keeps
 //!   the evictor from swapping anything out) a write loads every page its keys need, then
