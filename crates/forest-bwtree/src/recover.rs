@@ -49,6 +49,9 @@ use crate::{BwTree, BwTreeConfig};
 /// lost to a concurrent write).
 const PASS_FLUSH_TRIES: usize = 64;
 
+/// Millisecond waits for a frozen page in [`BwTree::flush_resident_pages`].
+const PASS_FROZEN_WAITS: usize = 1000;
+
 fn recovery_error(what: String) -> Error {
     Error::InvalidUse(format!("Bw-tree recovery: {what}"))
 }
@@ -253,6 +256,52 @@ impl BwTree {
                     _ => {}
                 }
                 break;
+            }
+        }
+        Ok(flushed)
+    }
+}
+
+impl BwTree {
+    /// Flushes every resident page's record deltas with LSN <= the ESL into the LSS (a
+    /// store's map checkpoint, before [`Self::take_map_checkpoint`]: its RSSP promises that
+    /// every update below it is in a piece the walk records; forest-store `llama.rs`).
+    /// Evicted pages are not read (their pieces hold everything they had). A page lost to a
+    /// concurrent write is flushed again; a frozen one (a merge or split step in flight) is
+    /// waited for, briefly: still frozen after that, the pass fails and the caller must not
+    /// publish a checkpoint relying on it. Returns the pieces written; the caller makes them
+    /// stable (the checkpoint's walk does, up to its T).
+    pub fn flush_resident_pages(&self) -> Result<usize> {
+        let Some(lss) = self.lss() else {
+            return Err(Error::InvalidUse(
+                "flush_resident_pages on a tree without an LSS".into(),
+            ));
+        };
+        let mut flushed = 0;
+        for pid in 0..self.table.pid_end() as Pid {
+            let (mut lost, mut frozen_waits) = (0, 0);
+            loop {
+                if !matches!(self.table.read_location(pid), PageLocation::Memory(_)) {
+                    break;
+                }
+                match self.flush_page(pid, lss)? {
+                    PageFlush::Lost { .. } if lost < PASS_FLUSH_TRIES => lost += 1,
+                    PageFlush::Frozen if frozen_waits < PASS_FROZEN_WAITS => {
+                        frozen_waits += 1;
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
+                    PageFlush::Lost { .. } | PageFlush::Frozen => {
+                        return Err(Error::InvalidUse(format!(
+                            "Bw-tree flush pass: page {pid} could not be flushed ({lost} lost \
+                             to writes, {frozen_waits} ms frozen by an SMO)"
+                        )))
+                    }
+                    PageFlush::Flushed { .. } => {
+                        flushed += 1;
+                        break;
+                    }
+                    PageFlush::Clean | PageFlush::Gone => break,
+                }
             }
         }
         Ok(flushed)
