@@ -86,6 +86,7 @@ mod map_checkpoint;
 pub mod memcheck;
 mod merge;
 mod page_buffers;
+mod recover;
 mod scan;
 pub mod smo_log;
 mod split;

@@ -3,7 +3,8 @@
 //! method's part of forest-llama's `checkpoint.rs`.
 //!
 //! - [`BwTree::take_map_checkpoint`] walks the table with `Checkpoints::take`, naming each
-//!   resident page's newest flush delta's piece. A consolidation keeps that delta on the new
+//!   resident page's newest flush delta's piece, or flushing it first if a system-transaction
+//!   unit below S changed it after that piece (`smo_log.rs` "Checkpoints"). A consolidation keeps that delta on the new
 //!   base page (*behind* if it folded unflushed writes, `consolidate.rs` `carried_flush`), a
 //!   split keeps it below the split delta, a merge's left page keeps its own, a load names
 //!   the address it read and a relocation's CAS puts the new address in the word; so the
@@ -26,9 +27,8 @@ use forest_llama::checkpoint::{CheckpointInfo, Checkpoints};
 use forest_llama::clean::pick_victim_where;
 
 use crate::gc::node_ref;
-use crate::smo_log::newest_piece;
 use crate::storage::Storage;
-use crate::BwTree;
+use crate::{root_word_pid, BwTree};
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
@@ -61,15 +61,30 @@ impl BwTree {
 
     /// Takes a mapping-table checkpoint of this tree (forest-llama `Checkpoints::take`):
     /// every page's newest stable piece, the free PIDs and S. `rssp` is the store's field.
-    /// Refused unless [`Self::use_map_checkpoints`] was called.
+    /// Refused unless [`Self::use_map_checkpoints`] was called. Before the walk, pages whose
+    /// SMO deltas no piece holds are flushed, and the root is recorded (`recover.rs`).
     pub fn take_map_checkpoint(&self, rssp: u64) -> Result<CheckpointInfo> {
         let (storage, map) = self.map_checkpoints().ok_or_else(|| {
             Error::InvalidUse("take_map_checkpoint before use_map_checkpoints".into())
         })?;
-        map.checkpoints
-            .take(&self.table, &storage.lss, rssp, |_, state| {
-                newest_piece(node_ref(state))
-            })
+        let root = || {
+            // After S (forest-llama `walk`), before the first page is decided: wait once for
+            // the SMO steps in flight, so every unit below S is registered (`smo_log.rs`
+            // "Checkpoints"); pages with SMO deltas no piece holds get one (`recover.rs`);
+            // then the root as of now (later root changes are units >= S).
+            BwTree::checkpoint_barrier(storage);
+            self.flush_unlogged_structure(&storage.lss)?;
+            Ok(Some(root_word_pid(self.root_word())))
+        };
+        let info = map.checkpoints.take_with_root(
+            &self.table,
+            &storage.lss,
+            rssp,
+            root,
+            |pid, state| self.checkpoint_piece(storage, pid, node_ref(state)),
+        )?;
+        BwTree::forget_units_below(storage, info.start);
+        Ok(info)
     }
 
     /// The tree's storage and checkpoints, if it uses them.

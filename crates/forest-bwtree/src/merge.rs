@@ -39,6 +39,11 @@
 //! A tree dropped while a merge is begun and not completed (a thread panicked in between) gives
 //! each frozen state no node merge delta owns back to its page, which frees it with the table.
 //!
+//! On an LSS (`smo_log.rs`) each CAS above is a system transaction, the commit included
+//! ({merge commit on R}, after T2 and before T3 in the LSS), and R is frozen only in a state
+//! its newest piece holds whole (`clean_state`): T3 names R's newest piece as what L absorbs, and a
+//! frozen page is never flushed again.
+//!
 //! Other choices: R must be reached by its parent (its index term posted) and must not be its
 //! parent's first child. A small first child (or leftmost page of a level) cannot merge left;
 //! it absorbs its right sibling instead when the two fit in one page, so that deletes shrink
@@ -54,9 +59,10 @@ use forest_llama::Pid;
 use crate::base_page::{decode_pid, NO_PID};
 use crate::consolidate::view;
 use crate::delta::{Kind, Node, NodeMerge};
+use crate::flush::PageFlush;
 use crate::gc::node_ref;
 use crate::get::{route, Path, Route, Target};
-use crate::smo_log::{newest_piece, SmoDelta, StepLog};
+use crate::smo_log::{newest_piece, SmoDelta, Step, StepLog};
 use crate::{root_word_pid, BwTree};
 
 impl BwTree {
@@ -120,21 +126,27 @@ impl BwTree {
         if level == 0 && !self.merge_fits_left(pid, node, parent, low, guard) {
             return;
         }
+        // On an LSS, R is frozen only in a state its newest piece holds whole (module doc).
+        let Some((state, node)) = self.clean_state(pid, state, node, guard) else {
+            return;
+        };
         let delta = Owned::new(Node::delta(node, 0, Kind::RemoveNode { committed: false }));
         self.stats.merge_attempts.incr();
         self.stats.cas_attempts.incr();
         // On an LSS, T1 of the merge (`smo_log.rs`): the remove-node delta on R.
         match self.remove_node_step(pid, state, node, delta, guard) {
-            Ok(installed) => {
+            Step::Won(installed) => {
                 self.count_delta(node_ref(installed));
                 pause_point("merge:remove-node-installed");
                 self.complete_merge(pid, guard);
             }
-            Err((abandoned, _)) => {
+            Step::Lost((abandoned, _)) => {
                 drop(abandoned);
                 self.stats.failed_merges.incr();
                 self.stats.cas_failures.incr();
             }
+            // Refused (a unit of one PID larger than a segment): R stays unfrozen.
+            Step::NotAttempted => self.stats.failed_merges.incr(),
         }
     }
 
@@ -210,10 +222,23 @@ impl BwTree {
             // index term).
             let commit = Owned::new(Node::delta(frozen, 0, Kind::RemoveNode { committed: true }));
             self.stats.cas_attempts.incr();
-            if let Err((abandoned, _)) = self.table.update_r(r, r_state, commit, guard) {
-                drop(abandoned);
-                self.stats.cas_failures.incr();
-                return false; // withdrawn, or committed by another helper that goes on
+            // On an LSS, the commit is a step of its own (`smo_log.rs`): {merge commit on R},
+            // after T2 in the LSS (this thread saw T2's result) and before T3.
+            let step = self.smo_step(
+                || StepLog::default().delta(r, newest_piece(frozen), SmoDelta::MergeCommit),
+                &[],
+                || self.table.update_r(r, r_state, commit, guard),
+                guard,
+            );
+            match step {
+                Step::Won(_) => {}
+                Step::Lost((abandoned, _)) => {
+                    drop(abandoned);
+                    self.stats.cas_failures.incr();
+                    return false; // withdrawn, or committed by another helper that goes on
+                }
+                // Refused (a unit of no fields larger than a segment): R stays uncommitted.
+                Step::NotAttempted => return false,
             }
             pause_point("merge:committed");
         }
@@ -235,8 +260,7 @@ impl BwTree {
             self.stats.cas_attempts.incr();
             // On an LSS, T3 of the merge: the node-merge delta on L naming R's newest piece,
             // and Free R (done in memory below, once committed).
-            let mut cas = None;
-            self.smo_step(
+            let step = self.smo_step(
                 || {
                     StepLog::default()
                         .delta(
@@ -253,16 +277,11 @@ impl BwTree {
                         .freed(r)
                 },
                 &[],
-                || {
-                    let result = self.table.update_d(left, l_state, delta, guard);
-                    let won = result.is_ok();
-                    cas = Some(result);
-                    won
-                },
+                || self.table.update_d(left, l_state, delta, guard),
                 guard,
             );
-            match cas.expect("smo_step runs the CAS") {
-                Ok(installed) => {
+            match step {
+                Step::Won(installed) => {
                     self.count_delta(node_ref(installed));
                     self.stats.merges.incr();
                     pause_point("merge:node-merge-installed");
@@ -278,10 +297,13 @@ impl BwTree {
                     self.after_index_delete(low, level + 1, guard);
                     return true;
                 }
-                Err((abandoned, _)) => {
+                Step::Lost((abandoned, _)) => {
                     drop(abandoned);
                     self.stats.cas_failures.incr();
                 }
+                // Refused (a unit of two keys larger than a segment): R stays frozen and
+                // committed; the next visitor retries step 3.
+                Step::NotAttempted => return false,
             }
         }
     }
@@ -333,8 +355,7 @@ impl BwTree {
                     let delta = Owned::new(Node::delta(p_node, p_node.record_count - 1, kind));
                     self.stats.cas_attempts.incr();
                     // On an LSS, T2 of the merge: the index-term delete on the parent.
-                    let mut cas = None;
-                    self.smo_step(
+                    let step = self.smo_step(
                         || {
                             StepLog::default().delta(
                                 parent,
@@ -345,25 +366,23 @@ impl BwTree {
                             )
                         },
                         &[],
-                        || {
-                            let result = self.table.update_d(parent, p_state, delta, guard);
-                            let won = result.is_ok();
-                            cas = Some(result);
-                            won
-                        },
+                        || self.table.update_d(parent, p_state, delta, guard),
                         guard,
                     );
-                    match cas.expect("smo_step runs the CAS") {
-                        Ok(installed) => {
+                    match step {
+                        Step::Won(installed) => {
                             self.count_delta(node_ref(installed));
                             pause_point("merge:index-term-delete-installed");
                             return true;
                         }
-                        Err((abandoned, _)) => {
+                        Step::Lost((abandoned, _)) => {
                             // The parent changed; route again in its new state.
                             drop(abandoned);
                             self.stats.cas_failures.incr();
                         }
+                        // Refused (a unit of one key larger than a segment): R stays frozen,
+                        // uncommitted; the next visitor retries step 2.
+                        Step::NotAttempted => return false,
                     }
                 }
                 Route::Child(_) => return true, // another thread posted the delete
@@ -425,15 +444,16 @@ impl BwTree {
         let delta = Owned::new(Node::delta(node, 0, Kind::RemoveNode { committed: false }));
         self.stats.cas_attempts.incr();
         match self.remove_node_step(pid, state, node, delta, guard) {
-            Ok(installed) => {
+            Step::Won(installed) => {
                 self.count_delta(node_ref(installed));
                 pause_point("merge:root-remove-installed");
                 self.complete_root_collapse(pid, installed, node, guard);
             }
-            Err((abandoned, _)) => {
+            Step::Lost((abandoned, _)) => {
                 drop(abandoned);
                 self.stats.cas_failures.incr();
             }
+            Step::NotAttempted => {}
         }
     }
 
@@ -457,18 +477,23 @@ impl BwTree {
         self.stats.cas_attempts.incr();
         let child = decode_pid(child);
         // On an LSS: {the root word names the child, Free R}.
-        if !self.smo_step(
+        let step = self.smo_step(
             || {
                 StepLog::default()
                     .delta(child, None, SmoDelta::Root)
                     .freed(r)
             },
             &[],
-            || self.set_root(root_word, child),
+            || self.set_root(root_word, child).then_some(()).ok_or(()),
             guard,
-        ) {
-            self.stats.cas_failures.incr();
-            return false;
+        );
+        match step {
+            Step::Won(()) => {}
+            Step::Lost(()) => {
+                self.stats.cas_failures.incr();
+                return false;
+            }
+            Step::NotAttempted => return false,
         }
         self.stats.root_collapses.incr();
         // Nothing absorbs the old root's frozen state, so it is retired with its remove delta.
@@ -485,6 +510,54 @@ impl BwTree {
 }
 
 impl BwTree {
+    /// On an LSS: page `pid` (read at `state`) flushed until its newest piece holds its state
+    /// whole (a flush finds it clean, or installed its delta right over it), and that state; `None` if it is frozen, gone or keeps changing, or the flush fails (the
+    /// merge is then left to a later writer). In memory: `state` as it is.
+    ///
+    /// Why a merge's R must be clean when frozen: a frozen page is never flushed, T3 names
+    /// R's newest piece as the contents L absorbs, and a checkpoint names it as R's state; so
+    /// that piece must hold every write at or below ESL and every SMO change of R (a split,
+    /// an index term, a node merge it absorbed, each of which makes the next flush an image).
+    /// Writes above ESL stay out of pieces, and the store's WAL holds them.
+    fn clean_state<'g>(
+        &self,
+        pid: Pid,
+        state: Shared<'g, Node>,
+        node: &'g Node,
+        guard: &'g Guard,
+    ) -> Option<(Shared<'g, Node>, &'g Node)> {
+        let Some(storage) = &self.storage else {
+            return Some((state, node));
+        };
+        for _ in 0..3 {
+            let (before, _) = self.read_node(pid, guard)?;
+            match self.flush_page_inner(pid, &storage.lss) {
+                Ok(PageFlush::Clean) => {
+                    // The flush read a state between `before` and `after`: if they are one,
+                    // that state is clean.
+                    let (after, after_node) = self.read_node(pid, guard)?;
+                    return (after == before).then_some((after, after_node));
+                }
+                Ok(PageFlush::Flushed { .. }) => {
+                    // Its flush delta right over `before`: that piece holds `before` whole (a
+                    // later flush of a chain with a structure delta would be an image again,
+                    // never Clean).
+                    let (after, after_node) = self.read_node(pid, guard)?;
+                    if matches!(after_node.kind, Kind::Flush(_, false))
+                        && after_node
+                            .next()
+                            .is_some_and(|n| std::ptr::eq(n, node_ref(before)))
+                    {
+                        return Some((after, after_node));
+                    }
+                }
+                Ok(PageFlush::Lost { .. }) => {}
+                Ok(PageFlush::Frozen | PageFlush::Gone) | Err(_) => return None,
+            }
+        }
+        None
+    }
+
     /// The remove-node delta's CAS on `pid` at `state` as a step of its own (T1 of a merge
     /// or of a root collapse, `smo_log.rs`).
     fn remove_node_step<'g>(
@@ -494,20 +567,13 @@ impl BwTree {
         node: &Node,
         delta: Owned<Node>,
         guard: &'g Guard,
-    ) -> Result<Shared<'g, Node>, (Owned<Node>, Shared<'g, Node>)> {
-        let mut cas = None;
+    ) -> Step<Shared<'g, Node>, (Owned<Node>, Shared<'g, Node>)> {
         self.smo_step(
             || StepLog::default().delta(pid, newest_piece(node), SmoDelta::RemoveNode),
             &[],
-            || {
-                let result = self.table.update_d(pid, state, delta, guard);
-                let won = result.is_ok();
-                cas = Some(result);
-                won
-            },
+            || self.table.update_d(pid, state, delta, guard),
             guard,
-        );
-        cas.expect("smo_step runs the CAS")
+        )
     }
 
     /// Gives every frozen state that no node merge delta owns back to its page, so that the

@@ -18,20 +18,38 @@
 //! So in the LSS a split's T2 lies after its T1, a merge's T2 after its T1 and T3 after T2,
 //! and every piece of a page written after an SMO on it lies after the SMO's unit.
 //!
-//! In memory (no LSS) a step is its bare CAS: nothing is encoded or allocated.
+//! In memory (no LSS) a step is its bare CAS: nothing is encoded or allocated. A step the
+//! LSS refuses (`Step::NotAttempted`: a unit larger than a segment, e.g. a split's Q of
+//! large values with small segments) is aborted, never run unlogged, unless the LSS is
+//! poisoned (review rev-systxn F1).
+//!
+//! Checkpoints: a mapping-table checkpoint plus the LSS records at or after its S rebuild
+//! every page (docs/ARCHITECTURE.md "SMOs and checkpoints"). A page whose newest logged state
+//! is a unit below S (a split's Q before its first flush, P under its split delta, a parent
+//! under an index term, a new root, a merged L) is flushed by the checkpoint's walk, which
+//! names that piece, at or above S (`BwTree::checkpoint_piece`). The walk knows such pages
+//! from `unit_pages` (page → newest committed unit that changed it, kept while checkpoints
+//! are in use and forgotten below each published S), which is complete for every unit below
+//! S because each step holds `smo_barrier` shared from before its reservation until it has
+//! published its new pages and registered its unit, and the walk takes it exclusively once
+//! (after S, before deciding its first page).
 //!
 //! Crash points (pause points, test feature): `txn:committed` after every unit is filled
 //! (before the step's follow-up), in addition to the SMO's own points (`split:*`, `merge:*`),
 //! which now also lie after their step's unit.
 
-use crossbeam_epoch::Guard;
+use crossbeam_epoch::{Guard, Shared};
 use forest_core::pause::pause_point;
+use forest_core::Error;
 use forest_llama::lss::LssAddress;
+use forest_llama::page_state::PageLocation;
 use forest_llama::sys_txn::{SysTxn, TxnOutcome};
 use forest_llama::Pid;
 
 use crate::delta::{Kind, Node};
-use crate::flush::PageImage;
+use crate::flush::{PageFlush, PageImage};
+use crate::gc::node_ref;
+use crate::storage::Storage;
 use crate::BwTree;
 
 /// Update-D kinds in a unit (the `kind` byte; docs/FORMAT.md).
@@ -52,6 +70,9 @@ pub mod kind {
     /// The root word now names this page (a grown root, a collapse's child); the unit's
     /// Update-D PID is the new root.
     pub const ROOT: u8 = 7;
+    /// A merge's commit on R (its remove node delta becomes committed: the merge can no
+    /// longer be withdrawn; no fields).
+    pub const MERGE_COMMIT: u8 = 8;
 }
 
 /// A decoded SMO delta of a unit (tests and, later, recovery).
@@ -79,6 +100,7 @@ pub enum SmoDelta {
         side_link: Pid,
     },
     Root,
+    MergeCommit,
 }
 
 fn put_key(out: &mut Vec<u8>, key: &[u8]) {
@@ -139,6 +161,7 @@ impl SmoDelta {
                 kind::NODE_MERGE
             }
             SmoDelta::Root => kind::ROOT,
+            SmoDelta::MergeCommit => kind::MERGE_COMMIT,
         };
         (code, out)
     }
@@ -175,6 +198,7 @@ impl SmoDelta {
                 side_link: r.u64()?,
             },
             kind::ROOT => SmoDelta::Root,
+            kind::MERGE_COMMIT => SmoDelta::MergeCommit,
             other => return Err(format!("unknown SMO delta kind {other}")),
         };
         if r.at != bytes.len() {
@@ -262,31 +286,57 @@ impl StepLog {
     }
 }
 
+/// How one SMO step ([`BwTree::smo_step`]) ended: its CAS won with `W`, lost with `L`, or
+/// was not attempted because a healthy LSS refused the step's unit (larger than a segment:
+/// the step is aborted, its allocations freed, and the tree stays as it was).
+#[must_use]
+pub(crate) enum Step<W, L> {
+    Won(W),
+    Lost(L),
+    NotAttempted,
+}
+
 impl BwTree {
     /// Runs one SMO step: `cas` is its CAS; on an LSS the step is a system transaction whose
     /// unit `log` builds (called only on an LSS, so memory mode encodes nothing). If the CAS
-    /// loses, the PIDs the step allocated are freed (TAbort). Returns whether the CAS won.
+    /// loses, the PIDs the step allocated are freed (TAbort).
     ///
-    /// An LSS that refuses the unit (poisoned by an I/O error) makes nothing durable any more,
-    /// so the step then runs unlogged, counted in `sys_txn_errors`: the tree keeps working in
-    /// memory and the store already fails on the poisoned LSS.
-    pub(crate) fn smo_step(
+    /// An LSS that refuses the unit for an I/O error (poisoned: it makes nothing durable any
+    /// more, and the store already fails on it) runs the step unlogged, counted in
+    /// `sys_txn_errors`, so the tree keeps working in memory. Any other refusal (a unit
+    /// larger than a segment, review rev-systxn F1) comes from a healthy LSS whose later
+    /// pieces stay durable: the step is then aborted ([`Step::NotAttempted`], counted in
+    /// `sys_txn_refused`), since running it unlogged would let pieces that show its result
+    /// become durable with no unit allocating its pages.
+    pub(crate) fn smo_step<W, L>(
         &self,
         log: impl FnOnce() -> StepLog,
         allocated: &[Pid],
-        cas: impl FnOnce() -> bool,
+        cas: impl FnOnce() -> Result<W, L>,
         guard: &Guard,
-    ) -> bool {
-        let Some(storage) = &self.storage else {
-            let won = cas();
-            if !won {
-                for &pid in allocated {
-                    self.free_page(pid, guard);
-                }
+    ) -> Step<W, L> {
+        let free_allocated = || {
+            for &pid in allocated {
+                self.free_page(pid, guard);
             }
-            return won;
         };
+        let Some(storage) = &self.storage else {
+            return match cas() {
+                Ok(won) => Step::Won(won),
+                Err(lost) => {
+                    free_allocated();
+                    Step::Lost(lost)
+                }
+            };
+        };
+        // Until the step's pages are published and registered (module doc, "Checkpoints").
+        let _barrier = storage
+            .smo_barrier
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
         let step = log();
+        let changed: Vec<Pid> = step.deltas.iter().map(|d| d.0).collect();
+        let freed = step.freed.clone();
         let mut txn = SysTxn::begin(&storage.lss, &storage.txn_stats);
         for &pid in allocated {
             txn.note_allocated(pid);
@@ -299,31 +349,135 @@ impl BwTree {
             txn.free(pid);
         }
         let mut cas = Some(cas);
+        let mut result = None;
         let outcome = txn.commit_if(
-            || cas.take().is_some_and(|cas| cas()),
+            || {
+                let r = cas.take().map(|cas| cas());
+                let won = matches!(r, Some(Ok(_)));
+                result = r;
+                won
+            },
             |pid| self.free_page(pid, guard),
         );
-        match outcome {
-            Ok(TxnOutcome::Committed(_)) => {
-                pause_point("txn:committed");
-                true
+        let publish = || {
+            for &pid in allocated {
+                self.unpublished(pid, false);
             }
-            Ok(TxnOutcome::Aborted) => false,
-            Err(_) => {
-                storage.sys_txn_errors.incr();
-                let won = cas.take().is_some_and(|cas| cas());
-                if !won {
-                    for &pid in allocated {
-                        self.free_page(pid, guard);
+        };
+        match (outcome, result) {
+            (Ok(TxnOutcome::Committed(unit)), Some(Ok(won))) => {
+                publish();
+                if storage.map_checkpoints.get().is_some() {
+                    let mut pages = storage.unit_pages.lock().unwrap_or_else(|e| e.into_inner());
+                    for pid in changed {
+                        let newest = pages.entry(pid).or_insert(unit);
+                        *newest = (*newest).max(unit);
+                    }
+                    for pid in freed {
+                        pages.remove(&pid);
                     }
                 }
-                won
+                pause_point("txn:committed");
+                Step::Won(won)
             }
+            // `commit_if` freed the allocations.
+            (Ok(TxnOutcome::Aborted), Some(Err(lost))) => {
+                publish();
+                Step::Lost(lost)
+            }
+            (Err(Error::Io { .. }), None) => {
+                publish();
+                storage.sys_txn_errors.incr();
+                match cas.take().map(|cas| cas()) {
+                    Some(Ok(won)) => Step::Won(won),
+                    Some(Err(lost)) => {
+                        free_allocated();
+                        Step::Lost(lost)
+                    }
+                    None => unreachable!("the CAS runs once"),
+                }
+            }
+            (Err(_), None) => {
+                storage.sys_txn_refused.incr();
+                free_allocated();
+                publish();
+                Step::NotAttempted
+            }
+            _ => unreachable!("commit_if commits iff the CAS won, and errs only before it"),
         }
     }
 }
 
 impl BwTree {
+    /// What a mapping-table checkpoint records for the resident page `pid` at `state`
+    /// (module doc, "Checkpoints"): its newest piece, unless a committed unit changed the page
+    /// after that piece; then the page is flushed now (an image: the unit's change is a
+    /// structure delta, or the page has no piece) and that piece, at or above S, is named.
+    /// Called by the walk after [`Self::checkpoint_barrier`].
+    pub(crate) fn checkpoint_piece(
+        &self,
+        storage: &Storage,
+        pid: Pid,
+        state: &Node,
+    ) -> Option<LssAddress> {
+        let newest = newest_piece(state);
+        let unit = storage
+            .unit_pages
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&pid)
+            .copied();
+        let Some(unit) = unit else {
+            return newest;
+        };
+        if newest.is_some_and(|piece| piece > unit) {
+            return newest;
+        }
+        loop {
+            match self.flush_page(pid, &storage.lss) {
+                Ok(PageFlush::Flushed { address, .. }) => return Some(address),
+                Ok(PageFlush::Lost { .. }) => continue, // the page changed: flush it again
+                // Clean: a flush since `state` wrote the change (after the unit). Frozen: a
+                // merge's remove node lies above the unit's change (recovery without that
+                // unit finds the merge not begun, module doc). Gone: freed. An error: the
+                // LSS is poisoned and the checkpoint's last Mk-Stable fails too.
+                Ok(PageFlush::Clean | PageFlush::Frozen | PageFlush::Gone) | Err(_) => {
+                    // Pinned while the state read is used.
+                    let _guard = crossbeam_epoch::pin();
+                    let now = match self.table.read_location(pid) {
+                        PageLocation::Memory(ptr) if !ptr.is_null() => {
+                            newest_piece(node_ref(Shared::from(ptr)))
+                        }
+                        PageLocation::Stored(bits) => LssAddress::from_bits(bits),
+                        _ => None,
+                    };
+                    return now.or(newest);
+                }
+            }
+        }
+    }
+
+    /// Waits for every SMO step in flight (a checkpoint's walk, once, after its S): every
+    /// unit below S is then registered in `unit_pages` and its pages published.
+    pub(crate) fn checkpoint_barrier(storage: &Storage) {
+        drop(
+            storage
+                .smo_barrier
+                .write()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+    }
+
+    /// Forgets the units below `start` (a checkpoint's S, once it is published): every page
+    /// they changed has a newer piece or is named by its unit's own scan range no more.
+    pub(crate) fn forget_units_below(storage: &Storage, start: LssAddress) {
+        storage
+            .unit_pages
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|_, unit| *unit >= start);
+    }
+
     /// Marks page `pid`, just allocated by an SMO step (before its state is installed), as
     /// unpublished (`on`), or ends that once the step committed or aborted. A flush skips an
     /// unpublished page (`flush.rs`, as a frozen one): its piece would lie before the unit
@@ -373,8 +527,15 @@ impl BwTree {
         self.storage.as_ref().map(|s| &s.txn_stats)
     }
 
-    /// SMO steps run unlogged because the LSS refused their unit (module doc), if on an LSS.
+    /// SMO steps run unlogged because a poisoned LSS refused their unit (module doc), if on
+    /// an LSS.
     pub fn sys_txn_errors(&self) -> Option<u64> {
         self.storage.as_ref().map(|s| s.sys_txn_errors.get())
+    }
+
+    /// SMO steps aborted because a healthy LSS refused their unit (larger than a segment:
+    /// the step was not attempted), if on an LSS.
+    pub fn sys_txn_refused(&self) -> Option<u64> {
+        self.storage.as_ref().map(|s| s.sys_txn_refused.get())
     }
 }

@@ -31,7 +31,7 @@ use crate::delta::{Kind, Node, Record};
 use crate::flush::{image_at, lsn_range};
 use crate::gc::node_ref;
 use crate::get::{route, Path, Route, Target};
-use crate::smo_log::{newest_piece, SmoDelta, StepLog};
+use crate::smo_log::{newest_piece, SmoDelta, Step, StepLog};
 use crate::{root_word_pid, BwTree};
 
 impl BwTree {
@@ -100,8 +100,7 @@ impl BwTree {
         self.stats.split_attempts.incr();
         self.stats.cas_attempts.incr();
         // On an LSS, T1 of the split (`smo_log.rs`): Allocate Q, Q's image, the split delta.
-        let mut cas = None;
-        self.smo_step(
+        let step = self.smo_step(
             || {
                 let (q_node, esl) = (node_ref(q_installed), self.esl());
                 StepLog::default()
@@ -120,17 +119,11 @@ impl BwTree {
                     )
             },
             &[q],
-            || {
-                let result = self.table.update_d(pid, state, delta, guard);
-                let won = result.is_ok();
-                cas = Some(result);
-                won
-            },
+            || self.table.update_d(pid, state, delta, guard),
             guard,
         );
-        self.unpublished(q, false);
-        match cas.expect("smo_step runs the CAS") {
-            Ok(installed) => {
+        match step {
+            Step::Won(installed) => {
                 self.count_delta(node_ref(installed));
                 self.stats.splits.incr();
                 pause_point(if node.level == 0 {
@@ -143,12 +136,19 @@ impl BwTree {
                 };
                 self.complete_split(path, pid, node.level, separator, q, guard);
             }
-            Err((abandoned, _)) => {
+            Step::Lost((abandoned, _)) => {
                 drop(abandoned);
                 // Q was never reachable: `smo_step` freed it (TAbort; its state and PID are
                 // reclaimed after the epoch, like any freed page).
                 self.stats.failed_splits.incr();
                 self.stats.cas_failures.incr();
+            }
+            Step::NotAttempted => {
+                // The LSS refused T1 (Q's image is larger than a segment; review rev-systxn
+                // F1): aborted, Q freed as on a lost CAS, the delta never installed. P stays
+                // oversize and the next writer over the threshold tries again (each retry
+                // is refused while Q's image does not fit: the page keeps working, unsplit).
+                self.stats.failed_splits.incr();
             }
         }
     }
@@ -236,8 +236,7 @@ impl BwTree {
                     let delta = Owned::new(Node::delta(node, node.record_count + 1, kind));
                     self.stats.cas_attempts.incr();
                     // On an LSS, T2 of the split: the index-term delta (each attempt its own).
-                    let mut cas = None;
-                    self.smo_step(
+                    let step = self.smo_step(
                         || {
                             StepLog::default().delta(
                                 parent,
@@ -250,16 +249,11 @@ impl BwTree {
                             )
                         },
                         &[],
-                        || {
-                            let result = self.table.update_d(parent, state, delta, guard);
-                            let won = result.is_ok();
-                            cas = Some(result);
-                            won
-                        },
+                        || self.table.update_d(parent, state, delta, guard),
                         guard,
                     );
-                    match cas.expect("smo_step runs the CAS") {
-                        Ok(installed) => {
+                    match step {
+                        Step::Won(installed) => {
                             let installed_node = node_ref(installed);
                             self.count_delta(installed_node);
                             if installed_node.record_count as usize
@@ -271,12 +265,15 @@ impl BwTree {
                             }
                             return true;
                         }
-                        Err((abandoned, _)) => {
+                        Step::Lost((abandoned, _)) => {
                             // Another delta reached the parent first; route again in its new
                             // state (the term may be there now, or the parent may have split).
                             drop(abandoned);
                             self.stats.cas_failures.incr();
                         }
+                        // Refused (a unit of two keys larger than a segment): the split stays
+                        // incomplete, which the side link keeps correct (§IV-C).
+                        Step::NotAttempted => return false,
                     }
                 }
                 Route::Here => unreachable!("a parent is an index page"),
@@ -342,7 +339,7 @@ impl BwTree {
         self.count_state(node_ref(root_state));
         self.stats.cas_attempts.incr();
         // On an LSS: {Allocate root, its image, the root word}; a lost CAS frees the root.
-        let grown = self.smo_step(
+        let step = self.smo_step(
             || {
                 let image = image_at(node_ref(root_state), self.esl());
                 StepLog::default()
@@ -350,15 +347,18 @@ impl BwTree {
                     .delta(root, None, SmoDelta::Root)
             },
             &[root],
-            || self.set_root(root_word, root),
+            || self.set_root(root_word, root).then_some(()).ok_or(()),
             guard,
         );
-        self.unpublished(root, false);
-        if grown {
-            return true;
+        match step {
+            Step::Won(()) => true,
+            Step::Lost(()) => {
+                self.stats.cas_failures.incr();
+                false
+            }
+            // Refused: the root freed, the split stays incomplete (as above).
+            Step::NotAttempted => false,
         }
-        self.stats.cas_failures.incr();
-        false
     }
 }
 

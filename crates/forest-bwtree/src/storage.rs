@@ -94,10 +94,20 @@ pub(crate) struct Storage {
     /// LSS refused their unit.
     pub(crate) txn_stats: forest_llama::sys_txn::TxnStats,
     pub(crate) sys_txn_errors: forest_core::Counter,
+    /// SMO steps aborted because a healthy LSS refused their unit (too large).
+    pub(crate) sys_txn_refused: forest_core::Counter,
     /// Pages an SMO step allocated and has not yet published or freed (`smo_log.rs`): not
     /// flushed until then. The count lets a flush skip the lock when it is zero.
     pub(crate) unpublished: Mutex<Vec<forest_llama::Pid>>,
     pub(crate) unpublished_count: std::sync::atomic::AtomicUsize,
+    /// Held shared by each SMO step from before its unit is reserved until its pages are
+    /// published and registered in `unit_pages`; a checkpoint's walk takes it exclusively
+    /// once, after S, so every unit below S is registered before the walk decides a page
+    /// (`smo_log.rs` "Checkpoints").
+    pub(crate) smo_barrier: RwLock<()>,
+    /// With checkpoints in use: page → the newest committed unit that changed it, until a
+    /// checkpoint whose S lies above that unit (`smo_log.rs` "Checkpoints").
+    pub(crate) unit_pages: Mutex<std::collections::HashMap<forest_llama::Pid, LssAddress>>,
     /// The mapping-table checkpoints the cleaner obeys, once set (`map_checkpoint.rs`).
     pub(crate) map_checkpoints: std::sync::OnceLock<crate::map_checkpoint::MapCheckpoints>,
 }
@@ -174,8 +184,11 @@ enum Shape {
 fn shape(node: &Node, esl: u64) -> Shape {
     match &node.kind {
         Kind::Base(_) => return Shape::Flush,
-        Kind::Flush(f, behind) if matches!(node.next().map(|n| &n.kind), Some(Kind::Base(_))) => {
-            // Behind: the base page holds writes no piece has; an image first.
+        Kind::Flush(f, behind) if only_flushes_below(node) => {
+            // Behind: the base page holds writes no piece has; an image first. Not behind:
+            // F's pieces hold the whole state, including when F is the image written over a
+            // behind delta a dirty consolidation carried (flush deltas only, down to the
+            // base page): no second consolidation (review rev-ckwire F1).
             return if *behind {
                 Shape::Flush
             } else {
@@ -192,6 +205,19 @@ fn shape(node: &Node, esl: u64) -> Shape {
         current = n.next();
     }
     Shape::Consolidate
+}
+
+/// Whether the chain below `node` holds flush deltas only, down to its base page.
+fn only_flushes_below(node: &Node) -> bool {
+    let mut current = node.next();
+    while let Some(n) = current {
+        match n.kind {
+            Kind::Base(_) => return true,
+            Kind::Flush(..) => current = n.next(),
+            _ => return false,
+        }
+    }
+    false
 }
 
 impl BwTree {
@@ -225,6 +251,9 @@ impl BwTree {
             unpublished: Mutex::new(Vec::new()),
             unpublished_count: std::sync::atomic::AtomicUsize::new(0),
             sys_txn_errors: forest_core::Counter::default(),
+            sys_txn_refused: forest_core::Counter::default(),
+            smo_barrier: RwLock::new(()),
+            unit_pages: Mutex::new(std::collections::HashMap::new()),
             space_factor: Mutex::new(crate::clean::LSS_SPACE_FACTOR_DEFAULT),
             cleaning: Mutex::new(()),
             map_checkpoints: std::sync::OnceLock::new(),
@@ -444,7 +473,12 @@ impl BwTree {
     }
 
     /// The page image that page `pid`'s pieces (newest at `newest`) rebuild to.
-    fn rebuild_image(&self, lss: &Lss, pid: Pid, newest: LssAddress) -> Result<PageImage> {
+    pub(crate) fn rebuild_image(
+        &self,
+        lss: &Lss,
+        pid: Pid,
+        newest: LssAddress,
+    ) -> Result<PageImage> {
         self.rebuild_image_lsn(lss, pid, newest)
             .map(|(image, _)| image)
     }
@@ -678,11 +712,11 @@ impl BwTree {
         allow_index: bool,
         wait: bool,
     ) -> Result<Attempt> {
-        // Consolidate, flush, consolidate, swap out: four rounds, twice (a change of the page
-        // makes the swap-out CAS lose once and the page be brought to shape again). The second
-        // consolidation folds the image's flush delta onto the behind one a dirty
-        // consolidation carried (review rev-ckwire F1: one consolidation would do).
-        for _ in 0..8 {
+        // Consolidate, flush, swap out: three rounds, twice (a change of the page makes the
+        // swap-out CAS lose once and the page be brought to shape again). The image written
+        // over the behind flush delta of a dirty consolidation is swapped out as it is
+        // (`shape`; review rev-ckwire F1: it was consolidated a second time).
+        for _ in 0..6 {
             let guard = &crossbeam_epoch::pin();
             let PageLocation::Memory(ptr) = self.table.read_location(pid) else {
                 return Ok(Attempt::Skipped); // evicted already, or no page

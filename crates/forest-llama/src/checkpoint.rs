@@ -109,8 +109,10 @@ use crate::page_state::PageLocation;
 pub const MAP_MAGIC: [u8; 8] = *b"FORESTMP";
 /// The last 4 bytes of a mapping-table checkpoint.
 pub const MAP_TRAILER_MAGIC: [u8; 4] = *b"MPEN";
-/// The format version this build writes and reads.
-pub const MAP_FORMAT_VERSION: u32 = 1;
+/// The format version this build writes; it reads this and [`MAP_FORMAT_VERSION_ROOTLESS`].
+pub const MAP_FORMAT_VERSION: u32 = 2;
+/// Version 1: the same layout with bytes 12..16 reserved (zero), read as "no root recorded".
+pub const MAP_FORMAT_VERSION_ROOTLESS: u32 = 1;
 /// Bytes of the header.
 pub const MAP_HEADER_BYTES: usize = 80;
 /// Bytes of one mapped entry (PID, address).
@@ -124,7 +126,7 @@ pub const GENERATIONS_KEPT: usize = 2;
 
 const MAGIC_AT: usize = 0;
 const VERSION_AT: usize = 8;
-const RESERVED_A_AT: usize = 12;
+const ROOT_AT: usize = 12;
 const SEQUENCE_AT: usize = 16;
 const START_AT: usize = 24;
 const RSSP_AT: usize = 32;
@@ -181,6 +183,10 @@ pub struct MapCheckpoint {
     /// S: recovery scans the LSS from here (every record below it was durable when the walk
     /// began).
     pub start: LssAddress,
+    /// The access method's root PID as read after S was fixed (the Bw-tree logs every later
+    /// root change as a system transaction, which the scan from S meets); `None`: not
+    /// recorded (version 1 files, or a taker without a root).
+    pub root: Option<Pid>,
     /// The store's field, opaque to LLAMA: the RSSP (Bw-tree §V-A) the store had acknowledged
     /// before the checkpoint began, so every update below it lies in pieces below S; WAL redo
     /// after this checkpoint alone may start there. 0 if none.
@@ -237,7 +243,8 @@ impl MapCheckpoint {
         );
         out.extend_from_slice(&MAP_MAGIC);
         put_u32(&mut out, MAP_FORMAT_VERSION);
-        put_u32(&mut out, 0);
+        // PIDs are below PID_COUNT_MAX < u32::MAX (mapping_table.rs), so pid + 1 fits.
+        put_u32(&mut out, self.root.map_or(0, |pid| pid as u32 + 1));
         put_u64(&mut out, self.sequence);
         put_u64(&mut out, self.start.to_bits());
         put_u64(&mut out, self.rssp);
@@ -299,16 +306,20 @@ pub fn decode(path: &Path, data: &[u8]) -> Result<MapCheckpoint> {
             path.display()
         )));
     }
-    if version != MAP_FORMAT_VERSION {
+    if version != MAP_FORMAT_VERSION && version != MAP_FORMAT_VERSION_ROOTLESS {
         return Err(corrupt(
             path,
             VERSION_AT,
-            format!("map checkpoint format version {version}, this build reads version {MAP_FORMAT_VERSION}"),
+            format!("map checkpoint format version {version}, this build reads versions {MAP_FORMAT_VERSION_ROOTLESS} and {MAP_FORMAT_VERSION}"),
         ));
     }
-    if u32_at(data, RESERVED_A_AT) != 0 {
-        return Err(corrupt(path, RESERVED_A_AT, "reserved bytes not zero"));
-    }
+    let root = match u32_at(data, ROOT_AT) {
+        0 => None,
+        _ if version == MAP_FORMAT_VERSION_ROOTLESS => {
+            return Err(corrupt(path, ROOT_AT, "reserved bytes not zero"))
+        }
+        plus_one => Some(u64::from(plus_one - 1)),
+    };
     if u32_at(data, RESERVED_B_AT) != 0 {
         return Err(corrupt(path, RESERVED_B_AT, "reserved bytes not zero"));
     }
@@ -426,6 +437,7 @@ pub fn decode(path: &Path, data: &[u8]) -> Result<MapCheckpoint> {
     Ok(MapCheckpoint {
         sequence,
         start,
+        root,
         rssp,
         pid_end,
         stable_end,
@@ -572,10 +584,13 @@ pub fn walk<T: PageState>(
     lss: &Lss,
     sequence: u64,
     rssp: u64,
+    root: impl FnOnce() -> Result<Option<Pid>>,
     mut newest_flushed: impl FnMut(Pid, Shared<'_, T>) -> Option<LssAddress>,
 ) -> Result<(MapCheckpoint, LssAddress)> {
     let everything = LssAddress::current(LSS_OFFSET_MAX);
     let start = lss.mk_stable(everything)?;
+    // After S: every root change logged below S had made its CAS (as every flush had).
+    let root = root()?;
     let pid_end = table.pid_end() as u64;
     let mut entries = Vec::new();
     let mut free = Vec::new();
@@ -610,6 +625,7 @@ pub fn walk<T: PageState>(
         MapCheckpoint {
             sequence,
             start,
+            root,
             rssp,
             pid_end,
             stable_end,
@@ -667,6 +683,19 @@ impl Recovery {
             }
             _ => false,
         }
+    }
+
+    /// A committed system transaction's Allocate of `pid` (`recover.rs`): the PID is in use
+    /// again, though it may have no piece yet.
+    pub fn apply_allocate(&mut self, pid: Pid) {
+        self.free.remove(&pid);
+    }
+
+    /// A committed system transaction's Free of `pid` (`recover.rs`): it recovers free, and
+    /// its pieces are garbage.
+    pub fn apply_free(&mut self, pid: Pid) {
+        self.pages.remove(&pid);
+        self.free.insert(pid);
     }
 
     /// The address `pid` recovers to, if any.
@@ -794,12 +823,28 @@ impl Checkpoints {
         rssp: u64,
         newest_flushed: impl FnMut(Pid, Shared<'_, T>) -> Option<LssAddress>,
     ) -> Result<CheckpointInfo> {
+        self.take_with_root(table, lss, rssp, || Ok(None), newest_flushed)
+    }
+
+    /// [`Self::take`] recording the access method's root PID, read by `root` after S is
+    /// fixed ([`MapCheckpoint::root`]). `root` runs before the walk reads any word, so it may
+    /// also flush pages whose newest state no stable piece holds (the Bw-tree flushes pages
+    /// with an SMO delta above their newest piece: a unit below S is never scanned); an error
+    /// from it fails the checkpoint before anything is written.
+    pub fn take_with_root<T: PageState>(
+        &self,
+        table: &MappingTable<T>,
+        lss: &Lss,
+        rssp: u64,
+        root: impl FnOnce() -> Result<Option<Pid>>,
+        newest_flushed: impl FnMut(Pid, Shared<'_, T>) -> Option<LssAddress>,
+    ) -> Result<CheckpointInfo> {
         let mut next_sequence = self.next_sequence.lock();
         // SeqCst with `clean_ticket`'s load (store buffering): the cleaner's "segment
         // emptied" then ticket, against this increment then the walk's reads of the words.
         let walk_number = self.walks_begun.fetch_add(1, Ordering::SeqCst) + 1;
         let sequence = *next_sequence;
-        let (checkpoint, stable_end) = walk(table, lss, sequence, rssp, newest_flushed)?;
+        let (checkpoint, stable_end) = walk(table, lss, sequence, rssp, root, newest_flushed)?;
         // A failed write leaves the sequence used: a torn `.tmp` is never read anyway.
         *next_sequence += 1;
         let bytes = write_tmp(&*self.dir, &checkpoint)?;

@@ -9,6 +9,7 @@
 //! | [`evict`] | §V-B swapping pages out: resident bytes, the clock, swap-out by CAS to an LSS address |
 //! | [`read`] | TSBw §II-C Read of an evicted page: its piece chain from the LSS |
 //! | [`checkpoint`] | §V-A, §VIII-B; TSBw §II-D: mapping-table checkpoints (PID → newest stable piece, free PIDs, the LSS address to scan from) |
+//! | [`recover`] | §V-A, §II-F; TSBw §II-D, §II-E: opening an LSS: newest valid checkpoint, scan from S applying pieces and committed units, the torn-tail rule |
 //! | [`clean`] | §II-E, TSBw §V-A: LSS cleaning (live bytes per segment, cost-benefit victims, relocation by CAS, segment removal) |
 //! | [`sys_txn`] | TSBw §II-E, Bw §IV-C, §V-A: system transactions (TBegin, TCommit as one unit record reserved before the SMO's CAS, TAbort) |
 //! | [`lss`] | §II-E, §V-B, §VIII-B; TSBw §II-D: the log-structured store (segment files, records, the latch-free flush buffer, Mk-Stable, Hi-Stable) |
@@ -27,6 +28,7 @@ pub mod lss;
 pub mod mapping_table;
 pub mod page_state;
 pub mod read;
+pub mod recover;
 pub mod sys_txn;
 
 pub use mapping_table::{MappingTable, PageState, Pid, PID_COUNT_MAX};

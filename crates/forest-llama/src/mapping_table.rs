@@ -121,6 +121,54 @@ impl<T: PageState> MappingTable<T> {
         }
     }
 
+    /// The table recovery rebuilds (`recover.rs`): PIDs `0..pid_end` handed out, each of
+    /// `stored` holding its LSS address (tag `01`, loaded on first Read), each of `free` on the
+    /// free list (pushed in the order given, so the last is allocated first), every other PID
+    /// empty (its first state installed by the caller with [`Self::install_new`] before the
+    /// table is shared). Fails if a PID is out of range, given twice, or an address does not
+    /// fit a word.
+    pub fn from_recovered(
+        pid_end: u64,
+        stored: impl IntoIterator<Item = (Pid, u64)>,
+        free: impl IntoIterator<Item = Pid>,
+    ) -> Result<Self, String> {
+        let end = usize::try_from(pid_end)
+            .ok()
+            .filter(|&e| e <= PID_COUNT_MAX)
+            .ok_or_else(|| format!("pid_end {pid_end} above the table's {PID_COUNT_MAX}"))?;
+        let table = Self::new();
+        let inner = &*table.inner;
+        inner.next_pid.store(end, Ordering::Relaxed);
+        // `push_free` counts each free PID off.
+        inner.live_count.store(end, Ordering::Relaxed);
+        for chunk in 0..end.div_ceil(CHUNK_SLOT_COUNT) {
+            inner.ensure_chunk(chunk);
+        }
+        let in_range = |pid: Pid| {
+            if pid < pid_end {
+                Ok(pid)
+            } else {
+                Err(format!("PID {pid} at or above pid_end {pid_end}"))
+            }
+        };
+        for (pid, offset) in stored {
+            let word = inner.word(in_range(pid)?);
+            let bits = page_state::encode_stored(offset)
+                .ok_or_else(|| format!("PID {pid}: address {offset:#x} does not fit a word"))?;
+            if word.load(Ordering::Relaxed) != 0 {
+                return Err(format!("PID {pid} given twice"));
+            }
+            word.store(bits, Ordering::Relaxed);
+        }
+        for pid in free {
+            if inner.word(in_range(pid)?).load(Ordering::Relaxed) != 0 {
+                return Err(format!("PID {pid} both stored and free, or free twice"));
+            }
+            inner.push_free(pid as usize);
+        }
+        Ok(table)
+    }
+
     /// Allocate: a PID whose word is empty, recycled from the free list when one is there.
     ///
     /// # Panics

@@ -16,10 +16,47 @@
 //! - Eviction: a background thread ([`Evictor`]) wakes when a write finds the resident bytes
 //!   above the budget (and every 50 ms) and runs `evict_to_budget`; writers above 125 % of it
 //!   still help (forest-bwtree `storage.rs`). It stops when the store closes or drops.
-//! - Reopen (until the mapping-table checkpoints and LSS recovery of the next increment): the
-//!   store's checkpoint and logs stay the source of truth. Every open discards `DIR/lss/` and
-//!   recreates it, then rebuilds the tree from checkpoint + logs as for a memory engine. The
-//!   store's checkpoint scan reads evicted pages back (a load error fails the checkpoint).
+//! - Reopen without map checkpoints (plain `Store::open` of a store whose `DIR/lss/` holds
+//!   none): the store's checkpoint and logs are the source of truth. The open discards
+//!   `DIR/lss/` and recreates it, then rebuilds the tree from checkpoint + logs as for a
+//!   memory engine. The store's checkpoint scan reads evicted pages back (a load error fails
+//!   the checkpoint).
+//!
+//! Recovery (issue 17 step 3; Bw-tree §V-A: the DC's checkpoint bounds the TC's redo scan
+//! start point; `Store::open_with_map_checkpoints`):
+//! - Map checkpoints (`DIR/lss/map-<seq>`, forest-llama `checkpoint.rs`) are taken by
+//!   `Store::checkpoint` (which then writes no full checkpoint) and on a schedule: once
+//!   `wal_bytes` of WAL (records' headers, keys and values) were logged since the last one,
+//!   the writer whose durable write found it due takes it after its acknowledgement (one at a
+//!   time; a failure is printed and kept in `MemoryStats::map_checkpoint_error`).
+//! - RSSP. The logs are rotated at LSN `R`: every shard is locked, so every write and batch
+//!   below `R` has applied to the tree (a batch's writes carry its last LSN, all below `R`).
+//!   Then the logs are synced, so the store's durable LSN — the tree's ESL — is at least
+//!   `R - 1`. Then every resident page is flushed (`BwTree::flush_resident_pages`): a flush
+//!   leaves out only deltas with LSN above the ESL, so each update below `R` is now in a piece
+//!   (pages evicted earlier had theirs in a piece already: eviction flushes first), and a
+//!   later piece of a page holds what its earlier ones did. The walk that follows records each
+//!   page's newest piece, all below its T (it makes everything stable). So `R` is a valid
+//!   RSSP: every update with a lower LSN is in a piece the checkpoint names or the scan from S
+//!   meets. The store's ESL alone would not do: a page flushed before `R - 1` was durable, or
+//!   written after its flush, holds updates below it in no piece.
+//! - Open: if `DIR/lss/` holds a published map checkpoint (or one set aside as damaged),
+//!   forest-llama `open_recovering` and forest-bwtree `open_recovered` give the tree, and the
+//!   WAL is redone from RSSP only (`recovery::recover_applied` with RSSP − 1). A store that
+//!   has map checkpoints always recovers this way (even opened without asking for them), and
+//!   an open without a budget is refused: its WAL may be cut below the RSSP.
+//! - Redo is idempotent: the WAL holds whole values (`Put` of the value decided under the
+//!   stripe, `Remove`), never increments; a counter, merge or read-modify-write is logged as
+//!   its result, and an atomic batch as its records. Redo applies records in LSN order, so a
+//!   record already in a recovered page is applied again and then overwritten by every later
+//!   record of its key: the final state is the WAL's. A page can hold nothing above the
+//!   WAL's cutoff: a flush writes only deltas at or below the ESL (durable, so redone).
+//! - WAL deletion: once a map checkpoint is published (renamed and the directory synced),
+//!   the logs wholly below the older kept checkpoint's RSSP are deleted, so recovery can fall
+//!   back from a damaged newest checkpoint to the older one (forest-llama keeps two).
+//! - Left open: `Store::verify` and `forest check` still read the store's own checkpoint and
+//!   logs (they report a loss on a store whose WAL was cut); a segment written before an open
+//!   is never cleaned in that process (the LSS space map starts at the open's end).
 //! - Load errors (a checksum, EIO) name the segment file, offset and page. Writes return them
 //!   before taking an LSN: under a page hold (forest-bwtree `BwTree::hold_pages`, which keeps
 //!   the evictor from swapping anything out) a write loads every page its keys need, then
@@ -29,7 +66,7 @@
 //!   [`crate::ReadFailures`] (review rev-lstore F3).
 
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -37,9 +74,11 @@ use std::time::Duration;
 use forest_bwtree::{BwTree, EslSource};
 use forest_core::{Error, Index, IndexStats, Order, Result, Visitor};
 use forest_engines::EngineSpec;
+use forest_llama::checkpoint::{parse_map_file_name, Checkpoints};
 use forest_llama::lss::{
     Lss, LssAddress, LssConfig, BUFFER_BYTES_DEFAULT, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MIN,
 };
+use forest_llama::recover::open_recovering;
 
 use crate::file::Dir;
 use crate::lsn::LsnAllocator;
@@ -49,6 +88,9 @@ pub const LSS_DIR_NAME: &str = "lss";
 
 /// The smallest flush buffer a store gives its LSS (budgets below 4× this).
 const BUFFER_BYTES_SMALLEST: u64 = 16 << 10;
+
+/// WAL bytes between scheduled map checkpoints when none is given (`StoreOptions`).
+pub const MAP_CHECKPOINT_WAL_BYTES_DEFAULT: u64 = 64 << 20;
 
 /// How long the evictor sleeps when no write wakes it.
 const EVICTOR_POLL: Duration = Duration::from_millis(50);
@@ -133,6 +175,16 @@ pub(crate) struct Llama {
     peak: AtomicU64,
     /// The newest error of a store read that answered "not found" (`Store::park`).
     parked: Mutex<Option<Error>>,
+    /// Map checkpoints in use (module doc, "Recovery"): `Store::checkpoint` takes one.
+    map_mode: bool,
+    /// Take a map checkpoint once this many WAL bytes were logged since the last one.
+    map_every: u64,
+    /// WAL bytes logged since the last map checkpoint began (records' keys, values, headers).
+    wal_bytes: AtomicU64,
+    /// A scheduled map checkpoint is running (one at a time; writers do not queue on it).
+    map_running: AtomicBool,
+    /// The error the last failed scheduled map checkpoint met.
+    map_error: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Llama {
@@ -148,21 +200,74 @@ pub(crate) struct Maker {
     dir: Arc<dyn Dir>,
     spec: EngineSpec,
     budget: u64,
+    /// Map checkpoints in use: asked for, or found in `DIR/lss/` ([`Self::has_map_checkpoints`]).
+    map_mode: bool,
+    map_every: u64,
     made: Mutex<Option<(Arc<BwTree>, Arc<StoreEsl>)>>,
     failed: Mutex<Option<Error>>,
 }
 
 impl Maker {
-    /// Opens `DIR/lss/` for the store in `dir` on `spec` with `budget`.
-    pub(crate) fn new(dir: &dyn Dir, spec: &str, budget: u64) -> Result<Self> {
+    /// Opens `DIR/lss/` for the store in `dir` on `spec` with `budget`; `map_every`: take map
+    /// checkpoints every this many WAL bytes (`None`: only if `DIR/lss/` already has some).
+    pub(crate) fn new(
+        dir: &dyn Dir,
+        spec: &str,
+        budget: u64,
+        map_every: Option<u64>,
+    ) -> Result<Self> {
         let lss_dir = dir.subdir(LSS_DIR_NAME)?;
+        let found = has_map_checkpoints(&*lss_dir)?;
         Ok(Self {
             dir: lss_dir,
             spec: EngineSpec::parse(spec)?,
             budget,
+            map_mode: map_every.is_some() || found,
+            map_every: map_every.unwrap_or(MAP_CHECKPOINT_WAL_BYTES_DEFAULT).max(1),
             made: Mutex::new(None),
             failed: Mutex::new(None),
         })
+    }
+
+    /// Whether the open recovers the tree from its LSS ([`Self::recovered`]): a map
+    /// checkpoint was published there (valid or set aside as damaged: once one was, the WAL
+    /// may be cut below its RSSP, so the LSS can never again be discarded).
+    pub(crate) fn recovers(&self) -> Result<bool> {
+        has_map_checkpoints(&*self.dir)
+    }
+
+    /// The tree recovered from the LSS (forest-llama `open_recovering`, forest-bwtree
+    /// `open_recovered`) and the RSSP of the checkpoint used: every WAL record below it is in
+    /// the tree already.
+    pub(crate) fn recovered(&self) -> Result<(Box<dyn Index>, u64)> {
+        let (lss, checkpoints, map) = open_recovering(
+            Arc::clone(&self.dir),
+            self.lss_config(),
+            Arc::clone(&self.dir),
+        )?;
+        let rssp = map.rssp();
+        let config = forest_engines::bwtree_of(&self.spec)?.config().clone();
+        let esl = Arc::new(StoreEsl::default());
+        let tree = BwTree::open_recovered(config, Arc::new(lss), &map, Some(self.budget))?
+            .with_esl_source(Arc::clone(&esl) as Arc<dyn EslSource>);
+        tree.use_map_checkpoints(Arc::new(checkpoints))?;
+        let tree = Arc::new(tree);
+        *self.made.lock().unwrap_or_else(|e| e.into_inner()) = Some((Arc::clone(&tree), esl));
+        Ok((Box::new(LlamaIndex(tree)), rssp))
+    }
+
+    fn lss_config(&self) -> LssConfig {
+        // Flush buffers are memory outside the budget: a small budget gets small ones.
+        let buffer_bytes =
+            (self.budget / 4).clamp(BUFFER_BYTES_SMALLEST, u64::from(BUFFER_BYTES_DEFAULT));
+        // Segments are the cleaner's unit (`forest_bwtree::clean`): eight buffers each, so a
+        // small store's LSS can shrink to a few times its live bytes.
+        let segment_bytes = (8 * buffer_bytes).clamp(SEGMENT_BYTES_MIN, SEGMENT_BYTES_DEFAULT);
+        LssConfig {
+            buffer_bytes: buffer_bytes as u32,
+            segment_bytes,
+            ..LssConfig::default()
+        }
     }
 
     /// A fresh tree on a fresh LSS (every earlier segment removed), for recovery to fill.
@@ -197,22 +302,19 @@ impl Maker {
         if removed {
             self.dir.sync_dir()?;
         }
-        // Flush buffers are memory outside the budget: a small budget gets small ones.
-        let buffer_bytes =
-            (self.budget / 4).clamp(BUFFER_BYTES_SMALLEST, u64::from(BUFFER_BYTES_DEFAULT));
-        // Segments are the cleaner's unit (`forest_bwtree::clean`): eight buffers each, so a
-        // small store's LSS can shrink to a few times its live bytes.
-        let segment_bytes = (8 * buffer_bytes).clamp(SEGMENT_BYTES_MIN, SEGMENT_BYTES_DEFAULT);
-        let config = LssConfig {
-            buffer_bytes: buffer_bytes as u32,
-            segment_bytes,
-            ..LssConfig::default()
-        };
-        let (lss, _) = Lss::open(Arc::clone(&self.dir), config, LssAddress::current(0))?;
+        let (lss, _) = Lss::open(
+            Arc::clone(&self.dir),
+            self.lss_config(),
+            LssAddress::current(0),
+        )?;
         let esl = Arc::new(StoreEsl::default());
         let tree = forest_engines::bwtree_of(&self.spec)?
             .with_lss(Arc::new(lss), Some(self.budget))?
             .with_esl_source(Arc::clone(&esl) as Arc<dyn EslSource>);
+        if self.map_mode {
+            let (checkpoints, _) = Checkpoints::open(Arc::clone(&self.dir))?;
+            tree.use_map_checkpoints(Arc::new(checkpoints))?;
+        }
         Ok((Arc::new(tree), esl))
     }
 
@@ -244,8 +346,33 @@ impl Maker {
             evictor: Some(evictor),
             peak: AtomicU64::new(0),
             parked: Mutex::new(None),
+            map_mode: self.map_mode,
+            map_every: self.map_every,
+            wal_bytes: AtomicU64::new(0),
+            map_running: AtomicBool::new(false),
+            map_error: Mutex::new(None),
         })
     }
+}
+
+/// Whether the store in `dir` has an LSS directory with map checkpoints (checked only where
+/// `DIR/lss` is a directory of the real file system, so as not to create one).
+pub(crate) fn map_checkpointed(dir: &dyn Dir) -> Result<bool> {
+    if !dir.path().join(LSS_DIR_NAME).is_dir() {
+        return Ok(false);
+    }
+    has_map_checkpoints(&*dir.subdir(LSS_DIR_NAME)?)
+}
+
+/// Whether `dir` (an LSS directory) holds a published map checkpoint, or one set aside as
+/// damaged (`map-<seq>.corrupt`).
+fn has_map_checkpoints(dir: &dyn Dir) -> Result<bool> {
+    Ok(dir.list()?.iter().any(|name| {
+        parse_map_file_name(name).is_some()
+            || name
+                .strip_suffix(".corrupt")
+                .is_some_and(|n| parse_map_file_name(n).is_some())
+    }))
 }
 
 impl Llama {
@@ -267,6 +394,54 @@ impl Llama {
                 evictor.wake();
             }
         }
+    }
+
+    /// Whether map checkpoints are in use (module doc, "Recovery").
+    pub(crate) fn map_mode(&self) -> bool {
+        self.map_mode
+    }
+
+    /// Counts a logged record of `bytes` toward the next scheduled map checkpoint.
+    #[inline]
+    pub(crate) fn logged(&self, bytes: usize) {
+        if self.map_mode {
+            self.wal_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Claims the scheduled map checkpoint if enough WAL was logged since the last one and
+    /// none runs; the caller then takes it and calls [`Self::map_done`].
+    pub(crate) fn map_due(&self) -> bool {
+        self.map_mode
+            && self.wal_bytes.load(Ordering::Relaxed) >= self.map_every
+            && !self.map_running.swap(true, Ordering::AcqRel)
+    }
+
+    /// Keeps a failed scheduled map checkpoint's error (`StoreStats`).
+    pub(crate) fn map_failed(&self, error: String) {
+        *self.map_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
+    }
+
+    /// The error the last failed scheduled map checkpoint met.
+    pub(crate) fn map_error(&self) -> Option<String> {
+        self.map_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Ends what [`Self::map_due`] claimed.
+    pub(crate) fn map_done(&self) {
+        self.map_running.store(false, Ordering::Release);
+    }
+
+    /// A map checkpoint with RSSP `rssp` (module doc, "Recovery"): every store write below
+    /// `rssp` must have applied and be durable (ESL >= `rssp` - 1) before the call.
+    pub(crate) fn map_checkpoint(&self, rssp: u64) -> Result<()> {
+        self.wal_bytes.store(0, Ordering::Relaxed);
+        self.tree.flush_resident_pages()?;
+        self.tree.take_map_checkpoint(rssp)?;
+        Ok(())
     }
 
     /// Keeps a read's load error for [`crate::Store::take_load_error`].

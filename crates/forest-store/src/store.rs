@@ -65,6 +65,7 @@ use crate::recovery::{self, RecoveryMode, RecoveryReport};
 use crate::scan_gate::ScanGate;
 use crate::verify::VerifyReport;
 use crate::wal::group_commit::{GroupCommit, SHARD_COUNT_MAX};
+use crate::wal::record::RECORD_HEADER_BYTES;
 use crate::wal::{log_name, LogHeader, LogWriter, Op};
 
 mod reads;
@@ -324,6 +325,9 @@ pub struct MemoryStats {
     pub lss_bytes_relocated: u64,
     /// The error the background evictor met last, if any.
     pub evictor_error: Option<String>,
+    /// The error a scheduled map checkpoint met last, if any
+    /// (`StoreOptions::map_checkpoint_wal_bytes`).
+    pub map_checkpoint_error: Option<String>,
 }
 
 #[derive(Debug)]
@@ -331,6 +335,9 @@ struct CheckpointState {
     /// Logs no longer written: (name, every record's LSN is below this).
     retired: Vec<(String, u64)>,
     log_seq_next: u64,
+    /// A bwtree with map checkpoints: the RSSPs of the kept ones this process knows, oldest
+    /// first (at most two; `checkpoint_map`).
+    map_rssps: Vec<u64>,
 }
 
 /// A durable ordered key-value store (see the module doc).
@@ -463,14 +470,36 @@ impl Store {
     /// Opens (creating if empty) the store in `dir`: takes the directory's lock, recovers,
     /// starts new shard logs and their flushers.
     pub fn open(dir: impl Dir + 'static, options: StoreOptions) -> Result<Self> {
-        Self::open_in_mode(dir, options, RecoveryMode::Repair, None)
+        Self::open_in_mode(dir, options, RecoveryMode::Repair, None, None)
+    }
+
+    /// As [`Self::open`], for a store on `bwtree` with a memory budget: take mapping-table
+    /// checkpoints of the tree's LSS once `wal_bytes` WAL bytes were logged since the last one
+    /// (and at [`Self::checkpoint`], which then writes no full checkpoint), and recover the
+    /// tree from its LSS at open, redoing the WAL from the checkpoint's RSSP only
+    /// (`crate::llama`, "Recovery"). Without it (plain [`Self::open`]) the LSS is discarded at
+    /// open and the tree rebuilt from the store's checkpoint and WAL, unless `DIR/lss/`
+    /// already holds map checkpoints: they are then used and taken on the default schedule
+    /// ([`crate::llama::MAP_CHECKPOINT_WAL_BYTES_DEFAULT`]), since the WAL may be cut below
+    /// them. Refused without a memory budget.
+    pub fn open_with_map_checkpoints(
+        dir: impl Dir + 'static,
+        options: StoreOptions,
+        wal_bytes: u64,
+    ) -> Result<Self> {
+        if options.memory_budget_bytes.is_none() {
+            return Err(Error::Config(
+                "map checkpoints need engine bwtree with a memory budget".into(),
+            ));
+        }
+        Self::open_in_mode(dir, options, RecoveryMode::Repair, None, Some(wal_bytes))
     }
 
     /// As [`Self::open`], but a loss that recovery proves (acknowledged writes gone: a
     /// damaged or missing log) is accepted: what is dropped is listed in
     /// [`RecoveryReport::losses`] (`forest check --repair`). Never the default.
     pub fn open_accepting_loss(dir: impl Dir + 'static, options: StoreOptions) -> Result<Self> {
-        Self::open_in_mode(dir, options, RecoveryMode::AcceptLoss, None)
+        Self::open_in_mode(dir, options, RecoveryMode::AcceptLoss, None, None)
     }
 
     /// As [`Self::open`] with an index of the caller's making (an engine of one's own, or a
@@ -480,7 +509,7 @@ impl Store {
         options: StoreOptions,
         make_index: &dyn Fn() -> Box<dyn Index>,
     ) -> Result<Self> {
-        Self::open_in_mode(dir, options, RecoveryMode::Repair, Some(make_index))
+        Self::open_in_mode(dir, options, RecoveryMode::Repair, Some(make_index), None)
     }
 
     fn open_in_mode(
@@ -488,6 +517,7 @@ impl Store {
         options: StoreOptions,
         mode: RecoveryMode,
         make_index: Option<&dyn Fn() -> Box<dyn Index>>,
+        map_every: Option<u64>,
     ) -> Result<Self> {
         if options.shards == 0 || options.shards > SHARD_COUNT_MAX {
             return Err(Error::Config(format!(
@@ -542,7 +572,17 @@ impl Store {
                 "a memory budget needs the store to build its bwtree (not open_with_index)".into(),
             ));
         }
+        if !on_lss && crate::llama::map_checkpointed(&dir)? {
+            // Its WAL may be cut below a map checkpoint's RSSP: only the LSS holds the rest.
+            return Err(Error::Config(format!(
+                "{}: the store's bwtree recovers from its LSS ({}/ holds map checkpoints): open \
+                 it with engine bwtree and a memory budget",
+                dir.path().display(),
+                crate::llama::LSS_DIR_NAME
+            )));
+        }
         let mut maker = None;
+        let mut map_rssp = None;
         let recovered = match make_index {
             Some(make_index) => {
                 let with_retention = || {
@@ -558,16 +598,24 @@ impl Store {
                 // held only in the tree file was lost).
                 crate::pm::prepare(&dir, recorded_spec.as_deref(), &engine, mode)?;
                 let budget = options.memory_budget_bytes.unwrap_or_default();
-                let made = crate::llama::Maker::new(&dir, &engine, budget)?;
-                // The LSS is not recovered yet (next increment): discarded and rebuilt.
-                eprintln!(
-                    "forest-store: {}: bwtree on its LSS with a memory budget of {budget} \
-                     bytes: {}/ discarded and recreated, the tree rebuilt from checkpoint + \
-                     WAL",
-                    dir.path().display(),
-                    crate::llama::LSS_DIR_NAME
-                );
-                let recovered = recovery::recover(&dir, &|| made.fresh(), mode)?;
+                let made = crate::llama::Maker::new(&dir, &engine, budget, map_every)?;
+                let recovered = if made.recovers()? {
+                    // The tree from its LSS, then the WAL redone from the checkpoint's RSSP
+                    // (`crate::llama`, "Recovery": puts and removes of whole values, so a
+                    // record already in a recovered page applies again harmlessly).
+                    let (index, rssp) = made.recovered()?;
+                    map_rssp = Some(rssp);
+                    recovery::recover_applied(&dir, index, rssp.saturating_sub(1), mode)?
+                } else {
+                    eprintln!(
+                        "forest-store: {}: bwtree on its LSS with a memory budget of {budget} \
+                         bytes: no map checkpoint, so {}/ is discarded and recreated, the tree \
+                         rebuilt from checkpoint + WAL",
+                        dir.path().display(),
+                        crate::llama::LSS_DIR_NAME
+                    );
+                    recovery::recover(&dir, &|| made.fresh(), mode)?
+                };
                 maker = Some(made);
                 recovered
             }
@@ -651,6 +699,7 @@ impl Store {
                     .map(|name| (name, lsn_end))
                     .collect(),
                 log_seq_next: seq + 1,
+                map_rssps: map_rssp.into_iter().collect(),
             }),
             checkpoint_count: AtomicU64::new(0),
             recovery: recovered.report,
@@ -1130,9 +1179,11 @@ impl Store {
 
     fn wait(&self, lsn: Option<u64>) -> Result<()> {
         match lsn {
-            Some(lsn) => self.commit.wait(lsn),
-            None => self.commit.check_failed(),
+            Some(lsn) => self.commit.wait(lsn)?,
+            None => self.commit.check_failed()?,
         }
+        self.scheduled_map_checkpoint();
+        Ok(())
     }
 
     /// Inserts `key` only if absent; true if inserted.
@@ -1532,7 +1583,10 @@ impl Store {
     /// Applies a logged put: with the write's LSN on a bwtree on its LSS (`crate::llama`).
     fn apply_upsert(&self, index: &dyn Index, key: &[u8], value: &[u8], lsn: u64) -> Result<()> {
         match &self.llama {
-            Some(llama) => llama.tree.upsert_with_lsn(key, value, lsn),
+            Some(llama) => {
+                llama.logged(RECORD_HEADER_BYTES + key.len() + value.len());
+                llama.tree.upsert_with_lsn(key, value, lsn)
+            }
             None => index.upsert(key, value),
         }
     }
@@ -1541,7 +1595,10 @@ impl Store {
     /// fail here (a page that cannot be loaded).
     fn apply_remove(&self, index: &dyn Index, key: &[u8], lsn: u64) -> Result<()> {
         match &self.llama {
-            Some(llama) => llama.tree.remove_with_lsn(key, lsn).map(|_| ()),
+            Some(llama) => {
+                llama.logged(RECORD_HEADER_BYTES + key.len());
+                llama.tree.remove_with_lsn(key, lsn).map(|_| ())
+            }
             None => {
                 index.remove(key);
                 Ok(())
@@ -1608,6 +1665,9 @@ impl Store {
         self.commit.check_failed()?;
         if let Some(pm) = self.pm.as_ref().filter(|pm| pm.msync) {
             return self.checkpoint_msync(pm, &mut state);
+        }
+        if let Some(llama) = self.llama.as_ref().filter(|l| l.map_mode()) {
+            return self.checkpoint_map(llama, &mut state);
         }
         let seq = state.log_seq_next;
         state.log_seq_next += 1;
@@ -1722,6 +1782,86 @@ impl Store {
         })
     }
 
+    /// A checkpoint of a bwtree on its LSS with map checkpoints (`crate::llama`, "Recovery"):
+    /// the logs are rotated at `start` (every unit below it has applied: the rotation holds
+    /// every shard), synced (so the ESL covers every LSN below `start`), every resident page
+    /// is flushed, and a map checkpoint with RSSP `start` is taken. Once it is published
+    /// (durable), the logs wholly below the older kept map checkpoint's RSSP are deleted.
+    fn checkpoint_map(
+        &self,
+        llama: &crate::llama::Llama,
+        state: &mut CheckpointState,
+    ) -> Result<CheckpointInfo> {
+        let seq = state.log_seq_next;
+        state.log_seq_next += 1;
+        let next = self.lsns.next();
+        let fresh = create_logs(
+            &*self.dir,
+            seq,
+            self.commit.shard_count(),
+            (next, next),
+            false,
+        )?;
+        let (start_lsn, old_logs) = self.commit.rotate(fresh)?;
+        for old in old_logs {
+            let name = old
+                .path()
+                .file_name()
+                .and_then(|n| n.to_str())
+                .expect("log names are plain UTF-8 names")
+                .to_string();
+            state.retired.push((name, start_lsn));
+        }
+        self.commit.sync()?;
+        forest_core::pause::pause_point("store:map-checkpoint-synced");
+        llama.map_checkpoint(start_lsn)?;
+        self.checkpoint_count.fetch_add(1, Ordering::Relaxed);
+        state.map_rssps.push(start_lsn);
+        let excess = state.map_rssps.len().saturating_sub(2);
+        state.map_rssps.drain(..excess);
+        if state.map_rssps.len() == 2 {
+            let older = state.map_rssps[0];
+            let mut removed = false;
+            let mut kept = Vec::new();
+            for (name, lsn_end) in state.retired.drain(..) {
+                if lsn_end <= older {
+                    self.dir.remove(&name)?;
+                    removed = true;
+                } else {
+                    kept.push((name, lsn_end));
+                }
+            }
+            state.retired = kept;
+            if removed {
+                self.dir.sync_dir()?;
+            }
+        }
+        Ok(CheckpointInfo {
+            start_lsn,
+            end_lsn: start_lsn - 1,
+            entry_count: 0,
+            bytes: 0,
+        })
+    }
+
+    /// Takes the scheduled map checkpoint if it is due (`StoreOptions::
+    /// map_checkpoint_wal_bytes`), on the writer that found it due, after its write was
+    /// acknowledged as durable: a failure is reported on stderr and kept for
+    /// [`StoreStats`]'s memory part, never returned for a write that succeeded.
+    fn scheduled_map_checkpoint(&self) {
+        let Some(llama) = &self.llama else {
+            return;
+        };
+        if !llama.map_due() {
+            return;
+        }
+        if let Err(e) = self.checkpoint() {
+            eprintln!("forest-store: scheduled map checkpoint: {e}");
+            llama.map_failed(e.to_string());
+        }
+        llama.map_done();
+    }
+
     /// Deletes checkpoints older than the newest two, and retired logs below the older of
     /// those two (recovery may fall back to it).
     fn delete_obsolete(&self, state: &mut CheckpointState) -> Result<()> {
@@ -1789,6 +1929,7 @@ impl Store {
                         .clean_stats()
                         .map_or(0, |s| s.bytes_relocated.get()),
                     evictor_error: llama.evictor_error(),
+                    map_checkpoint_error: llama.map_error(),
                 }
             }),
         }

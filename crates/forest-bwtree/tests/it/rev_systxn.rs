@@ -44,9 +44,10 @@ fn lss_with(sim: &SimDir, segment_bytes: u64) -> Arc<Lss> {
 // durable while no unit allocates Q. The store's llama engine uses 64 KiB..8 MiB segments
 // and values up to 1 MiB, so a split of a page of large values hits this. Method: 64 KiB
 // segments, nine 15 KiB values on 8-record pages: the root leaf splits, Q (5 records, 75
-// KiB) does not fit a segment.
+// KiB) does not fit a segment. Fixed (h-smo): such a step is aborted (Q freed, nothing
+// logged, the leaf stays whole and oversize); checked too: every key reads back and every
+// piece in the log belongs to the first page or to one a committed unit allocated.
 #[test]
-#[ignore = "rev: F1 a unit larger than a segment runs its SMO unlogged on a healthy LSS"]
 fn rev_f1_too_large_unit_runs_the_smo_unlogged_on_a_healthy_lss() {
     let sim = SimDir::new(71);
     let lss = lss_with(&sim, 64 << 10);
@@ -89,6 +90,33 @@ fn rev_f1_too_large_unit_runs_the_smo_unlogged_on_a_healthy_lss() {
         Some(0),
         "an SMO step ran unlogged while the LSS stays healthy and later pieces/units become durable"
     );
+    assert!(
+        t.sys_txn_refused().unwrap() >= 1,
+        "the split whose unit does not fit was refused"
+    );
+    for i in 0..9 {
+        assert_eq!(
+            t.try_get(&key(i)).unwrap().as_deref(),
+            Some(&value[..]),
+            "key {i}"
+        );
+    }
+    let mut allocated: std::collections::HashSet<u64> = t.page_ids().into_iter().take(1).collect();
+    for (at, entry) in &log {
+        match entry {
+            Entry::Unit(ops) => {
+                for op in ops {
+                    if let crate::sys_txn::Op::Allocate(pid) = op {
+                        allocated.insert(*pid);
+                    }
+                }
+            }
+            Entry::Piece(pid) => assert!(
+                allocated.contains(pid),
+                "piece of page {pid} at {at} before any unit allocates it"
+            ),
+        }
+    }
 }
 
 // rev: F2. Goal: a cleaning pass that fails leaves the space accounting as it was (every

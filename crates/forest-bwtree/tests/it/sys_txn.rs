@@ -210,6 +210,13 @@ pub(crate) fn check_order(log: &[(LssAddress, Entry)]) -> (usize, usize, usize) 
                                 );
                                 merges += 1;
                             }
+                            SmoDelta::MergeCommit => {
+                                let t1 = removed.get(pid).copied();
+                                assert!(
+                                    t1.is_some_and(|t1| t1 < i),
+                                    "commit of the merge of {pid} at {at}: T1 {t1:?}"
+                                );
+                            }
                             SmoDelta::PageImage(_) | SmoDelta::Root => {}
                         },
                     }

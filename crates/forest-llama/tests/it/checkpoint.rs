@@ -121,6 +121,7 @@ fn flush_image<'g>(
 fn sample(sequence: u64) -> MapCheckpoint {
     MapCheckpoint {
         sequence,
+        root: None,
         start: LssAddress::current(4096 * sequence),
         rssp: 77 + sequence,
         pid_end: 10,
@@ -160,6 +161,7 @@ fn checkpoint_strategy() -> impl Strategy<Value = MapCheckpoint> {
             }
             MapCheckpoint {
                 sequence,
+                root: None,
                 start: LssAddress::current(start),
                 rssp,
                 pid_end: 1000,

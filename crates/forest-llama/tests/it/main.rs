@@ -6,4 +6,5 @@ mod checkpoint;
 mod flush;
 mod lss;
 mod lss_record;
+mod recover;
 mod sys_txn;

@@ -10,6 +10,7 @@ mod crash_sim;
 mod decode_proptest;
 mod llama_faults;
 mod llama_store;
+mod map_recovery;
 mod power_loss;
 mod rev_lists;
 mod rev_lists14;

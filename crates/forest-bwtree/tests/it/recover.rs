@@ -1,0 +1,226 @@
+//! Opening a Bw-tree from its LSS (issue 17 "Recovery", `src/recover.rs`): the mapping table
+//! from the newest checkpoint and the scan from S, pages loaded lazily, splits and root
+//! growth after S rebuilt from their committed units, and a second generation on top.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use forest_bwtree::{BwTree, BwTreeConfig};
+use forest_core::Order;
+use forest_file::{Dir, SimDir};
+use forest_llama::lss::{Lss, LssAddress, LssConfig};
+use forest_llama::recover::{open_recovering, RecoveredMap};
+
+use crate::common::flush_until_done;
+
+fn config() -> BwTreeConfig {
+    BwTreeConfig {
+        max_records_per_page: 16,
+        consolidate_threshold: 4,
+        read_consolidate_threshold: 4,
+        merge_threshold: 0,
+    }
+}
+
+fn lss_config() -> LssConfig {
+    LssConfig {
+        segment_bytes: 64 << 10,
+        buffer_bytes: 4 << 10,
+        buffer_count: 2,
+        writer_thread_count: 1,
+    }
+}
+
+fn key(i: u32) -> Vec<u8> {
+    format!("k{i:05}").into_bytes()
+}
+
+fn value(i: u32, round: u32) -> Vec<u8> {
+    format!("v{round}-{i}").into_bytes()
+}
+
+/// Opens the tree in the two simulated directories, with its checkpoints in use.
+fn open(lss_sim: &SimDir, ckpt_sim: &SimDir, budget: Option<u64>) -> (BwTree, RecoveredMap) {
+    let lss_dir: Arc<dyn Dir> = Arc::new(lss_sim.clone());
+    let ckpt_dir: Arc<dyn Dir> = Arc::new(ckpt_sim.clone());
+    let (lss, checkpoints, map) = open_recovering(lss_dir, lss_config(), ckpt_dir).unwrap();
+    let tree = BwTree::open_recovered(config(), Arc::new(lss), &map, budget).unwrap();
+    tree.use_map_checkpoints(Arc::new(checkpoints)).unwrap();
+    (tree, map)
+}
+
+/// Closes the tree's LSS: everything posted becomes durable (a clean close of the LSS, the
+/// tree's unflushed writes dropped as a crash drops them).
+fn close(tree: BwTree) {
+    let lss = Arc::clone(tree.lss().unwrap());
+    drop(tree);
+    Arc::try_unwrap(lss).ok().unwrap().close().unwrap();
+}
+
+fn flush_all(tree: &BwTree) {
+    let lss: &Lss = tree.lss().unwrap();
+    for pid in tree.page_ids() {
+        flush_until_done(tree, lss, pid);
+    }
+    lss.mk_stable(LssAddress::current(u64::MAX >> 4)).unwrap();
+}
+
+fn contents(tree: &BwTree) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut all = BTreeMap::new();
+    let mut last: Option<Vec<u8>> = None;
+    tree.try_scan(
+        Bound::Unbounded,
+        Bound::Unbounded,
+        Order::Ascending,
+        &mut |k, v| {
+            assert!(last.as_deref() < Some(k), "scan out of order at {k:?}");
+            last = Some(k.to_vec());
+            all.insert(k.to_vec(), v.to_vec());
+            std::ops::ControlFlow::Continue(())
+        },
+    )
+    .unwrap();
+    all
+}
+
+// Goal: a tree reopened from a checkpoint and the scan from S holds every write a piece or a
+// committed unit holds: the flushed first half exactly; of the unflushed second half, those
+// the splits after S logged in their new pages' images (units rebuilt at open), with the
+// root grown after S; nothing else, never a wrong value, keys in order; a second generation
+// (writes, flush, checkpoint, close) reopens with all of it. Method: 300 writes, flush,
+// checkpoint; 300 more unflushed (splits and root growth after S); close the LSS; reopen;
+// compare with the writes; repeat on the reopened tree.
+#[test]
+fn reopen_applies_pieces_and_units_after_s() {
+    let lss_sim = SimDir::new(1);
+    let ckpt_sim = SimDir::new(2);
+    let (tree, map) = open(&lss_sim, &ckpt_sim, None);
+    assert!(map.pages.is_empty());
+    let mut written = BTreeMap::new();
+    for i in 0..300u32 {
+        tree.upsert_with_lsn(&key(i), &value(i, 0), 0).unwrap();
+        written.insert(key(i), value(i, 0));
+    }
+    flush_all(&tree);
+    tree.take_map_checkpoint(5).unwrap();
+    let flushed = written.clone();
+    for i in 300..2000u32 {
+        tree.upsert_with_lsn(&key(i), &value(i, 0), 0).unwrap();
+        written.insert(key(i), value(i, 0));
+    }
+    close(tree);
+
+    let (tree, map) = open(&lss_sim, &ckpt_sim, None);
+    assert_eq!(map.rssp(), 5);
+    assert!(
+        !map.unit_deltas.is_empty(),
+        "splits after S left unit deltas"
+    );
+    assert!(
+        map.newest_by_kind
+            .contains_key(&forest_bwtree::smo_log::kind::ROOT),
+        "the root grew after S"
+    );
+    let got = contents(&tree);
+    for (k, v) in &flushed {
+        assert_eq!(got.get(k), Some(v), "flushed key {k:?}");
+        assert_eq!(tree.try_get(k).unwrap().as_ref(), Some(v));
+    }
+    for (k, v) in &got {
+        assert_eq!(written.get(k), Some(v), "key {k:?} never written so");
+        assert_eq!(tree.try_get(k).unwrap().as_ref(), Some(v));
+    }
+    assert!(
+        got.len() > flushed.len(),
+        "units brought unflushed writes back"
+    );
+
+    // Second generation on the recovered tree.
+    let mut expected = got;
+    for i in 2000..2500u32 {
+        tree.upsert_with_lsn(&key(i), &value(i, 1), 0).unwrap();
+        expected.insert(key(i), value(i, 1));
+    }
+    for i in (0..300u32).step_by(7) {
+        tree.upsert_with_lsn(&key(i), &value(i, 2), 0).unwrap();
+        expected.insert(key(i), value(i, 2));
+    }
+    flush_all(&tree);
+    tree.take_map_checkpoint(9).unwrap();
+    close(tree);
+    let (tree, map) = open(&lss_sim, &ckpt_sim, None);
+    assert_eq!(map.rssp(), 9);
+    assert_eq!(contents(&tree), expected);
+}
+
+// Goal: with a memory budget of a few pages the reopened tree loads pages on first use (none
+// at open) and holds every flushed write. Method: write with a small budget (pages evicted),
+// flush, checkpoint, close; reopen with the budget; read every key; count loads.
+#[test]
+fn reopen_with_a_small_budget_loads_pages_lazily() {
+    let lss_sim = SimDir::new(3);
+    let ckpt_sim = SimDir::new(4);
+    let (tree, _) = open(&lss_sim, &ckpt_sim, Some(8 << 10));
+    let mut written = BTreeMap::new();
+    for i in 0..3000u32 {
+        let k = key(i * 7919 % 3000);
+        tree.upsert_with_lsn(&k, &value(i, 0), 0).unwrap();
+        written.insert(k, value(i, 0));
+    }
+    flush_all(&tree);
+    tree.take_map_checkpoint(1).unwrap();
+    close(tree);
+    let (tree, map) = open(&lss_sim, &ckpt_sim, Some(8 << 10));
+    assert!(map.unit_deltas.is_empty());
+    let loads = |t: &BwTree| t.evict_stats().unwrap().loads.get();
+    assert_eq!(loads(&tree), 0, "no page read at open");
+    for (k, v) in &written {
+        assert_eq!(tree.try_get(k).unwrap().as_ref(), Some(v), "{k:?}");
+    }
+    assert!(loads(&tree) > 0);
+    assert_eq!(contents(&tree), written);
+}
+
+// Goal: after `flush_resident_pages` and a checkpoint with RSSP = ESL + 1, every write below
+// the RSSP comes back from the LSS alone (the store's map checkpoint, forest-store
+// `llama.rs` "Recovery"), and none above the ESL was written. Method: 300 writes with LSNs
+// 1..=300 (splits included) and ESL 150; the pass, the checkpoint with RSSP 151, a close
+// that drops the tree's unflushed state; reopen: keys 0..150 hold their values, no key
+// above holds a value it was given above the ESL.
+#[test]
+fn flush_resident_pages_puts_every_write_below_the_rssp_in_a_piece() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let lss_sim = SimDir::new(7);
+    let ckpt_sim = SimDir::new(8);
+    let (tree, _) = open(&lss_sim, &ckpt_sim, None);
+    let esl = Arc::new(AtomicU64::new(0));
+    let tree = tree.with_esl_source(esl.clone());
+    for i in 0..300u32 {
+        tree.upsert_with_lsn(&key(i), &value(i, 0), u64::from(i) + 1)
+            .unwrap();
+    }
+    esl.store(150, Ordering::SeqCst);
+    let flushed = tree.flush_resident_pages().unwrap();
+    assert!(flushed > 0, "nothing flushed");
+    tree.take_map_checkpoint(151).unwrap();
+    close(tree);
+    let (tree, map) = open(&lss_sim, &ckpt_sim, None);
+    assert_eq!(map.rssp(), 151);
+    let all = contents(&tree);
+    for i in 0..150u32 {
+        assert_eq!(
+            all.get(&key(i)),
+            Some(&value(i, 0)),
+            "key {i} below the RSSP"
+        );
+    }
+    for i in 150..300u32 {
+        assert!(
+            !all.contains_key(&key(i)),
+            "key {i} above the ESL was flushed"
+        );
+    }
+    close(tree);
+}

@@ -1,0 +1,301 @@
+//! Recovery of the mapping table from the LSS (issue 17 "Recovery"; Bw-tree §V-A, §II-F;
+//! TSBw §II-D Mk-Stable/Hi-Stable, §II-E system transactions; docs/ARCHITECTURE.md
+//! "Recovery"). [`open_recovering`] opens an LSS directory and rebuilds what its mapping table
+//! held, without reading a page: pages load on first use (`read.rs`).
+//!
+//! Steps:
+//! 1. [`Checkpoints::open`]: the newest valid `map-<seq>`, else the older kept one; if
+//!    checkpoint files exist and none is valid, open fails ([`Error::Corrupt`], naming each
+//!    file): the segments the cleaner removed may be needed by a scan from the start.
+//! 2. [`Lss::open`] with T (the checkpoint's `stable_end`) as the address known stable: the
+//!    end of the valid prefix is found in the last segment and a torn tail after it is cut
+//!    only if it lies at or above T. Why that cut is safe: a record below T was stable when
+//!    the checkpoint was published and the checkpoint relies on it; nothing durable relies on
+//!    a record at or above T (the store deletes WAL only below the RSSP of a published
+//!    checkpoint, whose pieces lie below its T), so a record there that was made stable and
+//!    then torn only loses what WAL redo from RSSP brings back. A prefix ending below T is
+//!    refused ([`Error::Corrupt`]). Without any checkpoint file the scan starts at segment 0,
+//!    which must exist (the cleaner removes nothing before two checkpoints are kept): a
+//!    missing first segment is refused ([`MISSING_START`]).
+//! 3. Scan every record from S (or 0) to the end of the stable prefix, in address order:
+//!    page pieces through [`Recovery::apply_piece`]; each committed system transaction
+//!    ([`RecordKind::TxnUnit`]: its presence is its commit, TSBw §II-E) applies its Allocate
+//!    and Free, and its Update-D deltas are kept per page ([`RecoveredMap::unit_deltas`]) until
+//!    a later (non-relocation) piece of that page supersedes them (a flush after an SMO writes
+//!    the page's whole state, which includes the SMO's delta). Fillers (lost flushes, aborted
+//!    transactions) and padding change nothing. A record that fails to decode below the end
+//!    of the last segment's valid prefix is corruption: open fails naming file, offset, PID.
+//! 4. Free PIDs: every PID below `pid_end` that recovers to neither a piece nor unit deltas,
+//!    the checkpoint's free marks included. So an uncommitted or aborted transaction's
+//!    Allocate (never logged, or logged only in a filler) is freed, as is a PID freed after the
+//!    walk.
+//!
+//! Left to the access method (forest-bwtree): applying [`RecoveredMap::unit_deltas`] on top of
+//! the page's piece (or as its first state, a split's new page) and finding its root.
+//! Not covered here (docs/ARCHITECTURE.md "Recovery", open points): a committed unit below S
+//! whose page's newest piece the checkpoint recorded is older than the unit (the walk records
+//! flushed pieces only): the checkpoint's taker must flush such pages before its walk.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use forest_core::{Error, Result};
+use forest_file::Dir;
+
+use crate::checkpoint::{Checkpoints, MapCheckpoint, Recovery};
+use crate::lss::segment::parse_segment_file_name;
+use crate::lss::{Lss, LssAddress, LssConfig, OpenReport, RecordKind};
+use crate::mapping_table::{MappingTable, PageState, Pid, PID_COUNT_MAX};
+use crate::sys_txn::{decode_unit, TxnOp};
+
+/// The text of the error when there is no checkpoint and the first segment is missing.
+pub const MISSING_START: &str = "no map checkpoint and segment 0 is missing";
+
+/// An Update-D of a committed system transaction that no later piece of its page superseded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnitDelta {
+    /// The unit's address.
+    pub unit: LssAddress,
+    /// The transaction's number (informative).
+    pub txn: u64,
+    /// The page's newest piece when the delta was posted.
+    pub prev: Option<LssAddress>,
+    /// The access method's delta kind and encoding.
+    pub kind: u8,
+    pub bytes: Vec<u8>,
+}
+
+/// Counts of what the scan met.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScanStats {
+    pub records: u64,
+    /// Pieces that became their page's newest.
+    pub pieces_applied: u64,
+    /// Relocation images whose CAS had lost (dead, not applied).
+    pub dead_relocations: u64,
+    pub units_committed: u64,
+    /// Failed-flush fillers (lost flushes and aborted transactions).
+    pub fillers: u64,
+}
+
+/// What [`open_recovering`] rebuilt.
+#[derive(Debug)]
+pub struct RecoveredMap {
+    /// The checkpoint recovery started from (its file name), if any.
+    pub checkpoint: Option<(String, MapCheckpoint)>,
+    /// Checkpoint files found damaged and set aside (name, why).
+    pub rejected: Vec<(String, String)>,
+    /// What opening the LSS found (its end, a cut tail).
+    pub open: OpenReport,
+    /// The scan's first address (S, or 0) and its end (the end of the stable prefix).
+    pub scanned_from: LssAddress,
+    pub scanned_end: LssAddress,
+    /// One past the highest PID in use.
+    pub pid_end: u64,
+    /// PID → the address of its newest piece, ascending.
+    pub pages: Vec<(Pid, LssAddress)>,
+    /// Free PIDs, ascending; none of them in `pages` or `unit_deltas`.
+    pub free: Vec<Pid>,
+    /// PID → committed unit deltas above its newest piece, in log order (a page with no piece
+    /// starts from its first, a page image).
+    pub unit_deltas: BTreeMap<Pid, Vec<UnitDelta>>,
+    /// Per Update-D kind, the newest committed one's PID and unit address (the Bw-tree finds
+    /// its newest root change here; a later piece of the page does not erase it).
+    pub newest_by_kind: BTreeMap<u8, (Pid, LssAddress)>,
+    pub stats: ScanStats,
+}
+
+impl RecoveredMap {
+    /// The root the checkpoint recorded ([`MapCheckpoint::root`]).
+    pub fn checkpoint_root(&self) -> Option<Pid> {
+        self.checkpoint.as_ref().and_then(|(_, c)| c.root)
+    }
+
+    /// The store's RSSP recorded in the checkpoint used (0 without one: redo everything).
+    pub fn rssp(&self) -> u64 {
+        self.checkpoint.as_ref().map_or(0, |(_, c)| c.rssp)
+    }
+
+    /// The mapping table: each page's word its LSS address, the free PIDs on the free list,
+    /// PIDs with unit deltas only left empty for the access method to install.
+    pub fn table<T: PageState>(&self) -> Result<MappingTable<T>> {
+        let stored = self.pages.iter().map(|&(pid, a)| (pid, a.to_bits()));
+        // Pushed highest first, so allocation reuses the lowest PIDs first.
+        MappingTable::from_recovered(self.pid_end, stored, self.free.iter().rev().copied())
+            .map_err(|what| Error::InvalidUse(format!("recovered mapping table: {what}")))
+    }
+}
+
+/// Opens the LSS in `lss_dir` with `config` and the checkpoints in `checkpoint_dir` (module
+/// doc), and rebuilds the mapping table. The LSS is returned open and unattached.
+pub fn open_recovering(
+    lss_dir: Arc<dyn Dir>,
+    config: LssConfig,
+    checkpoint_dir: Arc<dyn Dir>,
+) -> Result<(Lss, Checkpoints, RecoveredMap)> {
+    let (checkpoints, outcome) = Checkpoints::open(checkpoint_dir)?;
+    let checkpoint = outcome.checkpoint;
+    let (start, stable_end) = match &checkpoint {
+        Some((_, c)) => (c.start, c.stable_end),
+        None => {
+            let first = lss_dir
+                .list()?
+                .iter()
+                .filter_map(|n| parse_segment_file_name(n))
+                .min();
+            if first.is_some_and(|s| s != 0) {
+                return Err(Error::Corrupt {
+                    path: lss_dir.path().to_path_buf(),
+                    offset: 0,
+                    what: format!("{MISSING_START} (the first is {})", first.unwrap_or(0)),
+                });
+            }
+            (LssAddress::current(0), LssAddress::current(0))
+        }
+    };
+    let (lss, open) = Lss::open(lss_dir, config, stable_end)?;
+    let mut scan = Scan::new(checkpoint.as_ref().map(|(_, c)| c));
+    lss.scan(start, |address, header, payload| {
+        scan.visit(&lss, address, header, payload)
+    })?;
+    let scanned_end = lss.hi_stable();
+    let map = scan.finish(checkpoint, outcome.rejected, open, start, scanned_end);
+    Ok((lss, checkpoints, map))
+}
+
+/// The scan's state (step 3).
+struct Scan {
+    recovery: Recovery,
+    unit_deltas: BTreeMap<Pid, Vec<UnitDelta>>,
+    newest_by_kind: BTreeMap<u8, (Pid, LssAddress)>,
+    pid_end: u64,
+    stats: ScanStats,
+}
+
+impl Scan {
+    fn new(checkpoint: Option<&MapCheckpoint>) -> Self {
+        Self {
+            recovery: checkpoint.map_or_else(Recovery::default, Recovery::from_checkpoint),
+            unit_deltas: BTreeMap::new(),
+            newest_by_kind: BTreeMap::new(),
+            pid_end: checkpoint.map_or(0, |c| c.pid_end),
+            stats: ScanStats::default(),
+        }
+    }
+
+    fn see_pid(&mut self, lss: &Lss, address: LssAddress, pid: Pid) -> Result<()> {
+        if pid >= PID_COUNT_MAX as u64 {
+            let (path, offset) = lss.locate(address);
+            return Err(Error::Corrupt {
+                path,
+                offset,
+                what: format!("LSS record at address {address} names PID {pid}, beyond any table"),
+            });
+        }
+        self.pid_end = self.pid_end.max(pid + 1);
+        Ok(())
+    }
+
+    fn visit(
+        &mut self,
+        lss: &Lss,
+        address: LssAddress,
+        header: &crate::lss::RecordHeader,
+        payload: &[u8],
+    ) -> Result<()> {
+        self.stats.records += 1;
+        match header.kind {
+            RecordKind::PageImage | RecordKind::DeltaRun => {
+                self.see_pid(lss, address, header.pid)?;
+                let relocation = header.relocated_from().is_some();
+                if self.recovery.apply_piece(address, header) {
+                    self.stats.pieces_applied += u64::from(!relocation);
+                    if !relocation {
+                        // The piece holds the page's whole state at its flush, SMOs included.
+                        self.unit_deltas.remove(&header.pid);
+                    }
+                } else if relocation {
+                    self.stats.dead_relocations += 1;
+                }
+            }
+            RecordKind::TxnUnit => {
+                let unit = decode_unit(payload).map_err(|what| {
+                    let (path, offset) = lss.locate(address);
+                    Error::Corrupt {
+                        path,
+                        offset,
+                        what: format!("system-transaction unit at address {address}: {what}"),
+                    }
+                })?;
+                self.stats.units_committed += 1;
+                for op in unit.ops {
+                    match op {
+                        TxnOp::Allocate(pid) => {
+                            self.see_pid(lss, address, pid)?;
+                            self.recovery.apply_allocate(pid);
+                        }
+                        TxnOp::Free(pid) => {
+                            self.see_pid(lss, address, pid)?;
+                            self.recovery.apply_free(pid);
+                            self.unit_deltas.remove(&pid);
+                        }
+                        TxnOp::UpdateD {
+                            pid,
+                            prev,
+                            kind,
+                            bytes,
+                        } => {
+                            self.see_pid(lss, address, pid)?;
+                            self.recovery.apply_allocate(pid);
+                            self.newest_by_kind.insert(kind, (pid, address));
+                            self.unit_deltas.entry(pid).or_default().push(UnitDelta {
+                                unit: address,
+                                txn: unit.txn,
+                                prev,
+                                kind,
+                                bytes,
+                            });
+                        }
+                    }
+                }
+            }
+            RecordKind::FailedFlush => self.stats.fillers += 1,
+            RecordKind::TxnBegin | RecordKind::TxnCommit | RecordKind::Padding => {}
+        }
+        Ok(())
+    }
+
+    fn finish(
+        self,
+        checkpoint: Option<(String, MapCheckpoint)>,
+        rejected: Vec<(String, String)>,
+        open: OpenReport,
+        scanned_from: LssAddress,
+        scanned_end: LssAddress,
+    ) -> RecoveredMap {
+        let pages: Vec<(Pid, LssAddress)> = self.recovery.pages().collect();
+        let mut in_use = vec![false; usize::try_from(self.pid_end).unwrap_or(usize::MAX)];
+        for &(pid, _) in &pages {
+            in_use[pid as usize] = true;
+        }
+        for &pid in self.unit_deltas.keys() {
+            in_use[pid as usize] = true;
+        }
+        // Allocated by a committed unit with no state logged: nothing can reach it (its state
+        // would be an Update-D), so it is free like any other PID without a state.
+        let free = (0..self.pid_end).filter(|&p| !in_use[p as usize]).collect();
+        RecoveredMap {
+            checkpoint,
+            rejected,
+            open,
+            scanned_from,
+            scanned_end,
+            pid_end: self.pid_end,
+            pages,
+            free,
+            unit_deltas: self.unit_deltas,
+            newest_by_kind: self.newest_by_kind,
+            stats: self.stats,
+        }
+    }
+}
