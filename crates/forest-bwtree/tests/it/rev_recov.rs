@@ -43,10 +43,7 @@ fn value(i: u32) -> Vec<u8> {
     format!("v-{i}").into_bytes()
 }
 
-fn try_open(
-    lss_sim: &SimDir,
-    ckpt_sim: &SimDir,
-) -> forest_core::Result<(BwTree, RecoveredMap)> {
+fn try_open(lss_sim: &SimDir, ckpt_sim: &SimDir) -> forest_core::Result<(BwTree, RecoveredMap)> {
     let lss_dir: Arc<dyn Dir> = Arc::new(lss_sim.clone());
     let ckpt_dir: Arc<dyn Dir> = Arc::new(ckpt_sim.clone());
     let (lss, checkpoints, map) = open_recovering(lss_dir, lss_config(), ckpt_dir)?;
@@ -84,16 +81,21 @@ fn contents(tree: &BwTree) -> BTreeMap<Vec<u8>, Vec<u8>> {
     all
 }
 
+/// The flushed writes, the reopen's outcome, the two directories.
+type Reopened = (
+    BTreeMap<Vec<u8>, Vec<u8>>,
+    forest_core::Result<(BwTree, RecoveredMap)>,
+    SimDir,
+    SimDir,
+);
+
 /// Writes keys 0..16 (one full leaf), flushes them and makes them stable, then on a pauser
 /// thread writes keys 16..20 (a leaf split, then the root's growth: two SMO steps, each a
 /// system transaction); at the `arrival`-th "txn:committed" pause point (right after a
 /// step's unit is filled, before the step ends) the map checkpoint is taken from inside the
 /// step's thread, with RSSP 7 (every write so far is claimed in the LSS). Then the LSS is
 /// closed (no later flush: as a crash after the checkpoint) and the tree reopened.
-fn checkpoint_inside_smo_step(
-    seed: u64,
-    arrival: usize,
-) -> (BTreeMap<Vec<u8>, Vec<u8>>, forest_core::Result<(BwTree, RecoveredMap)>, SimDir, SimDir) {
+fn checkpoint_inside_smo_step(seed: u64, arrival: usize) -> Reopened {
     use forest_core::conformance::pause::{disarm, on_pause_point, spawn_pauser, PAUSER};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -129,7 +131,11 @@ fn checkpoint_inside_smo_step(
     .join()
     .unwrap();
     disarm();
-    assert_eq!(taken.load(Ordering::SeqCst), 1, "the checkpoint ran inside the step");
+    assert_eq!(
+        taken.load(Ordering::SeqCst),
+        1,
+        "the checkpoint ran inside the step"
+    );
     let tree = Arc::try_unwrap(tree).ok().unwrap();
     close(tree);
     let reopened = try_open(&lss_sim, &ckpt_sim);
@@ -149,9 +155,7 @@ fn checkpoint_right_after_a_split_unit_keeps_q() {
     let (flushed, reopened, _l, _c) = checkpoint_inside_smo_step(11, 1);
     let (tree, map) = reopened.expect("reopen");
     // Q's PID: named by a side link, but recovered with no state.
-    let in_use = |pid| {
-        map.pages.iter().any(|p| p.0 == pid) || map.unit_deltas.contains_key(&pid)
-    };
+    let in_use = |pid| map.pages.iter().any(|p| p.0 == pid) || map.unit_deltas.contains_key(&pid);
     let orphans: Vec<_> = (0..map.pid_end).filter(|&p| !in_use(p)).collect();
     // Reads on a thread with a deadline: on the branch the reopened tree's reads of Q's keys
     // never return (the descent retries forever on the free PID).
@@ -163,19 +167,28 @@ fn checkpoint_right_after_a_split_unit_keeps_q() {
             for (k, v) in &flushed {
                 let got = tree.try_get(k).map_err(|e| e.to_string());
                 let ok = matches!(&got, Ok(Some(g)) if g == v);
-                tx.send((String::from_utf8_lossy(k).into_owned(), ok, format!("{got:?}")))
-                    .unwrap();
+                tx.send((
+                    String::from_utf8_lossy(k).into_owned(),
+                    ok,
+                    format!("{got:?}"),
+                ))
+                .unwrap();
             }
         });
     }
     let mut bad = Vec::new();
-    let keys: Vec<_> = flushed.keys().map(|k| String::from_utf8_lossy(k).into_owned()).collect();
+    let keys: Vec<_> = flushed
+        .keys()
+        .map(|k| String::from_utf8_lossy(k).into_owned())
+        .collect();
     for (i, key) in keys.iter().enumerate() {
         match rx.recv_timeout(std::time::Duration::from_secs(5)) {
             Ok((_, true, _)) => {}
             Ok((k, false, got)) => bad.push(format!("{k}: {got}")),
             Err(_) => {
-                bad.push(format!("the read of {key} did not return within 5 s ({i} read right)"));
+                bad.push(format!(
+                    "the read of {key} did not return within 5 s ({i} read right)"
+                ));
                 break;
             }
         }
