@@ -17,6 +17,7 @@ mod recover;
 mod rev_bwleaf;
 mod rev_clean;
 mod rev_evict;
+mod rev_recov;
 mod rev_systxn;
 mod rev_ycsba;
 mod review_rev1;
