@@ -167,7 +167,6 @@ fn checkpoint_inside_smo_step(seed: u64, arrival: usize) -> Reopened {
 // the pass) has high key = separator and side link Q. Recovery: Q recovers free; the keys
 // that moved to Q (flushed before both checkpoints, RSSP claimed) are gone.
 #[test]
-#[ignore = "rev: F1 checkpoint between a split's unit and unpublished(q,false) loses Q's records"]
 fn checkpoint_right_after_a_split_unit_keeps_q() {
     let _turn = forest_core::conformance::pause::take_turn();
     let (flushed, reopened, _l, _c) = checkpoint_inside_smo_step(11, 1);
@@ -225,7 +224,6 @@ fn checkpoint_right_after_a_split_unit_keeps_q() {
 // the checkpoint records it as the root (read after S). Recovery finds no state for the
 // root and refuses to open: the store can never be opened again.
 #[test]
-#[ignore = "rev: F1 checkpoint between grow_root's unit and unpublished(root,false): reopen refused"]
 fn checkpoint_right_after_a_root_growth_unit_reopens() {
     let _turn = forest_core::conformance::pause::take_turn();
     let (flushed, reopened, _l, _c) = checkpoint_inside_smo_step(21, 2);
