@@ -12,6 +12,7 @@ mod pause_points;
 mod persistent;
 mod power_loss;
 mod reuse_race;
+mod rev_bz;
 mod rev_bzperf;
 mod rev_pmrec2;
 mod structure;
