@@ -14,6 +14,7 @@ mod map_checkpoint;
 mod page_hold;
 mod pause_points;
 mod rev_bwleaf;
+mod rev_bwleaf2;
 mod rev_clean;
 mod rev_evict;
 mod rev_systxn;
