@@ -15,6 +15,7 @@ mod page_hold;
 mod pause_points;
 mod recover;
 mod rev_bwleaf;
+mod rev_bwleaf2;
 mod rev_clean;
 mod rev_evict;
 mod rev_recov;
