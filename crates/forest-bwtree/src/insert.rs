@@ -121,6 +121,11 @@ impl BwTree {
             self.split(pid, state, node, path, guard);
         } else if (node.record_count as usize) < merge_below {
             self.merge(pid, state, node, guard);
+            // A merge refused (hysteresis, a first child that cannot absorb) leaves the page
+            // as it was, and its chain must still be consolidated (review rev-bwleaf2 F1:
+            // update-only traffic grew it without bound); after an installed remove-node
+            // delta the state changed and this CAS fails.
+            self.consolidate_if_long(pid, state, node, guard);
         } else {
             self.consolidate_if_long(pid, state, node, guard);
         }

@@ -53,7 +53,6 @@ fn unmergeable_right_leaf(value: &[u8]) -> BwTree {
 // `unmergeable_right_leaf` takes 1000 updates of one key; no reads. Expected: memory bounded
 // (both base pages are above 8 KiB: writers' threshold 16, at most about 17 deltas of 2 KB).
 #[test]
-#[ignore = "rev: F1 a small leaf the hysteresis keeps from merging is never consolidated by writers: unbounded chain"]
 fn unmergeable_small_leaf_is_still_consolidated_by_writers() {
     let mut value = vec![9u8; 2000];
     let tree = unmergeable_right_leaf(&value);
@@ -87,7 +86,6 @@ fn unmergeable_small_leaf_is_still_consolidated_by_writers() {
 // consolidated by writers either. Method: leaves of 2000-byte records; the left (first) leaf
 // emptied to 7 records while the right one holds 30; 1000 updates of a key in the left leaf.
 #[test]
-#[ignore = "rev: F1 a first child the hysteresis keeps from absorbing its right sibling is never consolidated by writers"]
 fn unabsorbing_first_leaf_is_still_consolidated_by_writers() {
     let mut value = vec![9u8; 2000];
     let tree = BwTree::new();
@@ -101,7 +99,11 @@ fn unabsorbing_first_leaf_is_still_consolidated_by_writers() {
     for i in 0..9 {
         assert!(tree.remove(&key(i * 10)));
     }
-    assert_eq!(merges_and_leaves(&tree), (0, 2), "7 + 30 records do not fit 32");
+    assert_eq!(
+        merges_and_leaves(&tree),
+        (0, 2),
+        "7 + 30 records do not fit 32"
+    );
     let memory_before = tree.stats().memory_bytes;
     for n in 0..1000u32 {
         value[0] = n as u8;
@@ -235,7 +237,6 @@ fn mixed_size_records_race_splits_and_hysteresis_merges() {
 // refuses the merge; main merged, and split the merged page) takes 1000 updates of one key and
 // no reads. Expected: no chain of 16 or more (writers' threshold 4).
 #[test]
-#[ignore = "rev: F1 a small-record leaf the hysteresis keeps from merging is never consolidated by writers"]
 fn unmergeable_small_record_leaf_is_still_consolidated_by_writers() {
     let key = |i: u32| format!("k{i:06}").into_bytes();
     let tree = BwTree::new();
@@ -250,7 +251,11 @@ fn unmergeable_small_record_leaf_is_still_consolidated_by_writers() {
     for i in 64..114 {
         assert!(tree.remove(&key(i * 10)));
     }
-    assert_eq!(merges_and_leaves(&tree), (0, 2), "120 + 15 records: no merge");
+    assert_eq!(
+        merges_and_leaves(&tree),
+        (0, 2),
+        "120 + 15 records: no merge"
+    );
     let memory_before = tree.stats().memory_bytes;
     for n in 0..1000u64 {
         tree.upsert(&key(1200), &n.to_be_bytes()).unwrap();
@@ -259,8 +264,7 @@ fn unmergeable_small_record_leaf_is_still_consolidated_by_writers() {
     let buckets = chain_buckets(&tree);
     assert_eq!(merges_and_leaves(&tree), (0, 2));
     assert_eq!(
-        buckets[5],
-        0,
+        buckets[5], 0,
         "chain buckets 0,1,2-3,4-7,8-15,16+: {buckets:?}; memory {memory_before} -> \
          {memory_after} bytes after 1000 updates of one key"
     );
@@ -270,7 +274,6 @@ fn unmergeable_small_record_leaf_is_still_consolidated_by_writers() {
 // below main's threshold 32 next to a right sibling of 120: 15 + 120 > 128, `absorb_right`
 // refuses): the first leaf at 15 records takes 1000 updates of one key and no reads.
 #[test]
-#[ignore = "rev: F1 a first-child small-record leaf that cannot absorb its right sibling is never consolidated by writers (also main)"]
 fn unabsorbing_first_small_record_leaf_is_still_consolidated_by_writers() {
     let key = |i: u32| format!("k{i:06}").into_bytes();
     let tree = BwTree::new();
@@ -285,7 +288,11 @@ fn unabsorbing_first_small_record_leaf_is_still_consolidated_by_writers() {
     for i in 0..49 {
         assert!(tree.remove(&key(i * 10)));
     }
-    assert_eq!(tree.stats().leaf_node_count, 2, "15 + 120 records: no merge");
+    assert_eq!(
+        tree.stats().leaf_node_count,
+        2,
+        "15 + 120 records: no merge"
+    );
     let memory_before = tree.stats().memory_bytes;
     for n in 0..1000u64 {
         tree.upsert(&key(600), &n.to_be_bytes()).unwrap();
@@ -293,8 +300,7 @@ fn unabsorbing_first_small_record_leaf_is_still_consolidated_by_writers() {
     let memory_after = tree.stats().memory_bytes;
     let buckets = chain_buckets(&tree);
     assert_eq!(
-        buckets[5],
-        0,
+        buckets[5], 0,
         "chain buckets 0,1,2-3,4-7,8-15,16+: {buckets:?}; memory {memory_before} -> \
          {memory_after} bytes after 1000 updates of one key"
     );

@@ -226,35 +226,49 @@ fn reads_consolidate_small_pages_only() {
 // Goal: a leaf sized in bytes (its records too large for max_records_per_page of them to fit
 // in LEAF_BYTES_MAX) is consolidated by readers only at the writers' threshold, as the old
 // leaves of such records (above 8 KiB) were, while a leaf of small records keeps the readers'
-// threshold (consolidate.rs `consolidate_after_read`). Method: give a one-leaf tree a base page
-// of 16 records (below the merge threshold 16 a write merges instead; at 16 the writers'
-// threshold 4 consolidates the chain), add four deltas, read, and count consolidations; once
-// with 100-byte values, once with 8-byte ones. Failed before: a 4 KiB YCSB leaf was under the
-// 8 KiB line and each read after a write consolidated.
+// threshold (consolidate.rs `consolidate_after_read`). Method: insert 16 records into a
+// one-leaf tree, then more until a writer consolidates (the chain is then empty), add three deltas (below the writers'
+// threshold 4), read, and count the read's consolidations; once with 100-byte values, once
+// with 1-byte ones (8-byte values and short keys already average over 32 bytes a record with
+// the slots, so that leaf is sized in bytes too). Failed before: a 4 KiB YCSB leaf was under the 8 KiB line and each read
+// after a write consolidated.
 #[test]
 fn reads_leave_byte_sized_leaves_to_the_writers_threshold() {
-    let consolidations = |value_len: usize| {
+    let read_consolidates = |value_len: usize| {
         let tree = BwTree::new();
         let value = vec![3u8; value_len];
-        for i in 0..20u32 {
+        let count = || tree.stats().counter(names::CONSOLIDATIONS).unwrap();
+        // 16 records first, so the base page's records decide its limits.
+        let mut i = 0u32;
+        while i < 16 {
             tree.insert(&key(i), &value).unwrap();
+            i += 1;
         }
-        let before = tree.stats().counter(names::CONSOLIDATIONS).unwrap();
+        let start = count();
+        while count() == start {
+            tree.insert(&key(i), &value).unwrap();
+            i += 1;
+            assert!(i < 100, "no writer consolidated");
+        }
+        for _ in 0..3 {
+            tree.insert(&key(i), &value).unwrap();
+            i += 1;
+        }
+        let before = count();
         let mut out = Vec::new();
-        assert!(tree.get(&key(19), &mut out));
+        assert!(tree.get(&key(i - 1), &mut out));
         assert_eq!(out, value);
-        let after = tree.stats().counter(names::CONSOLIDATIONS).unwrap();
-        assert_eq!(tree.stats().key_count, 20);
-        (before, after)
+        assert_eq!(tree.stats().key_count, u64::from(i));
+        count() - before
     };
     assert_eq!(
-        consolidations(100),
-        (1, 1),
-        "the writer consolidated at 16 records; the read leaves a chain of 4 (writers' 4 x 2)"
+        read_consolidates(100),
+        0,
+        "the read leaves a chain of 3 (byte-sized leaf: writers' 4 x 2)"
     );
     assert_eq!(
-        consolidations(8),
-        (1, 2),
+        read_consolidates(1),
+        1,
         "a leaf of small records is consolidated by the read (readers' threshold 1)"
     );
 }
