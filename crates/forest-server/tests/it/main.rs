@@ -14,6 +14,7 @@ mod protocol_doc;
 mod pubsub;
 mod range;
 mod redis_benchmark;
+mod rev_coll;
 mod rev_lfix;
 mod rev_lists;
 mod rev_pcore;
