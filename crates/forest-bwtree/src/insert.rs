@@ -136,9 +136,10 @@ impl BwTree {
 /// although it holds fewer than `max_records_per_page` records; never below a quarter of that
 /// count (pages of very large records keep a useful fanout). Measured on YCSB A (100-byte
 /// values, 128-record leaves of about 16 KiB): a consolidation of a hot page copied 16 KiB
-/// every 16 updates and readers walked chains of up to 16 deltas; with 4 KiB leaves readers
-/// consolidate them at the readers' threshold and writers at the configured one
-/// (docs/BENCHMARKS.md, "Issue 14: Bw-tree leaves sized in bytes"). Leaves of 8-byte keys and
+/// every 16 updates and readers walked chains of up to 16 deltas; 4 KiB leaves are
+/// consolidated by readers and writers alike past the writers' threshold x 2
+/// (`consolidate.rs` `leaf_sized_in_bytes`; docs/BENCHMARKS.md, "Issue 14: byte-sized
+/// leaves' chains"). Leaves of 8-byte keys and
 /// values (24 bytes a record) stay at 128 records.
 pub const LEAF_BYTES_MAX: usize = 4 << 10;
 
