@@ -150,14 +150,12 @@ pub fn hscan(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
     sample::scan(ctx, argv, Kind::Hash)
 }
 
-/// The value of `field` in hash `user`, or None; WRONGTYPE as Redis.
+/// The value of `field` in hash `user`, or None; WRONGTYPE as Redis. Read through the unit,
+/// so that inside MULTI/EXEC or a script it sees the writes made before it (review rev-coll
+/// F1: it read the store, and HGET after HSET in one EXEC answered the old value).
 fn field(ctx: &mut Ctx<'_, '_>, prefix: &[u8], field: &[u8]) -> Frame {
     let mut value = Vec::new();
-    if ctx
-        .shared
-        .store
-        .get(&member_key(prefix, &[field]), &mut value)
-    {
+    if ctx.read_at(&member_key(prefix, &[field]), &mut value) {
         Frame::Bulk(value)
     } else {
         Frame::Null

@@ -40,7 +40,6 @@ fn int(r: R) -> i64 {
 // 1, [1, nil], 1, 1 where Redis 7 answers 22, [22, 3], 1, 2 (HEXISTS is right). Method:
 // that transaction, and the same through EVAL.
 #[test]
-#[ignore = "rev: F1 HGET/HMGET/HSTRLEN in MULTI or a script miss the unit's own writes"]
 fn hash_field_reads_in_multi_and_scripts_see_their_own_writes() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let up = Running::start(tmp.path(), IoModel::Threads);
