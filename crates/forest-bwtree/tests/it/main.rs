@@ -16,6 +16,7 @@ mod pause_points;
 mod rev_bwleaf;
 mod rev_clean;
 mod rev_evict;
+mod rev_smo;
 mod rev_systxn;
 mod rev_ycsba;
 mod review_rev1;
