@@ -252,3 +252,104 @@ fn rev_f3_checkpoints_turned_on_after_a_split_lose_it() {
         );
     }
 }
+
+// rev: F4. Goal: the checkpoint argument's "a frozen X (the flush refuses it) is a merge's
+// R, frozen clean" (docs/ARCHITECTURE.md "SMOs and checkpoints"; `checkpoint_piece`'s
+// Frozen arm). A root collapse freezes the root with `remove_node_step` and no
+// `clean_state`: the root's newest piece predates the index-term delete (merge T2, a unit
+// below S) that left it one child. The walk finds the root registered, its flush refused
+// (Frozen), and names that old piece; the merged-away R is free in the same checkpoint.
+// Recovery then rebuilds a root whose term leads to a free PID. Method: 12 keys on 8-record
+// pages (a root over two leaves), flushed; the right leaf's keys removed (its merge into the
+// left one, T2 deletes its term on the root, the root is left with one child and frozen for
+// the collapse); paused at `merge:root-remove-installed`, a checkpoint; power loss; the old
+// root rebuilt by recovery's rule.
+#[cfg(feature = "pause-points")]
+#[test]
+#[ignore = "rev: F4 a checkpoint during a root collapse names the root's stale piece whose term leads to a freed leaf"]
+fn rev_f4_checkpoint_during_a_root_collapse_names_a_root_leading_to_a_free_page() {
+    use forest_core::conformance::pause::{arm, disarm, spawn_pauser, take_turn};
+    const SEGMENT: u64 = 256 << 10;
+    let _turn = take_turn();
+    let (sim, ckpt) = (SimDir::new(1606), SimDir::new(1607));
+    let dir: Arc<dyn Dir> = Arc::new(sim.clone());
+    let lss = Arc::new(
+        Lss::open(dir, lss_config(SEGMENT), LssAddress::current(0))
+            .unwrap()
+            .0,
+    );
+    let t = Arc::new(
+        BwTree::with_config(BwTreeConfig {
+            merge_threshold: 3,
+            ..small_pages()
+        })
+        .unwrap()
+        .with_lss(lss, None)
+        .unwrap(),
+    );
+    use_checkpoints(&t, &ckpt);
+    for i in 0..12 {
+        t.upsert(&key(i), b"v").unwrap();
+    }
+    let root = t
+        .page_ids()
+        .into_iter()
+        .find(|&pid| t.page_image(pid).unwrap().level == 1)
+        .expect("a root over the leaves");
+    let terms = t.page_image(root).unwrap().records.len();
+    assert_eq!(terms, 2, "a root over two leaves");
+    flush_all(&t);
+    let gate = arm("merge:root-remove-installed");
+    let w = Arc::clone(&t);
+    let worker = spawn_pauser(move || {
+        for i in 4..12 {
+            w.remove(&key(i));
+        }
+    });
+    gate.wait_paused();
+    let info = t.take_map_checkpoint(0).unwrap();
+    let lss = Arc::clone(t.lss().unwrap());
+    let stable = lss.hi_stable();
+    sim.crash();
+    ckpt.crash();
+    gate.release();
+    worker.join().unwrap();
+    disarm();
+    drop(t);
+    drop(lss);
+    let dir: Arc<dyn Dir> = Arc::new(sim.clone());
+    let (lss, _) = Lss::open(dir, lss_config(SEGMENT), stable).unwrap();
+    let (_, checkpoint) = read_newest(&ckpt)
+        .unwrap()
+        .checkpoint
+        .expect("a checkpoint");
+    assert_eq!(checkpoint.start, info.start);
+    let mut recovery = Recovery::from_checkpoint(&checkpoint);
+    lss.scan(checkpoint.start, |at, header, _| {
+        recovery.apply_piece(at, header);
+        Ok(())
+    })
+    .unwrap();
+    let at = recovery
+        .address_of(root)
+        .expect("the old root has an entry");
+    let image = rebuild(&lss, root, at);
+    let children: Vec<Pid> = image
+        .records
+        .iter()
+        .map(|(_, v)| u64::from_le_bytes(v[..8].try_into().unwrap()))
+        .collect();
+    eprintln!(
+        "recovered root {root}: children {children:?}; free in the checkpoint: {:?}",
+        checkpoint.free
+    );
+    for child in children {
+        assert!(
+            !recovery.is_free(child) && recovery.address_of(child).is_some(),
+            "the recovered root's term leads to page {child}, which recovers free or with no \
+             page (free {}, entry {:?}; merged away by a unit below S)",
+            recovery.is_free(child),
+            recovery.address_of(child)
+        );
+    }
+}
