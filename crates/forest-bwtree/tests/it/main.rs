@@ -19,6 +19,8 @@ mod rev_bwleaf2;
 mod rev_clean;
 mod rev_evict;
 mod rev_recov;
+
+mod rev_smo;
 mod rev_systxn;
 mod rev_ycsba;
 mod review_rev1;
