@@ -588,7 +588,10 @@ mod tests {
             // acknowledged once that sync returned (review rev-coll F2: a wait queued while the
             // panic unwound was answered "not acknowledged" too, its write applied).
             served.unwrap_or_else(|e| panic!("the served wait: {e}"));
-            assert!(syncs.load(Ordering::SeqCst) >= 2, "acknowledged without a sync");
+            assert!(
+                syncs.load(Ordering::SeqCst) >= 2,
+                "acknowledged without a sync"
+            );
             for round in 0..2 {
                 let before = syncs.load(Ordering::SeqCst);
                 tokio::time::timeout(Duration::from_secs(10), waiter.durable())

@@ -190,7 +190,7 @@ fn mixed_size_records_race_splits_and_hysteresis_merges() {
                         expect.insert(k, v);
                     }
                     for &k in mine.iter().filter(|k| *k % 3 == 0) {
-                        let len = if round % 2 == 0 {
+                        let len = if round.is_multiple_of(2) {
                             len_of(k, round) * 4
                         } else {
                             len_of(k, round) / 10 + 8
