@@ -43,8 +43,9 @@ fn lss_with(sim: &SimDir, segment_bytes: u64) -> Arc<Lss> {
 // pieces: later flushes (P's image showing the split, the new root's unit naming Q) become
 // durable while no unit allocates Q. The store's llama engine uses 64 KiB..8 MiB segments
 // and values up to 1 MiB, so a split of a page of large values hits this. Method: 64 KiB
-// segments, nine 15 KiB values on 8-record pages: the root leaf splits, Q (5 records, 75
-// KiB) does not fit a segment. Fixed (h-smo): such a step is aborted (Q freed, nothing
+// segments, nine 40 KiB values on 8-record pages (leaves of such records split past 4, the
+// floor: insert.rs `page_limits`): the root leaf splits, Q (2 or more records, 80 KiB or more)
+// does not fit a segment. Fixed (h-smo): such a step is aborted (Q freed, nothing
 // logged, the leaf stays whole and oversize); checked too: every key reads back and every
 // piece in the log belongs to the first page or to one a committed unit allocated.
 #[test]
@@ -55,7 +56,7 @@ fn rev_f1_too_large_unit_runs_the_smo_unlogged_on_a_healthy_lss() {
         .unwrap()
         .with_lss(Arc::clone(&lss), None)
         .unwrap();
-    let value = vec![b'v'; 15 << 10];
+    let value = vec![b'v'; 40 << 10];
     for i in 0..9 {
         t.upsert(&key(i), &value).unwrap();
     }
