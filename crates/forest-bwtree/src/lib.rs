@@ -50,7 +50,7 @@
 //! - `merge:index-term-delete-installed`: index term delete, before the commit;
 //! - `merge:committed`: the commit (remove node delta made committed), before the node merge
 //!   delta;
-//! - `merge:node-merge-installed`: node merge delta, before the PID is freed;
+//! - `merge:node-merge-installed`: node merge delta, after R's PID is freed;
 //! - `merge:root-remove-installed`: a one-child root frozen, before the root PID swap.
 //!
 //! On an LSS each of these SMO points lies after its step's system-transaction unit

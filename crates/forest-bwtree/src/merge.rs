@@ -259,8 +259,10 @@ impl BwTree {
             let delta = Owned::new(Node::delta(l_node, record_count, kind));
             self.stats.cas_attempts.incr();
             // On an LSS, T3 of the merge: the node-merge delta on L naming R's newest piece,
-            // and Free R (done in memory below, once committed).
-            let step = self.smo_step(
+            // and Free R. Step 4, once won, inside the step (`smo_step_then`): no current
+            // state leads to R now; its remove node delta and PID are reclaimed after the
+            // epoch (its frozen state belongs to the left page).
+            let step = self.smo_step_then(
                 || {
                     StepLog::default()
                         .delta(
@@ -278,6 +280,7 @@ impl BwTree {
                 },
                 &[],
                 || self.table.update_d(left, l_state, delta, guard),
+                |_| self.free_page(r, guard),
                 guard,
             );
             match step {
@@ -285,9 +288,6 @@ impl BwTree {
                     self.count_delta(node_ref(installed));
                     self.stats.merges.incr();
                     pause_point("merge:node-merge-installed");
-                    // Step 4: no current state leads to R now; its remove node delta and PID
-                    // are reclaimed after the epoch (its frozen state belongs to the left page).
-                    self.free_page(r, guard);
                     let merged = node_ref(installed);
                     if merged.record_count as usize > self.page_limits(merged).0 {
                         self.split(left, installed, merged, path, guard);
@@ -476,8 +476,9 @@ impl BwTree {
         };
         self.stats.cas_attempts.incr();
         let child = decode_pid(child);
-        // On an LSS: {the root word names the child, Free R}.
-        let step = self.smo_step(
+        // On an LSS: {the root word names the child, Free R}; R is freed in memory inside
+        // the step (`smo_step_then`, review rev-recov F3).
+        let step = self.smo_step_then(
             || {
                 StepLog::default()
                     .delta(child, None, SmoDelta::Root)
@@ -485,6 +486,13 @@ impl BwTree {
             },
             &[],
             || self.set_root(root_word, child).then_some(()).ok_or(()),
+            |_| {
+                debug_assert!(std::ptr::eq(
+                    r_state.as_raw(),
+                    self.table.read(r, guard).as_raw()
+                ));
+                self.free_page(r, guard);
+            },
             guard,
         );
         match step {
@@ -497,11 +505,6 @@ impl BwTree {
         }
         self.stats.root_collapses.incr();
         // Nothing absorbs the old root's frozen state, so it is retired with its remove delta.
-        debug_assert!(std::ptr::eq(
-            r_state.as_raw(),
-            self.table.read(r, guard).as_raw()
-        ));
-        self.free_page(r, guard);
         self.uncount_state(frozen);
         self.table
             .retire(Shared::from(frozen as *const Node), guard);

@@ -234,9 +234,19 @@ impl BwTree {
     /// The checkpoint's pre-walk pass (`map_checkpoint.rs`): flushes every resident page whose
     /// newest state holds an SMO delta (or writes a consolidation folded) that its newest
     /// piece lacks, or that has never been flushed, so that the walk records a piece with it:
-    /// a unit below S is never scanned. Runs after S is fixed, so every unit below S has made
-    /// its CAS and its delta is in the state read here. Frozen pages (a merge's right page,
-    /// a step's unpublished page) are left (docs/ARCHITECTURE.md "Recovery", open points).
+    /// a unit below S is never scanned. Runs after the checkpoint barrier, so every unit below
+    /// S has made its CAS, its delta is in the state read here, and the PIDs it freed are
+    /// free.
+    ///
+    /// The rule (review rev-recov F2): every page this pass names gets a piece, or the pass
+    /// fails and no checkpoint is published. A page lost to writes is flushed again
+    /// (`PASS_FLUSH_TRIES`); a frozen one (a merge's right page whose frozen state needs a
+    /// piece) is helped to finish its merge and waited for (`PASS_FROZEN_WAITS`); still not
+    /// flushed, the pass fails. Excused: a freed page (`Gone`: a unit at or above S frees it,
+    /// and the scan applies that) and an unpublished one (allocated by a step after the
+    /// barrier, so its unit, with its first image, lies at or above S). The walk's
+    /// `checkpoint_piece` (`smo_log.rs`) then only flushes pages a unit changed whose change
+    /// `needs_piece` cannot see (a structure delta a consolidation folded).
     pub(crate) fn flush_unlogged_structure(&self, lss: &Lss) -> Result<usize> {
         let mut pids = Vec::new();
         {
@@ -249,16 +259,48 @@ impl BwTree {
         }
         let mut flushed = 0;
         for pid in pids {
-            for _ in 0..PASS_FLUSH_TRIES {
+            let (mut lost, mut frozen_waits) = (0, 0);
+            loop {
                 match self.flush_page(pid, lss)? {
-                    PageFlush::Lost { .. } => continue,
                     PageFlush::Flushed { .. } => flushed += 1,
-                    _ => {}
+                    PageFlush::Clean | PageFlush::Gone => {}
+                    PageFlush::Frozen if self.is_unpublished(pid) || !self.still_needs_piece(pid) => {
+                    }
+                    PageFlush::Lost { .. } if lost < PASS_FLUSH_TRIES => {
+                        lost += 1;
+                        continue;
+                    }
+                    PageFlush::Frozen if frozen_waits < PASS_FROZEN_WAITS => {
+                        // A thread that meets an SMO completes it (Bw-tree §IV-C).
+                        self.complete_merge(pid, &crossbeam_epoch::pin());
+                        frozen_waits += 1;
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                        continue;
+                    }
+                    PageFlush::Lost { .. } | PageFlush::Frozen => {
+                        return Err(recovery_error(format!(
+                            "map checkpoint: page {pid} holds structure no piece has and could                              not be flushed ({lost} flushes lost to writes, {frozen_waits} ms                              frozen by a merge); no checkpoint is published"
+                        )))
+                    }
                 }
                 break;
             }
         }
         Ok(flushed)
+    }
+
+    /// Whether page `pid`'s current state needs a piece (`needs_piece`): a merge freezes R
+    /// only in a state its newest piece holds (`merge.rs` `clean_state`), so a page frozen
+    /// since it was named usually has its piece already.
+    fn still_needs_piece(&self, pid: Pid) -> bool {
+        // Pinned while the state read is used.
+        let _guard = crossbeam_epoch::pin();
+        match self.table.read_location(pid) {
+            PageLocation::Memory(ptr) if !ptr.is_null() => {
+                needs_piece(node_ref(crossbeam_epoch::Shared::from(ptr)))
+            }
+            _ => false,
+        }
     }
 }
 
@@ -308,12 +350,14 @@ impl BwTree {
     }
 }
 
-/// Whether the state `node` holds more than record deltas above a faithful newest piece.
+/// Whether the state `node` holds more than record deltas above a faithful newest piece. A
+/// remove node delta needs none (recovery without its unit finds the merge not begun, or
+/// R freed by T3, `recover.rs` module doc): the frozen state below it decides.
 fn needs_piece(node: &Node) -> bool {
     let mut current = Some(node);
     while let Some(n) = current {
         match &n.kind {
-            Kind::Insert(_) | Kind::Modify(_) | Kind::Delete(..) => {}
+            Kind::Insert(_) | Kind::Modify(_) | Kind::Delete(..) | Kind::RemoveNode { .. } => {}
             Kind::Flush(_, behind) => return *behind,
             _ => return true,
         }

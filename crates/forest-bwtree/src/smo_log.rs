@@ -32,7 +32,9 @@
 //! are in use and forgotten below each published S), which is complete for every unit below
 //! S because each step holds `smo_barrier` shared from before its reservation until it has
 //! published its new pages and registered its unit, and the walk takes it exclusively once
-//! (after S, before deciding its first page).
+//! (after S, before deciding its first page). A step that frees a PID frees it in memory
+//! before it leaves the barrier (`smo_step_then`), so a walk after a unit below S never meets
+//! the PID that unit freed still live (review rev-recov F3).
 //!
 //! Crash points (pause points, test feature): `txn:committed` after every unit is filled
 //! (before the step's follow-up), in addition to the SMO's own points (`split:*`, `merge:*`),
@@ -315,6 +317,21 @@ impl BwTree {
         cas: impl FnOnce() -> Result<W, L>,
         guard: &Guard,
     ) -> Step<W, L> {
+        self.smo_step_then(log, allocated, cas, |_| {}, guard)
+    }
+
+    /// [`Self::smo_step`], running `on_won` once the CAS won, before the step leaves
+    /// `smo_barrier`: a step that frees a PID (a merge's T3, a root collapse) frees it in
+    /// memory there, so a checkpoint whose S lies above the step's unit finds the PID free
+    /// (module doc, "Checkpoints"; review rev-recov F3).
+    pub(crate) fn smo_step_then<W, L>(
+        &self,
+        log: impl FnOnce() -> StepLog,
+        allocated: &[Pid],
+        cas: impl FnOnce() -> Result<W, L>,
+        on_won: impl FnOnce(&W),
+        guard: &Guard,
+    ) -> Step<W, L> {
         let free_allocated = || {
             for &pid in allocated {
                 self.free_page(pid, guard);
@@ -322,7 +339,10 @@ impl BwTree {
         };
         let Some(storage) = &self.storage else {
             return match cas() {
-                Ok(won) => Step::Won(won),
+                Ok(won) => {
+                    on_won(&won);
+                    Step::Won(won)
+                }
                 Err(lost) => {
                     free_allocated();
                     Step::Lost(lost)
@@ -377,6 +397,7 @@ impl BwTree {
                         pages.remove(&pid);
                     }
                 }
+                on_won(&won);
                 pause_point("txn:committed");
                 Step::Won(won)
             }
@@ -389,7 +410,10 @@ impl BwTree {
                 publish();
                 storage.sys_txn_errors.incr();
                 match cas.take().map(|cas| cas()) {
-                    Some(Ok(won)) => Step::Won(won),
+                    Some(Ok(won)) => {
+                        on_won(&won);
+                        Step::Won(won)
+                    }
                     Some(Err(lost)) => {
                         free_allocated();
                         Step::Lost(lost)

@@ -1,5 +1,5 @@
 //! Review rev-recov (session 16) of branch h-recov: recovery of a Bw-tree from its LSS.
-//! Tests here fail on the branch; each is `#[ignore]`d with its finding.
+//! Tests here failed on the branch; F1-F3 are fixed (session 16, f-recov).
 //!
 //! Run: `cargo test -p forest-bwtree --features pause-points --test it -- rev_recov:: --ignored`
 #![cfg(feature = "pause-points")]
@@ -239,9 +239,10 @@ fn checkpoint_right_after_a_root_growth_unit_reopens() {
 // remove-node delta is on top), the walk records R's old piece as a live entry, and the unit
 // with Free(R) lies below S, so the scan never frees it. R recovers as a live page nothing
 // reaches: its PID is never reused and the cleaner keeps relocating its piece. The set of
-// PIDs in use after reopen should equal the tree's before the crash.
+// PIDs in use after reopen should equal the tree's before the crash. Fixed: the step frees R
+// in memory before it leaves the checkpoint barrier (`smo_step_then`), so this checkpoint,
+// the first that can run after the unit, finds R free.
 #[test]
-#[ignore = "rev: F3 checkpoint after a merge's Free(R) unit but before R is freed: R leaks"]
 fn checkpoint_after_a_merge_unit_frees_r() {
     use forest_core::conformance::pause::{disarm, on_pause_point, spawn_pauser, PAUSER};
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -297,4 +298,57 @@ fn checkpoint_after_a_merge_unit_frees_r() {
         recovered, live,
         "PIDs in use after reopen vs in the tree before the crash"
     );
+}
+
+// F2 (medium): the checkpoint's pre-walk pass gave up silently on a page whose flushes kept
+// losing to writes: the checkpoint was then published without the piece the page needed (here
+// the root, never flushed and changed by no unit, so the walk's `checkpoint_piece` does not
+// flush it either: the checkpoint named a root with no state, and reopening failed). Every
+// flush the checkpoint thread tries on it loses: a write lands between its state read and its
+// CAS (`flush:reserved`). Now the checkpoint fails and none is published; once the writes
+// stop, the next one succeeds and the tree reopens whole. Failed before the fix: the first
+// checkpoint returned Ok.
+#[test]
+fn checkpoint_fails_when_a_page_keeps_losing_its_flush() {
+    use forest_core::conformance::pause::{disarm, on_pause_point, spawn_pauser, PAUSER};
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let _turn = forest_core::conformance::pause::take_turn();
+    let lss_sim = SimDir::new(41);
+    let ckpt_sim = SimDir::new(42);
+    let (tree, _) = try_open(&lss_sim, &ckpt_sim).unwrap();
+    let tree = Arc::new(tree);
+    for i in 0..8u32 {
+        tree.upsert_with_lsn(&key(i), &value(i), 0).unwrap();
+    }
+    // Enough lost flushes to exhaust the pass's tries, then the writes stop (the walk's own
+    // flushes, on pages a unit changed, retry without bound).
+    let writes = Arc::new(AtomicU32::new(0));
+    {
+        let (t, writes) = (Arc::clone(&tree), Arc::clone(&writes));
+        on_pause_point("flush:reserved", PAUSER, move || {
+            let n = writes.fetch_add(1, Ordering::SeqCst);
+            if n < 200 {
+                t.upsert_with_lsn(&key(n % 8), &value(1000 + n), 0).unwrap();
+            }
+        });
+    }
+    let t = Arc::clone(&tree);
+    let first = spawn_pauser(move || t.take_map_checkpoint(7))
+        .join()
+        .unwrap();
+    disarm();
+    assert!(
+        writes.load(Ordering::SeqCst) >= 64,
+        "the flushes were contended"
+    );
+    assert!(
+        first.is_err(),
+        "a checkpoint whose pass could not flush a page that needs a piece is published: {first:?}"
+    );
+    let expected = contents(&tree);
+    tree.take_map_checkpoint(8).unwrap();
+    let tree = Arc::try_unwrap(tree).ok().unwrap();
+    close(tree);
+    let (tree, _) = try_open(&lss_sim, &ckpt_sim).expect("reopen after the second checkpoint");
+    assert_eq!(contents(&tree), expected);
 }
