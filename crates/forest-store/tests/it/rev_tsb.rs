@@ -107,6 +107,30 @@ fn as_of_answers_at_now_never_change_over_several_shards() {
     };
     let before = histories(&store);
     drop(store);
+    // The logs of all shards, merged by LSN: timestamps never go down, and go up from one
+    // unit to the next (a batch's records share one).
+    let mut stamped: Vec<(u64, u64, bool)> = Vec::new();
+    for name in std::fs::read_dir(tmp.path()).expect("dir") {
+        let name = name.expect("entry").file_name().into_string().expect("name");
+        if forest_store::wal::parse_log_name(&name).is_none() {
+            continue;
+        }
+        let path = tmp.path().join(&name);
+        let data = std::fs::read(&path).expect("read log");
+        let decoded = forest_store::wal::decode_log(&path, &data).expect("decode");
+        for r in decoded.records.iter().filter(|r| r.op.is_data()) {
+            stamped.push((r.lsn, r.ts.expect("a temporal record has a timestamp"), r.batch_more));
+        }
+    }
+    stamped.sort_unstable();
+    assert!(stamped.len() > 1000, "{} records", stamped.len());
+    for pair in stamped.windows(2) {
+        let ((_, ts0, more0), (_, ts1, _)) = (pair[0], pair[1]);
+        assert!(
+            if more0 { ts1 == ts0 } else { ts1 > ts0 },
+            "timestamps out of LSN order: {pair:?}"
+        );
+    }
     let store = Store::open_path(tmp.path(), sharded(ENGINE, 3)).expect("reopen");
     assert!(store.recovery_report().records_replayed > 0);
     assert_eq!(histories(&store), before);
