@@ -94,7 +94,10 @@ fn as_of_answers_at_now_never_change_over_several_shards() {
         done.store(true, Ordering::SeqCst);
         assert!(reader.join().expect("reader") > 0);
     });
-    assert!(shards_used.len() > 1, "writers on one shard only: {shards_used:?}");
+    assert!(
+        shards_used.len() > 1,
+        "writers on one shard only: {shards_used:?}"
+    );
     let histories = |store: &Store| -> BTreeMap<u32, Vec<(u64, Option<Vec<u8>>)>> {
         (0..8)
             .map(|i| {
@@ -111,7 +114,11 @@ fn as_of_answers_at_now_never_change_over_several_shards() {
     // unit to the next (a batch's records share one).
     let mut stamped: Vec<(u64, u64, bool)> = Vec::new();
     for name in std::fs::read_dir(tmp.path()).expect("dir") {
-        let name = name.expect("entry").file_name().into_string().expect("name");
+        let name = name
+            .expect("entry")
+            .file_name()
+            .into_string()
+            .expect("name");
         if forest_store::wal::parse_log_name(&name).is_none() {
             continue;
         }
@@ -119,7 +126,11 @@ fn as_of_answers_at_now_never_change_over_several_shards() {
         let data = std::fs::read(&path).expect("read log");
         let decoded = forest_store::wal::decode_log(&path, &data).expect("decode");
         for r in decoded.records.iter().filter(|r| r.op.is_data()) {
-            stamped.push((r.lsn, r.ts.expect("a temporal record has a timestamp"), r.batch_more));
+            stamped.push((
+                r.lsn,
+                r.ts.expect("a temporal record has a timestamp"),
+                r.batch_more,
+            ));
         }
     }
     stamped.sort_unstable();
@@ -135,7 +146,11 @@ fn as_of_answers_at_now_never_change_over_several_shards() {
     assert!(store.recovery_report().records_replayed > 0);
     assert_eq!(histories(&store), before);
     // More writes after the reopen stamp above every version redone.
-    let newest = before.values().flat_map(|h| h.iter().map(|v| v.0)).max().expect("some");
+    let newest = before
+        .values()
+        .flat_map(|h| h.iter().map(|v| v.0))
+        .max()
+        .expect("some");
     assert!(store.put_ts(&key(0), b"after").expect("put") > newest);
     store.close().expect("close");
 }
@@ -179,7 +194,11 @@ fn a_held_unit_keeps_other_shards_pages_consolidated() {
             && std::thread::current().name() == Some("rev-held")
             && !fired.swap(true, Ordering::SeqCst)
         {
-            paused_tx.lock().expect("hook").send(()).expect("test alive");
+            paused_tx
+                .lock()
+                .expect("hook")
+                .send(())
+                .expect("test alive");
             go_rx.lock().expect("hook").recv().expect("test alive");
         }
     })));
@@ -189,7 +208,9 @@ fn a_held_unit_keeps_other_shards_pages_consolidated() {
         let held = std::thread::Builder::new()
             .name("rev-held".into())
             .spawn_scoped(s, move || {
-                shard_tx.send(store.shard_of_this_thread()).expect("test alive");
+                shard_tx
+                    .send(store.shard_of_this_thread())
+                    .expect("test alive");
                 store.put_ts(k00, b"held")
             })
             .expect("spawn");
@@ -263,7 +284,11 @@ fn now_is_at_or_after_an_acknowledged_write() {
             && std::thread::current().name() == Some("rev-held-f2")
             && !fired.swap(true, Ordering::SeqCst)
         {
-            paused_tx.lock().expect("hook").send(()).expect("test alive");
+            paused_tx
+                .lock()
+                .expect("hook")
+                .send(())
+                .expect("test alive");
             go_rx.lock().expect("hook").recv().expect("test alive");
         }
     })));
@@ -273,7 +298,9 @@ fn now_is_at_or_after_an_acknowledged_write() {
         let held = std::thread::Builder::new()
             .name("rev-held-f2".into())
             .spawn_scoped(s, move || {
-                shard_tx.send(store.shard_of_this_thread()).expect("test alive");
+                shard_tx
+                    .send(store.shard_of_this_thread())
+                    .expect("test alive");
                 store.put_ts(k00, b"held")
             })
             .expect("spawn");
@@ -307,7 +334,11 @@ fn now_is_at_or_after_an_acknowledged_write() {
         seen
     });
     forest_core::pause::set_pause_hook(None);
-    assert_eq!(current.as_deref(), Some(&b"mine"[..]), "get sees the acknowledged write");
+    assert_eq!(
+        current.as_deref(),
+        Some(&b"mine"[..]),
+        "get sees the acknowledged write"
+    );
     assert!(
         now >= mine && as_of_now.as_deref() == Some(&b"mine"[..]),
         "acknowledged write at {mine}, now() {now}: as of now the key is {:?}",

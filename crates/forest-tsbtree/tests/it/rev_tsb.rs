@@ -39,7 +39,6 @@ fn tree() -> TsbTree {
 // the page's delta chain grows by one per write, for every writer of every other shard,
 // until the held unit applies. Each write and read then walks the whole chain.
 #[test]
-#[ignore = "rev: F1 a held timestamp stops consolidation of a hot page (delta chain grows per write)"]
 fn a_held_timestamp_keeps_the_page_consolidated() {
     let tree = tree();
     let slots = Arc::new(Slots::default());
@@ -49,13 +48,15 @@ fn a_held_timestamp_keeps_the_page_consolidated() {
     slots.0.lock().expect("slots").push(held);
     for i in 0..40u32 {
         let ts = tree.tick();
-        tree.put_version(b"a", ts, Some(&i.to_le_bytes())).expect("write");
+        tree.put_version(b"a", ts, Some(&i.to_le_bytes()))
+            .expect("write");
     }
     let consolidations = counter(&tree, "consolidations");
     let started = Instant::now();
     for i in 0..4000u32 {
         let ts = tree.tick();
-        tree.put_version(b"a", ts, Some(&i.to_le_bytes())).expect("write");
+        tree.put_version(b"a", ts, Some(&i.to_le_bytes()))
+            .expect("write");
     }
     let took = started.elapsed();
     let after = counter(&tree, "consolidations");
