@@ -38,7 +38,9 @@
 //! - Split policy (§VI-A): a page over `max_records_per_page` versions time-splits when at
 //!   least `time_split_percent` % of a full page is historical (superseded versions and
 //!   tombstones), else key-splits; after a time split it key-splits too if the current part
-//!   still fills more than `100 - time_split_percent` % of a page.
+//!   still fills more than `100 - time_split_percent` % of a page. A page that can split
+//!   neither way (its split time held at its start by a unit in flight) stays over the limit
+//!   by the writes of that stall, and is consolidated at `consolidate_threshold` as usual.
 //!
 //! Pause points (feature `pause-points`): `key_split:leaf-split-installed`,
 //! `key_split:index-split-installed`, `time_split:leaf-split-installed`,
@@ -343,23 +345,30 @@ impl TsbTree {
             let historical = version::historical_count(&view.records);
             let pct = self.config.time_split_percent as usize;
             if historical * 100 >= max * pct {
-                let Some(current) = self.time_split_leaf(pid, head, state, &view, guard) else {
-                    return;
-                };
-                if let Some((state, head)) = node::read(&self.table, pid, guard) {
-                    self.consolidate(pid, state, head, guard);
-                }
-                if current * 100 > max * (100 - pct) {
+                if let Some(current) = self.time_split_leaf(pid, head, state, &view, guard) {
                     if let Some((state, head)) = node::read(&self.table, pid, guard) {
-                        let view = page::leaf_view(head);
-                        self.key_split_leaf(pid, head, state, &view, guard);
+                        self.consolidate(pid, state, head, guard);
                     }
+                    if current * 100 > max * (100 - pct) {
+                        if let Some((state, head)) = node::read(&self.table, pid, guard) {
+                            let view = page::leaf_view(head);
+                            self.key_split_leaf(pid, head, state, &view, guard);
+                        }
+                    }
+                    return;
                 }
-            } else if !self.key_split_leaf(pid, head, state, &view, guard) && historical > 0 {
+            } else if self.key_split_leaf(pid, head, state, &view, guard)
                 // One key's versions only: history is all a split can move out.
-                self.time_split_leaf(pid, head, state, &view, guard);
+                || (historical > 0
+                    && self.time_split_leaf(pid, head, state, &view, guard).is_some())
+            {
+                return;
             }
-        } else if head.delta_count >= self.config.consolidate_threshold {
+            // No split now: the split time is held at the page's start by a unit between
+            // its tick and its apply (or a CAS lost). The page stays over its limit by the
+            // writes of the stall, but its chain is still folded (review rev-tsb F1).
+        }
+        if head.delta_count >= self.config.consolidate_threshold {
             self.consolidate(pid, state, head, guard);
         }
     }

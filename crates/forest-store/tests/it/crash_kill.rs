@@ -163,7 +163,8 @@ fn options(engine: &str, mode: &str) -> StoreOptions {
 /// Opens the store, waiting out a lock still held for a moment by a process the parent
 /// forked for another test: a fork copies the parent's file descriptors, the LOCK's among
 /// them, until that child execs (CLOEXEC), so the flock may outlive `Store::close` briefly.
-fn open_retrying_lock(dir: &Path, options: &StoreOptions) -> Store {
+/// Also used by `temporal`'s SIGKILL model tests (review rev-tsb F4).
+pub(crate) fn open_retrying_lock(dir: &Path, options: &StoreOptions) -> Store {
     let began = std::time::Instant::now();
     loop {
         match Store::open_path(dir, options.clone()) {

@@ -26,6 +26,8 @@ use forest_store::{replay, wal, Durability, Store, StoreOptions, WriteBatch};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::crash_kill::open_retrying_lock;
+
 /// Small pages, so key and time splits start early.
 pub(crate) const ENGINE: &str = "tsbtree:page=6,index_page=6,consolidate=2";
 const CHILD_ENV: &str = "FOREST_TEMPORAL_CHILD";
@@ -326,7 +328,7 @@ fn run_child(spec: &str) -> ! {
         shards.parse().expect("shards"),
     );
     let seed: u64 = seed.parse().expect("seed");
-    let store = Store::open_path(dir, sharded(ENGINE, shards)).expect("child open");
+    let store = open_retrying_lock(Path::new(dir), &sharded(ENGINE, shards));
     std::thread::scope(|s| {
         for t in 0..threads {
             let store = &store;
@@ -461,8 +463,8 @@ fn run_model(test: &str, shards: usize, threads: u32) {
     let mut stamps = Vec::new();
     for round in 0..4 {
         let what = format!("seed {seed} round {round}");
-        let store =
-            Store::open_path(tmp.path(), sharded(ENGINE, shards)).expect("temporal store call");
+        // Another test's fork may hold a copy of the LOCK fd for a moment (rev-tsb F4).
+        let store = open_retrying_lock(tmp.path(), &sharded(ENGINE, shards));
         if round >= 1 {
             let report = store.recovery_report();
             assert!(report.checkpoint_start_lsn.is_some(), "{what}: {report:?}");
@@ -522,8 +524,8 @@ fn run_model(test: &str, shards: usize, threads: u32) {
         // The writes in flight at the kill (one per writer) may have reached the log: the
         // versions after the last ack, if any.
         let last_ack = stamps.iter().max().copied().unwrap_or(0);
-        let store =
-            Store::open_path(tmp.path(), sharded(ENGINE, shards)).expect("temporal store call");
+        // Another test's fork may hold a copy of the LOCK fd for a moment (rev-tsb F4).
+        let store = open_retrying_lock(tmp.path(), &sharded(ENGINE, shards));
         // The open after a crash that replayed records writes a checkpoint.
         assert_eq!(store.stats().checkpoint_count, 1, "{what}");
         let mut extra = Vec::new();

@@ -12,3 +12,4 @@ mod pause_points;
 mod put_version;
 mod retention;
 mod rev_retain;
+mod rev_tsb;
