@@ -98,7 +98,8 @@ fn as_of_answers_at_now_never_change_over_several_shards() {
         shards_used.len() > 1,
         "writers on one shard only: {shards_used:?}"
     );
-    let histories = |store: &Store| -> BTreeMap<u32, Vec<(u64, Option<Vec<u8>>)>> {
+    type Histories = BTreeMap<u32, Vec<(u64, Option<Vec<u8>>)>>;
+    let histories = |store: &Store| -> Histories {
         (0..8)
             .map(|i| {
                 let h = store
