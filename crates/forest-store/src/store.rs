@@ -1669,16 +1669,7 @@ impl Store {
         if let Some(llama) = self.llama.as_ref().filter(|l| l.map_mode()) {
             return self.checkpoint_map(llama, &mut state);
         }
-        let seq = state.log_seq_next;
-        state.log_seq_next += 1;
-        let next = self.lsns.next();
-        let fresh = create_logs(
-            &*self.dir,
-            seq,
-            self.commit.shard_count(),
-            (next, next),
-            false,
-        )?;
+        let fresh = self.fresh_logs(&mut state)?;
         let temporal = self.index.as_temporal();
         // A temporal store's cut: its clock with every shard locked at the rotation, so
         // every unit below `start_lsn` has applied at a timestamp at most it, and every later
@@ -1736,6 +1727,20 @@ impl Store {
         Ok(info)
     }
 
+    /// The next generation of logs a checkpoint rotates to, starting at the next LSN.
+    fn fresh_logs(&self, state: &mut CheckpointState) -> Result<Vec<LogWriter>> {
+        let seq = state.log_seq_next;
+        state.log_seq_next += 1;
+        let next = self.lsns.next();
+        create_logs(
+            &*self.dir,
+            seq,
+            self.commit.shard_count(),
+            (next, next),
+            false,
+        )
+    }
+
     /// A checkpoint of a store on `bztree-pm:persist=msync` (`crate::pm`): the tree holds
     /// every write, so the logs are rotated with no batch applying, the rotation's LSN is
     /// recorded in the tree, and every older log and checkpoint file is deleted.
@@ -1745,16 +1750,7 @@ impl Store {
         state: &mut CheckpointState,
     ) -> Result<CheckpointInfo> {
         let _no_batch = pm.batch.lock();
-        let seq = state.log_seq_next;
-        state.log_seq_next += 1;
-        let next = self.lsns.next();
-        let fresh = create_logs(
-            &*self.dir,
-            seq,
-            self.commit.shard_count(),
-            (next, next),
-            false,
-        )?;
+        let fresh = self.fresh_logs(state)?;
         let (start_lsn, old_logs) = self.commit.rotate(fresh)?;
         pm.tree.set_store_lsn(start_lsn - 1);
         let mut names: Vec<String> = state.retired.drain(..).map(|(name, _)| name).collect();
@@ -1792,16 +1788,7 @@ impl Store {
         llama: &crate::llama::Llama,
         state: &mut CheckpointState,
     ) -> Result<CheckpointInfo> {
-        let seq = state.log_seq_next;
-        state.log_seq_next += 1;
-        let next = self.lsns.next();
-        let fresh = create_logs(
-            &*self.dir,
-            seq,
-            self.commit.shard_count(),
-            (next, next),
-            false,
-        )?;
+        let fresh = self.fresh_logs(state)?;
         let (start_lsn, old_logs) = self.commit.rotate(fresh)?;
         for old in old_logs {
             let name = old
