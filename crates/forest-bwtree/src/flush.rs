@@ -114,6 +114,18 @@ impl PageImage {
         )
     }
 
+    /// The base page this image describes (its level is the caller's).
+    pub(crate) fn base_page(&self) -> crate::base_page::BasePage {
+        crate::base_page::BasePage::build(
+            &self.low,
+            self.high.as_deref(),
+            self.side_link,
+            self.records
+                .iter()
+                .map(|(k, v)| (k.as_slice(), v.as_slice())),
+        )
+    }
+
     /// Decodes a page-image payload; the error says what is wrong and where.
     pub fn decode(bytes: &[u8]) -> std::result::Result<Self, String> {
         let mut r = Reader::new(bytes, "page image");

@@ -37,7 +37,6 @@ use forest_llama::page_state::PageLocation;
 use forest_llama::recover::{RecoveredMap, UnitDelta};
 use forest_llama::Pid;
 
-use crate::base_page::BasePage;
 use crate::consolidate::build_state;
 use crate::delta::{Kind, Node};
 use crate::flush::{PageFlush, PageImage};
@@ -204,15 +203,7 @@ impl BwTree {
     /// Installs `image` as `pid`'s resident state (no flush delta: its next flush is an
     /// image), in place of its LSS address or in its empty word.
     fn install_rebuilt(&self, pid: Pid, image: PageImage) -> Result<()> {
-        let page = BasePage::build(
-            &image.low,
-            image.high.as_deref(),
-            image.side_link,
-            image
-                .records
-                .iter()
-                .map(|(k, v)| (k.as_slice(), v.as_slice())),
-        );
+        let page = image.base_page();
         let state = build_state(image.level, page, None, &[]);
         let guard = &crossbeam_epoch::pin();
         let installed = match self.table.read_location(pid) {

@@ -52,7 +52,6 @@ use forest_llama::page_state::PageLocation;
 use forest_llama::read::{payload_error, read_pieces};
 use forest_llama::Pid;
 
-use crate::base_page::BasePage;
 use crate::consolidate::build_state;
 use crate::delta::{Kind, Node};
 use crate::flush::{DeltaRun, PageFlush, PageImage};
@@ -453,15 +452,7 @@ impl BwTree {
         newest: LssAddress,
     ) -> Result<crossbeam_epoch::Owned<Node>> {
         let (image, lsn_high) = self.rebuild_image_lsn(lss, pid, newest)?;
-        let page = BasePage::build(
-            &image.low,
-            image.high.as_deref(),
-            image.side_link,
-            image
-                .records
-                .iter()
-                .map(|(k, v)| (k.as_slice(), v.as_slice())),
-        );
+        let page = image.base_page();
         let flushed = FlushDelta {
             address: newest,
             lsn_high,
