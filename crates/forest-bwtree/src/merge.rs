@@ -420,6 +420,11 @@ impl BwTree {
     /// freeze is a CAS from `state`, so no delete or index term was posted in between; the
     /// merge or split completes first, and its thread offers the collapse again
     /// (`after_index_delete`).
+    ///
+    /// On an LSS the root is frozen only in a state its newest piece holds whole
+    /// (`clean_state`, as a merge's R): a checkpoint names a frozen page's newest piece, and
+    /// the index-term delete that left the root one child is a unit below that checkpoint's
+    /// S (review rev-smo F4).
     fn collapse_root<'g>(
         &self,
         pid: Pid,
@@ -427,11 +432,19 @@ impl BwTree {
         node: &'g Node,
         guard: &'g Guard,
     ) {
-        if node.level == 0
-            || node.record_count != 1
-            || node.bounds().0.is_some()
-            || self.root_pid(guard) != pid
-        {
+        let collapsible = |node: &Node| {
+            node.level != 0
+                && node.record_count == 1
+                && node.bounds().0.is_none()
+                && self.root_pid(guard) == pid
+        };
+        if !collapsible(node) {
+            return;
+        }
+        let Some((state, node)) = self.clean_state(pid, state, node, guard) else {
+            return;
+        };
+        if !collapsible(node) {
             return;
         }
         let Some(&(_, child)) = view(node).records.first() else {

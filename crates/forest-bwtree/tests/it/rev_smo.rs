@@ -266,7 +266,6 @@ fn rev_f3_checkpoints_turned_on_after_a_split_lose_it() {
 // root rebuilt by recovery's rule.
 #[cfg(feature = "pause-points")]
 #[test]
-#[ignore = "rev: F4 a checkpoint during a root collapse names the root's stale piece whose term leads to a freed leaf"]
 fn rev_f4_checkpoint_during_a_root_collapse_names_a_root_leading_to_a_free_page() {
     use forest_core::conformance::pause::{arm, disarm, spawn_pauser, take_turn};
     const SEGMENT: u64 = 256 << 10;
