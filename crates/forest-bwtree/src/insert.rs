@@ -174,7 +174,10 @@ impl BwTree {
         // records decide its limit.
         let per_record = base.heap_bytes() / base.len();
         let split_above = (LEAF_BYTES_MAX / per_record).clamp(floor, max);
-        (split_above, merge_below)
+        (
+            self.split_above_on_lss(split_above, per_record),
+            merge_below,
+        )
     }
 }
 

@@ -65,7 +65,8 @@ impl BwTree {
         if full.records.len() < 2 {
             return;
         }
-        let middle = full.records.len() / 2;
+        let middle = self.split_point(&full.records);
+        let sized = middle > full.records.len() / 2;
         let separator = full.records[middle].0;
         let first_right = v
             .records
@@ -135,6 +136,16 @@ impl BwTree {
                     unreachable!("the installed delta is the split delta")
                 };
                 self.complete_split(path, pid, node.level, separator, q, guard);
+                if sized {
+                    // Q took less than half (`split_point`): P splits again until it is
+                    // within its limit, each split moving at least one record (review
+                    // rev-smo F1: P too stays flushable, whoever writes to it next).
+                    if let Some((state, node)) = self.read_node(pid, guard) {
+                        if node.record_count as usize > self.page_limits(node).0 {
+                            self.split(pid, state, node, Path::new(), guard);
+                        }
+                    }
+                }
             }
             Step::Lost((abandoned, _)) => {
                 drop(abandoned);
@@ -151,6 +162,45 @@ impl BwTree {
                 self.stats.failed_splits.incr();
             }
         }
+    }
+
+    /// Where a page of `records` splits: the middle, or on an LSS further right when the
+    /// right half's records would fill more than half a segment's record (review rev-smo F1:
+    /// T1 logs Q's image in one unit, which must fit a segment; a split refused for that
+    /// would be refused again on every insert while the page grew without bound). Q then
+    /// takes the most records from the right that fit, at least one; P stays over its limit
+    /// and splits again on the next insert into it, so each page stays within its limit
+    /// plus one record. Records are estimated at their bytes plus [`RECORD_ESTIMATE_BYTES`].
+    fn split_point(&self, records: &[(&[u8], &[u8])]) -> usize {
+        let middle = records.len() / 2;
+        let Some(storage) = &self.storage else {
+            return middle;
+        };
+        let room = storage.lss.config().record_bytes_max() / 2;
+        let mut bytes = 0u64;
+        let mut first = records.len();
+        while first > middle {
+            let (k, v) = records[first - 1];
+            bytes += (k.len() + v.len() + RECORD_ESTIMATE_BYTES) as u64;
+            if bytes > room && first < records.len() {
+                break;
+            }
+            first -= 1;
+        }
+        first
+    }
+
+    /// On an LSS, `split_above` capped so that a leaf of records of `per_record` bytes
+    /// splits before its image fills half a segment's record, at least above one record
+    /// (review rev-smo F1: a page whose image is larger than a segment can be neither
+    /// flushed nor evicted). The default 64 MiB segments leave every usual page as it was.
+    pub(crate) fn split_above_on_lss(&self, split_above: usize, per_record: usize) -> usize {
+        let Some(storage) = &self.storage else {
+            return split_above;
+        };
+        let room = storage.lss.config().record_bytes_max() / 2;
+        let fit = room / (per_record + RECORD_ESTIMATE_BYTES).max(1) as u64;
+        split_above.min(usize::try_from(fit).unwrap_or(usize::MAX).max(1))
     }
 
     /// Completes the split of page `pid` at `level` into (`separator`, `side_link`): posts the
@@ -361,6 +411,10 @@ impl BwTree {
         }
     }
 }
+
+/// A record's bytes in a page image beyond its key and value (6 in `flush.rs`
+/// `encode_image`), with room to spare, for [`BwTree::split_point`]'s estimate.
+const RECORD_ESTIMATE_BYTES: usize = 32;
 
 /// Where a split's parent was found.
 enum FoundParent {
