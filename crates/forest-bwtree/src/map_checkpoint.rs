@@ -62,7 +62,9 @@ impl BwTree {
     /// Takes a mapping-table checkpoint of this tree (forest-llama `Checkpoints::take`):
     /// every page's newest stable piece, the free PIDs and S. `rssp` is the store's field.
     /// Refused unless [`Self::use_map_checkpoints`] was called. Before the walk, pages whose
-    /// SMO deltas no piece holds are flushed, and the root is recorded (`recover.rs`).
+    /// SMO deltas no piece holds are flushed, and the root is recorded (`recover.rs`). Fails,
+    /// publishing nothing, when such a page cannot be flushed (`smo_log.rs`
+    /// `checkpoint_piece`).
     pub fn take_map_checkpoint(&self, rssp: u64) -> Result<CheckpointInfo> {
         let (storage, map) = self.map_checkpoints().ok_or_else(|| {
             Error::InvalidUse("take_map_checkpoint before use_map_checkpoints".into())

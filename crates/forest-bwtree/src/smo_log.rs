@@ -438,12 +438,16 @@ impl BwTree {
     /// after that piece; then the page is flushed now (an image: the unit's change is a
     /// structure delta, or the page has no piece) and that piece, at or above S, is named.
     /// Called by the walk after [`Self::checkpoint_barrier`].
+    ///
+    /// Errors: that flush's (a poisoned LSS, or an image larger than a segment on a healthy
+    /// one): the checkpoint fails and publishes nothing, since the page's older piece lacks
+    /// the unit's change and the unit lies below S (review rev-smo F2).
     pub(crate) fn checkpoint_piece(
         &self,
         storage: &Storage,
         pid: Pid,
         state: &Node,
-    ) -> Option<LssAddress> {
+    ) -> Result<Option<LssAddress>, Error> {
         let newest = newest_piece(state);
         let unit = storage
             .unit_pages
@@ -452,20 +456,20 @@ impl BwTree {
             .get(&pid)
             .copied();
         let Some(unit) = unit else {
-            return newest;
+            return Ok(newest);
         };
         if newest.is_some_and(|piece| piece > unit) {
-            return newest;
+            return Ok(newest);
         }
         loop {
-            match self.flush_page(pid, &storage.lss) {
-                Ok(PageFlush::Flushed { address, .. }) => return Some(address),
-                Ok(PageFlush::Lost { .. }) => continue, // the page changed: flush it again
+            match self.flush_page(pid, &storage.lss)? {
+                PageFlush::Flushed { address, .. } => return Ok(Some(address)),
+                PageFlush::Lost { .. } => continue, // the page changed: flush it again
                 // Clean: a flush since `state` wrote the change (after the unit). Frozen: a
-                // merge's remove node lies above the unit's change (recovery without that
-                // unit finds the merge not begun, module doc). Gone: freed. An error: the
-                // LSS is poisoned and the checkpoint's last Mk-Stable fails too.
-                Ok(PageFlush::Clean | PageFlush::Frozen | PageFlush::Gone) | Err(_) => {
+                // merge's R or a collapsing root, frozen clean (`merge.rs` `clean_state`):
+                // its newest piece holds every change of the page below the remove node
+                // delta. Gone: freed.
+                PageFlush::Clean | PageFlush::Frozen | PageFlush::Gone => {
                     // Pinned while the state read is used.
                     let _guard = crossbeam_epoch::pin();
                     let now = match self.table.read_location(pid) {
@@ -475,7 +479,7 @@ impl BwTree {
                         PageLocation::Stored(bits) => LssAddress::from_bits(bits),
                         _ => None,
                     };
-                    return now.or(newest);
+                    return Ok(now.or(newest));
                 }
             }
         }

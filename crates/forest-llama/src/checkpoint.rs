@@ -578,14 +578,15 @@ pub struct CheckpointInfo {
 }
 
 /// Walks `table` into a checkpoint (steps 2–4 of the module doc); `newest_flushed` gives the
-/// address of a resident state's newest flush delta. Writes nothing to disk.
+/// address of a resident state's newest flush delta, and its error fails the walk. Writes
+/// nothing to disk.
 pub fn walk<T: PageState>(
     table: &MappingTable<T>,
     lss: &Lss,
     sequence: u64,
     rssp: u64,
     root: impl FnOnce() -> Result<Option<Pid>>,
-    mut newest_flushed: impl FnMut(Pid, Shared<'_, T>) -> Option<LssAddress>,
+    mut newest_flushed: impl FnMut(Pid, Shared<'_, T>) -> Result<Option<LssAddress>>,
 ) -> Result<(MapCheckpoint, LssAddress)> {
     let everything = LssAddress::current(LSS_OFFSET_MAX);
     let start = lss.mk_stable(everything)?;
@@ -602,7 +603,7 @@ pub fn walk<T: PageState>(
             match table.read_location(p) {
                 PageLocation::Memory(ptr) if !ptr.is_null() => {
                     // Read under `_guard`: the state lives until it unpins.
-                    if let Some(address) = newest_flushed(p, Shared::from(ptr)) {
+                    if let Some(address) = newest_flushed(p, Shared::from(ptr))? {
                         entries.push((p, address));
                     }
                 }
@@ -821,23 +822,31 @@ impl Checkpoints {
         table: &MappingTable<T>,
         lss: &Lss,
         rssp: u64,
-        newest_flushed: impl FnMut(Pid, Shared<'_, T>) -> Option<LssAddress>,
+        mut newest_flushed: impl FnMut(Pid, Shared<'_, T>) -> Option<LssAddress>,
     ) -> Result<CheckpointInfo> {
-        self.take_with_root(table, lss, rssp, || Ok(None), newest_flushed)
+        self.take_with_root(
+            table,
+            lss,
+            rssp,
+            || Ok(None),
+            |pid, state| Ok(newest_flushed(pid, state)),
+        )
     }
 
     /// [`Self::take`] recording the access method's root PID, read by `root` after S is
     /// fixed ([`MapCheckpoint::root`]). `root` runs before the walk reads any word, so it may
     /// also flush pages whose newest state no stable piece holds (the Bw-tree flushes pages
     /// with an SMO delta above their newest piece: a unit below S is never scanned); an error
-    /// from it fails the checkpoint before anything is written.
+    /// from it fails the checkpoint before anything is written, and so does one from
+    /// `newest_flushed` (a page that needs a new piece and cannot get one: naming its older
+    /// piece would lose what only the new one holds).
     pub fn take_with_root<T: PageState>(
         &self,
         table: &MappingTable<T>,
         lss: &Lss,
         rssp: u64,
         root: impl FnOnce() -> Result<Option<Pid>>,
-        newest_flushed: impl FnMut(Pid, Shared<'_, T>) -> Option<LssAddress>,
+        newest_flushed: impl FnMut(Pid, Shared<'_, T>) -> Result<Option<LssAddress>>,
     ) -> Result<CheckpointInfo> {
         let mut next_sequence = self.next_sequence.lock();
         // SeqCst with `clean_ticket`'s load (store buffering): the cleaner's "segment

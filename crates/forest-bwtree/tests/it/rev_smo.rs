@@ -173,7 +173,6 @@ fn rev_f1_a_refused_split_lets_a_page_grow_without_bound() {
 // written to keys of the left leaf (its image no longer fits a segment); a checkpoint;
 // power loss; the left leaf rebuilt by recovery's rule.
 #[test]
-#[ignore = "rev: F2 a checkpoint names a pre-split piece when the split page's flush is refused (image > segment) on a healthy LSS"]
 fn rev_f2_checkpoint_names_a_piece_older_than_the_split_when_the_flush_is_refused() {
     const SEGMENT: u64 = 64 << 10;
     let (sim, ckpt) = (SimDir::new(1602), SimDir::new(1603));
