@@ -28,8 +28,8 @@
 //! is a unit below S (a split's Q before its first flush, P under its split delta, a parent
 //! under an index term, a new root, a merged L) is flushed by the checkpoint's walk, which
 //! names that piece, at or above S (`BwTree::checkpoint_piece`). The walk knows such pages
-//! from `unit_pages` (page → newest committed unit that changed it, kept while checkpoints
-//! are in use and forgotten below each published S), which is complete for every unit below
+//! from `unit_pages` (page → newest committed unit that changed it, kept on any LSS since a
+//! tree may turn checkpoints on after its first SMOs, forgotten below each published S), which is complete for every unit below
 //! S because each step holds `smo_barrier` shared from before its reservation until it has
 //! published its new pages and registered its unit, and the walk takes it exclusively once
 //! (after S, before deciding its first page). A step that frees a PID frees it in memory
@@ -387,7 +387,10 @@ impl BwTree {
         match (outcome, result) {
             (Ok(TxnOutcome::Committed(unit)), Some(Ok(won))) => {
                 publish();
-                if storage.map_checkpoints.get().is_some() {
+                // Registered also before checkpoints are turned on: the first checkpoint
+                // needs every unit below its S (review rev-smo F3). One entry per page at
+                // most, forgotten below each published S.
+                {
                     let mut pages = storage.unit_pages.lock().unwrap_or_else(|e| e.into_inner());
                     for pid in changed {
                         let newest = pages.entry(pid).or_insert(unit);

@@ -1,7 +1,6 @@
 //! Review rev-smo (session 16, branch h-smo, issue 17: SMO steps' Step result, refused
 //! units, the checkpoint's SMO barrier, eviction's shape, merge's clean_state): tests that
-//! show a finding. Each is `#[ignore]`d so the branch stays green; run one with
-//! `cargo test -p forest-bwtree --test it -- rev_smo::NAME --ignored --nocapture`.
+//! showed a finding, fixed by f-smo (session 17) and run as regression tests.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
 
 use std::collections::BTreeMap;
@@ -228,7 +227,6 @@ fn rev_f2_checkpoint_names_a_piece_older_than_the_split_when_the_flush_is_refuse
 // Method: the builder's `a_checkpoint_right_after_an_unflushed_split_rebuilds_every_page`
 // with `use_map_checkpoints` called after the split instead of before.
 #[test]
-#[ignore = "rev: F3 units committed before use_map_checkpoints are not registered: the first checkpoint loses an unflushed split"]
 fn rev_f3_checkpoints_turned_on_after_a_split_lose_it() {
     const SEGMENT: u64 = 256 << 10;
     let (sim, ckpt) = (SimDir::new(1604), SimDir::new(1605));
