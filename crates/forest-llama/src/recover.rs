@@ -30,21 +30,32 @@
 //!    Allocate (never logged, or logged only in a filler) is freed, as is a PID freed after the
 //!    walk.
 //!
+//! 5. Live bytes of the earlier run's segments ([`rebuild_space`]): the record headers of
+//!    the segments below S (read in one pass over them; no page is decoded) and those of the
+//!    scan from S give each recovered page's chain (its newest piece back to its newest
+//!    image, as `read.rs` follows it), and those pieces are the only live ones; the LSS's
+//!    space map then tracks every segment from the oldest file on (`space.rs`
+//!    `track_recovered`), so the cleaner reclaims what the earlier run left. If a chain
+//!    cannot be followed (a piece not scanned, a damaged segment below S) nothing is
+//!    tracked and those segments stay as before: never cleaned, never lost
+//!    ([`RecoveredMap::space`] says why).
+//!
 //! Left to the access method (forest-bwtree): applying [`RecoveredMap::unit_deltas`] on top of
 //! the page's piece (or as its first state, a split's new page) and finding its root.
 //! Not covered here (docs/ARCHITECTURE.md "Recovery", open points): a committed unit below S
 //! whose page's newest piece the checkpoint recorded is older than the unit (the walk records
 //! flushed pieces only): the checkpoint's taker must flush such pages before its walk.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use forest_core::{Error, Result};
 use forest_file::Dir;
 
 use crate::checkpoint::{Checkpoints, MapCheckpoint, Recovery};
+use crate::lss::record::record_bytes;
 use crate::lss::segment::parse_segment_file_name;
-use crate::lss::{Lss, LssAddress, LssConfig, OpenReport, RecordKind};
+use crate::lss::{Lss, LssAddress, LssConfig, OpenReport, RecordHeader, RecordKind};
 use crate::mapping_table::{MappingTable, PageState, Pid, PID_COUNT_MAX};
 use crate::sys_txn::{decode_unit, TxnOp};
 
@@ -103,6 +114,18 @@ pub struct RecoveredMap {
     /// its newest root change here; a later piece of the page does not erase it).
     pub newest_by_kind: BTreeMap<u8, (Pid, LssAddress)>,
     pub stats: ScanStats,
+    /// The live pieces rebuilt for the earlier run's segments (step 5), or why not.
+    pub space: std::result::Result<SpaceRebuilt, String>,
+}
+
+/// What step 5 gave the LSS's space map.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SpaceRebuilt {
+    /// The oldest segment file: every segment from it on is tracked.
+    pub first_segment: u64,
+    /// The live pieces found, and their bytes (headers included).
+    pub pieces: u64,
+    pub live_bytes: u64,
 }
 
 impl RecoveredMap {
@@ -153,14 +176,104 @@ pub fn open_recovering(
             (LssAddress::current(0), LssAddress::current(0))
         }
     };
+    let listing = Arc::clone(&lss_dir);
     let (lss, open) = Lss::open(lss_dir, config, stable_end)?;
     let mut scan = Scan::new(checkpoint.as_ref().map(|(_, c)| c));
+    let mut pieces = PieceHeaders::default();
     lss.scan(start, |address, header, payload| {
+        pieces.note(address, header, payload.len());
         scan.visit(&lss, address, header, payload)
     })?;
     let scanned_end = lss.hi_stable();
-    let map = scan.finish(checkpoint, outcome.rejected, open, start, scanned_end);
+    let mut map = scan.finish(checkpoint, outcome.rejected, open, start, scanned_end);
+    map.space = rebuild_space(&lss, &*listing, start, pieces, &map.pages);
     Ok((lss, checkpoints, map))
+}
+
+/// Page pieces' headers by offset: (PID, record bytes, a page image?, previous piece).
+#[derive(Default)]
+struct PieceHeaders(HashMap<u64, (Pid, u32, bool, Option<LssAddress>)>);
+
+impl PieceHeaders {
+    fn note(&mut self, address: LssAddress, header: &RecordHeader, payload_bytes: usize) {
+        let image = match header.kind {
+            RecordKind::PageImage => true,
+            RecordKind::DeltaRun => false,
+            _ => return,
+        };
+        // A record fits a segment, so a u32.
+        let bytes = u32::try_from(record_bytes(payload_bytes)).unwrap_or(u32::MAX);
+        self.0
+            .insert(address.offset(), (header.pid, bytes, image, header.prev));
+    }
+}
+
+/// Step 5 (module doc): reads the headers of the segments below `start` (S) into `pieces`,
+/// follows each recovered page's chain from its newest piece (`pages`), and has the LSS track
+/// every segment from the oldest file on with those pieces live. Runs before anything is
+/// posted. An error leaves the space map as [`Lss::open`] made it.
+fn rebuild_space(
+    lss: &Lss,
+    dir: &dyn Dir,
+    start: LssAddress,
+    mut pieces: PieceHeaders,
+    pages: &[(Pid, LssAddress)],
+) -> std::result::Result<SpaceRebuilt, String> {
+    let segment_bytes = lss.config().segment_bytes;
+    let present: BTreeSet<u64> = dir
+        .list()
+        .map_err(|e| format!("listing the segments: {e}"))?
+        .iter()
+        .filter_map(|n| parse_segment_file_name(n))
+        .collect();
+    let start_segment = start.offset() / segment_bytes;
+    let first = present
+        .first()
+        .map_or(start_segment, |&f| f.min(start_segment));
+    if first < start_segment {
+        let begin = LssAddress::current(first * segment_bytes);
+        lss.scan_range(
+            begin,
+            start,
+            &|s| !present.contains(&s),
+            |at, header, payload| {
+                pieces.note(at, header, payload.len());
+                Ok(())
+            },
+        )
+        .map_err(|e| format!("reading the segments below S: {e}"))?;
+    }
+    let mut live = Vec::new();
+    for &(pid, newest) in pages {
+        let mut at = newest;
+        loop {
+            let Some(&(owner, bytes, image, prev)) = pieces.0.get(&at.offset()) else {
+                return Err(format!("page {pid}'s piece at {at} was not scanned"));
+            };
+            if owner != pid || at.is_archive() {
+                return Err(format!("page {pid}'s chain reaches {at}, of page {owner}"));
+            }
+            live.push((pid, at.offset(), bytes));
+            if image {
+                break;
+            }
+            match prev.filter(|p| *p < at) {
+                Some(p) => at = p,
+                None => {
+                    return Err(format!(
+                        "page {pid}'s delta run at {at} has no prev below it"
+                    ))
+                }
+            }
+        }
+    }
+    let rebuilt = SpaceRebuilt {
+        first_segment: first,
+        pieces: live.len() as u64,
+        live_bytes: live.iter().map(|&(_, _, b)| u64::from(b)).sum(),
+    };
+    lss.track_recovered(first, &|s| present.contains(&s), live);
+    Ok(rebuilt)
 }
 
 /// The scan's state (step 3).
@@ -296,6 +409,7 @@ impl Scan {
             unit_deltas: self.unit_deltas,
             newest_by_kind: self.newest_by_kind,
             stats: self.stats,
+            space: Err("not rebuilt yet".into()),
         }
     }
 }

@@ -601,6 +601,40 @@ impl Lss {
         )
     }
 
+    /// [`Self::scan`] of the records from `from` to `until` (both records' addresses or
+    /// segment starts), passing over the segments `absent` names too (recovery's pass over
+    /// the segments an earlier run left, some of them removed by its cleaner).
+    pub(crate) fn scan_range(
+        &self,
+        from: LssAddress,
+        until: LssAddress,
+        absent: &dyn Fn(u64) -> bool,
+        mut visit: impl FnMut(LssAddress, &RecordHeader, &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let hi = self.shared.hi_stable.load(Ordering::Acquire);
+        let space = &self.shared.space;
+        self.shared.segments.scan(
+            from,
+            until.offset().min(hi),
+            &|sequence| absent(sequence) || space.lock().is_removed(sequence),
+            &mut |address, record| visit(address, &record.header, record.payload),
+        )
+    }
+
+    /// Recovery (`crate::recover`): tracks the segments from `first` on with `pieces` live
+    /// (`space.rs` `track_recovered`). Only before anything is posted.
+    pub(crate) fn track_recovered(
+        &self,
+        first: u64,
+        present: &dyn Fn(u64) -> bool,
+        pieces: impl IntoIterator<Item = (Pid, u64, u32)>,
+    ) {
+        self.shared
+            .space
+            .lock()
+            .track_recovered(first, present, pieces);
+    }
+
     /// The LSS's counters.
     pub fn stats(&self) -> LssStats {
         let c = &self.shared.counters;

@@ -19,8 +19,10 @@
 //! cleaning. Dead is not the same as reusable: a segment is removed only once the pieces that
 //! superseded its pieces are stable (`Lss::remove_segment`'s caller makes them so).
 //!
-//! Only segments written since the LSS was opened are tracked (`tracked_from`): what an
-//! earlier run left is not known here until LSS recovery (a later increment) rebuilds it.
+//! Segments written since the LSS was opened are tracked (`tracked_from`); what an earlier
+//! run left is tracked too once recovery rebuilt its live pieces from the recovered mapping
+//! table ([`SpaceMap::track_recovered`], `crate::recover`); without that (a plain
+//! [`crate::lss::Lss::open`], or a rebuild that could not complete) it is never cleaned.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -68,6 +70,35 @@ impl SpaceMap {
             removed: BTreeSet::new(),
             removing: BTreeSet::new(),
             removed_count: 0,
+        }
+    }
+
+    /// At a recovering open, before anything is posted: tracks the segments from `first`
+    /// on (the oldest segment file an earlier run left), those of them missing (removed by
+    /// an earlier cleaner) as removed, and `pieces` (page, offset, bytes) as live: the pieces
+    /// of every chain the recovered mapping table reaches. Counts the missing segments in
+    /// `removed_count` (so `written_bytes` is the bytes of the files that exist).
+    pub(crate) fn track_recovered(
+        &mut self,
+        first: u64,
+        present: &dyn Fn(u64) -> bool,
+        pieces: impl IntoIterator<Item = (Pid, u64, u32)>,
+    ) {
+        let untracked = self.tracked_from;
+        if first >= untracked {
+            return;
+        }
+        self.tracked_from = first;
+        self.removed_below = first;
+        for sequence in first..untracked {
+            if !present(sequence) {
+                self.mark_removed(sequence);
+            }
+        }
+        for (pid, offset, bytes) in pieces {
+            if (first..untracked).contains(&self.segment_of(offset)) {
+                self.add(pid, offset, bytes);
+            }
         }
     }
 
@@ -302,6 +333,27 @@ mod tests {
         assert_eq!(map.candidates(5), vec![(3, 0), (4, 0)]);
         let map = SpaceMap::new(1000, 3000);
         assert_eq!(map.candidates(5), vec![(3, 0), (4, 0)]);
+    }
+
+    // Goal: a recovering open tracks the earlier run's segments with the live pieces it
+    // names; a missing segment is removed, not a candidate; `written_bytes` counts files.
+    // Method: open at 3500 (segment 3 partly written), segments 0, 2, 3 present, pieces in
+    // 0 and 3.
+    #[test]
+    fn recovered_segments_are_tracked_with_their_pieces() {
+        let mut map = SpaceMap::new(1000, 3500);
+        map.track_recovered(0, &|s| s != 1, [(7, 100, 40), (8, 3100, 30)]);
+        assert_eq!(map.candidates(4), vec![(0, 40), (2, 0), (3, 30)]);
+        assert!(map.is_removed(1) && !map.is_removed(0));
+        assert_eq!(map.live_total(), 70);
+        assert_eq!(map.written_bytes(3500), 2500);
+        map.image(7, 3200); // not counted: changes nothing
+        map.add(7, 3200, 10);
+        map.image(7, 3200);
+        assert_eq!(map.live_bytes(0), 0);
+        // Once only: a second call (or one at a later segment) changes nothing.
+        map.track_recovered(0, &|_| true, [(9, 200, 5)]);
+        assert_eq!(map.live_total(), 40);
     }
 }
 
