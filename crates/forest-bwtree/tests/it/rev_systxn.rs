@@ -46,7 +46,8 @@ fn lss_with(sim: &SimDir, segment_bytes: u64) -> Arc<Lss> {
 // segments, nine 40 KiB values on 8-record pages (leaves of such records split past 4, the
 // floor: insert.rs `page_limits`): the root leaf splits, Q (2 or more records, 80 KiB or more)
 // does not fit a segment. Fixed (h-smo): such a step is aborted (Q freed, nothing
-// logged, the leaf stays whole and oversize); checked too: every key reads back and every
+// logged, the leaf stays whole and oversize); since rev-smo F1 (session 17) Q is sized to
+// fit, so no step is refused at all; checked too: every key reads back and every
 // piece in the log belongs to the first page or to one a committed unit allocated.
 #[test]
 fn rev_f1_too_large_unit_runs_the_smo_unlogged_on_a_healthy_lss() {
@@ -91,10 +92,16 @@ fn rev_f1_too_large_unit_runs_the_smo_unlogged_on_a_healthy_lss() {
         Some(0),
         "an SMO step ran unlogged while the LSS stays healthy and later pieces/units become durable"
     );
-    assert!(
-        t.sys_txn_refused().unwrap() >= 1,
-        "the split whose unit does not fit was refused"
+    // Since rev-smo F1 (f-smo, session 17) a split on an LSS sizes Q to fit half a segment:
+    // the unit fits, nothing is refused, and every page can be flushed.
+    assert_eq!(
+        t.sys_txn_refused(),
+        Some(0),
+        "a split sized to fit a segment was refused"
     );
+    for pid in t.page_ids() {
+        assert!(t.flush_page(pid, &lss).is_ok(), "page {pid} can be flushed");
+    }
     for i in 0..9 {
         assert_eq!(
             t.try_get(&key(i)).unwrap().as_deref(),
