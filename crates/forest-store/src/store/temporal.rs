@@ -46,7 +46,9 @@
 //! higher), putting each version at its timestamp in file order (the order time splits
 //! need, as in redo), then replays the logs from `start_lsn`. The open after a crash that
 //! replayed records writes a checkpoint, as for other engines. Cost: each checkpoint writes
-//! the whole retained history again; memory about that size while it sorts.
+//! the whole retained history again; the index hands it out a page at a time and the sort
+//! into (timestamp, key) order spills runs to scratch files, so memory stays bounded
+//! whatever the history's size (`checkpoint/sort.rs`, review rev-tckpt F3).
 //!
 //! Retention (tsbw-tree-temporal.md §V-C). [`Store::set_retention`] raises a threshold `T`
 //! (never lowers it, never past [`Store::now`]); it is written durably to META (format 4)
