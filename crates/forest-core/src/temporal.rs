@@ -98,8 +98,8 @@ pub trait TemporalIndex: Index {
     fn put_version(&self, key: &[u8], ts: Timestamp, value: Option<&[u8]>) -> Result<bool>;
 
     /// The versions that reads at `from` or later need, among those with a timestamp up to
-    /// `to` (a store's temporal checkpoint): in ascending key order, each key's in timestamp
-    /// order, each once. A version is handed out when its timestamp is at or after `from`, or
+    /// `to` (a store's temporal checkpoint): each once, in no particular order (the caller
+    /// sorts; an index holds a bounded part at a time, not a key's whole history). A version is handed out when its timestamp is at or after `from`, or
     /// when it holds a value and its key's next version (up to `to`) is at or after `from`,
     /// or there is none: the version current at `from` (a tombstone current at `from` is
     /// not: nothing older is handed out for it to end). Reads as of any time in `from..=to`

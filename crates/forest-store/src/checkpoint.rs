@@ -44,6 +44,8 @@ use forest_core::{
 
 use crate::file::{Dir, File, ReadWindow, READ_CHUNK_BYTES};
 
+mod sort;
+
 /// The first 8 bytes of a checkpoint.
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"FORESTCP";
 /// The first 8 bytes of a checkpoint's trailer.
@@ -236,12 +238,10 @@ pub fn write(
     })
 }
 
-/// A version copied out for sorting: timestamp, key, value (None: a tombstone).
-type Version = (Timestamp, Box<[u8]>, Option<Box<[u8]>>);
-
 /// A temporal store's checkpoint (format version 3, module doc) into
 /// `checkpoint-<start_lsn>.tmp`, fsynced: every version that reads from `block.threshold` on
-/// need, up to `block.cut`, in (timestamp, key) order. As [`write`] otherwise.
+/// need, up to `block.cut`, in (timestamp, key) order, sorted in bounded memory (`sort.rs`).
+/// As [`write`] otherwise.
 pub fn write_temporal(
     dir: &dyn Dir,
     index: &dyn TemporalIndex,
@@ -249,21 +249,46 @@ pub fn write_temporal(
     block: TemporalBlock,
     end_lsn: impl FnOnce() -> u64,
 ) -> Result<CheckpointInfo> {
-    let mut versions: Vec<Version> = Vec::new();
-    index.versions_from(block.threshold, block.cut, &mut |key, ts, value| {
-        versions.push((ts, key.into(), value.map(Into::into)));
-        ControlFlow::Continue(())
-    })?;
-    versions.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-    write_file(dir, start_lsn, end_lsn, |out| {
+    write_temporal_with(dir, index, start_lsn, block, end_lsn, sort::Budget::DEFAULT)
+        .map(|(info, _)| info)
+}
+
+/// [`write_temporal`] with the sort's memory `budget`; also what the sort did.
+fn write_temporal_with(
+    dir: &dyn Dir,
+    index: &dyn TemporalIndex,
+    start_lsn: u64,
+    block: TemporalBlock,
+    end_lsn: impl FnOnce() -> u64,
+    budget: sort::Budget,
+) -> Result<(CheckpointInfo, sort::Stats)> {
+    let mut sorter = sort::Sorter::new(dir, start_lsn, budget);
+    let mut failure = None;
+    index.versions_from(
+        block.threshold,
+        block.cut,
+        &mut |key, ts, value| match sorter.push(ts, key, value) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(e) => {
+                failure = Some(e);
+                ControlFlow::Break(())
+            }
+        },
+    )?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let mut stats = sort::Stats::default();
+    let info = write_file(dir, start_lsn, end_lsn, |out| {
         encode_header(start_lsn, CHECKPOINT_FORMAT_TEMPORAL, &mut out.buf);
         encode_temporal_block(block, &mut out.buf);
-        for (ts, key, value) in versions.drain(..) {
-            encode_temporal_entry(&key, ts, value.as_deref(), &mut out.buf);
-            out.entry_done()?;
-        }
+        stats = sorter.finish(&mut |ts, key, value| {
+            encode_temporal_entry(key, ts, value, &mut out.buf);
+            out.entry_done()
+        })?;
         Ok(())
-    })
+    })?;
+    Ok((info, stats))
 }
 
 /// A checkpoint file being written: bytes gathered, appended in large writes.
@@ -982,6 +1007,8 @@ mod tests {
                 ControlFlow::Continue(())
             })
             .expect("all");
+        // Handed out in no particular order.
+        model.values_mut().for_each(|vs| vs.sort_by_key(|v| v.0));
         let mut want = Vec::new();
         for (key, vs) in &model {
             let vs: Vec<_> = vs.iter().filter(|(ts, _)| *ts <= block.cut).collect();

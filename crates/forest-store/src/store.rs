@@ -1182,6 +1182,7 @@ impl Store {
             Some(lsn) => self.commit.wait(lsn)?,
             None => self.commit.check_failed()?,
         }
+        self.settle();
         self.scheduled_map_checkpoint();
         Ok(())
     }
@@ -2294,9 +2295,11 @@ impl Batch<'_> {
     /// acknowledged, and the store refuses writes until reopened.
     pub fn wait(mut self) -> Result<()> {
         match self.lsn_max.take() {
-            Some(lsn) => self.store.commit.wait_batch(self.shard, lsn),
-            None => self.store.commit.check_failed(),
+            Some(lsn) => self.store.commit.wait_batch(self.shard, lsn)?,
+            None => self.store.commit.check_failed()?,
         }
+        self.store.settle();
+        Ok(())
     }
 }
 

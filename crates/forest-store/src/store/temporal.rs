@@ -18,8 +18,11 @@
 //! ([`TemporalIndex::set_in_flight`]), whose data pages time-split at or below it: a version
 //! still to come is never older than its page's start, so history is never updated. The same
 //! slots keep [`Store::now`] below every unit not yet applied. Redo applies one record at a
-//! time in LSN (= timestamp) order and needs no slot. Pause point (feature `pause-points`):
-//! `temporal:ticked`, a unit's timestamp taken and marked in flight, nothing applied yet.
+//! time in LSN (= timestamp) order and needs no slot. A write is acknowledged only once no
+//! unit at or below its timestamp is in flight (`Store::settle`), so [`Store::now`] is at or
+//! after every acknowledged write. Pause points (feature `pause-points`): `temporal:ticked`,
+//! a unit's timestamp taken and marked in flight, nothing applied yet; `temporal:settling`, a
+//! write waiting for an older unit to apply before it is acknowledged.
 //!
 //! Redo. Recovery replays the logs in LSN order, inline, each record as
 //! [`TemporalIndex::put_version`] at its logged timestamp: the same versions at the same
@@ -43,7 +46,9 @@
 //! higher), putting each version at its timestamp in file order (the order time splits
 //! need, as in redo), then replays the logs from `start_lsn`. The open after a crash that
 //! replayed records writes a checkpoint, as for other engines. Cost: each checkpoint writes
-//! the whole retained history again; memory about that size while it sorts.
+//! the whole retained history again; the index hands it out a page at a time and the sort
+//! into (timestamp, key) order spills runs to scratch files, so memory stays bounded
+//! whatever the history's size (`checkpoint/sort.rs`, review rev-tckpt F3).
 //!
 //! Retention (tsbw-tree-temporal.md §V-C). [`Store::set_retention`] raises a threshold `T`
 //! (never lowers it, never past [`Store::now`]); it is written durably to META (format 4)
@@ -68,6 +73,10 @@ use forest_core::{
 use super::{Rmw, Store, WriteBatch};
 use crate::meta::StoreMeta;
 use crate::wal::Op;
+
+/// [`Store::settle`]'s busy rounds before it yields, and its yields before it sleeps.
+const SETTLE_SPINS: u32 = 64;
+const SETTLE_YIELDS: u32 = 1000;
 
 /// A slot's value while its unit is taking its timestamp.
 const TICKING: u64 = u64::MAX;
@@ -277,6 +286,33 @@ impl Store {
             },
             deferred,
         )
+    }
+
+    /// On a temporal store, waits before a write is acknowledged until no unit is in flight
+    /// at or below the clock (read after the write applied, so at or above its timestamp):
+    /// then [`Self::now`] is at or after every acknowledged write (review rev-tsb F2: under
+    /// `periodic` a lower unit of another shard could still be in flight). Such units only
+    /// have their apply left; the wait spins briefly, then yields, then sleeps. Pause point
+    /// `temporal:settling`: a write found an older unit in flight.
+    pub(super) fn settle(&self) {
+        let Some(temporal) = self.index.as_temporal() else {
+            return;
+        };
+        let bound = temporal.now();
+        let mut rounds = 0u32;
+        while self.in_flight.oldest().is_some_and(|ts| ts <= bound) {
+            if rounds == 0 {
+                forest_core::pause::pause_point("temporal:settling");
+            }
+            rounds = rounds.saturating_add(1);
+            if rounds < SETTLE_SPINS {
+                std::hint::spin_loop();
+            } else if rounds < SETTLE_SPINS + SETTLE_YIELDS {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        }
     }
 
     /// A time at or above the timestamp of every write that has returned, below that of

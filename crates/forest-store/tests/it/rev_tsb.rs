@@ -10,6 +10,8 @@ use forest_store::Store;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+#[cfg(feature = "pause-points")]
+use crate::temporal::writers_held_back;
 use crate::temporal::{key, sharded, ENGINE};
 
 type Snapshot = Vec<(Vec<u8>, Vec<u8>)>;
@@ -157,17 +159,19 @@ fn as_of_answers_at_now_never_change_over_several_shards() {
 }
 
 // F1 in a store: one shard's unit held between its tick and its apply (a descheduled
-// thread; here the pause point `temporal:ticked`) while another shard's writer updates a key
-// on the same leaf: after one time split at the held timestamp the leaf neither time-splits
-// nor consolidates again, so every further write folds a longer chain. The tsbtree test
-// `rev_tsb::a_held_timestamp_keeps_the_page_consolidated` shows the same without a store.
+// thread; here the pause point `temporal:ticked`) while writers of another shard update a key
+// on the same leaf: after one time split at the held timestamp the leaf could neither
+// time-split nor consolidate, so every further write folded a longer chain. Since F2's fix a
+// write waits, applied but not yet acknowledged, for the held unit (`temporal:settling`), so
+// each writer thread adds one version during the stall: here 100 threads, one write each.
+// The tsbtree test `rev_tsb::a_held_timestamp_keeps_the_page_consolidated` shows the same
+// without a store.
 #[cfg(feature = "pause-points")]
 #[test]
-#[ignore = "rev: F1 a held unit on one shard stops consolidation of a hot leaf for every other shard"]
 fn a_held_unit_keeps_other_shards_pages_consolidated() {
     use forest_store::{Durability, StoreOptions};
     use std::sync::{mpsc, Arc, Mutex};
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     let tmp = tempfile::tempdir().expect("tempdir");
     let options = || StoreOptions {
@@ -188,7 +192,9 @@ fn a_held_unit_keeps_other_shards_pages_consolidated() {
     store.put_ts(&k00, b"old").expect("put");
     let (paused_tx, paused_rx) = mpsc::channel::<()>();
     let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (settling_tx, settling_rx) = mpsc::channel::<()>();
     let (paused_tx, go_rx) = (Mutex::new(paused_tx), Mutex::new(go_rx));
+    let settling_tx = Mutex::new(settling_tx);
     let fired = AtomicBool::new(false);
     forest_core::pause::set_pause_hook(Some(Arc::new(move |name| {
         if name == "temporal:ticked"
@@ -202,8 +208,11 @@ fn a_held_unit_keeps_other_shards_pages_consolidated() {
                 .expect("test alive");
             go_rx.lock().expect("hook").recv().expect("test alive");
         }
+        if name == "temporal:settling" {
+            let _ = settling_tx.lock().expect("hook").send(());
+        }
     })));
-    let outcome = std::thread::scope(|s| {
+    let (before, after) = std::thread::scope(|s| {
         let (store, k00, k01) = (&store, &k00, &k01);
         let (shard_tx, shard_rx) = mpsc::channel::<usize>();
         let held = std::thread::Builder::new()
@@ -219,36 +228,30 @@ fn a_held_unit_keeps_other_shards_pages_consolidated() {
         paused_rx
             .recv_timeout(Duration::from_secs(120))
             .expect("the held writer reached its pause point");
-        let outcome = (0..64)
-            .find_map(|_| {
-                s.spawn(move || {
-                    if store.shard_of_this_thread() == held_shard {
-                        return None;
-                    }
-                    for i in 0..40u32 {
-                        store.put_ts(k01, &i.to_le_bytes()).expect("write");
-                    }
-                    let before = consolidations(store);
-                    let started = Instant::now();
-                    for i in 0..3000u32 {
-                        store.put_ts(k01, &i.to_le_bytes()).expect("write");
-                    }
-                    Some((before, consolidations(store), started.elapsed()))
-                })
-                .join()
-                .expect("writer")
-            })
-            .expect("a thread on the other shard");
+        // Writers of the other shard, each applied and waiting for the held unit.
+        let mut writers = writers_held_back(s, store, k01, held_shard, 40, &settling_rx);
+        let before = consolidations(store);
+        writers.extend(writers_held_back(
+            s,
+            store,
+            k01,
+            held_shard,
+            60,
+            &settling_rx,
+        ));
+        let after = consolidations(store);
         go_tx.send(()).expect("held alive");
         held.join().expect("held").expect("held applies");
-        outcome
+        for writer in writers {
+            writer.join().expect("writer");
+        }
+        (before, after)
     });
     forest_core::pause::set_pause_hook(None);
-    let (before, after, took) = outcome;
     assert!(
         after > before,
-        "3000 writes of another shard while one unit was held: no consolidation ({before} \
-         before, {after} after; the writes took {took:?})"
+        "60 writes of another shard while one unit was held: no consolidation ({before} \
+         before, {after} after)"
     );
 }
 
@@ -259,7 +262,6 @@ fn a_held_unit_keeps_other_shards_pages_consolidated() {
 // applied before the next could tick, so `now()` was at or above every acknowledged write.
 #[cfg(feature = "pause-points")]
 #[test]
-#[ignore = "rev: F2 periodic + several shards: now() is below an acknowledged write's timestamp"]
 fn now_is_at_or_after_an_acknowledged_write() {
     use forest_store::{Durability, StoreOptions};
     use std::sync::{mpsc, Arc, Mutex};
@@ -278,6 +280,8 @@ fn now_is_at_or_after_an_acknowledged_write() {
     store.put_ts(&k01, b"before").expect("put");
     let (paused_tx, paused_rx) = mpsc::channel::<()>();
     let (go_tx, go_rx) = mpsc::channel::<()>();
+    let release_tx = Mutex::new(go_tx.clone());
+    let released = AtomicBool::new(false);
     let (paused_tx, go_rx) = (Mutex::new(paused_tx), Mutex::new(go_rx));
     let fired = AtomicBool::new(false);
     forest_core::pause::set_pause_hook(Some(Arc::new(move |name| {
@@ -291,6 +295,11 @@ fn now_is_at_or_after_an_acknowledged_write() {
                 .send(())
                 .expect("test alive");
             go_rx.lock().expect("hook").recv().expect("test alive");
+        }
+        // The other shard's write waits for the held unit before it is acknowledged: let
+        // the held unit go then.
+        if name == "temporal:settling" && !released.swap(true, Ordering::SeqCst) {
+            let _ = release_tx.lock().expect("hook").send(());
         }
     })));
     let (mine, now, as_of_now, current) = std::thread::scope(|s| {
@@ -330,7 +339,8 @@ fn now_is_at_or_after_an_acknowledged_write() {
                 .expect("writer")
             })
             .expect("a thread on the other shard");
-        go_tx.send(()).expect("held alive");
+        // Without the wait the writer returned before the held unit applied: let it go.
+        let _ = go_tx.send(());
         held.join().expect("held").expect("held applies");
         seen
     });

@@ -933,15 +933,51 @@ fn a_threshold_never_covers_a_write_a_crash_can_lose() {
     );
 }
 
+/// Writers of `key` on shards other than `held`'s, one write each (threads take shards in
+/// turn: one that lands on `held` writes nothing), started one after another until `n` have
+/// applied their write and wait for the held unit before their acknowledgement (`settling`
+/// gets one message per `temporal:settling` pause point). Join them once the held unit is
+/// let go: each gives its write's timestamp (None: it landed on `held`).
+#[cfg(feature = "pause-points")]
+pub(crate) fn writers_held_back<'s>(
+    s: &'s std::thread::Scope<'s, '_>,
+    store: &'s Store,
+    key: &'s [u8],
+    held: usize,
+    n: u32,
+    settling: &std::sync::mpsc::Receiver<()>,
+) -> Vec<std::thread::ScopedJoinHandle<'s, Option<u64>>> {
+    let mut writers = Vec::new();
+    let mut started = 0u32;
+    while started < n {
+        let (other_tx, other_rx) = std::sync::mpsc::channel::<bool>();
+        let value = started.to_le_bytes();
+        writers.push(s.spawn(move || {
+            let other = store.shard_of_this_thread() != held;
+            other_tx.send(other).expect("test alive");
+            other.then(|| store.put_ts(key, &value).expect("a write"))
+        }));
+        if other_rx.recv().expect("writer") {
+            settling
+                .recv_timeout(Duration::from_secs(120))
+                .expect("the writer applied and waits for the held unit");
+            started += 1;
+        }
+    }
+    writers
+}
+
 // Goal (§IV-B1's EOSL-TS over several shards): a unit that took its timestamp and has not
 // applied it while another shard's writes time-split its page still applies, at its
 // timestamp, in the current page; the split time stays at or below it, so its version never
 // goes into a historical page after the split. Before, the split took the clock's newest
 // time (a later unit's) and the held write was refused as older than its page's start.
-// Method: two shards; a writer of k00 paused at `temporal:ticked`; a writer on the other
-// shard updates k01 (on the same leaf) until it time-splits; then the first goes on; its
-// version, the as-of reads around it and a reopen are checked. Durability `periodic`, so
-// the second writer's acknowledgements do not wait for the held unit's LSN.
+// Method: two shards; a writer of k00 paused at `temporal:ticked`; 40 writers on the other
+// shard, one write each, update k01 (on the same leaf) until it time-splits; then the first
+// goes on; its version, the as-of reads around it and a reopen are checked. Durability
+// `periodic`, so no acknowledgement waits for the held unit's LSN; each writer still waits,
+// applied, for the held unit before it is acknowledged (`temporal:settling`, rev-tsb F2),
+// hence one thread per write.
 #[cfg(feature = "pause-points")]
 #[test]
 fn a_unit_in_flight_keeps_its_version_out_of_history() {
@@ -961,7 +997,9 @@ fn a_unit_in_flight_keeps_its_version_out_of_history() {
     let old = store.put_ts(&k00, b"old").expect("temporal store call");
     let (paused_tx, paused_rx) = mpsc::channel::<()>();
     let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (settling_tx, settling_rx) = mpsc::channel::<()>();
     let (paused_tx, go_rx) = (Mutex::new(paused_tx), Mutex::new(go_rx));
+    let settling_tx = Mutex::new(settling_tx);
     let fired = AtomicBool::new(false);
     forest_core::pause::set_pause_hook(Some(Arc::new(move |name| {
         if name == "temporal:ticked"
@@ -974,6 +1012,9 @@ fn a_unit_in_flight_keeps_its_version_out_of_history() {
                 .send(())
                 .expect("test alive");
             go_rx.lock().expect("hook").recv().expect("test alive");
+        }
+        if name == "temporal:settling" {
+            let _ = settling_tx.lock().expect("hook").send(());
         }
     })));
     let time_splits = |store: &Store| {
@@ -1001,35 +1042,27 @@ fn a_unit_in_flight_keeps_its_version_out_of_history() {
         paused_rx
             .recv_timeout(Duration::from_secs(120))
             .expect("the held writer reached its pause point");
-        // A writer on the other shard (the held one holds its shard's lock): new threads
-        // until one logs to it (threads take shards in turn).
+        // Writers on the other shard (the held one holds its shard's lock), each applied
+        // and waiting for the held unit.
         let splits_before = time_splits(store);
-        let (writer_stamps, splits) = (0..64)
-            .find_map(|_| {
-                s.spawn(move || {
-                    if store.shard_of_this_thread() == held_shard {
-                        return None;
-                    }
-                    let stamps: Vec<u64> = (0..40u32)
-                        .map(|i| store.put_ts(k01, &i.to_le_bytes()).expect("a write"))
-                        .collect();
-                    Some((stamps, time_splits(store)))
-                })
-                .join()
-                .expect("writer")
-            })
-            .expect("a thread on the other shard");
-        assert!(
-            splits > splits_before,
-            "no time split ran while the unit was held"
-        );
+        let writers = writers_held_back(s, store, k01, held_shard, 40, &settling_rx);
+        let splits = time_splits(store);
         go_tx.send(()).expect("held writer alive");
         let held_ts = held
             .join()
             .expect("held writer")
             .expect("the held version applies after the splits");
+        let writer_stamps: Vec<u64> = writers
+            .into_iter()
+            .filter_map(|w| w.join().expect("writer"))
+            .collect();
         assert!(
-            old < held_ts && held_ts < writer_stamps[0],
+            splits > splits_before,
+            "no time split ran while the unit was held"
+        );
+        assert_eq!(writer_stamps.len(), 40);
+        assert!(
+            writer_stamps.iter().all(|&w| old < held_ts && held_ts < w),
             "{held_ts} {writer_stamps:?}"
         );
     });
