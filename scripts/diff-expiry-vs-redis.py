@@ -71,6 +71,76 @@ def command(r):
     return [c, k]
 
 
+# Collection writes and reads mixed in by --mode multi/eval, so that string and expiry
+# commands in a unit meet keys that an earlier command of the unit made a collection.
+MIXED = [["HSET", "f", "v"], ["LPUSH", "x"], ["SADD", "m"], ["ZADD", "1", "m"], ["HGET", "f"],
+         ["LLEN"], ["SCARD"], ["HLEN"], ["ZSCORE", "m"], ["LRANGE", "0", "-1"]]
+
+
+def unit_command(r):
+    if r.random() < 0.25:
+        m = r.choice(MIXED)
+        return [m[0], r.choice(KEYS)] + m[1:]
+    return command(r)
+
+
+def run_units(o, seed, diffs):
+    """--mode multi: groups of --unit commands in MULTI/EXEC, each reply compared; --mode
+    eval: each group in one EVAL that returns the last command's reply. Either way a command
+    must read what the earlier ones of its unit wrote (review rev-coll F1)."""
+    f, rd = diffvs.Conn(o.forest, 2), diffvs.Conn(o.redis, 2)
+    for conn in (f, rd):
+        conn.call("FLUSHALL")
+    r = random.Random(seed + 1000)
+    i = 0
+    while i < o.n:
+        if diffs and diffs[-1][1] == i:
+            # One difference would cascade: both servers start over.
+            for conn in (f, rd):
+                conn.call("FLUSHALL")
+        unit = [unit_command(r) for _ in range(o.unit)]
+        i += len(unit)
+        if o.mode == "multi":
+            for conn in (f, rd):
+                conn.call("MULTI")
+            queued = [(f.call(*a), rd.call(*a)) for a in unit]
+            ef, er = f.call("EXEC"), rd.call("EXEC")
+            if ef == er and not isinstance(ef[1], list):
+                continue  # both aborted alike (EXECABORT: a queuing error)
+            if [q[0][0] for q in queued] != [q[1][0] for q in queued] or ef[0] != er[0] \
+                    or not isinstance(ef[1], list) or not isinstance(er[1], list):
+                diffs.append((seed, i, ["EXEC"] + [" ".join(a) for a in unit], ef, er))
+                continue
+            pairs = zip(unit, ef[1], er[1])
+        else:
+            flat = [str(len(unit))]
+            for a in unit:
+                flat += [str(len(a))] + a
+            rf = f.call("EVAL", diffvs.UNIT_SCRIPT, "0", *flat)
+            rr = rd.call("EVAL", diffvs.UNIT_SCRIPT, "0", *flat)
+            pairs = [(["EVAL:"] + [" ".join(a) for a in unit], rf, rr)]
+        for args, rf, rr in pairs:
+            if args[0] == "EVAL:" and same(unit[-1], rf, rr):
+                continue
+            if not same(args, rf, rr):
+                context = ["  (unit: " + " ; ".join(" ".join(a) for a in unit) + ")"]
+                diffs.append((seed, i, args + context, rf, rr))
+        a, b = f.call("KEYS", "*"), rd.call("KEYS", "*")
+        a, b = sorted(x[1] for x in a[1]), sorted(x[1] for x in b[1])
+        if a != b:
+            diffs.append((seed, i, ["KEYS", "*"], a, b))
+        for k in KEYS:
+            tf, tr = f.call("TYPE", k), rd.call("TYPE", k)
+            if tf != tr:
+                diffs.append((seed, i, ["TYPE", k], tf, tr))
+            elif tf[1] == b"string":
+                gf, gr = f.call("GET", k), rd.call("GET", k)
+                if gf != gr:
+                    diffs.append((seed, i, ["GET", k], gf, gr))
+            if not same(["TTL"], f.call("TTL", k), rd.call("TTL", k)):
+                diffs.append((seed, i, ["TTL", k, "(after)"], f.call("TTL", k), rd.call("TTL", k)))
+
+
 def same(args, rf, rr):
     if rf == rr:
         return True
@@ -125,11 +195,15 @@ def main():
     p.add_argument("--redis", required=True)
     p.add_argument("--seeds", default="1,2,3")
     p.add_argument("-n", type=int, default=3000)
+    p.add_argument("--mode", default="plain", choices=["plain", "multi", "eval"],
+                   help="plain: one command at a time; multi: groups in MULTI/EXEC; eval: "
+                        "groups in one EVAL returning the last reply")
+    p.add_argument("--unit", type=int, default=4, help="commands per MULTI or EVAL group")
     o = p.parse_args()
     diffs = []
     seeds = [int(s) for s in o.seeds.split(",")]
     for seed in seeds:
-        run(o, seed, diffs)
+        (run if o.mode == "plain" else run_units)(o, seed, diffs)
     print("commands: %d, differences: %d" % (o.n * len(seeds), len(diffs)))
     for seed, i, args, rf, rr in diffs[:40]:
         print("seed %d #%d: %s\n  forest: %r\n  redis:  %r" % (seed, i, " ".join(args), rf, rr))

@@ -735,6 +735,91 @@ def run(forest, redis_addr, seed, n, proto, show, groups, totals):
     return diffs
 
 
+def normalize(cmd, args, rf, rr, Fs, Rs):
+    """The replies of one command as compared (documented order and randomness removed)."""
+    if cmd in ORDERLESS:
+        return sort_flat(rf), sort_flat(rr)
+    if cmd in PAIRS:
+        return sort_pairs(rf), sort_pairs(rr)
+    if cmd in RANDOM and len(args) > 1:
+        return rand_shape(rf, args, contents(Fs, args[1])), rand_shape(rr, args, contents(Rs, args[1]))
+    return rf, rr
+
+
+# Scripts of --mode eval: run every command but the last, then return the last one's reply,
+# so that the last must read what the earlier ones wrote in the same script.
+UNIT_SCRIPT = (b"local n = tonumber(ARGV[1]); local i = 2; local r\n"
+               b"while i <= #ARGV do local c = tonumber(ARGV[i]); local a = {}\n"
+               b"for j = 1, c do a[j] = ARGV[i + j] end; r = redis.pcall(unpack(a)); i = i + c + 1 end\n"
+               b"return r")
+
+
+def run_units(forest, redis_addr, seed, n, proto, mode, size, groups, totals):
+    """--mode multi: groups of `size` random commands in MULTI/EXEC, each queued reply
+    compared; --mode eval: each group in one EVAL returning the last command's reply. Either
+    way a command reads what the ones before it in its unit wrote (review rev-coll F1)."""
+    rng = random.Random(seed * 10 + proto + 7)
+    F, R = Conn(forest, proto), Conn(redis_addr, proto)
+    Fs, Rs = Conn(forest, 2), Conn(redis_addr, 2)
+    for c in (Fs, Rs):
+        c.call(b"DEL", *sorted(KEYSET))
+    gen = Gen(rng)
+    diffs = 0
+    i = 0
+    while i < n:
+        unit = []
+        while len(unit) < size:
+            args = gen.next()
+            cmd = args[0].upper()
+            if cmd in SCANS or cmd == b"CONFIG" or cmd.startswith(b"B"):
+                continue
+            if SKIP_QUIRKS and any(a in QUIRKS for a in args[1:]):
+                continue
+            if cmd in RANDOM and len(args) > 2 and not safe_count(args):
+                continue
+            unit.append(args)
+        i += len(unit)
+        if mode == "multi":
+            for c in (F, R):
+                c.call(b"MULTI")
+            queued = [(F.call(*a), R.call(*a)) for a in unit]
+            ef, er = F.call(b"EXEC"), R.call(b"EXEC")
+            if ef == er and not isinstance(ef[1], list):
+                continue  # both aborted alike (EXECABORT: a queuing error)
+            if [q[0][0] for q in queued] != [q[1][0] for q in queued] or ef[0] != er[0] \
+                    or not isinstance(ef[1], list) or not isinstance(er[1], list):
+                report(groups, "exec", b"EXEC", unit[0], proto, seed, i, (queued, ef), (queued, er))
+                diffs += 1
+                continue
+            pairs = list(zip(unit, ef[1], er[1]))
+        else:
+            flat = [str(len(unit)).encode()]
+            for a in unit:
+                flat += [str(len(a)).encode()] + list(a)
+            rf = F.call(b"EVAL", UNIT_SCRIPT, b"0", *flat)
+            rr = R.call(b"EVAL", UNIT_SCRIPT, b"0", *flat)
+            pairs = [(unit[-1], rf, rr)]
+        for args, rf, rr in pairs:
+            cmd = args[0].upper()
+            totals["cmds"] += 1
+            nf, nr = normalize(cmd, args, rf, rr, Fs, Rs)
+            if nf != nr and not documented(args, rf, rr):
+                group = "float-text" if loose(nf) == loose(nr) else "reply"
+                report(groups, group + "-" + mode, cmd, args, proto, seed, i, rf, rr)
+                diffs += 1
+        for k in {k for a in unit for k in keys_of(a) if k in KEYSET}:
+            df, dr = dump(Fs, k), dump(Rs, k)
+            if df != dr:
+                if loose(df[1]) == loose(dr[1]) and df[0] == dr[0]:
+                    totals["float-text states"] += 1
+                    continue
+                report(groups, "state-" + mode, unit[-1][0].upper(), unit[-1], proto, seed, i, df, dr)
+                diffs += 1
+                resync(Fs, Rs, k)
+    totals["diffs"] += diffs
+    return diffs
+
+
 def resync(Fs, Rs, k):
     """Copy redis's value of k into forest so one difference does not cascade."""
     Fs.call(b"DEL", k)
@@ -777,6 +862,10 @@ def main():
     p.add_argument("--examples", type=int, default=4, help="examples printed per group")
     p.add_argument("--no-quirks", action="store_true",
                    help="skip commands with arguments already known to differ (QUIRKS) and CONFIG")
+    p.add_argument("--mode", default="plain", choices=["plain", "multi", "eval"],
+                   help="plain: one command at a time; multi: groups in MULTI/EXEC; eval: "
+                        "groups in one EVAL returning the last reply")
+    p.add_argument("--unit", type=int, default=4, help="commands per MULTI or EVAL group")
     o = p.parse_args()
     global SKIP_QUIRKS
     SKIP_QUIRKS = o.no_quirks
@@ -784,7 +873,10 @@ def main():
     totals = defaultdict(int)
     for seed in [int(s) for s in o.seeds.split(",")]:
         for proto in [int(x) for x in o.protos.split(",")]:
-            run(o.forest, o.redis, seed, o.n, proto, o.examples, groups, totals)
+            if o.mode == "plain":
+                run(o.forest, o.redis, seed, o.n, proto, o.examples, groups, totals)
+            else:
+                run_units(o.forest, o.redis, seed, o.n, proto, o.mode, o.unit, groups, totals)
     print("commands: %d, differences: %d, groups: %d, states differing in score text only: %d"
           % (totals["cmds"], totals["diffs"], len(groups), totals["float-text states"]))
     for (group, cmd), ex in sorted(groups.items(), key=lambda kv: -len(kv[1])):

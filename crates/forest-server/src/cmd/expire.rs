@@ -90,36 +90,34 @@ pub const SCAN_RETRIES: usize = 3;
 
 /// Whether a key a scan listed (`kind` "string" or a collection's type name) is still live,
 /// by a point read that checks the deadline first ([`crate::expiry`]'s invariants); for a
-/// string with `value`, only if it still holds that value.
+/// string with `value`, only if it still holds that value. Read as the running command sees
+/// it: inside EXEC or a script, the unit's own writes and deadlines first (a key only the
+/// unit wrote is not in the store yet).
 pub fn still_live(
-    shared: &Shared,
+    ctx: &Ctx<'_, '_>,
     key: &[u8],
     kind: &str,
     value: Option<&[u8]>,
     scratch: &mut Vec<u8>,
 ) -> bool {
-    if shared.expires.is_due(key) {
+    if ctx.is_due(key) {
         return false;
     }
     if kind != "string" {
-        return shared.store.get(&crate::collection::type_key(key), scratch);
+        return ctx.read_at(&crate::collection::type_key(key), scratch);
     }
-    match shared.expires.read_string(&shared.store, key, scratch) {
-        Some(Some(deadline)) if deadline <= shared.expires.now_ms() => false,
-        Some(_) => value.is_none_or(|v| v == scratch.as_slice()),
-        None => false,
-    }
+    ctx.read(key, scratch) && value.is_none_or(|v| v == scratch.as_slice())
 }
 
 /// Drops from `keys` (listed by a scan that began when the generation of deletions was
 /// `generation`) the keys deleted as expired meanwhile: if the generation moved, each key is
 /// read again (see [`crate::expiry::Expires::generation`]).
-pub fn recheck_listed(shared: &Shared, generation: u64, keys: &mut Vec<(Vec<u8>, &'static str)>) {
-    if shared.expires.generation() == generation {
+pub fn recheck_listed(ctx: &Ctx<'_, '_>, generation: u64, keys: &mut Vec<(Vec<u8>, &'static str)>) {
+    if ctx.shared.expires.generation() == generation {
         return;
     }
     let mut scratch = Vec::new();
-    keys.retain(|(key, kind)| still_live(shared, key, kind, None, &mut scratch));
+    keys.retain(|(key, kind)| still_live(ctx, key, kind, None, &mut scratch));
 }
 
 /// Deletes `user` if its deadline has passed; true if it did. Every write of a key calls
@@ -1493,8 +1491,61 @@ mod tests {
         assert_eq!(expire_cycle(&h.shared, 8), 1);
         listed.retain(|(key, _)| !h.shared.expires.is_due(key));
         assert_eq!(listed.len(), 2, "the deadline is gone with the key");
-        recheck_listed(&h.shared, generation, &mut listed);
+        recheck_listed(&ctx, generation, &mut listed);
         assert_eq!(listed, vec![(b"b".to_vec(), "string")]);
+    }
+
+    // Goal: inside EXEC (a unit), the recheck of listed keys after a deletion of an expired
+    // key moved the generation reads through the unit: a key the transaction wrote is still
+    // listed (rev-coll F1's family: it read the store, which holds it only after EXEC).
+    // Method: a unit writes a string and a set; listed, then the generation moves (another
+    // key deleted as expired meanwhile, as the expire cycle does), then the recheck.
+    #[test]
+    fn recheck_inside_a_unit_keeps_the_units_own_keys() {
+        let mut h = Harness::new();
+        h.run(&["SET", "old", "1"]);
+        let client = &mut h.client;
+        let mut batch = h.shared.store.batch();
+        let mut buffers = Buffers::default();
+        let mut ctx = Ctx {
+            shared: &h.shared,
+            client,
+            batch: &mut batch,
+            wrote: false,
+            after: After::Continue,
+            buffers: &mut buffers,
+            unit: None,
+            now: Default::default(),
+        };
+        ctx.begin_unit();
+        ctx.upsert(b"new", b"v").expect("upsert");
+        ctx.upsert_at(&crate::collection::type_key(b"set"), b"meta")
+            .expect("type entry");
+        let generation = ctx.shared.expires.generation();
+        let mut listed = vec![
+            (b"new".to_vec(), "string"),
+            (b"old".to_vec(), "string"),
+            (b"set".to_vec(), "set"),
+        ];
+        ctx.shared.expires.bump_generation();
+        recheck_listed(&ctx, generation, &mut listed);
+        assert_eq!(
+            listed,
+            vec![
+                (b"new".to_vec(), "string"),
+                (b"old".to_vec(), "string"),
+                (b"set".to_vec(), "set"),
+            ]
+        );
+        let mut scratch = Vec::new();
+        assert!(still_live(&ctx, b"new", "string", Some(b"v"), &mut scratch));
+        assert!(!still_live(
+            &ctx,
+            b"new",
+            "string",
+            Some(b"w"),
+            &mut scratch
+        ));
     }
 
     // Goal: a GET never misses a string that a concurrent write moves between its raw key

@@ -131,7 +131,7 @@ pub fn keys(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         None,
     );
     found.retain(|(key, _)| !ctx.is_due(key));
-    super::expire::recheck_listed(ctx.shared, generation, &mut found);
+    super::expire::recheck_listed(ctx, generation, &mut found);
     Ok(Frame::Array(
         found
             .into_iter()

@@ -430,7 +430,7 @@ impl Ctx<'_, '_> {
     /// The value of `key` as the running command sees it (its own decided writes first), or
     /// none if its deadline passed. A string's deadline is in its value where it has one
     /// (`expiry`'s layout), so one store read answers both.
-    pub fn read(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
+    pub fn read(&self, key: &[u8], out: &mut Vec<u8>) -> bool {
         if self.unit.is_none() && !is_reserved(key) {
             let expires = &self.shared.expires;
             return match expires.read_string(&self.shared.store, key, out) {
@@ -445,7 +445,7 @@ impl Ctx<'_, '_> {
     /// [`Self::read`] blind to deadlines: what a write replaces (writes purge a due key
     /// first, `expire::purge_due`, and that deletion reads the key it removes). A string is
     /// read from where it lives: its raw key, or `FF 'x'` with its deadline stripped.
-    pub(crate) fn read_raw(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
+    pub(crate) fn read_raw(&self, key: &[u8], out: &mut Vec<u8>) -> bool {
         if is_reserved(key) {
             return self.read_at(key, out);
         }
@@ -485,7 +485,7 @@ impl Ctx<'_, '_> {
 
     /// The entry at store key `key` exactly (no string's place is looked up), as the running
     /// command sees it.
-    pub(crate) fn read_at(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
+    pub(crate) fn read_at(&self, key: &[u8], out: &mut Vec<u8>) -> bool {
         if let Some(state) = self.unit.as_ref().and_then(|u| u.overlay.get(key)) {
             out.clear();
             return match state {

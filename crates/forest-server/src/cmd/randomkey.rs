@@ -82,7 +82,7 @@ fn first_live(ctx: &Ctx<'_, '_>, lower: Bound<&[u8]>) -> Option<Vec<u8>> {
         let last = keys.last().map(|(key, _)| key.clone())?;
         let full = keys.len() >= LIVE_CHUNK;
         keys.retain(|(key, _)| !ctx.is_due(key));
-        super::expire::recheck_listed(ctx.shared, generation, &mut keys);
+        super::expire::recheck_listed(ctx, generation, &mut keys);
         if let Some((key, _)) = keys.into_iter().next() {
             return Some(key);
         }

@@ -314,7 +314,6 @@ fn read_range(
     validate: bool,
     records: &mut impl Records,
 ) {
-    let shared = ctx.shared;
     let mut scratch = Vec::new();
     let mut found = 0usize;
     let mut resume: Option<Vec<u8>> = None;
@@ -332,7 +331,7 @@ fn read_range(
             let live = !ctx.hides(key)
                 && (!validate
                     || super::expire::still_live(
-                        shared,
+                        ctx,
                         key,
                         "string",
                         (!keys_only).then_some(value),
@@ -381,7 +380,7 @@ pub fn count(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         ctx.scan(lower, upper, Order::Ascending, &mut |key, value| {
             let live = !ctx.hides(key)
                 && (!validate
-                    || super::expire::still_live(shared, key, "string", Some(value), &mut scratch));
+                    || super::expire::still_live(ctx, key, "string", Some(value), &mut scratch));
             if live {
                 n += 1;
             }

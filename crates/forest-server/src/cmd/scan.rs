@@ -92,7 +92,7 @@ pub fn scan(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
         .flatten();
     // Expired keys are skipped (and keys deleted as expired while they were listed).
     examined.retain(|(key, _)| !ctx.is_due(key));
-    super::expire::recheck_listed(ctx.shared, generation, &mut examined);
+    super::expire::recheck_listed(ctx, generation, &mut examined);
     let found: Vec<Frame> = examined
         .into_iter()
         .filter(|(key, _)| pattern.is_none_or(|p| glob::matches(p, key)))

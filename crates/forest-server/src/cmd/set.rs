@@ -161,7 +161,7 @@ fn set_with(ctx: &mut Ctx<'_, '_>, key: &[u8], value: &[u8], options: SetOptions
 /// SET's work under `key`'s stripe lock.
 fn set_locked(ctx: &mut Ctx<'_, '_>, key: &[u8], value: &[u8], options: SetOptions) -> Reply {
     let SetOptions {
-        condition,
+        mut condition,
         get,
         expiry,
         now,
@@ -205,6 +205,9 @@ fn set_locked(ctx: &mut Ctx<'_, '_>, key: &[u8], value: &[u8], options: SetOptio
                 // the string takes `new` where strings keep deadlines.
                 ctx.begin_unit();
                 coll::delete_locked(ctx, key)?;
+                // The key existed, so XX holds: Redis overwrites a key of any type (the
+                // string is written below whatever the condition).
+                condition = Condition::Always;
                 if old.is_some() {
                     expire::stage_deadline(ctx, key, None)?;
                     old = None;
@@ -566,6 +569,34 @@ mod tests {
     use crate::frame::Frame;
     use forest_store::file::{CrashMode, FaultPlan, SimDir};
     use forest_store::Durability;
+
+    // Goal: SET XX over a collection replaces it, as Redis 7 does for a key of any type
+    // (`SET z 1 XX` on a zset: OK, a string). Before the fix it removed the collection and
+    // then found no string to update: nil, and the key gone. Found by
+    // `scripts/diff-expiry-vs-redis.py --mode multi`. Method: XX plain, with EX, in MULTI.
+    #[test]
+    fn set_xx_replaces_a_collection() {
+        let mut h = Harness::new();
+        for (i, extra) in [&[][..], &["EX", "100"], &["KEEPTTL"]].iter().enumerate() {
+            let key = format!("z{i}");
+            h.run(&["ZADD", &key, "1", "m"]);
+            let mut argv = vec!["SET", key.as_str(), "v", "XX"];
+            argv.extend_from_slice(extra);
+            assert_eq!(h.run(&argv), Frame::ok(), "{argv:?}");
+            assert_eq!(h.run(&["TYPE", &key]), Frame::Simple("string".into()));
+            assert_eq!(h.run(&["GET", &key]), bulk("v"));
+        }
+        h.run(&["HSET", "h", "f", "v"]);
+        h.run(&["EXPIRE", "h", "100"]);
+        h.run(&["MULTI"]);
+        h.run(&["SET", "h", "s", "XX"]);
+        h.run(&["TTL", "h"]);
+        assert_eq!(
+            h.run(&["EXEC"]),
+            Frame::Array(vec![Frame::ok(), Frame::Integer(-1)])
+        );
+        assert_eq!(h.run(&["GET", "h"]), bulk("s"));
+    }
 
     // Goal: SET's NX, XX and GET options behave as Redis 7's; malformed expiry options are
     // syntax errors (tests/expiry.rs has the rest).
