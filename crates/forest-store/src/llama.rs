@@ -16,19 +16,21 @@
 //! - Eviction: a background thread ([`Evictor`]) wakes when a write finds the resident bytes
 //!   above the budget (and every 50 ms) and runs `evict_to_budget`; writers above 125 % of it
 //!   still help (forest-bwtree `storage.rs`). It stops when the store closes or drops.
-//! - Reopen without map checkpoints (plain `Store::open` of a store whose `DIR/lss/` holds
-//!   none): the store's checkpoint and logs are the source of truth. The open discards
-//!   `DIR/lss/` and recreates it, then rebuilds the tree from checkpoint + logs as for a
-//!   memory engine. The store's checkpoint scan reads evicted pages back (a load error fails
-//!   the checkpoint).
+//! - Without map checkpoints (`StoreOptions::map_checkpoint_wal_bytes` = `None`, and no map
+//!   checkpoint in `DIR/lss/`): the store's checkpoint and logs are the source of truth. The
+//!   open discards `DIR/lss/` and recreates it, then rebuilds the tree from checkpoint + logs
+//!   as for a memory engine. The store's checkpoint scan reads evicted pages back (a load
+//!   error fails the checkpoint).
 //!
 //! Recovery (issue 17 step 3; Bw-tree §V-A: the DC's checkpoint bounds the TC's redo scan
 //! start point; `Store::open_with_map_checkpoints`):
-//! - Map checkpoints (`DIR/lss/map-<seq>`, forest-llama `checkpoint.rs`) are taken by
-//!   `Store::checkpoint` (which then writes no full checkpoint) and on a schedule: once
-//!   `wal_bytes` of WAL (records' headers, keys and values) were logged since the last one,
-//!   the writer whose durable write found it due takes it after its acknowledgement (one at a
-//!   time; a failure is printed and kept in `MemoryStats::map_checkpoint_error`).
+//! - Map checkpoints (`DIR/lss/map-<seq>`, forest-llama `checkpoint.rs`), the default
+//!   (`StoreOptions::map_checkpoint_wal_bytes`), are taken by `Store::checkpoint` (which then
+//!   writes no full checkpoint) and on a schedule: once that many WAL bytes (records'
+//!   headers, keys and values) were logged since the last one, the writer whose durable write
+//!   found it due claims it ([`MapSchedule`]) and wakes the store's checkpointer thread
+//!   (`store/map_ckpt.rs`, which also takes one when the LSS outgrows its space target); a
+//!   failure is printed and kept in `MemoryStats::map_checkpoint_error`.
 //! - RSSP. The logs are rotated at LSN `R`: every shard is locked, so every write and batch
 //!   below `R` has applied to the tree (a batch's writes carry its last LSN, all below `R`).
 //!   Then the logs are synced, so the store's durable LSN — the tree's ESL — is at least
