@@ -179,6 +179,15 @@ pub struct BenchArgs {
     /// both in one run). Refused for other engines.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub memory_budget: Vec<String>,
+
+    /// With --memory-budget: a mapping-table checkpoint of the LSS after every BYTES of log
+    /// (units as --memory-budget), on a background thread [default: 64MiB].
+    #[arg(long, value_name = "BYTES")]
+    pub map_checkpoint_bytes: Option<String>,
+
+    /// With --memory-budget: no map checkpoints (the store's LSS is then discarded at open).
+    #[arg(long, conflicts_with = "map_checkpoint_bytes")]
+    pub no_map_checkpoints: bool,
 }
 
 /// The catalogue of workloads, key shapes, distributions, engines and peers for `--help`.
@@ -423,12 +432,17 @@ fn plan(args: &BenchArgs) -> anyhow::Result<Plan> {
                 );
             }
         }
+        let map_checkpoint_wal_bytes = forest_store::map_checkpoint_schedule(
+            args.map_checkpoint_bytes.as_deref(),
+            args.no_map_checkpoints,
+        )?;
         modes = modes
             .into_iter()
             .flat_map(|mode| {
                 budgets.iter().map(move |&budget| {
                     mode.map(|m| target::DurableMode {
                         memory_budget_bytes: budget,
+                        map_checkpoint_wal_bytes,
                         ..m
                     })
                 })

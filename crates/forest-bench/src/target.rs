@@ -37,6 +37,9 @@ pub struct DurableMode {
     /// `--memory-budget`: bwtree on its LSS, evicting above this many resident bytes
     /// (`StoreOptions::memory_budget_bytes`); None: all in memory.
     pub memory_budget_bytes: Option<u64>,
+    /// `--map-checkpoint-bytes` / `--no-map-checkpoints` (`StoreOptions::
+    /// map_checkpoint_wal_bytes`): with a budget, map checkpoints every this many WAL bytes.
+    pub map_checkpoint_wal_bytes: Option<u64>,
 }
 
 impl DurableMode {
@@ -47,6 +50,7 @@ impl DurableMode {
             shards: forest_store::store::SHARD_COUNT_DEFAULT,
             checkpoint_every_ms: None,
             memory_budget_bytes: None,
+            map_checkpoint_wal_bytes: Some(forest_store::llama::MAP_CHECKPOINT_WAL_BYTES_DEFAULT),
         }
     }
 }
@@ -189,6 +193,7 @@ impl Target {
                 shards: mode.shards,
                 switch_engine: false,
                 memory_budget_bytes: mode.memory_budget_bytes,
+                map_checkpoint_wal_bytes: mode.map_checkpoint_wal_bytes,
             },
         )
         .with_context(|| format!("opening a {engine} store in {}", dir.path().display()))?;

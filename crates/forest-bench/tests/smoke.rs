@@ -249,6 +249,8 @@ fn json_report_has_the_documented_fields() {
         shards: None,
         checkpoint_every: None,
         memory_budget: Vec::new(),
+        map_checkpoint_bytes: None,
+        no_map_checkpoints: false,
     };
     forest_bench::run(args).expect("bench runs");
     let text = std::fs::read_to_string(&json).expect("json written");
@@ -316,6 +318,8 @@ fn bad_engine_spec_fails_before_running() {
         shards: None,
         checkpoint_every: None,
         memory_budget: Vec::new(),
+        map_checkpoint_bytes: None,
+        no_map_checkpoints: false,
     };
     let err = forest_bench::run(args).expect_err("bad parameter");
     assert!(format!("{err:#}").contains("colour"), "{err:#}");
@@ -412,6 +416,8 @@ fn durable_json_rows_carry_fsyncs_and_latency() {
         shards: None,
         checkpoint_every: None,
         memory_budget: Vec::new(),
+        map_checkpoint_bytes: None,
+        no_map_checkpoints: false,
     };
     forest_bench::run(args).expect("bench runs");
     let doc: serde_json::Value =
@@ -455,6 +461,8 @@ fn durable_mode_rejects_runs_without_a_store_engine() {
         shards: None,
         checkpoint_every: None,
         memory_budget: Vec::new(),
+        map_checkpoint_bytes: None,
+        no_map_checkpoints: false,
     };
     let err = forest_bench::run(args.clone()).expect_err("no store engine");
     assert!(format!("{err:#}").contains("store engine"), "{err:#}");
@@ -497,6 +505,8 @@ fn memory_budget_runs_bwtree_twice_and_refuses_masstree() {
         shards: None,
         checkpoint_every: None,
         memory_budget: vec!["none".to_string(), "16KiB".to_string()],
+        map_checkpoint_bytes: None,
+        no_map_checkpoints: false,
     };
     forest_bench::run(args("bwtree")).expect("bench runs");
     let text = std::fs::read_to_string(&json).expect("json written");

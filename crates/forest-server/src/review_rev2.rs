@@ -43,6 +43,7 @@ pub(crate) fn sim_shared() -> (SimDir, Shared) {
             shards: 1,
             switch_engine: false,
             memory_budget_bytes: None,
+            map_checkpoint_wal_bytes: None,
         },
     )
     .expect("open store");

@@ -112,6 +112,9 @@ pub struct Config {
     /// Engine bwtree on its LSS, evicting pages above this many resident bytes
     /// (`StoreOptions::memory_budget_bytes`); None: all in memory. Other engines refuse it.
     pub memory_budget_bytes: Option<u64>,
+    /// With a memory budget: a map checkpoint of the LSS every this many WAL bytes, and
+    /// recovery from it (`StoreOptions::map_checkpoint_wal_bytes`); None: none taken.
+    pub map_checkpoint_wal_bytes: Option<u64>,
 }
 
 impl Default for Config {
@@ -130,6 +133,7 @@ impl Default for Config {
             partial_frame_timeout: crate::connection::PARTIAL_FRAME_TIMEOUT,
             pubsub_limits: crate::pubsub::Limits::default(),
             memory_budget_bytes: None,
+            map_checkpoint_wal_bytes: Some(forest_store::llama::MAP_CHECKPOINT_WAL_BYTES_DEFAULT),
         }
     }
 }
@@ -432,6 +436,7 @@ impl Server {
                 switch_engine: config.switch_engine,
                 durability: config.durability,
                 memory_budget_bytes: config.memory_budget_bytes,
+                map_checkpoint_wal_bytes: config.map_checkpoint_wal_bytes,
                 ..StoreOptions::default()
             },
         )?;

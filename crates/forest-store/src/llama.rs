@@ -16,19 +16,21 @@
 //! - Eviction: a background thread ([`Evictor`]) wakes when a write finds the resident bytes
 //!   above the budget (and every 50 ms) and runs `evict_to_budget`; writers above 125 % of it
 //!   still help (forest-bwtree `storage.rs`). It stops when the store closes or drops.
-//! - Reopen without map checkpoints (plain `Store::open` of a store whose `DIR/lss/` holds
-//!   none): the store's checkpoint and logs are the source of truth. The open discards
-//!   `DIR/lss/` and recreates it, then rebuilds the tree from checkpoint + logs as for a
-//!   memory engine. The store's checkpoint scan reads evicted pages back (a load error fails
-//!   the checkpoint).
+//! - Without map checkpoints (`StoreOptions::map_checkpoint_wal_bytes` = `None`, and no map
+//!   checkpoint in `DIR/lss/`): the store's checkpoint and logs are the source of truth. The
+//!   open discards `DIR/lss/` and recreates it, then rebuilds the tree from checkpoint + logs
+//!   as for a memory engine. The store's checkpoint scan reads evicted pages back (a load
+//!   error fails the checkpoint).
 //!
 //! Recovery (issue 17 step 3; Bw-tree §V-A: the DC's checkpoint bounds the TC's redo scan
 //! start point; `Store::open_with_map_checkpoints`):
-//! - Map checkpoints (`DIR/lss/map-<seq>`, forest-llama `checkpoint.rs`) are taken by
-//!   `Store::checkpoint` (which then writes no full checkpoint) and on a schedule: once
-//!   `wal_bytes` of WAL (records' headers, keys and values) were logged since the last one,
-//!   the writer whose durable write found it due takes it after its acknowledgement (one at a
-//!   time; a failure is printed and kept in `MemoryStats::map_checkpoint_error`).
+//! - Map checkpoints (`DIR/lss/map-<seq>`, forest-llama `checkpoint.rs`), the default
+//!   (`StoreOptions::map_checkpoint_wal_bytes`), are taken by `Store::checkpoint` (which then
+//!   writes no full checkpoint) and on a schedule: once that many WAL bytes (records'
+//!   headers, keys and values) were logged since the last one, the writer whose durable write
+//!   found it due claims it ([`MapSchedule`]) and wakes the store's checkpointer thread
+//!   (`store/map_ckpt.rs`, which also takes one when the LSS outgrows its space target); a
+//!   failure is printed and kept in `MemoryStats::map_checkpoint_error`.
 //! - RSSP. The logs are rotated at LSN `R`: every shard is locked, so every write and batch
 //!   below `R` has applied to the tree (a batch's writes carry its last LSN, all below `R`).
 //!   Then the logs are synced, so the store's durable LSN — the tree's ESL — is at least
@@ -153,6 +155,27 @@ pub fn parse_memory_budget(text: &str) -> Result<Option<u64>> {
     Ok((bytes > 0).then_some(bytes))
 }
 
+/// The map checkpoint schedule the CLI's `--map-checkpoint-bytes N` and
+/// `--no-map-checkpoints` give (`StoreOptions::map_checkpoint_wal_bytes`): N read with
+/// [`parse_memory_budget`]'s units, at least 1 byte; neither: the default.
+pub fn map_checkpoint_schedule(bytes: Option<&str>, off: bool) -> Result<Option<u64>> {
+    match (bytes, off) {
+        (Some(_), true) => Err(Error::Config(
+            "--map-checkpoint-bytes and --no-map-checkpoints exclude each other".into(),
+        )),
+        (None, true) => Ok(None),
+        (None, false) => Ok(Some(MAP_CHECKPOINT_WAL_BYTES_DEFAULT)),
+        (Some(text), false) => match parse_memory_budget(text) {
+            Ok(Some(bytes)) => Ok(Some(bytes)),
+            _ => Err(Error::Config(format!(
+                "--map-checkpoint-bytes {text:?}: expected a byte count of at least 1 with an \
+                 optional unit (b, k, kb, kib, m, mb, mib, g, gb, gib), as `64MiB`; \
+                 --no-map-checkpoints turns them off"
+            ))),
+        },
+    }
+}
+
 /// The store's durable LSN as the tree's ESL (module doc).
 #[derive(Default)]
 struct StoreEsl {
@@ -175,16 +198,9 @@ pub(crate) struct Llama {
     peak: AtomicU64,
     /// The newest error of a store read that answered "not found" (`Store::park`).
     parked: Mutex<Option<Error>>,
-    /// Map checkpoints in use (module doc, "Recovery"): `Store::checkpoint` takes one.
-    map_mode: bool,
-    /// Take a map checkpoint once this many WAL bytes were logged since the last one.
-    map_every: u64,
-    /// WAL bytes logged since the last map checkpoint began (records' keys, values, headers).
-    wal_bytes: AtomicU64,
-    /// A scheduled map checkpoint is running (one at a time; writers do not queue on it).
-    map_running: AtomicBool,
-    /// The error the last failed scheduled map checkpoint met.
-    map_error: Mutex<Option<String>>,
+    /// Map checkpoints in use (module doc, "Recovery"): their schedule, shared with the
+    /// store's checkpointer thread.
+    map: Option<Arc<MapSchedule>>,
 }
 
 impl std::fmt::Debug for Llama {
@@ -192,6 +208,52 @@ impl std::fmt::Debug for Llama {
         f.debug_struct("Llama")
             .field("budget", &self.budget)
             .finish_non_exhaustive()
+    }
+}
+
+/// When map checkpoints are due, and the last scheduled one's error (module doc,
+/// "Recovery"). Shared by the store's writers (which count WAL bytes and claim a due
+/// checkpoint) and its checkpointer thread (which takes it).
+#[derive(Debug)]
+pub(crate) struct MapSchedule {
+    /// Take a map checkpoint once this many WAL bytes were logged since the last one.
+    every: u64,
+    /// WAL bytes logged since the last map checkpoint began (records' keys, values, headers).
+    wal_bytes: AtomicU64,
+    /// A scheduled map checkpoint is claimed or running (one at a time).
+    running: AtomicBool,
+    /// The error the last failed scheduled map checkpoint met.
+    error: Mutex<Option<String>>,
+}
+
+impl MapSchedule {
+    /// A map checkpoint of `tree` with RSSP `rssp`: every store write below `rssp` must have
+    /// applied and be durable (ESL >= `rssp` - 1) before the call.
+    pub(crate) fn checkpoint(&self, tree: &BwTree, rssp: u64) -> Result<()> {
+        self.wal_bytes.store(0, Ordering::Relaxed);
+        tree.flush_resident_pages()?;
+        tree.take_map_checkpoint(rssp)?;
+        Ok(())
+    }
+
+    /// Keeps a failed scheduled map checkpoint's error (`StoreStats`).
+    pub(crate) fn failed(&self, error: String) {
+        *self.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
+    }
+
+    /// The error the last failed scheduled map checkpoint met.
+    pub(crate) fn error(&self) -> Option<String> {
+        self.error.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Claims a map checkpoint unless one is claimed (ended by [`Self::done`]).
+    pub(crate) fn claim(&self) -> bool {
+        !self.running.swap(true, Ordering::AcqRel)
+    }
+
+    /// Ends what [`Llama::map_due`] or [`Self::claim`] claimed.
+    pub(crate) fn done(&self) {
+        self.running.store(false, Ordering::Release);
     }
 }
 
@@ -346,11 +408,14 @@ impl Maker {
             evictor: Some(evictor),
             peak: AtomicU64::new(0),
             parked: Mutex::new(None),
-            map_mode: self.map_mode,
-            map_every: self.map_every,
-            wal_bytes: AtomicU64::new(0),
-            map_running: AtomicBool::new(false),
-            map_error: Mutex::new(None),
+            map: self.map_mode.then(|| {
+                Arc::new(MapSchedule {
+                    every: self.map_every,
+                    wal_bytes: AtomicU64::new(0),
+                    running: AtomicBool::new(false),
+                    error: Mutex::new(None),
+                })
+            }),
         })
     }
 }
@@ -398,50 +463,35 @@ impl Llama {
 
     /// Whether map checkpoints are in use (module doc, "Recovery").
     pub(crate) fn map_mode(&self) -> bool {
-        self.map_mode
+        self.map.is_some()
+    }
+
+    /// The map checkpoints' schedule, if they are in use.
+    pub(crate) fn map_schedule(&self) -> Option<&Arc<MapSchedule>> {
+        self.map.as_ref()
     }
 
     /// Counts a logged record of `bytes` toward the next scheduled map checkpoint.
     #[inline]
     pub(crate) fn logged(&self, bytes: usize) {
-        if self.map_mode {
-            self.wal_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        if let Some(map) = &self.map {
+            map.wal_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
         }
     }
 
     /// Claims the scheduled map checkpoint if enough WAL was logged since the last one and
-    /// none runs; the caller then takes it and calls [`Self::map_done`].
+    /// none is claimed; the store's checkpointer then takes it and calls
+    /// [`MapSchedule::done`].
+    #[inline]
     pub(crate) fn map_due(&self) -> bool {
-        self.map_mode
-            && self.wal_bytes.load(Ordering::Relaxed) >= self.map_every
-            && !self.map_running.swap(true, Ordering::AcqRel)
-    }
-
-    /// Keeps a failed scheduled map checkpoint's error (`StoreStats`).
-    pub(crate) fn map_failed(&self, error: String) {
-        *self.map_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
+        self.map
+            .as_ref()
+            .is_some_and(|map| map.wal_bytes.load(Ordering::Relaxed) >= map.every && map.claim())
     }
 
     /// The error the last failed scheduled map checkpoint met.
     pub(crate) fn map_error(&self) -> Option<String> {
-        self.map_error
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    /// Ends what [`Self::map_due`] claimed.
-    pub(crate) fn map_done(&self) {
-        self.map_running.store(false, Ordering::Release);
-    }
-
-    /// A map checkpoint with RSSP `rssp` (module doc, "Recovery"): every store write below
-    /// `rssp` must have applied and be durable (ESL >= `rssp` - 1) before the call.
-    pub(crate) fn map_checkpoint(&self, rssp: u64) -> Result<()> {
-        self.wal_bytes.store(0, Ordering::Relaxed);
-        self.tree.flush_resident_pages()?;
-        self.tree.take_map_checkpoint(rssp)?;
-        Ok(())
+        self.map.as_ref().and_then(|map| map.error())
     }
 
     /// Keeps a read's load error for [`crate::Store::take_load_error`].
@@ -680,6 +730,26 @@ mod tests {
         for text in ["", "MiB", "64 tb", "-1", "1.5g", "99999999999999999999"] {
             let e = parse_memory_budget(text).unwrap_err().to_string();
             assert!(e.contains("memory budget"), "{text}: {e}");
+        }
+    }
+
+    // Goal: the two CLI flags give the documented schedule. Method: a table.
+    #[test]
+    fn map_checkpoint_flags_parse() {
+        let default = Some(MAP_CHECKPOINT_WAL_BYTES_DEFAULT);
+        assert_eq!(map_checkpoint_schedule(None, false).unwrap(), default);
+        assert_eq!(map_checkpoint_schedule(None, true).unwrap(), None);
+        assert_eq!(
+            map_checkpoint_schedule(Some("8MiB"), false).unwrap(),
+            Some(8 << 20)
+        );
+        for (bytes, off) in [
+            (Some("0"), false),
+            (Some("none"), false),
+            (Some("1m"), true),
+        ] {
+            let e = map_checkpoint_schedule(bytes, off).unwrap_err().to_string();
+            assert!(e.contains("map-checkpoint"), "{bytes:?} {off}: {e}");
         }
     }
 }

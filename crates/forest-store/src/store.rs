@@ -68,6 +68,7 @@ use crate::wal::group_commit::{GroupCommit, SHARD_COUNT_MAX};
 use crate::wal::record::RECORD_HEADER_BYTES;
 use crate::wal::{log_name, LogHeader, LogWriter, Op};
 
+mod map_ckpt;
 mod reads;
 mod temporal;
 
@@ -160,6 +161,15 @@ pub struct StoreOptions {
     /// evict pages above this many resident bytes (`crate::llama`); `None`: all in memory.
     /// Other engines refuse a budget.
     pub memory_budget_bytes: Option<u64>,
+    /// With a memory budget: take a mapping-table checkpoint of the tree's LSS once this many
+    /// WAL bytes were logged since the last one (on a background thread), and recover the
+    /// tree from its LSS at open, redoing the WAL from the checkpoint's RSSP only
+    /// (`crate::llama`, "Recovery"). Default
+    /// [`crate::llama::MAP_CHECKPOINT_WAL_BYTES_DEFAULT`]. `None`: no map checkpoints, so
+    /// every open discards `DIR/lss/` and rebuilds the tree from the store's checkpoint and
+    /// WAL — unless `DIR/lss/` already holds map checkpoints: they are then used, on the
+    /// default schedule, since the WAL may be cut below them. Ignored without a budget.
+    pub map_checkpoint_wal_bytes: Option<u64>,
 }
 
 impl Default for StoreOptions {
@@ -170,6 +180,7 @@ impl Default for StoreOptions {
             durability: Durability::default(),
             shards: SHARD_COUNT_DEFAULT,
             memory_budget_bytes: None,
+            map_checkpoint_wal_bytes: Some(crate::llama::MAP_CHECKPOINT_WAL_BYTES_DEFAULT),
         }
     }
 }
@@ -342,23 +353,25 @@ struct CheckpointState {
 
 /// A durable ordered key-value store (see the module doc).
 pub struct Store {
-    dir: Box<dyn Dir>,
+    dir: Arc<dyn Dir>,
     index: Box<dyn Index>,
     lsns: Arc<LsnAllocator>,
     stripes: KeyStripes,
     /// Keeps scans from seeing part of an atomic batch (`scan_gate`).
     gate: ScanGate,
-    commit: GroupCommit,
+    commit: Arc<GroupCommit>,
     options: StoreOptions,
     /// The engine in use (named, recorded or the default).
     engine: String,
-    checkpoints: Mutex<CheckpointState>,
-    checkpoint_count: AtomicU64,
+    checkpoints: Arc<Mutex<CheckpointState>>,
+    checkpoint_count: Arc<AtomicU64>,
     recovery: RecoveryReport,
     /// The persistent BzTree's file, when it is the index (`crate::pm`).
     pm: Option<crate::pm::Pm>,
     /// The Bw-tree on its LSS, when the store has a memory budget (`crate::llama`).
     llama: Option<crate::llama::Llama>,
+    /// Takes the scheduled map checkpoints of a bwtree on its LSS (`map_ckpt`).
+    map_checkpointer: Option<map_ckpt::Checkpointer>,
     /// False while the state recovered from logs is not yet durable on its own (the open's
     /// checkpoint pending): closing then must not seal the logs as clean.
     clean_close: AtomicBool,
@@ -416,6 +429,19 @@ fn create_logs(
     Ok(writers)
 }
 
+/// The next generation of logs a checkpoint rotates to, starting at the next LSN.
+fn fresh_logs_in(
+    dir: &dyn Dir,
+    lsns: &LsnAllocator,
+    shards: usize,
+    state: &mut CheckpointState,
+) -> Result<Vec<LogWriter>> {
+    let seq = state.log_seq_next;
+    state.log_seq_next += 1;
+    let next = lsns.next();
+    create_logs(dir, seq, shards, (next, next), false)
+}
+
 /// The canonical engine spec to open `dir` with: `named` if given, else the one its meta
 /// file records, else [`ENGINE_DEFAULT`]. Errors: an unknown engine or bad parameters; a
 /// named spec other than the recorded one without `switch`; a damaged meta file unless an
@@ -470,18 +496,11 @@ impl Store {
     /// Opens (creating if empty) the store in `dir`: takes the directory's lock, recovers,
     /// starts new shard logs and their flushers.
     pub fn open(dir: impl Dir + 'static, options: StoreOptions) -> Result<Self> {
-        Self::open_in_mode(dir, options, RecoveryMode::Repair, None, None)
+        Self::open_in_mode(dir, options, RecoveryMode::Repair, None)
     }
 
-    /// As [`Self::open`], for a store on `bwtree` with a memory budget: take mapping-table
-    /// checkpoints of the tree's LSS once `wal_bytes` WAL bytes were logged since the last one
-    /// (and at [`Self::checkpoint`], which then writes no full checkpoint), and recover the
-    /// tree from its LSS at open, redoing the WAL from the checkpoint's RSSP only
-    /// (`crate::llama`, "Recovery"). Without it (plain [`Self::open`]) the LSS is discarded at
-    /// open and the tree rebuilt from the store's checkpoint and WAL, unless `DIR/lss/`
-    /// already holds map checkpoints: they are then used and taken on the default schedule
-    /// ([`crate::llama::MAP_CHECKPOINT_WAL_BYTES_DEFAULT`]), since the WAL may be cut below
-    /// them. Refused without a memory budget.
+    /// As [`Self::open`] with [`StoreOptions::map_checkpoint_wal_bytes`] set to `wal_bytes`
+    /// (the default is on already). Refused without a memory budget.
     pub fn open_with_map_checkpoints(
         dir: impl Dir + 'static,
         options: StoreOptions,
@@ -492,14 +511,18 @@ impl Store {
                 "map checkpoints need engine bwtree with a memory budget".into(),
             ));
         }
-        Self::open_in_mode(dir, options, RecoveryMode::Repair, None, Some(wal_bytes))
+        let options = StoreOptions {
+            map_checkpoint_wal_bytes: Some(wal_bytes),
+            ..options
+        };
+        Self::open_in_mode(dir, options, RecoveryMode::Repair, None)
     }
 
     /// As [`Self::open`], but a loss that recovery proves (acknowledged writes gone: a
     /// damaged or missing log) is accepted: what is dropped is listed in
     /// [`RecoveryReport::losses`] (`forest check --repair`). Never the default.
     pub fn open_accepting_loss(dir: impl Dir + 'static, options: StoreOptions) -> Result<Self> {
-        Self::open_in_mode(dir, options, RecoveryMode::AcceptLoss, None, None)
+        Self::open_in_mode(dir, options, RecoveryMode::AcceptLoss, None)
     }
 
     /// As [`Self::open`] with an index of the caller's making (an engine of one's own, or a
@@ -509,7 +532,7 @@ impl Store {
         options: StoreOptions,
         make_index: &dyn Fn() -> Box<dyn Index>,
     ) -> Result<Self> {
-        Self::open_in_mode(dir, options, RecoveryMode::Repair, Some(make_index), None)
+        Self::open_in_mode(dir, options, RecoveryMode::Repair, Some(make_index))
     }
 
     fn open_in_mode(
@@ -517,7 +540,6 @@ impl Store {
         options: StoreOptions,
         mode: RecoveryMode,
         make_index: Option<&dyn Fn() -> Box<dyn Index>>,
-        map_every: Option<u64>,
     ) -> Result<Self> {
         if options.shards == 0 || options.shards > SHARD_COUNT_MAX {
             return Err(Error::Config(format!(
@@ -598,7 +620,12 @@ impl Store {
                 // held only in the tree file was lost).
                 crate::pm::prepare(&dir, recorded_spec.as_deref(), &engine, mode)?;
                 let budget = options.memory_budget_bytes.unwrap_or_default();
-                let made = crate::llama::Maker::new(&dir, &engine, budget, map_every)?;
+                let made = crate::llama::Maker::new(
+                    &dir,
+                    &engine,
+                    budget,
+                    options.map_checkpoint_wal_bytes,
+                )?;
                 let recovered = if made.recovers()? {
                     // The tree from its LSS, then the WAL redone from the checkpoint's RSSP
                     // (`crate::llama`, "Recovery": puts and removes of whole values, so a
@@ -679,12 +706,16 @@ impl Store {
             (report.lsn_next, report.cutoff_lsn + 1),
             true,
         )?;
-        let commit = GroupCommit::start(writers, Arc::clone(&lsns), options.durability)?;
+        let commit = Arc::new(GroupCommit::start(
+            writers,
+            Arc::clone(&lsns),
+            options.durability,
+        )?);
         let llama = maker.map(|m| m.finish(&lsns)).transpose()?;
         let lsn_end = lsns.next();
         let in_flight = Arc::new(temporal::InFlight::new(options.shards));
-        let store = Self {
-            dir: Box::new(dir),
+        let mut store = Self {
+            dir: Arc::new(dir),
             index: recovered.index,
             lsns,
             stripes: KeyStripes::default(),
@@ -692,7 +723,7 @@ impl Store {
             commit,
             options,
             engine,
-            checkpoints: Mutex::new(CheckpointState {
+            checkpoints: Arc::new(Mutex::new(CheckpointState {
                 retired: recovered
                     .log_names
                     .into_iter()
@@ -700,17 +731,31 @@ impl Store {
                     .collect(),
                 log_seq_next: seq + 1,
                 map_rssps: map_rssp.into_iter().collect(),
-            }),
-            checkpoint_count: AtomicU64::new(0),
+            })),
+            checkpoint_count: Arc::new(AtomicU64::new(0)),
             recovery: recovered.report,
             pm,
             llama,
+            map_checkpointer: None,
             clean_close: AtomicBool::new(true),
             in_flight,
             layout: Mutex::new(recorded_layout),
             _lock: lock,
         };
         store.hand_over_in_flight();
+        if let Some(llama) = &store.llama {
+            if let Some(map) = llama.map_schedule() {
+                store.map_checkpointer = Some(map_ckpt::Checkpointer::start(map_ckpt::Parts {
+                    dir: Arc::clone(&store.dir),
+                    commit: Arc::clone(&store.commit),
+                    lsns: Arc::clone(&store.lsns),
+                    checkpoints: Arc::clone(&store.checkpoints),
+                    count: Arc::clone(&store.checkpoint_count),
+                    tree: Arc::clone(&llama.tree),
+                    map: Arc::clone(map),
+                })?);
+            }
+        }
         if replayed {
             // What recovery read may be only in the page cache (a failed fsync marks pages
             // clean without writing them, and a reopen reads them back): writing it anew in
@@ -1730,16 +1775,7 @@ impl Store {
 
     /// The next generation of logs a checkpoint rotates to, starting at the next LSN.
     fn fresh_logs(&self, state: &mut CheckpointState) -> Result<Vec<LogWriter>> {
-        let seq = state.log_seq_next;
-        state.log_seq_next += 1;
-        let next = self.lsns.next();
-        create_logs(
-            &*self.dir,
-            seq,
-            self.commit.shard_count(),
-            (next, next),
-            false,
-        )
+        fresh_logs_in(&*self.dir, &self.lsns, self.commit.shard_count(), state)
     }
 
     /// A checkpoint of a store on `bztree-pm:persist=msync` (`crate::pm`): the tree holds
@@ -1779,75 +1815,36 @@ impl Store {
         })
     }
 
-    /// A checkpoint of a bwtree on its LSS with map checkpoints (`crate::llama`, "Recovery"):
-    /// the logs are rotated at `start` (every unit below it has applied: the rotation holds
-    /// every shard), synced (so the ESL covers every LSN below `start`), every resident page
-    /// is flushed, and a map checkpoint with RSSP `start` is taken. Once it is published
-    /// (durable), the logs wholly below the older kept map checkpoint's RSSP are deleted.
+    /// A checkpoint of a bwtree on its LSS with map checkpoints (`map_ckpt::take`).
     fn checkpoint_map(
         &self,
         llama: &crate::llama::Llama,
         state: &mut CheckpointState,
     ) -> Result<CheckpointInfo> {
-        let fresh = self.fresh_logs(state)?;
-        let (start_lsn, old_logs) = self.commit.rotate(fresh)?;
-        for old in old_logs {
-            let name = old
-                .path()
-                .file_name()
-                .and_then(|n| n.to_str())
-                .expect("log names are plain UTF-8 names")
-                .to_string();
-            state.retired.push((name, start_lsn));
-        }
-        self.commit.sync()?;
-        forest_core::pause::pause_point("store:map-checkpoint-synced");
-        llama.map_checkpoint(start_lsn)?;
-        self.checkpoint_count.fetch_add(1, Ordering::Relaxed);
-        state.map_rssps.push(start_lsn);
-        let excess = state.map_rssps.len().saturating_sub(2);
-        state.map_rssps.drain(..excess);
-        if state.map_rssps.len() == 2 {
-            let older = state.map_rssps[0];
-            let mut removed = false;
-            let mut kept = Vec::new();
-            for (name, lsn_end) in state.retired.drain(..) {
-                if lsn_end <= older {
-                    self.dir.remove(&name)?;
-                    removed = true;
-                } else {
-                    kept.push((name, lsn_end));
-                }
-            }
-            state.retired = kept;
-            if removed {
-                self.dir.sync_dir()?;
-            }
-        }
-        Ok(CheckpointInfo {
-            start_lsn,
-            end_lsn: start_lsn - 1,
-            entry_count: 0,
-            bytes: 0,
-        })
+        let map = llama
+            .map_schedule()
+            .expect("checkpoint_map runs only in map mode");
+        map_ckpt::take(
+            &*self.dir,
+            &self.commit,
+            &self.lsns,
+            &self.checkpoint_count,
+            (&llama.tree, map),
+            state,
+        )
     }
 
-    /// Takes the scheduled map checkpoint if it is due (`StoreOptions::
-    /// map_checkpoint_wal_bytes`), on the writer that found it due, after its write was
-    /// acknowledged as durable: a failure is reported on stderr and kept for
-    /// [`StoreStats`]'s memory part, never returned for a write that succeeded.
+    /// Wakes the checkpointer if a scheduled map checkpoint is due
+    /// ([`StoreOptions::map_checkpoint_wal_bytes`]), after a write was acknowledged as
+    /// durable; the writer never waits for it (`map_ckpt`).
+    #[inline]
     fn scheduled_map_checkpoint(&self) {
-        let Some(llama) = &self.llama else {
+        let (Some(llama), Some(checkpointer)) = (&self.llama, &self.map_checkpointer) else {
             return;
         };
-        if !llama.map_due() {
-            return;
+        if llama.map_due() {
+            checkpointer.wake();
         }
-        if let Err(e) = self.checkpoint() {
-            eprintln!("forest-store: scheduled map checkpoint: {e}");
-            llama.map_failed(e.to_string());
-        }
-        llama.map_done();
     }
 
     /// Deletes checkpoints older than the newest two, and retired logs below the older of
@@ -1926,12 +1923,29 @@ impl Store {
     /// Makes everything durable, seals every log (so the next open knows the store closed
     /// cleanly and needs no checkpoint), stops the flushers and releases the directory.
     pub fn close(mut self) -> Result<()> {
+        self.stop_map_checkpointer();
         if let Some(llama) = &mut self.llama {
             llama.stop();
         }
         let result = self.seal();
-        self.commit.stop();
+        self.stop_commit();
         result
+    }
+
+    /// Stops the map checkpointer (after the checkpoint it is taking), which lets go of its
+    /// share of the group commit.
+    fn stop_map_checkpointer(&mut self) {
+        if let Some(mut checkpointer) = self.map_checkpointer.take() {
+            checkpointer.stop();
+        }
+    }
+
+    /// Stops the group commit's flushers; the map checkpointer must be stopped first (else
+    /// the last share, the checkpointer's, stops them when dropped).
+    fn stop_commit(&mut self) {
+        if let Some(commit) = Arc::get_mut(&mut self.commit) {
+            commit.stop();
+        }
     }
 
     /// A clean close's seal, and `META`'s record of how far the logs are durable; only a
@@ -2315,7 +2329,8 @@ impl Drop for Store {
     fn drop(&mut self) {
         // Best effort for a store dropped without close (periodic mode's unforced writes);
         // an error here has no caller to go to, and recovery copes with any state.
+        self.stop_map_checkpointer();
         let _ = self.seal();
-        self.commit.stop();
+        self.stop_commit();
     }
 }

@@ -61,10 +61,21 @@ pub struct ServeArgs {
     pub pubsub_limit: forest_server::pubsub::Limits,
     /// Engine bwtree only: run the tree on its own log-structured store (DIR/lss/) and evict
     /// pages above this many resident bytes: `none` or bytes with a unit (b, k, kb, kib, m,
-    /// mb, mib, g, gb, gib; `64MiB`). Until LSS recovery exists, every start discards
-    /// DIR/lss/ and rebuilds from the checkpoint and log. Refused for other engines.
+    /// mb, mib, g, gb, gib; `64MiB`). The tree then recovers from its LSS (map checkpoints,
+    /// below). Refused for other engines.
     #[arg(long, value_name = "BYTES")]
     pub memory_budget: Option<String>,
+    /// With --memory-budget: take a mapping-table checkpoint of DIR/lss/ (on a background
+    /// thread) after every BYTES of log (units as --memory-budget) [default: 64MiB]. A start
+    /// then recovers the tree from its newest map checkpoint and redoes only the log after it;
+    /// the log below the older kept one is deleted.
+    #[arg(long, value_name = "BYTES")]
+    pub map_checkpoint_bytes: Option<String>,
+    /// With --memory-budget: take no map checkpoints, so every start discards DIR/lss/ and
+    /// rebuilds the tree from the checkpoint and log. Ignored by a store that already has map
+    /// checkpoints (its log may be cut below them): it keeps using them.
+    #[arg(long, conflicts_with = "map_checkpoint_bytes")]
+    pub no_map_checkpoints: bool,
 }
 
 fn parse_pubsub_limit(text: &str) -> std::result::Result<forest_server::pubsub::Limits, String> {
@@ -83,6 +94,10 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         Some(text) => forest_store::parse_memory_budget(text).context("--memory-budget")?,
         None => None,
     };
+    let map_checkpoint_wal_bytes = forest_store::map_checkpoint_schedule(
+        args.map_checkpoint_bytes.as_deref(),
+        args.no_map_checkpoints,
+    )?;
     let config = Config {
         dir: args.dir,
         engine: args.engine,
@@ -96,6 +111,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         io: args.io,
         pubsub_limits: args.pubsub_limit,
         memory_budget_bytes,
+        map_checkpoint_wal_bytes,
         ..Config::default()
     };
     let dir = config.dir.display().to_string();

@@ -1321,6 +1321,7 @@ pub(crate) mod testing {
                 shards: 1,
                 switch_engine: false,
                 memory_budget_bytes: None,
+                map_checkpoint_wal_bytes: None,
             },
         )
         .expect("open store");

@@ -328,6 +328,7 @@ mod tests {
                 shards: 1,
                 switch_engine: false,
                 memory_budget_bytes: None,
+                map_checkpoint_wal_bytes: None,
             },
         )
         .expect("open store")
@@ -527,6 +528,7 @@ mod tests {
                 shards: 1,
                 switch_engine: false,
                 memory_budget_bytes: None,
+                map_checkpoint_wal_bytes: None,
             },
         )
         .expect("open store")

@@ -37,6 +37,7 @@ fn options(engine: &str, switch: bool) -> StoreOptions {
         durability: Durability::Group,
         shards: 2,
         memory_budget_bytes: None,
+        map_checkpoint_wal_bytes: None,
     }
 }
 

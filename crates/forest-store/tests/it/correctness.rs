@@ -39,6 +39,7 @@ fn options(durability: Durability, shards: usize) -> StoreOptions {
         shards,
         switch_engine: false,
         memory_budget_bytes: None,
+        map_checkpoint_wal_bytes: None,
     }
 }
 

@@ -136,6 +136,7 @@ fn open(
             shards,
             switch_engine: false,
             memory_budget_bytes,
+            map_checkpoint_wal_bytes: Some(forest_store::llama::MAP_CHECKPOINT_WAL_BYTES_DEFAULT),
         },
     )
     .expect("open")

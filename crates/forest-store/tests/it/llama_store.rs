@@ -33,6 +33,16 @@ pub(crate) fn options(budget: Option<u64>, durability: Durability) -> StoreOptio
     }
 }
 
+/// As [`options`] with map checkpoints off (`StoreOptions::map_checkpoint_wal_bytes`): a
+/// checkpoint is then a full one, whose scan reads evicted pages back, and every open
+/// discards `DIR/lss/` (the tests of that mode; map checkpoints are the default).
+pub(crate) fn options_without_map(budget: Option<u64>, durability: Durability) -> StoreOptions {
+    StoreOptions {
+        map_checkpoint_wal_bytes: None,
+        ..options(budget, durability)
+    }
+}
+
 pub(crate) fn key(i: u32) -> Vec<u8> {
     format!("key{i:08}").into_bytes()
 }
@@ -130,7 +140,7 @@ fn ten_times_the_budget_read_back_after_eviction_checkpoint_and_reopen() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let path = tmp.path().join("store");
     let periodic = Durability::Periodic { interval_ms: 5 };
-    let store = Store::open_path(&path, options(Some(BUDGET), periodic)).expect("open");
+    let store = Store::open_path(&path, options_without_map(Some(BUDGET), periodic)).expect("open");
     let mut batch = WriteBatch::new();
     for i in 0..N {
         batch.put(&key(i), &value(i, 0));
@@ -161,7 +171,8 @@ fn ten_times_the_budget_read_back_after_eviction_checkpoint_and_reopen() {
         "no LSS segment was written"
     );
 
-    let store = Store::open_path(&path, options(Some(BUDGET), periodic)).expect("reopen");
+    let store =
+        Store::open_path(&path, options_without_map(Some(BUDGET), periodic)).expect("reopen");
     let memory = store.stats().memory.expect("memory");
     assert_eq!(memory.budget_bytes, BUDGET);
     read_all(&store, N, 0, "after reopen with the budget");
@@ -221,7 +232,8 @@ fn a_budget_is_refused_for_other_engines() {
 /// A budgeted store at `path` holding `n` keys (version 2), every page evicted, then every
 /// LSS record byte flipped on disk (past each segment's 64-byte header).
 fn evicted_and_damaged(path: &std::path::Path, n: u32, durability: Durability) -> Store {
-    let store = Store::open_path(path, options(Some(16 << 10), durability)).expect("open");
+    let store =
+        Store::open_path(path, options_without_map(Some(16 << 10), durability)).expect("open");
     let mut batch = WriteBatch::new();
     for i in 0..n {
         batch.put(&key(i), &value(i, 2));
@@ -279,7 +291,8 @@ fn a_damaged_lss_page_is_the_read_error() {
     assert!(failed_writes > 0);
     drop(store);
     // The LSS is discarded at open: the store's checkpoint and WAL still hold everything.
-    let store = Store::open_path(&path, options(Some(16 << 10), periodic)).expect("reopen");
+    let store =
+        Store::open_path(&path, options_without_map(Some(16 << 10), periodic)).expect("reopen");
     read_all(&store, N, 2, "after reopen past a damaged LSS");
     store.close().expect("close");
 }
@@ -312,7 +325,8 @@ fn a_checkpoint_that_missed_a_page_is_refused_whoever_took_the_error() {
         "checkpoints that could not read every page were published"
     );
     drop(store);
-    let store = Store::open_path(&path, options(Some(16 << 10), periodic)).expect("reopen");
+    let store =
+        Store::open_path(&path, options_without_map(Some(16 << 10), periodic)).expect("reopen");
     read_all(&store, N, 2, "after refused checkpoints over a damaged LSS");
     store.close().expect("close");
 }

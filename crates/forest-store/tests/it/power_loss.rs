@@ -152,6 +152,7 @@ fn open(dir: &SimDir, engine: &str, durability: Durability, shards: usize) -> St
             shards,
             switch_engine: false,
             memory_budget_bytes: None,
+            map_checkpoint_wal_bytes: None,
         },
     )
     .unwrap_or_else(|e| panic!("recovery after a power loss: {e}"))

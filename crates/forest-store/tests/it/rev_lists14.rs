@@ -11,6 +11,7 @@ fn options(engine: &str, durability: Durability, shards: usize) -> StoreOptions 
         shards,
         switch_engine: false,
         memory_budget_bytes: None,
+        map_checkpoint_wal_bytes: None,
     }
 }
 

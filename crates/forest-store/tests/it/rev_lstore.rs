@@ -9,6 +9,7 @@ fn options(engine: &str, switch: bool, budget: Option<u64>) -> StoreOptions {
         durability: Durability::Group,
         shards: 1,
         memory_budget_bytes: budget,
+        map_checkpoint_wal_bytes: Some(forest_store::llama::MAP_CHECKPOINT_WAL_BYTES_DEFAULT),
     }
 }
 

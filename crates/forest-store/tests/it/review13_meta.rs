@@ -19,6 +19,7 @@ fn opts(engine: Option<&str>) -> StoreOptions {
         shards: 1,
         switch_engine: false,
         memory_budget_bytes: None,
+        map_checkpoint_wal_bytes: None,
     }
 }
 

@@ -22,6 +22,7 @@ fn opts(durability: Durability, shards: usize) -> StoreOptions {
         shards,
         switch_engine: false,
         memory_budget_bytes: None,
+        map_checkpoint_wal_bytes: None,
     }
 }
 

@@ -49,6 +49,7 @@ pub(crate) fn sharded(engine: &str, shards: usize) -> StoreOptions {
         shards,
         switch_engine: false,
         memory_budget_bytes: None,
+        map_checkpoint_wal_bytes: None,
     }
 }
 

@@ -14,6 +14,7 @@ fn options(engine: Option<&str>) -> StoreOptions {
         shards: 2,
         switch_engine: false,
         memory_budget_bytes: None,
+        map_checkpoint_wal_bytes: None,
     }
 }
 

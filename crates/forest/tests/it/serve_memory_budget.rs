@@ -92,3 +92,20 @@ fn serve_with_a_memory_budget_evicts_and_reads_back() {
     }
     assert!(dir.join("lss").is_dir());
 }
+
+// Goal: the map checkpoint flags refuse a schedule that is no positive byte count and the two
+// flags together, naming the flag. Method: start forest serve with each.
+#[test]
+fn map_checkpoint_flags_are_refused_when_bad() {
+    let budget = ["--engine", "bwtree", "--memory-budget", "64MiB"];
+    let zero = serve_fails(&[&budget[..], &["--map-checkpoint-bytes", "0"]].concat());
+    assert!(zero.contains("--map-checkpoint-bytes"), "{zero}");
+    let both = serve_fails(
+        &[
+            &budget[..],
+            &["--map-checkpoint-bytes", "1MiB", "--no-map-checkpoints"],
+        ]
+        .concat(),
+    );
+    assert!(both.contains("--no-map-checkpoints"), "{both}");
+}

@@ -1,0 +1,216 @@
+//! Map checkpoints of a bwtree on its LSS (issue 17; Bw-tree §V-A: the DC's checkpoint
+//! advances the TC's redo scan start point, RSSP; `crate::llama`, "Recovery").
+//!
+//! - [`take`] is the checkpoint itself, shared by `Store::checkpoint` and the checkpointer:
+//!   rotate the logs at `R` (every shard held, so every write below `R` has applied), sync
+//!   (ESL ≥ `R` − 1), flush every resident page, publish a map checkpoint with RSSP `R`,
+//!   then delete the logs wholly below the older kept checkpoint's RSSP.
+//! - [`Checkpointer`]: the scheduled ones run on this background thread. A writer whose
+//!   write found one due (`Llama::map_due`, after its acknowledgement) only wakes it, so no
+//!   writer waits for a checkpoint beyond the rotation's brief hold of the shards, as with
+//!   any checkpoint. One runs at a time (the claim, and the store's checkpoint lock); an
+//!   error is printed and kept for `StoreStats` (`MemoryStats::map_checkpoint_error`).
+//! - Space: the cleaner takes victims only below the older kept checkpoint's S
+//!   (forest-bwtree `clean`), so with no checkpoint the LSS only grows. The thread therefore
+//!   also takes one, every [`SPACE_POLL`] at most, when the LSS is above its space target
+//!   (total > 2 × live bytes) and a sixteenth of its bytes or more were written since the last
+//!   one it took: checkpoints then follow the LSS's growth, not only the WAL's.
+//! - Shutdown: the store stops the thread (it finishes a checkpoint it began) before it
+//!   stops its group commit; the thread holds the store's parts by `Arc`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use forest_bwtree::BwTree;
+use forest_core::{Error, Result};
+use parking_lot::Mutex;
+
+use super::CheckpointState;
+use crate::checkpoint::CheckpointInfo;
+use crate::file::Dir;
+use crate::llama::MapSchedule;
+use crate::lsn::LsnAllocator;
+use crate::wal::group_commit::GroupCommit;
+
+/// What a map checkpoint uses of the store.
+pub(super) struct Parts {
+    pub(super) dir: Arc<dyn Dir>,
+    pub(super) commit: Arc<GroupCommit>,
+    pub(super) lsns: Arc<LsnAllocator>,
+    pub(super) checkpoints: Arc<Mutex<CheckpointState>>,
+    pub(super) count: Arc<AtomicU64>,
+    pub(super) tree: Arc<BwTree>,
+    pub(super) map: Arc<MapSchedule>,
+}
+
+/// A map checkpoint (module doc); the caller holds the store's checkpoint lock (`state`).
+pub(super) fn take(
+    dir: &dyn Dir,
+    commit: &GroupCommit,
+    lsns: &LsnAllocator,
+    count: &AtomicU64,
+    (tree, map): (&BwTree, &MapSchedule),
+    state: &mut CheckpointState,
+) -> Result<CheckpointInfo> {
+    let fresh = super::fresh_logs_in(dir, lsns, commit.shard_count(), state)?;
+    let (start_lsn, old_logs) = commit.rotate(fresh)?;
+    for old in old_logs {
+        let name = old
+            .path()
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("log names are plain UTF-8 names")
+            .to_string();
+        state.retired.push((name, start_lsn));
+    }
+    commit.sync()?;
+    forest_core::pause::pause_point("store:map-checkpoint-synced");
+    map.checkpoint(tree, start_lsn)?;
+    count.fetch_add(1, Ordering::Relaxed);
+    state.map_rssps.push(start_lsn);
+    let excess = state.map_rssps.len().saturating_sub(2);
+    state.map_rssps.drain(..excess);
+    if state.map_rssps.len() == 2 {
+        let older = state.map_rssps[0];
+        let mut removed = false;
+        let mut kept = Vec::new();
+        for (name, lsn_end) in state.retired.drain(..) {
+            if lsn_end <= older {
+                dir.remove(&name)?;
+                removed = true;
+            } else {
+                kept.push((name, lsn_end));
+            }
+        }
+        state.retired = kept;
+        if removed {
+            dir.sync_dir()?;
+        }
+    }
+    Ok(CheckpointInfo {
+        start_lsn,
+        end_lsn: start_lsn - 1,
+        entry_count: 0,
+        bytes: 0,
+    })
+}
+
+/// How often the checkpointer looks at the LSS's space (module doc).
+const SPACE_POLL: Duration = Duration::from_millis(200);
+
+#[derive(Default)]
+struct Wake {
+    /// (a checkpoint is due, stop).
+    state: std::sync::Mutex<(bool, bool)>,
+    cv: Condvar,
+}
+
+/// The background thread that takes scheduled map checkpoints (module doc).
+pub(super) struct Checkpointer {
+    wake: Arc<Wake>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Checkpointer {
+    pub(super) fn start(parts: Parts) -> Result<Self> {
+        let wake = Arc::new(Wake::default());
+        let theirs = Arc::clone(&wake);
+        let handle = std::thread::Builder::new()
+            .name("map-checkpointer".into())
+            .spawn(move || run(&parts, &theirs))
+            .map_err(|source| Error::Io {
+                path: "map-checkpointer".into(),
+                op: "spawn the map checkpointer thread",
+                source,
+            })?;
+        Ok(Self {
+            wake,
+            handle: Some(handle),
+        })
+    }
+
+    /// Asks for the checkpoint a writer claimed (`Llama::map_due`); never waits for it.
+    pub(super) fn wake(&self) {
+        let mut state = self.wake.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.0 = true;
+        self.wake.cv.notify_one();
+    }
+
+    /// Stops the thread after the checkpoint it is taking, if any (idempotent).
+    pub(super) fn stop(&mut self) {
+        let Some(handle) = self.handle.take() else {
+            return;
+        };
+        {
+            let mut state = self.wake.state.lock().unwrap_or_else(|e| e.into_inner());
+            state.1 = true;
+            self.wake.cv.notify_one();
+        }
+        // A panic in a checkpoint was printed; the store's files are as after a crash.
+        let _ = handle.join();
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Whether the LSS is above its space target and grew by a sixteenth since `written_at` (its
+/// bytes written when the thread's last checkpoint began).
+fn space_due(tree: &BwTree, written_at: u64) -> bool {
+    let Some(lss) = tree.lss() else {
+        return false;
+    };
+    let total = lss.total_bytes();
+    let written = lss.stats().bytes_written.saturating_sub(written_at);
+    total > 2 * lss.live_bytes() && written >= total / 16
+}
+
+fn run(parts: &Parts, wake: &Wake) {
+    let mut written_at = 0;
+    loop {
+        {
+            let mut state = wake.state.lock().unwrap_or_else(|e| e.into_inner());
+            if !state.0 && !state.1 {
+                state = wake
+                    .cv
+                    .wait_timeout(state, SPACE_POLL)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            if state.1 {
+                return;
+            }
+            let asked = std::mem::take(&mut state.0);
+            drop(state);
+            // A writer's claim (`asked`), or our own for space.
+            let claimed = asked || (space_due(&parts.tree, written_at) && parts.map.claim());
+            if !claimed {
+                continue;
+            }
+        }
+        written_at = parts.tree.lss().map_or(0, |lss| lss.stats().bytes_written);
+        let result = {
+            let mut state = parts.checkpoints.lock();
+            parts.commit.check_failed().and_then(|()| {
+                take(
+                    &*parts.dir,
+                    &parts.commit,
+                    &parts.lsns,
+                    &parts.count,
+                    (&parts.tree, &parts.map),
+                    &mut state,
+                )
+            })
+        };
+        if let Err(e) = result {
+            eprintln!("forest-store: scheduled map checkpoint: {e}");
+            parts.map.failed(e.to_string());
+        }
+        parts.map.done();
+    }
+}
