@@ -353,6 +353,23 @@ const LARGE_PAGE_CHAIN_FACTOR: u32 = 4;
 /// +2 %, E -18 / -12 / -0.4 %.
 const BYTE_LEAF_CHAIN_FACTOR: u32 = 2;
 
+/// The longest chain a scan leaves on a leaf sized in bytes: past it, the scan that read the
+/// leaf consolidates it (§III-B: the thread that noticed; §III-C: a scan reads every record of
+/// a page, so a chain costs it most). Gets and writers keep [`BYTE_LEAF_CHAIN_FACTOR`]'s
+/// longer chains, which YCSB-A's hot pages need. A scan reads a leaf many times per write
+/// on scan-heavy workloads, and a delta is a pointer chase (a cache miss) per read, while a
+/// consolidation is one copy per write at most.
+const SCAN_LEAF_CHAIN_MAX: u32 = 1;
+
+/// Which read noticed a chain (`BwTree::consolidate_after`).
+#[derive(Clone, Copy)]
+enum Reader {
+    /// A get, or a descent through an index page.
+    Get,
+    /// A scan's leaf.
+    Scan,
+}
+
 impl BwTree {
     /// Replaces `state` of `pid` by a consolidated base page when its chain is longer than
     /// the writers' threshold (§III-B).
@@ -411,16 +428,47 @@ impl BwTree {
         node: &'g Node,
         guard: &'g Guard,
     ) -> Option<Shared<'g, Node>> {
+        self.consolidate_after(Reader::Get, pid, state, node, guard)
+    }
+
+    /// [`Self::consolidate_after_read`] for a scan's leaf: a leaf sized in bytes keeps at most
+    /// [`SCAN_LEAF_CHAIN_MAX`] deltas (or the writers' threshold, if lower); other pages as
+    /// after any read.
+    pub(crate) fn consolidate_after_scan<'g>(
+        &self,
+        pid: Pid,
+        state: Shared<'g, Node>,
+        node: &'g Node,
+        guard: &'g Guard,
+    ) -> Option<Shared<'g, Node>> {
+        self.consolidate_after(Reader::Scan, pid, state, node, guard)
+    }
+
+    fn consolidate_after<'g>(
+        &self,
+        reader: Reader,
+        pid: Pid,
+        state: Shared<'g, Node>,
+        node: &'g Node,
+        guard: &'g Guard,
+    ) -> Option<Shared<'g, Node>> {
         let read_threshold = self.config.read_consolidate_threshold;
-        if node.delta_count <= read_threshold {
+        let least = match reader {
+            Reader::Get => read_threshold,
+            Reader::Scan => read_threshold.min(SCAN_LEAF_CHAIN_MAX),
+        };
+        if node.delta_count <= least {
             return None;
         }
-        let threshold = if node.base_page().heap_bytes() <= READ_CONSOLIDATE_PAGE_BYTES_MAX
-            && !self.leaf_sized_in_bytes(node)
-        {
-            read_threshold
-        } else {
-            self.writers_threshold(node)
+        let sized_in_bytes = self.leaf_sized_in_bytes(node);
+        let threshold = match reader {
+            Reader::Scan if sized_in_bytes => self.writers_threshold(node).min(SCAN_LEAF_CHAIN_MAX),
+            _ if !sized_in_bytes
+                && node.base_page().heap_bytes() <= READ_CONSOLIDATE_PAGE_BYTES_MAX =>
+            {
+                read_threshold
+            }
+            _ => self.writers_threshold(node),
         };
         self.consolidate_if_longer(pid, state, node, threshold, guard)
     }

@@ -340,7 +340,7 @@ impl BwTree {
         // A consolidation of the state just copied holds the same records: the mark follows
         // it, so the first next-record does not take it for a change.
         let state = self
-            .consolidate_after_read(pid, state, node, guard)
+            .consolidate_after_scan(pid, state, node, guard)
             .unwrap_or(state);
         let mark = Mark {
             pid,
@@ -484,7 +484,7 @@ impl BwTree {
                     self.descend_to_leaf(target(start, order), &mut Path::new(), guard)
                 });
                 // Consolidated first, the walk reads one base page; it holds the same records.
-                let (state, node) = match self.consolidate_after_read(pid, state, node, guard) {
+                let (state, node) = match self.consolidate_after_scan(pid, state, node, guard) {
                     Some(consolidated) => (consolidated, node_ref(consolidated)),
                     None => (state, node),
                 };
