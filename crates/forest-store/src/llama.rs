@@ -56,8 +56,8 @@
 //! - WAL deletion: once a map checkpoint is published (renamed and the directory synced),
 //!   the logs wholly below the older kept checkpoint's RSSP are deleted, so recovery can fall
 //!   back from a damaged newest checkpoint to the older one (forest-llama keeps two).
-//! - Left open: `Store::verify` and `forest check` still read the store's own checkpoint and
-//!   logs (they report a loss on a store whose WAL was cut); a segment written before an open
+//! - Check: `Store::verify`/`forest check` verify the map checkpoints and segments here and
+//!   the WAL from the RSSP on (`crate::verify`). Left open: a segment written before an open
 //!   is never cleaned in that process (the LSS space map starts at the open's end).
 //! - Load errors (a checksum, EIO) name the segment file, offset and page. Writes return them
 //!   before taking an LSN: under a page hold (forest-bwtree `BwTree::hold_pages`, which keeps

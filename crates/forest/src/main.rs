@@ -49,6 +49,11 @@ enum Command {
     /// recover (checkpoint, records replayed, torn tails, records/s and MB/s); exit 1 on
     /// damage. Refuses a store that is open elsewhere. `--repair` opens a store whose
     /// recovery refuses (acknowledged writes proven lost), dropping and listing the loss.
+    /// A bwtree store with map checkpoints (DIR/lss/map-*): checks the newest valid map
+    /// checkpoint (a damaged one is named, with whether the older is usable), every LSS
+    /// segment record's crc up to the stable end T (a torn tail above T is what an open cuts,
+    /// not damage), and the WAL from the checkpoint's RSSP on (logs below it are deleted by
+    /// design).
     Check(store_cmd::CheckArgs),
     /// Write a checkpoint (and delete the logs and checkpoints it makes obsolete).
     Checkpoint(store_cmd::DirArgs),

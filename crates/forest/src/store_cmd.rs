@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use forest_core::Order;
+use forest_store::verify::MapCheck;
 use forest_store::{Durability, Store, StoreOptions, VerifyReport};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -467,6 +468,9 @@ fn print_verify(dir: &Path, report: &VerifyReport) {
     for name in &report.other_files {
         println!("other file: {name}");
     }
+    if let Some(map) = &report.map {
+        print_map(map);
+    }
     println!("recovery (read-only, engine {}):", report.engine);
     let recovery = match &report.recovery {
         Ok(r) => r,
@@ -524,7 +528,11 @@ fn print_verify(dir: &Path, report: &VerifyReport) {
             ""
         }
     );
-    println!("keys recovered: {}", recovery.keys_recovered);
+    if report.map.is_some() {
+        println!("keys recovered: not counted (the tree recovers from lss/)");
+    } else {
+        println!("keys recovered: {}", recovery.keys_recovered);
+    }
     println!(
         "checkpoint load: {:.3} s ({:.1} MB/s)",
         recovery.checkpoint_elapsed.as_secs_f64(),
@@ -539,6 +547,58 @@ fn print_verify(dir: &Path, report: &VerifyReport) {
         per_second(recovery.records_replayed as f64, recovery.replay_elapsed)
     );
     println!("recovery time: {:.3} s", recovery.elapsed.as_secs_f64());
+}
+
+/// The LSS side of a store on map checkpoints (issue 17): its map checkpoints and segments.
+fn print_map(map: &MapCheck) {
+    for cp in &map.checkpoints {
+        match (&cp.content, &cp.error) {
+            (Some(c), _) => println!(
+                "map checkpoint lss/{}: {} bytes, rssp {}, S {}, T {}, {} pages{}",
+                cp.name,
+                cp.bytes,
+                c.rssp,
+                c.start,
+                c.stable_end,
+                c.pages,
+                if map.used.as_ref() == Some(&cp.name) {
+                    " (recovery starts here)"
+                } else {
+                    ""
+                }
+            ),
+            (None, Some(e)) => println!("{e}"),
+            (None, None) => println!("map checkpoint lss/{}: {} bytes", cp.name, cp.bytes),
+        }
+    }
+    for name in &map.tmp {
+        println!("an open deletes the unpublished lss/{name}");
+    }
+    for seg in &map.segments {
+        let mut line = format!(
+            "segment lss/{}: {} bytes, {} records",
+            seg.name, seg.bytes, seg.records
+        );
+        if let Some((offset, bytes, why)) = &seg.torn {
+            line += &format!(
+                ", torn tail at offset {offset} ({bytes} bytes, at or above T: an open cuts it): {why}"
+            );
+        }
+        if let Some(e) = &seg.error {
+            line += &format!(", DAMAGED: {e}");
+        }
+        println!("{line}");
+    }
+    for e in &map.errors {
+        println!("lss: {e}");
+    }
+    if map.used.is_some() {
+        println!(
+            "wal: checked from the rssp {} on (logs below it are deleted once a map checkpoint \
+             covers them)",
+            map.rssp
+        );
+    }
 }
 
 /// `forest checkpoint`: writes a checkpoint and prints what it holds.

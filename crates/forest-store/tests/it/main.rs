@@ -11,6 +11,7 @@ mod decode_proptest;
 mod llama_faults;
 mod llama_store;
 mod map_recovery;
+mod map_verify;
 mod power_loss;
 mod rev_lists;
 mod rev_lists14;
