@@ -112,6 +112,8 @@ pub struct Descriptor<'a, P: Persist> {
     guard: &'a Guard,
     index: u32,
     gen: u64,
+    /// The descriptor's words in the pool (looked up once).
+    words: &'a [crate::sync::atomic::AtomicU64],
     /// Entries written to the slot, tombstones included.
     count: usize,
     /// Entries whose new value is set.
@@ -150,6 +152,7 @@ impl<'a, P: Persist> Descriptor<'a, P> {
             guard,
             index,
             gen,
+            words: pool.inner.desc(index),
             count: 0,
             new_set: 0,
             free_one: 0,
@@ -172,7 +175,7 @@ impl<'a, P: Persist> Descriptor<'a, P> {
     /// The descriptor's words in the pool.
     #[inline]
     fn slot_words(&self) -> &'a [crate::sync::atomic::AtomicU64] {
-        self.pool.inner.desc(self.index)
+        self.words
     }
 
     /// Word `field` of entry `i`, as this owner wrote it.
