@@ -2,14 +2,23 @@
 //! `AddWord`, `ReserveEntry`, `RemoveWord`, `PMwCAS` ([`Descriptor::execute`]) and `Discard`
 //! (BzTree Fig. 1, §2.3, §6.1, §6.3).
 //!
-//! The owner builds the entries in its handle; nothing is written to the pool until the entries
-//! are published (at execute, or when memory is activated into a slot), so no other thread can
-//! see a half-built descriptor. Publication (durable mode) writes the entries, the address
-//! order and the status `Undecided`, then flushes them all and fences once: a crash before the
-//! fence may leave the status durable without the entries, but then no word refers to this
-//! generation yet, so recovery of an `Undecided` descriptor touches only words that hold its
-//! references and frees only activated entries (`recovery.rs`). A durable `Succeeded` or
-//! `Failed` status, or a durable reference, implies the generation's entries are durable.
+//! The owner builds the entries in place, in its pool slot (issue 16 session 17: a copy of
+//! the entries in the handle cost two ~500-byte copies and a zeroing per PMwCAS, 8 % of a
+//! balanced run's instructions): each `AddWord`/`ReserveEntry` writes only that entry's words,
+//! and the handle keeps the entry count and a few bit masks. Nothing reads an entry of a
+//! `Building` descriptor but its owner: helpers take a snapshot only of a published
+//! generation (`execute.rs`), and one holding a stale reference reads as a seqlock reader
+//! (`pool.rs` start_generation: the status is stored before any field of the generation), so
+//! it sees the new generation's status and gives up; recovery of a `Building` descriptor frees
+//! only entries whose policy word says activated in its generation. The count published with
+//! the status bounds what readers and recovery look at, so words beyond it (stale entries of
+//! earlier generations) are never read. Publication (durable mode) writes the address order
+//! and the status `Undecided`, then flushes the header and the entries in use and fences once:
+//! a crash before the fence may leave the status durable without the entries, but then no word
+//! refers to this generation yet, so recovery of an `Undecided` descriptor touches only words
+//! that hold its references and frees only activated entries (`recovery.rs`). A durable
+//! `Succeeded` or `Failed` status, or a durable reference, implies the generation's entries
+//! are durable.
 //!
 //! Choices the paper leaves open:
 //! - Memory-only entries (issue 16 "Persistent mode"): an SMO names every node it allocates and
@@ -81,35 +90,56 @@ impl Slot {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default)]
-struct Entry {
-    address: u64,
-    expected: u64,
-    new: u64,
-    policy: Policy,
-    new_set: bool,
-    activated: bool,
+/// Bit `i` of an entry mask.
+#[inline]
+fn bit(i: usize) -> u32 {
+    1 << i
 }
 
-/// A descriptor being built by its owner (Fig. 1). Execute or discard it; dropping it
-/// discards it.
+/// `mask` with bit `i` removed and the bits above it moved down one (`RemoveWord` shifting
+/// the entries after `i`).
+#[inline]
+fn drop_bit(mask: u32, i: usize) -> u32 {
+    (mask & (bit(i) - 1)) | ((mask >> (i + 1)) << i)
+}
+
+const _: () = assert!(ENTRIES_MAX < 32, "entry masks are u32");
+
+/// A descriptor being built by its owner (Fig. 1), in place in its pool slot (module doc).
+/// Execute or discard it; dropping it discards it.
 pub struct Descriptor<'a, P: Persist> {
     pool: &'a Pool<P>,
     guard: &'a Guard,
     index: u32,
     gen: u64,
-    entries: [Entry; ENTRIES_MAX],
+    /// The descriptor's words in the pool (looked up once).
+    words: &'a [crate::sync::atomic::AtomicU64],
+    /// Entries written to the slot, tombstones included.
     count: usize,
-    activated_any: bool,
+    /// Entries whose new value is set.
+    new_set: u32,
+    /// Entries with the `FREE-ONE` policy.
+    free_one: u32,
+    /// Entries activated (§6.1): immutable from then on.
+    activated: u32,
+    /// Entries removed after an activation (`RemoveWord`'s tombstones).
+    tombstones: u32,
     finished: bool,
 }
 
 impl<P: Persist> std::fmt::Debug for Descriptor<'_, P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = self.slot_words();
+        let entries: Vec<[u64; ENTRY_WORDS]> = (0..self.count)
+            .map(|i| {
+                let w = DESCRIPTOR_HEADER_WORDS + i * ENTRY_WORDS;
+                std::array::from_fn(|k| d[w + k].load(Ordering::Relaxed))
+            })
+            .collect();
         f.debug_struct("Descriptor")
             .field("index", &self.index)
             .field("gen", &self.gen)
-            .field("entries", &&self.entries[..self.count])
+            .field("entries", &entries)
             .finish()
     }
 }
@@ -122,9 +152,12 @@ impl<'a, P: Persist> Descriptor<'a, P> {
             guard,
             index,
             gen,
-            entries: [Entry::default(); ENTRIES_MAX],
+            words: pool.inner.desc(index),
             count: 0,
-            activated_any: false,
+            new_set: 0,
+            free_one: 0,
+            activated: 0,
+            tombstones: 0,
             finished: false,
         }
     }
@@ -139,37 +172,67 @@ impl<'a, P: Persist> Descriptor<'a, P> {
         Ok(())
     }
 
-    fn push(&mut self, entry: Entry) -> Result<Slot, Error> {
-        if entry.address < layout::TOMBSTONE
-            && self.entries[..self.count]
-                .iter()
-                .any(|e| e.address == entry.address)
+    /// The descriptor's words in the pool.
+    #[inline]
+    fn slot_words(&self) -> &'a [crate::sync::atomic::AtomicU64] {
+        self.words
+    }
+
+    /// Word `field` of entry `i`, as this owner wrote it.
+    #[inline]
+    fn field(&self, i: usize, field: usize) -> u64 {
+        self.slot_words()[DESCRIPTOR_HEADER_WORDS + i * ENTRY_WORDS + field].load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    fn set_field(&self, i: usize, field: usize, value: u64) {
+        self.slot_words()[DESCRIPTOR_HEADER_WORDS + i * ENTRY_WORDS + field]
+            .store(value, Ordering::Relaxed);
+    }
+
+    #[inline]
+    fn push(
+        &mut self,
+        address: u64,
+        expected: u64,
+        new: u64,
+        policy: Policy,
+        new_set: bool,
+    ) -> Result<Slot, Error> {
+        if address < layout::TOMBSTONE
+            && (0..self.count).any(|i| self.field(i, E_ADDRESS) == address)
         {
-            return Err(Error::DuplicateAddress {
-                offset: entry.address,
-            });
+            return Err(Error::DuplicateAddress { offset: address });
         }
         if self.count == ENTRIES_MAX {
             return Err(Error::TooManyEntries { max: ENTRIES_MAX });
         }
-        self.entries[self.count] = entry;
+        let i = self.count;
+        self.set_field(i, E_ADDRESS, address);
+        self.set_field(i, E_EXPECTED, expected);
+        self.set_field(i, E_NEW, new);
+        self.set_field(
+            i,
+            E_POLICY,
+            layout::policy_word(policy.code(), false, self.gen),
+        );
+        if new_set {
+            self.new_set |= bit(i);
+        }
+        if policy == Policy::FreeOne {
+            self.free_one |= bit(i);
+        }
         self.count += 1;
-        Ok(Slot(self.count - 1))
+        Ok(Slot(i))
     }
 
     /// `AddWord(address, expected, desired)`: change `word` from `expected` to `new`.
+    #[inline]
     pub fn add_word(&mut self, word: &Word, expected: u64, new: u64) -> Result<(), Error> {
         Self::check_value(expected)?;
         Self::check_value(new)?;
         let address = self.pool.inner.target_offset(word)?;
-        self.push(Entry {
-            address,
-            expected,
-            new,
-            policy: Policy::None,
-            new_set: true,
-            activated: false,
-        })?;
+        self.push(address, expected, new, Policy::None, true)?;
         Ok(())
     }
 
@@ -183,14 +246,7 @@ impl<'a, P: Persist> Descriptor<'a, P> {
     ) -> Result<Slot, Error> {
         Self::check_value(expected)?;
         let address = self.pool.inner.target_offset(word)?;
-        self.push(Entry {
-            address,
-            expected,
-            new: 0,
-            policy,
-            new_set: false,
-            activated: false,
-        })
+        self.push(address, expected, 0, policy, false)
     }
 
     /// A memory-only entry (`FREE-ONE`): `free_on_success` (a node this PMwCAS retires) is
@@ -198,28 +254,20 @@ impl<'a, P: Persist> Descriptor<'a, P> {
     pub fn add_memory(&mut self, free_on_success: u64, free_on_failure: u64) -> Result<(), Error> {
         Self::check_value(free_on_success)?;
         Self::check_value(free_on_failure)?;
-        self.push(Entry {
-            address: layout::MEMORY_ONLY,
-            expected: free_on_success,
-            new: free_on_failure,
-            policy: Policy::FreeOne,
-            new_set: true,
-            activated: false,
-        })?;
+        self.push(
+            layout::MEMORY_ONLY,
+            free_on_success,
+            free_on_failure,
+            Policy::FreeOne,
+            true,
+        )?;
         Ok(())
     }
 
     /// A memory-only entry whose new value (memory freed if the PMwCAS fails) is activated
     /// later through [`Descriptor::set_new`] (§6.1).
     pub fn reserve_memory(&mut self) -> Result<Slot, Error> {
-        self.push(Entry {
-            address: layout::MEMORY_ONLY,
-            expected: 0,
-            new: 0,
-            policy: Policy::FreeOne,
-            new_set: false,
-            activated: false,
-        })
+        self.push(layout::MEMORY_ONLY, 0, 0, Policy::FreeOne, false)
     }
 
     /// Fills a reserved slot's new value. For a `FREE-ONE` slot this is the activation of
@@ -228,15 +276,15 @@ impl<'a, P: Persist> Descriptor<'a, P> {
     pub fn set_new(&mut self, slot: Slot, value: u64) -> Result<(), Error> {
         Self::check_value(value)?;
         let Slot(i) = slot;
-        if i >= self.count || self.entries[i].address == layout::TOMBSTONE {
+        if i >= self.count || self.tombstones & bit(i) != 0 {
             return Err(Error::BadSlot { slot: i });
         }
-        if self.entries[i].activated {
+        if self.activated & bit(i) != 0 {
             return Err(Error::SlotActivated { slot: i });
         }
-        self.entries[i].new = value;
-        self.entries[i].new_set = true;
-        if P::DURABLE && self.entries[i].policy == Policy::FreeOne && value != 0 {
+        self.set_field(i, E_NEW, value);
+        self.new_set |= bit(i);
+        if P::DURABLE && self.free_one & bit(i) != 0 && value != 0 {
             self.activate(i);
         }
         Ok(())
@@ -255,20 +303,31 @@ impl<'a, P: Persist> Descriptor<'a, P> {
     /// `RemoveWord(address)`.
     pub fn remove_word(&mut self, word: &Word) -> Result<(), Error> {
         let address = self.pool.inner.target_offset(word)?;
-        let i = self.entries[..self.count]
-            .iter()
-            .position(|e| e.address == address)
+        let i = (0..self.count)
+            .find(|&i| self.field(i, E_ADDRESS) == address)
             .ok_or(Error::NoSuchWord { offset: address })?;
-        if self.entries[i].activated {
+        if self.activated & bit(i) != 0 {
             return Err(Error::EntryActivated { offset: address });
         }
-        if self.activated_any {
-            self.entries[i] = Entry {
-                address: layout::TOMBSTONE,
-                ..Entry::default()
-            };
+        if self.activated != 0 {
+            // Entries never move once one is activated (module doc): a tombstone.
+            self.set_field(i, E_ADDRESS, layout::TOMBSTONE);
+            self.set_field(
+                i,
+                E_POLICY,
+                layout::policy_word(layout::POLICY_NONE, false, self.gen),
+            );
+            self.tombstones |= bit(i);
+            self.new_set &= !bit(i);
+            self.free_one &= !bit(i);
         } else {
-            self.entries.copy_within(i + 1..self.count, i);
+            for j in i + 1..self.count {
+                for f in 0..ENTRY_WORDS {
+                    self.set_field(j - 1, f, self.field(j, f));
+                }
+            }
+            self.new_set = drop_bit(self.new_set, i);
+            self.free_one = drop_bit(self.free_one, i);
             self.count -= 1;
         }
         Ok(())
@@ -276,10 +335,7 @@ impl<'a, P: Persist> Descriptor<'a, P> {
 
     /// Live entries (targets and memory-only).
     pub fn len(&self) -> usize {
-        self.entries[..self.count]
-            .iter()
-            .filter(|e| e.address != layout::TOMBSTONE)
-            .count()
+        self.count - self.tombstones.count_ones() as usize
     }
 
     /// Whether the descriptor has no entry.
@@ -287,32 +343,23 @@ impl<'a, P: Persist> Descriptor<'a, P> {
         self.len() == 0
     }
 
-    fn write_entry(&self, i: usize) {
-        let d = self.pool.inner.desc(self.index);
-        let e = &self.entries[i];
-        let w = DESCRIPTOR_HEADER_WORDS + i * ENTRY_WORDS;
-        d[w + E_ADDRESS].store(e.address, Ordering::Relaxed);
-        d[w + E_EXPECTED].store(e.expected, Ordering::Relaxed);
-        d[w + E_NEW].store(e.new, Ordering::Relaxed);
-        d[w + E_POLICY].store(
-            layout::policy_word(e.policy.code(), e.activated, self.gen),
-            Ordering::Relaxed,
-        );
-    }
-
-    /// Durable activation of entry `i` (module doc).
+    /// Durable activation of entry `i` (module doc): its words are in the slot already.
     fn activate(&mut self, i: usize) {
         let inner = &self.pool.inner;
-        self.write_entry(i);
         let entry_bytes = self.entry_bytes(i);
         let status_bytes =
             inner.desc_bytes(self.index).start..inner.desc_bytes(self.index).start + WORD_BYTES;
         inner.persist.flush(&inner.region, status_bytes);
         inner.persist.flush(&inner.region, entry_bytes.clone());
         inner.persist.fence();
-        self.entries[i].activated = true;
-        self.activated_any = true;
-        self.write_entry(i);
+        self.activated |= bit(i);
+        let policy = self.free_one & bit(i) != 0;
+        let code = if policy {
+            Policy::FreeOne.code()
+        } else {
+            Policy::None.code()
+        };
+        self.set_field(i, E_POLICY, layout::policy_word(code, true, self.gen));
         inner.persist.flush(&inner.region, entry_bytes);
         inner.persist.fence();
         forest_core::pause::pause_point("pmwcas:activation-persisted");
@@ -324,47 +371,69 @@ impl<'a, P: Persist> Descriptor<'a, P> {
         start..start + ENTRY_WORDS * WORD_BYTES
     }
 
+    /// Entries that are neither tombstones nor beyond the count.
+    #[inline]
+    fn live(&self) -> u32 {
+        (bit(self.count) - 1) & !self.tombstones
+    }
+
     /// `PMwCAS(descriptor)`: executes the operation; `Ok(true)` if every word changed,
     /// `Ok(false)` if none did (§2.3). An unset reserved slot is an error and discards it.
     #[inline]
     pub fn execute(mut self) -> Result<bool, Error> {
-        // Inlined, so the descriptor (about 500 bytes of entries) is run where the caller
-        // built it rather than copied into this call.
         self.execute_in_place()
     }
 
     fn execute_in_place(&mut self) -> Result<bool, Error> {
-        if let Some(i) = self.entries[..self.count]
-            .iter()
-            .position(|e| e.address != layout::TOMBSTONE && !e.new_set)
-        {
+        let unset = self.live() & !self.new_set;
+        if unset != 0 {
             self.discard_now();
-            return Err(Error::SlotUnset { slot: i });
+            return Err(Error::SlotUnset {
+                slot: unset.trailing_zeros() as usize,
+            });
         }
         let inner = &self.pool.inner;
         if !P::DURABLE
             && self.count == 1
-            && self.entries[0].address < layout::TOMBSTONE
-            && self.entries[0].policy == Policy::None
+            && self.tombstones == 0
+            && self.free_one == 0
+            && self.field(0, E_ADDRESS) < layout::TOMBSTONE
         {
             return Ok(self.execute_single());
         }
-        let d = inner.desc(self.index);
+        // The owner's targets as it wrote them, read before the flush below (no read-back of
+        // lines just flushed: `clwb` may evict them), then put in address order.
+        let mut snap = Snapshot {
+            targets: [Target::default(); ENTRIES_MAX],
+            len: 0,
+            count: self.count,
+        };
+        // Whether its policies free memory on success / on failure (`retire` below).
+        let (mut frees_on_success, mut frees_on_failure) = (false, false);
         for i in 0..self.count {
-            self.write_entry(i);
-        }
-        let mut targets: [(u64, usize); ENTRIES_MAX] = [(0, 0); ENTRIES_MAX];
-        let mut target_count = 0;
-        for (i, e) in self.entries[..self.count].iter().enumerate() {
-            if e.address < layout::TOMBSTONE {
-                targets[target_count] = (e.address, i);
-                target_count += 1;
+            let address = self.field(i, E_ADDRESS);
+            if address == layout::TOMBSTONE {
+                continue;
+            }
+            let (expected, new) = (self.field(i, E_EXPECTED), self.field(i, E_NEW));
+            if self.free_one & bit(i) != 0 {
+                frees_on_success |= expected != 0;
+                frees_on_failure |= new != 0;
+            }
+            if address < layout::TOMBSTONE {
+                snap.targets[snap.len] = Target {
+                    slot: i,
+                    address,
+                    expected,
+                    new,
+                };
+                snap.len += 1;
             }
         }
-        targets[..target_count].sort_unstable();
-        let slots: [usize; ENTRIES_MAX] = std::array::from_fn(|k| targets[k].1);
+        snap.targets[..snap.len].sort_unstable_by_key(|t| t.address);
+        let d = self.slot_words();
         d[D_ORDER].store(
-            layout::order_word(&slots[..target_count]),
+            layout::order_word(snap.targets().iter().map(|t| t.slot)),
             Ordering::Relaxed,
         );
         d[D_STATUS].store(
@@ -381,34 +450,19 @@ impl<'a, P: Persist> Descriptor<'a, P> {
             inner.persist.fence();
         }
         forest_core::pause::pause_point("pmwcas:descriptor-persisted");
-        // The owner's targets as it wrote them: no read-back of the lines just flushed.
-        let mut snap = Snapshot {
-            targets: [Target::default(); ENTRIES_MAX],
-            len: target_count,
-            count: self.count,
-        };
-        for (k, &(address, slot)) in targets[..target_count].iter().enumerate() {
-            let e = &self.entries[slot];
-            snap.targets[k] = Target {
-                slot,
-                address,
-                expected: e.expected,
-                new: e.new,
-            };
-        }
         let succeeded = inner
             .run(self.index, self.gen, &snap, 0)
             .expect("an owner's descriptor is not reused while it runs");
-        inner.counters().attempt(target_count, succeeded);
+        inner.counters().attempt(snap.len, succeeded);
         forest_core::pause::pause_point("pmwcas:phase2-done");
         self.finished = true;
         // Memory its policies free (old values after success, new after failure) must wait
         // for the pool's epoch; a descriptor freeing nothing comes back at once (`reuse.rs`).
-        let frees_memory = self.entries[..self.count].iter().any(|e| {
-            e.policy == Policy::FreeOne
-                && e.address != layout::TOMBSTONE
-                && (if succeeded { e.expected } else { e.new }) != 0
-        });
+        let frees_memory = if succeeded {
+            frees_on_success
+        } else {
+            frees_on_failure
+        };
         inner.retire(self.index, self.gen, self.guard, frees_memory);
         Ok(succeeded)
     }
@@ -416,9 +470,13 @@ impl<'a, P: Persist> Descriptor<'a, P> {
     /// A volatile single-word PMwCAS without policy (module doc): a helping read and a CAS.
     fn execute_single(&mut self) -> bool {
         let inner = &self.pool.inner;
-        let e = self.entries[0];
-        let succeeded = match inner.target_word(e.address) {
-            Some(word) => inner.volatile_cas(word, e.expected, e.new),
+        let (address, expected, new) = (
+            self.field(0, E_ADDRESS),
+            self.field(0, E_EXPECTED),
+            self.field(0, E_NEW),
+        );
+        let succeeded = match inner.target_word(address) {
+            Some(word) => inner.volatile_cas(word, expected, new),
             None => false, // `add_word` admits target words only
         };
         inner.counters().attempt(1, succeeded);
@@ -440,21 +498,21 @@ impl<'a, P: Persist> Descriptor<'a, P> {
         self.finished = true;
         let inner = &self.pool.inner;
         let recycler =
-            inner.recycler(inner.desc(self.index)[layout::D_RECYCLER].load(Ordering::Relaxed));
-        for e in &self.entries[..self.count] {
-            if e.policy == Policy::FreeOne
-                && e.new_set
-                && e.new != 0
-                && e.address != layout::TOMBSTONE
-            {
+            inner.recycler(self.slot_words()[layout::D_RECYCLER].load(Ordering::Relaxed));
+        let mut frees = self.live() & self.free_one & self.new_set;
+        while frees != 0 {
+            let i = frees.trailing_zeros() as usize;
+            frees &= frees - 1;
+            let new = self.field(i, E_NEW);
+            if new != 0 {
                 recycler.free_by(
-                    e.new,
+                    new,
                     crate::pool::descriptor_tag(self.index, self.gen),
                     &|r| inner.persist_bytes(r),
                 );
             }
         }
-        inner.free_unpublished(self.index, self.gen, P::DURABLE && self.activated_any);
+        inner.free_unpublished(self.index, self.gen, P::DURABLE && self.activated != 0);
     }
 }
 

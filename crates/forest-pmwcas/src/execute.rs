@@ -214,6 +214,7 @@ impl<P: Persist> Inner<P> {
         let me = descriptor_ref(index, gen);
         let status_word = &self.desc(index)[D_STATUS];
         let mut all_installed = true;
+        let seq = self.rdcss_seq(index);
         'targets: for t in snap.targets() {
             let Some(word) = self.target_word(t.address) else {
                 // A torn snapshot of a reused descriptor; the generation check below ends it.
@@ -225,7 +226,7 @@ impl<P: Persist> Inner<P> {
                     // nothing left to install.
                     break 'targets;
                 }
-                let met = self.rdcss_install(word, index, t.slot, t.expected);
+                let met = self.rdcss_install(word, index, t.slot, t.expected, seq);
                 if met == t.expected || met & !DIRTY_BIT == me {
                     forest_core::pause::pause_point("pmwcas:phase1-word-installed");
                     continue 'targets;

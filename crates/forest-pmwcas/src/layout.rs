@@ -166,9 +166,9 @@ pub(crate) fn policy_gen(word: u64) -> u64 {
 
 /// The order word: `slots` (target entries in address order).
 #[inline]
-pub(crate) fn order_word(slots: &[usize]) -> u64 {
+pub(crate) fn order_word(slots: impl ExactSizeIterator<Item = usize>) -> u64 {
     let mut word = (slots.len() as u64) << 60;
-    for (k, &slot) in slots.iter().enumerate() {
+    for (k, slot) in slots.enumerate() {
         word |= (slot as u64) << (4 * k);
     }
     word
@@ -282,7 +282,7 @@ mod tests {
             (policy_code(p), p & ACTIVATED != 0, policy_gen(p)),
             (POLICY_FREE_ONE, true, 77)
         );
-        let o = order_word(&[3, 0, 13]);
+        let o = order_word([3, 0, 13].into_iter());
         assert_eq!(order_len(o), 3);
         assert_eq!(
             (order_slot(o, 0), order_slot(o, 1), order_slot(o, 2)),

@@ -13,6 +13,12 @@
 //! descriptor, which lets a completer stalled after reading `Undecided` finish a later
 //! installation of the same entry made after the PMwCAS succeeded and another PMwCAS restored
 //! the expected value, so the old PMwCAS would overwrite the new one (§2.3.2's race).
+//! A reference is `(index, slot, seq)`, so its uniqueness needs a fresh `seq` per run of
+//! Phase 1 (the owner's or a helper's), not per word: a run installs each slot at most once
+//! (after an installation went in it moves to the next slot, and it retries a slot only after
+//! a CAS that failed, so its reference never was in the word), and each run draws its own
+//! number with one `fetch_add` (issue 16 session 17: one locked instruction per PMwCAS instead
+//! of one per word).
 //!
 //! Choices the paper leaves open (persistence of RDCSS):
 //! - RDCSS references are never flushed on purpose, but a cache may write one back, so
@@ -46,9 +52,16 @@ impl<P: Persist> Inner<P> {
     ///
     /// Precondition: the caller owns the descriptor, or read its generation `Undecided` while
     /// pinned in the reuse domain (`reuse.rs`), so it cannot be reused before the caller
-    /// unpins.
-    pub(crate) fn rdcss_install(&self, word: &Word, index: u32, slot: usize, expected: u64) -> u64 {
-        let seq = self.desc(index)[D_INSTALL_SEQ].fetch_add(1, Ordering::SeqCst) & TAG_MASK;
+    /// unpins; `seq` is its run's [`Inner::rdcss_seq`], and this run has not installed `slot`
+    /// yet (module doc).
+    pub(crate) fn rdcss_install(
+        &self,
+        word: &Word,
+        index: u32,
+        slot: usize,
+        expected: u64,
+        seq: u64,
+    ) -> u64 {
         let mine = rdcss_ref(index, slot, seq);
         loop {
             forest_core::pause::pause_point("pmwcas:rdcss-installing");
@@ -73,6 +86,12 @@ impl<P: Persist> Inner<P> {
                 Err(current) => return current,
             }
         }
+    }
+
+    /// Draws the install sequence number of one run of Phase 1 over descriptor `index`.
+    #[inline]
+    pub(crate) fn rdcss_seq(&self, index: u32) -> u64 {
+        self.desc(index)[D_INSTALL_SEQ].fetch_add(1, Ordering::SeqCst) & TAG_MASK
     }
 
     /// Completes the RDCSS installation `reference` found in `word` (see the module doc).

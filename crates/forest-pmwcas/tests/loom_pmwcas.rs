@@ -399,3 +399,47 @@ fn reuse_pin_stops_a_stale_install_after_a_single_word_aba() {
         assert_eq!((read(&pool, 0), read(&pool, 1), read(&pool, 2)), (3, 1, 3));
     });
 }
+
+// Goal (review rev-bz2, session 17): the descriptor is built in place in its pool slot, so a
+// reader holding a stale reference to generation g1 may read the slot while the owner writes
+// g2's entries there, moves them (`RemoveWord`'s shift) and overwrites them. It must never
+// act on a torn mix of g1's and g2's entries. Method: one descriptor; the writer runs g1
+// {A: 0 -> 1, B: 0 -> 1}, then builds g2 as {C: 0 -> 9, B: 1 -> 2, A: 1 -> 2}, removes C
+// (B and A shift down one entry, so entry 0 changes address twice: A, C, B) and executes;
+// the main thread reads A then B meanwhile (helping g1 wherever it stands). A helper acting
+// on a torn g1 snapshot would install a g2 value under g1 (g2 then fails) or touch C. B is
+// never behind A, both PMwCASes succeed, the end state is (2, 2, 0).
+#[test]
+fn reuse_while_the_owner_builds_in_place() {
+    loom::model(|| {
+        let pool = volatile(1);
+        let writer = {
+            let pool = pool.clone();
+            loom::thread::spawn(move || {
+                assert!(pmwcas(&pool, &[(0, 0, 1), (1, 0, 1)]));
+                loop {
+                    let guard = pool.pin();
+                    let mut d = match pool.allocate_descriptor(&guard) {
+                        Ok(d) => d,
+                        Err(Error::PoolExhausted { .. }) => {
+                            loom::thread::yield_now();
+                            continue;
+                        }
+                        Err(e) => panic!("{e}"),
+                    };
+                    d.add_word(word(&pool, 2), 0, 9).unwrap();
+                    d.add_word(word(&pool, 1), 1, 2).unwrap();
+                    d.add_word(word(&pool, 0), 1, 2).unwrap();
+                    d.remove_word(word(&pool, 2)).unwrap();
+                    assert!(d.execute().unwrap(), "g2 failed: a torn install of g1");
+                    break;
+                }
+            })
+        };
+        let a = read(&pool, 0);
+        let b = read(&pool, 1);
+        assert!(b >= a, "B ({b}) behind A ({a}): a torn PMwCAS");
+        writer.join().unwrap();
+        assert_eq!((read(&pool, 0), read(&pool, 1), read(&pool, 2)), (2, 2, 0));
+    });
+}

@@ -232,6 +232,69 @@ fn remove_word_and_reserve_entry() {
 }
 
 #[test]
+fn entries_built_in_place_follow_remove_word() {
+    // Goal: the descriptor is built in its pool slot and the handle keeps only per-entry
+    // flags (session 17): RemoveWord's shift (nothing activated) and tombstone (something
+    // activated) keep each entry's policy and new value with it. Method: volatile, remove the
+    // first of three entries, discard: only the FREE-ONE entry's new value is freed (a flag
+    // left at its old position would free another entry's value or none). Persistent (sim):
+    // activate, add and remove a word (a tombstone), add it again, execute; the word changes
+    // and the activated node is freed only on failure.
+    let freed = Arc::new(Freed::default());
+    let pool = Pool::create_volatile(NoPersist, config(Some(freed.clone()))).unwrap();
+    let guard = pool.pin();
+    let at = words(&pool, 3);
+    let w: Vec<_> = at.iter().map(|&o| pool.word(o).unwrap()).collect();
+    let mut d = pool.allocate_descriptor(&guard).unwrap();
+    d.add_word(w[0], 0, 5).unwrap();
+    let slot = d.reserve_entry(w[1], 0, Policy::FreeOne).unwrap();
+    d.set_new(slot, 800).unwrap();
+    d.add_word(w[2], 0, 7).unwrap();
+    d.remove_word(w[0]).unwrap();
+    assert_eq!(d.len(), 2);
+    d.discard();
+    assert_eq!(*freed.0.lock().unwrap(), vec![800]);
+    assert_eq!([0, 0, 0], [0, 1, 2].map(|i| pool.read(w[i], &guard)));
+    drop(guard);
+
+    let freed = Arc::new(Freed::default());
+    let pool = sim_pool(config(Some(freed.clone())));
+    let at = words(&pool, 2);
+    {
+        let guard = pool.pin();
+        let w: Vec<_> = at.iter().map(|&o| pool.word(o).unwrap()).collect();
+        let mut d = pool.allocate_descriptor(&guard).unwrap();
+        d.add_word(w[0], 0, 5).unwrap();
+        let node = d.reserve_memory().unwrap();
+        d.set_new(node, 300).unwrap(); // activated: entries stay where they are
+        d.remove_word(w[0]).unwrap();
+        assert_eq!(d.len(), 1);
+        d.add_word(w[0], 0, 6).unwrap();
+        d.add_word(w[1], 0, 9).unwrap();
+        assert_eq!(d.len(), 3);
+        assert!(d.execute().unwrap());
+        assert_eq!([6, 9], [pool.read(w[0], &guard), pool.read(w[1], &guard)]);
+        let mut d = pool.allocate_descriptor(&guard).unwrap();
+        d.add_word(w[0], 5, 1).unwrap(); // fails: w0 holds 6
+        let node = d.reserve_memory().unwrap();
+        d.set_new(node, 400).unwrap();
+        assert!(!d.execute().unwrap());
+    }
+    for _ in 0..10_000 {
+        if freed.0.lock().unwrap().contains(&400) {
+            break;
+        }
+        pool.pin().flush();
+        std::thread::yield_now();
+    }
+    assert_eq!(
+        *freed.0.lock().unwrap(),
+        vec![400],
+        "the failed one's node only"
+    );
+}
+
+#[test]
 fn free_one_frees_old_on_success_new_on_failure_after_the_epoch() {
     // Goal: FREE-ONE (§6.3): success frees the old value, failure the new one, memory-only
     // entries likewise, Discard frees activated new values at once; frees come through the

@@ -8,6 +8,7 @@ mod high_water_mark;
 mod race_late_install;
 mod recovery_left;
 mod reuse_domain;
+mod rev_bz2;
 mod rev_pmrec2;
 mod stale_helper;
 mod stress;
