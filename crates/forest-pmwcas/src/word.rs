@@ -21,8 +21,9 @@
 //!   a reuse can never be taken for one made after it.
 //! - RDCSS reference: `RDCSS_BIT | seq << 21 | index << 4 | slot`. `seq` is drawn from the
 //!   descriptor's install counter once per run of Phase 1, and a run installs each slot at
-//!   most once (`rdcss.rs`), so no two installations ever put the same bit pattern in a word. Harris et al. allocate a fresh RDCSS descriptor per
-//!   attempt for this reason; the reference library reuses `&words_[i]`, which lets a stalled
+//!   most once (`rdcss.rs`), so no two installations ever put the same bit pattern in a word.
+//!   Harris et al. allocate a fresh RDCSS descriptor per attempt for this reason; the
+//!   reference library reuses `&words_[i]`, which lets a stalled
 //!   completer finish a *later* installation of the same entry with a stale status read (the
 //!   §2.3.2 race). `slot` is the entry's index in the descriptor.
 //!
