@@ -356,3 +356,102 @@ fn now_is_at_or_after_an_acknowledged_write() {
         as_of_now.as_deref().map(String::from_utf8_lossy)
     );
 }
+
+// rev-tsb2 F1: `Store::settle` waits for every unit in flight at or below the clock, and
+// only an applied unit clears its slot (`InFlight::applied`). A unit whose apply panics
+// (an engine bug; FailOnUnwind fails the store) never clears its slot, so a write of another
+// shard that applied before the panic and is settling loops forever: it never sees the
+// store's failure, and its caller (a server connection, a close) hangs.
+// Method: two shards, `periodic`; a writer paused at `temporal:ticked`; a writer of the other
+// shard applies and reaches `temporal:settling`; then the paused writer panics. The settling
+// write must return (Ok or the store's failure) within 10 s.
+#[cfg(feature = "pause-points")]
+#[test]
+#[ignore = "rev: rev-tsb2 F1 a write settling behind a unit whose apply panicked never returns"]
+fn a_write_settling_behind_a_panicked_unit_returns() {
+    use forest_store::{Durability, StoreOptions};
+    use std::sync::{mpsc, Arc, Mutex};
+    use std::time::Duration;
+
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let options = StoreOptions {
+        durability: Durability::Periodic { interval_ms: 5 },
+        ..sharded(ENGINE, 2)
+    };
+    let store = Arc::new(Store::open_path(tmp.path(), options).expect("open"));
+    store.put_ts(&key(0), b"old").expect("put");
+    let (paused_tx, paused_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (settling_tx, settling_rx) = mpsc::channel::<()>();
+    let (paused_tx, go_rx) = (Mutex::new(paused_tx), Mutex::new(go_rx));
+    let settling_tx = Mutex::new(settling_tx);
+    let fired = AtomicBool::new(false);
+    forest_core::pause::set_pause_hook(Some(Arc::new(move |name| {
+        let me = std::thread::current();
+        if name == "temporal:ticked"
+            && me.name() == Some("rev-tsb2-panics")
+            && !fired.swap(true, Ordering::SeqCst)
+        {
+            paused_tx
+                .lock()
+                .expect("hook")
+                .send(())
+                .expect("test alive");
+            go_rx.lock().expect("hook").recv().expect("test alive");
+            panic!("injected: the unit's apply panics");
+        }
+        if name == "temporal:settling" && me.name() == Some("rev-tsb2-settles") {
+            let _ = settling_tx.lock().expect("hook").send(());
+        }
+    })));
+    let (shard_tx, shard_rx) = mpsc::channel::<usize>();
+    let held = {
+        let store = Arc::clone(&store);
+        std::thread::Builder::new()
+            .name("rev-tsb2-panics".into())
+            .spawn(move || {
+                shard_tx
+                    .send(store.shard_of_this_thread())
+                    .expect("test alive");
+                store.put_ts(&key(0), b"held")
+            })
+            .expect("spawn")
+    };
+    let held_shard = shard_rx.recv().expect("shard");
+    paused_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the held writer reached its pause point");
+    // A writer on the other shard (one on the held shard would wait for its lock).
+    let (done_tx, done_rx) = mpsc::channel();
+    loop {
+        let (other_tx, other_rx) = mpsc::channel::<bool>();
+        let store = Arc::clone(&store);
+        let done_tx = done_tx.clone();
+        std::thread::Builder::new()
+            .name("rev-tsb2-settles".into())
+            .spawn(move || {
+                let other = store.shard_of_this_thread() != held_shard;
+                other_tx.send(other).expect("test alive");
+                if other {
+                    let _ = done_tx.send(store.put_ts(&key(1), b"new").map(|_| ()));
+                }
+            })
+            .expect("spawn");
+        if other_rx.recv().expect("writer") {
+            break;
+        }
+    }
+    settling_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the other shard's write applied and settles behind the held unit");
+    go_tx.send(()).expect("held alive");
+    assert!(held.join().is_err(), "the held writer panicked");
+    let outcome = done_rx.recv_timeout(Duration::from_secs(10));
+    forest_core::pause::set_pause_hook(None);
+    let outcome = outcome.expect(
+        "the write settling behind the panicked unit never returned (Store::settle spins on \
+         its slot forever)",
+    );
+    // Either acknowledged before the failure or refused with it; never a hang.
+    let _ = outcome;
+}
