@@ -512,7 +512,10 @@ fn a_checkpoint_is_byte_identical_to_mains() {
     };
     let mut digest = std::collections::hash_map::DefaultHasher::new();
     let mut files = 0;
-    let mut check = |t: u64, cut: u64, model: &BTreeMap<_, _>, digest: &mut std::collections::hash_map::DefaultHasher| {
+    let mut check = |t: u64,
+                     cut: u64,
+                     model: &BTreeMap<_, _>,
+                     digest: &mut std::collections::hash_map::DefaultHasher| {
         let dir = SimDir::new(4);
         let block = TemporalBlock { threshold: t, cut };
         let info = checkpoint::write_temporal(&dir, temporal, 3, block, || 8).expect("write");
@@ -538,5 +541,106 @@ fn a_checkpoint_is_byte_identical_to_mains() {
             check(t, cut, &model, &mut digest);
         }
     }
-    println!("rev-tsb2 checkpoint digest over {files} files: {:016x}", digest.finish());
+    println!(
+        "rev-tsb2 checkpoint digest over {files} files: {:016x}",
+        digest.finish()
+    );
+}
+
+// rev-tsb2 F3: `Store::settle` waits for every unit in flight at or below the clock read
+// after the write applied, not at or below the write's own timestamp; `now()` at or after
+// the write needs only the older units applied. So a write's acknowledgement waits for
+// units that ticked after it (a descheduled later writer of another shard), which is also
+// why tests holding a unit had to go to one write per thread.
+// Method: two shards, `periodic`; writer A paused at `temporal:ticked`; writer B of the other
+// shard ticks after it (a later timestamp) and pauses there too; A goes on: its write applies
+// and must be acknowledged within 5 s while B, younger, is still held.
+#[cfg(feature = "pause-points")]
+#[test]
+#[ignore = "rev: rev-tsb2 F3 an acknowledgement waits for a unit that ticked after the write"]
+fn an_acknowledgement_does_not_wait_for_a_later_unit() {
+    use forest_store::{Durability, StoreOptions};
+    use std::sync::{mpsc, Arc, Mutex};
+    use std::time::Duration;
+
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let options = StoreOptions {
+        durability: Durability::Periodic { interval_ms: 5 },
+        ..sharded(ENGINE, 2)
+    };
+    let store = Arc::new(Store::open_path(tmp.path(), options).expect("open"));
+    let (paused_tx, paused_rx) = mpsc::channel::<&'static str>();
+    let (go_a_tx, go_a_rx) = mpsc::channel::<()>();
+    let (go_b_tx, go_b_rx) = mpsc::channel::<()>();
+    let paused_tx = Mutex::new(paused_tx);
+    let (go_a_rx, go_b_rx) = (Mutex::new(go_a_rx), Mutex::new(go_b_rx));
+    let (fired_a, fired_b) = (AtomicBool::new(false), AtomicBool::new(false));
+    forest_core::pause::set_pause_hook(Some(Arc::new(move |name| {
+        if name != "temporal:ticked" {
+            return;
+        }
+        match std::thread::current().name() {
+            Some("rev-tsb2-a") if !fired_a.swap(true, Ordering::SeqCst) => {
+                paused_tx
+                    .lock()
+                    .expect("hook")
+                    .send("a")
+                    .expect("test alive");
+                go_a_rx.lock().expect("hook").recv().expect("test alive");
+            }
+            Some("rev-tsb2-b") if !fired_b.swap(true, Ordering::SeqCst) => {
+                paused_tx
+                    .lock()
+                    .expect("hook")
+                    .send("b")
+                    .expect("test alive");
+                go_b_rx.lock().expect("hook").recv().expect("test alive");
+            }
+            _ => {}
+        }
+    })));
+    let (a_shard_tx, a_shard_rx) = mpsc::channel::<usize>();
+    let (a_done_tx, a_done_rx) = mpsc::channel();
+    let a = {
+        let (store, a_done_tx) = (Arc::clone(&store), a_done_tx.clone());
+        std::thread::Builder::new()
+            .name("rev-tsb2-a".into())
+            .spawn(move || {
+                a_shard_tx
+                    .send(store.shard_of_this_thread())
+                    .expect("test alive");
+                let _ = a_done_tx.send(store.put_ts(&key(0), b"a").map(|_| ()));
+            })
+            .expect("spawn")
+    };
+    let a_shard = a_shard_rx.recv().expect("shard");
+    assert_eq!(paused_rx.recv_timeout(Duration::from_secs(60)), Ok("a"));
+    let b = loop {
+        let (other_tx, other_rx) = mpsc::channel::<bool>();
+        let store = Arc::clone(&store);
+        let b = std::thread::Builder::new()
+            .name("rev-tsb2-b".into())
+            .spawn(move || {
+                let other = store.shard_of_this_thread() != a_shard;
+                other_tx.send(other).expect("test alive");
+                if other {
+                    store.put_ts(&key(1), b"b").expect("b");
+                }
+            })
+            .expect("spawn");
+        if other_rx.recv().expect("b") {
+            break b;
+        }
+        b.join().expect("b on a's shard wrote nothing");
+    };
+    assert_eq!(paused_rx.recv_timeout(Duration::from_secs(60)), Ok("b"));
+    go_a_tx.send(()).expect("a alive");
+    let acked = a_done_rx.recv_timeout(Duration::from_secs(5));
+    go_b_tx.send(()).expect("b alive");
+    a.join().expect("a");
+    b.join().expect("b");
+    forest_core::pause::set_pause_hook(None);
+    acked
+        .expect("A's write, older than the held unit B, was not acknowledged while B was held")
+        .expect("A's write");
 }
