@@ -169,6 +169,7 @@ fn as_of_answers_at_now_never_change_over_several_shards() {
 #[cfg(feature = "pause-points")]
 #[test]
 fn a_held_unit_keeps_other_shards_pages_consolidated() {
+    let _serial = crate::pause_hook_serial();
     use forest_store::{Durability, StoreOptions};
     use std::sync::{mpsc, Arc, Mutex};
     use std::time::Duration;
@@ -263,6 +264,7 @@ fn a_held_unit_keeps_other_shards_pages_consolidated() {
 #[cfg(feature = "pause-points")]
 #[test]
 fn now_is_at_or_after_an_acknowledged_write() {
+    let _serial = crate::pause_hook_serial();
     use forest_store::{Durability, StoreOptions};
     use std::sync::{mpsc, Arc, Mutex};
     use std::time::Duration;
@@ -367,8 +369,8 @@ fn now_is_at_or_after_an_acknowledged_write() {
 // write must return (Ok or the store's failure) within 10 s.
 #[cfg(feature = "pause-points")]
 #[test]
-#[ignore = "rev: rev-tsb2 F1 a write settling behind a unit whose apply panicked never returns"]
 fn a_write_settling_behind_a_panicked_unit_returns() {
+    let _serial = crate::pause_hook_serial();
     use forest_store::{Durability, StoreOptions};
     use std::sync::{mpsc, Arc, Mutex};
     use std::time::Duration;
@@ -557,8 +559,8 @@ fn a_checkpoint_is_byte_identical_to_mains() {
 // and must be acknowledged within 5 s while B, younger, is still held.
 #[cfg(feature = "pause-points")]
 #[test]
-#[ignore = "rev: rev-tsb2 F3 an acknowledgement waits for a unit that ticked after the write"]
 fn an_acknowledgement_does_not_wait_for_a_later_unit() {
+    let _serial = crate::pause_hook_serial();
     use forest_store::{Durability, StoreOptions};
     use std::sync::{mpsc, Arc, Mutex};
     use std::time::Duration;
