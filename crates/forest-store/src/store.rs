@@ -393,9 +393,17 @@ impl std::fmt::Debug for Store {
     }
 }
 
-/// What [`Store::write_one_at`] did: changed, LSN to wait for, the value decided from, and
-/// a temporal store's version timestamp.
-type WroteOne = (bool, Option<u64>, Option<Vec<u8>>, Option<u64>);
+/// What [`Store::write_one`] did: changed, what to wait for, the value decided from.
+type WroteOne = (bool, Ack, Option<Vec<u8>>);
+
+/// What a write's acknowledgement waits for: its LSN to be acknowledged under the durability
+/// mode (None: nothing), and on a temporal store the units in flight at or below its
+/// timestamp to apply ([`Store::settle`]; None: it took none, the clock bounds the wait).
+#[derive(Clone, Copy, Debug, Default)]
+struct Ack {
+    lsn: Option<u64>,
+    ts: Option<u64>,
+}
 
 /// Creates the log set `seq` of `shards` logs whose LSNs start at `first_lsn`, with LSNs
 /// `void_from .. first_lsn` recorded as void (cut by recovery, never handed out); `opened`:
@@ -1093,25 +1101,10 @@ impl Store {
     }
 
     /// Decides and logs one write of `key` in `shard`, under the key's stripe; returns
-    /// whether it changed anything, the LSN to wait for before answering (its own, or the
-    /// stripe's last when it changed nothing; None: nothing to wait for) and what `decide`
-    /// saw.
+    /// whether it changed anything, what to wait for before answering (its own LSN, or the
+    /// stripe's last when it changed nothing; on a temporal store the version's timestamp,
+    /// None when nothing was written) and what `decide` saw.
     fn write_one(
-        &self,
-        shard: usize,
-        key: &[u8],
-        read_current: bool,
-        deferred: bool,
-        decide: impl FnOnce(Option<&[u8]>) -> Result<Rmw>,
-    ) -> Result<(bool, Option<u64>, Option<Vec<u8>>)> {
-        let (changed, lsn, old, _) =
-            self.write_one_at(shard, key, read_current, deferred, decide)?;
-        Ok((changed, lsn, old))
-    }
-
-    /// [`Self::write_one`], also returning the version's timestamp on a temporal store
-    /// (None: nothing written, or not temporal).
-    fn write_one_at(
         &self,
         shard: usize,
         key: &[u8],
@@ -1152,7 +1145,7 @@ impl Store {
                     true
                 }
             };
-            return Ok((changed, None, old, None));
+            return Ok((changed, Ack::default(), old));
         }
         let mut refused = None;
         let mut stamp = None;
@@ -1219,15 +1212,19 @@ impl Store {
         }
         // Only a write that changed nothing reads the stripe's last LSN.
         let wait_for = lsn.or_else(|| Some(stripe.last_lsn()).filter(|&l| l > 0));
-        Ok((lsn.is_some(), wait_for, old, stamp))
+        let ack = Ack {
+            lsn: wait_for,
+            ts: stamp,
+        };
+        Ok((lsn.is_some(), ack, old))
     }
 
-    fn wait(&self, lsn: Option<u64>) -> Result<()> {
-        match lsn {
+    fn wait(&self, ack: Ack) -> Result<()> {
+        match ack.lsn {
             Some(lsn) => self.commit.wait(lsn)?,
             None => self.commit.check_failed()?,
         }
-        self.settle();
+        self.settle(ack.ts)?;
         self.scheduled_map_checkpoint();
         Ok(())
     }
@@ -1236,13 +1233,13 @@ impl Store {
     pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<bool> {
         check_entry(key, value)?;
         let shard = self.commit.shard_of_thread();
-        let (changed, lsn, _) = self.write_one(shard, key, true, false, |old| {
+        let (changed, ack, _) = self.write_one(shard, key, true, false, |old| {
             Ok(match old {
                 Some(_) => Rmw::Keep,
                 None => Rmw::Put(value.to_vec()),
             })
         })?;
-        self.wait(lsn)?;
+        self.wait(ack)?;
         Ok(changed)
     }
 
@@ -1250,22 +1247,22 @@ impl Store {
     pub fn upsert(&self, key: &[u8], value: &[u8]) -> Result<()> {
         check_entry(key, value)?;
         let shard = self.commit.shard_of_thread();
-        let (_, lsn, _) =
+        let (_, ack, _) =
             self.write_one(shard, key, false, false, |_| Ok(Rmw::Put(value.to_vec())))?;
-        self.wait(lsn)
+        self.wait(ack)
     }
 
     /// Sets `key` to `value` only if present; true if updated.
     pub fn update(&self, key: &[u8], value: &[u8]) -> Result<bool> {
         check_entry(key, value)?;
         let shard = self.commit.shard_of_thread();
-        let (changed, lsn, _) = self.write_one(shard, key, true, false, |old| {
+        let (changed, ack, _) = self.write_one(shard, key, true, false, |old| {
             Ok(match old {
                 Some(_) => Rmw::Put(value.to_vec()),
                 None => Rmw::Keep,
             })
         })?;
-        self.wait(lsn)?;
+        self.wait(ack)?;
         Ok(changed)
     }
 
@@ -1273,14 +1270,14 @@ impl Store {
     pub fn remove(&self, key: &[u8]) -> Result<bool> {
         check_key(key)?;
         let shard = self.commit.shard_of_thread();
-        let (changed, lsn, _) = self.write_one(shard, key, true, false, |old| {
+        let (changed, ack, _) = self.write_one(shard, key, true, false, |old| {
             Ok(if old.is_some() {
                 Rmw::Remove
             } else {
                 Rmw::Keep
             })
         })?;
-        self.wait(lsn)?;
+        self.wait(ack)?;
         Ok(changed)
     }
 
@@ -1293,8 +1290,8 @@ impl Store {
     ) -> Result<Option<Vec<u8>>> {
         check_key(key)?;
         let shard = self.commit.shard_of_thread();
-        let (_, lsn, old) = self.write_one(shard, key, true, false, f)?;
-        self.wait(lsn)?;
+        let (_, ack, old) = self.write_one(shard, key, true, false, f)?;
+        self.wait(ack)?;
         Ok(old)
     }
 
@@ -1304,6 +1301,8 @@ impl Store {
             store: self,
             shard: self.commit.shard_of_thread(),
             lsn_max: None,
+            ts_max: None,
+            clock_bound: false,
         }
     }
 
@@ -1311,8 +1310,8 @@ impl Store {
     /// op whether it changed the store.
     pub fn write_batch(&self, ops: &[BatchOp]) -> Result<Vec<bool>> {
         let shard = self.commit.shard_of_thread();
-        let (changed, lsn) = self.write_unit(shard, ops, false)?;
-        self.wait(lsn)?;
+        let (changed, ack) = self.write_unit(shard, ops, false)?;
+        self.wait(ack)?;
         Ok(changed.into_vec())
     }
 
@@ -1325,25 +1324,9 @@ impl Store {
     }
 
     /// Decides and logs `ops` as one atomic unit in `shard` (see the module doc); returns
-    /// what each op changed and the LSN to wait for.
-    fn write_unit(
-        &self,
-        shard: usize,
-        ops: &[BatchOp],
-        deferred: bool,
-    ) -> Result<(Changed, Option<u64>)> {
-        let (changed, lsn, _) = self.write_unit_at(shard, ops, deferred)?;
-        Ok((changed, lsn))
-    }
-
-    /// [`Self::write_unit`], also returning the unit's timestamp on a temporal store (None:
-    /// nothing written, or not temporal).
-    fn write_unit_at(
-        &self,
-        shard: usize,
-        ops: &[BatchOp],
-        deferred: bool,
-    ) -> Result<(Changed, Option<u64>, Option<u64>)> {
+    /// what each op changed and what to wait for (the LSN; on a temporal store the unit's
+    /// one timestamp, None when it wrote nothing).
+    fn write_unit(&self, shard: usize, ops: &[BatchOp], deferred: bool) -> Result<(Changed, Ack)> {
         for op in ops {
             match op {
                 BatchOp::Insert(k, v) | BatchOp::Upsert(k, v) | BatchOp::Update(k, v) => {
@@ -1454,8 +1437,11 @@ impl Store {
                 return Err(e);
             }
             let lsn = logged.map(|(lsn, _)| lsn);
-            let wait_for = self.note_unit(&stripes, lsn);
-            return Ok((changed, wait_for, logged.map(|(_, ts)| ts)));
+            let ack = Ack {
+                lsn: self.note_unit(&stripes, lsn),
+                ts: logged.map(|(_, ts)| ts),
+            };
+            return Ok((changed, ack));
         }
         let index = &*self.index;
         let msync = self.pm.as_ref().is_some_and(|pm| pm.msync);
@@ -1517,7 +1503,7 @@ impl Store {
                 // One record is a single write: durable when the tree returns.
                 let _guard = FailOnPanic::new(&self.commit, "writing to the msync tree");
                 apply(0).map_err(|e| e.into_inner())?;
-                return Ok((changed, None, None));
+                return Ok((changed, Ack::default()));
             }
             Some(pm) if pm.msync => {
                 // A redo record, durable before the tree changes (`crate::pm`).
@@ -1543,7 +1529,7 @@ impl Store {
                     }
                     applied.map_err(|e| e.into_inner())?;
                 }
-                return Ok((changed, None, None));
+                return Ok((changed, Ack::default()));
             }
             Some(pm) => {
                 // clwb: a reopen must know if the tree may hold part of a batch.
@@ -1575,7 +1561,11 @@ impl Store {
         if let Some(llama) = &self.llama {
             llama.after_op();
         }
-        Ok((changed, self.note_unit(&stripes, lsn), None))
+        let ack = Ack {
+            lsn: self.note_unit(&stripes, lsn),
+            ts: None,
+        };
+        Ok((changed, ack))
     }
 
     /// Notes a unit's LSN (None: it changed nothing) on its stripes; returns the LSN to wait
@@ -2202,6 +2192,11 @@ pub struct Batch<'a> {
     shard: usize,
     /// The highest LSN taken by the batch (None: nothing changed yet).
     lsn_max: Option<u64>,
+    /// On a temporal store, the highest timestamp of the batch's units ([`Store::settle`]).
+    ts_max: Option<u64>,
+    /// A write waits for an LSN without a timestamp (it changed nothing, or an observed
+    /// stripe's): the clock bounds the settle instead of `ts_max`.
+    clock_bound: bool,
 }
 
 impl Batch<'_> {
@@ -2211,11 +2206,18 @@ impl Batch<'_> {
         read_current: bool,
         decide: impl FnOnce(Option<&[u8]>) -> Result<Rmw>,
     ) -> Result<(bool, Option<Vec<u8>>)> {
-        let (changed, lsn, old) =
+        let (changed, ack, old) =
             self.store
                 .write_one(self.shard, key, read_current, true, decide)?;
-        self.lsn_max = self.lsn_max.max(lsn);
+        self.add(ack);
         Ok((changed, old))
+    }
+
+    /// Adds a write's wait to the batch's.
+    fn add(&mut self, ack: Ack) {
+        self.lsn_max = self.lsn_max.max(ack.lsn);
+        self.ts_max = self.ts_max.max(ack.ts);
+        self.clock_bound |= ack.lsn.is_some() && ack.ts.is_none();
     }
 
     /// Adds to this batch's durability wait whatever was written under `key`'s stripe: an
@@ -2225,7 +2227,10 @@ impl Batch<'_> {
     pub fn observe(&mut self, key: &[u8]) -> bool {
         let last = self.store.stripes.of(key).last_lsn();
         if last > self.store.lsns.durable() {
-            self.lsn_max = self.lsn_max.max(Some(last));
+            self.add(Ack {
+                lsn: Some(last),
+                ts: None,
+            });
             return true;
         }
         false
@@ -2234,8 +2239,8 @@ impl Batch<'_> {
     /// Applies `batch` atomically within this pipeline batch (as [`Store::write`]; the
     /// durability wait is this batch's).
     pub fn write(&mut self, batch: &WriteBatch) -> Result<Vec<bool>> {
-        let (changed, lsn) = self.store.write_unit(self.shard, &batch.ops, true)?;
-        self.lsn_max = self.lsn_max.max(lsn);
+        let (changed, ack) = self.store.write_unit(self.shard, &batch.ops, true)?;
+        self.add(ack);
         Ok(changed.into_vec())
     }
 
@@ -2243,8 +2248,8 @@ impl Batch<'_> {
     /// the report of what each op changed (a collection command's member and type entry;
     /// a unit of up to four ops keeps its bookkeeping off the heap, see `SMALL_UNIT_OPS`).
     pub fn write_ops(&mut self, ops: &[BatchOp]) -> Result<()> {
-        let (_, lsn) = self.store.write_unit(self.shard, ops, true)?;
-        self.lsn_max = self.lsn_max.max(lsn);
+        let (_, ack) = self.store.write_unit(self.shard, ops, true)?;
+        self.add(ack);
         Ok(())
     }
 
@@ -2312,8 +2317,8 @@ impl Batch<'_> {
             Some(lsn) => self.store.commit.wait_batch(self.shard, lsn)?,
             None => self.store.commit.check_failed()?,
         }
-        self.store.settle();
-        Ok(())
+        let bound = if self.clock_bound { None } else { self.ts_max };
+        self.store.settle(bound)
     }
 }
 

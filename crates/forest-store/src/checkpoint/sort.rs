@@ -149,9 +149,10 @@ impl<'d> Sorter<'d> {
     /// Sorts the run and writes it to a new run file.
     fn spill(&mut self) -> Result<()> {
         self.sort_run();
+        // Listed before it is created: whatever fails from here, `Drop` removes it.
         let name = self.new_run_name();
+        self.runs.push(name.clone());
         let mut out = RunWriter::create(self.dir, &name, self.budget.chunk)?;
-        self.runs.push(name);
         let (arena, items) = (&self.arena, &self.items);
         for i in items {
             let key = &arena[i.at..i.at + i.key_len as usize];
@@ -204,10 +205,12 @@ impl<'d> Sorter<'d> {
         self.items = Vec::new();
         let fan_in = self.budget.fan_in.max(2);
         while self.runs.len() > fan_in {
-            let group: Vec<String> = self.runs.drain(..fan_in).collect();
+            // The output run is created while the group is still listed, so a failed creation
+            // leaves every run to `Drop` (review rev-tsb2 F2).
             let name = self.new_run_name();
+            self.runs.push(name.clone());
             let mut out = RunWriter::create(self.dir, &name, self.budget.chunk)?;
-            self.runs.push(name);
+            let group: Vec<String> = self.runs.drain(..fan_in).collect();
             let merged = self
                 .merge(&group, &mut |ts, key, value| out.put(ts, key, value))
                 .and_then(|peak| {
@@ -220,15 +223,18 @@ impl<'d> Sorter<'d> {
                 return merged.map(|_| self.stats);
             }
             self.note(merged?);
-            self.remove_runs(&group)?;
+            if let Err(e) = self.remove_runs(&group) {
+                self.runs.extend(group);
+                return Err(e);
+            }
         }
         let group = std::mem::take(&mut self.runs);
         let peak = self.merge(&group, emit);
         self.runs = group;
         let peak = peak?;
         self.note(peak);
-        let group = std::mem::take(&mut self.runs);
-        self.remove_runs(&group)?;
+        self.remove_runs(&self.runs)?;
+        self.runs.clear();
         Ok(self.stats)
     }
 
@@ -520,5 +526,103 @@ mod tests {
         assert_eq!(files[0].0, files[1].0);
         assert!(files[0].0.entry_count > 1000);
         assert!(files[0].2 == files[1].2, "the two files differ");
+    }
+
+    /// A directory that fails the `fail_at`-th creation (from 1) of a run file.
+    struct FailingRunCreate {
+        inner: SimDir,
+        fail_at: u64,
+        creates: std::sync::atomic::AtomicU64,
+    }
+
+    impl Dir for FailingRunCreate {
+        fn path(&self) -> &std::path::Path {
+            self.inner.path()
+        }
+        fn create(&self, name: &str) -> Result<Box<dyn crate::file::File>> {
+            if name.contains(".run-") {
+                let n = self
+                    .creates
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                    + 1;
+                if n == self.fail_at {
+                    return Err(Error::Io {
+                        path: self.inner.path().join(name),
+                        op: "create",
+                        source: std::io::Error::other("injected: no space for a run file"),
+                    });
+                }
+            }
+            self.inner.create(name)
+        }
+        fn open(&self, name: &str) -> Result<Box<dyn crate::file::File>> {
+            self.inner.open(name)
+        }
+        fn exists(&self, name: &str) -> Result<bool> {
+            self.inner.exists(name)
+        }
+        fn list(&self) -> Result<Vec<String>> {
+            self.inner.list()
+        }
+        fn rename(&self, from: &str, to: &str) -> Result<()> {
+            self.inner.rename(from, to)
+        }
+        fn remove(&self, name: &str) -> Result<()> {
+            self.inner.remove(name)
+        }
+        fn sync_dir(&self) -> Result<()> {
+            self.inner.sync_dir()
+        }
+        fn sync_parent(&self) -> Result<()> {
+            self.inner.sync_parent()
+        }
+        fn lock(&self) -> Result<crate::file::DirLock> {
+            self.inner.lock()
+        }
+    }
+
+    // rev-tsb2 F2: the module doc and `Drop for Sorter` promise that a failed sort leaves no
+    // run file behind. Method: the same multi-pass sort (TINY budget, merges of 3) with the
+    // k-th run file's creation failing, for every k: after the error the directory must be
+    // empty. A merge pass drains its group of runs out of `self.runs` before it creates its
+    // output run, so when that creation fails (`?`) the group's files are forgotten.
+    #[test]
+    fn a_failed_run_creation_leaves_no_run_file() {
+        let input = scrambled(3000);
+        let mut leaks = Vec::new();
+        for fail_at in 1.. {
+            let dir = FailingRunCreate {
+                inner: SimDir::new(4),
+                fail_at,
+                creates: Default::default(),
+            };
+            let mut sorter = Sorter::new(&dir, 7, TINY);
+            let mut failed = false;
+            for (ts, k, v) in &input {
+                if sorter.push(*ts, k, v.as_deref()).is_err() {
+                    failed = true;
+                    break;
+                }
+            }
+            let failed = if failed {
+                drop(sorter);
+                true
+            } else {
+                sorter.finish(&mut |_, _, _| Ok(())).is_err()
+            };
+            if !failed {
+                break;
+            }
+            let left = dir.list().expect("list");
+            if !left.is_empty() {
+                leaks.push((fail_at, left));
+            }
+        }
+        assert!(
+            leaks.is_empty(),
+            "run files left after {} of the failed sorts, first: {:?}",
+            leaks.len(),
+            leaks.first()
+        );
     }
 }

@@ -20,7 +20,8 @@
 //! slots keep [`Store::now`] below every unit not yet applied. Redo applies one record at a
 //! time in LSN (= timestamp) order and needs no slot. A write is acknowledged only once no
 //! unit at or below its timestamp is in flight (`Store::settle`), so [`Store::now`] is at or
-//! after every acknowledged write. Pause points (feature `pause-points`): `temporal:ticked`,
+//! after every acknowledged write; a unit whose apply panics fails the store, then clears its
+//! slot, and a write waiting for it gets the failure. Pause points (feature `pause-points`): `temporal:ticked`,
 //! a unit's timestamp taken and marked in flight, nothing applied yet; `temporal:settling`, a
 //! write waiting for an older unit to apply before it is acknowledged.
 //!
@@ -136,6 +137,18 @@ impl InFlight {
     }
 }
 
+/// Clears a unit's slot when its apply ends, returned or unwound.
+struct ClearsSlot<'a> {
+    in_flight: &'a InFlight,
+    shard: usize,
+}
+
+impl Drop for ClearsSlot<'_> {
+    fn drop(&mut self) {
+        self.in_flight.applied(self.shard);
+    }
+}
+
 impl forest_core::InFlight for InFlight {
     fn oldest_unapplied(&self) -> Option<Timestamp> {
         self.oldest()
@@ -221,7 +234,7 @@ impl Store {
     }
 
     /// Applies a unit's records as versions at `ts`, then lets [`Self::now`] and split times
-    /// pass it (also when the engine refused one: the store fails then).
+    /// pass it (also when the engine refused one or panicked: the store fails then).
     pub(super) fn apply_versions(
         &self,
         shard: usize,
@@ -229,14 +242,19 @@ impl Store {
         unit: &[(Op, &[u8], &[u8])],
         ts: u64,
     ) -> Result<()> {
+        // Dropped in reverse: on a panic the store fails first, then the slot clears, so a
+        // write settling behind the unit sees the failure, never a slot left set (rev-tsb2 F1).
+        let _clears = ClearsSlot {
+            in_flight: &self.in_flight,
+            shard,
+        };
+        let _fails = super::FailOnPanic::new(&self.commit, "applying a temporal unit");
         forest_core::pause::pause_point("temporal:ticked");
-        let applied = unit.iter().try_for_each(|&(op, key, value)| {
+        unit.iter().try_for_each(|&(op, key, value)| {
             temporal
                 .put_version(key, ts, (op == Op::Put).then_some(value))
                 .map(|_| ())
-        });
-        self.in_flight.applied(shard);
-        applied
+        })
     }
 
     /// The shard this thread's writes log to (tests pick writers on different shards).
@@ -289,18 +307,28 @@ impl Store {
     }
 
     /// On a temporal store, waits before a write is acknowledged until no unit is in flight
-    /// at or below the clock (read after the write applied, so at or above its timestamp):
-    /// then [`Self::now`] is at or after every acknowledged write (review rev-tsb F2: under
-    /// `periodic` a lower unit of another shard could still be in flight). Such units only
-    /// have their apply left; the wait spins briefly, then yields, then sleeps. Pause point
-    /// `temporal:settling`: a write found an older unit in flight.
-    pub(super) fn settle(&self) {
+    /// at or below `ts`, the write's timestamp (a batch's highest; None: the write took none,
+    /// so the clock read now, at or above every applied write's): then [`Self::now`] is at or
+    /// after every acknowledged write (review rev-tsb F2: under `periodic` a lower unit of
+    /// another shard could still be in flight). Units that ticked after the write are not
+    /// waited for (review rev-tsb2 F3). Such units only have their apply left; the wait spins
+    /// briefly, then yields, then sleeps. A unit whose apply panicked fails the store before
+    /// its slot clears ([`Self::apply_versions`]): the failure is returned, as the write's
+    /// wait would (review rev-tsb2 F1). Pause point `temporal:settling`: a write found an
+    /// older unit in flight.
+    pub(super) fn settle(&self, ts: Option<u64>) -> Result<()> {
         let Some(temporal) = self.index.as_temporal() else {
-            return;
+            return Ok(());
         };
-        let bound = temporal.now();
+        let bound = ts.unwrap_or_else(|| temporal.now());
         let mut rounds = 0u32;
-        while self.in_flight.oldest().is_some_and(|ts| ts <= bound) {
+        loop {
+            let behind = self.in_flight.oldest().is_some_and(|t| t <= bound);
+            // After the slots: a slot cleared by a panic was cleared after the failure.
+            self.commit.check_failed()?;
+            if !behind {
+                return Ok(());
+            }
             if rounds == 0 {
                 forest_core::pause::pause_point("temporal:settling");
             }
@@ -400,10 +428,10 @@ impl Store {
         self.temporal()?;
         check_entry(key, value)?;
         let shard = self.commit.shard_of_thread();
-        let (_, lsn, _, ts) =
-            self.write_one_at(shard, key, false, false, |_| Ok(Rmw::Put(value.to_vec())))?;
-        self.wait(lsn)?;
-        Ok(ts.expect("an upsert always writes"))
+        let (_, ack, _) =
+            self.write_one(shard, key, false, false, |_| Ok(Rmw::Put(value.to_vec())))?;
+        self.wait(ack)?;
+        Ok(ack.ts.expect("an upsert always writes"))
     }
 
     /// Removes `key`; returns the delete's timestamp, None if the key was absent (nothing
@@ -412,24 +440,24 @@ impl Store {
         self.temporal()?;
         check_key(key)?;
         let shard = self.commit.shard_of_thread();
-        let (_, lsn, _, ts) = self.write_one_at(shard, key, true, false, |old| {
+        let (_, ack, _) = self.write_one(shard, key, true, false, |old| {
             Ok(if old.is_some() {
                 Rmw::Remove
             } else {
                 Rmw::Keep
             })
         })?;
-        self.wait(lsn)?;
-        Ok(ts)
+        self.wait(ack)?;
+        Ok(ack.ts)
     }
 
     /// [`Self::write`], also returning the batch's one timestamp (None: it changed nothing).
     pub fn write_ts(&self, batch: &WriteBatch) -> Result<(Vec<bool>, Option<Timestamp>)> {
         self.temporal()?;
         let shard = self.commit.shard_of_thread();
-        let (changed, lsn, ts) = self.write_unit_at(shard, batch.ops(), false)?;
-        self.wait(lsn)?;
-        Ok((changed.into_vec(), ts))
+        let (changed, ack) = self.write_unit(shard, batch.ops(), false)?;
+        self.wait(ack)?;
+        Ok((changed.into_vec(), ack.ts))
     }
 
     /// The value of `key` as of time `t` into `out`; false if it had none then. Errors: not

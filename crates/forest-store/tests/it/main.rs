@@ -28,3 +28,13 @@ mod store;
 mod temporal;
 mod temporal_checkpoint;
 mod verify;
+
+/// The pause hook is one per process: tests that install one run one at a time (a test whose
+/// hook another replaced waits forever for a pause that never comes).
+#[cfg(feature = "pause-points")]
+fn pause_hook_serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

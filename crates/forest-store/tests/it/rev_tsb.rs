@@ -169,6 +169,7 @@ fn as_of_answers_at_now_never_change_over_several_shards() {
 #[cfg(feature = "pause-points")]
 #[test]
 fn a_held_unit_keeps_other_shards_pages_consolidated() {
+    let _serial = crate::pause_hook_serial();
     use forest_store::{Durability, StoreOptions};
     use std::sync::{mpsc, Arc, Mutex};
     use std::time::Duration;
@@ -263,6 +264,7 @@ fn a_held_unit_keeps_other_shards_pages_consolidated() {
 #[cfg(feature = "pause-points")]
 #[test]
 fn now_is_at_or_after_an_acknowledged_write() {
+    let _serial = crate::pause_hook_serial();
     use forest_store::{Durability, StoreOptions};
     use std::sync::{mpsc, Arc, Mutex};
     use std::time::Duration;
@@ -355,4 +357,292 @@ fn now_is_at_or_after_an_acknowledged_write() {
         "acknowledged write at {mine}, now() {now}: as of now the key is {:?}",
         as_of_now.as_deref().map(String::from_utf8_lossy)
     );
+}
+
+// rev-tsb2 F1: `Store::settle` waits for every unit in flight at or below the clock, and
+// only an applied unit clears its slot (`InFlight::applied`). A unit whose apply panics
+// (an engine bug; FailOnUnwind fails the store) never clears its slot, so a write of another
+// shard that applied before the panic and is settling loops forever: it never sees the
+// store's failure, and its caller (a server connection, a close) hangs.
+// Method: two shards, `periodic`; a writer paused at `temporal:ticked`; a writer of the other
+// shard applies and reaches `temporal:settling`; then the paused writer panics. The settling
+// write must return (Ok or the store's failure) within 10 s.
+#[cfg(feature = "pause-points")]
+#[test]
+fn a_write_settling_behind_a_panicked_unit_returns() {
+    let _serial = crate::pause_hook_serial();
+    use forest_store::{Durability, StoreOptions};
+    use std::sync::{mpsc, Arc, Mutex};
+    use std::time::Duration;
+
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let options = StoreOptions {
+        durability: Durability::Periodic { interval_ms: 5 },
+        ..sharded(ENGINE, 2)
+    };
+    let store = Arc::new(Store::open_path(tmp.path(), options).expect("open"));
+    store.put_ts(&key(0), b"old").expect("put");
+    let (paused_tx, paused_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (settling_tx, settling_rx) = mpsc::channel::<()>();
+    let (paused_tx, go_rx) = (Mutex::new(paused_tx), Mutex::new(go_rx));
+    let settling_tx = Mutex::new(settling_tx);
+    let fired = AtomicBool::new(false);
+    forest_core::pause::set_pause_hook(Some(Arc::new(move |name| {
+        let me = std::thread::current();
+        if name == "temporal:ticked"
+            && me.name() == Some("rev-tsb2-panics")
+            && !fired.swap(true, Ordering::SeqCst)
+        {
+            paused_tx
+                .lock()
+                .expect("hook")
+                .send(())
+                .expect("test alive");
+            go_rx.lock().expect("hook").recv().expect("test alive");
+            panic!("injected: the unit's apply panics");
+        }
+        if name == "temporal:settling" && me.name() == Some("rev-tsb2-settles") {
+            let _ = settling_tx.lock().expect("hook").send(());
+        }
+    })));
+    let (shard_tx, shard_rx) = mpsc::channel::<usize>();
+    let held = {
+        let store = Arc::clone(&store);
+        std::thread::Builder::new()
+            .name("rev-tsb2-panics".into())
+            .spawn(move || {
+                shard_tx
+                    .send(store.shard_of_this_thread())
+                    .expect("test alive");
+                store.put_ts(&key(0), b"held")
+            })
+            .expect("spawn")
+    };
+    let held_shard = shard_rx.recv().expect("shard");
+    paused_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the held writer reached its pause point");
+    // A writer on the other shard (one on the held shard would wait for its lock).
+    let (done_tx, done_rx) = mpsc::channel();
+    loop {
+        let (other_tx, other_rx) = mpsc::channel::<bool>();
+        let store = Arc::clone(&store);
+        let done_tx = done_tx.clone();
+        std::thread::Builder::new()
+            .name("rev-tsb2-settles".into())
+            .spawn(move || {
+                let other = store.shard_of_this_thread() != held_shard;
+                other_tx.send(other).expect("test alive");
+                if other {
+                    let _ = done_tx.send(store.put_ts(&key(1), b"new").map(|_| ()));
+                }
+            })
+            .expect("spawn");
+        if other_rx.recv().expect("writer") {
+            break;
+        }
+    }
+    settling_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the other shard's write applied and settles behind the held unit");
+    go_tx.send(()).expect("held alive");
+    assert!(held.join().is_err(), "the held writer panicked");
+    let outcome = done_rx.recv_timeout(Duration::from_secs(10));
+    forest_core::pause::set_pause_hook(None);
+    let outcome = outcome.expect(
+        "the write settling behind the panicked unit never returned (Store::settle spins on \
+         its slot forever)",
+    );
+    // Either acknowledged before the failure or refused with it; never a hang.
+    let _ = outcome;
+}
+
+// rev-tsb2: a temporal checkpoint written by the streaming export and the external sort
+// (session 17) must be byte-identical to the one main wrote (one copy of every leaf's history,
+// in memory) for the same index. Method: 20 000 versions put at fixed timestamps (a hot key,
+// 60 others, tombstones, units of 3 keys at one timestamp) on tiny pages (key and time splits),
+// then checkpoints for thresholds at, just below and just above versions' timestamps (a time
+// split's start is one of them) and several cuts, before and after retention; each file's
+// entry count is checked against the rule (versions from T on, and each key's newest value
+// before T), and a digest of all the files is printed: run the same test on main and on the
+// branch and compare the digests.
+#[test]
+fn a_checkpoint_is_byte_identical_to_mains() {
+    use forest_store::checkpoint::{self, TemporalBlock};
+    use forest_store::file::SimDir;
+    use std::hash::{Hash, Hasher};
+
+    let index = forest_store::new_engine("tsbtree:page=6,index_page=6").expect("engine");
+    let temporal = index.as_temporal().expect("temporal");
+    let mut model: BTreeMap<Vec<u8>, BTreeMap<u64, Option<Vec<u8>>>> = BTreeMap::new();
+    let mut rng = StdRng::seed_from_u64(18);
+    let mut ts = 0u64;
+    for i in 0..20_000u64 {
+        ts += 10;
+        let keys: Vec<Vec<u8>> = if i % 50 == 0 {
+            (0..3).map(|_| key(rng.random_range(0..60))).collect()
+        } else if rng.random_bool(0.3) {
+            vec![b"hot".to_vec()]
+        } else {
+            vec![key(rng.random_range(0..60))]
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for k in keys {
+            if !seen.insert(k.clone()) {
+                continue;
+            }
+            let value = (!rng.random_ratio(1, 9)).then(|| {
+                let n = rng.random_range(0..100);
+                (0..n).map(|_| rng.random::<u8>()).collect::<Vec<u8>>()
+            });
+            temporal
+                .put_version(&k, ts, value.as_deref())
+                .expect("in order");
+            model.entry(k).or_default().insert(ts, value);
+        }
+    }
+    let expected = |model: &BTreeMap<Vec<u8>, BTreeMap<u64, Option<Vec<u8>>>>, t: u64, cut: u64| {
+        model
+            .values()
+            .map(|vs| {
+                let from_t = vs.range(t..=cut).count();
+                let before = vs.range(..t).next_back().filter(|(_, v)| v.is_some());
+                from_t + usize::from(before.is_some())
+            })
+            .sum::<usize>() as u64
+    };
+    let mut digest = std::collections::hash_map::DefaultHasher::new();
+    let mut files = 0;
+    let mut check = |t: u64,
+                     cut: u64,
+                     model: &BTreeMap<_, _>,
+                     digest: &mut std::collections::hash_map::DefaultHasher| {
+        let dir = SimDir::new(4);
+        let block = TemporalBlock { threshold: t, cut };
+        let info = checkpoint::write_temporal(&dir, temporal, 3, block, || 8).expect("write");
+        assert_eq!(info.entry_count, expected(model, t, cut), "T {t} cut {cut}");
+        let (_, data) = checkpoint::read(&dir, &checkpoint::checkpoint_tmp_name(3)).expect("read");
+        (t, cut, data).hash(digest);
+        files += 1;
+    };
+    let last = ts;
+    for step in [1u64, 997, 2_500, 6_001, 13_003, 19_999] {
+        let at = step * 10;
+        for t in [at - 1, at, at + 1] {
+            for cut in [t, at + 7_770, last - 10, last] {
+                if cut >= t {
+                    check(t, cut, &model, &mut digest);
+                }
+            }
+        }
+    }
+    temporal.set_retention(60_000).expect("retention");
+    for t in [60_000u64, 60_001, 99_990, 150_000] {
+        for cut in [t, last] {
+            check(t, cut, &model, &mut digest);
+        }
+    }
+    println!(
+        "rev-tsb2 checkpoint digest over {files} files: {:016x}",
+        digest.finish()
+    );
+}
+
+// rev-tsb2 F3: `Store::settle` waits for every unit in flight at or below the clock read
+// after the write applied, not at or below the write's own timestamp; `now()` at or after
+// the write needs only the older units applied. So a write's acknowledgement waits for
+// units that ticked after it (a descheduled later writer of another shard), which is also
+// why tests holding a unit had to go to one write per thread.
+// Method: two shards, `periodic`; writer A paused at `temporal:ticked`; writer B of the other
+// shard ticks after it (a later timestamp) and pauses there too; A goes on: its write applies
+// and must be acknowledged within 5 s while B, younger, is still held.
+#[cfg(feature = "pause-points")]
+#[test]
+fn an_acknowledgement_does_not_wait_for_a_later_unit() {
+    let _serial = crate::pause_hook_serial();
+    use forest_store::{Durability, StoreOptions};
+    use std::sync::{mpsc, Arc, Mutex};
+    use std::time::Duration;
+
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let options = StoreOptions {
+        durability: Durability::Periodic { interval_ms: 5 },
+        ..sharded(ENGINE, 2)
+    };
+    let store = Arc::new(Store::open_path(tmp.path(), options).expect("open"));
+    let (paused_tx, paused_rx) = mpsc::channel::<&'static str>();
+    let (go_a_tx, go_a_rx) = mpsc::channel::<()>();
+    let (go_b_tx, go_b_rx) = mpsc::channel::<()>();
+    let paused_tx = Mutex::new(paused_tx);
+    let (go_a_rx, go_b_rx) = (Mutex::new(go_a_rx), Mutex::new(go_b_rx));
+    let (fired_a, fired_b) = (AtomicBool::new(false), AtomicBool::new(false));
+    forest_core::pause::set_pause_hook(Some(Arc::new(move |name| {
+        if name != "temporal:ticked" {
+            return;
+        }
+        match std::thread::current().name() {
+            Some("rev-tsb2-a") if !fired_a.swap(true, Ordering::SeqCst) => {
+                paused_tx
+                    .lock()
+                    .expect("hook")
+                    .send("a")
+                    .expect("test alive");
+                go_a_rx.lock().expect("hook").recv().expect("test alive");
+            }
+            Some("rev-tsb2-b") if !fired_b.swap(true, Ordering::SeqCst) => {
+                paused_tx
+                    .lock()
+                    .expect("hook")
+                    .send("b")
+                    .expect("test alive");
+                go_b_rx.lock().expect("hook").recv().expect("test alive");
+            }
+            _ => {}
+        }
+    })));
+    let (a_shard_tx, a_shard_rx) = mpsc::channel::<usize>();
+    let (a_done_tx, a_done_rx) = mpsc::channel();
+    let a = {
+        let (store, a_done_tx) = (Arc::clone(&store), a_done_tx.clone());
+        std::thread::Builder::new()
+            .name("rev-tsb2-a".into())
+            .spawn(move || {
+                a_shard_tx
+                    .send(store.shard_of_this_thread())
+                    .expect("test alive");
+                let _ = a_done_tx.send(store.put_ts(&key(0), b"a").map(|_| ()));
+            })
+            .expect("spawn")
+    };
+    let a_shard = a_shard_rx.recv().expect("shard");
+    assert_eq!(paused_rx.recv_timeout(Duration::from_secs(60)), Ok("a"));
+    let b = loop {
+        let (other_tx, other_rx) = mpsc::channel::<bool>();
+        let store = Arc::clone(&store);
+        let b = std::thread::Builder::new()
+            .name("rev-tsb2-b".into())
+            .spawn(move || {
+                let other = store.shard_of_this_thread() != a_shard;
+                other_tx.send(other).expect("test alive");
+                if other {
+                    store.put_ts(&key(1), b"b").expect("b");
+                }
+            })
+            .expect("spawn");
+        if other_rx.recv().expect("b") {
+            break b;
+        }
+        b.join().expect("b on a's shard wrote nothing");
+    };
+    assert_eq!(paused_rx.recv_timeout(Duration::from_secs(60)), Ok("b"));
+    go_a_tx.send(()).expect("a alive");
+    let acked = a_done_rx.recv_timeout(Duration::from_secs(5));
+    go_b_tx.send(()).expect("b alive");
+    a.join().expect("a");
+    b.join().expect("b");
+    forest_core::pause::set_pause_hook(None);
+    acked
+        .expect("A's write, older than the held unit B, was not acknowledged while B was held")
+        .expect("A's write");
 }

@@ -982,6 +982,7 @@ pub(crate) fn writers_held_back<'s>(
 #[cfg(feature = "pause-points")]
 #[test]
 fn a_unit_in_flight_keeps_its_version_out_of_history() {
+    let _serial = crate::pause_hook_serial();
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{mpsc, Arc, Mutex};
 
