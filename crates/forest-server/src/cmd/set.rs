@@ -393,6 +393,9 @@ fn set_expired(ctx: &mut Ctx<'_, '_>, key: &[u8], options: SetOptions) -> Reply 
     };
     if applies && present {
         expire::delete_expired(ctx, key)?;
+    } else if applies {
+        // Redis sets the key and it expires: a write WATCH sees (review rev-srv F1).
+        ctx.shared.watches.touched(key);
     }
     Ok(if options.get {
         if string {

@@ -11,7 +11,6 @@ use common::{Running, IO_MODELS, R};
 // Method: client A watches a missing key; client B runs `SET k v EXAT 1` (and the same in an
 // EVAL); A's EXEC must be null.
 #[test]
-#[ignore = "rev: F1 SET EXAT-in-the-past of a missing key does not dirty WATCH (Redis aborts EXEC)"]
 fn set_past_deadline_of_missing_key_dirties_watch() {
     for io in IO_MODELS {
         let dir = tempfile::tempdir().expect("tempdir");
