@@ -117,7 +117,7 @@ impl BwTree {
         guard: &'g crossbeam_epoch::Guard,
     ) {
         let (split_above, merge_below) = self.page_limits(node);
-        if node.record_count as usize > split_above {
+        if node.record_count as usize > split_above || self.write_over_room(node, split_above) {
             self.split(pid, state, node, path, guard);
         } else if (node.record_count as usize) < merge_below {
             self.merge(pid, state, node, guard);

@@ -136,13 +136,20 @@ impl BwTree {
                     unreachable!("the installed delta is the split delta")
                 };
                 self.complete_split(path, pid, node.level, separator, q, guard);
-                if sized {
-                    // Q took less than half (`split_point`): P splits again until it is
-                    // within its limit, each split moving at least one record (review
-                    // rev-smo F1: P too stays flushable, whoever writes to it next).
-                    if let Some((state, node)) = self.read_node(pid, guard) {
-                        if node.record_count as usize > self.page_limits(node).0 {
-                            self.split(pid, state, node, Path::new(), guard);
+                // Each half splits again while it is over: P over its limit when Q took
+                // less than half (`split_point`; review rev-smo F1), and either half whose
+                // own records fill more than half a segment (review rev-smo2 F1b: the limit
+                // averages over P's old base, records that moved to Q included, so a P of
+                // large records could stay larger than a segment). Every split moves at
+                // least one record, so this ends; both halves stay flushable, whoever
+                // writes to them next.
+                for half in [pid, q] {
+                    if let Some((state, node)) = self.read_node(half, guard) {
+                        let over_limit = half == pid
+                            && sized
+                            && node.record_count as usize > self.page_limits(node).0;
+                        if over_limit || self.over_room(node) {
+                            self.split(half, state, node, Path::new(), guard);
                         }
                     }
                 }
@@ -188,6 +195,45 @@ impl BwTree {
             first -= 1;
         }
         first
+    }
+
+    /// On an LSS, whether the page at `node` has two records or more and they fill more
+    /// than half a segment's record, estimated as in [`Self::split_point`] (review rev-smo2
+    /// F1b: such a page's image may not fit a segment, so it splits again).
+    fn over_room(&self, node: &Node) -> bool {
+        let Some(storage) = &self.storage else {
+            return false;
+        };
+        if node.record_count < 2 {
+            return false;
+        }
+        let room = storage.lss.config().record_bytes_max() / 2;
+        let full = view(node);
+        let bytes: u64 = full
+            .records
+            .iter()
+            .map(|(k, v)| (k.len() + v.len() + RECORD_ESTIMATE_BYTES) as u64)
+            .sum();
+        full.records.len() > 1 && bytes > room
+    }
+
+    /// On an LSS, whether the write at the top of `node` (whose limit is `split_above`
+    /// records) left the page's records filling more than half a segment's record: checked
+    /// (by [`Self::over_room`]) only when the written record is larger than the limit
+    /// assumed, since the limit averages over the base page and a delta of larger records,
+    /// or a value overwritten by a larger one, grows the page without adding to its count
+    /// (review rev-smo2 F1b: concurrent writers left a page larger than a segment).
+    pub(crate) fn write_over_room(&self, node: &Node, split_above: usize) -> bool {
+        let Some(storage) = &self.storage else {
+            return false;
+        };
+        let (Kind::Insert(r) | Kind::Modify(r)) = &node.kind else {
+            return false;
+        };
+        let room = storage.lss.config().record_bytes_max() / 2;
+        let assumed = room / split_above.max(1) as u64;
+        let bytes = (r.key().len() + r.value().len() + RECORD_ESTIMATE_BYTES) as u64;
+        bytes > assumed && self.over_room(node)
     }
 
     /// On an LSS, `split_above` capped so that a leaf of records of `per_record` bytes

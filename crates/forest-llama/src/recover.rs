@@ -36,9 +36,11 @@
 //!    image, as `read.rs` follows it), and those pieces are the only live ones; the LSS's
 //!    space map then tracks every segment from the oldest file on (`space.rs`
 //!    `track_recovered`), so the cleaner reclaims what the earlier run left. If a chain
-//!    cannot be followed (a piece not scanned, a damaged segment below S) nothing is
-//!    tracked and those segments stay as before: never cleaned, never lost
-//!    ([`RecoveredMap::space`] says why).
+//!    cannot be followed (a piece not scanned or unreadable) nothing is tracked and those
+//!    segments stay as before: never cleaned, never lost ([`RecoveredMap::space`] says why).
+//!    A segment below S whose scan fails (damage) is kept untracked, never cleaned, the
+//!    others tracked; chains reaching into it past the damage read those pieces one by one
+//!    ([`SpaceRebuilt::damaged`], also printed on stderr).
 //!
 //! Left to the access method (forest-bwtree): applying [`RecoveredMap::unit_deltas`] on top of
 //! the page's piece (or as its first state, a split's new page) and finding its root.
@@ -126,6 +128,9 @@ pub struct SpaceRebuilt {
     /// The live pieces found, and their bytes (headers included).
     pub pieces: u64,
     pub live_bytes: u64,
+    /// Segments below S whose scan failed, and why: kept, never cleaned (review rev-smo2
+    /// F3); their pieces a recovered chain reaches were read one by one.
+    pub damaged: Vec<(u64, String)>,
 }
 
 impl RecoveredMap {
@@ -230,23 +235,43 @@ fn rebuild_space(
     let first = present
         .first()
         .map_or(start_segment, |&f| f.min(start_segment));
-    if first < start_segment {
-        let begin = LssAddress::current(first * segment_bytes);
-        lss.scan_range(
+    // One segment at a time: a damaged one (review rev-smo2 F3: one bad byte in a dead
+    // piece) is kept untracked, and its records before the damage are noted still.
+    let mut damaged = Vec::new();
+    // S's own segment too, up to S (the scan from S reads the rest).
+    let below_s = (first..=start_segment).filter(|s| s * segment_bytes < start.offset());
+    for segment in below_s.filter(|s| present.contains(s)) {
+        let begin = LssAddress::current(segment * segment_bytes);
+        let until = LssAddress::current(((segment + 1) * segment_bytes).min(start.offset()));
+        let scanned = lss.scan_range(
             begin,
-            start,
+            until,
             &|s| !present.contains(&s),
             |at, header, payload| {
                 pieces.note(at, header, payload.len());
                 Ok(())
             },
-        )
-        .map_err(|e| format!("reading the segments below S: {e}"))?;
+        );
+        if let Err(e) = scanned {
+            damaged.push((segment, e.to_string()));
+        }
     }
+    let in_damaged = |at: LssAddress| {
+        damaged
+            .iter()
+            .any(|(s, _)| at.offset() / segment_bytes == *s)
+    };
     let mut live = Vec::new();
     for &(pid, newest) in pages {
         let mut at = newest;
         loop {
+            if !pieces.0.contains_key(&at.offset()) && in_damaged(at) {
+                // A live piece past the damage: read on its own (its header and crc).
+                let record = lss
+                    .read(at)
+                    .map_err(|e| format!("page {pid}'s piece at {at} in a damaged segment: {e}"))?;
+                pieces.note(at, &record.header, record.payload.len());
+            }
             let Some(&(owner, bytes, image, prev)) = pieces.0.get(&at.offset()) else {
                 return Err(format!("page {pid}'s piece at {at} was not scanned"));
             };
@@ -267,12 +292,17 @@ fn rebuild_space(
             }
         }
     }
+    for (segment, reason) in &damaged {
+        eprintln!("forest-llama: LSS segment {segment} is damaged ({reason}); kept, never cleaned");
+    }
+    let kept: BTreeSet<u64> = damaged.iter().map(|(s, _)| *s).collect();
     let rebuilt = SpaceRebuilt {
         first_segment: first,
         pieces: live.len() as u64,
         live_bytes: live.iter().map(|&(_, _, b)| u64::from(b)).sum(),
+        damaged,
     };
-    lss.track_recovered(first, &|s| present.contains(&s), live);
+    lss.track_recovered(first, &|s| present.contains(&s), &kept, live);
     Ok(rebuilt)
 }
 

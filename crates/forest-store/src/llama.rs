@@ -74,9 +74,12 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use forest_bwtree::{BwTree, EslSource};
-use forest_core::{Error, Index, IndexStats, Order, Result, Visitor};
+use forest_core::{
+    Error, Index, IndexStats, Order, Result, Visitor, KEY_BYTES_MAX, STORED_VALUE_BYTES_MAX,
+};
 use forest_engines::EngineSpec;
 use forest_llama::checkpoint::{parse_map_file_name, Checkpoints};
+use forest_llama::lss::segment::SEGMENT_HEADER_BYTES;
 use forest_llama::lss::{
     Lss, LssAddress, LssConfig, BUFFER_BYTES_DEFAULT, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MIN,
 };
@@ -90,6 +93,21 @@ pub const LSS_DIR_NAME: &str = "lss";
 
 /// The smallest flush buffer a store gives its LSS (budgets below 4× this).
 const BUFFER_BYTES_SMALLEST: u64 = 16 << 10;
+
+/// Bytes a page image with one record takes beyond its key and value: the LSS record
+/// header, the image's header and the record's lengths, with room to spare.
+const RECORD_HEADROOM_BYTES: u64 = 4 << 10;
+
+/// The smallest segment a store gives its LSS (review rev-smo2 F1): half its room holds a
+/// page of the longest key and stored value, so the tree's sized split (forest-bwtree
+/// `split_point`) always leaves pages that can be flushed, evicted and checkpointed. A
+/// smaller segment made a page of one value over half a segment unflushable (it could not
+/// split further) and grow without bound. About 2 MiB.
+const SEGMENT_BYTES_STORE_MIN: u64 = 2
+    * (KEY_BYTES_MAX as u64 + STORED_VALUE_BYTES_MAX as u64 + RECORD_HEADROOM_BYTES)
+    + SEGMENT_HEADER_BYTES;
+const _: () = assert!(SEGMENT_BYTES_MIN <= SEGMENT_BYTES_STORE_MIN);
+const _: () = assert!(SEGMENT_BYTES_STORE_MIN <= SEGMENT_BYTES_DEFAULT);
 
 /// WAL bytes between scheduled map checkpoints when none is given (`StoreOptions`).
 pub const MAP_CHECKPOINT_WAL_BYTES_DEFAULT: u64 = 64 << 20;
@@ -319,17 +337,7 @@ impl Maker {
     }
 
     fn lss_config(&self) -> LssConfig {
-        // Flush buffers are memory outside the budget: a small budget gets small ones.
-        let buffer_bytes =
-            (self.budget / 4).clamp(BUFFER_BYTES_SMALLEST, u64::from(BUFFER_BYTES_DEFAULT));
-        // Segments are the cleaner's unit (`forest_bwtree::clean`): eight buffers each, so a
-        // small store's LSS can shrink to a few times its live bytes.
-        let segment_bytes = (8 * buffer_bytes).clamp(SEGMENT_BYTES_MIN, SEGMENT_BYTES_DEFAULT);
-        LssConfig {
-            buffer_bytes: buffer_bytes as u32,
-            segment_bytes,
-            ..LssConfig::default()
-        }
+        lss_config(self.budget)
     }
 
     /// A fresh tree on a fresh LSS (every earlier segment removed), for recovery to fill.
@@ -706,6 +714,21 @@ impl Index for LlamaIndex {
     }
 }
 
+/// The LSS configuration of a store with `budget`.
+fn lss_config(budget: u64) -> LssConfig {
+    // Flush buffers are memory outside the budget: a small budget gets small ones.
+    let buffer_bytes = (budget / 4).clamp(BUFFER_BYTES_SMALLEST, u64::from(BUFFER_BYTES_DEFAULT));
+    // Segments are the cleaner's unit (`forest_bwtree::clean`): eight buffers each, so a
+    // small store's LSS can shrink to a few times its live bytes; never below
+    // `SEGMENT_BYTES_STORE_MIN` (a page of the largest record must fit half a segment).
+    let segment_bytes = (8 * buffer_bytes).clamp(SEGMENT_BYTES_STORE_MIN, SEGMENT_BYTES_DEFAULT);
+    LssConfig {
+        buffer_bytes: buffer_bytes as u32,
+        segment_bytes,
+        ..LssConfig::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -750,6 +773,32 @@ mod tests {
         ] {
             let e = map_checkpoint_schedule(bytes, off).unwrap_err().to_string();
             assert!(e.contains("map-checkpoint"), "{bytes:?} {off}: {e}");
+        }
+    }
+    // Goal (rev-smo2 F1): whatever the budget, half a segment's room holds a page of the
+    // largest record the store accepts (longest key, longest stored value, headers), so the
+    // tree's sized split can always make a flushable page. Method: budgets from 1 byte to
+    // 1 TiB; the LSS configuration valid and its record bound at least twice that page.
+    #[test]
+    fn lss_segments_hold_two_pages_of_the_largest_record() {
+        let largest = (KEY_BYTES_MAX + STORED_VALUE_BYTES_MAX) as u64 + RECORD_HEADROOM_BYTES;
+        for budget in [
+            1,
+            4 << 10,
+            64 << 10,
+            1 << 20,
+            16 << 20,
+            64 << 20,
+            1 << 30,
+            1 << 40,
+        ] {
+            let config = lss_config(budget);
+            config.validate().unwrap();
+            assert!(
+                config.record_bytes_max() / 2 >= largest,
+                "budget {budget}: segment {} holds no two records of {largest} bytes",
+                config.segment_bytes
+            );
         }
     }
 }

@@ -21,6 +21,7 @@ mod rev_evict;
 mod rev_recov;
 
 mod rev_smo;
+mod rev_smo2;
 mod rev_systxn;
 mod rev_ycsba;
 mod review_rev1;

@@ -170,7 +170,8 @@ fn rev_f1_a_refused_split_lets_a_page_grow_without_bound() {
 // to Q, so a scan from it never reaches Q's keys. Method: 64 KiB segments; 8 small keys on
 // one leaf, flushed; 4 more split it (units logged, nothing flushed); two 40 KiB values
 // written to keys of the left leaf (its image no longer fits a segment); a checkpoint;
-// power loss; the left leaf rebuilt by recovery's rule.
+// power loss; the left leaf rebuilt by recovery's rule. (f-smo2: one 70 KiB value now,
+// since two 40 KiB ones split the leaf.)
 #[test]
 fn rev_f2_checkpoint_names_a_piece_older_than_the_split_when_the_flush_is_refused() {
     const SEGMENT: u64 = 64 << 10;
@@ -185,9 +186,10 @@ fn rev_f2_checkpoint_names_a_piece_older_than_the_split_when_the_flush_is_refuse
         t.upsert(&key(i), b"second").unwrap();
     }
     assert!(t.page_ids().len() >= 3, "the leaf split and a root grew");
-    let big = vec![b'b'; 40 << 10];
+    // f-smo2 (rev-smo2 F1b): two 40 KiB values now split the leaf apart; one value larger
+    // than a segment keeps the leaf holding it unflushable.
+    let big = vec![b'b'; 70 << 10];
     t.upsert(&key(0), &big).unwrap();
-    t.upsert(&key(1), &big).unwrap();
     let p = leftmost_leaf(&t);
     let lss = Arc::clone(t.lss().unwrap());
     assert!(

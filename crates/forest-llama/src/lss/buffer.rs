@@ -627,12 +627,13 @@ impl Lss {
         &self,
         first: u64,
         present: &dyn Fn(u64) -> bool,
+        kept: &std::collections::BTreeSet<u64>,
         pieces: impl IntoIterator<Item = (Pid, u64, u32)>,
     ) {
         self.shared
             .space
             .lock()
-            .track_recovered(first, present, pieces);
+            .track_recovered(first, present, kept, pieces);
     }
 
     /// The LSS's counters.

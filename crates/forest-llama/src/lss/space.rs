@@ -56,6 +56,9 @@ pub(crate) struct SpaceMap {
     removing: BTreeSet<u64>,
     /// Segments removed since the open (a running count; the set forgets them).
     removed_count: u64,
+    /// Segments an earlier run left that recovery could not read whole (damaged): never
+    /// candidates, so never cleaned (`crate::recover` `rebuild_space`).
+    kept: BTreeSet<u64>,
 }
 
 impl SpaceMap {
@@ -70,6 +73,7 @@ impl SpaceMap {
             removed: BTreeSet::new(),
             removing: BTreeSet::new(),
             removed_count: 0,
+            kept: BTreeSet::new(),
         }
     }
 
@@ -82,12 +86,15 @@ impl SpaceMap {
         &mut self,
         first: u64,
         present: &dyn Fn(u64) -> bool,
+        kept: &BTreeSet<u64>,
         pieces: impl IntoIterator<Item = (Pid, u64, u32)>,
     ) {
         let untracked = self.tracked_from;
         if first >= untracked {
             return;
         }
+        self.kept
+            .extend(kept.iter().filter(|s| (first..untracked).contains(s)));
         self.tracked_from = first;
         self.removed_below = first;
         for sequence in first..untracked {
@@ -257,7 +264,9 @@ impl SpaceMap {
     /// bytes. Walks only from the low watermark.
     pub(crate) fn candidates(&self, below: u64) -> Vec<(u64, u64)> {
         (self.removed_below..below)
-            .filter(|s| !self.removed.contains(s) && !self.removing.contains(s))
+            .filter(|s| {
+                !self.removed.contains(s) && !self.removing.contains(s) && !self.kept.contains(s)
+            })
             .map(|s| (s, self.live_bytes(s)))
             .collect()
     }
@@ -342,7 +351,12 @@ mod tests {
     #[test]
     fn recovered_segments_are_tracked_with_their_pieces() {
         let mut map = SpaceMap::new(1000, 3500);
-        map.track_recovered(0, &|s| s != 1, [(7, 100, 40), (8, 3100, 30)]);
+        map.track_recovered(
+            0,
+            &|s| s != 1,
+            &BTreeSet::new(),
+            [(7, 100, 40), (8, 3100, 30)],
+        );
         assert_eq!(map.candidates(4), vec![(0, 40), (2, 0), (3, 30)]);
         assert!(map.is_removed(1) && !map.is_removed(0));
         assert_eq!(map.live_total(), 70);
@@ -352,8 +366,17 @@ mod tests {
         map.image(7, 3200);
         assert_eq!(map.live_bytes(0), 0);
         // Once only: a second call (or one at a later segment) changes nothing.
-        map.track_recovered(0, &|_| true, [(9, 200, 5)]);
+        map.track_recovered(0, &|_| true, &BTreeSet::new(), [(9, 200, 5)]);
         assert_eq!(map.live_total(), 40);
+    }
+
+    // Goal (rev-smo2 F3): a segment recovery could not read whole is kept: never a
+    // candidate, the others tracked. Method: segments 0..3 present, 1 kept.
+    #[test]
+    fn kept_segments_are_never_candidates() {
+        let mut map = SpaceMap::new(1000, 3000);
+        map.track_recovered(0, &|_| true, &BTreeSet::from([1]), [(7, 100, 40)]);
+        assert_eq!(map.candidates(3), vec![(0, 40), (2, 0)]);
     }
 }
 
