@@ -26,7 +26,6 @@ fn key(i: u32) -> Vec<u8> {
 // (a chain of 2, "past one delta": the flush delta counts), folding an unflushed write, so
 // the flush delta is carried *behind* and the second flush writes the whole ~2.5 KiB page.
 #[test]
-#[ignore = "rev: F1 a scan after one write makes the next flush a whole page image (LSS write amplification)"]
 fn rev_bwscan_f1_scan_keeps_the_next_flush_incremental() {
     for pinned in [false, true] {
         let sim = SimDir::new(1);
@@ -34,7 +33,8 @@ fn rev_bwscan_f1_scan_keeps_the_next_flush_incremental() {
         let (tree, _esl) = tree_with_esl(BwTreeConfig::default(), 1_000_000);
         let value = vec![7u8; 100];
         for i in 0..20u32 {
-            tree.upsert_with_lsn(&key(i), &value, u64::from(i) + 1).unwrap();
+            tree.upsert_with_lsn(&key(i), &value, u64::from(i) + 1)
+                .unwrap();
         }
         let pids = tree.page_ids();
         assert_eq!(pids.len(), 1, "one leaf");
@@ -51,9 +51,19 @@ fn rev_bwscan_f1_scan_keeps_the_next_flush_incremental() {
             ControlFlow::Continue(())
         };
         if pinned {
-            tree.scan_pinned(Bound::Unbounded, Bound::Unbounded, Order::Ascending, &mut visit);
+            tree.scan_pinned(
+                Bound::Unbounded,
+                Bound::Unbounded,
+                Order::Ascending,
+                &mut visit,
+            );
         } else {
-            tree.scan(Bound::Unbounded, Bound::Unbounded, Order::Ascending, &mut visit);
+            tree.scan(
+                Bound::Unbounded,
+                Bound::Unbounded,
+                Order::Ascending,
+                &mut visit,
+            );
         }
         assert_eq!(seen, 20);
         let consolidated = tree.stats().counter(names::CONSOLIDATIONS).unwrap() - before;
@@ -109,7 +119,8 @@ fn mix(keys: u32, ops: u32, flush_every: Option<u32>) -> (f64, f64, f64) {
     let mut updates = 0u32;
     for op in 0..ops {
         if next(2) == 0 {
-            tree.upsert_with_lsn(&key(next(keys)), b"updated-value", lsn).unwrap();
+            tree.upsert_with_lsn(&key(next(keys)), b"updated-value", lsn)
+                .unwrap();
             lsn += 1;
             updates += 1;
         } else {
@@ -150,7 +161,6 @@ fn mix(keys: u32, ops: u32, flush_every: Option<u32>) -> (f64, f64, f64) {
 // the review report). Prints; asserts only that the durable run consolidates at most one
 // page per update (the bound the docs claim).
 #[test]
-#[ignore = "rev: F3 a 50/50 scan/update mix on an LSS consolidates more than once per update (docs: at most one); prints the counts"]
 fn rev_bwscan_f3_scan_update_mix_consolidations() {
     for flush_every in [None, Some(2000)] {
         let (per_op, per_update, image_share) = mix(20_000, 20_000, flush_every);
@@ -171,7 +181,6 @@ fn rev_bwscan_f3_scan_update_mix_consolidations() {
 // write, scan, flush, then a scan with no write in between must not consolidate (main: it
 // does not).
 #[test]
-#[ignore = "rev: F2 a scan consolidates a leaf with no write since, after a flush (flush deltas count toward the chain of one)"]
 fn rev_bwscan_f2_scan_after_flush_without_writes_does_not_consolidate() {
     let sim = SimDir::new(1);
     let lss = open_lss(&sim, LssAddress::current(0));
@@ -182,28 +191,41 @@ fn rev_bwscan_f2_scan_after_flush_without_writes_does_not_consolidate() {
     // `structure::scans_consolidate_byte_sized_leaves_past_one_delta`).
     let mut n = 0u32;
     while n < 16 {
-        tree.upsert_with_lsn(&key(n), &value, u64::from(n) + 1).unwrap();
+        tree.upsert_with_lsn(&key(n), &value, u64::from(n) + 1)
+            .unwrap();
         n += 1;
     }
     let start = count();
     while count() == start {
-        tree.upsert_with_lsn(&key(n), &value, u64::from(n) + 1).unwrap();
+        tree.upsert_with_lsn(&key(n), &value, u64::from(n) + 1)
+            .unwrap();
         n += 1;
         assert!(n < 100, "no writer consolidated");
     }
     let pid = tree.page_ids()[0];
     let scan_all = || {
         let mut seen = 0;
-        tree.scan(Bound::Unbounded, Bound::Unbounded, Order::Ascending, &mut |_, _| {
-            seen += 1;
-            ControlFlow::Continue(())
-        });
+        tree.scan(
+            Bound::Unbounded,
+            Bound::Unbounded,
+            Order::Ascending,
+            &mut |_, _| {
+                seen += 1;
+                ControlFlow::Continue(())
+            },
+        );
         assert_eq!(seen, n);
     };
-    assert!(matches!(tree.flush_page(pid, &lss).unwrap(), PageFlush::Flushed { .. }));
+    assert!(matches!(
+        tree.flush_page(pid, &lss).unwrap(),
+        PageFlush::Flushed { .. }
+    ));
     tree.upsert_with_lsn(&key(3), b"new", 100).unwrap();
     scan_all();
-    assert!(matches!(tree.flush_page(pid, &lss).unwrap(), PageFlush::Flushed { .. }));
+    assert!(matches!(
+        tree.flush_page(pid, &lss).unwrap(),
+        PageFlush::Flushed { .. }
+    ));
     let before = count();
     scan_all();
     scan_all();
