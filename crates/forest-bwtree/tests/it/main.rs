@@ -16,6 +16,7 @@ mod pause_points;
 mod recover;
 mod rev_bwleaf;
 mod rev_bwleaf2;
+mod rev_bwscan;
 mod rev_clean;
 mod rev_evict;
 mod rev_recov;
