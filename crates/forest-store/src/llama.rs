@@ -775,6 +775,7 @@ mod tests {
             assert!(e.contains("map-checkpoint"), "{bytes:?} {off}: {e}");
         }
     }
+
     // Goal (rev-smo2 F1): whatever the budget, half a segment's room holds a page of the
     // largest record the store accepts (longest key, longest stored value, headers), so the
     // tree's sized split can always make a flushable page. Method: budgets from 1 byte to
