@@ -246,9 +246,21 @@ impl MapSchedule {
         self.error.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Claims a map checkpoint unless one is claimed (ended by [`Self::done`]).
+    /// Claims the scheduled map checkpoint if enough WAL was logged since the last one and
+    /// none is claimed ([`Llama::map_due`]).
+    fn due(&self) -> bool {
+        self.wal_bytes.load(Ordering::Relaxed) >= self.every && self.claim()
+    }
+
+    /// Claims a map checkpoint unless one is claimed (ended by [`Self::done`]). A claim
+    /// restarts the WAL count, so a checkpoint that fails before `checkpoint` resets it is
+    /// retried after another schedule's bytes, not by every next write (review F4).
     pub(crate) fn claim(&self) -> bool {
-        !self.running.swap(true, Ordering::AcqRel)
+        let claimed = !self.running.swap(true, Ordering::AcqRel);
+        if claimed {
+            self.wal_bytes.store(0, Ordering::Relaxed);
+        }
+        claimed
     }
 
     /// Ends what [`Llama::map_due`] or [`Self::claim`] claimed.
@@ -484,9 +496,7 @@ impl Llama {
     /// [`MapSchedule::done`].
     #[inline]
     pub(crate) fn map_due(&self) -> bool {
-        self.map
-            .as_ref()
-            .is_some_and(|map| map.wal_bytes.load(Ordering::Relaxed) >= map.every && map.claim())
+        self.map.as_ref().is_some_and(|map| map.due())
     }
 
     /// The error the last failed scheduled map checkpoint met.
@@ -751,5 +761,32 @@ mod tests {
             let e = map_checkpoint_schedule(bytes, off).unwrap_err().to_string();
             assert!(e.contains("map-checkpoint"), "{bytes:?} {off}: {e}");
         }
+    }
+
+    // Goal: a scheduled map checkpoint that fails (review rev-mapdef F4: before its
+    // `checkpoint` resets the WAL count, e.g. creating the fresh logs) is not claimed again by
+    // the very next write, but after another schedule's worth of WAL. Method: log a
+    // schedule's bytes, claim, end the claim without a checkpoint (as a failure does), log
+    // one more byte: not due; log a schedule's bytes: due.
+    #[test]
+    fn a_failed_map_checkpoint_waits_for_the_next_schedule() {
+        let map = MapSchedule {
+            every: 1000,
+            wal_bytes: AtomicU64::new(0),
+            running: AtomicBool::new(false),
+            error: Mutex::new(None),
+        };
+        map.wal_bytes.fetch_add(1000, Ordering::Relaxed);
+        assert!(map.due(), "due after a schedule's bytes");
+        assert!(!map.due(), "claimed once");
+        map.failed("injected".into());
+        map.done();
+        map.wal_bytes.fetch_add(1, Ordering::Relaxed);
+        assert!(
+            !map.due(),
+            "a failed checkpoint is retried by the next write"
+        );
+        map.wal_bytes.fetch_add(1000, Ordering::Relaxed);
+        assert!(map.due(), "due again after another schedule's bytes");
     }
 }
