@@ -176,6 +176,19 @@ pub fn map_checkpoint_schedule(bytes: Option<&str>, off: bool) -> Result<Option<
     }
 }
 
+/// The map checkpoint flag a command line gave (`--map-checkpoint-bytes` given, `--no-map-
+/// checkpoints` given), if any: the CLIs refuse one without `--memory-budget`, where it means
+/// nothing.
+pub fn map_checkpoint_flag(bytes: bool, off: bool) -> Option<&'static str> {
+    if bytes {
+        Some("--map-checkpoint-bytes")
+    } else if off {
+        Some("--no-map-checkpoints")
+    } else {
+        None
+    }
+}
+
 /// The store's durable LSN as the tree's ESL (module doc).
 #[derive(Default)]
 struct StoreEsl {
