@@ -262,18 +262,18 @@ impl MapSchedule {
     /// Claims the scheduled map checkpoint if enough WAL was logged since the last one and
     /// none is claimed ([`Llama::map_due`]).
     fn due(&self) -> bool {
-        self.wal_bytes.load(Ordering::Relaxed) >= self.every && self.claim()
-    }
-
-    /// Claims a map checkpoint unless one is claimed (ended by [`Self::done`]). A claim
-    /// restarts the WAL count, so a checkpoint that fails before `checkpoint` resets it is
-    /// retried after another schedule's bytes, not by every next write (review F4).
-    pub(crate) fn claim(&self) -> bool {
-        let claimed = !self.running.swap(true, Ordering::AcqRel);
+        let claimed = self.wal_bytes.load(Ordering::Relaxed) >= self.every && self.claim();
         if claimed {
+            // Restarted at the claim, so a checkpoint that fails before `checkpoint` resets
+            // it is retried after another schedule's bytes, not by every next write (F4).
             self.wal_bytes.store(0, Ordering::Relaxed);
         }
         claimed
+    }
+
+    /// Claims a map checkpoint unless one is claimed (ended by [`Self::done`]).
+    pub(crate) fn claim(&self) -> bool {
+        !self.running.swap(true, Ordering::AcqRel)
     }
 
     /// Ends what [`Llama::map_due`] or [`Self::claim`] claimed.
