@@ -89,6 +89,19 @@ pub(super) fn take(
         if removed {
             dir.sync_dir()?;
         }
+        // A full checkpoint from before the switch-over to map checkpoints, at or below the
+        // older kept RSSP, is superseded by both kept map checkpoints (recovery reads those):
+        // delete it after the log deletion above is durable (review rev-mapdef F3).
+        let mut stale = false;
+        for name in dir.list()? {
+            if crate::checkpoint::parse_checkpoint_name(&name).is_some_and(|s| s <= older) {
+                dir.remove(&name)?;
+                stale = true;
+            }
+        }
+        if stale {
+            dir.sync_dir()?;
+        }
     }
     Ok(CheckpointInfo {
         start_lsn,

@@ -334,7 +334,6 @@ fn close_and_drop_racing_the_checkpointer_never_hang() {
 // full checkpoint with map checkpoints off, reopen with them every 8 KiB, overwrite every key
 // twice (many map checkpoints, WAL cut), close, reopen, close: list `checkpoint-*`.
 #[test]
-#[ignore = "rev: mapdef-stale the old full checkpoint is kept forever after the switch-over"]
 fn the_old_full_checkpoint_is_deleted_after_the_switch_over() {
     const N: u32 = 2000;
     let tmp = tempfile::tempdir().expect("tempdir");
