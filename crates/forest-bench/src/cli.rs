@@ -411,6 +411,20 @@ fn plan(args: &BenchArgs) -> anyhow::Result<Plan> {
         }
         mode.checkpoint_every_ms = args.checkpoint_every;
     }
+    // Parsed always, so a bad value is refused even without a budget; without one they mean
+    // nothing (map checkpoints are a budgeted bwtree's), so they are refused by name.
+    let map_checkpoint_wal_bytes = forest_store::map_checkpoint_schedule(
+        args.map_checkpoint_bytes.as_deref(),
+        args.no_map_checkpoints,
+    )?;
+    if args.memory_budget.is_empty() {
+        if let Some(flag) = forest_store::map_checkpoint_flag(
+            args.map_checkpoint_bytes.is_some(),
+            args.no_map_checkpoints,
+        ) {
+            bail!("{flag} needs --memory-budget (map checkpoints are a budgeted bwtree's)");
+        }
+    }
     if !args.memory_budget.is_empty() {
         let budgets: Vec<Option<u64>> = args
             .memory_budget
@@ -432,10 +446,6 @@ fn plan(args: &BenchArgs) -> anyhow::Result<Plan> {
                 );
             }
         }
-        let map_checkpoint_wal_bytes = forest_store::map_checkpoint_schedule(
-            args.map_checkpoint_bytes.as_deref(),
-            args.no_map_checkpoints,
-        )?;
         modes = modes
             .into_iter()
             .flat_map(|mode| {
@@ -629,6 +639,27 @@ mod tests {
         let help = cmd.render_long_help().to_string();
         assert!(help.contains("--scan-len") && help.contains("--scan-order"));
         assert!(help.contains("Mrec/s"));
+    }
+
+    // Review rev-mapdef: the map checkpoint flags mean something only with --memory-budget;
+    // without it they are neither parsed nor refused (garbage passes, as does
+    // --no-map-checkpoints on a run that has no LSS).
+    #[test]
+    fn rev_map_checkpoint_flags_without_a_budget_are_refused() {
+        let err = |args: &[&str]| plan(&parse(args)).err().map(|e| e.to_string());
+        let garbage = err(&["--map-checkpoint-bytes", "garbage"]);
+        assert!(
+            garbage
+                .as_deref()
+                .is_some_and(|e| e.contains("--map-checkpoint-bytes")),
+            "{garbage:?}"
+        );
+        let off = err(&["--no-map-checkpoints"]);
+        assert!(
+            off.as_deref()
+                .is_some_and(|e| e.contains("--memory-budget")),
+            "{off:?}"
+        );
     }
 
     #[test]

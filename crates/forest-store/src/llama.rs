@@ -194,6 +194,19 @@ pub fn map_checkpoint_schedule(bytes: Option<&str>, off: bool) -> Result<Option<
     }
 }
 
+/// The map checkpoint flag a command line gave (`--map-checkpoint-bytes` given, `--no-map-
+/// checkpoints` given), if any: the CLIs refuse one without `--memory-budget`, where it means
+/// nothing.
+pub fn map_checkpoint_flag(bytes: bool, off: bool) -> Option<&'static str> {
+    if bytes {
+        Some("--map-checkpoint-bytes")
+    } else if off {
+        Some("--no-map-checkpoints")
+    } else {
+        None
+    }
+}
+
 /// The store's durable LSN as the tree's ESL (module doc).
 #[derive(Default)]
 struct StoreEsl {
@@ -262,6 +275,18 @@ impl MapSchedule {
     /// The error the last failed scheduled map checkpoint met.
     pub(crate) fn error(&self) -> Option<String> {
         self.error.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Claims the scheduled map checkpoint if enough WAL was logged since the last one and
+    /// none is claimed ([`Llama::map_due`]).
+    fn due(&self) -> bool {
+        let claimed = self.wal_bytes.load(Ordering::Relaxed) >= self.every && self.claim();
+        if claimed {
+            // Restarted at the claim, so a checkpoint that fails before `checkpoint` resets
+            // it is retried after another schedule's bytes, not by every next write (F4).
+            self.wal_bytes.store(0, Ordering::Relaxed);
+        }
+        claimed
     }
 
     /// Claims a map checkpoint unless one is claimed (ended by [`Self::done`]).
@@ -492,9 +517,7 @@ impl Llama {
     /// [`MapSchedule::done`].
     #[inline]
     pub(crate) fn map_due(&self) -> bool {
-        self.map
-            .as_ref()
-            .is_some_and(|map| map.wal_bytes.load(Ordering::Relaxed) >= map.every && map.claim())
+        self.map.as_ref().is_some_and(|map| map.due())
     }
 
     /// The error the last failed scheduled map checkpoint met.
@@ -801,5 +824,32 @@ mod tests {
                 config.segment_bytes
             );
         }
+    }
+
+    // Goal: a scheduled map checkpoint that fails (review rev-mapdef F4: before its
+    // `checkpoint` resets the WAL count, e.g. creating the fresh logs) is not claimed again by
+    // the very next write, but after another schedule's worth of WAL. Method: log a
+    // schedule's bytes, claim, end the claim without a checkpoint (as a failure does), log
+    // one more byte: not due; log a schedule's bytes: due.
+    #[test]
+    fn a_failed_map_checkpoint_waits_for_the_next_schedule() {
+        let map = MapSchedule {
+            every: 1000,
+            wal_bytes: AtomicU64::new(0),
+            running: AtomicBool::new(false),
+            error: Mutex::new(None),
+        };
+        map.wal_bytes.fetch_add(1000, Ordering::Relaxed);
+        assert!(map.due(), "due after a schedule's bytes");
+        assert!(!map.due(), "claimed once");
+        map.failed("injected".into());
+        map.done();
+        map.wal_bytes.fetch_add(1, Ordering::Relaxed);
+        assert!(
+            !map.due(),
+            "a failed checkpoint is retried by the next write"
+        );
+        map.wal_bytes.fetch_add(1000, Ordering::Relaxed);
+        assert!(map.due(), "due again after another schedule's bytes");
     }
 }

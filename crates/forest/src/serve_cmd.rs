@@ -98,6 +98,14 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         args.map_checkpoint_bytes.as_deref(),
         args.no_map_checkpoints,
     )?;
+    if memory_budget_bytes.is_none() {
+        if let Some(flag) = forest_store::map_checkpoint_flag(
+            args.map_checkpoint_bytes.is_some(),
+            args.no_map_checkpoints,
+        ) {
+            anyhow::bail!("{flag} needs --memory-budget (map checkpoints are a budgeted bwtree's)");
+        }
+    }
     let config = Config {
         dir: args.dir,
         engine: args.engine,

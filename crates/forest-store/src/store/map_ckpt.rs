@@ -9,7 +9,8 @@
 //!   write found one due (`Llama::map_due`, after its acknowledgement) only wakes it, so no
 //!   writer waits for a checkpoint beyond the rotation's brief hold of the shards, as with
 //!   any checkpoint. One runs at a time (the claim, and the store's checkpoint lock); an
-//!   error is printed and kept for `StoreStats` (`MemoryStats::map_checkpoint_error`).
+//!   error is printed and kept for `StoreStats` (`MemoryStats::map_checkpoint_error`); so
+//!   is a panic, which ends that checkpoint, not the thread.
 //! - Space: the cleaner takes victims only below the older kept checkpoint's S
 //!   (forest-bwtree `clean`), so with no checkpoint the LSS only grows. The thread therefore
 //!   also takes one, every [`SPACE_POLL`] at most, when the LSS is above its space target
@@ -86,6 +87,19 @@ pub(super) fn take(
         }
         state.retired = kept;
         if removed {
+            dir.sync_dir()?;
+        }
+        // A full checkpoint from before the switch-over to map checkpoints, at or below the
+        // older kept RSSP, is superseded by both kept map checkpoints (recovery reads those):
+        // delete it after the log deletion above is durable (review rev-mapdef F3).
+        let mut stale = false;
+        for name in dir.list()? {
+            if crate::checkpoint::parse_checkpoint_name(&name).is_some_and(|s| s <= older) {
+                dir.remove(&name)?;
+                stale = true;
+            }
+        }
+        if stale {
             dir.sync_dir()?;
         }
     }
@@ -194,22 +208,37 @@ fn run(parts: &Parts, wake: &Wake) {
             }
         }
         written_at = parts.tree.lss().map_or(0, |lss| lss.stats().bytes_written);
-        let result = {
+        // A panic ends this checkpoint as an error would (its files are as after a crash)
+        // and not the thread: otherwise the claim stays taken and no scheduled checkpoint
+        // runs again, silently (review rev-mapdef F5). The checkpoint lock does not poison.
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut state = parts.checkpoints.lock();
-            parts.commit.check_failed().and_then(|()| {
-                take(
-                    &*parts.dir,
-                    &parts.commit,
-                    &parts.lsns,
-                    &parts.count,
-                    (&parts.tree, &parts.map),
-                    &mut state,
-                )
-            })
-        };
+            parts
+                .commit
+                .check_failed()
+                .and_then(|()| {
+                    take(
+                        &*parts.dir,
+                        &parts.commit,
+                        &parts.lsns,
+                        &parts.count,
+                        (&parts.tree, &parts.map),
+                        &mut state,
+                    )
+                })
+                .map_err(|e| e.to_string())
+        }))
+        .unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(format!("the map checkpoint panicked: {what}"))
+        });
         if let Err(e) = result {
             eprintln!("forest-store: scheduled map checkpoint: {e}");
-            parts.map.failed(e.to_string());
+            parts.map.failed(e);
         }
         parts.map.done();
     }

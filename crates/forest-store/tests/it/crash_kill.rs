@@ -293,7 +293,14 @@ fn kill_cycle(
         .expect("a module of the test binary");
     let path = format!("{module}::{name}");
     let mut child = Command::new(std::env::current_exe().expect("current_exe"))
-        .args(["--exact", path.as_str(), "--nocapture", "--test-threads=1"])
+        // `--include-ignored`: the review's ignored kill tests run their child too.
+        .args([
+            "--exact",
+            path.as_str(),
+            "--nocapture",
+            "--test-threads=1",
+            "--include-ignored",
+        ])
         .env(CHILD_ENV, spec)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -653,6 +660,33 @@ fn kill_group_bwtree_map_checkpoints() {
         "group",
         &format!("bwtree{BUDGET_SEP}8192{MAP_SEP}16384"),
         13_000,
+        BWTREE_MAP_CYCLES,
+    );
+}
+
+// Review rev-mapdef: the SIGKILL cycles with a map checkpoint every 1 KiB of WAL (several per
+// cycle's writes, so kills land inside checkpoints and WAL deletions far more often), in
+// group and sync modes.
+#[test]
+#[ignore = "rev: mapdef-kill SIGKILL cycles with a map checkpoint every 1 KiB of WAL"]
+fn rev_kill_group_bwtree_map_checkpoints_every_kib() {
+    kill_test_cycles(
+        "rev_kill_group_bwtree_map_checkpoints_every_kib",
+        "group",
+        &format!("bwtree{BUDGET_SEP}8192{MAP_SEP}1024"),
+        21_000,
+        BWTREE_MAP_CYCLES,
+    );
+}
+
+#[test]
+#[ignore = "rev: mapdef-kill SIGKILL cycles in sync mode with a map checkpoint every 1 KiB"]
+fn rev_kill_sync_bwtree_map_checkpoints_every_kib() {
+    kill_test_cycles(
+        "rev_kill_sync_bwtree_map_checkpoints_every_kib",
+        "sync",
+        &format!("bwtree{BUDGET_SEP}8192{MAP_SEP}1024"),
+        22_000,
         BWTREE_MAP_CYCLES,
     );
 }

@@ -16,6 +16,7 @@ mod power_loss;
 mod rev_lists;
 mod rev_lists14;
 mod rev_lstore;
+mod rev_mapdef;
 mod rev_tckpt;
 mod rev_tsb;
 mod review13_meta;

@@ -109,3 +109,45 @@ fn map_checkpoint_flags_are_refused_when_bad() {
     );
     assert!(both.contains("--no-map-checkpoints"), "{both}");
 }
+
+// Review rev-mapdef: `--map-checkpoint-bytes` (or `--no-map-checkpoints`) without
+// `--memory-budget` means nothing (map checkpoints exist only on a budget), so it should be
+// refused naming the flag, as a budget for a wrong engine is. Method: start forest serve
+// with it and no budget; a serve still running after 20 s accepted it (killed, test fails).
+#[test]
+fn map_checkpoint_flags_without_a_budget_are_refused() {
+    for flags in [
+        &["--engine", "bwtree", "--map-checkpoint-bytes", "1MiB"][..],
+        &["--no-map-checkpoints"][..],
+    ] {
+        let (_tmp, dir) = data_dir();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_forest"))
+            .args(["serve", "--port", "0", "--dir"])
+            .arg(&dir)
+            .args(flags)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run the forest binary");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                break Some(status);
+            }
+            if std::time::Instant::now() > deadline {
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        };
+        let Some(status) = status else {
+            child.kill().expect("kill");
+            child.wait().expect("reap");
+            panic!("forest serve {flags:?} without --memory-budget was accepted (still serving)");
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
+            .expect("stderr");
+        assert!(!status.success(), "{flags:?}: {stderr}");
+        assert!(stderr.contains("memory-budget"), "{flags:?}: {stderr}");
+    }
+}
