@@ -19,7 +19,12 @@ fn set_past_deadline_of_missing_key_dirties_watch() {
         let mut b = server.client();
         for writer in [
             &["SET", "k", "v", "EXAT", "1"][..],
-            &["EVAL", "return redis.call('SET', KEYS[1], 'v', 'PXAT', '1')", "1", "k"][..],
+            &[
+                "EVAL",
+                "return redis.call('SET', KEYS[1], 'v', 'PXAT', '1')",
+                "1",
+                "k",
+            ][..],
         ] {
             assert_eq!(a.cmd(&["WATCH", "k"]), R::Simple("OK".into()));
             b.cmd(writer);
