@@ -351,6 +351,22 @@ struct CheckpointState {
     map_rssps: Vec<u64>,
 }
 
+impl CheckpointState {
+    /// Keeps the logs a rotation at `start_lsn` closed, to delete once a checkpoint covers
+    /// them (every record in them is below `start_lsn`).
+    fn retire(&mut self, old_logs: Vec<LogWriter>, start_lsn: u64) {
+        for old in old_logs {
+            let name = old
+                .path()
+                .file_name()
+                .and_then(|n| n.to_str())
+                .expect("log names are plain UTF-8 names")
+                .to_string();
+            self.retired.push((name, start_lsn));
+        }
+    }
+}
+
 /// A durable ordered key-value store (see the module doc).
 pub struct Store {
     dir: Arc<dyn Dir>,
@@ -1713,15 +1729,7 @@ impl Store {
         let (start_lsn, cut, old_logs) = self
             .commit
             .rotate_with(fresh, || temporal.map(|t| t.now()))?;
-        for old in old_logs {
-            let name = old
-                .path()
-                .file_name()
-                .and_then(|n| n.to_str())
-                .expect("log names are plain UTF-8 names")
-                .to_string();
-            state.retired.push((name, start_lsn));
-        }
+        state.retire(old_logs, start_lsn);
         let lsns = &self.lsns;
         let errors_before = self.llama.as_ref().map_or(0, |l| l.tree.load_errors());
         let info = match (temporal, cut) {

@@ -57,15 +57,7 @@ pub(super) fn take(
 ) -> Result<CheckpointInfo> {
     let fresh = super::fresh_logs_in(dir, lsns, commit.shard_count(), state)?;
     let (start_lsn, old_logs) = commit.rotate(fresh)?;
-    for old in old_logs {
-        let name = old
-            .path()
-            .file_name()
-            .and_then(|n| n.to_str())
-            .expect("log names are plain UTF-8 names")
-            .to_string();
-        state.retired.push((name, start_lsn));
-    }
+    state.retire(old_logs, start_lsn);
     commit.sync()?;
     forest_core::pause::pause_point("store:map-checkpoint-synced");
     map.checkpoint(tree, start_lsn)?;
