@@ -452,8 +452,8 @@ impl BwTree {
     }
 
     /// [`Self::consolidate_after_read`] for a scan's leaf: a leaf sized in bytes keeps at most
-    /// [`SCAN_LEAF_CHAIN_MAX`] deltas (or the writers' threshold, if lower); other pages as
-    /// after any read.
+    /// [`SCAN_LEAF_CHAIN_MAX`] record deltas above its newest flush delta; other pages as after
+    /// any read.
     pub(crate) fn consolidate_after_scan<'g>(
         &self,
         pid: Pid,
@@ -481,17 +481,17 @@ impl BwTree {
             return None;
         }
         let sized_in_bytes = self.leaf_sized_in_bytes(node);
-        // A scan counts the record deltas above the newest flush delta only: folding a page
-        // with at most one write since its flush would make the next flush a whole image for
-        // one record (review rev-bwscan F1, F2).
-        if matches!(reader, Reader::Scan)
-            && sized_in_bytes
-            && unflushed_record_deltas(node) <= SCAN_LEAF_CHAIN_MAX
-        {
-            return None;
-        }
         let threshold = match reader {
-            Reader::Scan if sized_in_bytes => self.writers_threshold(node).min(SCAN_LEAF_CHAIN_MAX),
+            // A scan counts the record deltas above the newest flush delta only: folding a page
+            // with at most one write since its flush would make the next flush a whole image
+            // for one record (review rev-bwscan F1, F2). Past that the chain is longer than
+            // SCAN_LEAF_CHAIN_MAX, so the fold below always runs.
+            Reader::Scan if sized_in_bytes => {
+                if unflushed_record_deltas(node) <= SCAN_LEAF_CHAIN_MAX {
+                    return None;
+                }
+                SCAN_LEAF_CHAIN_MAX
+            }
             _ if !sized_in_bytes
                 && node.base_page().heap_bytes() <= READ_CONSOLIDATE_PAGE_BYTES_MAX =>
             {

@@ -6,13 +6,12 @@
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
 
 use std::collections::BTreeMap;
-use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use forest_bwtree::flush::PageFlush;
+use crate::common::{contents, counter, flush_resident};
 use forest_bwtree::{BwTree, BwTreeConfig};
-use forest_core::{Index, Order};
+use forest_core::Index;
 use forest_file::{Dir, SimDir};
 use forest_llama::lss::segment::segment_file_name;
 use forest_llama::lss::{Lss, LssAddress, LssConfig, RECORD_HEADER_BYTES};
@@ -62,43 +61,11 @@ fn value(i: u32, round: u32) -> Vec<u8> {
     v
 }
 
-fn counter(tree: &BwTree, name: &str) -> u64 {
-    tree.stats().counter(name).unwrap()
-}
-
-fn contents(tree: &BwTree) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    let mut all = BTreeMap::new();
-    tree.try_scan(
-        Bound::Unbounded,
-        Bound::Unbounded,
-        Order::Ascending,
-        &mut |k, v| {
-            all.insert(k.to_vec(), v.to_vec());
-            std::ops::ControlFlow::Continue(())
-        },
-    )
-    .unwrap();
-    all
-}
-
 fn check_model(tree: &BwTree, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
     for (k, v) in model {
         assert_eq!(tree.try_get(k).unwrap().as_deref(), Some(&v[..]), "{k:?}");
     }
     assert_eq!(&contents(tree), model);
-}
-
-/// Flushes every page until its pieces hold it (no page is left with pieces that a
-/// consolidation superseded in memory only), then makes everything stable.
-fn flush_all(tree: &BwTree) {
-    let lss = Arc::clone(tree.lss().unwrap());
-    for pid in tree.page_ids() {
-        if tree.evicted_at(pid).is_some() {
-            continue;
-        }
-        while let PageFlush::Lost { .. } = tree.flush_page(pid, &lss).unwrap() {}
-    }
-    lss.mk_stable(LssAddress::current(u64::MAX >> 4)).unwrap();
 }
 
 /// Bytes of every page's piece chain, read from the LSS: the live bytes by definition.
@@ -163,7 +130,7 @@ fn accounting_is_exact_against_a_walk() {
             }
         }
     }
-    flush_all(&t);
+    flush_resident(&t);
     assert!(counter(&t, "merges") > 0, "the run merged pages");
     assert_accounting_exact(&t);
     assert!(lss.total_bytes() > lss.live_bytes());
@@ -174,7 +141,7 @@ fn accounting_is_exact_against_a_walk() {
         }
     }
     assert!(cleaned > 0);
-    flush_all(&t);
+    flush_resident(&t);
     assert_accounting_exact(&t);
     check_model(&t, &model);
 }
@@ -195,7 +162,7 @@ fn a_victim_with_resident_evicted_and_freed_pages_is_cleaned() {
         t.upsert(&key(i), &value(i, 0)).unwrap();
         model.insert(key(i), value(i, 0));
     }
-    flush_all(&t);
+    flush_resident(&t);
     // Evict every other page: its word holds its newest piece, in the first segments.
     let mut evicted = Vec::new();
     for pid in t.page_ids().into_iter().step_by(2) {
@@ -224,7 +191,7 @@ fn a_victim_with_resident_evicted_and_freed_pages_is_cleaned() {
             t.upsert(&key(i), &value(i, round)).unwrap();
             model.insert(key(i), value(i, round));
         }
-        flush_all(&t);
+        flush_resident(&t);
     }
     assert!(lss.clean_candidates().iter().any(|(s, _)| *s == victim));
     assert!(t.clean_segment(victim).unwrap(), "the victim is removed");
@@ -242,7 +209,7 @@ fn a_victim_with_resident_evicted_and_freed_pages_is_cleaned() {
     assert_eq!(stats.segments_cleaned.get(), 1);
     assert!(stats.relocations.get() > 0);
     check_model(&t, &model);
-    flush_all(&t);
+    flush_resident(&t);
     assert_accounting_exact(&t);
     assert!(counter(&t, "lss_segments_cleaned") == 1);
 }

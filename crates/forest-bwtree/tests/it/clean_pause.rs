@@ -12,13 +12,12 @@
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
 
 use std::collections::BTreeMap;
-use std::ops::Bound;
 use std::sync::Arc;
 
-use forest_bwtree::flush::PageFlush;
+use crate::common::{contents, flush_resident};
 use forest_bwtree::{BwTree, BwTreeConfig};
 use forest_core::conformance::pause::{arm, disarm, spawn_pauser, take_turn};
-use forest_core::{Index, Order};
+use forest_core::Index;
 use forest_file::{Dir, SimDir};
 use forest_llama::lss::segment::segment_file_name;
 use forest_llama::lss::{Lss, LssAddress, LssConfig};
@@ -32,31 +31,6 @@ fn value(i: u32, round: u32) -> Vec<u8> {
     let mut v = format!("v{round}-{i}-").into_bytes();
     v.resize(40, b'x');
     v
-}
-
-fn contents(tree: &BwTree) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    let mut all = BTreeMap::new();
-    tree.try_scan(
-        Bound::Unbounded,
-        Bound::Unbounded,
-        Order::Ascending,
-        &mut |k, v| {
-            all.insert(k.to_vec(), v.to_vec());
-            std::ops::ControlFlow::Continue(())
-        },
-    )
-    .unwrap();
-    all
-}
-
-fn flush_all(tree: &BwTree) {
-    let lss = Arc::clone(tree.lss().unwrap());
-    for pid in tree.page_ids() {
-        if tree.evicted_at(pid).is_none() {
-            while let PageFlush::Lost { .. } = tree.flush_page(pid, &lss).unwrap() {}
-        }
-    }
-    lss.mk_stable(LssAddress::current(u64::MAX >> 4)).unwrap();
 }
 
 /// (tree, model, its disk, the evicted page, the victim segment, a key on the page).
@@ -97,7 +71,7 @@ fn setup(seed: u64) -> Setup {
         tree.upsert(&key(i), &value(i, 0)).unwrap();
         model.insert(key(i), value(i, 0));
     }
-    flush_all(&tree);
+    flush_resident(&tree);
     // The leaf holding key 5, evicted; later writes elsewhere move Hi-Stable past its segment.
     let k = 5;
     let pid = tree
@@ -117,7 +91,7 @@ fn setup(seed: u64) -> Setup {
             tree.upsert(&key(i), &value(i, round)).unwrap();
             model.insert(key(i), value(i, round));
         }
-        flush_all(&tree);
+        flush_resident(&tree);
         round += 1;
     }
     (tree, model, sim, pid, victim, k)

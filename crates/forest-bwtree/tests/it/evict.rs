@@ -10,6 +10,7 @@ use std::ops::Bound;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
+use crate::common::counter;
 use forest_bwtree::{BwTree, BwTreeConfig};
 use forest_core::{Error, Index, Order};
 use forest_file::{Dir, SimDir};
@@ -46,10 +47,6 @@ fn value(i: u32, round: u32) -> Vec<u8> {
     let mut v = format!("v{round}-{i}-").into_bytes();
     v.resize(100, b'x');
     v
-}
-
-fn counter(tree: &BwTree, name: &str) -> u64 {
-    tree.stats().counter(name).unwrap()
 }
 
 /// Keys to write, overridable by `FOREST_EVICT_KEYS` (default: about 10x the budget).

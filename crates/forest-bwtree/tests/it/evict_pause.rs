@@ -11,14 +11,14 @@
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
 
 use std::collections::BTreeMap;
-use std::ops::Bound;
 use std::sync::Arc;
 
+use crate::common::{contents, counter};
 use forest_bwtree::{BwTree, BwTreeConfig};
 use forest_core::conformance::pause::{
     arm, arm_gates, disarm, spawn_named, spawn_pauser, take_turn,
 };
-use forest_core::{Index, Order};
+use forest_core::Index;
 use forest_file::{Dir, SimDir};
 use forest_llama::lss::{Lss, LssAddress, LssConfig};
 use forest_llama::Pid;
@@ -48,26 +48,6 @@ fn tree(seed: u64, read_consolidate_threshold: u32) -> Arc<BwTree> {
             .with_lss(lss, None)
             .unwrap(),
     )
-}
-
-fn counter(tree: &BwTree, name: &str) -> u64 {
-    tree.stats().counter(name).unwrap()
-}
-
-/// Every record of `tree`, by a scan.
-fn contents(tree: &BwTree) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    let mut all = BTreeMap::new();
-    tree.try_scan(
-        Bound::Unbounded,
-        Bound::Unbounded,
-        Order::Ascending,
-        &mut |k, v| {
-            all.insert(k.to_vec(), v.to_vec());
-            std::ops::ControlFlow::Continue(())
-        },
-    )
-    .unwrap();
-    all
 }
 
 /// Starts `evict_pid(pid)` on the pauser thread, stopped before its swap-out CAS.

@@ -4,16 +4,14 @@
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
 
 use std::collections::BTreeMap;
-use std::ops::Bound;
 use std::sync::Arc;
 
 use forest_bwtree::{BwTree, BwTreeConfig};
-use forest_core::Order;
 use forest_file::{Dir, SimDir};
-use forest_llama::lss::{Lss, LssAddress, LssConfig};
+use forest_llama::lss::LssConfig;
 use forest_llama::recover::{open_recovering, RecoveredMap};
 
-use crate::common::flush_until_done;
+use crate::common::{contents, flush_all};
 
 fn config() -> BwTreeConfig {
     BwTreeConfig {
@@ -57,32 +55,6 @@ fn close(tree: BwTree) {
     let lss = Arc::clone(tree.lss().unwrap());
     drop(tree);
     Arc::try_unwrap(lss).ok().unwrap().close().unwrap();
-}
-
-fn flush_all(tree: &BwTree) {
-    let lss: &Lss = tree.lss().unwrap();
-    for pid in tree.page_ids() {
-        flush_until_done(tree, lss, pid);
-    }
-    lss.mk_stable(LssAddress::current(u64::MAX >> 4)).unwrap();
-}
-
-fn contents(tree: &BwTree) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    let mut all = BTreeMap::new();
-    let mut last: Option<Vec<u8>> = None;
-    tree.try_scan(
-        Bound::Unbounded,
-        Bound::Unbounded,
-        Order::Ascending,
-        &mut |k, v| {
-            assert!(last.as_deref() < Some(k), "scan out of order at {k:?}");
-            last = Some(k.to_vec());
-            all.insert(k.to_vec(), v.to_vec());
-            std::ops::ControlFlow::Continue(())
-        },
-    )
-    .unwrap();
-    all
 }
 
 // Goal: a tree reopened from a checkpoint and the scan from S holds every write a piece or a

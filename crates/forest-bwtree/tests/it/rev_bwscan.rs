@@ -6,7 +6,7 @@ use crate::common;
 
 use std::ops::{Bound, ControlFlow};
 
-use common::{open_lss, tree_with_esl};
+use common::{open_lss, scan_all, tree_with_esl};
 use forest_bwtree::flush::PageFlush;
 use forest_bwtree::BwTreeConfig;
 use forest_core::stats::names;
@@ -50,21 +50,7 @@ fn rev_bwscan_f1_scan_keeps_the_next_flush_incremental() {
             seen += 1;
             ControlFlow::Continue(())
         };
-        if pinned {
-            tree.scan_pinned(
-                Bound::Unbounded,
-                Bound::Unbounded,
-                Order::Ascending,
-                &mut visit,
-            );
-        } else {
-            tree.scan(
-                Bound::Unbounded,
-                Bound::Unbounded,
-                Order::Ascending,
-                &mut visit,
-            );
-        }
+        scan_all(&tree, pinned, &mut visit);
         assert_eq!(seen, 20);
         let consolidated = tree.stats().counter(names::CONSOLIDATIONS).unwrap() - before;
         let PageFlush::Flushed { kind, .. } = tree.flush_page(pid, &lss).unwrap() else {

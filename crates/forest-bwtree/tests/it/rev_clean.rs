@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use forest_bwtree::flush::PageFlush;
+use crate::common::flush_resident;
 use forest_bwtree::{BwTree, BwTreeConfig};
 use forest_core::{Index, Result};
 use forest_file::{Dir, DirLock, File, SimDir};
@@ -44,16 +44,6 @@ fn lss_on(dir: Arc<dyn Dir>) -> Arc<Lss> {
     Arc::new(Lss::open(dir, config, LssAddress::current(0)).unwrap().0)
 }
 
-fn flush_all(tree: &BwTree) {
-    let lss = Arc::clone(tree.lss().unwrap());
-    for pid in tree.page_ids() {
-        if tree.evicted_at(pid).is_none() {
-            while let PageFlush::Lost { .. } = tree.flush_page(pid, &lss).unwrap() {}
-        }
-    }
-    lss.mk_stable(LssAddress::current(u64::MAX >> 4)).unwrap();
-}
-
 /// 400 keys on 8-record pages, flushed, every leaf evicted; then writes to keys 200..400
 /// until the segment of the oldest evicted leaf is a cleaning candidate. Returns the victim.
 fn fill_and_evict(t: &BwTree) -> u64 {
@@ -61,7 +51,7 @@ fn fill_and_evict(t: &BwTree) -> u64 {
     for i in 0..400 {
         t.upsert(&key(i), &value(i, 0)).unwrap();
     }
-    flush_all(t);
+    flush_resident(t);
     let mut oldest: Option<LssAddress> = None;
     for pid in t.page_ids() {
         let leaf = t.page_image(pid).is_some_and(|img| img.level == 0);
@@ -76,7 +66,7 @@ fn fill_and_evict(t: &BwTree) -> u64 {
         for i in 200..400 {
             t.upsert(&key(i), &value(i, round)).unwrap();
         }
-        flush_all(t);
+        flush_resident(t);
         round += 1;
     }
     victim

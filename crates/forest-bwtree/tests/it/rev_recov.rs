@@ -8,16 +8,14 @@
 use forest_core::Index;
 
 use std::collections::BTreeMap;
-use std::ops::Bound;
 use std::sync::Arc;
 
 use forest_bwtree::{BwTree, BwTreeConfig};
-use forest_core::Order;
 use forest_file::{Dir, SimDir};
-use forest_llama::lss::{Lss, LssAddress, LssConfig};
+use forest_llama::lss::LssConfig;
 use forest_llama::recover::{open_recovering, RecoveredMap};
 
-use crate::common::flush_until_done;
+use crate::common::{contents, flush_all};
 
 fn config() -> BwTreeConfig {
     BwTreeConfig {
@@ -66,29 +64,6 @@ fn close(tree: BwTree) {
     let lss = Arc::clone(tree.lss().unwrap());
     drop(tree);
     Arc::try_unwrap(lss).ok().unwrap().close().unwrap();
-}
-
-fn flush_all(tree: &BwTree) {
-    let lss: &Lss = tree.lss().unwrap();
-    for pid in tree.page_ids() {
-        flush_until_done(tree, lss, pid);
-    }
-    lss.mk_stable(LssAddress::current(u64::MAX >> 4)).unwrap();
-}
-
-fn contents(tree: &BwTree) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    let mut all = BTreeMap::new();
-    tree.try_scan(
-        Bound::Unbounded,
-        Bound::Unbounded,
-        Order::Ascending,
-        &mut |k, v| {
-            all.insert(k.to_vec(), v.to_vec());
-            std::ops::ControlFlow::Continue(())
-        },
-    )
-    .unwrap();
-    all
 }
 
 /// The flushed writes, the reopen's outcome, the two directories.

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use forest_bwtree::{BwTree, BwTreeConfig};
 use forest_core::Order;
 use forest_file::{Dir, SimDir};
-use forest_llama::lss::{Lss, LssAddress, LssConfig};
+use forest_llama::lss::{LssAddress, LssConfig};
 use forest_llama::recover::{open_recovering, RecoveredMap};
 
-use crate::common::flush_until_done;
+use crate::common::{contents, flush_all};
 
 fn config(merge_threshold: usize) -> BwTreeConfig {
     BwTreeConfig {
@@ -64,29 +64,6 @@ fn power_loss(tree: BwTree, lss_sim: &SimDir, ckpt_sim: &SimDir) {
     ckpt_sim.crash();
     drop(tree);
     drop(lss);
-}
-
-fn flush_all(tree: &BwTree) {
-    let lss: &Lss = tree.lss().unwrap();
-    for pid in tree.page_ids() {
-        flush_until_done(tree, lss, pid);
-    }
-    lss.mk_stable(LssAddress::current(u64::MAX >> 4)).unwrap();
-}
-
-fn contents(tree: &BwTree) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    let mut all = BTreeMap::new();
-    tree.try_scan(
-        Bound::Unbounded,
-        Bound::Unbounded,
-        Order::Ascending,
-        &mut |k, v| {
-            all.insert(k.to_vec(), v.to_vec());
-            std::ops::ControlFlow::Continue(())
-        },
-    )
-    .unwrap();
-    all
 }
 
 /// One round: writes (upserts of `keys` filtered by `pick`, deletes of `del`), flush all, a

@@ -11,6 +11,8 @@ use forest_bwtree::{counter_names, BwTree, BwTreeConfig};
 use forest_core::stats::names;
 use forest_core::{Index, Order};
 
+use crate::common::scan_all;
+
 fn small_tree() -> BwTree {
     BwTree::with_config(BwTreeConfig {
         max_records_per_page: 4,
@@ -235,25 +237,9 @@ fn reads_consolidate_small_pages_only() {
 #[test]
 fn reads_leave_byte_sized_leaves_to_the_writers_threshold() {
     let read_consolidates = |value_len: usize| {
-        let tree = BwTree::new();
         let value = vec![3u8; value_len];
+        let (tree, i) = three_deltas_past_a_consolidation(&value);
         let count = || tree.stats().counter(names::CONSOLIDATIONS).unwrap();
-        // 16 records first, so the base page's records decide its limits.
-        let mut i = 0u32;
-        while i < 16 {
-            tree.insert(&key(i), &value).unwrap();
-            i += 1;
-        }
-        let start = count();
-        while count() == start {
-            tree.insert(&key(i), &value).unwrap();
-            i += 1;
-            assert!(i < 100, "no writer consolidated");
-        }
-        for _ in 0..3 {
-            tree.insert(&key(i), &value).unwrap();
-            i += 1;
-        }
         let before = count();
         let mut out = Vec::new();
         assert!(tree.get(&key(i - 1), &mut out));
@@ -283,24 +269,9 @@ fn reads_leave_byte_sized_leaves_to_the_writers_threshold() {
 #[test]
 fn scans_consolidate_byte_sized_leaves_past_one_delta() {
     for pinned in [false, true] {
-        let tree = BwTree::new();
         let value = vec![3u8; 100];
+        let (tree, i) = three_deltas_past_a_consolidation(&value);
         let count = || tree.stats().counter(names::CONSOLIDATIONS).unwrap();
-        let mut i = 0u32;
-        while i < 16 {
-            tree.insert(&key(i), &value).unwrap();
-            i += 1;
-        }
-        let start = count();
-        while count() == start {
-            tree.insert(&key(i), &value).unwrap();
-            i += 1;
-            assert!(i < 100, "no writer consolidated");
-        }
-        for _ in 0..3 {
-            tree.insert(&key(i), &value).unwrap();
-            i += 1;
-        }
         let before = count();
         let mut out = Vec::new();
         assert!(tree.get(&key(i - 1), &mut out));
@@ -315,21 +286,7 @@ fn scans_consolidate_byte_sized_leaves_past_one_delta() {
             seen += 1;
             ControlFlow::Continue(())
         };
-        if pinned {
-            tree.scan_pinned(
-                Bound::Unbounded,
-                Bound::Unbounded,
-                Order::Ascending,
-                &mut visit,
-            );
-        } else {
-            tree.scan(
-                Bound::Unbounded,
-                Bound::Unbounded,
-                Order::Ascending,
-                &mut visit,
-            );
-        }
+        scan_all(&tree, pinned, &mut visit);
         assert_eq!(seen, i, "pinned: {pinned}");
         assert_eq!(
             count() - before,
@@ -451,4 +408,27 @@ fn small_record_leaves_merge_below_the_capped_threshold() {
     assert_eq!(merges_and_leaves(&tree), (0, 2), "right leaf at 16 records");
     assert!(tree.remove(&key(i)));
     assert_eq!(merges_and_leaves(&tree), (1, 1), "right leaf at 15 records");
+}
+
+/// A tree with one leaf whose writer consolidated it (16 records first, so the base page's
+/// records decide its limits), then three more inserts on top: the tree and the next key.
+fn three_deltas_past_a_consolidation(value: &[u8]) -> (BwTree, u32) {
+    let tree = BwTree::new();
+    let count = || tree.stats().counter(names::CONSOLIDATIONS).unwrap();
+    let mut i = 0u32;
+    while i < 16 {
+        tree.insert(&key(i), value).unwrap();
+        i += 1;
+    }
+    let start = count();
+    while count() == start {
+        tree.insert(&key(i), value).unwrap();
+        i += 1;
+        assert!(i < 100, "no writer consolidated");
+    }
+    for _ in 0..3 {
+        tree.insert(&key(i), value).unwrap();
+        i += 1;
+    }
+    (tree, i)
 }

@@ -5,13 +5,13 @@
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
 
 use std::collections::{BTreeMap, HashMap};
-use std::ops::Bound;
 use std::sync::Arc;
 
+use crate::common::contents;
 use forest_bwtree::flush::PageFlush;
 use forest_bwtree::smo_log::SmoDelta;
 use forest_bwtree::{BwTree, BwTreeConfig};
-use forest_core::{Index, Order};
+use forest_core::Index;
 use forest_file::{Dir, SimDir};
 use forest_llama::lss::{Lss, LssAddress, LssConfig, RecordKind};
 use forest_llama::sys_txn::{decode_unit, TxnOp};
@@ -50,21 +50,6 @@ pub(crate) fn tree(sim: &SimDir) -> Arc<BwTree> {
 
 pub(crate) fn key(i: u32) -> Vec<u8> {
     format!("key{i:06}").into_bytes()
-}
-
-fn contents(tree: &BwTree) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    let mut all = BTreeMap::new();
-    tree.try_scan(
-        Bound::Unbounded,
-        Bound::Unbounded,
-        Order::Ascending,
-        &mut |k, v| {
-            all.insert(k.to_vec(), v.to_vec());
-            std::ops::ControlFlow::Continue(())
-        },
-    )
-    .unwrap();
-    all
 }
 
 pub(crate) fn flush_all(tree: &BwTree) {

@@ -1,13 +1,15 @@
-//! Helpers of the flush tests (tests/flush.rs, tests/flush_pause.rs).
+//! Helpers shared by the test modules (flushing, reading a whole tree back).
 #![allow(dead_code)] // each test binary uses a part
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use forest_bwtree::flush::{DeltaRun, PageFlush, PageImage};
 use forest_bwtree::{BwTree, BwTreeConfig};
+use forest_core::{Index, Order};
 use forest_file::{Dir, SimDir};
 use forest_llama::lss::{Lss, LssAddress, LssConfig, RecordKind};
 use forest_llama::Pid;
@@ -127,5 +129,56 @@ impl Model {
                 Some((k.clone(), value.clone()?))
             })
             .collect()
+    }
+}
+
+/// Every record of `tree`, by a scan.
+pub fn contents(tree: &BwTree) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut all = BTreeMap::new();
+    tree.try_scan(
+        Bound::Unbounded,
+        Bound::Unbounded,
+        Order::Ascending,
+        &mut |k, v| {
+            all.insert(k.to_vec(), v.to_vec());
+            std::ops::ControlFlow::Continue(())
+        },
+    )
+    .unwrap();
+    all
+}
+
+/// A counter of `tree`'s stats, by name.
+pub fn counter(tree: &BwTree, name: &str) -> u64 {
+    tree.stats().counter(name).unwrap()
+}
+
+/// Flushes every page until it is flushed or clean, then makes everything stable.
+pub fn flush_all(tree: &BwTree) {
+    let lss: &Lss = tree.lss().unwrap();
+    for pid in tree.page_ids() {
+        flush_until_done(tree, lss, pid);
+    }
+    lss.mk_stable(LssAddress::current(u64::MAX >> 4)).unwrap();
+}
+
+/// Flushes every page in memory (evicted ones are left), retrying lost flushes, then makes
+/// everything stable.
+pub fn flush_resident(tree: &BwTree) {
+    let lss = Arc::clone(tree.lss().unwrap());
+    for pid in tree.page_ids() {
+        if tree.evicted_at(pid).is_none() {
+            while let PageFlush::Lost { .. } = tree.flush_page(pid, &lss).unwrap() {}
+        }
+    }
+    lss.mk_stable(LssAddress::current(u64::MAX >> 4)).unwrap();
+}
+
+/// Scans all of `tree` in ascending order, through `scan_pinned` or `scan`.
+pub fn scan_all(tree: &BwTree, pinned: bool, visit: &mut forest_core::Visitor<'_>) {
+    if pinned {
+        tree.scan_pinned(Bound::Unbounded, Bound::Unbounded, Order::Ascending, visit);
+    } else {
+        tree.scan(Bound::Unbounded, Bound::Unbounded, Order::Ascending, visit);
     }
 }
