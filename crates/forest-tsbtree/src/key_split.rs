@@ -12,6 +12,15 @@
 //!   failed CAS re-finds the parent and retries, and if this thread gives up (never: it loops)
 //!   any later search that follows the side link would complete it anyway (help-along).
 //!
+//! §IV-B2 for key splits (forest's addition; the paper lists only time splits). The term a
+//! key split posts starts at the left page's start, which may be long before the parent's
+//! current terms once the left page has time-split meanwhile; an index time split of the
+//! parent past it would leave the term no current page to go to (found by
+//! `pause_points::index_time_split_races_a_paused_leaf_key_split`: under load the
+//! conformance stress tripped `check_post`). So a key split registers its term on its level's
+//! split list before its split delta's CAS, like a time split, and it is marked posted by
+//! whoever posts it; the bound counts it whatever its page's start (`split_list.rs`).
+//!
 //! A leaf key split gives Q every version of its keys (current and historical alike), the
 //! left page's start and its history link (`as_of.rs`), so Q covers its keys from that start.
 //! An index page split gives the right page every term with a key at or above the separator,
@@ -75,6 +84,8 @@ impl TsbTree {
         };
         self.table
             .install_new(q, Node::base(Kind::Leaf(base), 0, right_count), guard);
+        // §IV-B2's bound, for the term this split will post (module doc).
+        let active = self.split_list(0).begin_key_split(&sep, q, view.start);
         let delta = Node::delta(
             head,
             state,
@@ -92,6 +103,7 @@ impl TsbTree {
         self.stats.key_splits.incr();
         forest_core::pause::pause_point("key_split:leaf-split-installed");
         self.complete_split(pid, 0, &sep, q, view.start, guard);
+        active.finish();
         true
     }
 
@@ -134,6 +146,9 @@ impl TsbTree {
         };
         self.table
             .install_new(q, Node::base(Kind::Index(base), head.level, count), guard);
+        let active = self
+            .split_list(head.level)
+            .begin_key_split(&sep, q, view.start);
         let delta = Node::delta(
             head,
             state,
@@ -151,6 +166,7 @@ impl TsbTree {
         self.stats.key_splits.incr();
         forest_core::pause::pause_point("key_split:index-split-installed");
         self.complete_split(pid, head.level, &sep, q, view.start, guard);
+        active.finish();
         true
     }
 
@@ -175,6 +191,7 @@ impl TsbTree {
                     "a page at the root's level that is not the root split"
                 );
                 if self.grow_root(left, level, sep, right, right_start, guard) {
+                    self.split_list(level).finish_key_split(right);
                     return;
                 }
                 continue;
@@ -186,6 +203,7 @@ impl TsbTree {
             // Posted: a current term (its key's latest) names `right`. A stale term may name
             // the PID too once retention freed its page and the PID was reused (`retention.rs`).
             if page::current_term(&view.entries, right).is_some() {
+                self.split_list(level).finish_key_split(right);
                 return;
             }
             self.check_post(&view, right_start, right_start);
@@ -197,6 +215,7 @@ impl TsbTree {
             let delta = Node::delta(head, state, Kind::KeyTerm(term), view.entries.len() + 1);
             self.stats.cas_attempts.incr();
             if self.table.update_d(pid, state, delta, guard).is_ok() {
+                self.split_list(level).finish_key_split(right);
                 self.after_post(pid, guard);
                 return;
             }
