@@ -373,14 +373,19 @@ fn index_time_split_races_a_paused_leaf_time_split() {
 fn index_time_split_while_a_leaf_key_split_is_paused() {
     let tree = Arc::new(small_tree());
     // Leaves [10, 20] [30, 40] [50, 60, 70, 80]; inserting 90 splits the last at 70 into
-    // P = [50, 60] and Q = [70, 80, 90], both starting at P's start.
+    // P = [50, 60] and Q = [70, 80, 90], both starting at P's start. (The pauser goes on to 99
+    // so that it stops at the last leaf's first key split whatever the layout.)
     for i in (10..=80).step_by(10) {
         tree.insert(&key(i), b"v").unwrap();
     }
     let gate = arm("key_split:leaf-split-installed");
     let pauser = {
         let tree = Arc::clone(&tree);
-        spawn_pauser(move || tree.upsert_ts(&key(90), b"v").unwrap())
+        spawn_pauser(move || {
+            (90..100)
+                .map(|i| (i, tree.upsert_ts(&key(i), b"v").unwrap()))
+                .collect::<Vec<_>>()
+        })
     };
     gate.wait_paused();
     let index_splits = counter(&tree, counter_names::INDEX_TIME_SPLITS);
@@ -398,7 +403,7 @@ fn index_time_split_while_a_leaf_key_split_is_paused() {
         "index pages time-split during the pause"
     );
     gate.release();
-    let ts90 = pauser
+    let stamps = pauser
         .join()
         .expect("the paused key split posted its term without a late term");
     disarm();
@@ -409,8 +414,10 @@ fn index_time_split_while_a_leaf_key_split_is_paused() {
         assert!(tree.get_as_of(&key(*i), *ts, &mut out).expect("retained"));
         assert_eq!(&out, value, "key {i} at {ts}");
     }
-    for i in [70, 80, 90] {
-        assert!(tree.get_as_of(&key(i), ts90, &mut out).expect("retained"));
+    for (i, ts) in stamps {
+        for j in [70, 80, i] {
+            assert!(tree.get_as_of(&key(j), ts, &mut out).expect("retained"));
+        }
         assert!(tree.get(&key(i), &mut out), "key {i} now");
     }
 }
