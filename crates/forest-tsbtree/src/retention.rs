@@ -168,6 +168,14 @@ impl TsbTree {
         count
     }
 
+    /// PIDs freed whose epoch has drained, so that the next allocations take them (on the
+    /// free list), while no thread writes. A freed PID gets there only once every thread
+    /// pinned at its free has unpinned, in this whole process (tests drain until it counts
+    /// what they freed).
+    pub fn recyclable_pids(&self) -> usize {
+        self.table.pid_end() - self.table.live_count()
+    }
+
     /// One past the highest PID ever handed out (PIDs are reused: it grows slower than the
     /// pages made).
     pub fn pid_end(&self) -> usize {

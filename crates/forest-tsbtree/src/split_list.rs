@@ -42,6 +42,13 @@
 //! The header keeps the newest split time the list held (the paper's "lower time bound for
 //! all subsequent time splits" of an empty list).
 //!
+//! **Key splits (forest's addition).** A key split's term starts at its left page's start, which
+//! may be older than every current term of the index page above once the left page has
+//! time-split meanwhile; so a key split registers its term too ([`SplitList::begin_key_split`],
+//! any order, the list's newest time unchanged), before its split delta's CAS, and the bound
+//! counts it until it is posted ([`SplitList::finish_key_split`]) whatever its page's start: a
+//! right page's start moves on when it time-splits, but its key term is still to come.
+//!
 //! **Choices where the paper is loose.** §IV-B2 says both "earlier than the time of any active
 //! time split" and "min{timestamp}"; forest takes the min itself: a term stamped exactly at an
 //! index page's split time belongs to the current page, whose time range `[start, end)`
@@ -59,11 +66,13 @@ use forest_llama::Pid;
 /// Marked entries that make the next registration unlink them.
 pub(crate) const CONSOLIDATE_AT: usize = 8;
 
-/// One active time split: the fields of the index term it will post.
+/// One active split: the fields of the index term it will post.
 pub(crate) struct Entry {
     pub key: Box<[u8]>,
     pub ts: u64,
     pub pid: Pid,
+    /// A key split's term (module doc): bounds until posted, whatever its page's start.
+    key_split: bool,
     deleted: AtomicBool,
 }
 
@@ -167,7 +176,7 @@ impl SplitList {
             .links()
             .filter(|l| !l.entry.deleted.load(Ordering::Acquire))
             .filter(|l| *l.entry.key >= *low && high.is_none_or(|h| *l.entry.key < *h))
-            .filter(|l| !doomed(l.entry.pid, l.entry.ts))
+            .filter(|l| l.entry.key_split || !doomed(l.entry.pid, l.entry.ts))
             .map(|l| l.entry.ts)
             .min()
             .unwrap_or(idle)
@@ -193,47 +202,81 @@ impl SplitList {
                 key: key.into(),
                 ts,
                 pid,
+                key_split: false,
                 deleted: AtomicBool::new(false),
             });
-            let marked = header
-                .links()
-                .filter(|l| l.entry.deleted.load(Ordering::Acquire))
-                .count();
-            let next = if marked >= CONSOLIDATE_AT {
-                // Unlink the marked entries: a fresh chain of the live ones, same order.
-                let live: Vec<Arc<Entry>> = header
-                    .links()
-                    .filter(|l| !l.entry.deleted.load(Ordering::Acquire))
-                    .map(|l| Arc::clone(&l.entry))
-                    .collect();
-                live.into_iter()
-                    .rev()
-                    .fold(None, |next, entry| Some(Arc::new(Link { entry, next })))
-            } else {
-                header.first.clone()
-            };
-            let new = Owned::new(Header {
-                newest: ts.max(header.newest),
-                first: Some(Arc::new(Link {
-                    entry: Arc::clone(&entry),
-                    next,
-                })),
-            });
-            match self.head.compare_exchange(
-                shared,
-                new,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-                guard,
-            ) {
-                Ok(_) => {
-                    // SAFETY: `shared` was just replaced, so no new reader can reach it; the
-                    // readers that did are pinned, and the epoch frees it after they unpin.
-                    unsafe { guard.defer_destroy(shared) };
-                    return Some(Active { entry });
-                }
-                Err(_) => continue, // another registration got in: read again, choose again
+            if self.push(shared, header, &entry, ts.max(header.newest), guard) {
+                return Some(Active { entry });
             }
+            // Another registration got in: read again, choose again.
+        }
+    }
+
+    /// Registers a key split's term `(sep, ts, q)` before the split delta's CAS (module doc:
+    /// a key split's term starts at its left page's start, in any order, and leaves the
+    /// list's newest time alone).
+    pub fn begin_key_split(&self, sep: &[u8], q: Pid, ts: u64) -> Active {
+        let guard = &crossbeam_epoch::pin();
+        let entry = Arc::new(Entry {
+            key: sep.into(),
+            ts,
+            pid: q,
+            key_split: true,
+            deleted: AtomicBool::new(false),
+        });
+        loop {
+            let (shared, header) = self.header(guard);
+            if self.push(shared, header, &entry, header.newest, guard) {
+                return Active { entry };
+            }
+        }
+    }
+
+    /// Prepends `entry` to the chain read as `shared` (unlinking marked entries once enough
+    /// gathered), with `newest` as the header's time; false when another registration got in.
+    fn push(
+        &self,
+        shared: Shared<'_, Header>,
+        header: &Header,
+        entry: &Arc<Entry>,
+        newest: u64,
+        guard: &Guard,
+    ) -> bool {
+        let marked = header
+            .links()
+            .filter(|l| l.entry.deleted.load(Ordering::Acquire))
+            .count();
+        let next = if marked >= CONSOLIDATE_AT {
+            // Unlink the marked entries: a fresh chain of the live ones, same order.
+            let live: Vec<Arc<Entry>> = header
+                .links()
+                .filter(|l| !l.entry.deleted.load(Ordering::Acquire))
+                .map(|l| Arc::clone(&l.entry))
+                .collect();
+            live.into_iter()
+                .rev()
+                .fold(None, |next, entry| Some(Arc::new(Link { entry, next })))
+        } else {
+            header.first.clone()
+        };
+        let new = Owned::new(Header {
+            newest,
+            first: Some(Arc::new(Link {
+                entry: Arc::clone(entry),
+                next,
+            })),
+        });
+        match self
+            .head
+            .compare_exchange(shared, new, Ordering::AcqRel, Ordering::Acquire, guard)
+        {
+            Ok(_) => {
+                // SAFETY: `shared` was just replaced, so no new reader can reach it; the
+                // readers that did are pinned, and the epoch frees it after they unpin.
+                unsafe { guard.defer_destroy(shared) };
+                true
+            }
+            Err(_) => false,
         }
     }
 
@@ -244,6 +287,19 @@ impl SplitList {
         let (_, header) = self.header(guard);
         for link in header.links() {
             if link.entry.pid == pid && link.entry.ts == ts {
+                link.entry.deleted.store(true, Ordering::Release);
+            }
+        }
+    }
+
+    /// Marks the key-split entries of right page `q` deleted: its term is posted, by the
+    /// splitting thread or by a helper, whose term may start later (at `q`'s start, once `q`
+    /// time-split meanwhile). `q` is a current page, so its PID names no other entry's page.
+    pub fn finish_key_split(&self, q: Pid) {
+        let guard = &crossbeam_epoch::pin();
+        let (_, header) = self.header(guard);
+        for link in header.links() {
+            if link.entry.key_split && link.entry.pid == q {
                 link.entry.deleted.store(true, Ordering::Release);
             }
         }
@@ -360,5 +416,30 @@ mod tests {
         keep.finish();
         last.finish();
         assert_eq!(list.bound(b"", None, |_, _| false), 100);
+    }
+
+    #[test]
+    fn a_key_split_bounds_at_its_old_start_until_its_term_is_posted() {
+        let list = SplitList::new(true);
+        let t = list.begin(b"a", 1, || Some(30)).expect("in order");
+        t.finish();
+        let k = list.begin_key_split(b"m", 7, 5);
+        assert_eq!(
+            list.bound(b"", None, |_, _| false),
+            5,
+            "older than the newest"
+        );
+        assert_eq!(
+            list.bound(b"", None, |_, _| true),
+            5,
+            "whatever the right page's start is now"
+        );
+        assert!(
+            list.begin(b"b", 2, || Some(40)).is_some(),
+            "the newest time stays the time splits' own"
+        );
+        list.finish_key_split(7);
+        assert_eq!(list.bound(b"m", None, |_, _| false), 40);
+        k.finish();
     }
 }

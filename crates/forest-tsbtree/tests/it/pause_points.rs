@@ -365,3 +365,69 @@ fn index_time_split_races_a_paused_leaf_time_split() {
     let _turn = take_turn();
     index_time_split_while_a_leaf_time_split_is_paused();
 }
+
+/// A leaf key split stops before its term: its right page Q starts at the left page P's start,
+/// so the term it will post is as old as that start. Meanwhile P's keys are updated until P
+/// time-splits (its current term moves on), and every other leaf too, so that no current term
+/// of the index page above holds the page's split time at or below Q's start any more.
+fn index_time_split_while_a_leaf_key_split_is_paused() {
+    let tree = Arc::new(small_tree());
+    // Leaves [10, 20] [30, 40] [50, 60, 70, 80]; inserting 90 splits the last at 70 into
+    // P = [50, 60] and Q = [70, 80, 90], both starting at P's start. (The pauser goes on to 99
+    // so that it stops at the last leaf's first key split whatever the layout.)
+    for i in (10..=80).step_by(10) {
+        tree.insert(&key(i), b"v").unwrap();
+    }
+    let gate = arm("key_split:leaf-split-installed");
+    let pauser = {
+        let tree = Arc::clone(&tree);
+        spawn_pauser(move || {
+            (90..100)
+                .map(|i| (i, tree.upsert_ts(&key(i), b"v").unwrap()))
+                .collect::<Vec<_>>()
+        })
+    };
+    gate.wait_paused();
+    let index_splits = counter(&tree, counter_names::INDEX_TIME_SPLITS);
+    let mut model: Vec<(u32, u64, Vec<u8>)> = Vec::new();
+    // Keys left of Q only: a writer of Q's keys would follow P's side link and post Q's term.
+    for round in 0..120u32 {
+        for i in (10..=60).step_by(10) {
+            let value = round.to_le_bytes().to_vec();
+            let ts = tree.upsert_ts(&key(i), &value).unwrap();
+            model.push((i, ts, value));
+        }
+    }
+    assert!(
+        counter(&tree, counter_names::INDEX_TIME_SPLITS) > index_splits,
+        "index pages time-split during the pause"
+    );
+    gate.release();
+    let stamps = pauser
+        .join()
+        .expect("the paused key split posted its term without a late term");
+    disarm();
+    assert_eq!(counter(&tree, counter_names::LATE_TERMS), 0);
+    tree.check_structure().unwrap();
+    let mut out = Vec::new();
+    for (i, ts, value) in &model {
+        assert!(tree.get_as_of(&key(*i), *ts, &mut out).expect("retained"));
+        assert_eq!(&out, value, "key {i} at {ts}");
+    }
+    for (i, ts) in stamps {
+        for j in [70, 80, i] {
+            assert!(tree.get_as_of(&key(j), ts, &mut out).expect("retained"));
+        }
+        assert!(tree.get(&key(i), &mut out), "key {i} now");
+    }
+}
+
+// Goal: a key split's term, which starts at its left page's start, never has to go to a
+// historical index page, however long the split stalls between its steps (§IV-B2's bound
+// must cover key splits too). Method: the scenario above; the paused split's post, the
+// `late_terms` counter (0) and as-of reads of every version written during the pause.
+#[test]
+fn index_time_split_races_a_paused_leaf_key_split() {
+    let _turn = take_turn();
+    index_time_split_while_a_leaf_key_split_is_paused();
+}

@@ -120,13 +120,6 @@ fn check_refused(tree: &TsbTree, model: &Model, t: u64, threshold: u64) {
     );
 }
 
-/// Lets the epoch drain, so that freed PIDs reach the free list.
-fn drain_epochs() {
-    for _ in 0..8 {
-        crossbeam_epoch::pin().flush();
-    }
-}
-
 // Goal: reads at or above T answer as before a threshold was set, reads below are refused
 // naming T, and historical pages before T are freed. Method: 6 keys on tiny pages, 60 rounds
 // of updates and deletes, T at the middle write; compare gets, scans and histories at T, T+1
@@ -182,7 +175,7 @@ fn a_recycled_pid_is_never_reached_through_a_stale_term() {
     stamps.sort_unstable();
     let threshold = stamps[stamps.len() * 6 / 10];
     tree.set_retention(threshold).expect("in memory");
-    drain_epochs();
+    crate::drain_epochs_until_recycled(&tree);
     let pid_end = tree.pid_end();
     let splits =
         counter(&tree, counter_names::TIME_SPLITS) + counter(&tree, counter_names::KEY_SPLITS);

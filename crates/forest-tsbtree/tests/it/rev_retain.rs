@@ -56,7 +56,7 @@ fn workload(tree: &TsbTree, put: Put, between: &dyn Fn(&TsbTree)) -> Model {
         model.insert(b"a".to_vec(), value);
     }
     between(tree);
-    drain_epochs();
+    crate::drain_epochs_until_recycled(tree);
     for round in 0..4u32 {
         for k in 0..200u32 {
             let key = format!("b{k:03}").into_bytes();
@@ -89,13 +89,6 @@ fn check(put: Put, between: fn(&TsbTree), what: &str) {
 
 fn upsert(tree: &TsbTree, key: &[u8], value: &[u8]) {
     tree.upsert_ts(key, value).expect("small entry");
-}
-
-/// Lets the epoch drain, so that freed PIDs reach the free list.
-fn drain_epochs() {
-    for _ in 0..8 {
-        crossbeam_epoch::pin().flush();
-    }
 }
 
 // Goal: after retention frees historical pages and later splits reuse their PIDs, writes
