@@ -43,8 +43,8 @@ pub const STOP_GRACE: Duration = Duration::from_secs(5);
 /// Stack of a connection thread: commands recurse nowhere deep (frames nest at most
 /// [`crate::frame::DEPTH_MAX`]), and 10 000 threads must fit.
 pub const CONNECTION_STACK_BYTES: usize = 256 * 1024;
-/// [`Config::busy_poll`]'s default (`--busy-poll-us`), chosen by measurement (BENCHMARKS,
-/// issue 15, session 18).
+/// [`Config::busy_poll`]'s default (`--busy-poll-us`): off, as measured so far (BENCHMARKS,
+/// issue 15, session 18: on a loaded machine a window cut the wake-ups, not the cost).
 pub const BUSY_POLL_DEFAULT: Duration = Duration::from_micros(0);
 /// SCAN cursors remembered at once; older ones are forgotten (`-ERR invalid cursor`).
 pub const CURSOR_COUNT_MAX: usize = 16_384;
