@@ -22,18 +22,17 @@
 //! keeps a command that began inline from meeting a script that took them after it looked
 //! (`crate::connection`). A script stops when the server stops (`Scripts::stop`).
 //!
-//! Busy-poll (`--busy-poll-us`, [`crate::server::Config::busy_poll`]): a runtime that runs out of work
-//! sleeps in epoll_wait, and the client's next request then pays a wake-up (the scheduler
-//! on both sides; with two runtimes on a 2-core machine forest woke 1.4-2.3x as often per
-//! unpipelined request as redis-server's one loop: BENCHMARKS, issue 15, sessions 15 and 17).
-//! With a window set, each runtime runs a [`Spin`] task that, for that long after the last
-//! read of one of its connections, yields instead of letting the runtime park: tokio then
-//! polls its driver without blocking (`epoll_wait` with a zero timeout) and a request that
-//! arrives within the window is read without a sleep and a wake-up (`--busy-poll-yield`: with a
-//! `sched_yield` between polls, so that a thread runnable on that core runs first). Tokio has
-//! no such knob;
-//! this is the bounded form of the kernel's `SO_BUSY_POLL`, which loopback and most
-//! virtual NICs do not honour.
+//! Busy-poll (`--busy-poll-us`, [`crate::server::Config::busy_poll`]; off by default): a
+//! runtime that runs out of work sleeps in epoll_wait, and the client's next request then pays
+//! a wake-up (the scheduler on both sides; with two runtimes on a 2-core machine forest woke
+//! 1.4-2.3x as often per unpipelined request as redis-server's one loop: BENCHMARKS, issue 15,
+//! sessions 15, 17 and 18). With a window set, each runtime runs a [`Spin`] task that, for that
+//! long after the last read of one of its connections, yields instead of letting the runtime
+//! park: tokio then polls its driver without blocking (`epoll_wait` with a zero timeout), and a
+//! request that arrives within the window is read without a sleep and a wake-up
+//! (`--busy-poll-yield`: with a `sched_yield` between polls, so that a thread runnable on that
+//! core runs first). Tokio has no such knob; the kernel's `SO_BUSY_POLL` needs a NIC driver
+//! that busy-polls its queues, which loopback has not.
 //!
 //! Stop: the acceptor stops accepting, a watch channel tells every connection to stop at
 //! its next read (the batch it runs finishes and its replies go out), and after
