@@ -66,6 +66,16 @@ fn write_section(
             write!(out, "os:{}\r\n", std::env::consts::OS)?;
             write!(out, "arch_bits:{}\r\n", usize::BITS)?;
             write!(out, "multiplexing_api:{}\r\n", config.io)?;
+            write!(
+                out,
+                "forest_busy_poll_us:{}\r\n",
+                config.busy_poll.as_micros()
+            )?;
+            write!(
+                out,
+                "forest_busy_poll_yield:{}\r\n",
+                u8::from(config.busy_poll_yield)
+            )?;
             write!(out, "process_id:{}\r\n", std::process::id())?;
             write!(out, "tcp_port:{port}\r\n")?;
             write!(out, "uptime_in_seconds:{uptime}\r\n")?;

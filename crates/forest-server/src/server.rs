@@ -43,6 +43,9 @@ pub const STOP_GRACE: Duration = Duration::from_secs(5);
 /// Stack of a connection thread: commands recurse nowhere deep (frames nest at most
 /// [`crate::frame::DEPTH_MAX`]), and 10 000 threads must fit.
 pub const CONNECTION_STACK_BYTES: usize = 256 * 1024;
+/// [`Config::busy_poll`]'s default (`--busy-poll-us`): off, as measured so far (BENCHMARKS,
+/// issue 15, session 18: on a loaded machine a window cut the wake-ups, not the cost).
+pub const BUSY_POLL_DEFAULT: Duration = Duration::from_micros(0);
 /// SCAN cursors remembered at once; older ones are forgotten (`-ERR invalid cursor`).
 pub const CURSOR_COUNT_MAX: usize = 16_384;
 /// Bytes of resume keys the SCAN cursors may hold at once (keys are up to 16 KiB).
@@ -101,6 +104,12 @@ pub struct Config {
     pub port: u16,
     /// Threads of the per-core and tokio models (0: one per core).
     pub threads: usize,
+    /// Per-core model: how long a runtime keeps polling for readiness after its last read
+    /// before it sleeps in epoll_wait (`crate::per_core`'s busy-poll); zero: it sleeps at once.
+    pub busy_poll: Duration,
+    /// With `busy_poll`: give the core to another runnable thread between polls
+    /// (`sched_yield`), e.g. a client on the same machine.
+    pub busy_poll_yield: bool,
     pub max_clients: usize,
     pub requirepass: Option<String>,
     pub io: IoModel,
@@ -127,6 +136,8 @@ impl Default for Config {
             bind: "127.0.0.1".to_string(),
             port: 6379,
             threads: 0,
+            busy_poll: BUSY_POLL_DEFAULT,
+            busy_poll_yield: false,
             max_clients: MAX_CLIENTS_DEFAULT,
             requirepass: None,
             io: IoModel::default(),

@@ -97,7 +97,7 @@ async fn accept_loop(shared: Arc<Shared>, listener: std::net::TcpListener) {
                 let stop = stop_rx.clone();
                 let durable = durable.clone();
                 connections.spawn(async move {
-                    serve(&conn_shared, stream, stop, &durable, None).await;
+                    serve(&conn_shared, stream, stop, &durable, None, None).await;
                     conn_shared.stats.connected_clients.fetch_sub(1, Ordering::Relaxed);
                 });
             }
@@ -322,13 +322,15 @@ async fn wait_blocked(
 }
 
 /// Serves one connection until it closes or the server stops (both tokio-based models;
-/// `gate`: the per-core runtime's, see [`Conn::runtime_gate`]).
+/// `gate`: the per-core runtime's, see [`Conn::runtime_gate`]; `spin`: its busy-poll, told
+/// of each read, see [`crate::per_core::Spin`]).
 pub(crate) async fn serve(
     shared: &Arc<Shared>,
     mut stream: TcpStream,
     mut stop: watch::Receiver<bool>,
     durable: &Durable,
     gate: Option<Arc<RuntimeGate>>,
+    spin: Option<&crate::per_core::Spin>,
 ) {
     let _ = stream.set_nodelay(true);
     let addr = stream
@@ -425,7 +427,11 @@ pub(crate) async fn serve(
                 }
                 break;
             }
-            Ok(_) => {}
+            Ok(_) => {
+                if let Some(spin) = spin {
+                    spin.read();
+                }
+            }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => break,
         }

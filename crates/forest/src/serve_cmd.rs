@@ -40,6 +40,15 @@ pub struct ServeArgs {
     /// runs one thread per connection.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub threads: usize,
+    /// Per-core I/O model: how long (microseconds) a runtime keeps polling for requests
+    /// after its last read before it sleeps in epoll_wait (0: it sleeps at once). A request
+    /// arriving meanwhile is served without a thread wake-up, for CPU spent polling.
+    #[arg(long, default_value_t = forest_server::server::BUSY_POLL_DEFAULT.as_micros() as u64, value_name = "US")]
+    pub busy_poll_us: u64,
+    /// With --busy-poll-us: between polls, give the core to any other thread runnable on it
+    /// (sched_yield), e.g. a client on the same machine.
+    #[arg(long)]
+    pub busy_poll_yield: bool,
     /// The most clients served at once; the next gets an error and is closed.
     #[arg(long, default_value_t = forest_server::server::MAX_CLIENTS_DEFAULT, value_name = "N",
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
@@ -114,6 +123,8 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         bind: args.bind,
         port: args.port,
         threads: args.threads,
+        busy_poll: std::time::Duration::from_micros(args.busy_poll_us),
+        busy_poll_yield: args.busy_poll_yield,
         max_clients: args.max_clients,
         requirepass: args.requirepass,
         io: args.io,

@@ -1076,3 +1076,35 @@ fn pubsub_limit_flag() {
         assert!(err.contains("--pubsub-limit"), "{bad}: {err}");
     }
 }
+
+// Goal: `--busy-poll-us` and `--busy-poll-yield` are accepted and INFO server reports them
+// (the defaults when not given), and a server with them answers; a value that is not a number is refused before
+// the server starts. Method: start with 40 and without; INFO server; start with "x".
+#[test]
+fn busy_poll_flag() {
+    let (_tmp, dir) = data_dir();
+    let server = Server::start(&dir, &["--busy-poll-us", "40", "--busy-poll-yield"]);
+    let mut c = server.client();
+    assert_eq!(query(&mut c, &[b"SET", b"k", b"v"]), ok());
+    assert_eq!(query(&mut c, &[b"GET", b"k"]), bulk(b"v"));
+    let info = text(&query(&mut c, &[b"INFO", b"server"]));
+    assert!(info.contains("forest_busy_poll_us:40\r\n"), "{info}");
+    assert!(info.contains("forest_busy_poll_yield:1\r\n"), "{info}");
+    drop(server);
+    let (_tmp, dir) = data_dir();
+    let server = Server::start(&dir, &[]);
+    let mut c = server.client();
+    let info = text(&query(&mut c, &[b"INFO", b"server"]));
+    let default = forest_server::server::BUSY_POLL_DEFAULT.as_micros();
+    assert!(
+        info.contains(&format!("forest_busy_poll_us:{default}\r\n")),
+        "{info}"
+    );
+    assert!(info.contains("forest_busy_poll_yield:0\r\n"), "{info}");
+    drop(server);
+    let (_tmp, dir) = data_dir();
+    let Err(err) = Server::try_start(&dir, &["--busy-poll-us", "x"]) else {
+        panic!("--busy-poll-us x was accepted");
+    };
+    assert!(err.contains("--busy-poll-us"), "{err}");
+}
