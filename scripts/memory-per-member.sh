@@ -13,7 +13,11 @@
 # shared or pointer-embedded integers), scores the member's number; members go in a shuffled
 # order (seeded), as redis-benchmark's random keys do. Each type's count is checked on both.
 #
-# Figures per member, each the difference after the load minus before it, divided by N:
+# Figures per member, each the difference after the load minus before it (on the fresh
+# servers), divided by N; measured twice: right after the load, and reopened (both servers
+# restarted on their files: forest recovers from its log, Redis replays its AOF), which drops
+# what the load left behind (forest --durability periodic keeps its log buffers of a burst,
+# up to two of 16 MiB per shard; freed memory the allocator has not returned):
 # - used_memory (INFO memory):
 #   redis: every byte its allocator handed out (jemalloc's usable sizes: the dict tables,
 #     objects, sds strings, listpacks, skiplists, client and AOF buffers), not fragmentation;
@@ -78,8 +82,9 @@ wait_ping() { # port pid
     return 1
 }
 
-stop() { # port pid
-    redis-cli -p "$1" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
+stop() { # port pid [shutdown words: default SHUTDOWN NOSAVE]
+    # shellcheck disable=SC2086
+    redis-cli -p "$1" ${3:-SHUTDOWN NOSAVE} >/dev/null 2>&1 || true
     for _ in $(seq 1 300); do
         kill -0 "$2" 2>/dev/null || break
         sleep 0.1
@@ -157,6 +162,31 @@ settle_redis() { # port
 
 engine_flag=()
 [ -n "$ENGINE" ] && engine_flag=(--engine "$ENGINE")
+
+start_forest() { # kind port -> fpid
+    "$FOREST_BIN" serve --port "$2" --dir "$work/forest-$1" --durability "$DURABILITY" \
+        "${engine_flag[@]+"${engine_flag[@]}"}" >>"$work/forest-$1.log" 2>&1 &
+    fpid=$!
+    pids+=("$fpid")
+    wait_ping "$2" "$fpid"
+}
+
+start_redis() { # kind port -> rpid
+    redis-server --port "$2" --dir "$work/redis-$1" --appendonly yes \
+        --appendfsync everysec --save '' --daemonize no >>"$work/redis-$1.log" 2>&1 &
+    rpid=$!
+    pids+=("$rpid")
+    wait_ping "$2" "$rpid"
+}
+
+check_counts() { # kind
+    local port got
+    for port in $fport $rport; do
+        # shellcheck disable=SC2046
+        got=$(redis-cli -p "$port" $(count_command "$1"))
+        [ "$got" = "$MEMBERS" ] || { echo "memory-per-member: $1 on port $port counts $got, not $MEMBERS" >&2; exit 1; }
+    done
+}
 echo "memory-per-member: N=$MEMBERS, forest $("$FOREST_BIN" --version | awk '{ print $2 }')" \
     "(engine ${ENGINE:-default}, --durability $DURABILITY) vs $(redis-server --version | awk '{ print $3 }')" \
     "(appendonly yes, everysec)"
@@ -167,17 +197,9 @@ for kind in $TYPES; do
     generate "$kind" "$MEMBERS" >"$load"
     fport=$(free_port)
     mkdir -p "$work/forest-$kind" "$work/redis-$kind"
-    "$FOREST_BIN" serve --port "$fport" --dir "$work/forest-$kind" --durability "$DURABILITY" \
-        "${engine_flag[@]+"${engine_flag[@]}"}" >"$work/forest-$kind.log" 2>&1 &
-    fpid=$!
-    pids+=("$fpid")
-    wait_ping "$fport" "$fpid"
+    start_forest "$kind" "$fport"
     rport=$(free_port)
-    redis-server --port "$rport" --dir "$work/redis-$kind" --appendonly yes \
-        --appendfsync everysec --save '' --daemonize no >"$work/redis-$kind.log" 2>&1 &
-    rpid=$!
-    pids+=("$rpid")
-    wait_ping "$rport" "$rpid"
+    start_redis "$kind" "$rport"
     sleep "$SETTLE"
     f_used0=$(info_field "$fport" used_memory memory); f_rss0=$(rss_bytes "$fpid")
     r_used0=$(info_field "$rport" used_memory memory); r_rss0=$(rss_bytes "$rpid")
@@ -190,30 +212,43 @@ for kind in $TYPES; do
     done
     settle_redis "$rport"
     sleep "$SETTLE"
-    for port in $fport $rport; do
-        # shellcheck disable=SC2046
-        got=$(redis-cli -p "$port" $(count_command "$kind"))
-        [ "$got" = "$MEMBERS" ] || { echo "memory-per-member: $kind on port $port counts $got, not $MEMBERS" >&2; exit 1; }
-    done
+    check_counts "$kind"
     f_used1=$(info_field "$fport" used_memory memory); f_rss1=$(rss_bytes "$fpid")
     r_used1=$(info_field "$rport" used_memory memory); r_rss1=$(rss_bytes "$rpid")
-    echo "$kind $f_used0 $f_used1 $r_used0 $r_used1 $f_rss0 $f_rss1 $r_rss0 $r_rss1" >>"$results"
+    # Reopened: each server restarted on its directory (forest recovers its log, Redis
+    # replays its AOF), so neither holds buffers or freed memory of the load.
+    stop "$fport" "$fpid"
+    stop "$rport" "$rpid" SHUTDOWN
+    start_forest "$kind" "$fport"
+    start_redis "$kind" "$rport"
+    settle_redis "$rport"
+    sleep "$SETTLE"
+    check_counts "$kind"
+    f_used2=$(info_field "$fport" used_memory memory); f_rss2=$(rss_bytes "$fpid")
+    r_used2=$(info_field "$rport" used_memory memory); r_rss2=$(rss_bytes "$rpid")
+    echo "$kind $f_used0 $f_used1 $r_used0 $r_used1 $f_rss0 $f_rss1 $r_rss0 $r_rss1" \
+        "$f_used2 $r_used2 $f_rss2 $r_rss2" >>"$results"
     stop "$fport" "$fpid"
     stop "$rport" "$rpid"
     rm -rf "$load" "$work/forest-$kind" "$work/redis-$kind"
 done
 
+echo "Bytes per member (after minus before, over N); f/r = forest / redis."
+echo "After the load:                                   | reopened (restarted on its files):"
 awk -v n="$MEMBERS" '
+    function ratio(a, b) { return b > 0 ? a / b : 0 }
     BEGIN {
-        printf "%-7s | %12s %12s %7s | %12s %12s %7s\n", "type", "forest used", "redis used",
-            "ratio", "forest RSS", "redis RSS", "ratio"
-        printf "%-7s | %12s %12s %7s | %12s %12s %7s\n", "", "B/member", "B/member",
-            "f/r", "B/member", "B/member", "f/r"
+        printf "%-6s|%7s %7s %5s|%7s %7s %5s|%7s %7s %5s|%7s %7s %5s\n", "type",
+            "f used", "r used", "f/r", "f RSS", "r RSS", "f/r",
+            "f used", "r used", "f/r", "f RSS", "r RSS", "f/r"
     }
     {
         fu = ($3 - $2) / n; ru = ($5 - $4) / n; fr = ($7 - $6) / n; rr = ($9 - $8) / n
-        printf "%-7s | %12.1f %12.1f %7.2f | %12.1f %12.1f %7.2f\n", $1, fu, ru,
-            (ru > 0 ? fu / ru : 0), fr, rr, (rr > 0 ? fr / rr : 0)
+        fu2 = ($10 - $2) / n; ru2 = ($11 - $4) / n; fr2 = ($12 - $6) / n; rr2 = ($13 - $8) / n
+        printf "%-6s|%7.1f %7.1f %5.2f|%7.1f %7.1f %5.2f|%7.1f %7.1f %5.2f|%7.1f %7.1f %5.2f\n",
+            $1, fu, ru, ratio(fu, ru), fr, rr, ratio(fr, rr),
+            fu2, ru2, ratio(fu2, ru2), fr2, rr2, ratio(fr2, rr2)
     }' "$results"
-echo "(raw, bytes: type forest_used before after, redis_used before after, forest_rss before after, redis_rss before after)"
+echo "(raw, bytes: type; forest used before, after; redis used before, after; forest RSS before,"
+echo " after; redis RSS before, after; reopened: forest used, redis used, forest RSS, redis RSS)"
 cat "$results"
