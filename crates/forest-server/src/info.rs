@@ -2,6 +2,14 @@
 //! keyspace) with the fields tools read, and a `forest` section with the store's and the
 //! engine's counters (`Store::stats`, the papers' Table I figures).
 //!
+//! Memory: `used_memory` is the engine's own account of its structures
+//! (`Index::stats().memory_bytes`: masstree's nodes and key-suffix/value blocks), not the
+//! allocator's count Redis reports; it leaves out the allocator's size-class rounding, the
+//! write-ahead log's buffers (a shard keeps up to two of 16 MiB after a burst), connection
+//! buffers and memory freed but not returned. `used_memory_rss` (the process's resident
+//! bytes, as Redis's field) counts all of it; docs/BENCHMARKS.md "Issue 19: memory per member"
+//! measures both beside Redis.
+//!
 //! Choice: the server section reports `redis_version:7.2.0` beside `forest_version`, as
 //! other Redis-compatible servers do, because client libraries gate features on it; forest
 //! implements the subset of 7.2 that docs/PROTOCOL.md lists.
@@ -100,6 +108,15 @@ fn write_section(
                 "used_memory_human:{:.2}M\r\n",
                 bytes as f64 / (1024.0 * 1024.0)
             )?;
+            // Only where the OS tells it (/proc on Linux): no guessed figure elsewhere.
+            if let Some(rss) = rss_bytes() {
+                write!(out, "used_memory_rss:{rss}\r\n")?;
+                write!(
+                    out,
+                    "used_memory_rss_human:{:.2}M\r\n",
+                    rss as f64 / (1024.0 * 1024.0)
+                )?;
+            }
             match &stats.memory {
                 // bwtree on its LSS (`--memory-budget`): pages past the budget are evicted.
                 Some(m) => {
@@ -243,4 +260,40 @@ fn write_section(
         _ => {}
     }
     Ok(())
+}
+
+/// The process's resident bytes (`VmRSS` of /proc/self/status), where the OS has that file.
+fn rss_bytes() -> Option<u64> {
+    vm_rss(&std::fs::read_to_string("/proc/self/status").ok()?)
+}
+
+/// `VmRSS:` of a /proc/PID/status text, in bytes (the file gives kB).
+fn vm_rss(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let mut words = line["VmRSS:".len()..].split_whitespace();
+    let kib: u64 = words.next()?.parse().ok()?;
+    (words.next() == Some("kB")).then_some(kib * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vm_rss_reads_the_status_line_in_bytes() {
+        let status = "Name:\tforest\nVmPeak:\t  900 kB\nVmRSS:\t    7552 kB\nRssAnon:\t 1164 kB\n";
+        assert_eq!(vm_rss(status), Some(7552 * 1024));
+        assert_eq!(vm_rss("Name:\tforest\n"), None);
+        assert_eq!(
+            vm_rss("VmRSS:\t12 MB\n"),
+            None,
+            "a unit other than kB is not guessed"
+        );
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn rss_of_this_process_is_known_and_nonzero() {
+        assert!(rss_bytes().is_some_and(|b| b > 0));
+    }
 }
