@@ -9,7 +9,9 @@
 //! batch holds its quota of records. Then it unpins and hands the batch to the visitor, and
 //! the next batch descends again from the root to just past the last key handed out. The
 //! quota starts at [`BATCH_RECORDS_FIRST`] (a short scan copies little it will not hand
-//! out) and grows to [`BATCH_RECORDS_MAX`] (a long scan descends rarely). No pin or lock is
+//! out) and grows to [`BATCH_RECORDS_MAX`] (a long scan descends rarely); a scan told its
+//! length (`Index::scan_hinted`, [`scan_hinted`]) makes its first batch that long, so it
+//! copies no record past where its visitor stops and descends once. No pin or lock is
 //! held while the visitor runs, and each record handed out was in the tree when its slot was
 //! validated.
 //!
@@ -731,7 +733,29 @@ pub fn scan<const W: usize, const F: usize>(
     order: Order,
     visit: &mut Visitor<'_>,
 ) {
-    run(tree, lower, upper, order, visit, false);
+    run(tree, lower, upper, order, visit, Mode::Batches(None));
+}
+
+/// `Index::scan_hinted` for Masstree: as [`scan`], but the first batch holds `len_hint`
+/// records (at least 1, at most [`BATCH_RECORDS_MAX`]), so a caller that takes that many gets
+/// them from one descent and one pin, and nothing is copied (or prefetched) past them. Should
+/// the visitor go on, later batches follow [`scan`]'s quotas.
+pub fn scan_hinted<const W: usize, const F: usize>(
+    tree: &Masstree<W, F>,
+    lower: Bound<&[u8]>,
+    upper: Bound<&[u8]>,
+    order: Order,
+    len_hint: usize,
+    visit: &mut Visitor<'_>,
+) {
+    run(
+        tree,
+        lower,
+        upper,
+        order,
+        visit,
+        Mode::Batches(Some(len_hint)),
+    );
 }
 
 /// [`Masstree::scan_pinned`]: as [`scan`], but `visit` runs under the scan's epoch pin, on
@@ -744,7 +768,17 @@ pub fn scan_pinned<const W: usize, const F: usize>(
     order: Order,
     visit: &mut Visitor<'_>,
 ) {
-    run(tree, lower, upper, order, visit, true);
+    run(tree, lower, upper, order, visit, Mode::Pinned);
+}
+
+/// How [`run`] hands records out.
+#[derive(Clone, Copy)]
+enum Mode {
+    /// Copied out in batches, the visitor unpinned; the first batch sized by the length hint
+    /// if there is one.
+    Batches(Option<usize>),
+    /// In place under the pin ([`scan_pinned`]).
+    Pinned,
 }
 
 fn run<const W: usize, const F: usize>(
@@ -753,18 +787,19 @@ fn run<const W: usize, const F: usize>(
     upper: Bound<&[u8]>,
     order: Order,
     visit: &mut Visitor<'_>,
-    pinned: bool,
+    mode: Mode,
 ) {
+    let pinned = matches!(mode, Mode::Pinned);
     let mut batch = BUFFER.take();
     let mut prefix = std::mem::take(&mut batch.prefix);
     let mut resume = std::mem::take(&mut batch.resume);
     // Whether `resume` holds the last key handed out (once a batch was).
     let mut resuming = false;
     let mut handed_count = 0;
-    let mut quota = if pinned {
-        usize::MAX
-    } else {
-        BATCH_RECORDS_FIRST
+    let mut quota = match mode {
+        Mode::Pinned => usize::MAX,
+        Mode::Batches(None) => BATCH_RECORDS_FIRST,
+        Mode::Batches(Some(hint)) => hint.clamp(1, BATCH_RECORDS_MAX),
     };
     loop {
         batch.clear();
