@@ -125,8 +125,8 @@ fn put_short(buf: &mut [u8], at: usize, src: &[u8]) {
 const KEY_SLACK: usize = SLICE_BYTES + 16;
 
 /// Writes the key `prefix ++ slice[..keylen] (++ suffix)` into `buf` at `at` (room for it and
-/// [`KEY_SLACK`] more made by the caller); returns where it ends. The prefix goes a word at a
-/// time and the slice as one word, so a key costs a few moves, not `memcpy` calls.
+/// [`KEY_SLACK`] more made by the caller); returns where it ends. A prefix of up to 16 bytes
+/// and the slice go as whole words, so a key costs a few moves, not `memcpy` calls.
 #[inline(always)]
 fn put_key(
     buf: &mut [u8],
@@ -136,11 +136,10 @@ fn put_key(
     keylen: u8,
     suffix: &[u8],
 ) -> usize {
-    let mut p = at;
-    for word in prefix.chunks_exact(SLICE_BYTES) {
-        buf[p..p + SLICE_BYTES].copy_from_slice(word);
-        p += SLICE_BYTES;
-    }
+    // Up to two words (layers 1 and 2) as fixed moves, a deeper prefix by memcpy: a loop of
+    // word copies cost ~2 k instructions per YCSB-E scan in its bounds arithmetic (callgrind).
+    put_short(buf, at, prefix);
+    let mut p = at + prefix.len();
     buf[p..p + SLICE_BYTES].copy_from_slice(&slice.to_be_bytes());
     if keylen == KEYLEN_SUFFIX {
         p += SLICE_BYTES;
