@@ -534,7 +534,8 @@ fn run_batches(
 }
 
 /// One scan op: up to `len` records from `key`, up (`[key, +inf)`) or down (`(-inf, key]`,
-/// largest first); `visit` sees each record. Returns the records visited.
+/// largest first); `visit` sees each record. Returns the records visited. The scan is told
+/// its length (`Index::scan_hinted`), as YCSB's scan names its record count.
 pub fn scan(
     target: &Target,
     key: &[u8],
@@ -552,16 +553,23 @@ pub fn scan(
         ScanOrder::Asc => (Bound::Included(key), Bound::Unbounded),
         ScanOrder::Desc => (Bound::Unbounded, Bound::Included(key)),
     };
-    target.scan(lower, upper, order.order(), pinned, &mut |k, v| {
-        visit(k, v);
-        visited += 1;
-        left -= 1;
-        if left == 0 {
-            ControlFlow::Break(())
-        } else {
-            ControlFlow::Continue(())
-        }
-    });
+    target.scan(
+        lower,
+        upper,
+        order.order(),
+        pinned,
+        len as usize,
+        &mut |k, v| {
+            visit(k, v);
+            visited += 1;
+            left -= 1;
+            if left == 0 {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        },
+    );
     visited
 }
 

@@ -290,17 +290,20 @@ impl Target {
         }
     }
 
+    /// A scan whose visitor takes about `len_hint` records (`Index::scan_hinted`; the store's
+    /// scan takes no hint, nor does the pinned scan, which copies nothing).
     pub fn scan(
         &self,
         lower: Bound<&[u8]>,
         upper: Bound<&[u8]>,
         order: Order,
         pinned: bool,
+        len_hint: usize,
         visit: &mut Visitor<'_>,
     ) {
         match self {
             Target::Memory(index) if pinned => index.scan_pinned(lower, upper, order, visit),
-            Target::Memory(index) => index.scan(lower, upper, order, visit),
+            Target::Memory(index) => index.scan_hinted(lower, upper, order, len_hint, visit),
             Target::Durable { store, .. } => store.scan(lower, upper, order, visit),
         }
     }

@@ -61,6 +61,25 @@ pub trait Index: Send + Sync {
     /// empty scan, not an error.
     fn scan(&self, lower: Bound<&[u8]>, upper: Bound<&[u8]>, order: Order, visit: &mut Visitor<'_>);
 
+    /// As [`Index::scan`] (same records, order and guarantees; `visit` still decides where
+    /// the scan stops), with a hint: the caller expects to take about `len_hint` records
+    /// (YCSB's scan length, a `LIMIT`). An engine that copies records out before handing
+    /// them over sizes its copies by it, so it copies no more than it hands out; the hint
+    /// never changes which records are handed out, whether `visit` stops before, at or past
+    /// it. The default is [`Index::scan`] (engines and peers that visit in place stop where
+    /// told anyway); masstree overrides it.
+    fn scan_hinted(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        len_hint: usize,
+        visit: &mut Visitor<'_>,
+    ) {
+        let _ = len_hint;
+        self.scan(lower, upper, order, visit);
+    }
+
     /// As [`Index::scan`] (same records, order and guarantees), but `visit` may run while the
     /// engine holds an epoch pin (never a latch), on records in place instead of copies. So
     /// `visit` must not block, sleep or run long (while it runs, no memory retired by any

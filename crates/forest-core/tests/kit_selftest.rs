@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::ops::Bound;
+use std::ops::{Bound, ControlFlow};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 use std::thread::ThreadId;
@@ -65,6 +65,8 @@ enum Fault {
     UpsertNotAtomic,
     /// After a write between two chunks, a scan resumes one record too far.
     SeamSkipsAfterWrite,
+    /// A hinted scan takes its length hint for a limit: it ends after that many records.
+    HintIsALimit,
 }
 
 /// Records a scan copies per chunk; small so that chunk seams are crossed often.
@@ -263,6 +265,27 @@ impl Index for Broken {
         );
     }
 
+    fn scan_hinted(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        len_hint: usize,
+        visit: &mut Visitor<'_>,
+    ) {
+        if self.fault != Fault::HintIsALimit {
+            return self.scan(lower, upper, order, visit);
+        }
+        let mut left = len_hint;
+        self.scan(lower, upper, order, &mut |k, v| {
+            if left == 0 {
+                return ControlFlow::Break(());
+            }
+            left -= 1;
+            visit(k, v)
+        });
+    }
+
     fn scan_pinned(
         &self,
         lower: Bound<&[u8]>,
@@ -434,6 +457,18 @@ mod caught {
     #[should_panic(expected = "[scan_early_stop] index broken")]
     fn scan_ignoring_break() {
         scan::scan_early_stop(&broken(Fault::IgnoresBreak), &Sizes::for_build());
+    }
+
+    #[test]
+    #[should_panic(expected = "[scan_hinted] index broken")]
+    fn hint_taken_for_a_limit() {
+        scan::scan_hinted(&broken(Fault::HintIsALimit), &Sizes::for_build());
+    }
+
+    #[test]
+    #[should_panic(expected = "[stress_scan_during_writes] index broken: scanner thread")]
+    fn hint_taken_for_a_limit_under_writes() {
+        stress::stress_scan_during_writes(&broken(Fault::HintIsALimit), &Sizes::for_build());
     }
 
     #[test]

@@ -311,6 +311,18 @@ impl<const W: usize, const F: usize> Index for Masstree<W, F> {
         scan::scan(self, lower, upper, order, visit);
     }
 
+    /// The first batch sized by the hint (`scan::scan_hinted`).
+    fn scan_hinted(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        len_hint: usize,
+        visit: &mut Visitor<'_>,
+    ) {
+        scan::scan_hinted(self, lower, upper, order, len_hint, visit);
+    }
+
     /// The records in place under the scan's epoch pin, with no batches (`scan::scan_pinned`).
     fn scan_pinned(
         &self,

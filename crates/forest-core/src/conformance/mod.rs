@@ -35,11 +35,12 @@
 //! | [`scan::scan_bounds`] | every bound kind on each side (on keys, between keys, beyond both ends), both orders, against the model | 600 keys, ~3 400 scans (a third on variants) |
 //! | [`scan::scan_crossing_and_equal_bounds`] | crossing bounds give nothing; equal bounds give the key for Included/Included and nothing otherwise | 600 keys |
 //! | [`scan::scan_early_stop`] | a visitor that breaks after 0, 1, k records stops the scan at once, with the right prefix | 600 keys |
+//! | [`scan::scan_hinted`] | [`Index::scan_hinted`] hands out what `scan` does whatever its length hint: hints of 0, 1, a few, batch sizes and past the range, visitors stopping before, at, past the hint or never, breaking on the last record kept or on the next, both orders | 600 keys |
 //! | [`scan::scan_pinned_bounds`], [`scan::scan_pinned_crossing_and_equal_bounds`], [`scan::scan_pinned_early_stop`] | the three checks above through [`Index::scan_pinned`] ([`PinnedScans`]) | as above |
 //! | [`scan::scan_visitor_reenters`] | `visit` may call get, upsert and remove on the same index without deadlock (watchdog: 20 s without a visit) | 600 keys |
 //! | [`stress::stress_disjoint_keys`] | threads on disjoint, interleaved key sets check every return value against their own model; at the end the index equals the union of the models | 50 k / 1 M ops |
 //! | [`stress::stress_hot_keys`] | threads upsert 16 hot keys with (thread, sequence) values; readers (gets and scans) never see a writer's sequence go back; at the end each key holds some writer's last write | 50 k / 1 M ops |
-//! | [`stress::stress_scan_during_writes`] | scans with random bounds and orders, during inserts and removes of volatile keys, are strictly ordered, stay within bounds, return every stable key and only correct values | 50 k / 1 M writes |
+//! | [`stress::stress_scan_during_writes`] | scans with random bounds, orders, early stops and length hints, during inserts and removes of volatile keys, are strictly ordered, stay within bounds, return every stable key and only correct values | 50 k / 1 M writes |
 //! | [`stress::stress_scan_pinned_during_writes`] | the same through [`Index::scan_pinned`] | a quarter of the above: 12.5 k / 250 k writes |
 //!
 //! Threads: `max(4, 2 × available_parallelism)`. When no stress thread finishes an operation
@@ -312,10 +313,22 @@ pub(crate) fn collect(
     order: Order,
     limit: Option<usize>,
 ) -> ScanResult {
+    collect_hinted(index, lower, upper, order, limit, None)
+}
+
+/// As [`collect`], through [`Index::scan_hinted`] when `hint` is given.
+pub(crate) fn collect_hinted(
+    index: &dyn Index,
+    lower: Bound<&[u8]>,
+    upper: Bound<&[u8]>,
+    order: Order,
+    limit: Option<usize>,
+    hint: Option<usize>,
+) -> ScanResult {
     let mut records = Vec::new();
     let mut broken = false;
     let mut calls_after_break = 0;
-    index.scan(lower, upper, order, &mut |k, v| {
+    let mut visit = |k: &[u8], v: &[u8]| {
         if broken {
             calls_after_break += 1;
             return ControlFlow::Break(());
@@ -326,7 +339,11 @@ pub(crate) fn collect(
         }
         records.push((k.to_vec(), v.to_vec()));
         ControlFlow::Continue(())
-    });
+    };
+    match hint {
+        Some(hint) => index.scan_hinted(lower, upper, order, hint, &mut visit),
+        None => index.scan(lower, upper, order, &mut visit),
+    }
     ScanResult {
         records,
         calls_after_break,
@@ -516,6 +533,11 @@ macro_rules! conformance_tests {
             #[test]
             fn scan_early_stop() {
                 $crate::conformance::scan::scan_early_stop(&shared(), &sizes());
+            }
+
+            #[test]
+            fn scan_hinted() {
+                $crate::conformance::scan::scan_hinted(&shared(), &sizes());
             }
 
             #[test]

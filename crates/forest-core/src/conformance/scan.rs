@@ -1,7 +1,8 @@
 //! Scans against the model: every bound kind on each side, with bounds on keys, between keys,
 //! at prefixes of keys and beyond both ends, in both orders; crossing and equal bounds; early
-//! stop; and a visitor that calls back into the index, which must not deadlock because engines
-//! never run `visit` under a latch or an epoch pin (DESIGN.md, "The Index API").
+//! stop; length hints that change nothing; and a visitor that calls back into the index,
+//! which must not deadlock because engines never run `visit` under a latch or an epoch pin
+//! (DESIGN.md, "The Index API").
 
 use std::collections::BTreeSet;
 use std::ops::{Bound, ControlFlow};
@@ -10,7 +11,8 @@ use std::sync::mpsc;
 use std::sync::Arc;
 
 use crate::conformance::{
-    collect, diff_records, expected, pinned, show, show_bound, BoundPair, Make, Model, Sizes,
+    collect, collect_hinted, diff_records, expected, pinned, show, show_bound, BoundPair, Make,
+    Model, Sizes,
 };
 use crate::index::{in_bounds, Index, Order};
 
@@ -261,6 +263,100 @@ pub fn scan_early_stop(make: Make<'_>, _sizes: &Sizes) {
                     limit.min(total),
                     "[{CHECK}] index {name}: {what} (breaking on the last): visit called {calls} times"
                 );
+            }
+        }
+    }
+}
+
+/// [`Index::scan_hinted`] hands out exactly what [`Index::scan`] does, whatever its hint: for
+/// three ranges, both orders, hints of 0, 1, a few, around common batch sizes, the range's
+/// length and past it, visitors that stop before, at, just past and far past the hint or
+/// never, breaking on the next call after the last record kept (style 1 of
+/// [`scan_early_stop`]) or on that record itself (style 2, what YCSB's scans do).
+pub fn scan_hinted(make: Make<'_>, _sizes: &Sizes) {
+    const CHECK: &str = "scan_hinted";
+    let (index, model) = fixture(make, CHECK);
+    let index = &*index;
+    let name = index.name();
+    let (k10, k500, between) = (fixture_key(10), fixture_key(500), b"k\x00\x05".to_vec());
+    let last = fixture_key(FIXTURE_KEY_COUNT - 1);
+    let ranges: [BoundPair<'_>; 3] = [
+        (Bound::Unbounded, Bound::Unbounded),
+        (Bound::Included(&k10), Bound::Excluded(&k500)),
+        (Bound::Excluded(&between), Bound::Included(&last)),
+    ];
+    for (lower, upper) in ranges {
+        for order in [Order::Ascending, Order::Descending] {
+            let all = expected(&model, lower, upper, order, None);
+            let total = all.len();
+            let hints = [
+                0,
+                1,
+                2,
+                7,
+                31,
+                32,
+                33,
+                100,
+                total - 1,
+                total,
+                total + 1,
+                usize::MAX,
+            ];
+            for hint in hints {
+                let stops = [
+                    Some(1),
+                    Some(hint.saturating_sub(1)),
+                    Some(hint),
+                    Some(hint.saturating_add(1)),
+                    Some(hint.saturating_mul(2).saturating_add(3)),
+                    None,
+                ];
+                for stop in stops {
+                    let what = format!(
+                        "scan_hinted({}, {}, {order:?}, hint {hint}) stopping after {stop:?} of {total} records",
+                        show_bound(lower),
+                        show_bound(upper)
+                    );
+                    let want: Vec<_> = all
+                        .iter()
+                        .take(stop.unwrap_or(usize::MAX))
+                        .cloned()
+                        .collect();
+                    // Style 1: keep `stop` records, break on the next call.
+                    let scan = collect_hinted(index, lower, upper, order, stop, Some(hint));
+                    if let Some(diff) = diff_records(&scan.records, &want) {
+                        panic!("[{CHECK}] index {name}: {what}: {diff}");
+                    }
+                    assert_eq!(
+                        scan.calls_after_break, 0,
+                        "[{CHECK}] index {name}: {what}: visit was called {} times after it returned Break",
+                        scan.calls_after_break
+                    );
+                    // Style 2: break on the record that makes `stop`.
+                    let Some(stop) = stop.filter(|&s| s > 0) else {
+                        continue;
+                    };
+                    let mut seen = Vec::new();
+                    let mut calls = 0usize;
+                    index.scan_hinted(lower, upper, order, hint, &mut |k, v| {
+                        calls += 1;
+                        seen.push((k.to_vec(), v.to_vec()));
+                        if seen.len() >= stop {
+                            ControlFlow::Break(())
+                        } else {
+                            ControlFlow::Continue(())
+                        }
+                    });
+                    if let Some(diff) = diff_records(&seen, &want) {
+                        panic!("[{CHECK}] index {name}: {what} (breaking on the last): {diff}");
+                    }
+                    assert_eq!(
+                        calls,
+                        stop.min(total),
+                        "[{CHECK}] index {name}: {what} (breaking on the last): visit called {calls} times"
+                    );
+                }
             }
         }
     }

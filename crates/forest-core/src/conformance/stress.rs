@@ -6,10 +6,11 @@
 //! - [`stress_hot_keys`] has threads upsert 16 hot keys with (thread, sequence) values; every read
 //!   (get or scan) checks that no writer's sequence goes back for a key, as linearizability
 //!   demands; at the end each key holds some writer's last write to it.
-//! - [`stress_scan_during_writes`] runs scans (random bounds, both orders, some stopped early)
-//!   during inserts and removes of volatile keys interleaved with stable ones: keys strictly
-//!   ordered, within bounds, every stable key in range returned, every value the one derived
-//!   from its key (a scan returns each record atomically, Bw-tree §III-C).
+//! - [`stress_scan_during_writes`] runs scans (random bounds, both orders, some stopped early,
+//!   half with a length hint) during inserts and removes of volatile keys interleaved with
+//!   stable ones: keys strictly ordered, within bounds, every stable key in range returned,
+//!   every value the one derived from its key (a scan returns each record atomically, Bw-tree
+//!   §III-C).
 //!
 //! Threads: [`Sizes::thread_count`]. A failure names the thread, the key, what was expected and
 //! the seed (`FOREST_KIT_SEED` replays the random choices, not the interleaving).
@@ -564,8 +565,8 @@ fn derived_value(key: &[u8]) -> Vec<u8> {
     value
 }
 
-/// Scanners (random bounds, both orders, some stopped early) run while writers insert and
-/// remove volatile keys between stable ones; each scan is checked (see the module doc).
+/// Scanners (random bounds, both orders, some stopped early, half hinted) run while writers
+/// insert and remove volatile keys between stable ones; each scan is checked (see the module doc).
 pub fn stress_scan_during_writes(make: Make<'_>, sizes: &Sizes) {
     const CHECK: &str = "stress_scan_during_writes";
     let index = make();
@@ -728,8 +729,15 @@ fn scan_and_check(index: &dyn Index, t: usize, scan_number: usize, rng: &mut Sma
     } else {
         None
     };
+    // Half the scans pass a length hint (`Index::scan_hinted`), near the limit or anywhere;
+    // it must change nothing.
+    let hint = match limit {
+        _ if rng.random() => None,
+        Some(l) if rng.random() => Some((l + rng.random_range(0..=4usize)).saturating_sub(2)),
+        _ => Some(rng.random_range(0..200usize)),
+    };
     let what = format!(
-        "scanner thread {t}, scan #{scan_number} ({}, {}, {order:?}, limit {limit:?})",
+        "scanner thread {t}, scan #{scan_number} ({}, {}, {order:?}, limit {limit:?}, hint {hint:?})",
         show_bound(lower),
         show_bound(upper)
     );
@@ -744,7 +752,7 @@ fn scan_and_check(index: &dyn Index, t: usize, scan_number: usize, rng: &mut Sma
     let mut stable_seen: Vec<u32> = Vec::new();
     let mut returned = 0usize;
     let mut failure: Option<String> = None;
-    index.scan(lower, upper, order, &mut |key, value| {
+    let mut visit = |key: &[u8], value: &[u8]| {
         if limit == Some(returned) {
             return ControlFlow::Break(());
         }
@@ -788,7 +796,11 @@ fn scan_and_check(index: &dyn Index, t: usize, scan_number: usize, rng: &mut Sma
             stable_seen.push(code);
         }
         ControlFlow::Continue(())
-    });
+    };
+    match hint {
+        Some(hint) => index.scan_hinted(lower, upper, order, hint, &mut visit),
+        None => index.scan(lower, upper, order, &mut visit),
+    }
     if let Some(failure) = failure {
         fail(failure);
     }

@@ -2,8 +2,9 @@
 //! of all handed out so far once 128 were, and goes on from past the last key handed out by
 //! a new descent through the layers; `Masstree::scan_pinned` walks the same way with its
 //! visitor under the pin. These tests aim at the seams: stops and resumptions at every batch
-//! boundary, inside deep layers, in both orders, with bounds, and the pinned scan agreeing
-//! with the batched one.
+//! boundary, inside deep layers, in both orders, with bounds, and the pinned and hinted
+//! (`Index::scan_hinted`: first batch sized by the caller) scans agreeing with the batched
+//! one.
 
 use std::collections::BTreeMap;
 use std::ops::{Bound, ControlFlow};
@@ -185,6 +186,71 @@ fn pinned_scans_agree_with_batched_scans() {
                         }
                     });
                     assert_eq!(got, want, "{order:?} {lo:?}..{hi:?} stop {stop}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn hinted_scans_hand_out_what_plain_scans_do() {
+    // Goal: `scan_hinted` (first batch sized by the hint, `crate::scan`) hands out exactly
+    // the model's records whatever the hint, when the visitor stops before, at or after the
+    // hint, in both orders, from bounds that fall in deep layers. Method: 3,000 keys over
+    // several layers; hints of 0, 1, around the default batch sizes and the largest batch;
+    // visitors breaking on the record that makes `stop`; compared with a BTreeMap.
+    const N: u64 = 3_000;
+    for (name, t) in trees() {
+        let mut m = BTreeMap::new();
+        for i in 0..N {
+            let v = format!("v{i}").into_bytes();
+            t.upsert(&key(i), &v).expect("upsert");
+            m.insert(key(i), v);
+        }
+        let bounds = [key(2), key(1_001), b"prefix01".to_vec(), b"p5".to_vec()];
+        for order in [Order::Ascending, Order::Descending] {
+            for hint in [
+                0,
+                1,
+                2,
+                31,
+                32,
+                33,
+                100,
+                1023,
+                1024,
+                1025,
+                5_000,
+                usize::MAX,
+            ] {
+                for stop in [
+                    1,
+                    hint.max(1) - 1,
+                    hint,
+                    hint.saturating_add(1),
+                    hint.saturating_add(129),
+                    usize::MAX,
+                ] {
+                    for b in &bounds {
+                        let (lo, hi) = match order {
+                            Order::Ascending => (Bound::Included(&b[..]), Bound::Unbounded),
+                            Order::Descending => (Bound::Unbounded, Bound::Excluded(&b[..])),
+                        };
+                        let mut got = Vec::new();
+                        t.scan_hinted(lo, hi, order, hint, &mut |k, v| {
+                            got.push((k.to_vec(), v.to_vec()));
+                            if got.len() >= stop {
+                                ControlFlow::Break(())
+                            } else {
+                                ControlFlow::Continue(())
+                            }
+                        });
+                        let want = model_of(&m, lo, hi, order, stop.max(1));
+                        assert_eq!(
+                            got, want,
+                            "{name} {order:?} from {b:?} hint {hint} stop {stop}"
+                        );
+                    }
                 }
             }
         }
