@@ -18,8 +18,10 @@
 //!   gain (`BwTree::map_checkpoint_would_let_clean`: the LSS above its space target, and an
 //!   emptied segment waiting or a segment the cleaner could pick at or above the older kept
 //!   S), and either a sixteenth of the LSS was written since the last one it took (a busy
-//!   store: checkpoints follow the LSS's growth) or the LSS took no byte since the last poll
-//!   or checkpoint (an idle store, whose writes alone would never trigger one). Two
+//!   store: checkpoints follow the LSS's growth) or neither the LSS took a byte nor the store
+//!   an LSN since the last poll or checkpoint (an idle store, whose writes alone would never
+//!   trigger one; a store writing into resident pages is not idle, so it does not flush them
+//!   all every other poll). Two
 //!   checkpoints with no LSS write between them move both kept S past every segment the
 //!   cleaner could pick, so an idle store reaches its target (when the cleaner can) and is
 //!   then never due again: no checkpoint loop at rest. After a failed one the idle path waits
@@ -176,25 +178,29 @@ impl Drop for Checkpointer {
 
 /// The checkpointer's space rule (module doc): a checkpoint would let the cleaner gain, and
 /// a sixteenth of the LSS was written since `written_at` (its bytes written when the
-/// thread's last checkpoint began) or, if `idle_allowed`, none since `seen` (the bytes
-/// written at the last poll or checkpoint's end).
-fn space_due(tree: &BwTree, written_at: u64, seen: u64, idle_allowed: bool) -> bool {
-    let Some(lss) = tree.lss() else {
+/// thread's last checkpoint began) or, if `idle_allowed`, the store is idle: [`activity`]
+/// is still `seen` (as at the last poll or checkpoint's end).
+fn space_due(parts: &Parts, written_at: u64, seen: (u64, u64), idle_allowed: bool) -> bool {
+    let Some(lss) = parts.tree.lss() else {
         return false;
     };
-    let written = lss.stats().bytes_written;
-    let grew = written.saturating_sub(written_at) >= lss.total_bytes() / 16;
-    let idle = idle_allowed && written == seen;
-    (grew || idle) && tree.map_checkpoint_would_let_clean()
+    let grew = lss.stats().bytes_written.saturating_sub(written_at) >= lss.total_bytes() / 16;
+    let idle = idle_allowed && activity(parts) == seen;
+    (grew || idle) && parts.tree.map_checkpoint_would_let_clean()
 }
 
 fn bytes_written(tree: &BwTree) -> u64 {
     tree.lss().map_or(0, |lss| lss.stats().bytes_written)
 }
 
+/// (LSS bytes written, the store's next LSN): unchanged while the store is idle.
+fn activity(parts: &Parts) -> (u64, u64) {
+    (bytes_written(&parts.tree), parts.lsns.next())
+}
+
 fn run(parts: &Parts, wake: &Wake) {
     let mut written_at = 0;
-    let mut seen = bytes_written(&parts.tree);
+    let mut seen = activity(parts);
     let mut idle_allowed = true;
     loop {
         {
@@ -212,9 +218,9 @@ fn run(parts: &Parts, wake: &Wake) {
             let asked = std::mem::take(&mut state.0);
             drop(state);
             // A writer's claim (`asked`), or our own for space.
-            let claimed = asked
-                || (space_due(&parts.tree, written_at, seen, idle_allowed) && parts.map.claim());
-            seen = bytes_written(&parts.tree);
+            let claimed =
+                asked || (space_due(parts, written_at, seen, idle_allowed) && parts.map.claim());
+            seen = activity(parts);
             if !claimed {
                 continue;
             }
@@ -254,7 +260,7 @@ fn run(parts: &Parts, wake: &Wake) {
             parts.map.failed(e);
         }
         // The checkpoint's own flushes are not a sign of a busy store.
-        seen = bytes_written(&parts.tree);
+        seen = activity(parts);
         parts.map.done();
     }
 }
