@@ -354,7 +354,7 @@ fn lss_dir_bytes(path: &std::path::Path) -> u64 {
 #[test]
 fn a_long_overwrite_run_keeps_the_lss_bounded() {
     let options = options_without_map(Some(32 << 10), Durability::Periodic { interval_ms: 5 });
-    let (_tmp, store) = overwrite_run_keeps_the_lss_bounded(options, Duration::from_secs(20));
+    let (_tmp, store, _) = overwrite_run_keeps_the_lss_bounded(options, Duration::from_secs(20));
     store.close().expect("close");
 }
 
@@ -374,29 +374,37 @@ fn an_idle_store_on_map_checkpoints_shrinks_its_lss_to_the_target() {
     const SEGMENT: u64 = 2_138_192;
     let options = options(Some(32 << 10), Durability::Periodic { interval_ms: 5 });
     assert!(options.map_checkpoint_wal_bytes.is_some());
-    let (_tmp, store) = overwrite_run_keeps_the_lss_bounded(options, Duration::from_secs(60));
+    let (_tmp, store, last_round) =
+        overwrite_run_keeps_the_lss_bounded(options, Duration::from_secs(60));
     let target = |m: &forest_store::MemoryStats| (2 * m.lss_live_bytes).max(2 * SEGMENT);
     // End the writes just past a segment boundary: then the LSS is above its target until the
     // oldest segment (overwritten since) goes, which the cleaner empties at rest and may
     // remove only after two more checkpoints (at rest the run above could otherwise end at
     // the target by chance).
-    let mut round = 1000;
-    let mut batch = WriteBatch::new();
-    loop {
+    // Checked after every batch: writes after the crossing would let the old trigger take
+    // the two checkpoints by chance (main passed 2 runs in 16 when checked after each round).
+    // Keys up to `last.1` hold round `last.0`, the others the round before.
+    let mut last = (last_round, 1499);
+    'burst: for round in 1000..1400 {
+        let mut batch = WriteBatch::new();
         for i in 0..1500 {
             batch.put(&key(i), &value(i, round));
             if batch.len() == 50 {
                 store.write(&batch).expect("write");
                 batch = WriteBatch::new();
+                last = (round, i);
+                let memory = store.stats().memory.expect("memory");
+                if memory.lss_total_bytes > target(&memory) + (64 << 10) {
+                    break 'burst;
+                }
             }
         }
-        round += 1;
-        let memory = store.stats().memory.expect("memory");
-        if memory.lss_total_bytes > target(&memory) + (64 << 10) {
-            break;
-        }
-        assert!(round < 1400, "the LSS never passed its target: {memory:?}");
     }
+    let memory = store.stats().memory.expect("memory");
+    assert!(
+        memory.lss_total_bytes > target(&memory),
+        "the LSS never passed its target: {memory:?}"
+    );
     store.sync().expect("sync");
     let began = Instant::now();
     loop {
@@ -437,7 +445,16 @@ fn an_idle_store_on_map_checkpoints_shrinks_its_lss_to_the_target() {
     let memory = stats.memory.expect("memory");
     assert_eq!(memory.map_checkpoint_error, None);
     assert!(memory.lss_total_bytes <= target(&memory), "{memory:?}");
-    read_all(&store, 1500, round - 1, "at rest");
+    let mut out = Vec::new();
+    for i in 0..1500 {
+        let round = match last {
+            (round, upto) if i <= upto => round,
+            (1000, _) => last_round,
+            (round, _) => round - 1,
+        };
+        assert!(store.try_get(&key(i), &mut out).expect("get"), "key {i}");
+        assert_eq!(out, value(i, round), "key {i} at rest");
+    }
     eprintln!(
         "quiet after {:?} at {} checkpoints",
         began.elapsed(),
@@ -448,11 +465,11 @@ fn an_idle_store_on_map_checkpoints_shrinks_its_lss_to_the_target() {
 
 /// The overwrite run of the two tests above with `options` (a 32 KiB budget); `wait` is how
 /// long the LSS may take to come within the bound after the writes. Returns the open store
-/// with its directory.
+/// with its directory and the last round written.
 fn overwrite_run_keeps_the_lss_bounded(
     options: StoreOptions,
     wait: Duration,
-) -> (tempfile::TempDir, Store) {
+) -> (tempfile::TempDir, Store, u32) {
     const N: u32 = 1500;
     const ROUNDS: u32 = 20;
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -513,5 +530,5 @@ fn overwrite_run_keeps_the_lss_bounded(
         "{written} written, {on_disk} on disk"
     );
     read_all(&store, N, last_round, "after the overwrites");
-    (tmp, store)
+    (tmp, store, last_round)
 }
