@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use forest_core::{Error, Result};
 use forest_llama::checkpoint::{CheckpointInfo, Checkpoints};
-use forest_llama::clean::pick_victim_where;
+use forest_llama::clean::{above_target, pick_victim_where};
 
 use crate::gc::node_ref;
 use crate::storage::Storage;
@@ -151,6 +151,47 @@ impl BwTree {
             lock(&map.emptied).remove(&sequence);
         }
         Ok(ready.len())
+    }
+
+    /// Whether a map checkpoint would let the cleaner gain space now (the checkpointer's
+    /// space rule, forest-store `store/map_ckpt.rs`): the LSS is above its space target and
+    /// either an emptied segment waits for a checkpoint (`may_remove` refuses it), or a
+    /// segment the cleaner could pick (wholly stable, a free byte, not waiting) ends above
+    /// the older kept checkpoint's S. A checkpoint's S is at least the stable end, so two
+    /// checkpoints with no LSS write between them make this false: an idle store is never
+    /// due forever. False for a tree that does not use checkpoints.
+    pub fn map_checkpoint_would_let_clean(&self) -> bool {
+        let Some((storage, map)) = self.map_checkpoints() else {
+            return false;
+        };
+        let factor = *storage
+            .space_factor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if !above_target(&storage.lss, factor) {
+            return false;
+        }
+        let segment_bytes = storage.lss.config().segment_bytes;
+        let end = |sequence: u64| (sequence + 1) * segment_bytes;
+        let emptied = lock(&map.emptied);
+        let waiting = emptied.iter().any(|(&sequence, &ticket)| {
+            !map.checkpoints.may_remove(
+                forest_llama::lss::LssAddress::current(end(sequence)),
+                ticket,
+            )
+        });
+        // Before any checkpoint the cleaner may take nothing: every segment waits for S.
+        let bound = map.checkpoints.clean_bound().map_or(0, |s| s.offset());
+        waiting
+            || storage
+                .lss
+                .clean_candidates()
+                .into_iter()
+                .any(|(sequence, live)| {
+                    live < segment_bytes
+                        && end(sequence) > bound
+                        && !emptied.contains_key(&sequence)
+                })
     }
 
     /// Segments emptied by the cleaner that the checkpoints do not let it remove yet.

@@ -375,6 +375,78 @@ fn the_cleaner_keeps_what_kept_checkpoints_need() {
     Arc::into_inner(lss).unwrap().close().unwrap();
 }
 
+// Goal (session 18, h-lss2): the checkpointer's space rule on an idle tree
+// (`map_checkpoint_would_let_clean`): while the LSS is above its target with something a
+// checkpoint would let the cleaner take, it says so; checkpoints and cleaning with no other
+// write bring the LSS to its target, after which it says no, and two more checkpoints and a
+// cleaning pass write nothing (so an idle store takes no checkpoint loop). Method: churn
+// overwrites and flushes (no checkpoint: the rule holds), then checkpoint + clean while the
+// rule holds (bounded: at most 24 rounds), then check the target, the files and the keys.
+#[test]
+fn an_idle_trees_space_rule_reaches_the_target_then_stops() {
+    let sim = SimDir::new(44);
+    let config = BwTreeConfig {
+        max_records_per_page: 8,
+        consolidate_threshold: 4,
+        read_consolidate_threshold: 4,
+        merge_threshold: 0,
+    };
+    let (tree, _ckpt_sim) = stored_tree(&sim, config, None);
+    let lss = Arc::clone(tree.lss().unwrap());
+    for round in 0..8u32 {
+        for i in 0..200u32 {
+            tree.upsert(&key(i), &value(i, round)).unwrap();
+        }
+        for pid in tree.page_ids() {
+            while let PageFlush::Lost { .. } = tree.flush_page(pid, &lss).unwrap() {}
+        }
+        lss.mk_stable(LssAddress::current(u64::MAX >> 4)).unwrap();
+    }
+    let factor = forest_bwtree::clean::LSS_SPACE_FACTOR_DEFAULT;
+    assert!(forest_llama::clean::above_target(&lss, factor));
+    assert!(
+        tree.map_checkpoint_would_let_clean(),
+        "above the target with no checkpoint: one would help"
+    );
+    let mut rounds = 0;
+    while tree.map_checkpoint_would_let_clean() {
+        rounds += 1;
+        assert!(rounds <= 24, "no end: {} bytes", lss.total_bytes());
+        tree.take_map_checkpoint(0).unwrap();
+        tree.clean_to_target().unwrap();
+    }
+    assert!(
+        !forest_llama::clean::above_target(&lss, factor),
+        "the rule stopped above the target: {} bytes for {} live after {rounds} rounds",
+        lss.total_bytes(),
+        lss.live_bytes()
+    );
+    let cleaned = tree.clean_stats().unwrap().segments_cleaned.get();
+    assert!(cleaned > 0, "nothing cleaned in {rounds} rounds");
+    eprintln!(
+        "{rounds} rounds, {cleaned} segments removed: {} bytes for {} live",
+        lss.total_bytes(),
+        lss.live_bytes()
+    );
+    let written = lss.stats().bytes_written;
+    for _ in 0..2 {
+        tree.take_map_checkpoint(0).unwrap();
+    }
+    tree.clean_to_target().unwrap();
+    assert!(!tree.map_checkpoint_would_let_clean());
+    assert!(!forest_llama::clean::above_target(&lss, factor));
+    assert_eq!(
+        lss.stats().bytes_written,
+        written,
+        "at the target nothing moves"
+    );
+    for i in 0..200u32 {
+        assert_eq!(tree.try_get(&key(i)).unwrap(), Some(value(i, 7)));
+    }
+    drop(tree);
+    Arc::into_inner(lss).unwrap().close().unwrap();
+}
+
 // Review rev-ckwire. Goal: evicting a page whose consolidation folded unflushed writes loses
 // none of them, and costs no more consolidations than before the branch (one: fold, image,
 // swap out). Method: flush a page, write more below the threshold, `evict_pid`, count the

@@ -11,11 +11,22 @@
 //!   any checkpoint. One runs at a time (the claim, and the store's checkpoint lock); an
 //!   error is printed and kept for `StoreStats` (`MemoryStats::map_checkpoint_error`); so
 //!   is a panic, which ends that checkpoint, not the thread.
-//! - Space: the cleaner takes victims only below the older kept checkpoint's S
-//!   (forest-bwtree `clean`), so with no checkpoint the LSS only grows. The thread therefore
-//!   also takes one, every [`SPACE_POLL`] at most, when the LSS is above its space target
-//!   (total > 2 × live bytes) and a sixteenth of its bytes or more were written since the last
-//!   one it took: checkpoints then follow the LSS's growth, not only the WAL's.
+//! - Space: the cleaner takes victims only below the older kept checkpoint's S and removes a
+//!   segment it emptied only once two later checkpoints were taken (forest-bwtree
+//!   `map_checkpoint.rs`), so with no checkpoint the LSS only grows. The thread therefore
+//!   also takes one, every [`SPACE_POLL`] at most, when a checkpoint would let the cleaner
+//!   gain (`BwTree::map_checkpoint_would_let_clean`: the LSS above its space target, and an
+//!   emptied segment waiting or a segment the cleaner could pick at or above the older kept
+//!   S), and either a sixteenth of the LSS was written since the last one it took (a busy
+//!   store: checkpoints follow the LSS's growth) or neither the LSS took a byte nor the store
+//!   an LSN since the last poll or checkpoint (an idle store, whose writes alone would never
+//!   trigger one; a store writing into resident pages is not idle, so it does not flush them
+//!   all every other poll). Two
+//!   checkpoints with no LSS write between them move both kept S past every segment the
+//!   cleaner could pick, so an idle store reaches its target (when the cleaner can) and is
+//!   then never due again: no checkpoint loop at rest. After a failed one the idle path waits
+//!   for a checkpoint that succeeds (a failing one is retried after a sixteenth, not every
+//!   poll).
 //! - Shutdown: the store stops the thread (it finishes a checkpoint it began) before it
 //!   stops its group commit; the thread holds the store's parts by `Arc`.
 
@@ -165,19 +176,32 @@ impl Drop for Checkpointer {
     }
 }
 
-/// Whether the LSS is above its space target and grew by a sixteenth since `written_at` (its
-/// bytes written when the thread's last checkpoint began).
-fn space_due(tree: &BwTree, written_at: u64) -> bool {
-    let Some(lss) = tree.lss() else {
+/// The checkpointer's space rule (module doc): a checkpoint would let the cleaner gain, and
+/// a sixteenth of the LSS was written since `written_at` (its bytes written when the
+/// thread's last checkpoint began) or, if `idle_allowed`, the store is idle: [`activity`]
+/// is still `seen` (as at the last poll or checkpoint's end).
+fn space_due(parts: &Parts, written_at: u64, seen: (u64, u64), idle_allowed: bool) -> bool {
+    let Some(lss) = parts.tree.lss() else {
         return false;
     };
-    let total = lss.total_bytes();
-    let written = lss.stats().bytes_written.saturating_sub(written_at);
-    total > 2 * lss.live_bytes() && written >= total / 16
+    let grew = lss.stats().bytes_written.saturating_sub(written_at) >= lss.total_bytes() / 16;
+    let idle = idle_allowed && activity(parts) == seen;
+    (grew || idle) && parts.tree.map_checkpoint_would_let_clean()
+}
+
+fn bytes_written(tree: &BwTree) -> u64 {
+    tree.lss().map_or(0, |lss| lss.stats().bytes_written)
+}
+
+/// (LSS bytes written, the store's next LSN): unchanged while the store is idle.
+fn activity(parts: &Parts) -> (u64, u64) {
+    (bytes_written(&parts.tree), parts.lsns.next())
 }
 
 fn run(parts: &Parts, wake: &Wake) {
     let mut written_at = 0;
+    let mut seen = activity(parts);
+    let mut idle_allowed = true;
     loop {
         {
             let mut state = wake.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -194,12 +218,14 @@ fn run(parts: &Parts, wake: &Wake) {
             let asked = std::mem::take(&mut state.0);
             drop(state);
             // A writer's claim (`asked`), or our own for space.
-            let claimed = asked || (space_due(&parts.tree, written_at) && parts.map.claim());
+            let claimed =
+                asked || (space_due(parts, written_at, seen, idle_allowed) && parts.map.claim());
+            seen = activity(parts);
             if !claimed {
                 continue;
             }
         }
-        written_at = parts.tree.lss().map_or(0, |lss| lss.stats().bytes_written);
+        written_at = bytes_written(&parts.tree);
         // A panic ends this checkpoint as an error would (its files are as after a crash)
         // and not the thread: otherwise the claim stays taken and no scheduled checkpoint
         // runs again, silently (review rev-mapdef F5). The checkpoint lock does not poison.
@@ -228,10 +254,13 @@ fn run(parts: &Parts, wake: &Wake) {
                 .unwrap_or_default();
             Err(format!("the map checkpoint panicked: {what}"))
         });
+        idle_allowed = result.is_ok();
         if let Err(e) = result {
             eprintln!("forest-store: scheduled map checkpoint: {e}");
             parts.map.failed(e);
         }
+        // The checkpoint's own flushes are not a sign of a busy store.
+        seen = activity(parts);
         parts.map.done();
     }
 }
