@@ -24,8 +24,8 @@ pub struct Audit {
 }
 
 impl<P: Persist> BzTree<P> {
-    /// Checks the tree's invariants (keys ordered and within their parents' separators, only a
-    /// key's newest visible version behind a record pointer, levels consistent, no linked internal node frozen) and the
+    /// Checks the tree's invariants (keys ordered and within their parents' separators, one
+    /// visible version per key, levels consistent, no linked internal node frozen) and the
     /// heap's (every chunk below the bump pointer is reachable from the root or on a free
     /// list, never both, and no chunk is left unactivated). Only for a quiescent tree whose
     /// retired nodes have been released, as after a reopen. The error names the first
@@ -110,9 +110,7 @@ impl<P: Persist> BzTree<P> {
         }
         if level == 0 {
             let s = self.status(node, guard);
-            // (key, pointer) in entry order: several versions of a key may be visible (crate
-            // doc), of which only the newest, the last, may be behind a record pointer.
-            let mut keys: Vec<(&[u8], bool)> = Vec::new();
+            let mut keys: Vec<&[u8]> = Vec::new();
             for i in 0..s.record_count() {
                 let m = self.leaf_meta(node, i, guard);
                 if !m.is_visible() {
@@ -131,15 +129,12 @@ impl<P: Persist> BzTree<P> {
                     }
                     audit.value_blocks += 1;
                 }
-                keys.push((key, m.is_record_pointer()));
+                keys.push(key);
             }
-            keys.sort_by(|a, b| a.0.cmp(b.0));
-            if keys.windows(2).any(|w| w[0].0 == w[1].0 && w[0].1) {
-                return Err(format!(
-                    "leaf {node}: a superseded version is behind a record pointer"
-                ));
+            keys.sort_unstable();
+            if keys.windows(2).any(|w| w[0] == w[1]) {
+                return Err(format!("leaf {node}: a key is visible twice"));
             }
-            keys.dedup_by(|later, earlier| later.0 == earlier.0);
             audit.keys += keys.len() as u64;
             return Ok(());
         }

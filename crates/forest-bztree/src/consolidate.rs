@@ -47,14 +47,11 @@ impl<P: Persist> BzTree<P> {
         self.pmwcas(guard, &targets, &[])
     }
 
-    /// The live records of a leaf, sorted by key, one per key: the newest visible version,
-    /// the last in entry order (crate doc). Exact only once the leaf is frozen; of a live
-    /// leaf, an estimate (what merge sizing needs).
+    /// The live records of a leaf, sorted by key, one per key. Exact only once the leaf is
+    /// frozen; of a live leaf, an estimate (what merge sizing needs).
     pub(crate) fn live_records(&self, leaf: u64, guard: &Guard) -> Vec<LiveRecord<'_>> {
         let s = self.status(leaf, guard);
-        // Newest entry first, so that a stable sort leaves each key's newest version first.
         let mut live: Vec<LiveRecord<'_>> = (0..s.record_count())
-            .rev()
             .filter_map(|i| {
                 let m = self.leaf_meta(leaf, i, guard);
                 if !m.is_visible() {
@@ -77,11 +74,18 @@ impl<P: Persist> BzTree<P> {
                 Some(LiveRecord { key, payload })
             })
             .collect();
-        if s.delete_size() == 0 && s.is_frozen() {
-            // No superseded version: one visible version per key (crate doc).
-            live.sort_unstable_by(|a, b| key_cmp(a.key, b.key));
+        // Unstable: a frozen leaf has one visible version per key (asserted below), and the
+        // estimate's dedup keeps either version's size.
+        live.sort_unstable_by(|a, b| key_cmp(a.key, b.key));
+        if s.is_frozen() {
+            // Frozen before the read: no completion can change an entry any more.
+            debug_assert!(
+                live.windows(2).all(|w| w[0].key < w[1].key),
+                "one visible version per key"
+            );
         } else {
-            live.sort_by(|a, b| key_cmp(a.key, b.key));
+            // A merge's sizing of a live leaf: an update's 3-word swap that ran between two
+            // entry reads shows both versions visible. Count the key once (an estimate).
             live.dedup_by(|later, earlier| later.key == earlier.key);
         }
         live

@@ -49,10 +49,8 @@ use crate::{BzTree, BzTreeConfig, Counters, DESCRIPTOR_PARTITIONS};
 
 /// "BZTREEPM", little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"BZTREEPM");
-/// Version of the tree's part of the file. 2 (session 18): a leaf may hold superseded
-/// versions of a key, still visible (crate doc), which a version-1 build would read as the
-/// key's value; each build refuses the other's files.
-pub const VERSION: u64 = 2;
+/// Version of the tree's part of the file.
+pub const VERSION: u64 = 1;
 
 const W_ROOT: u64 = 0;
 const W_MAGIC: u64 = 1;

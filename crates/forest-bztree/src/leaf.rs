@@ -13,11 +13,11 @@
 //! entry. A wait that passes its bound freezes the leaf: the stalled reservation and this one
 //! are abandoned with it, and the insert retries on the consolidated leaf.
 //!
-//! Versions (crate doc): an update or upsert of an existing key appends a version and
-//! completes it with 2 words (visible; the status's delete size counting the superseded
-//! version, which stays visible: last writer wins, §4.2.3); reads take the newest version; a
-//! delete hides every visible version of its key; a record-pointer value is swapped in place
-//! with §4.2.3's 3-word PMwCAS.
+//! Versions (crate doc): an update or upsert of an existing key appends a new version and
+//! completes it with 3 words that also hide the old one, so at most one version of a key is
+//! visible; a record-pointer value is swapped in place with §4.2.3's 3-word PMwCAS. A read that
+//! finds nothing while the delete size moved during its search reads again (a version swap
+//! moved the key behind it).
 
 use forest_core::Result;
 use forest_pmwcas::{Guard, Persist};
@@ -59,11 +59,8 @@ const RECHECK_WAIT_SPINS: u32 = 1 << 14;
 const SKIP_NONE: u64 = u64::MAX;
 
 impl<P: Persist> BzTree<P> {
-    /// Searches `leaf` under status `s` for the newest visible version of `key`, skipping
-    /// entry `skip` (§4.2.5). Versions of a key become visible in entry order (crate doc), so
-    /// the newest is the last visible one: with a delete size of 0 no version is superseded
-    /// and the sorted region is searched first (binary), else the unsorted region first, from
-    /// the most recent entry back, as the paper's full-payload read does.
+    /// Searches `leaf` under status `s`: sorted region by binary search, unsorted linearly
+    /// (§4.2.5), skipping entry `skip`.
     pub(crate) fn search_leaf(
         &self,
         leaf: u64,
@@ -73,52 +70,6 @@ impl<P: Persist> BzTree<P> {
         guard: &Guard,
     ) -> Search {
         let sorted = self.sorted_count(leaf).min(s.record_count());
-        let mut in_progress = false;
-        if s.delete_size() != 0 {
-            for i in (sorted..s.record_count()).rev() {
-                if let Some(found) =
-                    self.probe_unsorted(leaf, i, key, skip, &mut in_progress, guard)
-                {
-                    return Search {
-                        found: Some(found),
-                        in_progress,
-                    };
-                }
-            }
-            return Search {
-                found: self.search_sorted(leaf, sorted, key, skip, guard),
-                in_progress,
-            };
-        }
-        if let Some(found) = self.search_sorted(leaf, sorted, key, skip, guard) {
-            return Search {
-                found: Some(found),
-                in_progress: false,
-            };
-        }
-        for i in sorted..s.record_count() {
-            if let Some(found) = self.probe_unsorted(leaf, i, key, skip, &mut in_progress, guard) {
-                return Search {
-                    found: Some(found),
-                    in_progress,
-                };
-            }
-        }
-        Search {
-            found: None,
-            in_progress,
-        }
-    }
-
-    /// Binary search of the sorted region (one version per key there).
-    fn search_sorted(
-        &self,
-        leaf: u64,
-        sorted: u64,
-        key: &[u8],
-        skip: u64,
-        guard: &Guard,
-    ) -> Option<Found> {
         let (mut lo, mut hi) = (0, sorted);
         while lo < hi {
             let mid = (lo + hi) / 2;
@@ -127,43 +78,43 @@ impl<P: Persist> BzTree<P> {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
                 std::cmp::Ordering::Equal => {
-                    return (m.is_visible() && mid != skip).then_some(Found {
-                        index: mid,
-                        meta: m,
-                    });
+                    if m.is_visible() && mid != skip {
+                        return Search {
+                            found: Some(Found {
+                                index: mid,
+                                meta: m,
+                            }),
+                            in_progress: false,
+                        };
+                    }
+                    break;
                 }
             }
         }
-        None
-    }
-
-    /// Unsorted entry `i`: a visible version of `key`, or notes an in-progress entry of this
-    /// epoch with the key's length.
-    #[inline]
-    fn probe_unsorted(
-        &self,
-        leaf: u64,
-        i: u64,
-        key: &[u8],
-        skip: u64,
-        in_progress: &mut bool,
-        guard: &Guard,
-    ) -> Option<Found> {
-        if i == skip {
-            return None;
-        }
-        let m = self.leaf_meta(leaf, i, guard);
-        if m.key_len() != key.len() {
-            return None;
-        }
-        if m.is_visible() {
-            if key_eq(self.key_of(leaf, m), key) {
-                return Some(Found { index: i, meta: m });
+        let mut in_progress = false;
+        for i in sorted..s.record_count() {
+            if i == skip {
+                continue;
             }
-        } else if m.is_reserved() && m.allocation_epoch() == self.index_epoch {
-            *in_progress = true;
+            let m = self.leaf_meta(leaf, i, guard);
+            if m.key_len() != key.len() {
+                continue;
+            }
+            if m.is_visible() {
+                if key_eq(self.key_of(leaf, m), key) {
+                    return Search {
+                        found: Some(Found { index: i, meta: m }),
+                        in_progress,
+                    };
+                }
+            } else if m.is_reserved() && m.allocation_epoch() == self.index_epoch {
+                in_progress = true;
+            }
         }
-        None
+        Search {
+            found: None,
+            in_progress,
+        }
     }
 
     fn has_room(&self, leaf: u64, s: StatusWord, need: u64) -> bool {
@@ -178,15 +129,19 @@ impl<P: Persist> BzTree<P> {
         }
         let guard = self.pool.pin();
         let leaf = self.leaf_for(key, &guard);
-        // No retry: a version visible when the read starts stays visible until a delete
-        // hides every version of the key at once, and the newest is met first (crate doc).
-        let s = self.status(leaf, &guard);
-        let Some(f) = self.search_leaf(leaf, s, key, SKIP_NONE, &guard).found else {
-            return false;
-        };
-        out.clear();
-        out.extend_from_slice(self.value_of(leaf, f.meta, &guard));
-        true
+        loop {
+            let s = self.status(leaf, &guard);
+            let search = self.search_leaf(leaf, s, key, SKIP_NONE, &guard);
+            if let Some(f) = search.found {
+                out.clear();
+                out.extend_from_slice(self.value_of(leaf, f.meta, &guard));
+                return true;
+            }
+            if self.status(leaf, &guard).delete_size() == s.delete_size() {
+                return false;
+            }
+            self.counters.read_retries.incr();
+        }
     }
 
     /// Insert, update or upsert (§4.2.1, §4.2.3, §4.2.4).
@@ -248,7 +203,13 @@ impl<P: Persist> BzTree<P> {
                 recheck |= search.in_progress;
                 match (mode, search.found) {
                     (PutMode::Insert, Some(_)) => return Ok(false),
-                    (PutMode::Update, None) => return Ok(false),
+                    (PutMode::Update, None) => {
+                        if self.status(leaf, &guard).delete_size() == s.delete_size() {
+                            return Ok(false);
+                        }
+                        self.counters.read_retries.incr();
+                        continue 'leaf;
+                    }
                     (_, Some(f)) if pointer && f.meta.is_record_pointer() => {
                         // §4.2.3 record pointer: swap it in place, 3 words.
                         let b = self.ensure_block(value, block)?;
@@ -340,7 +301,7 @@ impl<P: Persist> BzTree<P> {
                     idx,
                     reservation,
                     visible,
-                    (search.found, s.delete_size()),
+                    search.found,
                     recheck,
                     (link, block),
                     &guard,
@@ -354,12 +315,7 @@ impl<P: Persist> BzTree<P> {
         }
     }
 
-    /// Completes a reserved record (§4.2.1 completion). `found` is the newest visible version
-    /// of the key but ours while the leaf's delete size was `ds`: every change to a key's
-    /// visible versions but an insert's first version moves the delete size (crate doc), so
-    /// while it stays the version is still the newest. Superseding it is the paper's 2 words
-    /// (§4.2.3 inline payloads, last writer wins): ours visible, and the status with the old
-    /// version's bytes added to the delete size; a record-pointer version is hidden too (3).
+    /// Completes a reserved record (§4.2.1 completion; supersedes an old version, crate doc).
     #[allow(clippy::too_many_arguments)]
     fn complete(
         &self,
@@ -369,13 +325,13 @@ impl<P: Persist> BzTree<P> {
         idx: u64,
         reservation: Metadata,
         visible: Metadata,
-        (found, mut ds): (Option<Found>, u64),
+        found: Option<Found>,
         mut recheck: bool,
         (link, block): (Link<'_>, &mut Option<u64>),
         guard: &Guard,
     ) -> Result<Completion> {
         let leaf = path.leaf;
-        let mut newest = found;
+        let mut supersede = found;
         loop {
             let s = self.status(leaf, guard);
             if s.is_frozen() {
@@ -383,56 +339,56 @@ impl<P: Persist> BzTree<P> {
                 self.counters.frozen_retries.incr();
                 return Ok(Completion::Retry);
             }
-            if s.delete_size() != ds {
-                // A delete or another version's completion ran: find the newest again.
-                ds = s.delete_size();
-                newest = self.search_leaf(leaf, s, key, idx, guard).found;
-                if newest.is_none() {
-                    if mode == PutMode::Update {
-                        return self.abandon(leaf, idx, reservation, visible, false, guard);
+            if let Some(f) = supersede {
+                if self.leaf_meta(leaf, f.index, guard) != f.meta {
+                    // The version we replace is gone: find the current one.
+                    match self.search_leaf(leaf, s, key, idx, guard).found {
+                        Some(g) => supersede = Some(g),
+                        None => {
+                            if self.status(leaf, guard).delete_size() != s.delete_size() {
+                                self.counters.read_retries.incr();
+                                continue;
+                            }
+                            supersede = None;
+                            if mode == PutMode::Update {
+                                return self.abandon(leaf, idx, reservation, visible, guard);
+                            }
+                            recheck = true;
+                        }
                     }
-                    recheck = true;
+                    continue;
                 }
-            }
-            if let Some(n) = newest {
-                if n.index > idx {
-                    // A later version became visible first: ours is superseded on arrival and
-                    // never shown (last writer wins).
-                    return self.abandon(leaf, idx, reservation, visible, true, guard);
-                }
-                let mut targets = [
-                    Target::new(Self::meta_off(leaf, idx), reservation.0, visible.0),
-                    Target::new(Self::status_off(leaf), s.0, s.deleted(dead_bytes(n.meta)).0),
-                    Target::new(0, 0, 0),
-                    Target::new(0, 0, 0),
-                ];
-                let mut n_targets = 2;
                 let mut retire = [0u64; 1];
-                let retire: &[u64] = if n.meta.is_record_pointer() {
-                    // A superseded record-pointer version is hidden and its block retired, so
-                    // a visible value block is always its key's newest version's.
-                    targets[2] =
-                        Target::new(Self::meta_off(leaf, n.index), n.meta.0, n.meta.deleted().0);
-                    n_targets = 3;
+                let retire: &[u64] = if f.meta.is_record_pointer() {
                     retire[0] = self
                         .pool
-                        .read(self.heap.word(Self::pointer_off(leaf, n.meta)), guard);
+                        .read(self.heap.word(Self::pointer_off(leaf, f.meta)), guard);
                     &retire
                 } else {
                     &[]
                 };
-                match self.link_block(&link, block) {
+                let mut targets = [
+                    Target::new(Self::meta_off(leaf, idx), reservation.0, visible.0),
+                    Target::new(Self::meta_off(leaf, f.index), f.meta.0, f.meta.deleted().0),
+                    Target::new(
+                        Self::status_off(leaf),
+                        s.0,
+                        s.deleted(f.meta.block_bytes()).0,
+                    ),
+                    Target::new(0, 0, 0),
+                ];
+                let n = match self.link_block(&link, block) {
                     Ok(Some(t)) => {
-                        targets[n_targets] = t;
-                        n_targets += 1;
+                        targets[3] = t;
+                        4
                     }
-                    Ok(None) => {}
+                    Ok(None) => 3,
                     Err(e) => {
-                        self.abandon(leaf, idx, reservation, visible, false, guard)?;
+                        self.abandon(leaf, idx, reservation, visible, guard)?;
                         return Err(e);
                     }
-                }
-                let outcome = self.pmwcas(guard, &targets[..n_targets], retire);
+                };
+                let outcome = self.pmwcas(guard, &targets[..n], retire);
                 Self::linked(&link, block, outcome);
                 match outcome {
                     Outcome::Succeeded => return Ok(Completion::Done(true)),
@@ -464,9 +420,11 @@ impl<P: Persist> BzTree<P> {
                 }
                 if let Some(d) = duplicate {
                     if mode == PutMode::Insert {
-                        return self.abandon(leaf, idx, reservation, visible, false, guard);
+                        return self
+                            .abandon(leaf, idx, reservation, visible, guard)
+                            .map(|_| Completion::Done(false));
                     }
-                    newest = Some(d);
+                    supersede = Some(d);
                     continue;
                 }
             }
@@ -482,7 +440,7 @@ impl<P: Persist> BzTree<P> {
                 }
                 Ok(None) => 2,
                 Err(e) => {
-                    self.abandon(leaf, idx, reservation, visible, false, guard)?;
+                    self.abandon(leaf, idx, reservation, visible, guard)?;
                     return Err(e);
                 }
             };
@@ -547,15 +505,14 @@ impl<P: Persist> BzTree<P> {
         false
     }
 
-    /// Gives up a reserved record: zeroes its bytes and its entry (§4.2.1 duplicate; a version
-    /// superseded on arrival). Returns `Done(result)`.
+    /// Gives up a reserved record: zeroes its bytes and its entry (§4.2.1 duplicate). Returns
+    /// `Done(false)`.
     fn abandon(
         &self,
         leaf: u64,
         idx: u64,
         reservation: Metadata,
         visible: Metadata,
-        result: bool,
         guard: &Guard,
     ) -> Result<Completion> {
         self.heap
@@ -564,11 +521,10 @@ impl<P: Persist> BzTree<P> {
         // Only this thread changes its own reservation; a freeze does not touch it. If the
         // pool is exhausted the entry stays reserved and a later consolidation drops it.
         let _ = self.pmwcas(guard, &targets, &[]);
-        Ok(Completion::Done(result))
+        Ok(Completion::Done(false))
     }
 
-    /// Delete (§4.2.2): 2 words, the entry invisible and the status's delete size; one more
-    /// word per superseded version still visible (crate doc).
+    /// Delete (§4.2.2): 2 words, the entry invisible and the status's delete size.
     pub(crate) fn delete(&self, key: &[u8]) -> bool {
         let mut frozen_seen = 0;
         let mut first = true;
@@ -596,7 +552,11 @@ impl<P: Persist> BzTree<P> {
                     continue 'op;
                 }
                 let Some(f) = self.search_leaf(leaf, s, key, SKIP_NONE, &guard).found else {
-                    return false;
+                    if self.status(leaf, &guard).delete_size() == s.delete_size() {
+                        return false;
+                    }
+                    self.counters.read_retries.incr();
+                    continue;
                 };
                 let mut retire = [0u64; 1];
                 let retire: &[u64] = if f.meta.is_record_pointer() {
@@ -607,40 +567,12 @@ impl<P: Persist> BzTree<P> {
                 } else {
                     &[]
                 };
-                // Every visible version of the key is hidden at once (superseded ones stay
-                // visible, crate doc); only the newest's bytes were not yet counted dead.
-                let new_s = s.deleted(dead_bytes(f.meta));
-                let mut targets = [const { Target::new(0, 0, 0) }; forest_pmwcas::ENTRIES_MAX];
-                targets[0] = Target::new(Self::status_off(leaf), s.0, new_s.0);
-                targets[1] =
-                    Target::new(Self::meta_off(leaf, f.index), f.meta.0, f.meta.deleted().0);
-                let mut n = 2;
-                if s.delete_size() != 0 {
-                    let room = forest_pmwcas::ENTRIES_MAX - retire.len();
-                    let sorted = self.sorted_count(leaf).min(s.record_count());
-                    let older = self
-                        .search_sorted(leaf, sorted, key, f.index, &guard)
-                        .filter(|o| o.index < f.index)
-                        .into_iter()
-                        .chain((sorted..f.index).filter_map(|i| {
-                            self.probe_unsorted(leaf, i, key, SKIP_NONE, &mut false, &guard)
-                        }));
-                    for o in older {
-                        if n == room {
-                            // More versions than one PMwCAS takes: consolidate, then delete.
-                            let _ = self.maintain(&path, key, 0, 0, &guard);
-                            continue 'op;
-                        }
-                        targets[n] = Target::new(
-                            Self::meta_off(leaf, o.index),
-                            o.meta.0,
-                            o.meta.deleted().0,
-                        );
-                        n += 1;
-                    }
-                }
-                let targets = &targets[..n];
-                match self.pmwcas(&guard, targets, retire) {
+                let new_s = s.deleted(f.meta.block_bytes());
+                let targets = [
+                    Target::new(Self::meta_off(leaf, f.index), f.meta.0, f.meta.deleted().0),
+                    Target::new(Self::status_off(leaf), s.0, new_s.0),
+                ];
+                match self.pmwcas(&guard, &targets, retire) {
                     Outcome::Succeeded => {
                         if path.len > 0 && self.underfull(leaf, new_s, &guard) {
                             self.merge_around(key, &guard);
@@ -662,12 +594,6 @@ impl<P: Persist> BzTree<P> {
         }
         self.live_bytes(leaf, guard) < min
     }
-}
-
-/// Bytes a dead version adds to the delete size: its storage, and at least 8 so that every
-/// superseded or deleted version moves the delete size (a completion's and a read's check).
-pub(crate) fn dead_bytes(m: Metadata) -> u64 {
-    m.block_bytes().max(8)
 }
 
 /// A record-pointer record's block to link at completion: the value, and the record's pointer

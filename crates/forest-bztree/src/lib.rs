@@ -21,37 +21,14 @@
 //! | `scan` | §4.2.6 | range scans by leaf snapshot, both orders |
 //!
 //! PMwCAS sizes (Table 1; `stats()` reports attempts and failures by size): insert 2 + 2
-//! (reserve, complete); inline update and upsert 2 + 2; delete 2; update by record pointer 3; consolidation 1 (freeze) + 2;
+//! (reserve, complete); delete 2; update by record pointer 3; consolidation 1 (freeze) + 2;
 //! split 1 + 3; merge 2 + 3. Where this crate differs, and why:
-//! - An update or upsert of an existing key appends a version and completes it with the
-//!   paper's 2 words (§4.2.3 inline payloads, §4.2.4; "last writer wins"): its metadata
-//!   visible, and the status with the superseded version's bytes added to the delete size
-//!   (the paper leaves the status unchanged). The old version stays visible until a
-//!   consolidation drops it. Session 17 and before hid it in the same PMwCAS (3 words);
-//!   session 18 measured the 2-word form (BENCHMARKS "Issue 16: ... 2 + 2 upsert"). What
-//!   follows from it, and why each holds:
-//!   - Versions of a key become visible in entry order: a completion that finds a later
-//!     visible version (its own is superseded on arrival) abandons its entry instead, and an
-//!     insert's first version waits for earlier in-progress ones (§4.2.1 recheck). So the
-//!     newest visible version, the key's value, is the last in entry order.
-//!   - Every change to a key's visible versions but an insert's first version moves the
-//!     delete size (a superseded or deleted version adds at least 8 bytes): a completion
-//!     whose delete size is unchanged since it found the newest version supersedes that one;
-//!     else it searches again. At a delete size of 0 no version is superseded.
-//!   - Reads (§4.2.5) take the newest: with a delete size of 0 the sorted region first, else
-//!     the unsorted region from the most recent entry back, then the sorted region. A
-//!     version visible when a read starts stays visible until a delete hides them all, so a
-//!     read never searches twice. Scans and consolidation keep one version per key, the
-//!     newest; `live_records` and the scan's snapshot drop the others.
-//!   - A delete hides every visible version of the key in one PMwCAS (2 words, plus one per
-//!     superseded version still visible: a tombstone would be a third kind of entry every
-//!     reader must know); past one descriptor's entries it consolidates first.
-//!   - A record-pointer version superseded by any version is hidden in the completion (3
-//!     words) and its block retired, so only a key's newest version has a value block (the
-//!     audit checks it) and nothing frees a block twice.
-//!   - Consolidation triggers: superseded bytes count in the delete size as before.
-//!     Recovery (§6.3) needs nothing more: each PMwCAS is atomic, and a crash leaves at most
-//!     superseded versions, which readers skip.
+//! - An update or upsert of an existing key with an inline value appends a version and
+//!   completes with 3 words (its metadata visible, the old version's metadata invisible, the
+//!   status with the old size added to the delete size), not 2: with two words the old version
+//!   stays visible and a later 2-word delete would bring it back. So a leaf never holds two
+//!   visible versions of a key, and a read that finds none while the delete size moved
+//!   (a version swap ran under it) reads again.
 //! - A record whose value is behind a record pointer completes with one more word: its pointer
 //!   word, linked from 0 to the value block by a `FREE-ONE` entry (the "reference" a chunk is
 //!   activated into, §6.1), so a failed completion frees the block and a crash before it
@@ -267,7 +244,7 @@ pub(crate) struct Target {
 }
 
 impl Target {
-    pub const fn new(off: u64, old: u64, new: u64) -> Self {
+    pub fn new(off: u64, old: u64, new: u64) -> Self {
         Self {
             off,
             old,
@@ -456,8 +433,10 @@ impl<P: Persist> BzTree<P> {
         while let Some(node) = stack.pop() {
             if self.level(node) == 0 {
                 leaves += 1;
-                // One per key, superseded versions left out.
-                keys += self.live_records(node, &guard).len() as u64;
+                let s = self.status(node, &guard);
+                keys += (0..s.record_count())
+                    .filter(|&i| self.leaf_meta(node, i, &guard).is_visible())
+                    .count() as u64;
             } else {
                 inner += 1;
                 for i in 0..self.sorted_count(node) {

@@ -101,15 +101,8 @@ impl<P: Persist> BzTree<P> {
         let (bytes, records) = (&snap.bytes, &snap.records);
         snap.order.clear();
         snap.order.extend(0..records.len());
-        // One version per key: the newest, the last in entry order (crate doc).
         snap.order.sort_unstable_by(|&a, &b| {
-            bytes[records[a].0..records[a].1]
-                .cmp(&bytes[records[b].0..records[b].1])
-                .then(b.cmp(&a))
-        });
-        snap.order.dedup_by(|later, earlier| {
-            bytes[records[*later].0..records[*later].1]
-                == bytes[records[*earlier].0..records[*earlier].1]
+            bytes[records[a].0..records[a].1].cmp(&bytes[records[b].0..records[b].1])
         });
     }
 

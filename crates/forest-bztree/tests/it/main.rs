@@ -16,4 +16,3 @@ mod rev_bz;
 mod rev_bzperf;
 mod rev_pmrec2;
 mod structure;
-mod versions;
