@@ -29,6 +29,16 @@
 //!   stays visible and a later 2-word delete would bring it back. So a leaf never holds two
 //!   visible versions of a key, and a read that finds none while the delete size moved
 //!   (a version swap ran under it) reads again.
+//!   Session 18 built the paper's 2 + 2 and measured it (commit 602cc0a, reverted; BENCHMARKS
+//!   "Issue 16: ... the paper's 2 + 2 upsert"): the completion made ours visible and added
+//!   the old version's bytes to the delete size, so every change to a key's versions but an
+//!   insert's first moved it; versions became visible in entry order (a completion meeting a
+//!   later visible version abandoned its own); reads took the newest, the unsorted region
+//!   newest first once the delete size was non-zero; a delete hid every visible version;
+//!   scans and consolidation kept the newest. It saved one word per upsert (-335
+//!   instructions of PMwCAS) but cost more in the leaf search, which must now pass the whole
+//!   unsorted region before the sorted one, and in consolidation's dedup: +2.1 % instructions
+//!   on balanced, +1.5 % on read-only. So the 3-word completion stays.
 //! - A record whose value is behind a record pointer completes with one more word: its pointer
 //!   word, linked from 0 to the value block by a `FREE-ONE` entry (the "reference" a chunk is
 //!   activated into, §6.1), so a failed completion frees the block and a crash before it
