@@ -470,7 +470,6 @@ fn index_page_grows_while_a_leaf_key_split_is_paused(rounds: u32) -> usize {
 // rounds of writes during the pause; the fullest current index page (max 4 terms) must stay
 // within a small multiple of its limit and not grow with the rounds.
 #[test]
-#[ignore = "rev: F1 a paused key split's split-list entry pins the parent's split time: its index page grows with every write during the pause"]
 fn rev_tsb5_f1_a_paused_key_split_does_not_grow_its_index_page() {
     let _turn = take_turn();
     let short = index_page_grows_while_a_leaf_key_split_is_paused(120);
