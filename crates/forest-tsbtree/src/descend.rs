@@ -206,21 +206,21 @@ impl TsbTree {
 
 /// The separator and right page of the newest split in a chain (or its base's side link).
 fn newest_split(head: &Node) -> (Box<[u8]>, Pid) {
+    current_split(head).expect("a search went right from a page with no split")
+}
+
+/// A page state's high key and side link (its newest key split's, else its base's); None
+/// when it has none (the rightmost page of its level, or a historical page).
+pub(crate) fn current_split(head: &Node) -> Option<(Box<[u8]>, Pid)> {
     for n in head.chain() {
         match &n.kind {
-            Kind::KeySplit { sep, q } | Kind::IndexSplit { sep, q } => return (sep.clone(), *q),
-            Kind::Leaf(b) => {
-                if let (Some(h), Some(s)) = (&b.high, b.side) {
-                    return (h.clone(), s);
-                }
+            Kind::KeySplit { sep, q } | Kind::IndexSplit { sep, q } => {
+                return Some((sep.clone(), *q))
             }
-            Kind::Index(b) => {
-                if let (Some(h), Some(s)) = (&b.high, b.side) {
-                    return (h.clone(), s);
-                }
-            }
+            Kind::Leaf(b) => return b.high.clone().zip(b.side),
+            Kind::Index(b) => return b.high.clone().zip(b.side),
             _ => {}
         }
     }
-    panic!("a search went right from a page with no split")
+    None
 }

@@ -34,6 +34,7 @@ use forest_llama::Pid;
 use crate::as_of::{self, Target};
 use crate::node::{self, IndexBase, Kind, LeafBase, Node, Term, INFINITY};
 use crate::page::{self, LeafView};
+use crate::split_list::KeySplitOrigin;
 use crate::version::{self, Record};
 use crate::TsbTree;
 
@@ -85,7 +86,13 @@ impl TsbTree {
         self.table
             .install_new(q, Node::base(Kind::Leaf(base), 0, right_count), guard);
         // §IV-B2's bound, for the term this split will post (module doc).
-        let active = self.split_list(0).begin_key_split(&sep, q, view.start);
+        let origin = KeySplitOrigin {
+            left: pid,
+            state: state.as_raw() as usize,
+        };
+        let active = self
+            .split_list(0)
+            .begin_key_split(&sep, q, view.start, origin);
         let delta = Node::delta(
             head,
             state,
@@ -146,9 +153,13 @@ impl TsbTree {
         };
         self.table
             .install_new(q, Node::base(Kind::Index(base), head.level, count), guard);
+        let origin = KeySplitOrigin {
+            left: pid,
+            state: state.as_raw() as usize,
+        };
         let active = self
             .split_list(head.level)
-            .begin_key_split(&sep, q, view.start);
+            .begin_key_split(&sep, q, view.start, origin);
         let delta = Node::delta(
             head,
             state,
@@ -220,6 +231,29 @@ impl TsbTree {
                 return;
             }
             self.stats.cas_failures.incr();
+        }
+    }
+
+    /// Whether the key split of page `left` at `sep` into `right` is installed: `left`'s side
+    /// links, followed while they stay left of `sep`, reach `right` (later splits of `left`
+    /// left of `sep` put pages between them, and a consolidation folds the split delta away).
+    pub(crate) fn key_split_installed(
+        &self,
+        left: Pid,
+        sep: &[u8],
+        right: Pid,
+        guard: &Guard,
+    ) -> bool {
+        let mut pid = left;
+        loop {
+            let Some((_, head)) = node::read(&self.table, pid, guard) else {
+                return false;
+            };
+            match crate::descend::current_split(head) {
+                Some((high, side)) if *high < *sep => pid = side,
+                Some((high, side)) => return *high == *sep && side == right,
+                None => return false,
+            }
         }
     }
 

@@ -45,9 +45,15 @@
 //! **Key splits (forest's addition).** A key split's term starts at its left page's start, which
 //! may be older than every current term of the index page above once the left page has
 //! time-split meanwhile; so a key split registers its term too ([`SplitList::begin_key_split`],
-//! any order, the list's newest time unchanged), before its split delta's CAS, and the bound
-//! counts it until it is posted ([`SplitList::finish_key_split`]) whatever its page's start: a
-//! right page's start moves on when it time-splits, but its key term is still to come.
+//! any order, the list's newest time unchanged), before its split delta's CAS, with its left
+//! page's PID and the state it read there. The bound counts it until it is posted
+//! ([`SplitList::finish_key_split`]) whatever its right page's start (that moves on when the
+//! right page time-splits, but its key term is still to come), unless the caller finds it
+//! doomed: the left page's state is no longer the one read and its side links do not lead
+//! to the right page, so the CAS failed or will. Its thread may stall between its split delta
+//! and its post, and only writers of the right page's keys would post it: so an index page
+//! held back by one posts it itself ([`SplitList::pending_key_splits`]), as it helps a
+//! half-done time split of its oldest child (`time_split.rs`).
 //!
 //! **Choices where the paper is loose.** §IV-B2 says both "earlier than the time of any active
 //! time split" and "min{timestamp}"; forest takes the min itself: a term stamped exactly at an
@@ -71,9 +77,18 @@ pub(crate) struct Entry {
     pub key: Box<[u8]>,
     pub ts: u64,
     pub pid: Pid,
-    /// A key split's term (module doc): bounds until posted, whatever its page's start.
-    key_split: bool,
+    /// A key split's origin (module doc), else None (a time split).
+    pub key_split: Option<KeySplitOrigin>,
     deleted: AtomicBool,
+}
+
+/// Where a key split's entry came from: its left page and the state the split read there,
+/// whose replacement by anything but the split delta dooms the split (module doc).
+#[derive(Clone, Copy)]
+pub(crate) struct KeySplitOrigin {
+    pub left: Pid,
+    /// The address of the state read, compared only (never dereferenced).
+    pub state: usize,
 }
 
 /// A link of the list: an entry and the earlier ones.
@@ -161,10 +176,10 @@ impl SplitList {
 
     /// The latest time at which a page one level up with key range `[low, high)` may split
     /// (module doc): the smallest time of the active splits whose keys (so whose terms) fall
-    /// in that range, leaving out those that `doomed(pid, ts)` says can no longer install;
-    /// else the newest time an ordered list ever held (an unordered one bounds nothing then:
+    /// in that range, leaving out those that `doomed` says can no longer install; else the
+    /// newest time an ordered list ever held (an unordered one bounds nothing then:
     /// [`u64::MAX`]).
-    pub fn bound(&self, low: &[u8], high: Option<&[u8]>, doomed: impl Fn(Pid, u64) -> bool) -> u64 {
+    pub fn bound(&self, low: &[u8], high: Option<&[u8]>, doomed: impl Fn(&Entry) -> bool) -> u64 {
         let guard = &crossbeam_epoch::pin();
         let (_, header) = self.header(guard);
         let idle = if self.ordered {
@@ -176,10 +191,30 @@ impl SplitList {
             .links()
             .filter(|l| !l.entry.deleted.load(Ordering::Acquire))
             .filter(|l| *l.entry.key >= *low && high.is_none_or(|h| *l.entry.key < *h))
-            .filter(|l| l.entry.key_split || !doomed(l.entry.pid, l.entry.ts))
+            .filter(|l| !doomed(&l.entry))
             .map(|l| l.entry.ts)
             .min()
             .unwrap_or(idle)
+    }
+
+    /// The unposted key splits whose terms go to a page one level up with key range
+    /// `[low, high)` and start before `before` (the ones that may hold its split time back:
+    /// a helper posts them, module doc).
+    pub fn pending_key_splits(
+        &self,
+        low: &[u8],
+        high: Option<&[u8]>,
+        before: u64,
+    ) -> Vec<Arc<Entry>> {
+        let guard = &crossbeam_epoch::pin();
+        let (_, header) = self.header(guard);
+        header
+            .links()
+            .filter(|l| l.entry.key_split.is_some() && l.entry.ts < before)
+            .filter(|l| !l.entry.deleted.load(Ordering::Acquire))
+            .filter(|l| *l.entry.key >= *low && high.is_none_or(|h| *l.entry.key < *h))
+            .map(|l| Arc::clone(&l.entry))
+            .collect()
     }
 
     /// Registers a split of page `pid` (low key `key`) before it begins. `choose` picks the
@@ -202,7 +237,7 @@ impl SplitList {
                 key: key.into(),
                 ts,
                 pid,
-                key_split: false,
+                key_split: None,
                 deleted: AtomicBool::new(false),
             });
             if self.push(shared, header, &entry, ts.max(header.newest), guard) {
@@ -212,16 +247,16 @@ impl SplitList {
         }
     }
 
-    /// Registers a key split's term `(sep, ts, q)` before the split delta's CAS (module doc:
-    /// a key split's term starts at its left page's start, in any order, and leaves the
-    /// list's newest time alone).
-    pub fn begin_key_split(&self, sep: &[u8], q: Pid, ts: u64) -> Active {
+    /// Registers a key split's term `(sep, ts, q)` before the split delta's CAS on `origin`
+    /// (module doc: a key split's term starts at its left page's start, in any order, and
+    /// leaves the list's newest time alone).
+    pub fn begin_key_split(&self, sep: &[u8], q: Pid, ts: u64, origin: KeySplitOrigin) -> Active {
         let guard = &crossbeam_epoch::pin();
         let entry = Arc::new(Entry {
             key: sep.into(),
             ts,
             pid: q,
-            key_split: true,
+            key_split: Some(origin),
             deleted: AtomicBool::new(false),
         });
         loop {
@@ -299,7 +334,7 @@ impl SplitList {
         let guard = &crossbeam_epoch::pin();
         let (_, header) = self.header(guard);
         for link in header.links() {
-            if link.entry.key_split && link.entry.pid == q {
+            if link.entry.key_split.is_some() && link.entry.pid == q {
                 link.entry.deleted.store(true, Ordering::Release);
             }
         }
@@ -335,15 +370,15 @@ mod tests {
     #[test]
     fn bound_is_the_oldest_active_split_else_the_newest_ever() {
         let list = SplitList::new(true);
-        assert_eq!(list.bound(b"", None, |_, _| false), 0);
+        assert_eq!(list.bound(b"", None, |_| false), 0);
         let a = list.begin(b"a", 1, || Some(10)).expect("in order");
         let b = list.begin(b"b", 2, || Some(20)).expect("in order");
-        assert_eq!(list.bound(b"", None, |_, _| false), 10);
+        assert_eq!(list.bound(b"", None, |_| false), 10);
         a.finish();
-        assert_eq!(list.bound(b"", None, |_, _| false), 20);
+        assert_eq!(list.bound(b"", None, |_| false), 20);
         b.finish();
         assert_eq!(
-            list.bound(b"", None, |_, _| false),
+            list.bound(b"", None, |_| false),
             20,
             "empty: the newest time it held"
         );
@@ -354,14 +389,14 @@ mod tests {
     #[test]
     fn an_unordered_list_takes_any_time_and_bounds_only_while_active() {
         let list = SplitList::new(false);
-        assert_eq!(list.bound(b"", None, |_, _| false), u64::MAX);
+        assert_eq!(list.bound(b"", None, |_| false), u64::MAX);
         let a = list.begin(b"a", 1, || Some(20)).expect("any order");
         let b = list.begin(b"b", 2, || Some(10)).expect("any order");
-        assert_eq!(list.bound(b"", None, |_, _| false), 10);
+        assert_eq!(list.bound(b"", None, |_| false), 10);
         b.finish();
-        assert_eq!(list.bound(b"", None, |_, _| false), 20);
+        assert_eq!(list.bound(b"", None, |_| false), 20);
         a.finish();
-        assert_eq!(list.bound(b"", None, |_, _| false), u64::MAX);
+        assert_eq!(list.bound(b"", None, |_| false), u64::MAX);
     }
 
     #[test]
@@ -369,17 +404,17 @@ mod tests {
         let list = SplitList::new(true);
         let _a = list.begin(b"a", 1, || Some(10)).expect("in order");
         let _m = list.begin(b"m", 2, || Some(20)).expect("in order");
-        assert_eq!(list.bound(b"", None, |_, _| false), 10);
-        assert_eq!(list.bound(b"b", None, |_, _| false), 20);
-        assert_eq!(list.bound(b"", Some(b"m"), |_, _| false), 10);
+        assert_eq!(list.bound(b"", None, |_| false), 10);
+        assert_eq!(list.bound(b"b", None, |_| false), 20);
+        assert_eq!(list.bound(b"", Some(b"m"), |_| false), 10);
         assert_eq!(
-            list.bound(b"b", Some(b"m"), |_, _| false),
+            list.bound(b"b", Some(b"m"), |_| false),
             20,
             "none active here: the newest"
         );
-        assert_eq!(list.bound(b"m", Some(b"n"), |_, _| false), 20);
+        assert_eq!(list.bound(b"m", Some(b"n"), |_| false), 20);
         assert_eq!(
-            list.bound(b"", None, |pid, _| pid == 1),
+            list.bound(b"", None, |e| e.pid == 1),
             20,
             "a doomed one is left out"
         );
@@ -392,12 +427,12 @@ mod tests {
         let _other = list.begin(b"b", 8, || Some(20)).expect("in order");
         list.finish_posted(7, 11);
         assert_eq!(
-            list.bound(b"", None, |_, _| false),
+            list.bound(b"", None, |_| false),
             10,
             "another split of the page is not this one"
         );
         list.finish_posted(7, 10);
-        assert_eq!(list.bound(b"", None, |_, _| false), 20);
+        assert_eq!(list.bound(b"", None, |_| false), 20);
         owner.finish();
         assert_eq!(list.counts(), (1, 2));
     }
@@ -412,10 +447,10 @@ mod tests {
         assert_eq!(list.counts(), (1, 1 + CONSOLIDATE_AT));
         let last = list.begin(b"y", 2, || Some(100)).expect("in order");
         assert_eq!(list.counts(), (2, 2), "the marked ones are gone");
-        assert_eq!(list.bound(b"", None, |_, _| false), 1);
+        assert_eq!(list.bound(b"", None, |_| false), 1);
         keep.finish();
         last.finish();
-        assert_eq!(list.bound(b"", None, |_, _| false), 100);
+        assert_eq!(list.bound(b"", None, |_| false), 100);
     }
 
     #[test]
@@ -423,23 +458,29 @@ mod tests {
         let list = SplitList::new(true);
         let t = list.begin(b"a", 1, || Some(30)).expect("in order");
         t.finish();
-        let k = list.begin_key_split(b"m", 7, 5);
+        let origin = KeySplitOrigin { left: 6, state: 0 };
+        let k = list.begin_key_split(b"m", 7, 5, origin);
+        assert_eq!(list.bound(b"", None, |_| false), 5, "older than the newest");
         assert_eq!(
-            list.bound(b"", None, |_, _| false),
+            list.bound(b"", None, |e| e.key_split.is_none()),
             5,
-            "older than the newest"
+            "the caller judges a key split's doom by its origin"
         );
-        assert_eq!(
-            list.bound(b"", None, |_, _| true),
-            5,
-            "whatever the right page's start is now"
+        assert_eq!(list.pending_key_splits(b"", None, 6).len(), 1);
+        assert!(
+            list.pending_key_splits(b"", None, 5).is_empty(),
+            "not before 5"
+        );
+        assert!(
+            list.pending_key_splits(b"n", None, 6).is_empty(),
+            "out of range"
         );
         assert!(
             list.begin(b"b", 2, || Some(40)).is_some(),
             "the newest time stays the time splits' own"
         );
         list.finish_key_split(7);
-        assert_eq!(list.bound(b"m", None, |_, _| false), 40);
+        assert_eq!(list.bound(b"m", None, |_| false), 40);
         k.finish();
     }
 }

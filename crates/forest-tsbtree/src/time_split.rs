@@ -69,15 +69,19 @@
 //! current term still at its old start): an index page over its limit first posts that
 //! split's term (help-along, [`crate::TsbTree::split_index`]), as a writer of the child's keys
 //! would; only the child's own writers reach it otherwise, and a hot key has one writer
-//! whose thread may be descheduled. It can also be held back by a child that never
-//! time-splits again (its term's time is the oldest). The page then key-splits if it can,
-//! else stays over its limit until a later post.
+//! whose thread may be descheduled. Likewise by a key split below whose term is not posted
+//! yet (its split-list entry holds the page at the left page's old start, `split_list.rs`):
+//! the page posts it ([`crate::TsbTree::split_index`]), since the left page's writers never
+//! follow the side link that would make them post it. It can also be held back by a child
+//! that never time-splits again (its term's time is the oldest). The page then key-splits if
+//! it can, else stays over its limit until a later post.
 
 use crossbeam_epoch::{Guard, Shared};
 use forest_llama::Pid;
 
 use crate::node::{self, IndexBase, Kind, LeafBase, Node, Term};
 use crate::page::{self, IndexView, LeafView};
+use crate::split_list::Entry;
 use crate::version::{self, Record};
 use crate::TsbTree;
 
@@ -284,21 +288,22 @@ impl TsbTree {
     ///   term leading to a current page is copied into the historical index page (module doc).
     pub(crate) fn index_split_time(&self, level: u32, view: &IndexView) -> u64 {
         let guard = &crossbeam_epoch::pin();
-        let doomed = |pid, ts| {
-            node::read(&self.table, pid, guard).is_some_and(|(_, page)| page::page_start(page) > ts)
+        let doomed = |e: &Entry| match e.key_split {
+            // A time split: another split of its page got in first.
+            None => node::read(&self.table, e.pid, guard)
+                .is_some_and(|(_, page)| page::page_start(page) > e.ts),
+            // A key split: its CAS failed or will (`split_list.rs`); the state is read before
+            // the side links, so a CAS that succeeded before the read is found by the walk.
+            Some(origin) => {
+                let now = node::read(&self.table, origin.left, guard);
+                now.is_none_or(|(state, _)| state.as_raw() as usize != origin.state)
+                    && !self.key_split_installed(origin.left, &e.key, e.pid, guard)
+            }
         };
         let below = self
             .split_list(level - 1)
             .bound(&view.low, view.high.as_deref(), doomed);
-        let oldest_current = view
-            .entries
-            .iter()
-            .enumerate()
-            .filter(|(i, e)| view.entries.get(i + 1).is_none_or(|n| n.key != e.key))
-            .map(|(_, e)| e.ts)
-            .min()
-            .unwrap_or(0);
-        below.min(oldest_current)
+        below.min(oldest_current(view))
     }
 
     /// Splits an index page over its limit, by the leaves' policy (crate doc): time when at
@@ -312,7 +317,7 @@ impl TsbTree {
             return;
         };
         let view = page::index_view(head);
-        if self.help_oldest_child(&view, guard) {
+        if self.help_oldest_child(&view, guard) || self.help_key_splits(head.level, &view, guard) {
             return; // the help posted on this page, and that post split it as needed
         }
         let max = self.config.max_index_entries;
@@ -363,6 +368,32 @@ impl TsbTree {
         }
         self.stats.smo_helps.incr();
         self.help_time_split(term.pid, child, &term.key, guard)
+    }
+
+    /// Help-along for the page's split time held back by key splits below (`split_list.rs`):
+    /// posts every installed key split whose term goes to this page and starts before its
+    /// oldest current term, which would otherwise wait for a writer of the right page's keys
+    /// (the left page's writers never follow its side link). Returns whether it posted any.
+    fn help_key_splits(&self, level: u32, view: &IndexView, guard: &Guard) -> bool {
+        let pending = self.split_list(level - 1).pending_key_splits(
+            &view.low,
+            view.high.as_deref(),
+            oldest_current(view),
+        );
+        let mut helped = false;
+        for e in pending {
+            let Some(origin) = e.key_split else {
+                continue;
+            };
+            if !self.key_split_installed(origin.left, &e.key, e.pid, guard) {
+                continue; // not installed yet (or never): nothing to post
+            }
+            self.stats.smo_helps.incr();
+            let right_start = page::page_start(self.read_live(e.pid, guard));
+            self.complete_split(origin.left, level - 1, &e.key, e.pid, right_start, guard);
+            helped = true;
+        }
+        helped
     }
 
     /// Time-splits index page `pid` at [`Self::index_split_time`] (module doc). Returns the
@@ -426,6 +457,18 @@ impl TsbTree {
     }
 }
 
+/// The smallest time among an index page's current terms (each key's latest): its oldest
+/// current child's start.
+fn oldest_current(view: &IndexView) -> u64 {
+    view.entries
+        .iter()
+        .enumerate()
+        .filter(|(i, e)| view.entries.get(i + 1).is_none_or(|n| n.key != e.key))
+        .map(|(_, e)| e.ts)
+        .min()
+        .unwrap_or(0)
+}
+
 /// The time and historical page of the newest time split in a chain (or its base's link).
 fn newest_time_split(head: &Node) -> Option<(u64, Pid)> {
     for n in head.chain() {
@@ -437,4 +480,85 @@ fn newest_time_split(head: &Node) -> Option<(u64, Pid)> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::split_list::KeySplitOrigin;
+    use crate::TsbConfig;
+
+    // Goal: a key split's split-list entry holds the index page above at its term's time
+    // while its CAS may still succeed or has, and not once its left page moved on without it
+    // (the CAS failed or will: nothing to post, nothing to wait for). Method: a root index
+    // page over leaves that all time-split (every current term after 0), one leaf L; entries
+    // registered by hand at time 0 for a right page that is not linked: with L's current
+    // state as the state read (pending: the bound is 0), then with a state L no longer has
+    // (doomed: the bound is the page's own). An installed split is found through the side
+    // links from its left page, across the pages later splits put between.
+    #[test]
+    fn a_key_split_entry_bounds_until_its_cas_is_known_to_fail() {
+        let tree = TsbTree::with_config(TsbConfig {
+            max_records_per_page: 4,
+            max_index_entries: 64,
+            consolidate_threshold: 2,
+            time_split_percent: 33,
+        })
+        .expect("valid config");
+        for round in 0..20u32 {
+            for k in 0..8u32 {
+                tree.upsert_ts(&(k * 10).to_be_bytes(), &round.to_le_bytes())
+                    .expect("small entry");
+            }
+        }
+        let guard = &crossbeam_epoch::pin();
+        let (_, _, root) = tree.root(guard);
+        assert_eq!(root.level, 1, "one index level");
+        let view = page::index_view(root);
+        let own = tree.index_split_time(1, &view);
+        assert!(own > 0, "every leaf time-split");
+        let leaf = view.entries.last().expect("a term").pid;
+        let (state, head) = node::read(&tree.table, leaf, guard).expect("live");
+        let sep = 1000u32.to_be_bytes();
+        assert!(
+            crate::descend::current_split(head).is_none(),
+            "the last leaf has no side link"
+        );
+        let unlinked = tree.table.pid_end() as Pid; // never handed out: linked nowhere
+        let pending = KeySplitOrigin {
+            left: leaf,
+            state: state.as_raw() as usize,
+        };
+        let entry = tree
+            .split_list(0)
+            .begin_key_split(&sep, unlinked, 0, pending);
+        assert_eq!(tree.index_split_time(1, &view), 0, "its CAS may succeed");
+        entry.finish();
+        let stale = KeySplitOrigin {
+            left: leaf,
+            state: pending.state ^ 8,
+        };
+        let entry = tree.split_list(0).begin_key_split(&sep, unlinked, 0, stale);
+        assert_eq!(
+            tree.index_split_time(1, &view),
+            own,
+            "its CAS fails: the entry is doomed"
+        );
+        entry.finish();
+        assert!(!tree.key_split_installed(leaf, &sep, unlinked, guard));
+        // The first key's latest term: its current leaf (the terms before lead to history).
+        let low_key = &view.entries[0].key;
+        let first = view
+            .entries
+            .iter()
+            .rfind(|e| e.key == *low_key)
+            .expect("a term")
+            .pid;
+        let low = |pid| page::leaf_view(tree.read_live(pid, guard)).low;
+        assert!(tree.key_split_installed(first, &low(leaf), leaf, guard));
+        let first_head = tree.read_live(first, guard);
+        let (high, side) = crate::descend::current_split(first_head).expect("a side link");
+        assert!(tree.key_split_installed(first, &high, side, guard));
+        assert!(!tree.key_split_installed(first, &low(leaf), side, guard) || side == leaf);
+    }
 }

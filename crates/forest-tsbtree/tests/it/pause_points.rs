@@ -431,3 +431,52 @@ fn index_time_split_races_a_paused_leaf_key_split() {
     let _turn = take_turn();
     index_time_split_while_a_leaf_key_split_is_paused();
 }
+
+/// rev-tsb5 F1: a leaf key split paused between its split delta and its term, with writers on
+/// the keys left of Q only (none follows P's side link, so none helps it along): its
+/// split-list entry holds the bound of the index page above at P's old start for the whole
+/// pause, so that page can no longer time-split, and every time split of P adds a term to it.
+fn index_page_grows_while_a_leaf_key_split_is_paused(rounds: u32) -> usize {
+    let tree = Arc::new(small_tree());
+    for i in (10..=80).step_by(10) {
+        tree.insert(&key(i), b"v").unwrap();
+    }
+    let gate = arm("key_split:leaf-split-installed");
+    let pauser = {
+        let tree = Arc::clone(&tree);
+        spawn_pauser(move || {
+            for i in 90..100 {
+                tree.upsert_ts(&key(i), b"v").unwrap();
+            }
+        })
+    };
+    gate.wait_paused();
+    for round in 0..rounds {
+        for i in (10..=60).step_by(10) {
+            tree.upsert_ts(&key(i), &round.to_le_bytes()).unwrap();
+        }
+    }
+    // No thread writes: the pauser is stopped at its pause point.
+    let shape = tree.check_structure().unwrap();
+    gate.release();
+    pauser.join().unwrap();
+    disarm();
+    shape.max_current_index_terms
+}
+
+// Goal: a paused key split does not let an index page grow without bound (the split-list's
+// help-along, ARCHITECTURE "one descheduled thread made index pages ... reach 40 terms
+// instead of 5", holds for key splits too). Method: the scenario above with 120 and 480
+// rounds of writes during the pause; the fullest current index page (max 4 terms) must stay
+// within a small multiple of its limit and not grow with the rounds.
+#[test]
+fn rev_tsb5_f1_a_paused_key_split_does_not_grow_its_index_page() {
+    let _turn = take_turn();
+    let short = index_page_grows_while_a_leaf_key_split_is_paused(120);
+    let long = index_page_grows_while_a_leaf_key_split_is_paused(480);
+    eprintln!("fullest current index page: {short} terms after 120 rounds, {long} after 480");
+    assert!(
+        long <= 16,
+        "fullest current index page (limit 4): {short} terms after 120 rounds, {long} after 480"
+    );
+}

@@ -174,8 +174,9 @@ fn a_recycled_pid_is_never_reached_through_a_stale_term() {
     let mut stamps: Vec<u64> = model.values().flat_map(|v| v.keys().copied()).collect();
     stamps.sort_unstable();
     let threshold = stamps[stamps.len() * 6 / 10];
+    let mark = crate::recycle_mark(&tree);
     tree.set_retention(threshold).expect("in memory");
-    crate::drain_epochs_until_recycled(&tree);
+    crate::drain_epochs_until_recycled(&tree, mark);
     let pid_end = tree.pid_end();
     let splits =
         counter(&tree, counter_names::TIME_SPLITS) + counter(&tree, counter_names::KEY_SPLITS);

@@ -55,8 +55,9 @@ fn workload(tree: &TsbTree, put: Put, between: &dyn Fn(&TsbTree)) -> Model {
         put(tree, b"a", &value);
         model.insert(b"a".to_vec(), value);
     }
+    let mark = crate::recycle_mark(tree);
     between(tree);
-    crate::drain_epochs_until_recycled(tree);
+    crate::drain_epochs_until_recycled(tree, mark);
     for round in 0..4u32 {
         for k in 0..200u32 {
             let key = format!("b{k:03}").into_bytes();
@@ -127,4 +128,25 @@ fn redo_below_a_persisted_threshold_keeps_every_key_reachable() {
     let model = finishes(move || workload(&worker, put_in_order, &|_| {}))
         .expect("redo below the threshold: the puts did not finish in 20 s (livelock)");
     assert!(wrong_keys(&tree, &model).is_empty(), "keys read wrong");
+}
+
+// rev-tsb5 F2: `drain_epochs_until_recycled` waited until the free list held as many PIDs as
+// retention ever retired; once a split had reused one (a store's redo below its threshold
+// frees historical pages at once, and the epoch may drain during the puts), that count was
+// never reached and the helper spun for 300 s. Goal: the helper returns after PID reuse.
+// Method: the redo workload's 120 puts on a tree whose threshold is set first, the epoch
+// flushed between puts (as a loaded process does; some freed PIDs are reused), the mark,
+// then the helper on its own thread, which must return within `finishes`' 20 s.
+#[test]
+fn rev_tsb5_f2_drain_helper_terminates_after_pid_reuse() {
+    let tree = Arc::new(wide_root());
+    tree.set_retention(u64::MAX / 2).expect("in memory");
+    for i in 0..120u32 {
+        put_in_order(&tree, b"a", &i.to_le_bytes());
+        crossbeam_epoch::pin().flush();
+    }
+    let mark = crate::recycle_mark(&tree);
+    let worker = Arc::clone(&tree);
+    finishes(move || crate::drain_epochs_until_recycled(&worker, mark))
+        .expect("the drain helper returned");
 }
