@@ -10,6 +10,7 @@ mod memcheck_poison;
 mod pause_points;
 mod removal;
 mod rev_mscan2;
+mod rev_mscan3;
 mod review13_refs;
 mod scan_batches;
 mod scan_copy;
