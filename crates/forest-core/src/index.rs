@@ -64,10 +64,10 @@ pub trait Index: Send + Sync {
     /// As [`Index::scan`] (same records, order and guarantees; `visit` still decides where
     /// the scan stops), with a hint: the caller expects to take about `len_hint` records
     /// (YCSB's scan length, a `LIMIT`). An engine that copies records out before handing
-    /// them over sizes its copies by it, so it copies no more than it hands out; the hint
-    /// never changes which records are handed out, whether `visit` stops before, at or past
-    /// it. The default is [`Index::scan`] (engines and peers that visit in place stop where
-    /// told anyway); masstree overrides it.
+    /// them over may size its copies by it, so that it copies no more than it hands out; the
+    /// hint never changes which records are handed out, whether `visit` stops before, at or
+    /// past it. The default is [`Index::scan`] (engines and peers that visit in place stop
+    /// where told anyway; bwtree and lockbtree copy a leaf at a time); masstree overrides it.
     fn scan_hinted(
         &self,
         lower: Bound<&[u8]>,

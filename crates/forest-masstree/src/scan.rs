@@ -736,9 +736,11 @@ pub fn scan<const W: usize, const F: usize>(
 }
 
 /// `Index::scan_hinted` for Masstree: as [`scan`], but the first batch holds `len_hint`
-/// records (at least 1, at most [`BATCH_RECORDS_MAX`]), so a caller that takes that many gets
-/// them from one descent and one pin, and nothing is copied (or prefetched) past them. Should
-/// the visitor go on, later batches follow [`scan`]'s quotas.
+/// records (at least 1, at most [`BATCH_RECORDS_MAX`]), so a caller that stops on the
+/// `len_hint`-th record gets them from one descent and one pin, and no record is copied past
+/// it (sibling and layer prefetches still run ahead). A batch cut short by the byte bound
+/// leaves the rest of the hint to the next one; past the hint, later batches follow [`scan`]'s
+/// quotas (a visitor that stops only on the call after its last record pays one more batch).
 pub fn scan_hinted<const W: usize, const F: usize>(
     tree: &Masstree<W, F>,
     lower: Bound<&[u8]>,
@@ -854,10 +856,18 @@ fn run<const W: usize, const F: usize>(
             resuming = true;
         }
         handed_count += batch.lens.len();
-        quota = if handed_count < BATCH_GROWTH_AFTER {
+        let rule = if handed_count < BATCH_GROWTH_AFTER {
             BATCH_RECORDS_FIRST
         } else {
             handed_count.min(BATCH_RECORDS_MAX)
+        };
+        // A hinted first batch cut short (byte bound, a removed node) leaves the rest of the
+        // hint to the next batch, not the default quota (review rev-mscan3 F1).
+        quota = match mode {
+            Mode::Batches(Some(hint)) if handed_count < hint => {
+                rule.max((hint - handed_count).min(BATCH_RECORDS_MAX))
+            }
+            _ => rule,
         };
     }
     if batch.bytes.len() <= KEPT_BYTES_MAX && resume.capacity() <= KEPT_BYTES_MAX {
