@@ -541,7 +541,6 @@ fn overwrite_run_keeps_the_lss_bounded(
 // one small write of key 0 every 50 ms (its page stays resident; the WAL grows ~KB/s, far
 // below the 64 MiB WAL trigger) for up to 30 s; the LSS must come within its target.
 #[test]
-#[ignore = "rev: F1 a trickle of writes into resident pages keeps the LSS above its target (no idle, no sixteenth)"]
 fn rev_lss2_f1_a_trickling_store_shrinks_its_lss_to_the_target() {
     const SEGMENT: u64 = 2_138_192;
     let options = options(Some(32 << 10), Durability::Periodic { interval_ms: 5 });
@@ -575,7 +574,10 @@ fn rev_lss2_f1_a_trickling_store_shrinks_its_lss_to_the_target() {
         let stats = store.stats();
         let memory = stats.memory.expect("memory");
         if memory.lss_total_bytes <= target(&memory) {
-            eprintln!("at the target after {:?} ({n} trickle writes)", began.elapsed());
+            eprintln!(
+                "at the target after {:?} ({n} trickle writes)",
+                began.elapsed()
+            );
             break;
         }
         assert!(
@@ -660,7 +662,6 @@ impl Dir for FailPublish {
 // that fails exactly one map-checkpoint publish from then on; the store then stays idle and
 // its LSS must reach its target within 30 s. With 0 injected failures the same run passes.
 #[test]
-#[ignore = "rev: F2 one failed space checkpoint on an idle store leaves its LSS above target forever"]
 fn rev_lss2_f2_one_failed_space_checkpoint_on_an_idle_store() {
     const SEGMENT: u64 = 2_138_192;
     let fails: u64 = std::env::var("REV_LSS2_FAILS")
