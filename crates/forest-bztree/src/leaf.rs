@@ -358,15 +358,6 @@ impl<P: Persist> BzTree<P> {
                     }
                     continue;
                 }
-                let mut retire = [0u64; 1];
-                let retire: &[u64] = if f.meta.is_record_pointer() {
-                    retire[0] = self
-                        .pool
-                        .read(self.heap.word(Self::pointer_off(leaf, f.meta)), guard);
-                    &retire
-                } else {
-                    &[]
-                };
                 let mut targets = [
                     Target::new(Self::meta_off(leaf, idx), reservation.0, visible.0),
                     Target::new(Self::meta_off(leaf, f.index), f.meta.0, f.meta.deleted().0),
@@ -376,13 +367,26 @@ impl<P: Persist> BzTree<P> {
                         s.deleted(f.meta.block_bytes()).0,
                     ),
                     Target::new(0, 0, 0),
+                    Target::new(0, 0, 0),
                 ];
+                let mut n = 3;
+                let mut retire = [0u64; 1];
+                let retire: &[u64] = match self.pointer_guard(leaf, f.meta, guard) {
+                    Some((t, b)) => {
+                        forest_core::pause::pause_point("complete:pointer-read");
+                        targets[n] = t;
+                        n += 1;
+                        retire[0] = b;
+                        &retire
+                    }
+                    None => &[],
+                };
                 let n = match self.link_block(&link, block) {
                     Ok(Some(t)) => {
-                        targets[3] = t;
-                        4
+                        targets[n] = t;
+                        n + 1
                     }
-                    Ok(None) => 3,
+                    Ok(None) => n,
                     Err(e) => {
                         self.abandon(leaf, idx, reservation, visible, guard)?;
                         return Err(e);
@@ -558,21 +562,24 @@ impl<P: Persist> BzTree<P> {
                     self.counters.read_retries.incr();
                     continue;
                 };
-                let mut retire = [0u64; 1];
-                let retire: &[u64] = if f.meta.is_record_pointer() {
-                    retire[0] = self
-                        .pool
-                        .read(self.heap.word(Self::pointer_off(leaf, f.meta)), &guard);
-                    &retire
-                } else {
-                    &[]
-                };
                 let new_s = s.deleted(f.meta.block_bytes());
-                let targets = [
+                let mut targets = [
                     Target::new(Self::meta_off(leaf, f.index), f.meta.0, f.meta.deleted().0),
                     Target::new(Self::status_off(leaf), s.0, new_s.0),
+                    Target::new(0, 0, 0),
                 ];
-                match self.pmwcas(&guard, &targets, retire) {
+                let mut retire = [0u64; 1];
+                let (targets, retire): (&[Target], &[u64]) =
+                    match self.pointer_guard(leaf, f.meta, &guard) {
+                        Some((t, b)) => {
+                            forest_core::pause::pause_point("delete:pointer-read");
+                            targets[2] = t;
+                            retire[0] = b;
+                            (&targets, &retire)
+                        }
+                        None => (&targets[..2], &[]),
+                    };
+                match self.pmwcas(&guard, targets, retire) {
                     Outcome::Succeeded => {
                         if path.len > 0 && self.underfull(leaf, new_s, &guard) {
                             self.merge_around(key, &guard);
@@ -584,6 +591,21 @@ impl<P: Persist> BzTree<P> {
                 }
             }
         }
+    }
+
+    /// For a PMwCAS that hides record-pointer version `m` and retires its value block: the
+    /// block the pointer word holds now, and a target holding the word at it. The in-place
+    /// swap (§4.2.3) changes only the pointer word, so without this target a swap landing
+    /// after this read would leave the PMwCAS free to succeed and retire a block the swap
+    /// already freed (and leak the swap's). The word keeps its value (not 0): a reader that
+    /// saw the version visible may still follow it, to a block the epoch keeps.
+    fn pointer_guard(&self, leaf: u64, m: Metadata, guard: &Guard) -> Option<(Target, u64)> {
+        if !m.is_record_pointer() {
+            return None;
+        }
+        let off = Self::pointer_off(leaf, m);
+        let b = self.pool.read(self.heap.word(off), guard);
+        Some((Target::new(off, b, b), b))
     }
 
     /// Whether a leaf's live bytes fell below `min_size` (§5.1).

@@ -44,6 +44,18 @@
 //!   activated into, §6.1), so a failed completion frees the block and a crash before it
 //!   leaves no block behind a dangling reservation. Memory-only entries (new and retired
 //!   nodes, §6.3) are not counted in the sizes.
+//! - A delete, or a completion that hides an old version, of a record-pointer record also
+//!   names the record's pointer word, expected and new both the block it read, and retires
+//!   that block as a memory-only entry (delete 3 words, completion 4 or 5). §4.2.3's in-place
+//!   swap changes only the pointer word; without it as a target, a swap landing between the
+//!   read and the PMwCAS left the PMwCAS free to succeed: the old block freed twice (the
+//!   swap's `FREE-ONE` and the retirement) and the swap's block leaked (issue 16, pause-point
+//!   scenarios `delete_meets_a_pointer_swap`, `completion_meets_a_pointer_swap`). So a block
+//!   is retired only by the PMwCAS that removes it from the pointer word it read, once. The
+//!   word keeps the block (not 0): a reader that saw the version visible may still follow the
+//!   pointer, to a block the epoch holds; consolidation copies only visible records, so the
+//!   stale pointer of an invisible one is never followed again. Recovery (§6.3) is as for
+//!   any memory-only entry: freed only if the descriptor rolls forward, once.
 //! - A root split installs with 1 word (the root word) and a consolidation of the root leaf
 //!   too; a split whose parent overflows freezes every replaced ancestor in the same PMwCAS
 //!   (§7.2's split "up to the great-grandparent"): 2 + the number of replaced internal nodes.
@@ -65,6 +77,9 @@
 //! - `merge:prepared`: L and N frozen, L′ and P′ built; not installed.
 //! - `consolidate:live-read`: a thread reading a leaf's live records (to consolidate a frozen
 //!   leaf, or to size an unfrozen one for a merge) has read a visible entry.
+//! - `delete:pointer-read`, `complete:pointer-read`: a delete, or a completion hiding an old
+//!   version, has read a record-pointer version's block and not yet run its PMwCAS; a swap
+//!   of that pointer meanwhile makes the PMwCAS fail, and it retries with the new block.
 //!   Threads meeting a frozen leaf run their own consolidation or split and race to install
 //!   (§4.3, §5.4); the paused thread's install then fails and it retries.
 //!

@@ -18,6 +18,7 @@ use forest_core::conformance::pause::{
 };
 use forest_core::stats::names;
 use forest_core::{Index, Order};
+use forest_pmwcas::Clwb;
 
 fn key(i: u32) -> [u8; 8] {
     u64::from(i).to_be_bytes()
@@ -287,6 +288,89 @@ fn merge_sizing_meets_a_version_swap() {
     check_exactly(&tree, &keys);
 }
 
+/// A file tree with record pointers for values over 32 bytes (`bztree-pm`, so that a reopen
+/// and `audit` can check that every chunk is reachable or free).
+fn pointer_tree(path: &std::path::Path) -> Arc<BzTree<Clwb>> {
+    let config = BzTreeConfig {
+        heap_bytes: 16 << 20,
+        descriptor_count: 256,
+        inline_value_max: 32,
+        ..BzTreeConfig::with_node_size(256)
+    };
+    Arc::new(BzTree::open(path, config, Clwb::detect()).unwrap())
+}
+
+/// Reopens the file `tree` lives in and audits it: the leaked block of a retirement that
+/// freed an old block twice shows as a chunk neither reachable nor free.
+fn reopen_and_audit(tree: Arc<BzTree<Clwb>>, path: &std::path::Path, key: &[u8], want: &[u8]) {
+    let config = tree.config().clone();
+    drop(Arc::into_inner(tree).expect("no other owner"));
+    let tree = BzTree::open(path, config, Clwb::detect()).unwrap();
+    let audit = tree.audit();
+    assert!(audit.is_ok(), "after reopen: {audit:?}");
+    let mut out = Vec::new();
+    assert_eq!(tree.get(key, &mut out), !want.is_empty());
+    assert_eq!(out.as_slice(), want);
+}
+
+/// Scenario 7 (issue 16, h-bz3's finding): a delete of a record-pointer record reads the
+/// record's pointer word (block A) and stops before its PMwCAS; an update swaps the pointer in
+/// place (A -> B: the pointer word changes, the metadata and status words do not). The delete
+/// must not then succeed retiring A: A would be freed twice (by the swap and by the delete)
+/// and B leaked. Its PMwCAS must fail on the pointer word and the retry retire B.
+fn delete_meets_a_pointer_swap() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.pool");
+    let tree = pointer_tree(&path);
+    let (a, b) = (vec![0xa5u8; 4000], vec![0x5bu8; 4000]);
+    assert!(tree.insert(b"k", &a).unwrap());
+    let gate = arm("delete:pointer-read");
+    let pauser = {
+        let tree = Arc::clone(&tree);
+        spawn_pauser(move || tree.remove(b"k"))
+    };
+    gate.wait_paused();
+    assert!(
+        tree.update(b"k", &b).unwrap(),
+        "the swap (3 words) succeeds"
+    );
+    gate.release();
+    assert!(pauser.join().unwrap(), "the delete succeeds");
+    disarm();
+    let mut out = Vec::new();
+    assert!(!tree.get(b"k", &mut out));
+    reopen_and_audit(tree, &path, b"k", b"");
+}
+
+/// Scenario 8: the same race with the 3-word completion that hides an old record-pointer
+/// version (an update to an inline value appends a new version): the completion read the old
+/// version's pointer (A), a swap replaced it (B), and the completion must fail and retry
+/// retiring B, not A.
+fn completion_meets_a_pointer_swap() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.pool");
+    let tree = pointer_tree(&path);
+    let (a, b) = (vec![0xa5u8; 4000], vec![0x5bu8; 4000]);
+    assert!(tree.insert(b"k", &a).unwrap());
+    let gate = arm("complete:pointer-read");
+    let pauser = {
+        let tree = Arc::clone(&tree);
+        spawn_pauser(move || tree.update(b"k", b"small").unwrap())
+    };
+    gate.wait_paused();
+    assert!(
+        tree.update(b"k", &b).unwrap(),
+        "the swap (3 words) succeeds"
+    );
+    gate.release();
+    assert!(pauser.join().unwrap(), "the inline update succeeds");
+    disarm();
+    let mut out = Vec::new();
+    assert!(tree.get(b"k", &mut out));
+    assert_eq!(out, b"small");
+    reopen_and_audit(tree, &path, b"k", b"small");
+}
+
 #[test]
 fn smo_and_reservation_pause_points() {
     let _turn = take_turn();
@@ -296,4 +380,6 @@ fn smo_and_reservation_pause_points() {
     paused_merge_is_raced_by_helpers();
     abandoned_update_frees_its_value_block();
     merge_sizing_meets_a_version_swap();
+    delete_meets_a_pointer_swap();
+    completion_meets_a_pointer_swap();
 }
