@@ -11,6 +11,9 @@ use std::sync::Arc;
 use forest_core::{Index, Order};
 use forest_masstree::{Masstree, Masstree10x8, MasstreeConfig, SuffixStorage};
 
+/// A scan's lower and upper bound, owned.
+type OwnedBounds = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+
 /// Keys in layers 0-3: a shared 8-, 16- and 24-byte prefix, ending at every length inside
 /// the next slice (1-8 bytes: keys whose layer holds fewer than 8 bytes) and past it (suffix).
 fn deep_key(i: u64) -> Vec<u8> {
@@ -55,7 +58,7 @@ fn hinted_scans_with_both_bounds_inside_deep_layers() {
         assert!(n > 400, "{n} distinct keys");
         let mut between = keys[n / 4 + 1].clone();
         between.push(0);
-        let pairs: Vec<(Bound<Vec<u8>>, Bound<Vec<u8>>)> = vec![
+        let pairs: Vec<OwnedBounds> = vec![
             (
                 Bound::Included(keys[n / 4].clone()),
                 Bound::Excluded(keys[3 * n / 4].clone()),
