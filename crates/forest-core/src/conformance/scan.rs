@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::conformance::{
     collect, collect_hinted, diff_records, expected, pinned, show, show_bound, BoundPair, Make,
-    Model, Sizes,
+    Model, Records, Sizes,
 };
 use crate::index::{in_bounds, Index, Order};
 
@@ -189,12 +189,12 @@ pub fn scan_crossing_and_equal_bounds(make: Make<'_>, _sizes: &Sizes) {
     }
 }
 
-/// Visitors that stop after 0, 1, k records: the scan stops at once with the right prefix.
-pub fn scan_early_stop(make: Make<'_>, _sizes: &Sizes) {
-    const CHECK: &str = "scan_early_stop";
-    let (index, model) = fixture(make, CHECK);
-    let index = &*index;
-    let name = index.name();
+/// The early-stop checks' ranges (everything; an inner range; from between two keys to the
+/// last key), each in both orders with the model's records for it: `check` runs per pair.
+fn for_each_stop_range(
+    model: &Model,
+    mut check: impl FnMut(Bound<&[u8]>, Bound<&[u8]>, Order, &Records),
+) {
     let (k10, k500, between) = (fixture_key(10), fixture_key(500), b"k\x00\x05".to_vec());
     let last = fixture_key(FIXTURE_KEY_COUNT - 1);
     let ranges: [BoundPair<'_>; 3] = [
@@ -204,68 +204,112 @@ pub fn scan_early_stop(make: Make<'_>, _sizes: &Sizes) {
     ];
     for (lower, upper) in ranges {
         for order in [Order::Ascending, Order::Descending] {
-            let all = expected(&model, lower, upper, order, None);
-            let total = all.len();
-            let limits = [
-                0,
-                1,
-                2,
-                3,
-                10,
-                63,
-                64,
-                65,
-                127,
-                128,
-                129,
-                total - 1,
-                total,
-                total + 1,
-            ];
-            for limit in limits {
-                let what = format!(
-                    "scan({}, {}, {order:?}) stopping after {limit} of {total} records",
-                    show_bound(lower),
-                    show_bound(upper)
-                );
-                // Style 1: keep `limit` records, break on the next call.
-                let scan = collect(index, lower, upper, order, Some(limit));
-                let want: Vec<_> = all.iter().take(limit).cloned().collect();
-                if let Some(diff) = diff_records(&scan.records, &want) {
-                    panic!("[{CHECK}] index {name}: {what}: {diff}");
-                }
-                assert_eq!(
-                    scan.calls_after_break, 0,
-                    "[{CHECK}] index {name}: {what}: visit was called {} times after it returned Break",
-                    scan.calls_after_break
-                );
-                // Style 2: break on the record that makes `limit`.
-                if limit == 0 {
-                    continue;
-                }
-                let mut calls = 0usize;
-                let mut seen = Vec::new();
-                index.scan(lower, upper, order, &mut |k, v| {
-                    calls += 1;
-                    seen.push((k.to_vec(), v.to_vec()));
-                    if seen.len() >= limit {
-                        ControlFlow::Break(())
-                    } else {
-                        ControlFlow::Continue(())
-                    }
-                });
-                let want: Vec<_> = all.iter().take(limit).cloned().collect();
-                if let Some(diff) = diff_records(&seen, &want) {
-                    panic!("[{CHECK}] index {name}: {what} (breaking on the last): {diff}");
-                }
-                assert_eq!(
-                    calls,
-                    limit.min(total),
-                    "[{CHECK}] index {name}: {what} (breaking on the last): visit called {calls} times"
-                );
-            }
+            let all = expected(model, lower, upper, order, None);
+            check(lower, upper, order, &all);
         }
     }
+}
+
+/// One early-stop case, through `scan` or (with `hint`) `scan_hinted`, in both visitor
+/// styles: style 1 keeps `stop` records and breaks on the next call (never called again);
+/// style 2 breaks on the record that makes `stop` (what YCSB's scans do) and is called
+/// exactly `stop` times, or once per record when the range is shorter.
+#[allow(clippy::too_many_arguments)]
+fn check_stop(
+    check: &str,
+    index: &dyn Index,
+    (lower, upper): BoundPair<'_>,
+    order: Order,
+    hint: Option<usize>,
+    stop: Option<usize>,
+    all: &Records,
+    what: &str,
+) {
+    let name = index.name();
+    let total = all.len();
+    let want: Records = all
+        .iter()
+        .take(stop.unwrap_or(usize::MAX))
+        .cloned()
+        .collect();
+    let scan = collect_hinted(index, lower, upper, order, stop, hint);
+    if let Some(diff) = diff_records(&scan.records, &want) {
+        panic!("[{check}] index {name}: {what}: {diff}");
+    }
+    assert_eq!(
+        scan.calls_after_break, 0,
+        "[{check}] index {name}: {what}: visit was called {} times after it returned Break",
+        scan.calls_after_break
+    );
+    let Some(stop) = stop.filter(|&s| s > 0) else {
+        return;
+    };
+    let mut seen = Vec::new();
+    let mut calls = 0usize;
+    let mut visit = |k: &[u8], v: &[u8]| {
+        calls += 1;
+        seen.push((k.to_vec(), v.to_vec()));
+        if seen.len() >= stop {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    };
+    match hint {
+        Some(hint) => index.scan_hinted(lower, upper, order, hint, &mut visit),
+        None => index.scan(lower, upper, order, &mut visit),
+    }
+    if let Some(diff) = diff_records(&seen, &want) {
+        panic!("[{check}] index {name}: {what} (breaking on the last): {diff}");
+    }
+    assert_eq!(
+        calls,
+        stop.min(total),
+        "[{check}] index {name}: {what} (breaking on the last): visit called {calls} times"
+    );
+}
+
+/// Visitors that stop after 0, 1, k records: the scan stops at once with the right prefix.
+pub fn scan_early_stop(make: Make<'_>, _sizes: &Sizes) {
+    const CHECK: &str = "scan_early_stop";
+    let (index, model) = fixture(make, CHECK);
+    let index = &*index;
+    for_each_stop_range(&model, |lower, upper, order, all| {
+        let total = all.len();
+        let limits = [
+            0,
+            1,
+            2,
+            3,
+            10,
+            63,
+            64,
+            65,
+            127,
+            128,
+            129,
+            total - 1,
+            total,
+            total + 1,
+        ];
+        for limit in limits {
+            let what = format!(
+                "scan({}, {}, {order:?}) stopping after {limit} of {total} records",
+                show_bound(lower),
+                show_bound(upper)
+            );
+            check_stop(
+                CHECK,
+                index,
+                (lower, upper),
+                order,
+                None,
+                Some(limit),
+                all,
+                &what,
+            );
+        }
+    });
 }
 
 /// [`Index::scan_hinted`] hands out exactly what [`Index::scan`] does, whatever its hint: for
@@ -277,89 +321,50 @@ pub fn scan_hinted(make: Make<'_>, _sizes: &Sizes) {
     const CHECK: &str = "scan_hinted";
     let (index, model) = fixture(make, CHECK);
     let index = &*index;
-    let name = index.name();
-    let (k10, k500, between) = (fixture_key(10), fixture_key(500), b"k\x00\x05".to_vec());
-    let last = fixture_key(FIXTURE_KEY_COUNT - 1);
-    let ranges: [BoundPair<'_>; 3] = [
-        (Bound::Unbounded, Bound::Unbounded),
-        (Bound::Included(&k10), Bound::Excluded(&k500)),
-        (Bound::Excluded(&between), Bound::Included(&last)),
-    ];
-    for (lower, upper) in ranges {
-        for order in [Order::Ascending, Order::Descending] {
-            let all = expected(&model, lower, upper, order, None);
-            let total = all.len();
-            let hints = [
-                0,
-                1,
-                2,
-                7,
-                31,
-                32,
-                33,
-                100,
-                total - 1,
-                total,
-                total + 1,
-                usize::MAX,
+    for_each_stop_range(&model, |lower, upper, order, all| {
+        let total = all.len();
+        let hints = [
+            0,
+            1,
+            2,
+            7,
+            31,
+            32,
+            33,
+            100,
+            total - 1,
+            total,
+            total + 1,
+            usize::MAX,
+        ];
+        for hint in hints {
+            let stops = [
+                Some(1),
+                Some(hint.saturating_sub(1)),
+                Some(hint),
+                Some(hint.saturating_add(1)),
+                Some(hint.saturating_mul(2).saturating_add(3)),
+                None,
             ];
-            for hint in hints {
-                let stops = [
-                    Some(1),
-                    Some(hint.saturating_sub(1)),
+            for stop in stops {
+                let what = format!(
+                    "scan_hinted({}, {}, {order:?}, hint {hint}) stopping after {stop:?} of {total} records",
+                    show_bound(lower),
+                    show_bound(upper)
+                );
+                check_stop(
+                    CHECK,
+                    index,
+                    (lower, upper),
+                    order,
                     Some(hint),
-                    Some(hint.saturating_add(1)),
-                    Some(hint.saturating_mul(2).saturating_add(3)),
-                    None,
-                ];
-                for stop in stops {
-                    let what = format!(
-                        "scan_hinted({}, {}, {order:?}, hint {hint}) stopping after {stop:?} of {total} records",
-                        show_bound(lower),
-                        show_bound(upper)
-                    );
-                    let want: Vec<_> = all
-                        .iter()
-                        .take(stop.unwrap_or(usize::MAX))
-                        .cloned()
-                        .collect();
-                    // Style 1: keep `stop` records, break on the next call.
-                    let scan = collect_hinted(index, lower, upper, order, stop, Some(hint));
-                    if let Some(diff) = diff_records(&scan.records, &want) {
-                        panic!("[{CHECK}] index {name}: {what}: {diff}");
-                    }
-                    assert_eq!(
-                        scan.calls_after_break, 0,
-                        "[{CHECK}] index {name}: {what}: visit was called {} times after it returned Break",
-                        scan.calls_after_break
-                    );
-                    // Style 2: break on the record that makes `stop`.
-                    let Some(stop) = stop.filter(|&s| s > 0) else {
-                        continue;
-                    };
-                    let mut seen = Vec::new();
-                    let mut calls = 0usize;
-                    index.scan_hinted(lower, upper, order, hint, &mut |k, v| {
-                        calls += 1;
-                        seen.push((k.to_vec(), v.to_vec()));
-                        if seen.len() >= stop {
-                            ControlFlow::Break(())
-                        } else {
-                            ControlFlow::Continue(())
-                        }
-                    });
-                    if let Some(diff) = diff_records(&seen, &want) {
-                        panic!("[{CHECK}] index {name}: {what} (breaking on the last): {diff}");
-                    }
-                    assert_eq!(
-                        calls,
-                        stop.min(total),
-                        "[{CHECK}] index {name}: {what} (breaking on the last): visit called {calls} times"
-                    );
-                }
+                    stop,
+                    all,
+                    &what,
+                );
             }
         }
-    }
+    });
 }
 
 /// [`scan_bounds`] through [`Index::scan_pinned`].

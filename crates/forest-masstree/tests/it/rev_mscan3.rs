@@ -5,11 +5,13 @@
 
 use std::collections::BTreeMap;
 use std::ops::{Bound, ControlFlow};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use forest_core::{Index, Order};
-use forest_masstree::{Masstree, Masstree10x8, MasstreeConfig, SuffixStorage};
+use forest_masstree::{Masstree, Masstree10x8};
+
+use crate::scan_batches::{hinted_scan_of, trees};
+use crate::scan_layers::{scans_across_layers_racing_splits_and_removals, ScanKind};
 
 /// A scan's lower and upper bound, owned.
 type OwnedBounds = (Bound<Vec<u8>>, Bound<Vec<u8>>);
@@ -23,19 +25,6 @@ fn deep_key(i: u64) -> Vec<u8> {
     let len = 1 + (i / 4 % 13) as usize;
     k.extend_from_slice(&tail.as_bytes()[..len]);
     k
-}
-
-fn trees() -> Vec<(&'static str, Box<dyn Index>)> {
-    vec![
-        ("default", Box::new(Masstree::new())),
-        (
-            "10x8-layers",
-            Box::new(Masstree10x8::with_widths(MasstreeConfig {
-                suffix: SuffixStorage::Layers,
-                ..MasstreeConfig::default()
-            })),
-        ),
-    ]
 }
 
 #[test]
@@ -90,15 +79,7 @@ fn hinted_scans_with_both_bounds_inside_deep_layers() {
                 for hint in (0..=40).chain([1024, usize::MAX]) {
                     let stops = (1..=hint.min(60) + 3).chain([usize::MAX]);
                     for stop in stops {
-                        let mut got = Vec::new();
-                        t.scan_hinted(lo, hi, order, hint, &mut |k, v| {
-                            got.push((k.to_vec(), v.to_vec()));
-                            if got.len() >= stop {
-                                ControlFlow::Break(())
-                            } else {
-                                ControlFlow::Continue(())
-                            }
-                        });
+                        let got = hinted_scan_of(&*t, lo, hi, order, hint, stop);
                         let want: Vec<_> = all.iter().take(stop).cloned().collect();
                         assert!(
                             got == want,
@@ -114,162 +95,22 @@ fn hinted_scans_with_both_bounds_inside_deep_layers() {
     }
 }
 
-// The racing harness of scan_layers.rs, with hinted scans whose first batch is 1-4 records.
-const GROUPS: u64 = 240;
-const STABLE: u64 = 5;
-const CHURN: u64 = 24;
-
-fn key(group: u64, i: u64) -> Vec<u8> {
-    format!("g{group:07}{:08}-{i:07}", i * 37 % 101).into_bytes()
-}
-
-fn value(k: &[u8]) -> Vec<u8> {
-    let mut v = k.to_vec();
-    v.extend_from_slice(b"=v");
-    v
-}
-
-fn is_stable(group: u64, i: u64) -> bool {
-    !group.is_multiple_of(3) && i < STABLE
-}
-
-fn parse(k: &[u8]) -> (u64, u64) {
-    let s = std::str::from_utf8(k).expect("keys are text");
-    (
-        s[1..8].parse().expect("group"),
-        s[17..].parse().expect("index"),
-    )
-}
-
-fn churn(t: &dyn Index, seed: u64, stop: &AtomicBool) {
-    let mut x = seed;
-    while !stop.load(Ordering::Relaxed) {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let first = (x >> 33) % GROUPS;
-        for g in first..(first + 6).min(GROUPS) {
-            for i in STABLE..STABLE + CHURN {
-                let k = key(g, i);
-                t.upsert(&k, &value(&k)).expect("within limits");
-            }
-        }
-        for g in first..(first + 6).min(GROUPS) {
-            for i in STABLE..STABLE + CHURN {
-                t.remove(&key(g, i));
-            }
-        }
-    }
-}
-
-fn checked_hinted_scan(t: &dyn Index, x: u64, order: Order, stable: &[Vec<u8>]) {
-    let g = x % GROUPS;
-    let bound = key(g, (x >> 20) % (STABLE + CHURN));
-    let stop = 1 + ((x >> 40) % 120) as usize;
-    let hint = ((x >> 30) % 5) as usize; // 0..=4: a first batch of 1-4 records
-    let (lower, upper) = match order {
-        Order::Ascending => (Bound::Included(&bound[..]), Bound::Unbounded),
-        Order::Descending => (Bound::Unbounded, Bound::Included(&bound[..])),
-    };
-    let mut got: Vec<Vec<u8>> = Vec::new();
-    t.scan_hinted(lower, upper, order, hint, &mut |k, v| {
-        assert_eq!(v, value(k), "a record with another key's value");
-        let (group, i) = parse(k);
-        assert!(group < GROUPS && i < STABLE + CHURN, "a key never written");
-        got.push(k.to_vec());
-        if got.len() == stop {
-            ControlFlow::Break(())
-        } else {
-            ControlFlow::Continue(())
-        }
-    });
-    let ordered = match order {
-        Order::Ascending => got.windows(2).all(|w| w[0] < w[1]),
-        Order::Descending => got.windows(2).all(|w| w[0] > w[1]),
-    };
-    assert!(ordered, "{order:?} hint {hint}: not strictly ordered");
-    let last = got.last().cloned();
-    let passed = |k: &Vec<u8>| match (order, &last) {
-        (Order::Ascending, _) if *k < bound => false,
-        (Order::Descending, _) if *k > bound => false,
-        (_, None) => true,
-        (_, Some(_)) if got.len() < stop => true,
-        (Order::Ascending, Some(l)) => k <= l,
-        (Order::Descending, Some(l)) => k >= l,
-    };
-    let mut want: Vec<&Vec<u8>> = stable.iter().filter(|k| passed(k)).collect();
-    if order == Order::Descending {
-        want.reverse();
-    }
-    let seen: Vec<&Vec<u8>> = got
-        .iter()
-        .filter(|k| {
-            let (g, i) = parse(k);
-            is_stable(g, i)
-        })
-        .collect();
-    assert_eq!(
-        seen, want,
-        "{order:?} from {bound:?}, hint {hint}, stop {stop}"
-    );
-}
-
-fn race(t: Arc<dyn Index>, scans: u64) {
-    let mut stable: Vec<Vec<u8>> = Vec::new();
-    for g in 0..GROUPS {
-        for i in 0..STABLE {
-            if is_stable(g, i) {
-                stable.push(key(g, i));
-            }
-        }
-    }
-    for k in &stable {
-        assert!(t.insert(k, &value(k)).expect("within limits"));
-    }
-    stable.sort();
-    let stop = Arc::new(AtomicBool::new(false));
-    let writers: Vec<_> = (0..2u64)
-        .map(|w| {
-            let (t, stop) = (Arc::clone(&t), Arc::clone(&stop));
-            std::thread::spawn(move || churn(&*t, w + 11, &stop))
-        })
-        .collect();
-    let stable = Arc::new(stable);
-    let scanners: Vec<_> = [Order::Ascending, Order::Descending]
-        .into_iter()
-        .map(|order| {
-            let (t, stable) = (Arc::clone(&t), Arc::clone(&stable));
-            std::thread::spawn(move || {
-                let mut x = 0x5DEE_CE66_D1CE_4E5Bu64 ^ order as u64;
-                for _ in 0..scans {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    checked_hinted_scan(&*t, x, order, &stable);
-                }
-            })
-        })
-        .collect();
-    let results: Vec<_> = scanners.into_iter().map(|s| s.join()).collect();
-    stop.store(true, Ordering::Relaxed);
-    for w in writers {
-        w.join().expect("writer");
-    }
-    for r in results {
-        r.expect("scanner");
-    }
-}
-
 #[test]
 fn hinted_scans_with_tiny_first_batches_racing_splits_and_removals() {
     // Goal: a hinted scan whose first batch holds 1-4 records (seams right at the start, in
     // layer-1 subtrees) loses, repeats and misorders no key present throughout while writers
     // split and empty nodes and remove layers. Method: scan_layers.rs's harness through
-    // `scan_hinted` with hints 0..=4 and stops 1..=120; both node shapes, 2,000 scans per order.
-    race(Arc::new(Masstree::new()), 2_000);
-    race(
+    // `scan_hinted` with hints 0..=4 and stops 1..=120 (then its quiet whole-scan check);
+    // both node shapes, 2,000 scans per order.
+    scans_across_layers_racing_splits_and_removals(
+        Arc::new(Masstree::new()),
+        2_000,
+        ScanKind::Hinted,
+    );
+    scans_across_layers_racing_splits_and_removals(
         Arc::new(Masstree10x8::with_widths(Default::default())),
         2_000,
+        ScanKind::Hinted,
     );
 }
 

@@ -34,7 +34,7 @@ fn key(i: u64) -> Vec<u8> {
 }
 
 /// The paper's shape, and small nodes with every long key in layers.
-fn trees() -> Vec<(&'static str, Box<dyn Index>)> {
+pub(crate) fn trees() -> Vec<(&'static str, Box<dyn Index>)> {
     vec![
         ("default", Box::new(Masstree::new())),
         (
@@ -45,6 +45,17 @@ fn trees() -> Vec<(&'static str, Box<dyn Index>)> {
             })),
         ),
     ]
+}
+
+/// Loads keys 0..n (value `v{i}`) into `t`; returns the model of what it holds.
+fn load(t: &dyn Index, n: u64) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut m = BTreeMap::new();
+    for i in 0..n {
+        let v = format!("v{i}").into_bytes();
+        t.upsert(&key(i), &v).expect("upsert");
+        m.insert(key(i), v);
+    }
+    m
 }
 
 /// What a scan of `t` hands out, stopping after `stop` records.
@@ -59,6 +70,27 @@ fn scan_of(
     t.scan(lower, upper, order, &mut |k, v| {
         got.push((k.to_vec(), v.to_vec()));
         if got.len() == stop {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    });
+    got
+}
+
+/// What a hinted scan of `t` hands out, its visitor breaking on the record that makes `stop`.
+pub(crate) fn hinted_scan_of(
+    t: &dyn Index,
+    lower: Bound<&[u8]>,
+    upper: Bound<&[u8]>,
+    order: Order,
+    hint: usize,
+    stop: usize,
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut got = Vec::new();
+    t.scan_hinted(lower, upper, order, hint, &mut |k, v| {
+        got.push((k.to_vec(), v.to_vec()));
+        if got.len() >= stop {
             ControlFlow::Break(())
         } else {
             ControlFlow::Continue(())
@@ -93,12 +125,7 @@ fn stops_and_resumptions_at_every_batch_boundary() {
     // 2048) and without stopping; compared with a BTreeMap.
     const N: u64 = 3_000;
     for (name, t) in trees() {
-        let mut m = BTreeMap::new();
-        for i in 0..N {
-            let v = format!("v{i}").into_bytes();
-            t.upsert(&key(i), &v).expect("upsert");
-            m.insert(key(i), v);
-        }
+        let m = load(&*t, N);
         let stops = [
             1,
             15,
@@ -201,12 +228,7 @@ fn hinted_scans_hand_out_what_plain_scans_do() {
     // visitors breaking on the record that makes `stop`; compared with a BTreeMap.
     const N: u64 = 3_000;
     for (name, t) in trees() {
-        let mut m = BTreeMap::new();
-        for i in 0..N {
-            let v = format!("v{i}").into_bytes();
-            t.upsert(&key(i), &v).expect("upsert");
-            m.insert(key(i), v);
-        }
+        let m = load(&*t, N);
         let bounds = [key(2), key(1_001), b"prefix01".to_vec(), b"p5".to_vec()];
         for order in [Order::Ascending, Order::Descending] {
             for hint in [
@@ -236,15 +258,7 @@ fn hinted_scans_hand_out_what_plain_scans_do() {
                             Order::Ascending => (Bound::Included(&b[..]), Bound::Unbounded),
                             Order::Descending => (Bound::Unbounded, Bound::Excluded(&b[..])),
                         };
-                        let mut got = Vec::new();
-                        t.scan_hinted(lo, hi, order, hint, &mut |k, v| {
-                            got.push((k.to_vec(), v.to_vec()));
-                            if got.len() >= stop {
-                                ControlFlow::Break(())
-                            } else {
-                                ControlFlow::Continue(())
-                            }
-                        });
+                        let got = hinted_scan_of(&*t, lo, hi, order, hint, stop);
                         let want = model_of(&m, lo, hi, order, stop.max(1));
                         assert_eq!(
                             got, want,

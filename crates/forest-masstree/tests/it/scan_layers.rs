@@ -72,18 +72,34 @@ fn churn(t: &dyn Index, seed: u64, stop: &AtomicBool) {
     }
 }
 
+/// How the racing scans are made.
+#[derive(Clone, Copy)]
+pub(crate) enum ScanKind {
+    /// `Index::scan`, stopping after 1-200 records.
+    Plain,
+    /// `Index::scan_hinted` with a hint of 0-4 (a first batch of 1-4 records), stopping after
+    /// 1-120 records (review rev-mscan3, session 18).
+    Hinted,
+}
+
 /// One scan from a random bound in `order`, stopping after `stop` records; checks it against
 /// the stable keys (the model of keys present throughout).
-fn checked_scan(t: &dyn Index, x: u64, order: Order, stable: &[Vec<u8>]) {
+fn checked_scan(t: &dyn Index, x: u64, order: Order, stable: &[Vec<u8>], kind: ScanKind) {
     let g = x % GROUPS;
     let bound = key(g, (x >> 20) % (STABLE + CHURN));
-    let stop = 1 + ((x >> 40) % 200) as usize;
+    let (stop, hint) = match kind {
+        ScanKind::Plain => (1 + ((x >> 40) % 200) as usize, None),
+        ScanKind::Hinted => (
+            1 + ((x >> 40) % 120) as usize,
+            Some(((x >> 30) % 5) as usize),
+        ),
+    };
     let (lower, upper) = match order {
         Order::Ascending => (Bound::Included(&bound[..]), Bound::Unbounded),
         Order::Descending => (Bound::Unbounded, Bound::Included(&bound[..])),
     };
     let mut got: Vec<Vec<u8>> = Vec::new();
-    t.scan(lower, upper, order, &mut |k, v| {
+    let mut visit = |k: &[u8], v: &[u8]| {
         assert_eq!(v, value(k), "a record with another key's value");
         let (group, i) = parse(k);
         assert!(group < GROUPS && i < STABLE + CHURN, "a key never written");
@@ -93,12 +109,16 @@ fn checked_scan(t: &dyn Index, x: u64, order: Order, stable: &[Vec<u8>]) {
         } else {
             ControlFlow::Continue(())
         }
-    });
+    };
+    match hint {
+        None => t.scan(lower, upper, order, &mut visit),
+        Some(hint) => t.scan_hinted(lower, upper, order, hint, &mut visit),
+    }
     let ordered = match order {
         Order::Ascending => got.windows(2).all(|w| w[0] < w[1]),
         Order::Descending => got.windows(2).all(|w| w[0] > w[1]),
     };
-    assert!(ordered, "{order:?}: not strictly ordered");
+    assert!(ordered, "{order:?} hint {hint:?}: not strictly ordered");
     // The stable keys the scan passed (up to its last key, or all in range if it ran out).
     let last = got.last().cloned();
     let passed = |k: &Vec<u8>| match (order, &last) {
@@ -114,7 +134,10 @@ fn checked_scan(t: &dyn Index, x: u64, order: Order, stable: &[Vec<u8>]) {
         want.reverse();
     }
     let seen: Vec<&Vec<u8>> = got.iter().filter(|k| is_stable_key(k)).collect();
-    assert_eq!(seen, want, "{order:?} from {bound:?}, stop {stop}");
+    assert_eq!(
+        seen, want,
+        "{order:?} from {bound:?}, hint {hint:?}, stop {stop}"
+    );
 }
 
 fn is_stable_key(k: &[u8]) -> bool {
@@ -122,7 +145,18 @@ fn is_stable_key(k: &[u8]) -> bool {
     is_stable(g, i)
 }
 
-fn scans_across_layers_racing_splits_and_removals(t: Arc<dyn Index>, scans: u64) {
+/// Two writers churn groups while an ascending and a descending scanner each run `scans`
+/// checked scans of `kind`; then a quiet whole scan gives exactly the stable keys.
+pub(crate) fn scans_across_layers_racing_splits_and_removals(
+    t: Arc<dyn Index>,
+    scans: u64,
+    kind: ScanKind,
+) {
+    // Seeds per kind, so the plain and hinted tests race different schedules.
+    let (writer_seed, scan_seed) = match kind {
+        ScanKind::Plain => (1, 0x9E37_79B9_7F4A_7C15u64),
+        ScanKind::Hinted => (11, 0x5DEE_CE66_D1CE_4E5Bu64),
+    };
     let mut stable: Vec<Vec<u8>> = Vec::new();
     for g in 0..GROUPS {
         for i in 0..STABLE {
@@ -139,7 +173,7 @@ fn scans_across_layers_racing_splits_and_removals(t: Arc<dyn Index>, scans: u64)
     let writers: Vec<_> = (0..2u64)
         .map(|w| {
             let (t, stop) = (Arc::clone(&t), Arc::clone(&stop));
-            std::thread::spawn(move || churn(&*t, w + 1, &stop))
+            std::thread::spawn(move || churn(&*t, w + writer_seed, &stop))
         })
         .collect();
     let stable = Arc::new(stable);
@@ -148,12 +182,12 @@ fn scans_across_layers_racing_splits_and_removals(t: Arc<dyn Index>, scans: u64)
         .map(|order| {
             let (t, stable) = (Arc::clone(&t), Arc::clone(&stable));
             std::thread::spawn(move || {
-                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ order as u64;
+                let mut x = scan_seed ^ order as u64;
                 for _ in 0..scans {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
-                    checked_scan(&*t, x, order, &stable);
+                    checked_scan(&*t, x, order, &stable, kind);
                 }
             })
         })
@@ -190,9 +224,14 @@ fn scans_across_layer1_subtrees_racing_splits_and_removals() {
     // groups of 5 stable keys (every third group none); two writers add and remove 24 keys
     // in runs of 6 groups; an ascending and a descending scanner check each scan against
     // the stable keys; the paper's shape and small nodes (more splits).
-    scans_across_layers_racing_splits_and_removals(Arc::new(Masstree::new()), 3_000);
+    scans_across_layers_racing_splits_and_removals(
+        Arc::new(Masstree::new()),
+        3_000,
+        ScanKind::Plain,
+    );
     scans_across_layers_racing_splits_and_removals(
         Arc::new(Masstree10x8::with_widths(Default::default())),
         3_000,
+        ScanKind::Plain,
     );
 }

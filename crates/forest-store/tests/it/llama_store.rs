@@ -358,6 +358,59 @@ fn a_long_overwrite_run_keeps_the_lss_bounded() {
     store.close().expect("close");
 }
 
+/// forest-store `llama.rs` SEGMENT_BYTES_STORE_MIN, a 32 KiB budget's segment size.
+const SEGMENT: u64 = 2_138_192;
+
+/// The LSS's space target: twice its live bytes, at least two segments.
+fn lss_target(m: &forest_store::MemoryStats) -> u64 {
+    (2 * m.lss_live_bytes).max(2 * SEGMENT)
+}
+
+/// Overwrites keys 0..1500 with rounds 1000.. in batches of 50 until the LSS is 64 KiB past
+/// its target, checked after every batch (writes after the crossing would let other
+/// triggers take checkpoints by chance); returns the last (round, key) written, None if it
+/// never crossed. Keys up to the returned key hold its round, the others the round before.
+fn burst_past_the_target(store: &Store) -> Option<(u32, u32)> {
+    let mut last = None;
+    for round in 1000..1400 {
+        let mut batch = WriteBatch::new();
+        for i in 0..1500 {
+            batch.put(&key(i), &value(i, round));
+            if batch.len() == 50 {
+                store.write(&batch).expect("write");
+                batch = WriteBatch::new();
+                last = Some((round, i));
+                let memory = store.stats().memory.expect("memory");
+                if memory.lss_total_bytes > lss_target(&memory) + (64 << 10) {
+                    return last;
+                }
+            }
+        }
+    }
+    last
+}
+
+/// Polls every 50 ms, running `step` before each poll, until the LSS is at its target;
+/// returns the time it took. Past `limit` it panics with `why` of the last stats.
+fn wait_for_target(
+    store: &Store,
+    limit: Duration,
+    mut step: impl FnMut(),
+    why: impl Fn(&forest_store::StoreStats, &forest_store::MemoryStats) -> String,
+) -> Duration {
+    let began = Instant::now();
+    loop {
+        step();
+        let stats = store.stats();
+        let memory = stats.memory.clone().expect("memory");
+        if memory.lss_total_bytes <= lss_target(&memory) {
+            return began.elapsed();
+        }
+        assert!(began.elapsed() < limit, "{}", why(&stats, &memory));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 // Goal: the same with map checkpoints (the default), and then the idle store's LSS shrinks
 // to its space target, after which the store takes no more checkpoints. Before session 18 it
 // stayed above (a CI run: 6.4 MB for 0.27 MB live; here 2 full segments and the open one):
@@ -370,61 +423,38 @@ fn a_long_overwrite_run_keeps_the_lss_bounded() {
 // the checkpointer's polls) within another 60 s.
 #[test]
 fn an_idle_store_on_map_checkpoints_shrinks_its_lss_to_the_target() {
-    // forest-store `llama.rs` SEGMENT_BYTES_STORE_MIN, this budget's segment size.
-    const SEGMENT: u64 = 2_138_192;
     let options = options(Some(32 << 10), Durability::Periodic { interval_ms: 5 });
     assert!(options.map_checkpoint_wal_bytes.is_some());
     let (_tmp, store, last_round) =
         overwrite_run_keeps_the_lss_bounded(options, Duration::from_secs(60));
-    let target = |m: &forest_store::MemoryStats| (2 * m.lss_live_bytes).max(2 * SEGMENT);
     // End the writes just past a segment boundary: then the LSS is above its target until the
     // oldest segment (overwritten since) goes, which the cleaner empties at rest and may
     // remove only after two more checkpoints (at rest the run above could otherwise end at
-    // the target by chance).
-    // Checked after every batch: writes after the crossing would let the old trigger take
-    // the two checkpoints by chance (main passed 2 runs in 16 when checked after each round).
-    // Keys up to `last.1` hold round `last.0`, the others the round before.
-    let mut last = (last_round, 1499);
-    'burst: for round in 1000..1400 {
-        let mut batch = WriteBatch::new();
-        for i in 0..1500 {
-            batch.put(&key(i), &value(i, round));
-            if batch.len() == 50 {
-                store.write(&batch).expect("write");
-                batch = WriteBatch::new();
-                last = (round, i);
-                let memory = store.stats().memory.expect("memory");
-                if memory.lss_total_bytes > target(&memory) + (64 << 10) {
-                    break 'burst;
-                }
-            }
-        }
-    }
+    // the target by chance). Checked after every batch: main passed 2 runs in 16 when
+    // checked after each round.
+    let last = burst_past_the_target(&store).unwrap_or((last_round, 1499));
     let memory = store.stats().memory.expect("memory");
     assert!(
-        memory.lss_total_bytes > target(&memory),
+        memory.lss_total_bytes > lss_target(&memory),
         "the LSS never passed its target: {memory:?}"
     );
     store.sync().expect("sync");
-    let began = Instant::now();
-    loop {
-        let memory = store.stats().memory.expect("memory");
-        if memory.lss_total_bytes <= target(&memory) {
-            eprintln!(
-                "at the target after {:?}: {} LSS bytes, {} live",
-                began.elapsed(),
-                memory.lss_total_bytes,
-                memory.lss_live_bytes
-            );
-            break;
-        }
-        assert!(
-            began.elapsed() < Duration::from_secs(60),
-            "the idle store's LSS stayed above its target {} for 60 s: {memory:?}",
-            target(&memory)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let took = wait_for_target(
+        &store,
+        Duration::from_secs(60),
+        || {},
+        |_, memory| {
+            format!(
+                "the idle store's LSS stayed above its target {} for 60 s: {memory:?}",
+                lss_target(memory)
+            )
+        },
+    );
+    let memory = store.stats().memory.expect("memory");
+    eprintln!(
+        "at the target after {took:?}: {} LSS bytes, {} live",
+        memory.lss_total_bytes, memory.lss_live_bytes
+    );
     let quiet = Duration::from_secs(2);
     let began = Instant::now();
     let mut since = (Instant::now(), store.stats().checkpoint_count);
@@ -444,7 +474,7 @@ fn an_idle_store_on_map_checkpoints_shrinks_its_lss_to_the_target() {
     let stats = store.stats();
     let memory = stats.memory.expect("memory");
     assert_eq!(memory.map_checkpoint_error, None);
-    assert!(memory.lss_total_bytes <= target(&memory), "{memory:?}");
+    assert!(memory.lss_total_bytes <= lss_target(&memory), "{memory:?}");
     let mut out = Vec::new();
     for i in 0..1500 {
         let round = match last {
@@ -542,56 +572,32 @@ fn overwrite_run_keeps_the_lss_bounded(
 // below the 64 MiB WAL trigger) for up to 30 s; the LSS must come within its target.
 #[test]
 fn rev_lss2_f1_a_trickling_store_shrinks_its_lss_to_the_target() {
-    const SEGMENT: u64 = 2_138_192;
     let options = options(Some(32 << 10), Durability::Periodic { interval_ms: 5 });
     let (_tmp, store, _last_round) =
         overwrite_run_keeps_the_lss_bounded(options, Duration::from_secs(60));
-    let target = |m: &forest_store::MemoryStats| (2 * m.lss_live_bytes).max(2 * SEGMENT);
-    'burst: for round in 1000..1400 {
-        let mut batch = WriteBatch::new();
-        for i in 0..1500 {
-            batch.put(&key(i), &value(i, round));
-            if batch.len() == 50 {
-                store.write(&batch).expect("write");
-                batch = WriteBatch::new();
-                let memory = store.stats().memory.expect("memory");
-                if memory.lss_total_bytes > target(&memory) + (64 << 10) {
-                    break 'burst;
-                }
-            }
-        }
-    }
+    burst_past_the_target(&store);
     let memory = store.stats().memory.expect("memory");
-    assert!(memory.lss_total_bytes > target(&memory), "{memory:?}");
+    assert!(memory.lss_total_bytes > lss_target(&memory), "{memory:?}");
     let (written0, ckpts0) = (memory.lss_bytes_written, store.stats().checkpoint_count);
-    let began = Instant::now();
     let mut n = 0u32;
-    loop {
+    let trickle = || {
         let mut batch = WriteBatch::new();
         batch.put(&key(0), &value(0, 5000 + n));
         store.write(&batch).expect("write");
         n += 1;
-        let stats = store.stats();
-        let memory = stats.memory.expect("memory");
-        if memory.lss_total_bytes <= target(&memory) {
-            eprintln!(
-                "at the target after {:?} ({n} trickle writes)",
-                began.elapsed()
-            );
-            break;
-        }
-        assert!(
-            began.elapsed() < Duration::from_secs(30),
+    };
+    let took = wait_for_target(&store, Duration::from_secs(30), trickle, |stats, memory| {
+        format!(
             "a trickling store's LSS stayed above its target {} for 30 s: {} LSS bytes, \
-             {} live, {} LSS bytes written during the trickle, {} checkpoints taken, {n} writes",
-            target(&memory),
+             {} live, {} LSS bytes written during the trickle, {} checkpoints taken",
+            lss_target(memory),
             memory.lss_total_bytes,
             memory.lss_live_bytes,
             memory.lss_bytes_written - written0,
             stats.checkpoint_count - ckpts0
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        )
+    });
+    eprintln!("at the target after {took:?} ({n} trickle writes)");
     store.close().expect("close");
 }
 
@@ -663,7 +669,6 @@ impl Dir for FailPublish {
 // its LSS must reach its target within 30 s. With 0 injected failures the same run passes.
 #[test]
 fn rev_lss2_f2_one_failed_space_checkpoint_on_an_idle_store() {
-    const SEGMENT: u64 = 2_138_192;
     let fails: u64 = std::env::var("REV_LSS2_FAILS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -679,7 +684,6 @@ fn rev_lss2_f2_one_failed_space_checkpoint_on_an_idle_store() {
         options(Some(32 << 10), Durability::Periodic { interval_ms: 5 }),
     )
     .expect("open");
-    let target = |m: &forest_store::MemoryStats| (2 * m.lss_live_bytes).max(2 * SEGMENT);
     let mut round = 0u32;
     loop {
         let memory = store.stats().memory.expect("memory");
@@ -698,50 +702,33 @@ fn rev_lss2_f2_one_failed_space_checkpoint_on_an_idle_store() {
     }
     // Let the cleaner catch up as the overwrite test does, then the last burst.
     std::thread::sleep(Duration::from_secs(3));
-    'burst: for round in 1000..1400 {
-        let mut batch = WriteBatch::new();
-        for i in 0..1500 {
-            batch.put(&key(i), &value(i, round));
-            if batch.len() == 50 {
-                store.write(&batch).expect("write");
-                batch = WriteBatch::new();
-                let memory = store.stats().memory.expect("memory");
-                if memory.lss_total_bytes > target(&memory) + (64 << 10) {
-                    break 'burst;
-                }
-            }
-        }
-    }
+    burst_past_the_target(&store);
     fail.store(fails, std::sync::atomic::Ordering::SeqCst);
     let memory = store.stats().memory.expect("memory");
-    assert!(memory.lss_total_bytes > target(&memory), "{memory:?}");
+    assert!(memory.lss_total_bytes > lss_target(&memory), "{memory:?}");
     store.sync().expect("sync");
-    let began = Instant::now();
-    loop {
-        let stats = store.stats();
-        let memory = stats.memory.expect("memory");
-        if memory.lss_total_bytes <= target(&memory) {
-            eprintln!(
-                "at the target after {:?}; injected failures left {}; error {:?}",
-                began.elapsed(),
+    let took = wait_for_target(
+        &store,
+        Duration::from_secs(30),
+        || {},
+        |stats, memory| {
+            format!(
+                "after {} injected failure(s) ({} unused) the idle store's LSS stayed above \
+                 its target {} for 30 s: {} bytes, {} live, {} checkpoints, error {:?}",
+                fails,
                 fail.load(std::sync::atomic::Ordering::SeqCst),
+                lss_target(memory),
+                memory.lss_total_bytes,
+                memory.lss_live_bytes,
+                stats.checkpoint_count,
                 memory.map_checkpoint_error
-            );
-            break;
-        }
-        assert!(
-            began.elapsed() < Duration::from_secs(30),
-            "after {} injected failure(s) ({} unused) the idle store's LSS stayed above its \
-             target {} for 30 s: {} bytes, {} live, {} checkpoints, error {:?}",
-            fails,
-            fail.load(std::sync::atomic::Ordering::SeqCst),
-            target(&memory),
-            memory.lss_total_bytes,
-            memory.lss_live_bytes,
-            stats.checkpoint_count,
-            memory.map_checkpoint_error
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+            )
+        },
+    );
+    eprintln!(
+        "at the target after {took:?}; injected failures left {}; error {:?}",
+        fail.load(std::sync::atomic::Ordering::SeqCst),
+        store.stats().memory.expect("memory").map_checkpoint_error
+    );
     store.close().expect("close");
 }
