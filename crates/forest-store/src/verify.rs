@@ -363,7 +363,15 @@ fn check_map(lss: &dyn Dir) -> Result<MapCheck> {
     // Segments, the scan from S and the table check: forest-llama's read-only inspection,
     // which reads every segment record with its decoders (never `Lss::open`, which cuts a
     // torn tail).
-    let inspection = forest_llama::inspect::inspect(lss)?;
+    // Its only errors: the directory cannot be listed, or a checkpoint of a newer format
+    // (which an open refuses too): reported, not a failed check.
+    let inspection = match forest_llama::inspect::inspect(lss) {
+        Ok(inspection) => inspection,
+        Err(e) => {
+            check.errors.push(format!("lss/ cannot be inspected: {e}"));
+            return Ok(check);
+        }
+    };
     check.start_segment = inspection
         .segment_bytes
         .filter(|_| check.used.is_some())
