@@ -176,12 +176,18 @@ pub fn inspect(dir: &dyn Dir) -> Result<Inspection> {
         let offset = address.offset();
         (dir.path().join(segment_file_name(offset / sb)), offset % sb)
     };
+    // The segment file's name and the offset in it, for a report line.
+    let place = |address: LssAddress| -> (String, u64) {
+        let offset = address.offset();
+        (segment_file_name(offset / sb), offset % sb)
+    };
     let start_segment = start / sb;
     let mut scan = Scan::new(outcome.checkpoint.as_ref().map(|(_, c)| c));
     let mut pieces = PieceHeaders::default();
     // Recovery reads every segment from S's to the last: one missing there stops it.
     let present: BTreeSet<u64> = sequences.iter().copied().collect();
     let last_present = sequences.last().copied().unwrap_or(start_segment);
+    let mut first_gap = None;
     let mut at = start_segment;
     while at < last_present {
         if present.contains(&at) {
@@ -189,6 +195,7 @@ pub fn inspect(dir: &dyn Dir) -> Result<Inspection> {
             continue;
         }
         let next = present.range(at..).next().copied().unwrap_or(last_present);
+        first_gap.get_or_insert(at);
         report.missing.push(format!(
             "LSS segments {} to {} missing (recovery scans from segment {start_segment}, the \
              map checkpoint's S)",
@@ -197,7 +204,6 @@ pub fn inspect(dir: &dyn Dir) -> Result<Inspection> {
         ));
         at = next;
     }
-    let first_gap = (start_segment..last_present).find(|s| !present.contains(s));
     // The segment at which recovery's scan stops (a gap or damage), if any.
     let mut stopped: Option<u64> = None;
     for (i, &sequence) in sequences.iter().enumerate() {
@@ -223,10 +229,7 @@ pub fn inspect(dir: &dyn Dir) -> Result<Inspection> {
     let mut fetch = |at: LssAddress, pieces: &mut PieceHeaders| read_piece(dir, sb, at, pieces);
     if let Some((name, c)) = &outcome.checkpoint {
         for &(pid, address) in &c.entries {
-            let (path, offset) = locate(address);
-            let file = path
-                .file_name()
-                .map_or_else(String::new, |f| f.to_string_lossy().into());
+            let (file, offset) = place(address);
             if address.offset() >= stable_end {
                 report.table_problems.push(format!(
                     "map checkpoint {name}: PID {pid}: its entry names {file} offset {offset} \
@@ -234,10 +237,7 @@ pub fn inspect(dir: &dyn Dir) -> Result<Inspection> {
                 ));
             }
             if let Err(e) = follow_chain(pid, address, &mut pieces, &mut fetch) {
-                let (path, offset) = locate(e.at);
-                let file = path
-                    .file_name()
-                    .map_or_else(String::new, |f| f.to_string_lossy().into());
+                let (file, offset) = place(e.at);
                 report.table_problems.push(format!(
                     "map checkpoint {name}: PID {pid}: its chain from address {address} breaks \
                      at {file} offset {offset} (address {}): {}",
@@ -288,10 +288,7 @@ pub fn inspect(dir: &dyn Dir) -> Result<Inspection> {
             // The table check named it already.
             Err(_) if named.get(&pid) == Some(&newest) => {}
             Err(e) => {
-                let (path, offset) = locate(e.at);
-                let file = path
-                    .file_name()
-                    .map_or_else(String::new, |f| f.to_string_lossy().into());
+                let (file, offset) = place(e.at);
                 report.chain_problems.push(format!(
                     "PID {pid} as recovered: its chain from address {newest} breaks at {file} \
                      offset {offset} (address {}): {}; a read of it fails",
