@@ -87,11 +87,16 @@ pub fn pick_victim_where(lss: &Lss, allowed: impl Fn(u64) -> bool) -> Option<u64
 }
 
 /// Whether the LSS is above its space target: more than `space_factor` × its live bytes,
-/// and past two segments (one segment is always being filled).
+/// and past two segments (one segment is always being filled). Segments a recovering open
+/// kept because it could not read them are counted out, bytes and live bytes: the cleaner
+/// never takes them, so counted in they could hold the LSS above a target it can never reach
+/// and keep the cleaner and the checkpointer's space rule rewriting live data for ever
+/// (session 18 review rev-lss2 F3).
 pub fn above_target(lss: &Lss, space_factor: f64) -> bool {
-    let total = lss.total_bytes();
-    total > 2 * lss.config().segment_bytes
-        && total as f64 > space_factor * lss.live_bytes().max(1) as f64
+    let (kept, kept_live) = lss.kept_bytes();
+    let total = lss.total_bytes().saturating_sub(kept);
+    let live = lss.live_bytes().saturating_sub(kept_live);
+    total > 2 * lss.config().segment_bytes && total as f64 > space_factor * live.max(1) as f64
 }
 
 /// How a [`relocate`] ended.

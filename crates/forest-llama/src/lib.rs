@@ -10,6 +10,7 @@
 //! | [`read`] | TSBw §II-C Read of an evicted page: its piece chain from the LSS |
 //! | [`checkpoint`] | §V-A, §VIII-B; TSBw §II-D: mapping-table checkpoints (PID → newest stable piece, free PIDs, the LSS address to scan from) |
 //! | [`recover`] | §V-A, §II-F; TSBw §II-D, §II-E: opening an LSS: newest valid checkpoint, scan from S applying pieces and committed units, the torn-tail rule |
+//! | [`inspect`] | §V-A, §II-E; TSBw §II-C: read-only inspection of an LSS (live bytes per segment, pieces per page, the checkpoint's table check) |
 //! | [`clean`] | §II-E, TSBw §V-A: LSS cleaning (live bytes per segment, cost-benefit victims, relocation by CAS, segment removal) |
 //! | [`sys_txn`] | TSBw §II-E, Bw §IV-C, §V-A: system transactions (TBegin, TCommit as one unit record reserved before the SMO's CAS, TAbort) |
 //! | [`lss`] | §II-E, §V-B, §VIII-B; TSBw §II-D: the log-structured store (segment files, records, the latch-free flush buffer, Mk-Stable, Hi-Stable) |
@@ -24,6 +25,7 @@ pub mod checkpoint;
 pub mod clean;
 pub mod evict;
 pub mod flush;
+pub mod inspect;
 pub mod lss;
 pub mod mapping_table;
 pub mod page_state;

@@ -185,9 +185,10 @@ pub fn open_recovering(
     let (lss, open) = Lss::open(lss_dir, config, stable_end)?;
     let mut scan = Scan::new(checkpoint.as_ref().map(|(_, c)| c));
     let mut pieces = PieceHeaders::default();
+    let locate = |address| lss.locate(address);
     lss.scan(start, |address, header, payload| {
         pieces.note(address, header, payload.len());
-        scan.visit(&lss, address, header, payload)
+        scan.visit(&locate, address, header, payload)
     })?;
     let scanned_end = lss.hi_stable();
     let mut map = scan.finish(checkpoint, outcome.rejected, open, start, scanned_end);
@@ -197,10 +198,15 @@ pub fn open_recovering(
 
 /// Page pieces' headers by offset: (PID, record bytes, a page image?, previous piece).
 #[derive(Default)]
-struct PieceHeaders(HashMap<u64, (Pid, u32, bool, Option<LssAddress>)>);
+pub(crate) struct PieceHeaders(pub(crate) HashMap<u64, (Pid, u32, bool, Option<LssAddress>)>);
 
 impl PieceHeaders {
-    fn note(&mut self, address: LssAddress, header: &RecordHeader, payload_bytes: usize) {
+    pub(crate) fn note(
+        &mut self,
+        address: LssAddress,
+        header: &RecordHeader,
+        payload_bytes: usize,
+    ) {
         let image = match header.kind {
             RecordKind::PageImage => true,
             RecordKind::DeltaRun => false,
@@ -263,34 +269,18 @@ fn rebuild_space(
     };
     let mut live = Vec::new();
     for &(pid, newest) in pages {
-        let mut at = newest;
-        loop {
-            if !pieces.0.contains_key(&at.offset()) && in_damaged(at) {
+        let chain = follow_chain(pid, newest, &mut pieces, &mut |at, pieces| {
+            if in_damaged(at) {
                 // A live piece past the damage: read on its own (its header and crc).
                 let record = lss
                     .read(at)
-                    .map_err(|e| format!("page {pid}'s piece at {at} in a damaged segment: {e}"))?;
+                    .map_err(|e| format!("in a damaged segment: {e}"))?;
                 pieces.note(at, &record.header, record.payload.len());
             }
-            let Some(&(owner, bytes, image, prev)) = pieces.0.get(&at.offset()) else {
-                return Err(format!("page {pid}'s piece at {at} was not scanned"));
-            };
-            if owner != pid || at.is_archive() {
-                return Err(format!("page {pid}'s chain reaches {at}, of page {owner}"));
-            }
-            live.push((pid, at.offset(), bytes));
-            if image {
-                break;
-            }
-            match prev.filter(|p| *p < at) {
-                Some(p) => at = p,
-                None => {
-                    return Err(format!(
-                        "page {pid}'s delta run at {at} has no prev below it"
-                    ))
-                }
-            }
-        }
+            Ok(())
+        })
+        .map_err(|e| format!("page {pid}'s piece at {}: {}", e.at, e.what))?;
+        live.extend(chain.into_iter().map(|(at, bytes)| (pid, at, bytes)));
     }
     for (segment, reason) in &damaged {
         eprintln!("forest-llama: LSS segment {segment} is damaged ({reason}); kept, never cleaned");
@@ -306,8 +296,61 @@ fn rebuild_space(
     Ok(rebuilt)
 }
 
+/// Where a page's chain broke ([`follow_chain`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ChainError {
+    /// The piece that could not be followed.
+    pub at: LssAddress,
+    pub what: String,
+}
+
+/// The pieces of page `pid`'s chain, (offset, record bytes), from its newest piece `newest`
+/// back to its newest image, as `read.rs` follows it. `fetch` is called with a piece
+/// `pieces` does not hold, and may note it (a piece in a damaged segment, read on its own).
+/// Every piece must be a page image or delta run of `pid`; a delta run's `prev` must lie
+/// below it, so a chain ends.
+pub(crate) fn follow_chain(
+    pid: Pid,
+    newest: LssAddress,
+    pieces: &mut PieceHeaders,
+    fetch: &mut dyn FnMut(LssAddress, &mut PieceHeaders) -> std::result::Result<(), String>,
+) -> std::result::Result<Vec<(u64, u32)>, ChainError> {
+    let mut chain = Vec::new();
+    let mut at = newest;
+    loop {
+        let fail = |what: String| ChainError { at, what };
+        if at.is_archive() {
+            return Err(fail(
+                "an LSS-H address, which no chain of LSS-C reaches".into(),
+            ));
+        }
+        if !pieces.0.contains_key(&at.offset()) {
+            fetch(at, pieces).map_err(fail)?;
+        }
+        let Some(&(owner, bytes, image, prev)) = pieces.0.get(&at.offset()) else {
+            return Err(fail("no page piece was scanned there".into()));
+        };
+        if owner != pid {
+            return Err(fail(format!(
+                "a piece of page {owner} (two pages would share it)"
+            )));
+        }
+        chain.push((at.offset(), bytes));
+        if image {
+            return Ok(chain);
+        }
+        match prev.filter(|p| *p < at) {
+            Some(p) => at = p,
+            None => return Err(fail("a delta run with no previous piece below it".into())),
+        }
+    }
+}
+
+/// Maps an address to its segment file and the offset in it, for error reports.
+pub(crate) type Locate<'a> = dyn Fn(LssAddress) -> (std::path::PathBuf, u64) + 'a;
+
 /// The scan's state (step 3).
-struct Scan {
+pub(crate) struct Scan {
     recovery: Recovery,
     unit_deltas: BTreeMap<Pid, Vec<UnitDelta>>,
     newest_by_kind: BTreeMap<u8, (Pid, LssAddress)>,
@@ -316,7 +359,7 @@ struct Scan {
 }
 
 impl Scan {
-    fn new(checkpoint: Option<&MapCheckpoint>) -> Self {
+    pub(crate) fn new(checkpoint: Option<&MapCheckpoint>) -> Self {
         Self {
             recovery: checkpoint.map_or_else(Recovery::default, Recovery::from_checkpoint),
             unit_deltas: BTreeMap::new(),
@@ -326,9 +369,9 @@ impl Scan {
         }
     }
 
-    fn see_pid(&mut self, lss: &Lss, address: LssAddress, pid: Pid) -> Result<()> {
+    fn see_pid(&mut self, locate: &Locate<'_>, address: LssAddress, pid: Pid) -> Result<()> {
         if pid >= PID_COUNT_MAX as u64 {
-            let (path, offset) = lss.locate(address);
+            let (path, offset) = locate(address);
             return Err(Error::Corrupt {
                 path,
                 offset,
@@ -339,9 +382,9 @@ impl Scan {
         Ok(())
     }
 
-    fn visit(
+    pub(crate) fn visit(
         &mut self,
-        lss: &Lss,
+        locate: &Locate<'_>,
         address: LssAddress,
         header: &crate::lss::RecordHeader,
         payload: &[u8],
@@ -349,7 +392,7 @@ impl Scan {
         self.stats.records += 1;
         match header.kind {
             RecordKind::PageImage | RecordKind::DeltaRun => {
-                self.see_pid(lss, address, header.pid)?;
+                self.see_pid(locate, address, header.pid)?;
                 let relocation = header.relocated_from().is_some();
                 if self.recovery.apply_piece(address, header) {
                     self.stats.pieces_applied += u64::from(!relocation);
@@ -363,7 +406,7 @@ impl Scan {
             }
             RecordKind::TxnUnit => {
                 let unit = decode_unit(payload).map_err(|what| {
-                    let (path, offset) = lss.locate(address);
+                    let (path, offset) = locate(address);
                     Error::Corrupt {
                         path,
                         offset,
@@ -374,11 +417,11 @@ impl Scan {
                 for op in unit.ops {
                     match op {
                         TxnOp::Allocate(pid) => {
-                            self.see_pid(lss, address, pid)?;
+                            self.see_pid(locate, address, pid)?;
                             self.recovery.apply_allocate(pid);
                         }
                         TxnOp::Free(pid) => {
-                            self.see_pid(lss, address, pid)?;
+                            self.see_pid(locate, address, pid)?;
                             self.recovery.apply_free(pid);
                             self.unit_deltas.remove(&pid);
                         }
@@ -388,7 +431,7 @@ impl Scan {
                             kind,
                             bytes,
                         } => {
-                            self.see_pid(lss, address, pid)?;
+                            self.see_pid(locate, address, pid)?;
                             self.recovery.apply_allocate(pid);
                             self.newest_by_kind.insert(kind, (pid, address));
                             self.unit_deltas.entry(pid).or_default().push(UnitDelta {
@@ -408,7 +451,7 @@ impl Scan {
         Ok(())
     }
 
-    fn finish(
+    pub(crate) fn finish(
         self,
         checkpoint: Option<(String, MapCheckpoint)>,
         rejected: Vec<(String, String)>,

@@ -822,6 +822,22 @@ impl Store {
         Self::verify(OsDir::open(path)?, engine)
     }
 
+    /// [`crate::verify::inspect`] of the store at `path`, which must exist (`forest inspect`).
+    pub fn inspect_path(path: impl Into<PathBuf>) -> Result<crate::verify::InspectReport> {
+        let path = path.into();
+        if !path.is_dir() {
+            return Err(Error::Io {
+                path,
+                op: "open",
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "no such store directory",
+                ),
+            });
+        }
+        crate::verify::inspect(&OsDir::open(path)?)
+    }
+
     /// What recovery found at open.
     pub fn recovery_report(&self) -> &RecoveryReport {
         &self.recovery

@@ -14,6 +14,9 @@
 //! torn tail), and the logs are replayed from the used checkpoint's RSSP into no index, as
 //! an open redoes them: logs below the RSSP are deleted by design, not lost.
 //!
+//! [`inspect`] (`forest inspect DIR`) reads the same files for a picture rather than a
+//! verdict: segment use, pages and pieces per page (forest-llama `inspect`).
+//!
 //! Choice: the lock is taken exclusively, as an open does, and a directory whose lock is held
 //! (a running server or store) is refused at once with the lock error: a live store appends
 //! to and cuts its logs, so a check beside it would report in-flight writes as torn tails.
@@ -24,7 +27,6 @@
 
 use forest_core::{Error, Result};
 use forest_llama::checkpoint::{self as map_checkpoint, MapCheckpoint};
-use forest_llama::lss::{record as lss_record, segment, LssAddress};
 
 use crate::checkpoint::{self, CheckpointInfo, CheckpointStream};
 use crate::file::Dir;
@@ -227,6 +229,9 @@ pub struct MapCheck {
     pub errors: Vec<String>,
     /// `.tmp` map checkpoints an open deletes.
     pub tmp: Vec<String>,
+    /// The table check (forest-llama `inspect`): entries of the checkpoint used whose piece
+    /// chain does not decode, and pages as recovered whose chain does not.
+    pub table: Vec<String>,
 }
 
 impl MapCheck {
@@ -236,6 +241,7 @@ impl MapCheck {
             .filter_map(|c| c.error.clone())
             .chain(self.segments.iter().filter_map(|s| s.error.clone()))
             .chain(self.errors.iter().cloned())
+            .chain(self.table.iter().cloned())
     }
 }
 
@@ -266,94 +272,6 @@ fn read_map_checkpoint(dir: &dyn Dir, name: &str, sequence: u64) -> (u64, Result
     }
 }
 
-/// Checks one segment's header and every record's crc with forest-llama's decoders
-/// ([`segment::decode_header`], [`lss_record::decode`]). `last`: the log's last segment,
-/// where a bad record at or above `stable_end` is a torn tail recovery cuts.
-fn check_segment(
-    dir: &dyn Dir,
-    name: &str,
-    sequence: u64,
-    last: bool,
-    stable_end: u64,
-) -> SegmentCheck {
-    let mut check = SegmentCheck {
-        name: name.to_string(),
-        bytes: 0,
-        records: 0,
-        torn: None,
-        error: None,
-    };
-    let mut data = Vec::new();
-    if let Err(e) = dir.open(name).and_then(|f| f.read_all(&mut data)) {
-        check.error = Some(format!("{name}: {e}"));
-        return check;
-    }
-    check.bytes = data.len() as u64;
-    let header = match segment::decode_header(&data) {
-        Ok(h) => h,
-        // A creation a crash cut off (header only): an open removes it.
-        Err(why) if last && check.bytes <= segment::SEGMENT_HEADER_BYTES => {
-            check.torn = Some((0, check.bytes, format!("segment creation cut off: {why}")));
-            return check;
-        }
-        Err(why) => {
-            check.error = Some(format!("{name}: offset 0: {why}"));
-            return check;
-        }
-    };
-    if header.sequence != sequence {
-        check.error = Some(format!("{name}: header names sequence {}", header.sequence));
-        return check;
-    }
-    let segment_bytes = header.segment_bytes;
-    let segment_start = sequence.saturating_mul(segment_bytes);
-    let len = check.bytes.min(segment_bytes);
-    let mut at = segment::SEGMENT_HEADER_BYTES;
-    while at < len {
-        let address = LssAddress::current(segment_start + at);
-        match lss_record::decode(address, &data[at as usize..len as usize]) {
-            Ok(record) => {
-                check.records += 1;
-                at += record.len() as u64;
-            }
-            Err(e) => {
-                let what = e.to_error(&dir.path().join(name), at, address).to_string();
-                if last && segment_start + at >= stable_end {
-                    check.torn = Some((at, check.bytes - at, what));
-                } else {
-                    check.error = Some(format!(
-                        "{name}: first bad record at offset {at} (below T {stable_end} or \
-                         before the last segment): {what}"
-                    ));
-                }
-                return check;
-            }
-        }
-    }
-    let end = segment_start + at;
-    // A full segment's end is the next one's start, whose header holds no record.
-    let end_records = if end.is_multiple_of(segment_bytes) {
-        end + segment::SEGMENT_HEADER_BYTES
-    } else {
-        end
-    };
-    if last && end_records < stable_end {
-        check.error = Some(format!(
-            "{name}: the LSS ends at offset {at} (address {end}), below T {stable_end} that the \
-             map checkpoint relies on"
-        ));
-        return check;
-    }
-    if last && check.bytes > len {
-        check.torn = Some((
-            len,
-            check.bytes - len,
-            "bytes past the segment's size".into(),
-        ));
-    }
-    check
-}
-
 /// Checks `DIR/lss/`: its map checkpoints (newest valid one used; a damaged one named, with
 /// whether the older is usable) and every segment record up to the stable end.
 fn check_map(lss: &dyn Dir) -> Result<MapCheck> {
@@ -379,7 +297,7 @@ fn check_map(lss: &dyn Dir) -> Result<MapCheck> {
         })
         .collect();
     // Recovery reads the newest valid one; the older kept one is its fallback.
-    let mut start = None;
+    let mut check_start = 0;
     let used = read.iter().position(|(_, _, r)| r.is_ok());
     for (i, (name, bytes, result)) in read.drain(..).enumerate() {
         let (content, error) = match result {
@@ -388,7 +306,7 @@ fn check_map(lss: &dyn Dir) -> Result<MapCheck> {
                     check.used = Some(name.clone());
                     check.rssp = c.rssp;
                     check.stable_end = c.stable_end.offset();
-                    start = Some(c.start.offset());
+                    check_start = c.start.offset();
                 }
                 let info = MapCheckpointInfo {
                     sequence: c.sequence,
@@ -442,53 +360,43 @@ fn check_map(lss: &dyn Dir) -> Result<MapCheck> {
             .errors
             .push("no valid map checkpoint: an open would fail".to_string());
     }
-    let mut sequences: Vec<u64> = names
-        .iter()
-        .filter_map(|n| segment::parse_segment_file_name(n))
-        .collect();
-    sequences.sort_unstable();
-    // S's segment: segment sizes are in every segment header (the first readable one).
-    check.start_segment = start.and_then(|s| {
-        sequences.iter().find_map(|&q| {
-            let mut head = vec![0u8; segment::SEGMENT_HEADER_BYTES as usize];
-            let file = lss.open(&segment::segment_file_name(q)).ok()?;
-            file.read_exact_at(0, &mut head).ok()?;
-            let h = segment::decode_header(&head).ok()?;
-            Some(s / h.segment_bytes.max(1))
-        })
-    });
-    let mut sequences: Vec<u64> = names
-        .iter()
-        .filter_map(|n| segment::parse_segment_file_name(n))
-        .collect();
-    sequences.sort_unstable();
-    // The cleaner removes segments below the kept checkpoints' S; from the segment of the
-    // used one's S on, recovery's scan reads every segment, so one missing there is damage.
-    let scan_from = check.start_segment;
-    if scan_from.is_some() && sequences.is_empty() {
-        check
-            .errors
-            .push("no LSS segment in lss/: the map checkpoint's pages are gone".to_string());
-    }
-    for (i, &sequence) in sequences.iter().enumerate() {
-        let prev = i.checked_sub(1).and_then(|p| sequences.get(p)).copied();
-        if let Some(missing) =
-            scan_from.filter(|&s| s < sequence && prev.is_none_or(|p| p + 1 < sequence))
-        {
-            let from = prev.map_or(missing, |p| (p + 1).max(missing));
-            check.errors.push(format!(
-                "LSS segments {} to {} missing (recovery scans from segment {missing}, the \
-                 map checkpoint's S)",
-                segment::segment_file_name(from),
-                segment::segment_file_name(sequence - 1),
-            ));
+    // Segments, the scan from S and the table check: forest-llama's read-only inspection,
+    // which reads every segment record with its decoders (never `Lss::open`, which cuts a
+    // torn tail).
+    // Its only errors: the directory cannot be listed, or a checkpoint of a newer format
+    // (which an open refuses too): reported, not a failed check.
+    let inspection = match forest_llama::inspect::inspect(lss) {
+        Ok(inspection) => inspection,
+        Err(e) => {
+            check.errors.push(format!("lss/ cannot be inspected: {e}"));
+            return Ok(check);
         }
-        let last = i + 1 == sequences.len();
-        let name = segment::segment_file_name(sequence);
-        check
-            .segments
-            .push(check_segment(lss, &name, sequence, last, check.stable_end));
+    };
+    check.start_segment = inspection
+        .segment_bytes
+        .filter(|_| check.used.is_some())
+        .map(|b| check_start / b.max(1));
+    check.segments = inspection
+        .segments
+        .iter()
+        .map(|u| SegmentCheck {
+            name: u.name.clone(),
+            bytes: u.bytes,
+            records: u.records,
+            torn: u.torn.clone(),
+            error: u.damage.clone(),
+        })
+        .collect();
+    check.errors.extend(inspection.missing.iter().cloned());
+    if check.used.is_some() {
+        check.errors.extend(inspection.scan_error.clone());
     }
+    check.table = inspection
+        .table_problems
+        .iter()
+        .chain(&inspection.chain_problems)
+        .cloned()
+        .collect();
     Ok(check)
 }
 
@@ -597,5 +505,52 @@ pub fn verify(dir: &dyn Dir, engine: Option<&str>) -> Result<VerifyReport> {
         other_files,
         recovery,
         map,
+    })
+}
+
+/// What [`inspect`] found: for a store whose bwtree lives in `DIR/lss/` with map checkpoints,
+/// forest-llama's read-only [`Inspection`](forest_llama::inspect::Inspection) of it; for any
+/// other store, its files (the data is in its logs and checkpoints).
+#[derive(Debug)]
+pub struct InspectReport {
+    pub engine_recorded: Option<String>,
+    pub meta_error: Option<String>,
+    /// Logs and checkpoints (full-store files), with their bytes.
+    pub files: Vec<(String, u64)>,
+    /// `DIR/lss/` exists without map checkpoints: an open discards it and replays the WAL.
+    pub lss_scratch: bool,
+    pub lss: Option<forest_llama::inspect::Inspection>,
+}
+
+/// Reads the store in `dir` without changing it, for `forest inspect` (segment use, pages,
+/// pieces per page). Takes the directory's lock as [`verify`] does. Errors: the lock is
+/// held, a file cannot be listed or read; damage is in the report.
+pub fn inspect(dir: &dyn Dir) -> Result<InspectReport> {
+    let _lock = dir.lock()?;
+    let (engine_recorded, meta_error) = match meta::read(dir) {
+        Ok(m) => (m.map(|m| m.engine), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    let mut files = Vec::new();
+    for name in dir.list()? {
+        if parse_log_name(&name).is_some() || checkpoint::parse_checkpoint_name(&name).is_some() {
+            let bytes = dir.open(&name)?.len()?;
+            files.push((name, bytes));
+        }
+    }
+    files.sort();
+    let lss_path = dir.path().join(crate::llama::LSS_DIR_NAME);
+    let (lss, lss_scratch) = if crate::llama::map_checkpointed(dir)? {
+        let lss = dir.subdir(crate::llama::LSS_DIR_NAME)?;
+        (Some(forest_llama::inspect::inspect(&*lss)?), false)
+    } else {
+        (None, lss_path.is_dir())
+    };
+    Ok(InspectReport {
+        engine_recorded,
+        meta_error,
+        files,
+        lss_scratch,
+        lss,
     })
 }

@@ -1,9 +1,11 @@
 //! The `forest` command line: `forest serve` ([`serve_cmd`]), `forest bench`, `forest
 //! engines` ([`engines_cmd`]), and the store
-//! commands `load`, `get`, `put`, `del`, `scan`, `check`, `checkpoint` ([`store_cmd`]).
+//! commands `load`, `get`, `put`, `del`, `scan`, `check`, `checkpoint` ([`store_cmd`]),
+//! `inspect` ([`inspect_cmd`]).
 //! Errors print as one line and exit with status 1.
 
 mod engines_cmd;
+mod inspect_cmd;
 mod serve_cmd;
 mod store_cmd;
 
@@ -54,7 +56,15 @@ enum Command {
     /// segment record's crc up to the stable end T (a torn tail above T is what an open cuts,
     /// not damage), and the WAL from the checkpoint's RSSP on (logs below it are deleted by
     /// design).
+    /// The checkpoint's mapping table is checked too: every entry names a piece chain that
+    /// decodes (each piece that PID's, ending at a page image, no piece shared by two PIDs).
     Check(store_cmd::CheckArgs),
+    /// Print a read-only picture of a store: for a bwtree store on map checkpoints the
+    /// checkpoint recovery uses (S, T, RSSP), each LSS segment's live and total bytes, the
+    /// pages an open leaves evicted or rebuilds resident and pieces per page; for any other
+    /// store its logs and checkpoints. Exit 1 on damage. Refuses a store that is open
+    /// elsewhere.
+    Inspect(inspect_cmd::InspectArgs),
     /// Write a checkpoint (and delete the logs and checkpoints it makes obsolete).
     Checkpoint(store_cmd::DirArgs),
     /// List every index engine with its capabilities and parameters (what each means and
@@ -77,6 +87,7 @@ fn main() {
         Command::Del(args) => store_cmd::del(args),
         Command::Scan(args) => store_cmd::scan(args),
         Command::Check(args) => store_cmd::check(args),
+        Command::Inspect(args) => inspect_cmd::inspect(args),
         Command::Checkpoint(args) => store_cmd::checkpoint(args),
         Command::Engines(args) => engines_cmd::engines(args),
     };

@@ -592,6 +592,9 @@ fn print_map(map: &MapCheck) {
     for e in &map.errors {
         println!("lss: {e}");
     }
+    for e in &map.table {
+        println!("mapping table: {e}");
+    }
     if map.used.is_some() {
         println!(
             "wal: checked from the rssp {} on (logs below it are deleted once a map checkpoint \

@@ -483,3 +483,116 @@ fn rev_evicting_a_dirty_page_consolidates_once() {
     }
     assert_eq!(ran, 1, "consolidations run by one eviction");
 }
+
+// Goal (session 18 review rev-lss2 F3): segments a recovering open keeps because it could
+// not read them (damaged, never cleaned) do not keep the LSS above its space target for good:
+// the checkpointer's rule (`map_checkpoint_would_let_clean`) on an idle reopened tree ends,
+// and then two more checkpoints and a cleaning pass write nothing. Before, the kept segments
+// counted in the total the target compares with live bytes, so the target was out of reach
+// and every segment the cleaner's relocations filled made the rule true again (an idle store
+// rewriting its live data for ever). Method: an earlier run overwrites 300 keys 10 times
+// with a checkpoint per round and no cleaning (16 KiB segments); close; find the segments
+// below S with no live piece (forest-llama `inspect`) and damage the first record of four of
+// them; reopen (the space map rebuilt, those segments kept); then checkpoint + clean while
+// the rule holds (at most 24 rounds).
+#[test]
+fn kept_damaged_segments_leave_the_space_target_reachable() {
+    let config = BwTreeConfig {
+        max_records_per_page: 8,
+        consolidate_threshold: 4,
+        read_consolidate_threshold: 4,
+        merge_threshold: 0,
+    };
+    // The checkpoints beside the segments, as the store keeps them (`DIR/lss`).
+    let lss_sim = SimDir::new(4401);
+    let lss_config = LssConfig {
+        segment_bytes: SEGMENT_BYTES,
+        buffer_bytes: 4 << 10,
+        buffer_count: 2,
+        writer_thread_count: 1,
+    };
+    let open = || {
+        let lss_dir: Arc<dyn Dir> = Arc::new(lss_sim.clone());
+        let (lss, checkpoints, map) = forest_llama::recover::open_recovering(
+            Arc::clone(&lss_dir),
+            lss_config.clone(),
+            lss_dir,
+        )
+        .unwrap();
+        let tree = BwTree::open_recovered(config.clone(), Arc::new(lss), &map, None).unwrap();
+        tree.use_map_checkpoints(Arc::new(checkpoints)).unwrap();
+        (tree, map)
+    };
+    let (tree, _) = open();
+    for round in 0..10u32 {
+        for i in 0..300u32 {
+            tree.upsert(&key(i), &value(i, round)).unwrap();
+        }
+        common::flush_all(&tree);
+        tree.take_map_checkpoint(0).unwrap();
+    }
+    let lss = Arc::clone(tree.lss().unwrap());
+    drop(tree);
+    Arc::into_inner(lss).unwrap().close().unwrap();
+
+    let seen = forest_llama::inspect::inspect(&lss_sim).unwrap();
+    assert!(seen.problems().is_empty(), "{:?}", seen.problems());
+    let start = seen.checkpoint.as_ref().unwrap().1.start.offset();
+    let dead: Vec<u64> = seen
+        .segments
+        .iter()
+        .filter(|s| s.live_pieces == 0 && (s.sequence + 1) * SEGMENT_BYTES <= start)
+        .map(|s| s.sequence)
+        .take(4)
+        .collect();
+    assert_eq!(dead.len(), 4, "dead segments below S: {:?}", seen.segments);
+    for &s in &dead {
+        let name = forest_llama::lss::segment::segment_file_name(s);
+        // Inside the first record (the segment header is 64 bytes).
+        assert!(lss_sim.damage(&name, |bytes| bytes[100] ^= 0x40));
+    }
+
+    let (tree, map) = open();
+    let kept: Vec<u64> = map
+        .space
+        .as_ref()
+        .unwrap()
+        .damaged
+        .iter()
+        .map(|d| d.0)
+        .collect();
+    assert_eq!(kept, dead, "the damaged segments are kept");
+    let lss = Arc::clone(tree.lss().unwrap());
+    let factor = forest_bwtree::clean::LSS_SPACE_FACTOR_DEFAULT;
+    let mut rounds = 0;
+    while tree.map_checkpoint_would_let_clean() {
+        rounds += 1;
+        assert!(
+            rounds <= 24,
+            "no end: {} bytes for {} live, {} of them in the {} kept segments",
+            lss.total_bytes(),
+            lss.live_bytes(),
+            dead.len() as u64 * SEGMENT_BYTES,
+            dead.len()
+        );
+        tree.take_map_checkpoint(0).unwrap();
+        tree.clean_to_target().unwrap();
+    }
+    assert!(!forest_llama::clean::above_target(&lss, factor));
+    let written = lss.stats().bytes_written;
+    for _ in 0..2 {
+        tree.take_map_checkpoint(0).unwrap();
+    }
+    tree.clean_to_target().unwrap();
+    assert!(!tree.map_checkpoint_would_let_clean());
+    assert_eq!(
+        lss.stats().bytes_written,
+        written,
+        "at the target nothing moves"
+    );
+    for i in 0..300u32 {
+        assert_eq!(tree.try_get(&key(i)).unwrap(), Some(value(i, 9)));
+    }
+    drop(tree);
+    Arc::into_inner(lss).unwrap().close().unwrap();
+}

@@ -724,6 +724,13 @@ impl Lss {
         self.shared.space.lock().written_bytes(hi)
     }
 
+    /// The segments a recovering open kept because it could not read them (never cleaned):
+    /// (their bytes, the live bytes in them), both inside [`Self::total_bytes`] and
+    /// [`Self::live_bytes`].
+    pub fn kept_bytes(&self) -> (u64, u64) {
+        self.shared.space.lock().kept_bytes()
+    }
+
     /// Live bytes in segment `sequence`.
     pub fn segment_live_bytes(&self, sequence: u64) -> u64 {
         self.shared.space.lock().live_bytes(sequence)

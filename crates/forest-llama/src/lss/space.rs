@@ -255,6 +255,14 @@ impl SpaceMap {
             .saturating_sub(self.removed_count * self.segment_bytes)
     }
 
+    /// The segments recovery kept (damaged, never cleaned): their bytes (whole segments) and
+    /// the live bytes in them, which the space target counts out (`crate::clean`
+    /// `above_target`).
+    pub(crate) fn kept_bytes(&self) -> (u64, u64) {
+        let live = self.kept.iter().map(|&s| self.live_bytes(s)).sum();
+        (self.kept.len() as u64 * self.segment_bytes, live)
+    }
+
     pub(crate) fn removed_count(&self) -> usize {
         usize::try_from(self.removed_count).unwrap_or(usize::MAX)
     }
@@ -371,12 +379,20 @@ mod tests {
     }
 
     // Goal (rev-smo2 F3): a segment recovery could not read whole is kept: never a
-    // candidate, the others tracked. Method: segments 0..3 present, 1 kept.
+    // candidate, the others tracked; its bytes and live bytes are told apart for the space
+    // target (rev-lss2 F3). Method: segments 0..3 present, 1 kept with a live piece.
     #[test]
     fn kept_segments_are_never_candidates() {
         let mut map = SpaceMap::new(1000, 3000);
-        map.track_recovered(0, &|_| true, &BTreeSet::from([1]), [(7, 100, 40)]);
+        map.track_recovered(
+            0,
+            &|_| true,
+            &BTreeSet::from([1]),
+            [(7, 100, 40), (8, 1100, 30)],
+        );
         assert_eq!(map.candidates(3), vec![(0, 40), (2, 0)]);
+        assert_eq!(map.kept_bytes(), (1000, 30));
+        assert_eq!(map.live_total(), 70);
     }
 }
 

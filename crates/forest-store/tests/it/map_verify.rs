@@ -168,3 +168,27 @@ fn missing_wal_file_above_rssp_is_reported() {
         "missing {victim} not reported: {problems:?}"
     );
 }
+
+// Goal: a newest map checkpoint of a newer format version (which an open refuses) is a
+// reported problem, not a failed check: the table check's inspection cannot read the LSS and
+// says so. Method: set the newest `map-<seq>`'s version field (bytes 8..12) to 99 and re-seal
+// its header crc (bytes 76..80, crc32c of 0..76), verify.
+#[test]
+fn a_newer_map_checkpoint_version_is_reported() {
+    let (_tmp, path) = map_store(true);
+    let lss = path.join("lss");
+    let maps = names(&lss, |n| n.starts_with("map-") && !n.contains('.'));
+    let newest = lss.join(&maps[1]);
+    let mut bytes = std::fs::read(&newest).expect("read");
+    bytes[8..12].copy_from_slice(&99u32.to_le_bytes());
+    let crc = crc32c::crc32c(&bytes[..76]);
+    bytes[76..80].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&newest, &bytes).expect("write");
+    let problems = verify(&path).problems();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("lss/ cannot be inspected") && p.contains("version")),
+        "{problems:?}"
+    );
+}

@@ -3,6 +3,9 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use forest_llama::checkpoint;
+use forest_llama::lss::LssAddress;
+
 fn forest(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_forest"))
         .args(args)
@@ -278,24 +281,18 @@ fn engine_specs_are_recorded_and_conflicts_refused() {
     assert!(list.contains("skiplist"), "{list}");
 }
 
-// Goal: `forest check` on a store whose bwtree recovers from map checkpoints (issue 17):
-// OK after its WAL below the RSSP was deleted; a flipped byte in an LSS segment is named
-// with a non-zero exit. Method: a store on bwtree with a 64 KiB budget and map checkpoints,
-// three checkpoints (the first logs are deleted), close; check; flip a byte in the middle
-// of the first segment; check again.
-#[test]
-fn check_a_store_on_map_checkpoints() {
+/// A closed bwtree store on map checkpoints (issue 17) in `dir`: a 64 KiB budget, a map
+/// checkpoint every 96 KiB of WAL, three rounds of 1500 upserts each ending in a checkpoint
+/// (the first logs are deleted).
+fn map_store(dir: &Path) {
     use forest_store::{file::OsDir, Store, StoreOptions};
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("store");
     let options = StoreOptions {
         engine: Some("bwtree".into()),
         memory_budget_bytes: Some(64 << 10),
         ..StoreOptions::default()
     };
-    let store =
-        Store::open_with_map_checkpoints(OsDir::open(&dir).expect("dir"), options, 96 << 10)
-            .expect("open");
+    let store = Store::open_with_map_checkpoints(OsDir::open(dir).expect("dir"), options, 96 << 10)
+        .expect("open");
     for round in 0..3u32 {
         for i in 0..1500u32 {
             let value = format!("{round:04}-{i:0160}");
@@ -306,17 +303,35 @@ fn check_a_store_on_map_checkpoints() {
         store.checkpoint().expect("checkpoint");
     }
     store.close().expect("close");
+}
+
+/// The names in `dir` that `keep` accepts, sorted.
+fn names(dir: &Path, keep: impl Fn(&str) -> bool) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| keep(n))
+        .collect();
+    names.sort();
+    names
+}
+
+// Goal: `forest check` on a store whose bwtree recovers from map checkpoints (issue 17):
+// OK after its WAL below the RSSP was deleted; a flipped byte in an LSS segment is named
+// with a non-zero exit. Method: `map_store`; check; flip a byte in the middle of the first
+// segment; check again.
+#[test]
+fn check_a_store_on_map_checkpoints() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("store");
+    map_store(&dir);
     let out = ok(&["check", path(&dir)]);
     assert!(out.contains("(recovery starts here)"), "{out}");
     assert!(out.contains("wal: checked from the rssp"), "{out}");
     assert!(!out.contains("LOST"), "{out}");
+    assert!(!out.contains("mapping table:"), "{out}");
     let lss = dir.join("lss");
-    let mut segments: Vec<String> = std::fs::read_dir(&lss)
-        .expect("read_dir")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".seg"))
-        .collect();
-    segments.sort();
+    let segments = names(&lss, |n| n.ends_with(".seg"));
     let first = lss.join(&segments[0]);
     let mut bytes = std::fs::read(&first).expect("read");
     let middle = bytes.len() / 2;
@@ -326,5 +341,215 @@ fn check_a_store_on_map_checkpoints() {
     assert!(
         err.contains(&segments[0]) && err.contains("first bad record at offset"),
         "{err}"
+    );
+}
+
+/// The numbers of `forest inspect`'s line that starts with `prefix`, in order.
+fn numbers_of(out: &str, prefix: &str) -> Vec<f64> {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line {prefix:?} in {out}"));
+    line[prefix.len()..]
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter_map(|w| w.trim_matches('.').parse().ok())
+        .collect()
+}
+
+// Goal: `forest inspect` on a bwtree store with map checkpoints prints the checkpoint used
+// (S, T, RSSP), each segment's live / total bytes (summing to the LSS's), evicted and
+// resident pages and pieces per page, exit 0; on a default-engine store it says there is
+// no LSS; `--help` describes it; a missing directory is one line, exit 1. Method:
+// `map_store`, inspect, parse the lines.
+#[test]
+fn inspect_a_store_on_map_checkpoints() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("store");
+    map_store(&dir);
+    let out = ok(&["inspect", path(&dir)]);
+    assert!(out.contains("(recovery starts here)"), "{out}");
+    assert!(
+        out.contains(", rssp ") && out.contains(", S ") && out.contains(", T "),
+        "{out}"
+    );
+    assert!(!out.contains("PROBLEM"), "{out}");
+    let segment_live: f64 = out
+        .lines()
+        .filter(|l| l.starts_with("segment lss/"))
+        .map(|l| numbers_of(l, "segment lss/")[4])
+        .sum();
+    let lss = numbers_of(&out, "lss: ");
+    assert!(lss[1] > 0.0 && lss[2] > 0.0 && lss[2] <= lss[1], "{out}");
+    assert_eq!(
+        segment_live, lss[2],
+        "segments' live bytes sum to the LSS's: {out}"
+    );
+    let pages = numbers_of(&out, "pages at open: ");
+    assert!(pages[0] > 2.0, "most pages are evicted at open: {out}");
+    let histogram = numbers_of(&out, "pieces per page (pieces: pages): ");
+    let counted: f64 = histogram.iter().skip(1).step_by(2).sum();
+    assert_eq!(
+        counted,
+        pages[0] + pages[1],
+        "every page in the histogram: {out}"
+    );
+
+    let plain = tmp.path().join("plain");
+    ok(&["put", path(&plain), "k", "v"]);
+    let out = ok(&["inspect", path(&plain)]);
+    assert!(
+        out.contains("engine recorded: masstree") && out.contains("no LSS"),
+        "{out}"
+    );
+    let help = ok(&["inspect", "--help"]);
+    assert!(
+        help.contains("segment") && help.contains("pieces per page"),
+        "{help}"
+    );
+    let err = fails(&["inspect", path(&tmp.path().join("none"))]);
+    assert!(err.contains("no such store directory"), "{err}");
+}
+
+// Goal: `forest inspect` names damage with a non-zero exit and never panics: a flipped byte
+// in a segment (file and offset), a damaged newest map checkpoint (named; the older is
+// used), every map checkpoint damaged (named; the segments still listed), a missing
+// segment. Method: `map_store`, damage one file at a time, inspect.
+#[test]
+fn inspect_names_damage() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("store");
+    map_store(&dir);
+    let lss = dir.join("lss");
+    let segments = names(&lss, |n| n.ends_with(".seg"));
+    let checkpoints = names(&lss, |n| n.starts_with("map-") && !n.contains('.'));
+    assert_eq!(checkpoints.len(), 2, "{checkpoints:?}");
+    let flip = |name: &str, at: fn(usize) -> usize| {
+        let file = lss.join(name);
+        let mut bytes = std::fs::read(&file).expect("read");
+        let i = at(bytes.len());
+        bytes[i] ^= 0x5a;
+        std::fs::write(&file, &bytes).expect("write");
+    };
+
+    flip(&checkpoints[1], |len| len / 2);
+    let err = fails(&["inspect", path(&dir)]);
+    assert!(
+        err.contains(&checkpoints[1]) && err.contains("damaged"),
+        "{err}"
+    );
+    let out = forest(&["inspect", path(&dir)]);
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.contains(&format!("lss/{} (recovery starts here)", checkpoints[0])),
+        "{out}"
+    );
+
+    flip(&checkpoints[0], |len| len / 2);
+    let err = fails(&["inspect", path(&dir)]);
+    assert!(err.contains("no valid map checkpoint"), "{err}");
+    let out = forest(&["inspect", path(&dir)]);
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.contains(&format!("segment lss/{}", segments[0])),
+        "{out}"
+    );
+    flip(&checkpoints[0], |len| len / 2);
+    flip(&checkpoints[1], |len| len / 2);
+    ok(&["inspect", path(&dir)]);
+
+    flip(&segments[0], |len| len / 2);
+    let err = fails(&["inspect", path(&dir)]);
+    assert!(
+        err.contains(&segments[0]) && err.contains("first bad record at offset"),
+        "{err}"
+    );
+    flip(&segments[0], |len| len / 2);
+    ok(&["inspect", path(&dir)]);
+
+    // The segment holding S (the last) gone: the only one, or the LSS now ends below T.
+    std::fs::remove_file(lss.join(segments.last().expect("a segment"))).expect("remove");
+    let err = fails(&["inspect", path(&dir)]);
+    assert!(
+        err.contains("no LSS segment") || err.contains("below T"),
+        "{err}"
+    );
+}
+
+/// Rewrites `lss/map-…` `name` with its entries changed by `change`, re-sealed (its crc
+/// matches): damage the crc cannot catch.
+fn rewrite_map_checkpoint(file: &Path, change: impl FnOnce(&mut Vec<(u64, LssAddress)>)) {
+    let bytes = std::fs::read(file).expect("read");
+    let mut checkpoint = checkpoint::decode(file, &bytes).expect("a valid checkpoint");
+    change(&mut checkpoint.entries);
+    std::fs::write(file, checkpoint.encode()).expect("write");
+}
+
+// Goal: `forest check`'s table check (issue 17): an entry of the newest map checkpoint that
+// names another page's piece, or an address where no record begins, or a piece whose bytes
+// were damaged, is reported with the checkpoint, PID, segment file and offset, exit 1; the
+// undamaged store reports none. Method: `map_store`; rewrite the newest checkpoint's entries
+// with a valid crc (PID a names b's piece; PID c an address 8 bytes into its piece); check;
+// restore, flip a byte inside PID d's piece; check.
+#[test]
+fn check_reports_mapping_table_entries_that_name_no_valid_chain() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("store");
+    map_store(&dir);
+    let lss = dir.join("lss");
+    let newest = names(&lss, |n| n.starts_with("map-") && !n.contains('.'))
+        .pop()
+        .expect("a map checkpoint");
+    let file = lss.join(&newest);
+    let original = std::fs::read(&file).expect("read");
+    let entries = checkpoint::decode(&file, &original).expect("valid").entries;
+    assert!(entries.len() > 4, "{entries:?}");
+    let (a, b, c) = (entries[0], entries[1], entries[2]);
+    rewrite_map_checkpoint(&file, |e| {
+        e[0].1 = b.1;
+        e[2].1 = LssAddress::current(c.1.offset() + 8);
+    });
+    let out = forest(&["check", path(&dir)]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let table: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("mapping table: "))
+        .collect();
+    assert_eq!(table.len(), 2, "{stdout}");
+    let shared = format!("PID {}: its chain from address {}", a.0, b.1);
+    assert!(
+        table[0].contains(&newest)
+            && table[0].contains(&shared)
+            && table[0].contains(".seg offset ")
+            && table[0].contains(&format!("a piece of page {}", b.0)),
+        "{stdout}"
+    );
+    assert!(
+        table[1].contains(&format!("PID {}:", c.0)) && table[1].contains(".seg offset "),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains(&shared) && stderr.contains("2 problem(s)"),
+        "{stderr}"
+    );
+
+    std::fs::write(&file, &original).expect("restore");
+    ok(&["check", path(&dir)]);
+    let d = entries[3];
+    let segment_bytes = numbers_of(&ok(&["inspect", path(&dir)]), "segment size: ")[0] as u64;
+    let segment = lss.join(format!("lss-{:016x}.seg", d.1.offset() / segment_bytes));
+    let mut bytes = std::fs::read(&segment).expect("read");
+    // Inside the piece's payload, past its 48-byte header.
+    bytes[(d.1.offset() % segment_bytes) as usize + 60] ^= 0x5a;
+    std::fs::write(&segment, &bytes).expect("write");
+    let out = forest(&["check", path(&dir)]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.lines().any(|l| l.starts_with("mapping table: ")
+            && l.contains(&format!("PID {}: its chain", d.0))
+            && l.contains("bad checksum")),
+        "{stdout}"
     );
 }
