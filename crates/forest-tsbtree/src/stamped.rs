@@ -55,6 +55,10 @@ impl TsbTree {
 
     /// Creates the version `(key, ts)` (see the module doc); false when it was there.
     pub fn put_version(&self, key: &[u8], ts: Timestamp, value: Option<&[u8]>) -> Result<bool> {
+        self.catching(|| self.put_version_here(key, ts, value))?
+    }
+
+    fn put_version_here(&self, key: &[u8], ts: Timestamp, value: Option<&[u8]>) -> Result<bool> {
         match value {
             Some(v) => check_entry(key, v)?,
             None => check_key(key)?,
