@@ -23,8 +23,9 @@
 //! with no version in the base above the flush's limit (else it is *held*, and stays). A
 //! current page with other deltas is consolidated first (the flush delta does not survive a
 //! consolidation: the next flush writes a new image). Historical pages never change after
-//! their time split (§IV-A2), so they are flushed once and are the first candidates: the
-//! clock's first turn takes only them, then current leaves, then any page.
+//! their time split (§IV-A2), so they are flushed once and are the first candidates: taken
+//! from a list (pushed at a time split's commit and at a load), before the clock turns over
+//! current leaves, then any page. One Mk-Stable per batch of up to 32 candidates.
 //!
 //! **Budget.** In resident pages (PIDs whose word holds a memory state), not bytes:
 //! `live PIDs − evicted PIDs`, counted at swap-out, load and free. A free racing a load of
