@@ -46,10 +46,12 @@ impl TsbTree {
     /// Errors: `ts` below the retention threshold (discarded).
     pub fn has_version(&self, key: &[u8], ts: Timestamp) -> Result<bool> {
         let mut found = false;
-        self.history_of(key, ts, ts, forest_core::Order::Ascending, &mut |_, _| {
-            found = true;
-            std::ops::ControlFlow::Break(())
-        })?;
+        self.catching(|| {
+            self.history_of(key, ts, ts, forest_core::Order::Ascending, &mut |_, _| {
+                found = true;
+                std::ops::ControlFlow::Break(())
+            })
+        })??;
         Ok(found)
     }
 
