@@ -8,7 +8,7 @@ use forest_core::Result;
 use forest_llama::Pid;
 
 use crate::as_of::{self, Locate, Route, Target};
-use crate::node::{self, Kind, Node, Term};
+use crate::node::{Kind, Node, Term};
 use crate::page;
 use crate::TsbTree;
 
@@ -24,7 +24,7 @@ impl TsbTree {
     pub(crate) fn root<'g>(&self, guard: &'g Guard) -> (Pid, Shared<'g, Node>, &'g Node) {
         loop {
             let pid = self.root_pid();
-            if let Some((state, head)) = node::read(&self.table, pid, guard) {
+            if let Some((state, head)) = self.read_node(pid, guard) {
                 return (pid, state, head);
             }
         }
@@ -74,7 +74,7 @@ impl TsbTree {
     /// retention after the read checked the threshold (the epoch keeps its PID from reuse
     /// until the read unpins), so the read is refused.
     pub(crate) fn read_as_of<'g>(&self, pid: Pid, t: u64, guard: &'g Guard) -> Result<&'g Node> {
-        match node::read(&self.table, pid, guard) {
+        match self.read_node(pid, guard) {
             Some((_, head)) => Ok(head),
             None => {
                 self.check_retained(t)?;
@@ -86,7 +86,7 @@ impl TsbTree {
     /// A PID reached through a term or link: it always holds a state (pages are only freed
     /// when a split fails, before anyone could link to them).
     pub(crate) fn read_live<'g>(&self, pid: Pid, guard: &'g Guard) -> &'g Node {
-        node::read(&self.table, pid, guard)
+        self.read_node(pid, guard)
             .unwrap_or_else(|| panic!("pid {pid} is linked but holds no state"))
             .1
     }
@@ -112,7 +112,7 @@ impl TsbTree {
                         }
                         Route::History(_) => unreachable!("the current time is after every start"),
                     }
-                    let Some((s, h)) = node::read(&self.table, pid, guard) else {
+                    let Some((s, h)) = self.read_node(pid, guard) else {
                         continue 'restart;
                     };
                     (state, head) = (s, h);
@@ -186,7 +186,7 @@ impl TsbTree {
                     continue 'restart; // not reached: the current time is after every start
                 };
                 pid = term.pid;
-                let Some((s, h)) = node::read(&self.table, pid, guard) else {
+                let Some((s, h)) = self.read_node(pid, guard) else {
                     continue 'restart;
                 };
                 (state, head) = (s, h);

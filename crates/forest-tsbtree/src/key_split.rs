@@ -32,7 +32,7 @@ use crossbeam_epoch::Guard;
 use forest_llama::Pid;
 
 use crate::as_of::{self, Target};
-use crate::node::{self, IndexBase, Kind, LeafBase, Node, Term, INFINITY};
+use crate::node::{IndexBase, Kind, LeafBase, Node, Term, INFINITY};
 use crate::page::{self, LeafView};
 use crate::split_list::KeySplitOrigin;
 use crate::version::{self, Record};
@@ -103,7 +103,7 @@ impl TsbTree {
             at,
         );
         if self.table.update_d(pid, state, delta, guard).is_err() {
-            self.table.free(q, guard);
+            self.free_page(q, guard);
             self.stats.failed_splits.incr();
             return false;
         }
@@ -116,7 +116,7 @@ impl TsbTree {
 
     /// Key-splits index page `pid` at its middle key. Returns whether it did.
     pub(crate) fn key_split_index(&self, pid: Pid, guard: &Guard) -> bool {
-        let Some((state, head)) = node::read(&self.table, pid, guard) else {
+        let Some((state, head)) = self.read_node(pid, guard) else {
             return false;
         };
         let view = page::index_view(head);
@@ -170,7 +170,7 @@ impl TsbTree {
             at,
         );
         if self.table.update_d(pid, state, delta, guard).is_err() {
-            self.table.free(q, guard);
+            self.free_page(q, guard);
             self.stats.failed_splits.incr();
             return false;
         }
@@ -246,7 +246,7 @@ impl TsbTree {
     ) -> bool {
         let mut pid = left;
         loop {
-            let Some((_, head)) = node::read(&self.table, pid, guard) else {
+            let Some((_, head)) = self.read_node(pid, guard) else {
                 return false;
             };
             match crate::descend::current_split(head) {
@@ -270,7 +270,7 @@ impl TsbTree {
         right_start: u64,
         guard: &Guard,
     ) -> bool {
-        let (left_start, left_history) = match node::read(&self.table, left, guard) {
+        let (left_start, left_history) = match self.read_node(left, guard) {
             Some((_, head)) => time_range_start(head),
             None => (0, None),
         };
@@ -330,7 +330,7 @@ impl TsbTree {
         if self.swap_root(old, pid) {
             true
         } else {
-            self.table.free(pid, guard);
+            self.free_page(pid, guard);
             false
         }
     }
@@ -338,7 +338,7 @@ impl TsbTree {
     /// After a term was posted on index page `pid`: splits it when it is too full (by time or
     /// key, `time_split.rs`), else consolidates it (index pages are read by every search).
     pub(crate) fn after_post(&self, pid: Pid, guard: &Guard) {
-        let Some((state, head)) = node::read(&self.table, pid, guard) else {
+        let Some((state, head)) = self.read_node(pid, guard) else {
             return;
         };
         if head.record_count as usize > self.config.max_index_entries {

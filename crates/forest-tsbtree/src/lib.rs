@@ -17,6 +17,8 @@
 //! | `export.rs` | §V-C the versions reads from a time on need (a store's temporal checkpoint) |
 //! | `stamped.rs` | versions at a given timestamp: a store's writes and their redo, idempotent |
 //! | `retention.rs` | §V-C (1) in memory: a retention threshold; historical pages before it freed, their PIDs reused; stale terms never followed |
+//! | `marshal.rs` | §II-D, Bw-tree §V-B page marshalling: leaf and index images, split pieces, crc32c (docs/FORMAT.md) |
+//! | `storage.rs` | LSS-C (§II-C Read, §II-D Flush, Bw-tree §V-B): flush of whole images under the flush limit, eviction under a page budget (historical pages first), loading evicted pages |
 //! | forest-llama | §II-B mapping table; §II-C Allocate, Free, Read, Update-D, Update-R; epochs |
 //!
 //! Choices the paper leaves open or contradicts (each argued in its module):
@@ -50,19 +52,23 @@
 //! ([`TemporalIndex::set_in_flight`]), and leaves time-split below the oldest
 //! (`time_split.rs`).
 //!
-//! Not built yet (later increments of issue 18): LSS-C / LSS-H, migration, archive GC (retention frees in-memory historical pages, `retention.rs`).
+//! On LSS-C (`storage.rs`, session 19): flush, eviction and Read of evicted pages. Not built
+//! yet (later increments of issue 18): incremental pieces, recovery from LSS-C, LSS-H,
+//! migration, archive GC (retention frees in-memory historical pages, `retention.rs`).
 
 mod as_of;
 mod descend;
 mod export;
 mod history;
 mod key_split;
+mod marshal;
 mod node;
 mod page;
 mod retention;
 mod scan;
 mod split_list;
 mod stamped;
+mod storage;
 mod time_split;
 mod version;
 
@@ -82,6 +88,7 @@ use crate::as_of::Target;
 use crate::node::{Kind, LeafBase, Node, INFINITY};
 use crate::version::{Clock, Record};
 
+pub use storage::TsbFlush;
 pub use time_split::{split_versions_pub as split_versions, SplitOutcome, Version};
 
 /// Tuning of a [`TsbTree`].
@@ -132,8 +139,19 @@ pub mod counter_names {
     pub const STALE_TERMS_REFUSED: &str = "stale_terms_refused";
     /// The retention threshold.
     pub const RETENTION: &str = "retention";
-    /// Pages in the mapping table (current and historical, leaf and index).
+    /// Pages in memory (current and historical, leaf and index); on LSS-C, evicted ones
+    /// are not counted (`storage.rs`).
     pub const LIVE_PAGES: &str = "live_pages";
+    /// On LSS-C (`storage.rs`): pages swapped out.
+    pub const EVICTIONS: &str = "evictions";
+    /// On LSS-C: evicted pages read back and installed.
+    pub const LOADS: &str = "loads";
+    /// On LSS-C: loads whose install lost to another thread's.
+    pub const LOAD_RACES: &str = "load_races";
+    /// On LSS-C: page images written by flushes that won their CAS.
+    pub const FLUSHES: &str = "flushes";
+    /// On LSS-C: pages whose state is in memory.
+    pub const RESIDENT_PAGES: &str = "resident_pages";
 }
 
 #[derive(Default)]
@@ -172,6 +190,10 @@ pub struct TsbTree {
     retire_queue: retention::RetireQueue,
     /// §IV-B1: a store's timestamps taken and not yet applied (`time_split.rs`).
     in_flight: std::sync::OnceLock<std::sync::Arc<dyn InFlight>>,
+    /// LSS-C and the page budget, for a tree built [`TsbTree::with_lss`] (`storage.rs`).
+    storage: Option<storage::Storage>,
+    /// Versions above this timestamp are held back from flushes; 0: none set (`storage.rs`).
+    flush_limit: AtomicU64,
 }
 
 /// What a write does.
@@ -249,6 +271,8 @@ impl TsbTree {
             retention: AtomicU64::new(0),
             retire_queue: retention::RetireQueue::default(),
             in_flight: std::sync::OnceLock::new(),
+            storage: None,
+            flush_limit: AtomicU64::new(0),
         }
     }
 
@@ -278,20 +302,20 @@ impl TsbTree {
     pub fn upsert_ts(&self, key: &[u8], value: &[u8]) -> Result<Timestamp> {
         check_entry(key, value)?;
         Ok(self
-            .write(key, Write::Upsert(value))
+            .catching(|| self.write(key, Write::Upsert(value)))?
             .expect("an upsert always writes"))
     }
 
     /// Insert-if-absent returning the version's timestamp (None: present, nothing written).
     pub fn insert_ts(&self, key: &[u8], value: &[u8]) -> Result<Option<Timestamp>> {
         check_entry(key, value)?;
-        Ok(self.write(key, Write::Insert(value)))
+        self.catching(|| self.write(key, Write::Insert(value)))
     }
 
     /// Update-if-present returning the version's timestamp (None: absent, nothing written).
     pub fn update_ts(&self, key: &[u8], value: &[u8]) -> Result<Option<Timestamp>> {
         check_entry(key, value)?;
-        Ok(self.write(key, Write::Update(value)))
+        self.catching(|| self.write(key, Write::Update(value)))
     }
 
     /// Remove returning the tombstone's timestamp (None: absent, nothing written).
@@ -299,7 +323,7 @@ impl TsbTree {
         if key.len() > KEY_BYTES_MAX {
             return None; // no such key can have been written
         }
-        self.write(key, Write::Remove)
+        self.catching_or(None, || self.write(key, Write::Remove))
     }
 
     /// One write: find the current leaf, decide from its state, take a timestamp, CAS a
@@ -346,11 +370,11 @@ impl TsbTree {
             let pct = self.config.time_split_percent as usize;
             if historical * 100 >= max * pct {
                 if let Some(current) = self.time_split_leaf(pid, head, state, &view, guard) {
-                    if let Some((state, head)) = node::read(&self.table, pid, guard) {
+                    if let Some((state, head)) = self.read_node(pid, guard) {
                         self.consolidate(pid, state, head, guard);
                     }
                     if current * 100 > max * (100 - pct) {
-                        if let Some((state, head)) = node::read(&self.table, pid, guard) {
+                        if let Some((state, head)) = self.read_node(pid, guard) {
                             let view = page::leaf_view(head);
                             self.key_split_leaf(pid, head, state, &view, guard);
                         }
@@ -442,6 +466,11 @@ impl TsbTree {
     /// (terms and links that retention's threshold has passed are not followed).
     /// Returns the pages' sizes, or the first breach found.
     pub fn check_structure(&self) -> std::result::Result<Structure, String> {
+        self.catching(|| self.check_structure_inner())
+            .map_err(|e| e.to_string())?
+    }
+
+    fn check_structure_inner(&self) -> std::result::Result<Structure, String> {
         let guard = &crossbeam_epoch::pin();
         let mut shape = Structure::default();
         let mut breach = None;
@@ -470,7 +499,8 @@ impl TsbTree {
                         if retention::term_end(&view.entries, i, view.end) <= retained {
                             continue; // its page may be freed, its PID reused (retention.rs)
                         }
-                        let current = node::read(&self.table, e.pid, guard)
+                        let current = self
+                            .read_node(e.pid, guard)
                             .is_some_and(|(_, child)| !page::is_historical(child));
                         if current {
                             breach = Some(format!(
@@ -497,7 +527,7 @@ impl TsbTree {
                 ));
             }
             if let Some(h) = history.filter(|_| start > self.retention_threshold()) {
-                match node::read(&self.table, h, guard) {
+                match self.read_node(h, guard) {
                     Some((_, old)) if old.level == head.level && page::is_historical(old) => {
                         let (_, old_end) = page::time_range(old);
                         if old_end != start {
@@ -525,6 +555,10 @@ impl TsbTree {
     /// The start times of the current pages on `key`'s path now, root first, leaf last (for
     /// tests: which pages time-split, and when).
     pub fn path_starts(&self, key: &[u8]) -> Vec<Timestamp> {
+        self.catching_or(Vec::new(), || self.path_starts_inner(key))
+    }
+
+    fn path_starts_inner(&self, key: &[u8]) -> Vec<Timestamp> {
         let guard = &crossbeam_epoch::pin();
         let (_, _, mut head) = self.root(guard);
         let mut starts = Vec::new();
@@ -558,7 +592,9 @@ impl Index for TsbTree {
 
     fn get(&self, key: &[u8], out: &mut Vec<u8>) -> bool {
         // The current time is never below the threshold: never refused.
-        matches!(self.get_at(key, u64::MAX, out), Ok(true))
+        self.catching_or(false, || {
+            matches!(self.get_at(key, u64::MAX, out), Ok(true))
+        })
     }
 
     fn insert(&self, key: &[u8], value: &[u8]) -> Result<bool> {
@@ -585,7 +621,9 @@ impl Index for TsbTree {
         visit: &mut Visitor<'_>,
     ) {
         // The current time is never below the threshold: never refused.
-        let _ = self.scan_at(lower, upper, order, u64::MAX, visit);
+        self.catching_or((), || {
+            let _ = self.scan_at(lower, upper, order, u64::MAX, visit);
+        });
     }
 
     fn as_temporal(&self) -> Option<&dyn TemporalIndex> {
@@ -622,17 +660,24 @@ impl Index for TsbTree {
                 return;
             }
             stats.leaf_node_count += 1;
-            let live = view
-                .records
-                .iter()
-                .enumerate()
-                .filter(|(i, r)| {
-                    r.value.is_some() && view.records.get(i + 1).is_none_or(|n| n.key != r.key)
-                })
-                .count();
-            stats.key_count += live as u64;
+            stats.key_count += version::live_count(&view.records) as u64;
         });
-        stats.height = self.root(guard).2.level + 1;
+        // Evicted pages, read from LSS-C without loading them (`storage.rs`).
+        for (level, historical, records) in self.evicted_pages() {
+            if level > 0 {
+                stats.inner_node_count += 1;
+                historical_index_pages += u64::from(historical);
+                continue;
+            }
+            versions += records.len() as u64;
+            if historical {
+                historical_pages += 1;
+            } else {
+                stats.leaf_node_count += 1;
+                stats.key_count += version::live_count(&records) as u64;
+            }
+        }
+        stats.height = self.catching_or(0, || self.root(guard).2.level + 1);
         let s = &self.stats;
         stats.counters = vec![
             (names::CAS_ATTEMPTS, s.cas_attempts.get()),
@@ -668,6 +713,7 @@ impl Index for TsbTree {
                 self.split_lists.iter().map(|l| l.counts().0 as u64).sum(),
             ),
         ];
+        stats.counters.extend(self.storage_counters());
         stats
     }
 }
@@ -678,7 +724,7 @@ impl TemporalIndex for TsbTree {
     }
 
     fn get_as_of(&self, key: &[u8], t: Timestamp, out: &mut Vec<u8>) -> Result<bool> {
-        self.get_at(key, t, out)
+        self.catching(|| self.get_at(key, t, out))?
     }
 
     fn scan_as_of(
@@ -689,7 +735,7 @@ impl TemporalIndex for TsbTree {
         t: Timestamp,
         visit: &mut Visitor<'_>,
     ) -> Result<()> {
-        self.scan_at(lower, upper, order, t, visit)
+        self.catching(|| self.scan_at(lower, upper, order, t, visit))?
     }
 
     fn history(
@@ -704,7 +750,7 @@ impl TemporalIndex for TsbTree {
         if key.len() > KEY_BYTES_MAX {
             return Ok(());
         }
-        self.history_of(key, from, to, order, visit)
+        self.catching(|| self.history_of(key, from, to, order, visit))?
     }
 
     fn retention(&self) -> Timestamp {
@@ -742,7 +788,7 @@ impl TemporalIndex for TsbTree {
         to: Timestamp,
         visit: &mut VersionVisitor<'_>,
     ) -> Result<()> {
-        self.versions_between(from, to, visit)
+        self.catching(|| self.versions_between(from, to, visit))?
     }
 
     fn set_in_flight(&self, source: std::sync::Arc<dyn InFlight>) {

@@ -70,6 +70,11 @@ pub(crate) enum Kind {
         hist: Pid,
         cur: Pid,
     },
+    /// LLAMA's flush delta (TSBw §II-D, `storage.rs`): the state below was written to LSS-C
+    /// as one page image at the address it names; its annotation is the flush limit the image
+    /// used (versions above it were held back). Changes nothing a search sees, so it may top
+    /// a historical page too.
+    Flush(forest_llama::flush::FlushDelta),
 }
 
 /// A leaf base page: a key range `[low, high)` and a time range `[start, end)` (§III-A1).
@@ -190,17 +195,12 @@ pub(crate) fn read<'g>(
     state_ref(state, guard).map(|n| (state, n))
 }
 
-/// [`read`] of a PID that may be free (a stale term's, `retention.rs`): None unless it holds
-/// a state in memory.
-pub(crate) fn read_if_live<'g>(
-    table: &MappingTable<Node>,
-    pid: Pid,
-    guard: &'g Guard,
-) -> Option<(Shared<'g, Node>, &'g Node)> {
-    match table.read_location(pid) {
-        forest_llama::page_state::PageLocation::Memory(_) => read(table, pid, guard),
-        _ => None,
-    }
+/// Frees a state this thread built and never published (a load whose install lost).
+pub(crate) fn drop_unpublished(state: Owned<Node>) {
+    let ptr = Box::into_raw(state.into_box());
+    // SAFETY: `state` was never installed, so no other thread can reach it, and its chain
+    // was built for it alone (module doc: a delta owns its `next`); reclaimed once, here.
+    unsafe { Node::reclaim(ptr) };
 }
 
 impl PageState for Node {

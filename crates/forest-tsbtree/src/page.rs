@@ -80,6 +80,7 @@ pub(crate) fn leaf_view(head: &Node) -> LeafView {
                 view.start = *t;
                 view.history = Some(*h);
             }
+            Kind::Flush(_) => {}
             _ => panic!("index delta on a leaf chain"),
         }
     }
@@ -177,6 +178,7 @@ pub(crate) fn index_view(head: &Node) -> IndexView {
                 view.start = *t;
                 view.history = Some(*h);
             }
+            Kind::Flush(_) => {}
             _ => panic!("leaf delta on an index chain"),
         }
     }

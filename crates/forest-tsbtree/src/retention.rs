@@ -78,7 +78,7 @@ impl TsbTree {
         };
         let guard = &crossbeam_epoch::pin();
         for &pid in &freed {
-            self.table.free(pid, guard);
+            self.free_page(pid, guard);
         }
         self.stats.retired_pages.add(freed.len() as u64);
         freed.len()
@@ -92,11 +92,13 @@ impl TsbTree {
         // this insert (and we see its threshold here) or drains it after.
         if end <= self.retention_threshold() {
             drop(queue);
-            self.table.free(pid, guard);
+            self.free_page(pid, guard);
             self.stats.retired_pages.incr();
             return;
         }
         queue.entry(end).or_default().push(pid);
+        drop(queue);
+        self.note_historical(pid);
     }
 
     /// Historical pages waiting for the threshold.
@@ -151,7 +153,7 @@ impl TsbTree {
                 if end > threshold {
                     continue;
                 }
-                let Some((_, child)) = crate::node::read_if_live(&self.table, e.pid, guard) else {
+                let Some((_, child)) = self.read_node(e.pid, guard) else {
                     continue;
                 };
                 let (start, child_end) = crate::page::time_range(child);

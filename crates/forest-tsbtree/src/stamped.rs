@@ -46,15 +46,21 @@ impl TsbTree {
     /// Errors: `ts` below the retention threshold (discarded).
     pub fn has_version(&self, key: &[u8], ts: Timestamp) -> Result<bool> {
         let mut found = false;
-        self.history_of(key, ts, ts, forest_core::Order::Ascending, &mut |_, _| {
-            found = true;
-            std::ops::ControlFlow::Break(())
-        })?;
+        self.catching(|| {
+            self.history_of(key, ts, ts, forest_core::Order::Ascending, &mut |_, _| {
+                found = true;
+                std::ops::ControlFlow::Break(())
+            })
+        })??;
         Ok(found)
     }
 
     /// Creates the version `(key, ts)` (see the module doc); false when it was there.
     pub fn put_version(&self, key: &[u8], ts: Timestamp, value: Option<&[u8]>) -> Result<bool> {
+        self.catching(|| self.put_version_here(key, ts, value))?
+    }
+
+    fn put_version_here(&self, key: &[u8], ts: Timestamp, value: Option<&[u8]>) -> Result<bool> {
         match value {
             Some(v) => check_entry(key, v)?,
             None => check_key(key)?,

@@ -79,7 +79,7 @@
 use crossbeam_epoch::{Guard, Shared};
 use forest_llama::Pid;
 
-use crate::node::{self, IndexBase, Kind, LeafBase, Node, Term};
+use crate::node::{IndexBase, Kind, LeafBase, Node, Term};
 use crate::page::{self, IndexView, LeafView};
 use crate::split_list::Entry;
 use crate::version::{self, Record};
@@ -179,7 +179,7 @@ impl TsbTree {
         let current_count = current.len();
         let delta = Node::delta(head, state, Kind::TimeSplit { t, h: q }, current_count);
         if self.table.update_d(pid, state, delta, guard).is_err() {
-            self.table.free(q, guard);
+            self.free_page(q, guard);
             self.stats.failed_splits.incr();
             active.finish();
             return None;
@@ -290,12 +290,13 @@ impl TsbTree {
         let guard = &crossbeam_epoch::pin();
         let doomed = |e: &Entry| match e.key_split {
             // A time split: another split of its page got in first.
-            None => node::read(&self.table, e.pid, guard)
+            None => self
+                .read_node(e.pid, guard)
                 .is_some_and(|(_, page)| page::page_start(page) > e.ts),
             // A key split: its CAS failed or will (`split_list.rs`); the state is read before
             // the side links, so a CAS that succeeded before the read is found by the walk.
             Some(origin) => {
-                let now = node::read(&self.table, origin.left, guard);
+                let now = self.read_node(origin.left, guard);
                 now.is_none_or(|(state, _)| state.as_raw() as usize != origin.state)
                     && !self.key_split_installed(origin.left, &e.key, e.pid, guard)
             }
@@ -313,7 +314,7 @@ impl TsbTree {
     /// (one key, and a split below pinning the split time): the page then stays over its
     /// limit until the next post tries again.
     pub(crate) fn split_index(&self, pid: Pid, guard: &Guard) {
-        let Some((_, head)) = node::read(&self.table, pid, guard) else {
+        let Some((_, head)) = self.read_node(pid, guard) else {
             return;
         };
         let view = page::index_view(head);
@@ -333,7 +334,7 @@ impl TsbTree {
                 self.key_split_index(pid, guard);
                 return;
             };
-            if let Some((state, head)) = node::read(&self.table, pid, guard) {
+            if let Some((state, head)) = self.read_node(pid, guard) {
                 self.consolidate(pid, state, head, guard);
             }
             if current * 100 > max * (100 - pct) {
@@ -360,7 +361,7 @@ impl TsbTree {
         let Some(term) = oldest else {
             return false;
         };
-        let Some((_, child)) = node::read(&self.table, term.pid, guard) else {
+        let Some((_, child)) = self.read_node(term.pid, guard) else {
             return false;
         };
         if page::is_historical(child) || page::page_start(child) <= term.ts {
@@ -400,7 +401,7 @@ impl TsbTree {
     /// current page's term count after the split, or None when it did not split (nothing to
     /// move, a split time out of its level's order, or the CAS failed).
     pub(crate) fn time_split_index(&self, pid: Pid, guard: &Guard) -> Option<usize> {
-        let (state, head) = node::read(&self.table, pid, guard)?;
+        let (state, head) = self.read_node(pid, guard)?;
         let level = head.level;
         let view = page::index_view(head);
         debug_assert!(
@@ -443,7 +444,7 @@ impl TsbTree {
         let current_count = current.len();
         let delta = Node::delta(head, state, Kind::IndexTimeSplit { t, h: q }, current_count);
         if self.table.update_d(pid, state, delta, guard).is_err() {
-            self.table.free(q, guard);
+            self.free_page(q, guard);
             self.stats.failed_splits.incr();
             active.finish();
             return None;
@@ -518,7 +519,7 @@ mod tests {
         let own = tree.index_split_time(1, &view);
         assert!(own > 0, "every leaf time-split");
         let leaf = view.entries.last().expect("a term").pid;
-        let (state, head) = node::read(&tree.table, leaf, guard).expect("live");
+        let (state, head) = tree.read_node(leaf, guard).expect("live");
         let sep = 1000u32.to_be_bytes();
         assert!(
             crate::descend::current_split(head).is_none(),

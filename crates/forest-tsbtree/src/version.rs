@@ -33,6 +33,15 @@ impl Record {
     }
 }
 
+/// Keys of sorted `records` whose newest version is not a tombstone.
+pub(crate) fn live_count(records: &[Record]) -> usize {
+    records
+        .iter()
+        .enumerate()
+        .filter(|(i, r)| r.value.is_some() && records.get(i + 1).is_none_or(|n| n.key != r.key))
+        .count()
+}
+
 /// The engine's clock (see the module doc).
 pub(crate) struct Clock {
     last: AtomicU64,

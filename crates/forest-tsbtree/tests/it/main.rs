@@ -13,6 +13,8 @@ mod put_version;
 mod retention;
 mod rev_retain;
 mod rev_tsb;
+mod storage;
+mod storage_pause;
 
 /// What a tree's free list held and its retention had retired, taken before frees that
 /// [`drain_epochs_until_recycled`] then waits for.

@@ -1,0 +1,832 @@
+//! The TSBw-tree on LSS-C (issue 18, step 0 of LSS-H; TSBw §II-C Read, §II-D Flush; Bw-tree
+//! §V-B swapping pages out), after forest-bwtree's `storage.rs`: a tree built
+//! [`TsbTree::with_lss`] flushes pages as whole images (`marshal.rs`) through forest-llama's
+//! Flush, evicts cold pages under a budget of resident pages, and loads an evicted page when
+//! a read meets its LSS address.
+//!
+//! Every read of a PID goes through [`TsbTree::read_node`]: a word holding an LSS address is
+//! loaded there (one image, installed by a CAS from the address; the loser of a race drops
+//! its copy), so descents, splits, consolidations, scans and histories meet memory states
+//! only. A CAS that finds an address fails like one that finds another state, and every
+//! caller starts over from a read, which loads.
+//!
+//! **Flush.** [`TsbTree::flush_page`] folds the page's state, writes its image with the
+//! versions whose timestamp is at most the *flush limit* ([`TsbTree::set_flush_limit`]: a
+//! store's timestamps go with its LSNs, so the limit is the timestamp of its ESL; versions
+//! above it are held back as bwtree holds back deltas above ESL, §V-A) and CASes a flush
+//! delta ([`Kind::Flush`], annotation = the limit used) onto the state it read. Whole images
+//! only in this step: incremental pieces (a run of versions, the split pieces `marshal.rs`
+//! encodes) are open. Without a store the limit is ∞: an applied version may be flushed.
+//!
+//! **Eviction.** A page is swapped out (forest-llama `evict::swap_out`: Mk-Stable, then a CAS
+//! from exactly the state to the address) only in the shape "one flush delta over the base",
+//! with no version in the base above the flush's limit (else it is *held*, and stays). A
+//! current page with other deltas is consolidated first (the flush delta does not survive a
+//! consolidation: the next flush writes a new image). Historical pages never change after
+//! their time split (§IV-A2), so they are flushed once and are the first candidates: taken
+//! from a list (pushed at a time split's commit and at a load), before the clock turns over
+//! current leaves, then any page. One Mk-Stable per batch of up to 32 candidates.
+//!
+//! **Budget.** In resident pages (PIDs whose word holds a memory state), not bytes:
+//! `live PIDs − evicted PIDs`, counted at swap-out, load and free. A free racing a load of
+//! the same page may miscount by one (the count only steers eviction). After each public
+//! operation one thread at a time evicts down to the budget.
+//!
+//! **Errors.** A page that cannot be loaded (crc, decode, EIO) stops the operation: the error
+//! unwinds with a private payload to the public entry ([`TsbTree::catching`]), which returns it
+//! where the method has a `Result` and otherwise records it ([`TsbTree::take_load_error`]) and
+//! answers "not found". Stopping at a read is safe for the reason a descheduled thread is:
+//! each split step is one CAS and the next visitor completes a half-done split (§IV-C).
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64};
+use std::sync::{Arc, Mutex};
+
+use crossbeam_epoch::{Guard, Shared};
+use forest_core::sync::atomic::Ordering;
+use forest_core::{Counter, Error, Result};
+use forest_llama::evict::{is_stable, swap_out, Clock, EvictStats, SwapOut};
+use forest_llama::flush::{flush, FlushOutcome, Piece as LssPiece};
+use forest_llama::lss::{Lss, LssAddress, RecordKind};
+use forest_llama::page_state::PageLocation;
+use forest_llama::read::{payload_error, read_pieces};
+use forest_llama::Pid;
+
+use crate::marshal::{self, Header, Piece};
+use crate::node::{self, IndexBase, Kind, LeafBase, Node, Term, INFINITY};
+use crate::page;
+use crate::TsbTree;
+
+/// The LSS and the budget of a tree on storage.
+pub(crate) struct Storage {
+    lss: Arc<Lss>,
+    budget_pages: Option<usize>,
+    /// PIDs whose word holds an LSS address.
+    evicted: AtomicI64,
+    clock: Clock,
+    stats: EvictStats,
+    flushes: Counter,
+    /// One thread evicts after operations at a time.
+    evicting: AtomicBool,
+    /// Historical pages that may be resident: the first eviction candidates, taken without
+    /// a walk over the mapping table (pushed at a time split's commit and at a load).
+    historical: Mutex<Vec<Pid>>,
+    load_error: Mutex<Option<Error>>,
+    load_errors: AtomicU64,
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        self.lss.detach();
+    }
+}
+
+/// The payload a failed load unwinds with (module doc).
+struct LoadFailed(Error);
+
+fn fail_load(error: Error) -> ! {
+    std::panic::resume_unwind(Box::new(LoadFailed(error)))
+}
+
+/// How a [`TsbTree::flush_page`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TsbFlush {
+    /// A page image went to the buffer at `address` and its flush delta is installed.
+    Flushed { address: LssAddress },
+    /// The page is one flush delta over its base with nothing held back: nothing to write.
+    Clean,
+    /// The page changed between the read and the CAS (a filler took the room).
+    Lost,
+    /// The PID holds no page.
+    Gone,
+}
+
+/// What eviction must do to a page first.
+enum Shape {
+    Ready(LssAddress),
+    Flush,
+    Consolidate,
+    /// A version above the flush limit is in the base page: not evicted.
+    Held,
+}
+
+/// The newest timestamp in a base page (0 for an index page: it holds no versions).
+fn base_newest_ts(base: &Node) -> u64 {
+    match &base.kind {
+        Kind::Leaf(b) => b.records.iter().map(|r| r.ts).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// What page state `head` needs before it can be swapped out, at flush limit `limit`.
+fn shape(head: &Node, limit: u64) -> Shape {
+    match &head.kind {
+        Kind::Flush(f) => match head.next() {
+            Some(base) if base.next().is_none() => {
+                let newest = base_newest_ts(base);
+                if newest <= f.annotation {
+                    Shape::Ready(f.address)
+                } else if newest <= limit {
+                    Shape::Flush // the limit passed what that flush held back
+                } else {
+                    Shape::Held
+                }
+            }
+            _ => Shape::Consolidate,
+        },
+        Kind::Leaf(_) | Kind::Index(_) if base_newest_ts(head) > limit => Shape::Held,
+        Kind::Leaf(_) | Kind::Index(_) => Shape::Flush,
+        _ => Shape::Consolidate,
+    }
+}
+
+impl TsbTree {
+    /// This tree on `lss` (LSS-C): pages are flushed to it and, with `memory_budget_pages`,
+    /// evicted once more pages than that are resident, and loaded again when met. Pages the
+    /// tree holds already stay in memory until evicted. One tree per LSS (`Lss::attach`; a second is refused with
+    /// [`Error::InvalidUse`]).
+    pub fn with_lss(mut self, lss: Arc<Lss>, memory_budget_pages: Option<usize>) -> Result<Self> {
+        if memory_budget_pages == Some(0) {
+            return Err(Error::Config(
+                "tsbtree: memory_budget_pages is 0; give at least one page, or none".into(),
+            ));
+        }
+        lss.attach()?;
+        let guard = &crossbeam_epoch::pin();
+        let mut historical = Vec::new();
+        self.table.for_each_state(guard, |pid, state| {
+            if node::state_ref(state, guard).is_some_and(page::is_historical) {
+                historical.push(pid);
+            }
+        });
+        self.storage = Some(Storage {
+            lss,
+            budget_pages: memory_budget_pages,
+            evicted: AtomicI64::new(0),
+            clock: Clock::new(),
+            stats: EvictStats::default(),
+            flushes: Counter::default(),
+            evicting: AtomicBool::new(false),
+            historical: Mutex::new(historical),
+            load_error: Mutex::new(None),
+            load_errors: AtomicU64::new(0),
+        });
+        Ok(self)
+    }
+
+    /// The attached LSS, if any.
+    pub fn lss(&self) -> Option<&Arc<Lss>> {
+        self.storage.as_ref().map(|s| &s.lss)
+    }
+
+    /// Versions with a timestamp above `ts` are held back from flushes (module doc); a store
+    /// raises it to the timestamp of its ESL. Only raised.
+    pub fn set_flush_limit(&self, ts: u64) {
+        self.flush_limit.fetch_max(ts, Ordering::AcqRel);
+    }
+
+    /// The flush limit ([`Self::set_flush_limit`]); ∞ until a store sets one.
+    pub fn flush_limit(&self) -> u64 {
+        match self.flush_limit.load(Ordering::Acquire) {
+            0 => INFINITY,
+            ts => ts,
+        }
+    }
+
+    /// The eviction counters (evictions, loads, load races, swap-out CAS failures).
+    pub fn evict_stats(&self) -> Option<&EvictStats> {
+        self.storage.as_ref().map(|s| &s.stats)
+    }
+
+    /// Page images written by flushes that won their CAS.
+    pub fn flush_count(&self) -> u64 {
+        self.storage.as_ref().map_or(0, |s| s.flushes.get())
+    }
+
+    /// Pages whose state is in memory now (all live pages without an LSS).
+    pub fn resident_pages(&self) -> usize {
+        let live = self.table.live_count();
+        match &self.storage {
+            Some(s) => live.saturating_sub(s.evicted.load(Ordering::Relaxed).max(0) as usize),
+            None => live,
+        }
+    }
+
+    /// The newest load error that a method without a `Result` met, taken out.
+    pub fn take_load_error(&self) -> Option<Error> {
+        let storage = self.storage.as_ref()?;
+        storage
+            .load_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// Load errors recorded since the tree was built.
+    pub fn load_errors(&self) -> u64 {
+        self.storage
+            .as_ref()
+            .map_or(0, |s| s.load_errors.load(Ordering::SeqCst))
+    }
+
+    pub(crate) fn record_load_error(&self, error: Error) {
+        if let Some(storage) = &self.storage {
+            storage.load_errors.fetch_add(1, Ordering::SeqCst);
+            *storage.load_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
+        }
+    }
+
+    /// Runs one public operation: a load failure inside it becomes `Err` (module doc), and
+    /// afterwards one thread evicts down to the budget. Without an LSS, just runs it.
+    pub(crate) fn catching<R>(&self, op: impl FnOnce() -> R) -> Result<R> {
+        if self.storage.is_none() {
+            return Ok(op());
+        }
+        let out = match std::panic::catch_unwind(AssertUnwindSafe(op)) {
+            Ok(value) => Ok(value),
+            Err(payload) => match payload.downcast::<LoadFailed>() {
+                Ok(failed) => Err(failed.0),
+                Err(other) => std::panic::resume_unwind(other),
+            },
+        };
+        self.after_op();
+        out
+    }
+
+    /// [`Self::catching`] for a method without a `Result`: an error is recorded and `or`
+    /// returned.
+    pub(crate) fn catching_or<R>(&self, or: R, op: impl FnOnce() -> R) -> R {
+        self.catching(op).unwrap_or_else(|e| {
+            self.record_load_error(e);
+            or
+        })
+    }
+
+    /// Reads `pid`'s state, loading it if it was evicted; `None` when the PID holds no page.
+    #[inline]
+    pub(crate) fn read_node<'g>(
+        &self,
+        pid: Pid,
+        guard: &'g Guard,
+    ) -> Option<(Shared<'g, Node>, &'g Node)> {
+        loop {
+            match self.table.read_location(pid) {
+                PageLocation::Memory(ptr) => {
+                    if let Some(storage) = &self.storage {
+                        storage.clock.touch(pid);
+                    }
+                    // This very word's pointer: a second read could meet the page swapped
+                    // out meanwhile. Read under `guard`, so it lives until `guard` unpins.
+                    let state = Shared::from(ptr);
+                    return node::state_ref(state, guard).map(|n| (state, n));
+                }
+                PageLocation::Stored(bits) => {
+                    if let Some(found) = self.load(pid, bits, guard) {
+                        return Some(found);
+                    }
+                }
+                PageLocation::Empty | PageLocation::FreeLink(_) => return None,
+            }
+        }
+    }
+
+    /// Read of an evicted page (TSBw §II-C): its image rebuilt as a flush delta over a base
+    /// page, installed by a CAS from its address; `None` if another thread's copy won or the
+    /// word changed.
+    #[cold]
+    fn load<'g>(
+        &self,
+        pid: Pid,
+        bits: u64,
+        guard: &'g Guard,
+    ) -> Option<(Shared<'g, Node>, &'g Node)> {
+        let Some(storage) = &self.storage else {
+            fail_load(Error::InvalidUse(format!(
+                "tsbtree page {pid} is on an LSS, but the tree has none attached"
+            )));
+        };
+        let Some(address) = LssAddress::from_bits(bits) else {
+            fail_load(Error::InvalidUse(format!(
+                "tsbtree page {pid}'s mapping word holds {bits:#x}, no LSS address"
+            )));
+        };
+        let state = match self.rebuild(&storage.lss, pid, address, guard) {
+            Ok(state) => state,
+            // Freed (retention) or loaded meanwhile: read the word again.
+            Err(_) if self.table.read_location(pid) != PageLocation::Stored(bits) => return None,
+            Err(e) => fail_load(e),
+        };
+        match self.table.install_loaded(pid, bits, state, guard) {
+            Ok(installed) => {
+                storage.evicted.fetch_sub(1, Ordering::Relaxed);
+                let head = node::state_ref(installed, guard)?;
+                if page::is_historical(head) {
+                    self.note_historical(pid);
+                }
+                storage.stats.loads.incr();
+                storage.clock.touch(pid);
+                node::state_ref(installed, guard).map(|n| (installed, n))
+            }
+            Err(copy) => {
+                node::drop_unpublished(copy);
+                storage.stats.load_races.incr();
+                None
+            }
+        }
+    }
+
+    /// (level, historical, versions) of every evicted page, decoded from its image without
+    /// loading it (stats must not change what is resident); a page that cannot be read is
+    /// left out and its error recorded.
+    pub(crate) fn evicted_pages(&self) -> Vec<(u32, bool, Vec<crate::version::Record>)> {
+        let Some(storage) = &self.storage else {
+            return Vec::new();
+        };
+        let mut pages = Vec::new();
+        for pid in 0..self.table.pid_end() as Pid {
+            let PageLocation::Stored(bits) = self.table.read_location(pid) else {
+                continue;
+            };
+            let Some(address) = LssAddress::from_bits(bits) else {
+                continue;
+            };
+            let decoded = read_pieces(&storage.lss, pid, address).and_then(|pieces| {
+                let (at, record) = &pieces[0];
+                marshal::decode(&record.payload)
+                    .map_err(|what| payload_error(&storage.lss, pid, *at, &what))
+            });
+            match decoded {
+                Ok(Piece::Leaf(h, records)) => pages.push((0, h.end != INFINITY, records)),
+                Ok(Piece::Index(h, _)) => pages.push((h.level, h.end != INFINITY, Vec::new())),
+                Ok(_) => {}
+                // Loaded or freed meanwhile: no longer evicted.
+                Err(_) if self.table.read_location(pid) != PageLocation::Stored(bits) => {}
+                Err(e) => self.record_load_error(e),
+            }
+        }
+        pages
+    }
+
+    /// Page `pid`'s state rebuilt from its newest piece at `address`.
+    fn rebuild(
+        &self,
+        lss: &Lss,
+        pid: Pid,
+        address: LssAddress,
+        guard: &Guard,
+    ) -> Result<crossbeam_epoch::Owned<Node>> {
+        let pieces = read_pieces(lss, pid, address)?;
+        let [(at, record)] = pieces.as_slice() else {
+            return Err(payload_error(
+                lss,
+                pid,
+                address,
+                &format!(
+                    "a chain of {} pieces; tsbtree writes whole images only",
+                    pieces.len()
+                ),
+            ));
+        };
+        let decoded =
+            marshal::decode(&record.payload).map_err(|what| payload_error(lss, pid, *at, &what))?;
+        let (level, kind, count) = match decoded {
+            Piece::Leaf(h, records) => {
+                let n = records.len();
+                let base = LeafBase {
+                    low: h.low,
+                    high: h.high,
+                    side: h.side,
+                    start: h.start,
+                    end: h.end,
+                    history: h.history,
+                    records,
+                };
+                (0, Kind::Leaf(base), n)
+            }
+            Piece::Index(h, terms) => {
+                let n = terms.len();
+                let base = IndexBase {
+                    low: h.low,
+                    high: h.high,
+                    side: h.side,
+                    start: h.start,
+                    end: h.end,
+                    history: h.history,
+                    entries: terms
+                        .into_iter()
+                        .map(|(key, ts, pid)| Term { key, ts, pid })
+                        .collect(),
+                };
+                (h.level, Kind::Index(base), n)
+            }
+            Piece::KeySplit { .. } | Piece::TimeSplit { .. } => {
+                return Err(payload_error(
+                    lss,
+                    pid,
+                    *at,
+                    "a split piece where a page image was expected",
+                ))
+            }
+        };
+        // Unpublished until the caller's install: `into_shared` only names it for the delta.
+        let base = Node::base(kind, level, count).into_shared(guard);
+        // The image holds no version above the newest it wrote, which is at most the limit
+        // of the flush that wrote it: so the loaded state can be swapped out unchanged.
+        let flushed = forest_llama::flush::FlushDelta {
+            address,
+            lsn_high: record.header.lsn_high,
+            annotation: record.header.lsn_high,
+        };
+        let head = node::state_ref(base, guard).expect("just built");
+        Ok(Node::delta(head, base, Kind::Flush(flushed), count))
+    }
+
+    /// Flushes page `pid` to LSS-C once (module doc): a whole image of its state, versions
+    /// above the flush limit held back. The piece is in the buffer, not yet durable
+    /// ([`Lss::mk_stable`] makes it so). Errors: no LSS, or the LSS refused the piece, or a
+    /// load failed.
+    pub fn flush_page(&self, pid: Pid) -> Result<TsbFlush> {
+        self.catching(|| self.flush_page_inner(pid))?
+    }
+
+    fn flush_page_inner(&self, pid: Pid) -> Result<TsbFlush> {
+        let Some(storage) = &self.storage else {
+            return Err(Error::InvalidUse(
+                "flush_page on a tree without an LSS".into(),
+            ));
+        };
+        let guard = &crossbeam_epoch::pin();
+        let Some((state, head)) = self.read_node(pid, guard) else {
+            return Ok(TsbFlush::Gone);
+        };
+        // Read after the state: the limit only grows.
+        let limit = self.flush_limit();
+        if matches!(shape(head, limit), Shape::Ready(_)) {
+            return Ok(TsbFlush::Clean);
+        }
+        let (payload, low, high) = if head.level == 0 {
+            let view = page::leaf_view(head);
+            let header = Header {
+                level: 0,
+                low: view.low,
+                high: view.high,
+                start: view.start,
+                end: view.end,
+                side: view.side,
+                history: view.history,
+            };
+            let kept = view.records.iter().filter(|r| r.ts <= limit);
+            let low = kept.clone().map(|r| r.ts).min().unwrap_or(0);
+            let high = kept.clone().map(|r| r.ts).max().unwrap_or(0);
+            let kept: Vec<_> = kept.collect();
+            (marshal::encode_leaf(&header, kept.into_iter()), low, high)
+        } else {
+            let view = page::index_view(head);
+            let header = Header {
+                level: head.level,
+                low: view.low,
+                high: view.high,
+                start: view.start,
+                end: view.end,
+                side: view.side,
+                history: view.history,
+            };
+            let terms = view.entries.iter().map(|t| (&*t.key, t.ts, t.pid));
+            (marshal::encode_index(&header, terms), 0, 0)
+        };
+        let piece = LssPiece {
+            kind: RecordKind::PageImage,
+            lsn_low: low,
+            lsn_high: high,
+            prev: None,
+            payload: &payload,
+        };
+        let outcome = flush(
+            &self.table,
+            &storage.lss,
+            pid,
+            state,
+            &piece,
+            limit,
+            |delta| Node::delta(head, state, Kind::Flush(delta), head.record_count as usize),
+            guard,
+        )?;
+        Ok(match outcome {
+            FlushOutcome::Installed { address, .. } => {
+                storage.flushes.incr();
+                TsbFlush::Flushed { address }
+            }
+            FlushOutcome::Lost { .. } => TsbFlush::Lost,
+        })
+    }
+
+    /// Evicts page `pid` now, ignoring the budget and the clock; whether it did.
+    pub fn evict_pid(&self, pid: Pid) -> Result<bool> {
+        if self.storage.is_none() {
+            return Err(Error::InvalidUse(
+                "evict_pid on a tree without an LSS".into(),
+            ));
+        }
+        let attempt = self.catching(|| self.evict_page(pid, Pass::Any, true))??;
+        Ok(attempt == Attempt::Evicted)
+    }
+
+    /// Evicts pages until at most the budget is resident or a sweep found none to evict;
+    /// the pages evicted. Without a budget, nothing.
+    pub fn evict_to_budget(&self) -> Result<usize> {
+        self.catching(|| self.sweep())?
+    }
+
+    /// After a public operation: above the budget, one thread at a time evicts.
+    fn after_op(&self) {
+        let Some(storage) = &self.storage else {
+            return;
+        };
+        let Some(budget) = storage.budget_pages else {
+            return;
+        };
+        if self.resident_pages() <= budget
+            || storage
+                .evicting
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        /// Clears the flag however the sweep ends (a load error unwinds through it).
+        struct Evicting<'a>(&'a AtomicBool);
+        impl Drop for Evicting<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        let _evicting = Evicting(&storage.evicting);
+        let swept = std::panic::catch_unwind(AssertUnwindSafe(|| self.sweep()));
+        match swept {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => self.record_load_error(e),
+            Err(payload) => match payload.downcast::<LoadFailed>() {
+                Ok(failed) => self.record_load_error(failed.0),
+                Err(other) => std::panic::resume_unwind(other),
+            },
+        }
+    }
+
+    /// Eviction in three turns: historical pages (they never change, so one flush each,
+    /// from their list), then the clock (second chance) over current leaves, then over any
+    /// page; each until a quarter of the
+    /// budget is free again (so that not every operation sweeps). Pages whose image is not
+    /// stable yet wait in a batch of [`EVICT_BATCH`], made stable by one Mk-Stable.
+    fn sweep(&self) -> Result<usize> {
+        let Some(storage) = &self.storage else {
+            return Ok(0);
+        };
+        let Some(budget) = storage.budget_pages else {
+            return Ok(0);
+        };
+        let target = (budget - budget / 4).max(1);
+        let mut evicted = 0;
+        let mut pending: Vec<Pid> = Vec::new();
+        let mut newest: Option<LssAddress> = None;
+        let enough =
+            |pending: &Vec<Pid>| self.resident_pages().saturating_sub(pending.len()) <= target;
+        // Historical pages first, from their list: a PID popped that was loaded again is
+        // pushed again by its load; one freed or reused is skipped by `evict_page`'s checks.
+        while !enough(&pending) {
+            let next = storage
+                .historical
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop();
+            let Some(pid) = next else {
+                break;
+            };
+            match self.evict_page(pid, Pass::Historical, false)? {
+                Attempt::Evicted => evicted += 1,
+                Attempt::NotStable(address) => {
+                    pending.push(pid);
+                    newest = newest.max(Some(address));
+                    if pending.len() >= EVICT_BATCH {
+                        evicted += self.evict_pending(&mut pending, &mut newest)?;
+                    }
+                }
+                Attempt::Skipped => {}
+            }
+        }
+        'passes: for pass in [Pass::Leaves, Pass::Any] {
+            let end = self.table.pid_end();
+            for _ in 0..end {
+                if enough(&pending) {
+                    break 'passes;
+                }
+                let Some(pid) = storage.clock.advance(end) else {
+                    break;
+                };
+                if !matches!(self.table.read_location(pid), PageLocation::Memory(_)) {
+                    continue;
+                }
+                if storage.clock.clear(pid) {
+                    continue; // referenced since the hand last passed: a second chance
+                }
+                match self.evict_page(pid, pass, false)? {
+                    Attempt::Evicted => evicted += 1,
+                    Attempt::NotStable(address) => {
+                        pending.push(pid);
+                        newest = newest.max(Some(address));
+                        if pending.len() >= EVICT_BATCH {
+                            evicted += self.evict_pending(&mut pending, &mut newest)?;
+                        }
+                    }
+                    Attempt::Skipped => {}
+                }
+            }
+        }
+        evicted += self.evict_pending(&mut pending, &mut newest)?;
+        Ok(evicted)
+    }
+
+    /// Makes the batch's images stable with one Mk-Stable and evicts its pages.
+    fn evict_pending(
+        &self,
+        pending: &mut Vec<Pid>,
+        newest: &mut Option<LssAddress>,
+    ) -> Result<usize> {
+        let (Some(storage), Some(address)) = (&self.storage, newest.take()) else {
+            return Ok(0);
+        };
+        storage
+            .lss
+            .mk_stable(LssAddress::current(address.offset() + 1))?;
+        let mut evicted = 0;
+        for pid in pending.drain(..) {
+            if self.evict_page(pid, Pass::Any, true)? == Attempt::Evicted {
+                evicted += 1;
+            }
+        }
+        Ok(evicted)
+    }
+
+    /// Brings page `pid` to the shape "flush delta over base" and swaps it out (module doc),
+    /// if `pass` allows its kind. Without `wait`, a page whose image is not stable yet is
+    /// reported with the image's address instead.
+    fn evict_page(&self, pid: Pid, pass: Pass, wait: bool) -> Result<Attempt> {
+        let Some(storage) = &self.storage else {
+            return Ok(Attempt::Skipped);
+        };
+        // Consolidate, flush, swap out; twice, for a change that makes the CAS lose once.
+        for _ in 0..6 {
+            let guard = &crossbeam_epoch::pin();
+            if !matches!(self.table.read_location(pid), PageLocation::Memory(_)) {
+                return Ok(Attempt::Skipped);
+            }
+            let Some((state, head)) = node::read(&self.table, pid, guard) else {
+                return Ok(Attempt::Skipped);
+            };
+            let allowed = match pass {
+                Pass::Historical => page::is_historical(head),
+                Pass::Leaves => head.level == 0,
+                Pass::Any => true,
+            };
+            if !allowed {
+                return Ok(Attempt::Skipped);
+            }
+            match shape(head, self.flush_limit()) {
+                Shape::Held => return Ok(Attempt::Skipped),
+                Shape::Ready(address) if !wait && !is_stable(&storage.lss, address) => {
+                    return Ok(Attempt::NotStable(address));
+                }
+                Shape::Ready(address) => {
+                    if !is_stable(&storage.lss, address) {
+                        storage
+                            .lss
+                            .mk_stable(LssAddress::current(address.offset() + 1))?;
+                    }
+                    let outcome = swap_out(
+                        &self.table,
+                        &storage.lss,
+                        pid,
+                        state,
+                        address,
+                        &storage.stats,
+                        guard,
+                    )?;
+                    if outcome == SwapOut::Evicted {
+                        storage.evicted.fetch_add(1, Ordering::Relaxed);
+                        return Ok(Attempt::Evicted);
+                    }
+                }
+                // Historical pages are never consolidated (never updated, §IV-A2); they have
+                // no delta but the flush's.
+                Shape::Consolidate if page::is_historical(head) => return Ok(Attempt::Skipped),
+                Shape::Consolidate => self.consolidate(pid, state, head, guard),
+                Shape::Flush => match self.flush_page_inner(pid)? {
+                    TsbFlush::Gone => return Ok(Attempt::Skipped),
+                    TsbFlush::Flushed { .. } | TsbFlush::Clean | TsbFlush::Lost => {}
+                },
+            }
+        }
+        Ok(Attempt::Skipped)
+    }
+
+    /// Notes historical page `pid` as an eviction candidate (module doc).
+    pub(crate) fn note_historical(&self, pid: Pid) {
+        if let Some(Storage {
+            budget_pages: Some(_),
+            historical,
+            ..
+        }) = &self.storage
+        {
+            historical
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(pid);
+        }
+    }
+
+    /// Free (LLAMA) of `pid`, keeping the evicted count when the page was evicted.
+    pub(crate) fn free_page(&self, pid: Pid, guard: &Guard) {
+        if let Some(storage) = &self.storage {
+            if matches!(self.table.read_location(pid), PageLocation::Stored(_)) {
+                storage.evicted.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        self.table.free(pid, guard);
+    }
+
+    /// Page `pid`'s time range `[start, end)` (end ∞ for a current page), loading it if it
+    /// is evicted; `None` if the PID holds no page. For tests and tools.
+    pub fn page_time_range(&self, pid: Pid) -> Result<Option<(u64, u64)>> {
+        self.catching(|| {
+            let guard = &crossbeam_epoch::pin();
+            self.read_node(pid, guard)
+                .map(|(_, head)| page::time_range(head))
+        })
+    }
+
+    /// The current leaf holding `key` now. For tests and tools.
+    pub fn leaf_pid(&self, key: &[u8]) -> Result<Pid> {
+        self.catching(|| {
+            let guard = &crossbeam_epoch::pin();
+            self.find_leaf_as_of(crate::as_of::Target::At(key), INFINITY, guard)
+                .map(|(pid, _)| pid)
+        })?
+    }
+
+    /// The address of page `pid`'s image if it is evicted now.
+    pub fn evicted_at(&self, pid: Pid) -> Option<LssAddress> {
+        match self.table.read_location(pid) {
+            PageLocation::Stored(bits) => LssAddress::from_bits(bits),
+            _ => None,
+        }
+    }
+
+    /// Every PID that holds a page now (resident or evicted), in PID order.
+    pub fn page_ids(&self) -> Vec<Pid> {
+        (0..self.table.pid_end() as Pid)
+            .filter(|&pid| {
+                matches!(
+                    self.table.read_location(pid),
+                    PageLocation::Memory(_) | PageLocation::Stored(_)
+                )
+            })
+            .collect()
+    }
+
+    /// Eviction's counters for [`forest_core::Index::stats`]; empty without an LSS.
+    pub(crate) fn storage_counters(&self) -> Vec<(&'static str, u64)> {
+        let Some(storage) = &self.storage else {
+            return Vec::new();
+        };
+        let s = &storage.stats;
+        vec![
+            (crate::counter_names::EVICTIONS, s.evictions.get()),
+            (crate::counter_names::LOADS, s.loads.get()),
+            (crate::counter_names::LOAD_RACES, s.load_races.get()),
+            (crate::counter_names::FLUSHES, storage.flushes.get()),
+            (
+                crate::counter_names::RESIDENT_PAGES,
+                self.resident_pages() as u64,
+            ),
+        ]
+    }
+}
+
+/// Candidates made ready before one Mk-Stable.
+const EVICT_BATCH: usize = 32;
+
+/// How one eviction attempt ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Attempt {
+    Evicted,
+    /// Ready, but its image (here) is not stable yet.
+    NotStable(LssAddress),
+    Skipped,
+}
+
+/// Which pages a clock turn may evict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pass {
+    Historical,
+    Leaves,
+    Any,
+}
