@@ -959,15 +959,31 @@ fn table() -> &'static SpecTable {
     })
 }
 
+std::thread_local! {
+    /// The command [`lookup`] found last on this thread: a pipeline mostly repeats one
+    /// command, and comparing its name costs a fraction of the table's lowering, hashing
+    /// and probing (issue 15, session 19).
+    static LAST_SPEC: std::cell::Cell<Option<&'static Spec>> =
+        const { std::cell::Cell::new(None) };
+}
+
 /// The spec of the command named `name` in any letter case.
 pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
+    if let Some(spec) = LAST_SPEC.with(std::cell::Cell::get) {
+        // Names are lower case and unique: the same answer as the table's.
+        if spec.name.as_bytes().eq_ignore_ascii_case(name) {
+            return Some(spec);
+        }
+    }
     // Names are short; longer input is no command.
     let mut lower = [0u8; 32];
     let dst = lower.get_mut(..name.len())?;
     for (d, s) in dst.iter_mut().zip(name) {
         *d = s.to_ascii_lowercase();
     }
-    table().get(&dst[..]).copied()
+    let spec = table().get(&dst[..]).copied()?;
+    LAST_SPEC.with(|last| last.set(Some(spec)));
+    Some(spec)
 }
 
 /// Commands allowed before AUTH.
@@ -1013,6 +1029,7 @@ pub(crate) type Encoder = fn(&mut Ctx<'_, '_>, &[&[u8]], &mut Vec<u8>) -> Result
 /// EXEC or a script a command's reply is a [`Frame`] inside another reply.
 fn encoder(spec: &Spec) -> Option<Encoder> {
     match spec.name {
+        "get" => Some(get::get_into),
         "forest.range" => Some(range::range_into),
         "lrange" => Some(list::lrange_into),
         "zrange" => Some(zset::zrange_into),
@@ -1407,6 +1424,34 @@ mod tests {
             assert_ne!(spec.arity, 0, "{}", spec.name);
         }
         assert!(lookup(&[b'g'; 40]).is_none());
+    }
+
+    // Goal: the last-found cache of `lookup` answers as the table does, whatever came before
+    // (a cached name never answers for another name, a prefix, or a longer one).
+    // Method: look names up in an order that leaves each one cached before the next, in both
+    // letter cases, against the table itself.
+    #[test]
+    fn lookup_after_any_other_name_answers_as_the_table() {
+        let mut names: Vec<Vec<u8>> = Vec::new();
+        for name in [
+            "get", "GET", "gEt", "ge", "gett", "set", "SETEX", "setex", "", "x",
+        ] {
+            names.push(name.as_bytes().to_vec());
+        }
+        names.push(vec![b'g'; 40]);
+        names.push(b"g\xc3\xa9t".to_vec());
+        for first in &names {
+            for second in &names {
+                lookup(first);
+                let lower = second.to_ascii_lowercase();
+                let want = table().get(&lower[..]).map(|s| s.name);
+                assert_eq!(
+                    lookup(second).map(|s| s.name),
+                    want,
+                    "{first:?} then {second:?}"
+                );
+            }
+        }
     }
 
     // Goal: store limit errors read as protocol.md says.
