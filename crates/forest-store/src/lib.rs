@@ -43,6 +43,6 @@ pub use durability::Durability;
 pub use llama::{map_checkpoint_flag, map_checkpoint_schedule, parse_memory_budget};
 pub use store::{
     engine_names, new_engine, resolve_engine, Batch, BatchOp, MemoryStats, ReadFailures, Rmw,
-    Store, StoreOptions, StoreStats, WriteBatch, ENGINE_DEFAULT,
+    ScanSink, Store, StoreOptions, StoreStats, WriteBatch, ENGINE_DEFAULT,
 };
 pub use verify::{verify, VerifyReport};

@@ -1005,6 +1005,116 @@ impl Store {
         self.scan_fields(lower, upper, order, limit, true, &mut |k, _| visit(k, &[]))
     }
 
+    /// [`Self::scan_up_to`] whose records go to `sink` in place, under the engine's epoch
+    /// pin (`Index::scan_pinned`), not copied into the scan's row buffer first: for sinks that
+    /// only encode what they get (a reply written straight into a connection's output;
+    /// issue 14). In exchange the sink may see a read that is then dropped: if a batch applied
+    /// while it ran (the scan gate's optimistic check failed), [`ScanSink::restart`] is called
+    /// and the range read again; after [`READ_RETRIES_MAX`] tries, once more with batches held
+    /// off. So `sink` must not block or run long (it holds back memory reclamation) and must
+    /// not read or write this store. A range of more than [`SCAN_IN_PLACE_ROWS_MAX`] rows, or a
+    /// read that passes [`SCAN_IN_PLACE_BYTES_MAX`] bytes, is read by [`Self::scan_up_to`]
+    /// instead (restarted first if the sink saw part of it), so a long range pins nothing long.
+    /// The limit goes to the engine as its length hint. With `keys_only` the sink gets empty
+    /// values. A page-load error ends the scan early and is parked as by [`Self::get`].
+    pub fn scan_in_place_up_to(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        limit: usize,
+        keys_only: bool,
+        sink: &mut dyn ScanSink,
+    ) {
+        let read = self.try_scan_in_place_up_to(lower, upper, order, limit, keys_only, sink);
+        self.or_park(read, || ())
+    }
+
+    /// [`Self::scan_in_place_up_to`] that returns a page-load error (the sink may have seen a
+    /// prefix of the range).
+    pub fn try_scan_in_place_up_to(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        limit: usize,
+        keys_only: bool,
+        sink: &mut dyn ScanSink,
+    ) -> Result<()> {
+        if limit == 0 {
+            return Ok(());
+        }
+        if limit <= SCAN_IN_PLACE_ROWS_MAX {
+            // Whether the sink saw records since the scan began or last restarted.
+            let mut dirty = false;
+            let mut too_big = false;
+            for _ in 0..READ_RETRIES_MAX {
+                let Some(generation) = self.gate.read_begin() else {
+                    // A batch is applying (it leaves the gate once applied, before its fsync).
+                    std::thread::yield_now();
+                    continue;
+                };
+                if dirty {
+                    sink.restart();
+                }
+                dirty = true;
+                too_big = !self.read_in_place(lower, upper, order, limit, keys_only, sink)?;
+                if too_big {
+                    break;
+                }
+                if self.gate.read_valid(generation) {
+                    return Ok(());
+                }
+            }
+            if !too_big {
+                // Batches kept coming: hold them off for one more read, which stands.
+                if dirty {
+                    sink.restart();
+                }
+                let _pass = self.gate.enter_scan();
+                if self.read_in_place(lower, upper, order, limit, keys_only, sink)? {
+                    return Ok(());
+                }
+            }
+            // Large values: read the ordinary way, the visitor unpinned.
+            sink.restart();
+        }
+        // `scan_fields` leaves values out of its rows, not out of a registered stream.
+        self.scan_fields(lower, upper, order, limit, keys_only, &mut |k, v| {
+            sink.record(k, if keys_only { &[] } else { v })
+        })
+    }
+
+    /// One read of [`Self::try_scan_in_place_up_to`]: up to `limit` records to `sink` under
+    /// the engine's pin. False if it stopped at [`SCAN_IN_PLACE_BYTES_MAX`].
+    fn read_in_place(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        limit: usize,
+        keys_only: bool,
+        sink: &mut dyn ScanSink,
+    ) -> Result<bool> {
+        let (mut left, mut bytes, mut whole) = (limit, 0usize, true);
+        let _visiting = self.gate.visiting();
+        self.index_scan(true, lower, upper, order, &mut |k, v| {
+            let v = if keys_only { &[][..] } else { v };
+            left -= 1;
+            bytes += k.len() + v.len();
+            sink.record(k, v)?;
+            if left == 0 {
+                ControlFlow::Break(())
+            } else if bytes > SCAN_IN_PLACE_BYTES_MAX {
+                whole = false;
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })?;
+        Ok(whole)
+    }
+
     fn scan_fields(
         &self,
         lower: Bound<&[u8]>,
@@ -1078,16 +1188,31 @@ impl Store {
                     return Ok(());
                 }
                 let last = rows.last_key().expect("a long scan read rows");
+                // The rows still wanted, as the engine's hint (an unlimited scan gives none).
+                let hint = match limit {
+                    usize::MAX => usize::MAX,
+                    n => n - rows.len(),
+                };
                 match order {
-                    Order::Ascending => {
-                        self.index_scan(false, Bound::Excluded(last), upper, order, visit)
-                    }
-                    Order::Descending => {
-                        self.index_scan(false, lower, Bound::Excluded(last), order, visit)
-                    }
+                    Order::Ascending => self.index_scan_hinted(
+                        false,
+                        Bound::Excluded(last),
+                        upper,
+                        order,
+                        hint,
+                        visit,
+                    ),
+                    Order::Descending => self.index_scan_hinted(
+                        false,
+                        lower,
+                        Bound::Excluded(last),
+                        order,
+                        hint,
+                        visit,
+                    ),
                 }
             }
-            _ => self.index_scan(false, lower, upper, order, visit),
+            _ => self.index_scan_hinted(false, lower, upper, order, limit, visit),
         }
     }
 
@@ -1099,6 +1224,20 @@ impl Store {
         lower: Bound<&[u8]>,
         upper: Bound<&[u8]>,
         order: Order,
+        visit: &mut Visitor<'_>,
+    ) -> Result<()> {
+        self.index_scan_hinted(pinned, lower, upper, order, usize::MAX, visit)
+    }
+
+    /// [`Self::index_scan`] with the caller's expected count (`Index::scan_hinted`; a
+    /// pinned scan copies nothing ahead, so it has no use for one, nor does the LSS tree).
+    fn index_scan_hinted(
+        &self,
+        pinned: bool,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        len_hint: usize,
         visit: &mut Visitor<'_>,
     ) -> Result<()> {
         match (&self.llama, pinned) {
@@ -1115,8 +1254,12 @@ impl Store {
                 self.index.scan_pinned(lower, upper, order, visit);
                 Ok(())
             }
-            (None, false) => {
+            (None, false) if len_hint == usize::MAX => {
                 self.index.scan(lower, upper, order, visit);
+                Ok(())
+            }
+            (None, false) => {
+                self.index.scan_hinted(lower, upper, order, len_hint, visit);
                 Ok(())
             }
         }
@@ -2142,6 +2285,23 @@ impl Drop for Applying<'_> {
 /// Rows a scan reads optimistically before it registers in the scan gate instead (its
 /// buffer's size; YCSB-E's scans are up to 100 rows).
 pub const SCAN_OPTIMISTIC_ROWS: usize = 128;
+
+/// The longest limit [`Store::scan_in_place_up_to`] reads in place under one pin: LRANGE's
+/// 600 of redis-benchmark fit; past it the ordinary scan (rows, then batches) runs.
+pub const SCAN_IN_PLACE_ROWS_MAX: usize = 1024;
+
+/// The bytes (keys and values) an in-place read hands its sink before it gives up for the
+/// ordinary scan: a range of large values does not pin for the time it takes to copy them.
+pub const SCAN_IN_PLACE_BYTES_MAX: usize = 1 << 20;
+
+/// Where [`Store::scan_in_place_up_to`] puts the records it reads.
+pub trait ScanSink {
+    /// One record; `Break` ends the scan.
+    fn record(&mut self, key: &[u8], value: &[u8]) -> ControlFlow<()>;
+    /// The records given since the scan began (or since the last restart) are dropped: a
+    /// fresh read of the range begins.
+    fn restart(&mut self);
+}
 
 thread_local! {
     /// The optimistic scan buffer of this thread, kept between short scans (no allocation

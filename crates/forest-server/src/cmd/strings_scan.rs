@@ -118,7 +118,7 @@ impl Side {
 
 impl Ctx<'_, '_> {
     /// Whether the open unit may have put a string at `FF 'x'`.
-    fn unit_has_deadlines(&self) -> bool {
+    pub(super) fn unit_has_deadlines(&self) -> bool {
         self.unit.as_ref().is_some_and(|u| {
             let (lowest, past) = string_bounds();
             !u.deadlines.is_empty()

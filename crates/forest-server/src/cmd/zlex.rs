@@ -13,9 +13,10 @@
 use std::ops::{Bound, ControlFlow};
 
 use forest_core::Order;
+use forest_store::ScanSink;
 
 use super::coll;
-use super::range::{empty_between, lex_bound, ArrayInto, LexBound, RESERVED_RECORDS_MAX};
+use super::range::{empty_between, lex_bound, ArrayInto, LexBound, Members, RESERVED_RECORDS_MAX};
 use super::zset::{self, By, RangeBy, BY_NAME};
 use super::{Ctx, Reply};
 use crate::collection::{member_key, member_prefix, score_from, Kind};
@@ -63,64 +64,86 @@ pub(super) fn in_lex_order(
     skip: usize,
     take: usize,
 ) -> Vec<(Vec<u8>, f64)> {
-    let mut out = Vec::new();
     let Some((lower, upper)) = entry_bounds(prefix, bounds) else {
-        return out;
+        return Vec::new();
     };
     if take == 0 {
-        return out;
+        return Vec::new();
     }
     let start = prefix.len() + BY_NAME.len();
-    scan_lex(
-        ctx,
-        (&lower, &upper),
-        start,
-        order,
-        skip,
-        take,
-        &mut |member, score| {
-            out.push((member.to_vec(), score_from(score)));
-        },
-    );
-    out
+    let mut scored: Vec<(Vec<u8>, [u8; 8])> = Vec::new();
+    scan_lex(ctx, (&lower, &upper), start, order, skip, take, &mut scored);
+    scored
+        .into_iter()
+        .map(|(member, score)| (member, score_from(score)))
+        .collect()
 }
 
 /// The by-member entries within `(lower, upper)` (from [`entry_bounds`]; members start at
-/// byte `start` of a key) in `order`, skipping `skip`, handing at most `take` to `emit` as
-/// (member, score bytes): one range scan reading `skip + take` entries at most. A damaged score
-/// is skipped, as the by-score scans skip damaged keys. Shared by [`in_lex_order`] and the
-/// direct reply of [`lex_into`].
+/// byte `start` of a key) in `order`, skipping `skip`, handing at most `take` to `out` as
+/// (member, score bytes): one range scan reading `skip + take` entries at most, in place
+/// where the store alone answers (`Ctx::scan_in_place_up_to`). A damaged score is skipped, as
+/// the by-score scans skip damaged keys. Shared by [`in_lex_order`] and the direct reply of
+/// [`lex_into`].
 fn scan_lex(
     ctx: &Ctx<'_, '_>,
     (lower, upper): (&Bound<Vec<u8>>, &Bound<Vec<u8>>),
     start: usize,
     order: Order,
-    mut skip: usize,
+    skip: usize,
     take: usize,
-    emit: &mut dyn FnMut(&[u8], [u8; 8]),
+    out: &mut dyn Members<[u8; 8]>,
 ) {
-    let mut taken = 0usize;
-    ctx.scan_up_to(
+    let mut sink = LexRows {
+        start,
+        skip_first: skip,
+        skip,
+        take,
+        taken: 0,
+        out,
+    };
+    ctx.scan_in_place_up_to(
         as_ref(lower),
         as_ref(upper),
         order,
         skip.saturating_add(take),
-        &mut |key, value| {
-            if skip > 0 {
-                skip -= 1;
-                return ControlFlow::Continue(());
-            }
-            if let (Some(member), Ok(score)) = (key.get(start..), <[u8; 8]>::try_from(value)) {
-                emit(member, score);
-                taken += 1;
-            }
-            if taken >= take {
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
-        },
+        false,
+        &mut sink,
     );
+}
+
+/// [`scan_lex`]'s rows: the offset skipped, then members with their score bytes.
+struct LexRows<'a> {
+    start: usize,
+    skip_first: usize,
+    skip: usize,
+    take: usize,
+    taken: usize,
+    out: &'a mut dyn Members<[u8; 8]>,
+}
+
+impl ScanSink for LexRows<'_> {
+    fn record(&mut self, key: &[u8], value: &[u8]) -> ControlFlow<()> {
+        if self.skip > 0 {
+            self.skip -= 1;
+            return ControlFlow::Continue(());
+        }
+        if let (Some(member), Ok(score)) = (key.get(self.start..), <[u8; 8]>::try_from(value)) {
+            self.out.member(member, score);
+            self.taken += 1;
+        }
+        if self.taken >= self.take {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    }
+
+    fn restart(&mut self) {
+        self.skip = self.skip_first;
+        self.taken = 0;
+        self.out.clear();
+    }
 }
 
 /// ZRANGEBYLEX key min max [LIMIT offset count].
@@ -198,12 +221,23 @@ pub(super) fn lex_into(
         order,
         skip,
         take,
-        &mut |member, _| {
-            array.bulk(member);
-        },
+        &mut LexReply(&mut array),
     );
     array.finish();
     Ok(())
+}
+
+/// ZRANGEBYLEX's members written into the reply.
+struct LexReply<'a, 'o>(&'a mut ArrayInto<'o>);
+
+impl Members<[u8; 8]> for LexReply<'_, '_> {
+    fn member(&mut self, member: &[u8], _: [u8; 8]) {
+        self.0.bulk(member);
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
 }
 
 /// ZLEXCOUNT key min max: how many members are within the lex bounds (a keys-only scan of

@@ -1,6 +1,7 @@
 //! Scans never see part of an atomic batch (issue 12: "concurrent readers never see part of
 //! a batch"), short scans (optimistic) and long ones (registered in the scan gate) alike, in
-//! both orders, with and without a limit; and a scan's visitor cannot write a batch.
+//! both orders, with and without a limit, in place (`Store::scan_in_place_up_to`: the sink
+//! restarted when a read is dropped) or not; and a scan's visitor cannot write a batch.
 
 use std::ops::{Bound, ControlFlow};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -10,7 +11,8 @@ use std::time::Duration;
 
 use forest_core::{Error, Order};
 use forest_store::file::SimDir;
-use forest_store::{Durability, Store, StoreOptions, WriteBatch};
+use forest_store::store::{SCAN_IN_PLACE_BYTES_MAX, SCAN_IN_PLACE_ROWS_MAX};
+use forest_store::{Durability, ScanSink, Store, StoreOptions, WriteBatch};
 
 fn store() -> Arc<Store> {
     let options = StoreOptions {
@@ -25,9 +27,33 @@ fn key(i: usize) -> Vec<u8> {
     format!("k{i:05}").into_bytes()
 }
 
+/// A sink that keeps what it is given as (key, value) and counts its restarts.
+#[derive(Default)]
+struct Kept {
+    rows: Vec<(Vec<u8>, Vec<u8>)>,
+    restarts: usize,
+}
+
+impl ScanSink for Kept {
+    fn record(&mut self, key: &[u8], value: &[u8]) -> ControlFlow<()> {
+        self.rows.push((key.to_vec(), value.to_vec()));
+        ControlFlow::Continue(())
+    }
+
+    fn restart(&mut self) {
+        self.rows.clear();
+        self.restarts += 1;
+    }
+}
+
 /// Writes batches that set keys `0..keys` all to the round number, for `time`; meanwhile
-/// scanners check every scan sees one round only. Also a single writer outside the range.
+/// scanners check every scan sees one round only (with `in_place`, through
+/// `Store::scan_in_place_up_to`). Also a single writer outside the range.
 fn run(keys: usize, limit: Option<usize>, time: Duration) -> (u64, u64) {
+    run_with(keys, limit, time, false)
+}
+
+fn run_with(keys: usize, limit: Option<usize>, time: Duration, in_place: bool) -> (u64, u64) {
     let store = store();
     let mut first = WriteBatch::new();
     for i in 0..keys {
@@ -54,10 +80,12 @@ fn run(keys: usize, limit: Option<usize>, time: Duration) -> (u64, u64) {
             }
         })
     };
+    let restarts = Arc::new(AtomicU64::new(0));
     let scanners: Vec<_> = [Order::Ascending, Order::Descending]
         .into_iter()
         .map(|order| {
-            let (store, stop) = (Arc::clone(&store), Arc::clone(&stop));
+            let (store, stop, restarts) =
+                (Arc::clone(&store), Arc::clone(&stop), Arc::clone(&restarts));
             thread::spawn(move || {
                 let mut scans = 0u64;
                 while !stop.load(Ordering::Relaxed) {
@@ -67,9 +95,18 @@ fn run(keys: usize, limit: Option<usize>, time: Duration) -> (u64, u64) {
                         ControlFlow::Continue(())
                     };
                     let (lower, upper) = (Bound::Included(&b"k"[..]), Bound::Excluded(&b"l"[..]));
-                    match limit {
-                        Some(n) => store.scan_up_to(lower, upper, order, n, &mut visit),
-                        None => store.scan(lower, upper, order, &mut visit),
+                    match (limit, in_place) {
+                        (limit, true) => {
+                            let mut sink = Kept::default();
+                            let n = limit.unwrap_or(usize::MAX);
+                            store.scan_in_place_up_to(lower, upper, order, n, false, &mut sink);
+                            restarts.fetch_add(sink.restarts as u64, Ordering::Relaxed);
+                            for (_, v) in &sink.rows {
+                                let _ = visit(&[], v);
+                            }
+                        }
+                        (Some(n), false) => store.scan_up_to(lower, upper, order, n, &mut visit),
+                        (None, false) => store.scan(lower, upper, order, &mut visit),
                     }
                     assert_eq!(seen.len(), limit.unwrap_or(keys).min(keys));
                     assert!(
@@ -118,6 +155,147 @@ fn limited_scans_see_batches_whole() {
     for limit in [10, 200] {
         let (rounds, scans) = run(300, Some(limit), Duration::from_millis(800));
         assert!(rounds > 10 && scans > 10, "{rounds} rounds, {scans} scans");
+    }
+}
+
+// Goal: reads in place (the sink sees records under the engine's pin and is restarted when
+// a batch applied meanwhile) hand out batches whole, short and long, in both orders, and
+// past `SCAN_IN_PLACE_ROWS_MAX` (the ordinary scan, no restart) too. Method: as above
+// through `scan_in_place_up_to`.
+#[test]
+fn in_place_scans_see_batches_whole() {
+    for (keys, limit) in [
+        (50, Some(100)),
+        (300, Some(200)),
+        (1500, Some(1100)),
+        (50, None),
+    ] {
+        let (rounds, scans) = run_with(keys, limit, Duration::from_millis(1000), true);
+        // Both sides went on (how far depends on the machine's load: 1 500-key batches are
+        // slow in a debug build).
+        assert!(rounds > 1 && scans > 1, "{rounds} rounds, {scans} scans");
+    }
+}
+
+// Goal: an in-place read that a batch overlaps is dropped and read again: the sink is
+// restarted once and ends with the batch's values only, in both orders, short and at the
+// in-place maximum. Method: 50 (then 1 024) keys at round 0; the sink, at its first record,
+// has another thread write a batch setting every key to round 1 and waits for it (the
+// optimistic read's check then fails); it then must hold round 1 in every row.
+#[test]
+fn an_in_place_read_overlapped_by_a_batch_is_restarted() {
+    struct Racing<'a> {
+        store: &'a Store,
+        keys: usize,
+        raced: bool,
+        kept: Kept,
+    }
+    impl ScanSink for Racing<'_> {
+        fn record(&mut self, key: &[u8], value: &[u8]) -> ControlFlow<()> {
+            if !self.raced {
+                self.raced = true;
+                let (store, keys) = (self.store, self.keys);
+                thread::scope(|s| {
+                    s.spawn(|| {
+                        let mut batch = WriteBatch::new();
+                        for i in 0..keys {
+                            batch.put(&key_of(i), &1u64.to_be_bytes());
+                        }
+                        store.write(&batch).expect("write");
+                    });
+                });
+            }
+            self.kept.record(key, value)
+        }
+
+        fn restart(&mut self) {
+            self.kept.restart();
+        }
+    }
+    fn key_of(i: usize) -> Vec<u8> {
+        key(i)
+    }
+    for keys in [50, SCAN_IN_PLACE_ROWS_MAX] {
+        for order in [Order::Ascending, Order::Descending] {
+            let store = store();
+            let mut batch = WriteBatch::new();
+            for i in 0..keys {
+                batch.put(&key(i), &0u64.to_be_bytes());
+            }
+            store.write(&batch).expect("write");
+            let mut sink = Racing {
+                store: &store,
+                keys,
+                raced: false,
+                kept: Kept::default(),
+            };
+            let (lower, upper) = (Bound::Included(&b"k"[..]), Bound::Excluded(&b"l"[..]));
+            store.scan_in_place_up_to(lower, upper, order, keys, false, &mut sink);
+            assert_eq!(sink.kept.restarts, 1, "{keys} keys {order:?}");
+            assert_eq!(sink.kept.rows.len(), keys);
+            assert!(
+                sink.kept.rows.iter().all(|(_, v)| v == &1u64.to_be_bytes()),
+                "{keys} keys {order:?}: a row of the dropped read was kept"
+            );
+        }
+    }
+}
+
+/// The (key, value) rows of `store` in range `k`..`l` through `scan_in_place_up_to`, and its
+/// restarts.
+fn in_place(store: &Store, order: Order, limit: usize, keys_only: bool) -> Kept {
+    let mut sink = Kept::default();
+    let (lower, upper) = (Bound::Included(&b"k"[..]), Bound::Excluded(&b"l"[..]));
+    store.scan_in_place_up_to(lower, upper, order, limit, keys_only, &mut sink);
+    sink
+}
+
+// Goal: with no writer, an in-place scan hands out exactly what `scan_up_to` does, whatever
+// its limit: 0, below the range, a limit (the engine's hint) larger than the range, past
+// `SCAN_IN_PLACE_ROWS_MAX`; keys only gives empty values; values whose bytes pass
+// `SCAN_IN_PLACE_BYTES_MAX` are read the ordinary way after one restart, each row once.
+// Method: 1 500 keys of 8-byte values, then the same keys with 2 KiB values, compared with
+// `scan_up_to` in both orders.
+#[test]
+fn in_place_scans_hand_out_what_scan_up_to_does() {
+    for value_len in [8usize, 2048] {
+        let store = store();
+        let mut batch = WriteBatch::new();
+        for i in 0..1500 {
+            batch.put(&key(i), &vec![b'a' + (i % 26) as u8; value_len]);
+        }
+        store.write(&batch).expect("write");
+        for order in [Order::Ascending, Order::Descending] {
+            for limit in [0, 1, 37, 128, 129, 1024, 1025, 1500, 5000, usize::MAX] {
+                let mut want = Vec::new();
+                store.scan_up_to(
+                    Bound::Included(&b"k"[..]),
+                    Bound::Excluded(&b"l"[..]),
+                    order,
+                    limit,
+                    &mut |k, v| {
+                        want.push((k.to_vec(), v.to_vec()));
+                        ControlFlow::Continue(())
+                    },
+                );
+                assert_eq!(want.len(), limit.min(1500));
+                let got = in_place(&store, order, limit, false);
+                assert!(
+                    got.rows == want,
+                    "{order:?} limit {limit} values {value_len}"
+                );
+                // Past the byte bound (and within the row bound): one restart, then the
+                // ordinary scan.
+                let big = (6 + value_len) * limit.min(1500) > SCAN_IN_PLACE_BYTES_MAX
+                    && limit <= SCAN_IN_PLACE_ROWS_MAX;
+                assert_eq!(got.restarts, usize::from(big), "{order:?} limit {limit}");
+                let keys = in_place(&store, order, limit, true);
+                assert!(keys.rows.iter().all(|(_, v)| v.is_empty()));
+                let want_keys: Vec<_> = want.iter().map(|(k, _)| k.clone()).collect();
+                let got_keys: Vec<_> = keys.rows.into_iter().map(|(k, _)| k).collect();
+                assert_eq!(got_keys, want_keys, "keys only, {order:?} limit {limit}");
+            }
+        }
     }
 }
 
