@@ -121,6 +121,8 @@ pub(crate) struct Counters {
     pub restarts: Counter,
     /// Local retries after a concurrent insert or split of the node at hand.
     pub retries: Counter,
+    /// Writers that found their border node locked by another writer and spun (§4.5).
+    pub lock_waits: Counter,
     /// Node splits (border and interior).
     pub splits: Counter,
     /// Layers created (§4.6.3).
@@ -352,6 +354,7 @@ impl<const W: usize, const F: usize> Index for Masstree<W, F> {
             counters: vec![
                 (names::RESTARTS, self.counters.restarts.get()),
                 (names::RETRIES, self.counters.retries.get()),
+                (names::LATCH_WAITS, self.counters.lock_waits.get()),
                 (names::SPLITS, self.counters.splits.get()),
                 ("layers", self.counters.layers.get()),
                 (names::MERGES, self.counters.node_removals.get()),
