@@ -43,6 +43,8 @@
 //!   slot has no block); the new key and the permutation are not yet written.
 //! - `get:slot-matched` (§4.6.4, Fig. 7, `border::Border::lookup`): a reader matched the key
 //!   to a slot and has not yet loaded the slot's value; it holds its version snapshot.
+//! - `put:layer-link-read` (§4.6.1, `insert`): a put read and validated, without the lock,
+//!   the link of the layer holding its key, and has not yet descended into that layer.
 //! - `scan:before-copy` (`scan`): a scan holds a border node and its version snapshot and is
 //!   about to read the node's slots.
 //! - `scan:layer-slot-read` (`scan`): a scan reading a node's slots (the permutation
