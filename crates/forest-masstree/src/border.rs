@@ -226,6 +226,23 @@ impl<const W: usize, const F: usize> Border<W, F> {
         })
     }
 
+    /// Reader-side: the layer link in the slot of a key longer than `slice`'s 8 bytes, if the
+    /// node holds one (`Some(None)`: a slot being rewritten). Found by the node's search, as a
+    /// get finds it; the caller validates the version afterwards.
+    #[inline]
+    pub fn layer_for<'g>(
+        &self,
+        slice: u64,
+        search: NodeSearch,
+        guard: &'g TreeGuard<'_>,
+    ) -> Option<Option<BorderRef<'g, W, F>>> {
+        let perm = self.permutation();
+        match self.position(perm, slice, KEYLEN_SUFFIX, search) {
+            (i, Some(KEYLEN_LAYER)) => Some(self.layer[perm.get(i)].load(Ordering::Acquire, guard)),
+            _ => None,
+        }
+    }
+
     /// Writer-side search; the node is locked.
     pub fn find_locked(
         &self,

@@ -12,7 +12,8 @@ use forest_core::Result;
 
 use crate::block::{SuffixStorage, Value, ValueKind};
 use crate::border::{Found, NewSlot};
-use crate::key::{class_of, slice_of, SLICE_BYTES};
+use crate::key::{class_of, slice_of, KEYLEN_SUFFIX, SLICE_BYTES};
+use crate::nodeversion::DELETED;
 use crate::Masstree;
 
 /// What a put does when the key is present or absent.
@@ -59,7 +60,34 @@ where
     loop {
         let slice = slice_of(rest);
         let class = class_of(rest);
-        let Some(n) = crate::layer::locate_locked(tree, root, slice, &guard) else {
+        let (mut n, mut v) = crate::layer::find_border(tree, root, slice, &guard);
+        if class == KEYLEN_SUFFIX {
+            // A key longer than its slice may live in a layer below. Its link is followed as a
+            // get follows it (Fig. 7: read, then validate the version), without the lock: only
+            // the node that holds the key's own slot is locked, so updates of keys in layers
+            // leave the upper layers' border nodes clean in every cache (masstree-beta and
+            // masstree-rs descend the same way). A layer removed meanwhile is met below as a
+            // deleted node, and the put starts over, as after an unlocked layer step.
+            let link = loop {
+                if v & DELETED != 0 {
+                    break None;
+                }
+                let link = n.layer_for(slice, tree.config.search, &guard);
+                if n.base.version.has_changed(v) {
+                    tree.counters.retries.incr();
+                    (n, v) = crate::layer::walk_right(n, slice, &guard);
+                    continue;
+                }
+                break link.flatten();
+            };
+            if let Some(link) = link {
+                forest_core::pause::pause_point("put:layer-link-read");
+                root = link.node();
+                rest = &rest[SLICE_BYTES..];
+                continue;
+            }
+        }
+        let Some(n) = crate::layer::lock_border(tree, n, v, slice, &guard) else {
             // A removed node or layer (§4.6.5): nothing was written yet; start over.
             root = tree.root(&guard);
             rest = key;

@@ -117,8 +117,27 @@ pub fn locate_locked<'g, const W: usize, const F: usize>(
     slice: u64,
     guard: &'g TreeGuard<'_>,
 ) -> Option<BorderRef<'g, W, F>> {
-    let (mut n, v) = find_border(tree, root, slice, guard);
-    let locked = n.base.version.lock();
+    let (n, v) = find_border(tree, root, slice, guard);
+    lock_border(tree, n, v, slice, guard)
+}
+
+/// Locks `n`, found responsible for `slice` at version `v` by an optimistic descent, and
+/// walks right past splits since then, as [`locate_locked`] does. A wait for another
+/// writer's lock is counted (`lock_waits`: a relaxed add to a per-thread shard).
+pub fn lock_border<'g, const W: usize, const F: usize>(
+    tree: &Masstree<W, F>,
+    mut n: BorderRef<'g, W, F>,
+    v: u64,
+    slice: u64,
+    guard: &'g TreeGuard<'_>,
+) -> Option<BorderRef<'g, W, F>> {
+    let locked = match n.base.version.try_lock() {
+        Some(locked) => locked,
+        None => {
+            tree.counters.lock_waits.incr();
+            n.base.version.lock()
+        }
+    };
     if locked & DELETED == 0 && (locked ^ v) & VSPLIT_MASK == 0 {
         // No split since the descent's snapshot, when `n` was responsible for `slice`: only a
         // split moves keys out of a node (a removal only widens its left neighbour's range),

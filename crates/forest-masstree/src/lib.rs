@@ -43,6 +43,8 @@
 //!   slot has no block); the new key and the permutation are not yet written.
 //! - `get:slot-matched` (§4.6.4, Fig. 7, `border::Border::lookup`): a reader matched the key
 //!   to a slot and has not yet loaded the slot's value; it holds its version snapshot.
+//! - `put:layer-link-read` (§4.6.1, `insert`): a put read and validated, without the lock,
+//!   the link of the layer holding its key, and has not yet descended into that layer.
 //! - `scan:before-copy` (`scan`): a scan holds a border node and its version snapshot and is
 //!   about to read the node's slots.
 //! - `scan:layer-slot-read` (`scan`): a scan reading a node's slots (the permutation
@@ -121,6 +123,8 @@ pub(crate) struct Counters {
     pub restarts: Counter,
     /// Local retries after a concurrent insert or split of the node at hand.
     pub retries: Counter,
+    /// Writers that found their border node locked by another writer and spun (§4.5).
+    pub lock_waits: Counter,
     /// Node splits (border and interior).
     pub splits: Counter,
     /// Layers created (§4.6.3).
@@ -352,6 +356,7 @@ impl<const W: usize, const F: usize> Index for Masstree<W, F> {
             counters: vec![
                 (names::RESTARTS, self.counters.restarts.get()),
                 (names::RETRIES, self.counters.retries.get()),
+                (names::LATCH_WAITS, self.counters.lock_waits.get()),
                 (names::SPLITS, self.counters.splits.get()),
                 ("layers", self.counters.layers.get()),
                 (names::MERGES, self.counters.node_removals.get()),

@@ -114,6 +114,21 @@ impl NodeVersion {
         }
     }
 
+    /// Locks the node if no writer holds it (one compare-exchange, no spin): the lock word
+    /// as locked, or `None` when another writer holds it. Lets a writer count lock waits.
+    #[inline]
+    pub fn try_lock(&self) -> Option<u64> {
+        let v = self.word.load(Ordering::Relaxed);
+        debug_assert_ne!(v, POISON, "lock of a freed node");
+        if v & LOCKED != 0 {
+            return None;
+        }
+        self.word
+            .compare_exchange(v, v | LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| v | LOCKED)
+    }
+
     #[inline]
     fn mark(&self, bit: u64) {
         let v = self.word.load(Ordering::Relaxed);

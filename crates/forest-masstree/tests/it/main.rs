@@ -8,6 +8,7 @@ mod conformance;
 mod hard_cases;
 mod memcheck_poison;
 mod pause_points;
+mod put_layers;
 mod removal;
 mod rev_mscan2;
 mod rev_mscan3;
