@@ -64,7 +64,12 @@ fn hinted(t: &LockBTree, start: u64, order: Order, hint: usize, stop: usize) -> 
 
 fn expected(keys: &[u64], start: u64, order: Order, stop: usize) -> Vec<u64> {
     match order {
-        Order::Ascending => keys.iter().copied().filter(|&n| n >= start).take(stop).collect(),
+        Order::Ascending => keys
+            .iter()
+            .copied()
+            .filter(|&n| n >= start)
+            .take(stop)
+            .collect(),
         Order::Descending => keys
             .iter()
             .rev()
@@ -89,8 +94,15 @@ fn a_scan_stopping_at_its_hint_never_revisits_a_leaf() {
         for start in (0..1800).step_by(7) {
             for len in [1, 2, 8, 9, 10, 16, 31, 40] {
                 let (seen, revisits) = hinted(&t, start, order, len, len);
-                assert_eq!(seen, expected(&keys, start, order, len), "{order:?} from {start}, {len}");
-                assert_eq!(revisits, 0, "{order:?} from {start}: {len} records, hint {len}");
+                assert_eq!(
+                    seen,
+                    expected(&keys, start, order, len),
+                    "{order:?} from {start}, {len}"
+                );
+                assert_eq!(
+                    revisits, 0,
+                    "{order:?} from {start}: {len} records, hint {len}"
+                );
             }
         }
     }
@@ -160,7 +172,10 @@ fn writes_between_hinted_steps_keep_the_stable_keys() {
                     Order::Ascending => pair[0] < pair[1],
                     Order::Descending => pair[0] > pair[1],
                 };
-                assert!(ordered, "{order:?} hint {hint}: {pair:?} out of order in {seen:?}");
+                assert!(
+                    ordered,
+                    "{order:?} hint {hint}: {pair:?} out of order in {seen:?}"
+                );
             }
             let last = *seen.last().expect("records");
             let want: Vec<u64> = stable
