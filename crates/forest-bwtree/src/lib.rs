@@ -464,9 +464,39 @@ impl BwTree {
         order: Order,
         visit: &mut Visitor<'_>,
     ) -> Result<()> {
-        let scanned = self.catching(|| self.scan_range(lower, upper, order, visit));
+        self.try_scan_hinted(lower, upper, order, None, visit)
+    }
+
+    /// [`Self::try_scan`] with `Index::scan_hinted`'s length hint.
+    fn try_scan_hinted(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        len_hint: Option<usize>,
+        visit: &mut Visitor<'_>,
+    ) -> Result<()> {
+        let scanned = self.catching(|| self.scan_range(lower, upper, order, len_hint, visit));
         self.after_op();
         scanned
+    }
+
+    /// `Index::scan` (no hint) and `Index::scan_hinted`: in memory directly, on storage
+    /// through [`Self::try_scan_hinted`], recording a page-load failure.
+    fn scan_hinted_or_not(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        len_hint: Option<usize>,
+        visit: &mut Visitor<'_>,
+    ) {
+        if self.storage.is_none() {
+            return self.scan_range(lower, upper, order, len_hint, visit);
+        }
+        if let Err(e) = self.try_scan_hinted(lower, upper, order, len_hint, visit) {
+            self.record_load_error(e);
+        }
     }
 
     /// [`Index::scan_pinned`] that reports a page-load failure (the visitor may have seen a
@@ -597,12 +627,19 @@ impl Index for BwTree {
         order: Order,
         visit: &mut Visitor<'_>,
     ) {
-        if self.storage.is_none() {
-            return self.scan_range(lower, upper, order, visit);
-        }
-        if let Err(e) = self.try_scan(lower, upper, order, visit) {
-            self.record_load_error(e);
-        }
+        self.scan_hinted_or_not(lower, upper, order, None, visit);
+    }
+
+    /// Batches sized by the hint (`scan.rs`).
+    fn scan_hinted(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        len_hint: usize,
+        visit: &mut Visitor<'_>,
+    ) {
+        self.scan_hinted_or_not(lower, upper, order, Some(len_hint), visit);
     }
 
     fn scan_pinned(

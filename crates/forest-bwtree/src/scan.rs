@@ -30,7 +30,10 @@
 //!
 //! Batches: the first copies at most [`SCAN_BUDGET_FIRST`] records, each next one of the same
 //! scan twice as many, so a short scan copies little past what it hands out and a long one
-//! copies whole pages. A chain of record and split deltas over a base page (the common leaf
+//! copies whole pages. A scan told its length (`Index::scan_hinted`) budgets each batch for the
+//! records the hint still expects instead, so a visitor that stops there gets them from one
+//! batch per page and nothing past them is copied; past the hint, batches follow the quotas
+//! above. A chain of record and split deltas over a base page (the common leaf
 //! state) is merged in place from the cursor's position on: base page and deltas (sorted on the
 //! stack, as consolidation's fast path does), no folded view; other chains fold a view
 //! (`consolidate.rs`).
@@ -190,15 +193,18 @@ enum Ending {
 }
 
 impl BwTree {
+    /// A scan (see the module doc); `len_hint`, if given, is the count of records the visitor
+    /// is expected to take (`Index::scan_hinted`), which sizes the batches and nothing else.
     pub(crate) fn scan_range(
         &self,
         lower: Bound<&[u8]>,
         upper: Bound<&[u8]>,
         order: Order,
+        len_hint: Option<usize>,
         visit: &mut Visitor<'_>,
     ) {
         let mut buffers = ScanBuffers::take();
-        self.scan_with(&mut buffers, lower, upper, order, visit);
+        self.scan_with(&mut buffers, lower, upper, order, len_hint, visit);
         buffers.give_back();
     }
 
@@ -208,6 +214,7 @@ impl BwTree {
         lower: Bound<&[u8]>,
         upper: Bound<&[u8]>,
         order: Order,
+        len_hint: Option<usize>,
         visit: &mut Visitor<'_>,
     ) {
         let ScanBuffers {
@@ -224,8 +231,12 @@ impl BwTree {
         // not change before that batch is copied: its records up to the boundary are out).
         let mut behind: Option<Mark> = None;
         let mut pids_freed = 0;
-        let mut budget = SCAN_BUDGET_FIRST;
+        // The records the hint still expects (0 without one, or once they are out).
+        let mut hinted = len_hint.map_or(0, |hint| hint.max(1));
+        let mut quota = SCAN_BUDGET_FIRST;
         loop {
+            let hinted_batch = hinted > 0;
+            let budget = if hinted_batch { hinted } else { quota };
             let start = match (&behind, from, order) {
                 (Some(_), _, Order::Ascending) => Bound::Included(&boundary[..]),
                 (Some(_), _, Order::Descending) => Bound::Excluded(&boundary[..]),
@@ -274,6 +285,7 @@ impl BwTree {
                 key_start = value_end;
                 handed_out += 1;
             }
+            hinted = hinted.saturating_sub(handed_out);
             if handed_out > 0 {
                 cursor.clear();
                 cursor.extend_from_slice(copied.key(handed_out - 1));
@@ -288,7 +300,9 @@ impl BwTree {
                 Ending::Finished => return,
                 Ending::Budget => {
                     find = Find::Page(mark.pid);
-                    budget = budget.saturating_mul(2);
+                    if !hinted_batch {
+                        quota = quota.saturating_mul(2);
+                    }
                 }
                 Ending::Neighbour(side_link) => {
                     std::mem::swap(boundary, next_boundary);
@@ -952,6 +966,56 @@ fn walk_view<'g>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use forest_core::Index;
+
+    #[test]
+    fn a_hinted_batch_copies_no_more_than_the_hint() {
+        // Goal: `scan_hinted` sizes a scan's batches by its hint: a scan that stops on its
+        // `hint`-th record copies no record past it (without the hint the first batch copies
+        // [`SCAN_BUDGET_FIRST`]; this failed before `scan_hinted` was overridden). Method:
+        // 2 000 keys in pages of up to 128 records; scans of 1, 5 and 10 records from every
+        // 37th key in both orders, each followed by a look at this thread's buffer, which
+        // holds the scan's last batch.
+        let tree = BwTree::new();
+        for i in 0..2_000u32 {
+            tree.upsert(&i.to_be_bytes(), &[7; 100]).unwrap();
+        }
+        let mut whole_batches = 0;
+        for order in [Order::Ascending, Order::Descending] {
+            for start in (0..2_000u32).step_by(37) {
+                for hint in [1, 5, 10] {
+                    let start = start.to_be_bytes();
+                    let (lower, upper) = match order {
+                        Order::Ascending => (Bound::Included(&start[..]), Bound::Unbounded),
+                        Order::Descending => (Bound::Unbounded, Bound::Included(&start[..])),
+                    };
+                    let mut seen = 0;
+                    tree.scan_hinted(lower, upper, order, hint, &mut |_, _| {
+                        seen += 1;
+                        if seen == hint {
+                            ControlFlow::Break(())
+                        } else {
+                            ControlFlow::Continue(())
+                        }
+                    });
+                    let left = match order {
+                        Order::Ascending => 2_000 - u32::from_be_bytes(start),
+                        Order::Descending => u32::from_be_bytes(start) + 1,
+                    };
+                    assert_eq!(seen, hint.min(left as usize));
+                    let buffers = ScanBuffers::take();
+                    let copied = buffers.copied.ends.len();
+                    assert!(
+                        copied <= hint,
+                        "{order:?}: {copied} records copied, hint {hint}"
+                    );
+                    whole_batches += usize::from(copied == hint);
+                    buffers.give_back();
+                }
+            }
+        }
+        assert!(whole_batches > 0, "some scans lie within one page");
+    }
 
     #[test]
     fn wide_compare_orders_like_slices() {

@@ -67,7 +67,7 @@ pub trait Index: Send + Sync {
     /// them over may size its copies by it, so that it copies no more than it hands out; the
     /// hint never changes which records are handed out, whether `visit` stops before, at or
     /// past it. The default is [`Index::scan`] (engines and peers that visit in place stop
-    /// where told anyway; bwtree and lockbtree copy a leaf at a time); masstree overrides it.
+    /// where told anyway); masstree, bwtree and lockbtree, which copy batches, override it.
     fn scan_hinted(
         &self,
         lower: Bound<&[u8]>,

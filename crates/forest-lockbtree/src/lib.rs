@@ -272,6 +272,18 @@ impl Index for LockBTree {
         scan::scan(self, lower, upper, order, visit);
     }
 
+    /// Each step's copy sized by what the hint still expects (`scan::scan_hinted`).
+    fn scan_hinted(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        order: Order,
+        len_hint: usize,
+        visit: &mut Visitor<'_>,
+    ) {
+        scan::scan_hinted(self, lower, upper, order, Some(len_hint), visit);
+    }
+
     fn stats(&self) -> IndexStats {
         inspect::stats(self)
     }

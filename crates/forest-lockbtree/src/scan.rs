@@ -34,7 +34,13 @@
 //! more costs a latch and a look at the remembered slot (a search of the leaf if writes moved
 //! it) rather than a descent; a long scan soon copies whole leaves. Prefetching runs
 //! [`PREFETCH_AHEAD`] records past the budget, so the next step's first misses overlap the
-//! visitor's work.
+//! visitor's work. A scan told its length (`Index::scan_hinted`, [`scan_hinted`]) budgets
+//! each step for the records the hint still expects, so a visitor that stops there gets them
+//! from one step per leaf and nothing is copied past it; past the hint, budgets double from
+//! [`SCAN_BUDGET_FIRST`] as without one.
+//!
+//! A scan's buffers (the records copied, the cursor's keys) are its thread's, kept between
+//! scans: a scan allocates nothing once its thread has scanned before.
 //!
 //! Every record handed out was in its leaf under the leaf's latch. A key present for the
 //! whole scan lies, at each step, in the one leaf whose range holds it (a revisited leaf's
@@ -69,9 +75,40 @@ const PREFETCH_AHEAD: usize = 8;
 const SPARE_BYTES_MAX: usize = 64 << 10;
 
 std::thread_local! {
-    /// This thread's buffer, lent to one scan at a time: a scan run by a visitor of another
-    /// scan finds it taken (empty) and grows its own.
-    static SPARE: Cell<LeafCopy> = const { Cell::new(LeafCopy::EMPTY) };
+    /// This thread's buffers, lent to one scan at a time: a scan run by a visitor of another
+    /// scan finds them taken (empty) and grows its own.
+    static SPARE: Cell<Buffers> = const { Cell::new(Buffers::EMPTY) };
+}
+
+/// A scan's buffers: the records of a step, and the cursor's keys.
+#[derive(Default)]
+struct Buffers {
+    records: LeafCopy,
+    cursor: Cursor,
+}
+
+impl Buffers {
+    const EMPTY: Self = Self {
+        records: LeafCopy::EMPTY,
+        cursor: Cursor::EMPTY,
+    };
+
+    /// This thread's spare buffers, or new ones.
+    fn take() -> Self {
+        SPARE.try_with(Cell::take).unwrap_or_default()
+    }
+
+    /// Keeps the buffers for this thread's next scan unless they grew large.
+    fn give(self) {
+        let bytes = self.records.bytes.capacity()
+            + self.cursor.last.capacity()
+            + self.cursor.fence.capacity()
+            + self.cursor.fence_above.capacity();
+        if bytes <= SPARE_BYTES_MAX {
+            // During thread exit the thread-local may be gone: the buffers are then freed.
+            let _ = SPARE.try_with(|spare| spare.set(self));
+        }
+    }
 }
 
 /// One step's records, copied.
@@ -88,19 +125,6 @@ impl LeafCopy {
         bytes: Vec::new(),
         lengths: Vec::new(),
     };
-
-    /// This thread's spare buffer, or a new one.
-    fn take() -> Self {
-        SPARE.try_with(Cell::take).unwrap_or_default()
-    }
-
-    /// Keeps the buffer for this thread's next scan unless it grew large.
-    fn give(self) {
-        if self.bytes.capacity() <= SPARE_BYTES_MAX {
-            // During thread exit the thread-local may be gone: the buffer is then freed.
-            let _ = SPARE.try_with(|spare| spare.set(self));
-        }
-    }
 
     fn clear(&mut self) {
         self.bytes.clear();
@@ -175,6 +199,29 @@ struct Cursor {
     has_fence_above: bool,
 }
 
+impl Cursor {
+    const EMPTY: Self = Self {
+        last: Vec::new(),
+        fence: Vec::new(),
+        has_fence: false,
+        leaf: None,
+        parent: None,
+        fence_above: Vec::new(),
+        has_fence_above: false,
+    };
+
+    /// The cursor of a new scan, keeping the keys' allocations.
+    fn reset(&mut self) {
+        self.last.clear();
+        self.fence.clear();
+        self.has_fence = false;
+        self.leaf = None;
+        self.parent = None;
+        self.fence_above.clear();
+        self.has_fence_above = false;
+    }
+}
+
 /// How a step ended.
 struct StepEnd {
     /// The scan's far bound was reached (or no leaf lies beyond): nothing more to visit.
@@ -193,35 +240,45 @@ pub(crate) fn scan(
     order: Order,
     visit: &mut Visitor<'_>,
 ) {
-    let mut records = LeafCopy::take();
-    scan_with(tree, lower, upper, order, visit, &mut records);
-    records.give();
+    scan_hinted(tree, lower, upper, order, None, visit);
 }
 
-/// The scan's steps, copying into `records`.
+/// Runs a scan whose visitor is expected to take about `len_hint` records, if given
+/// (`Index::scan_hinted`): each step's budget is what the hint still expects, at least 1; past
+/// it, budgets double from [`SCAN_BUDGET_FIRST`]. The records handed out are `scan`'s.
+pub(crate) fn scan_hinted(
+    tree: &LockBTree,
+    lower: Bound<&[u8]>,
+    upper: Bound<&[u8]>,
+    order: Order,
+    len_hint: Option<usize>,
+    visit: &mut Visitor<'_>,
+) {
+    let mut buffers = Buffers::take();
+    buffers.cursor.reset();
+    scan_with(tree, lower, upper, order, len_hint, visit, &mut buffers);
+    buffers.give();
+}
+
+/// The scan's steps, copying into `buffers`.
 fn scan_with(
     tree: &LockBTree,
     lower: Bound<&[u8]>,
     upper: Bound<&[u8]>,
     order: Order,
+    len_hint: Option<usize>,
     visit: &mut Visitor<'_>,
-    records: &mut LeafCopy,
+    buffers: &mut Buffers,
 ) {
-    let mut cursor = Cursor::default();
+    let Buffers { records, cursor } = buffers;
     let mut next = Next::Start;
-    let mut budget = SCAN_BUDGET_FIRST;
+    // The records the hint still expects (0 without one, or once they are out).
+    let mut hinted = len_hint.map_or(0, |hint| hint.max(1));
+    let mut doubling = SCAN_BUDGET_FIRST;
     loop {
+        let budget = if hinted > 0 { hinted } else { doubling };
         records.clear();
-        let end = step(
-            tree,
-            &mut cursor,
-            next,
-            lower,
-            upper,
-            order,
-            budget,
-            records,
-        );
+        let end = step(tree, cursor, next, lower, upper, order, budget, records);
         // No latch is held from here on.
         if records.visit(visit) || end.finished {
             return;
@@ -231,7 +288,11 @@ fn scan_with(
         } else {
             Next::PastFence
         };
-        budget = budget.saturating_mul(2);
+        if hinted > 0 {
+            hinted -= records.len();
+        } else {
+            doubling = doubling.saturating_mul(2);
+        }
     }
 }
 

@@ -4,7 +4,8 @@
 //! turn, so that each page boundary is crossed right after its neighbour changed. Single
 //! threaded, so the answer is exact: the records handed out before the change, then the
 //! records beyond the cursor as they are after it (§III-C: an update to the unreturned part
-//! is seen). Both orders.
+//! is seen). Both orders, unhinted and with length hints (`Index::scan_hinted`: batches
+//! sized by the hint, ending before, at and past the change).
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
 
 use std::collections::BTreeMap;
@@ -42,10 +43,11 @@ enum Change {
 
 const KEYS: u32 = 60;
 
-/// Scans the whole tree of even keys in `order`; after handing out `at` records the visitor
-/// applies `change` beyond the cursor. Checks the records against the model and returns the
-/// tree's counters of splits, merges and consolidations.
-fn scan_with_change(order: Order, change: Change, at: usize) -> [u64; 3] {
+/// Scans the whole tree of even keys in `order` (through `scan_hinted` if `hint` is given);
+/// after handing out `at` records the visitor applies `change` beyond the cursor. Checks the
+/// records against the model and returns the tree's counters of splits, merges and
+/// consolidations.
+fn scan_with_change(order: Order, change: Change, at: usize, hint: Option<usize>) -> [u64; 3] {
     let tree = small_tree();
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     for i in (0..KEYS).step_by(2) {
@@ -63,7 +65,7 @@ fn scan_with_change(order: Order, change: Change, at: usize) -> [u64; 3] {
     let start = counters(&tree);
     let mut got: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     let mut cursor = None;
-    tree.scan(Bound::Unbounded, Bound::Unbounded, order, &mut |k, v| {
+    let mut visit = |k: &[u8], v: &[u8]| {
         got.push((k.to_vec(), v.to_vec()));
         if got.len() == at {
             let c = u32::from_be_bytes(k.try_into().unwrap());
@@ -101,7 +103,12 @@ fn scan_with_change(order: Order, change: Change, at: usize) -> [u64; 3] {
             }
         }
         ControlFlow::Continue(())
-    });
+    };
+    let (lower, upper) = (Bound::Unbounded, Bound::Unbounded);
+    match hint {
+        Some(hint) => tree.scan_hinted(lower, upper, order, hint, &mut visit),
+        None => tree.scan(lower, upper, order, &mut visit),
+    }
     let c = cursor.unwrap();
     let after: Vec<(Vec<u8>, Vec<u8>)> = match order {
         Order::Ascending => model.range(key(c + 1)..).map(clone).collect(),
@@ -110,8 +117,8 @@ fn scan_with_change(order: Order, change: Change, at: usize) -> [u64; 3] {
     let want: Vec<(Vec<u8>, Vec<u8>)> = before[..at].iter().cloned().chain(after).collect();
     assert_eq!(
         got, want,
-        "{order:?} scan, {change:?} after {at} records: the records before the change, then the \
-         rest as changed"
+        "{order:?} scan (hint {hint:?}), {change:?} after {at} records: the records before the \
+         change, then the rest as changed"
     );
     let end = counters(&tree);
     [0, 1, 2].map(|i| end[i] - start[i])
@@ -121,12 +128,15 @@ fn clone((k, v): (&Vec<u8>, &Vec<u8>)) -> (Vec<u8>, Vec<u8>) {
     (k.clone(), v.clone())
 }
 
-/// Every position of the scan, both orders: the change meets each page boundary.
+/// Every position of the scan, both orders, without a hint and with hints whose batches end
+/// before, at and past the change: the change meets each page boundary.
 fn every_position(change: Change, counter: usize) {
     for order in [Order::Ascending, Order::Descending] {
         let mut happened = 0;
         for at in 1..=(KEYS / 2) as usize {
-            happened += scan_with_change(order, change, at)[counter];
+            for hint in [None, Some(1), Some(3), Some(at), Some(at + 1)] {
+                happened += scan_with_change(order, change, at, hint)[counter];
+            }
         }
         assert!(
             happened > 0,

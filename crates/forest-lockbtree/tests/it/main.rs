@@ -3,5 +3,6 @@
 //! build). One file's tests: `cargo test -p forest-lockbtree --test it -- NAME::`.
 
 mod conformance;
+mod scan_hinted;
 mod scan_revisit;
 mod structure;
