@@ -516,8 +516,14 @@ mod tests {
     #[ignore = "rev: F1 a header with a leading zero or a + sign is accepted; Redis refuses it"]
     fn rev_p16_f1_header_number_is_strict_as_redis() {
         let cases: [(&[u8], FrameError); 6] = [
-            (b"*02\r\n$3\r\nGET\r\n$1\r\nk\r\n", FrameError::MultibulkLength),
-            (b"*+2\r\n$3\r\nGET\r\n$1\r\nk\r\n", FrameError::MultibulkLength),
+            (
+                b"*02\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+                FrameError::MultibulkLength,
+            ),
+            (
+                b"*+2\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+                FrameError::MultibulkLength,
+            ),
             (b"*00\r\n", FrameError::MultibulkLength),
             (b"*2\r\n$03\r\nGET\r\n$1\r\nk\r\n", FrameError::BulkLength),
             (b"*2\r\n$+3\r\nGET\r\n$1\r\nk\r\n", FrameError::BulkLength),
