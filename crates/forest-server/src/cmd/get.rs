@@ -15,9 +15,10 @@ pub fn get(ctx: &mut Ctx<'_, '_>, argv: &[&[u8]]) -> Reply {
 }
 
 /// GET with its reply written straight into the connection's output (`cmd::Encoder`): the
-/// bytes `get`'s reply encodes to, without building the reply's frame and handing its buffer
-/// back to the pool (issue 15, session 19: counted in instructions, most of a pipelined
-/// GET's server work is such overhead around the store's read).
+/// bytes `get`'s reply encodes to, without building a `Frame` or matching on it to encode
+/// and recycle it (the value is still read into a pooled buffer and copied out; issue 15,
+/// session 19: counted in instructions, most of a pipelined GET's server work is such
+/// overhead around the store's read).
 pub(crate) fn get_into(
     ctx: &mut Ctx<'_, '_>,
     argv: &[&[u8]],
