@@ -15,6 +15,7 @@ mod map_verify;
 mod power_loss;
 mod rev_lists;
 mod rev_lists14;
+mod rev_lss3;
 mod rev_lstore;
 mod rev_mapdef;
 mod rev_tckpt;
