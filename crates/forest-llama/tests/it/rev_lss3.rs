@@ -18,7 +18,6 @@ fn put_segment(dir: &SimDir, sequence: u64, segment_bytes: u64) {
 // that inspect (and so `forest check`) reports; it must not panic. main's check_segment
 // guarded this (`segment_bytes.max(1)`); inspect divides by it.
 #[test]
-#[ignore = "rev: F1 inspect panics (divide by zero) on a crc-valid segment header of size 0"]
 fn rev_f1_inspect_survives_a_zero_segment_size_header() {
     let dir = SimDir::new(1);
     put_segment(&dir, 0, 0);
@@ -29,13 +28,17 @@ fn rev_f1_inspect_survives_a_zero_segment_size_header() {
         got.is_ok(),
         "inspect panicked on a segment header of size 0"
     );
+    let problems = got.unwrap().unwrap().problems();
+    assert!(
+        problems.iter().any(|p| p.contains("segment size 0")),
+        "{problems:?}"
+    );
 }
 
 // Goal (rev-lss3 F1): a crc-valid header naming a huge sequence (a stray or crafted file)
 // is reported, not a panic. main's check_segment used `saturating_mul`; inspect's
 // `read_segment` multiplies `sequence * segment_bytes`.
 #[test]
-#[ignore = "rev: F1 inspect overflows (panics in debug) on a huge segment sequence"]
 fn rev_f1_inspect_survives_a_huge_segment_sequence() {
     let dir = SimDir::new(2);
     put_segment(&dir, 0, 1 << 14);
@@ -44,4 +47,11 @@ fn rev_f1_inspect_survives_a_huge_segment_sequence() {
         forest_llama::inspect::inspect(&dir)
     }));
     assert!(got.is_ok(), "inspect panicked on a huge segment sequence");
+    let problems = got.unwrap().unwrap().problems();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("past the LSS's largest address")),
+        "{problems:?}"
+    );
 }

@@ -126,7 +126,6 @@ fn rev_f2_inspect_writes_nothing_into_the_directory() {
 // of S's segment (S well inside it); inspect again. The open's result is printed only (with
 // this seed the flipped record is a live piece, so the open fails on loading it).
 #[test]
-#[ignore = "rev: F3 inspect stops the scan from S at damage below S in S's segment"]
 fn rev_f3_damage_below_s_in_s_segment_leaves_the_scan_picture() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let path = tmp.path().join("store");
