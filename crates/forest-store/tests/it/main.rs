@@ -17,6 +17,7 @@ mod rev_lists;
 mod rev_lists14;
 mod rev_lstore;
 mod rev_mapdef;
+mod rev_range;
 mod rev_tckpt;
 mod rev_tsb;
 mod review13_meta;
