@@ -31,9 +31,9 @@ use forest_file::Dir;
 use crate::checkpoint::{read_newest, MapCheckpoint, ReadOutcome};
 use crate::lss::record::{self, payload_len, RECORD_HEADER_BYTES};
 use crate::lss::segment::{
-    decode_header, parse_segment_file_name, segment_file_name, SEGMENT_HEADER_BYTES,
+    decode_header, parse_segment_file_name, segment_file_name, SegmentHeader, SEGMENT_HEADER_BYTES,
 };
-use crate::lss::{LssAddress, OpenReport, RecordKind};
+use crate::lss::{LssAddress, OpenReport, RecordKind, LSS_OFFSET_MAX};
 use crate::mapping_table::Pid;
 use crate::recover::{follow_chain, PieceHeaders, Scan, ScanStats};
 
@@ -133,12 +133,9 @@ pub fn inspect(dir: &dyn Dir) -> Result<Inspection> {
         .collect();
     sequences.sort_unstable();
     // The size every header records (the first readable one; a differing one is damage).
-    let segment_bytes = sequences.iter().find_map(|&s| {
-        let mut head = [0u8; SEGMENT_HEADER_BYTES as usize];
-        let file = dir.open(&segment_file_name(s)).ok()?;
-        file.read_exact_at(0, &mut head).ok()?;
-        decode_header(&head).ok().map(|h| h.segment_bytes)
-    });
+    let segment_bytes = sequences
+        .iter()
+        .find_map(|&s| read_header(dir, s).ok().map(|h| h.segment_bytes));
     let (start, stable_end) = outcome
         .checkpoint
         .as_ref()
@@ -163,8 +160,9 @@ pub fn inspect(dir: &dyn Dir) -> Result<Inspection> {
                 sequence,
                 name: segment_file_name(sequence),
                 damage: Some(format!(
-                    "{}: no readable header",
-                    segment_file_name(sequence)
+                    "{}: offset 0: {}",
+                    segment_file_name(sequence),
+                    read_header(dir, sequence).err().unwrap_or_default()
                 )),
                 ..SegmentUsage::default()
             })
@@ -211,17 +209,30 @@ pub fn inspect(dir: &dyn Dir) -> Result<Inspection> {
         if let Some(gap) = first_gap.filter(|&g| sequence > g) {
             stopped.get_or_insert(gap);
         }
-        let usage = read_segment(dir, sequence, sb, last, stable_end, &mut |address, rec| {
-            pieces.note(address, &rec.header, rec.payload.len());
-            if address.offset() >= start && report.scan_error.is_none() && stopped.is_none() {
-                match scan.visit(&locate, address, &rec.header, rec.payload) {
-                    Ok(()) => report.scanned_end = address.offset() + rec.len() as u64,
-                    Err(e) => report.scan_error = Some(e.to_string()),
+        let resume = if sequence == start_segment {
+            start % sb
+        } else {
+            0
+        };
+        let (usage, stops) = read_segment(
+            dir,
+            sequence,
+            sb,
+            last,
+            stable_end,
+            resume,
+            &mut |address, rec| {
+                pieces.note(address, &rec.header, rec.payload.len());
+                if address.offset() >= start && report.scan_error.is_none() && stopped.is_none() {
+                    match scan.visit(&locate, address, &rec.header, rec.payload) {
+                        Ok(()) => report.scanned_end = address.offset() + rec.len() as u64,
+                        Err(e) => report.scan_error = Some(e.to_string()),
+                    }
                 }
-            }
-        });
-        // Recovery's scan stops at damage from S's segment on, and at a gap.
-        if sequence >= start_segment && (usage.damage.is_some() || usage.torn.is_some()) {
+            },
+        );
+        // Recovery's scan stops at damage from S on, and at a gap.
+        if sequence >= start_segment && stops {
             stopped = Some(sequence);
         }
         report.segments.push(usage);
@@ -314,15 +325,32 @@ pub fn inspect(dir: &dyn Dir) -> Result<Inspection> {
     Ok(report)
 }
 
-/// Reads segment `sequence` whole and calls `visit` with each valid record in order.
+/// Reads and decodes segment `sequence`'s header. A size of 0 is damage (no LSS writes it; an
+/// open refuses it as a size other than its own): every address computation divides by it.
+fn read_header(dir: &dyn Dir, sequence: u64) -> std::result::Result<SegmentHeader, String> {
+    let mut head = [0u8; SEGMENT_HEADER_BYTES as usize];
+    dir.open(&segment_file_name(sequence))
+        .and_then(|file| file.read_exact_at(0, &mut head))
+        .map_err(|e| e.to_string())?;
+    match decode_header(&head)? {
+        h if h.segment_bytes == 0 => Err("the header names segment size 0".into()),
+        h => Ok(h),
+    }
+}
+
+/// Reads segment `sequence` whole and calls `visit` with each valid record in order. Damage
+/// below `resume` (S's offset in S's segment, else 0), which recovery's scan from S never
+/// reads, is reported and decoding goes on at `resume`. Also returns whether decoding
+/// stopped at or above `resume` (damage, a torn tail): where recovery's scan stops.
 fn read_segment(
     dir: &dyn Dir,
     sequence: u64,
     segment_bytes: u64,
     last: bool,
     stable_end: u64,
+    resume: u64,
     visit: &mut dyn FnMut(LssAddress, &record::RecordRef<'_>),
-) -> SegmentUsage {
+) -> (SegmentUsage, bool) {
     let name = segment_file_name(sequence);
     let mut usage = SegmentUsage {
         sequence,
@@ -332,18 +360,18 @@ fn read_segment(
     let mut data = Vec::new();
     if let Err(e) = dir.open(&name).and_then(|f| f.read_all(&mut data)) {
         usage.damage = Some(format!("{name}: {e}"));
-        return usage;
+        return (usage, true);
     }
     usage.bytes = data.len() as u64;
     match decode_header(&data) {
         // A creation a crash cut off (header only): an open removes it.
         Err(why) if last && usage.bytes <= SEGMENT_HEADER_BYTES => {
             usage.torn = Some((0, usage.bytes, format!("segment creation cut off: {why}")));
-            return usage;
+            return (usage, true);
         }
         Err(why) => {
             usage.damage = Some(format!("{name}: offset 0: {why}"));
-            return usage;
+            return (usage, true);
         }
         Ok(h) if h.sequence != sequence || h.segment_bytes != segment_bytes => {
             usage.damage = Some(format!(
@@ -351,11 +379,21 @@ fn read_segment(
                  {sequence} and {segment_bytes})",
                 h.sequence, h.segment_bytes
             ));
-            return usage;
+            return (usage, true);
         }
         Ok(_) => {}
     }
-    let segment_start = sequence * segment_bytes;
+    // A crafted sequence can put the segment past the address space.
+    let Some(segment_start) = sequence.checked_mul(segment_bytes).filter(|s| {
+        s.checked_add(segment_bytes)
+            .is_some_and(|e| e <= LSS_OFFSET_MAX)
+    }) else {
+        usage.damage = Some(format!(
+            "{name}: sequence {sequence} of {segment_bytes}-byte segments lies past the LSS's \
+             largest address {LSS_OFFSET_MAX}"
+        ));
+        return (usage, true);
+    };
     let len = usage.bytes.min(segment_bytes);
     let mut at = SEGMENT_HEADER_BYTES;
     while at < len {
@@ -371,13 +409,21 @@ fn read_segment(
                 let what = e.to_error(&dir.path().join(&name), at, address).to_string();
                 if last && segment_start + at >= stable_end {
                     usage.torn = Some((at, usage.bytes - at, what));
-                } else {
-                    usage.damage = Some(format!(
-                        "{name}: first bad record at offset {at} (below T {stable_end} or before \
-                         the last segment): {what}"
-                    ));
+                    return (usage, true);
                 }
-                return usage;
+                let first = format!(
+                    "{name}: first bad record at offset {at} (below T {stable_end} or before the \
+                     last segment): {what}"
+                );
+                usage.damage = Some(match usage.damage.take() {
+                    Some(below) => format!("{below}; from S on, {first}"),
+                    None => first,
+                });
+                if at >= resume {
+                    return (usage, true);
+                }
+                // Below S: the scan from S does not read it; decode again from S.
+                at = resume.min(len);
             }
         }
     }
@@ -389,18 +435,24 @@ fn read_segment(
         end
     };
     if last && end_records < stable_end {
-        usage.damage = Some(format!(
+        let short = format!(
             "{name}: the LSS ends at offset {at} (address {end}), below T {stable_end} that the \
              map checkpoint relies on"
-        ));
+        );
+        usage.damage = Some(match usage.damage.take() {
+            Some(below) => format!("{below}; {short}"),
+            None => short,
+        });
+        return (usage, true);
     } else if last && usage.bytes > len {
         usage.torn = Some((
             len,
             usage.bytes - len,
             "bytes past the segment's size".into(),
         ));
+        return (usage, true);
     }
-    usage
+    (usage, false)
 }
 
 /// Reads the record at `at` on its own (one not met by the segment pass: past damage, or not

@@ -523,9 +523,23 @@ pub struct InspectReport {
 }
 
 /// Reads the store in `dir` without changing it, for `forest inspect` (segment use, pages,
-/// pieces per page). Takes the directory's lock as [`verify`] does. Errors: the lock is
-/// held, a file cannot be listed or read; damage is in the report.
+/// pieces per page). Takes the directory's lock as [`verify`] does, after making sure it is a
+/// store (taking the lock creates `LOCK`). Errors: no store in `dir` (no `META`, log,
+/// checkpoint or `lss/`), the lock is held, a file cannot be listed or read; damage is in
+/// the report.
 pub fn inspect(dir: &dyn Dir) -> Result<InspectReport> {
+    let store_file = |name: &String| {
+        name == meta::META_FILE_NAME
+            || parse_log_name(name).is_some()
+            || checkpoint::parse_checkpoint_name(name).is_some()
+    };
+    let lss_path = dir.path().join(crate::llama::LSS_DIR_NAME);
+    if !dir.list()?.iter().any(store_file) && !lss_path.is_dir() {
+        return Err(Error::InvalidUse(format!(
+            "{} holds no forest store (no META, log, checkpoint or lss/)",
+            dir.path().display()
+        )));
+    }
     let _lock = dir.lock()?;
     let (engine_recorded, meta_error) = match meta::read(dir) {
         Ok(m) => (m.map(|m| m.engine), None),
@@ -539,7 +553,6 @@ pub fn inspect(dir: &dyn Dir) -> Result<InspectReport> {
         }
     }
     files.sort();
-    let lss_path = dir.path().join(crate::llama::LSS_DIR_NAME);
     let (lss, lss_scratch) = if crate::llama::map_checkpointed(dir)? {
         let lss = dir.subdir(crate::llama::LSS_DIR_NAME)?;
         (Some(forest_llama::inspect::inspect(&*lss)?), false)

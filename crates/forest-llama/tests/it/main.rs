@@ -7,4 +7,5 @@ mod flush;
 mod lss;
 mod lss_record;
 mod recover;
+mod rev_lss3;
 mod sys_txn;

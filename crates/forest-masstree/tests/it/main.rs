@@ -12,6 +12,7 @@ mod put_layers;
 mod removal;
 mod rev_mscan2;
 mod rev_mscan3;
+mod rev_ycsba;
 mod review13_refs;
 mod scan_batches;
 mod scan_copy;

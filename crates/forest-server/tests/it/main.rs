@@ -18,6 +18,7 @@ mod rev_coll;
 mod rev_lfix;
 mod rev_lists;
 mod rev_pcore;
+mod rev_range;
 mod rev_srv;
 mod scripting;
 mod server;
