@@ -145,6 +145,13 @@ impl<P: Persist> BzTree<P> {
         for i in 0..n {
             let sep = (i > 0).then(|| self.separator(node, i));
             let next = (i + 1 < n).then(|| self.separator(node, i + 1)).or(hi);
+            let prefix = self
+                .heap
+                .atomic(Self::prefix_off(node, n, i))
+                .load(std::sync::atomic::Ordering::Relaxed);
+            if prefix != crate::node::key_prefix(sep.unwrap_or_default()) {
+                return Err(format!("internal node {node}: prefix {i} is not its key's"));
+            }
             if let Some(k) = sep {
                 let above = lo.is_none_or(|l| k >= l) && hi.is_none_or(|h| k <= h);
                 if !above || next.is_some_and(|nx| k >= nx) {

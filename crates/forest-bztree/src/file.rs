@@ -49,8 +49,9 @@ use crate::{BzTree, BzTreeConfig, Counters, DESCRIPTOR_PARTITIONS};
 
 /// "BZTREEPM", little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"BZTREEPM");
-/// Version of the tree's part of the file.
-pub const VERSION: u64 = 1;
+/// Version of the tree's part of the file (2: internal nodes hold a key prefix array,
+/// node.rs).
+pub const VERSION: u64 = 2;
 
 const W_ROOT: u64 = 0;
 const W_MAGIC: u64 = 1;
@@ -265,7 +266,7 @@ fn fixed_crc(words: [u64; 5]) -> u64 {
 }
 
 /// The pool configuration of a new tree.
-fn pool_config(config: &BzTreeConfig) -> PoolConfig {
+pub(crate) fn pool_config(config: &BzTreeConfig) -> PoolConfig {
     PoolConfig {
         user_words: config.heap_bytes / 8,
         partition_count: DESCRIPTOR_PARTITIONS,

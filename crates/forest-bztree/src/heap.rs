@@ -592,6 +592,29 @@ impl NodeHeap {
         unsafe { std::slice::from_raw_parts(self.base.add(off as usize), len) }
     }
 
+    /// Asks the CPU to start loading the cache lines of `len` bytes at `off` (a hint: it
+    /// never faults and reads nothing in the language's sense, so a stale offset is harmless).
+    #[inline]
+    pub fn prefetch(&self, off: u64, len: u64) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let end = (off + len).min(self.end);
+            let mut line = off & !63;
+            while line < end {
+                // SAFETY: `_mm_prefetch` only hints the cache and cannot fault; the address
+                // is inside the region (clamped to its end). SSE is baseline on x86_64.
+                unsafe {
+                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                        self.base.add(line as usize).cast::<i8>(),
+                    )
+                };
+                line += 64;
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (off, len);
+    }
+
     /// Copies `src` into space this thread reserved or allocated and no one reads yet.
     #[inline]
     pub fn write(&self, off: u64, src: &[u8]) {

@@ -61,6 +61,13 @@
 //!   (§7.2's split "up to the great-grandparent"): 2 + the number of replaced internal nodes.
 //! - A merge whose parent becomes underfull merges the parent with a sibling in the same
 //!   PMwCAS, up the tree; a root left with one child is replaced by that child (collapse).
+//! - Internal nodes (§4.1 gives them the leaves' layout) also hold an array of 8-byte key
+//!   prefixes after their metadata, written once at build (`node` module doc): the descent
+//!   binary-searches integers in one array and reads a key only on a prefix tie. Session 19
+//!   (BENCHMARKS "Issue 16: the descent's cost"). Not counted in the split and merge sizes.
+//! - The volatile tree's node heap asks for transparent huge pages (`madvise`): a descent
+//!   lands on a random node per level, and at a million keys the nodes span more 4 KiB pages
+//!   than the TLB maps. Files (`bztree-pm`) keep the page cache's pages.
 //!
 //! Thresholds (`BzTreeConfig`): a leaf is consolidated when a write finds no room or its
 //! delete size passes `delete_size_max`; it splits instead when its live bytes plus the write
@@ -336,6 +343,11 @@ impl<P: Persist> BzTree<P> {
     /// An empty tree whose pool and heap live in a new anonymous region.
     pub fn create(config: BzTreeConfig, persist: P) -> Result<Self> {
         let region = Region::heap(Self::region_bytes(&config)?);
+        // Huge pages for the node heap only: a descent touches a node per level at random.
+        let heap_start = file::pool_config(&config)
+            .geometry()
+            .map_or(0, |g| g.user_start_bytes() as usize);
+        region.advise_huge_pages(heap_start..region.len_bytes());
         Self::create_in(region, config, persist)
     }
 

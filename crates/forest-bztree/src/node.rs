@@ -20,6 +20,22 @@
 //! - An internal node's first record has an empty key that stands for its lower bound: child
 //!   `i` holds the keys above key `i` (exclusive) up to key `i + 1` (inclusive), as §5.2's
 //!   separator `k` keeps keys `<= k` in N′ and gives the sibling O the keys `> k`.
+//!
+//! Beyond the paper (§4.1 lays out internal nodes like leaves): an internal node of `n`
+//! records keeps, right after its metadata array, an array of `n` key prefixes, each the
+//! first 8 bytes of record `i`'s key zero-padded and read big-endian as a `u64`:
+//!
+//! ```text
+//! +16        metadata[0..n]
+//! +16 + 8n   prefix[0..n]      (written once at build, never a target: §4.4's nodes are immutable)
+//!            records [child pointer][key]
+//! ```
+//!
+//! The descent's binary search compares integers in one contiguous array and touches a
+//! record's key only when the prefixes tie, instead of two dependent loads per probe
+//! (metadata word, then key bytes at its offset) on lines spread over the whole node. Zero
+//! padding keeps the order: `prefix(a) < prefix(b)` implies `a < b`. The array is not counted
+//! in the split and merge thresholds ([`internal_bytes`]), so fan-out is the paper's.
 
 use std::sync::atomic::Ordering;
 
@@ -70,13 +86,33 @@ impl LiveRecord<'_> {
 /// An internal record: separator key and child.
 pub type Separator<'a> = (&'a [u8], u64);
 
-/// Bytes an internal node of `entries` takes.
+/// Bytes an internal node of `entries` takes by the paper's layout (the split and merge
+/// thresholds); the node itself also holds their prefix array ([`internal_node_bytes`]).
 pub fn internal_bytes(entries: &[Separator<'_>]) -> u64 {
     HEADER_BYTES
         + entries
             .iter()
             .map(|(k, _)| METADATA_BYTES + record_block_bytes(8 + k.len()))
             .sum::<u64>()
+}
+
+/// Bytes of an internal node holding `entries`: [`internal_bytes`] and the prefix array.
+pub fn internal_node_bytes(entries: &[Separator<'_>]) -> u64 {
+    internal_bytes(entries) + 8 * entries.len() as u64
+}
+
+/// A key's first 8 bytes, zero-padded, as a big-endian integer: ordered as the keys are
+/// where the prefixes differ.
+#[inline]
+pub(crate) fn key_prefix(key: &[u8]) -> u64 {
+    match key.first_chunk::<8>() {
+        Some(head) => u64::from_be_bytes(*head),
+        None => {
+            let mut head = [0u8; 8];
+            head[..key.len()].copy_from_slice(key);
+            u64::from_be_bytes(head)
+        }
+    }
 }
 
 impl<P: Persist> BzTree<P> {
@@ -254,12 +290,13 @@ impl<P: Persist> BzTree<P> {
     /// A new internal node (§4.4: search-optimized, sorted, no free space) at `level`.
     pub(crate) fn build_internal(&self, entries: &[Separator<'_>], level: u64) -> Option<u64> {
         debug_assert!(!entries.is_empty() && level > 0);
-        let size = internal_bytes(entries);
+        let size = internal_node_bytes(entries);
         if size > OFFSET_MAX {
             return None;
         }
         let node = self.alloc_chunk(size, true)?;
-        self.write_header(node, size, entries.len() as u64, level);
+        let n = entries.len() as u64;
+        self.write_header(node, size, n, level);
         let mut end = size;
         for (i, (key, child)) in entries.iter().enumerate() {
             // The first record's key is the node's lower bound: stored empty.
@@ -273,7 +310,12 @@ impl<P: Persist> BzTree<P> {
                 Metadata::visible(end, key.len(), total, true).0,
                 Ordering::Relaxed,
             );
+            self.heap
+                .atomic(Self::prefix_off(node, n, i as u64))
+                .store(key_prefix(key), Ordering::Relaxed);
         }
+        // Slot 0's key is stored empty, so `end` may sit above the prefix array's end.
+        debug_assert!(end >= HEADER_BYTES + 2 * METADATA_BYTES * n);
         self.heap
             .word(Self::status_off(node))
             .init(StatusWord::internal().0);
@@ -294,16 +336,33 @@ impl<P: Persist> BzTree<P> {
             .collect()
     }
 
+    /// The offset of prefix `i` of an internal node of `n` records (module doc).
+    #[inline]
+    pub(crate) fn prefix_off(node: u64, n: u64, i: u64) -> u64 {
+        node + HEADER_BYTES + METADATA_BYTES * (n + i)
+    }
+
     /// The child slot of an internal node for `key` (§4.4 binary search): the child whose
     /// range holds `key`, or with `after`, the first child holding keys above `key`.
     pub(crate) fn child_slot(&self, node: u64, key: &[u8], after: bool) -> u64 {
         let n = self.sorted_count(node);
-        // Count separators 1..n below key (or at most key with `after`).
+        let prefix = key_prefix(key);
+        // Count separators 1..n below key (or at most key with `after`), by prefix; the keys
+        // only where the prefixes tie.
         let (mut lo, mut hi) = (1, n);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            let sep = self.key_of(node, self.internal_meta(node, mid));
-            let goes_right = match key_cmp(sep, key) {
+            let sep_prefix = self
+                .heap
+                .atomic(Self::prefix_off(node, n, mid))
+                .load(Ordering::Relaxed);
+            let order = match sep_prefix.cmp(&prefix) {
+                std::cmp::Ordering::Equal => {
+                    key_cmp(self.key_of(node, self.internal_meta(node, mid)), key)
+                }
+                unequal => unequal,
+            };
+            let goes_right = match order {
                 std::cmp::Ordering::Less => true,
                 std::cmp::Ordering::Equal => after,
                 std::cmp::Ordering::Greater => false,
@@ -362,7 +421,7 @@ pub(crate) fn key_eq(a: &[u8], b: &[u8]) -> bool {
 
 #[cfg(test)]
 mod key_order_tests {
-    use super::{key_cmp, key_eq};
+    use super::{key_cmp, key_eq, key_prefix};
 
     // Goal: key_cmp and key_eq order keys exactly as byte slices do, at lengths around the
     // 8-byte word. Method: every pair from a set of keys of lengths 0–17 that differ early,
@@ -389,6 +448,11 @@ mod key_order_tests {
                 assert_eq!(key_cmp(a, b), a.cmp(b), "{a:?} vs {b:?}");
                 if a.len() == b.len() {
                     assert_eq!(key_eq(a, b), a == b, "{a:?} vs {b:?}");
+                }
+                // The prefix order never contradicts the key order (internal nodes' search).
+                let (pa, pb) = (key_prefix(a), key_prefix(b));
+                if pa != pb {
+                    assert_eq!(pa.cmp(&pb), a.cmp(b), "prefixes of {a:?} vs {b:?}");
                 }
             }
         }

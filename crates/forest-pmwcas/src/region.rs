@@ -202,6 +202,25 @@ impl Region {
         self.words().as_ptr().cast_mut().cast::<u8>()
     }
 
+    /// Asks the kernel to back bytes `range` of an anonymous region with transparent huge
+    /// pages (`madvise(MADV_HUGEPAGE)`; the usual THP setting `madvise` grants them only on
+    /// request). Best effort: an error (no THP support, a range the kernel refuses) leaves
+    /// ordinary pages. A node heap read at random through a descent touches one 4 KiB page
+    /// per node, more than the TLB holds at a million keys (issue 16, BENCHMARKS session 19).
+    /// Mapped files and loom or shuttle regions are left alone.
+    pub fn advise_huge_pages(&self, range: std::ops::Range<usize>) {
+        let _ = &range;
+        #[cfg(not(any(loom, shuttle)))]
+        if let Storage::Anonymous(map) = &self.storage {
+            let page = REGION_ALIGN_BYTES;
+            let start = range.start / page * page;
+            let end = range.end.min(map.len());
+            if start < end {
+                let _ = map.advise_range(memmap2::Advice::HugePage, start, end - start);
+            }
+        }
+    }
+
     /// A copy of every word (relaxed loads): what a test compares, or a crash image's start.
     pub fn snapshot(&self) -> Vec<u64> {
         self.words()
