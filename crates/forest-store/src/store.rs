@@ -1030,8 +1030,9 @@ impl Store {
         self.or_park(read, || ())
     }
 
-    /// [`Self::scan_in_place_up_to`] that returns a page-load error (the sink may have seen a
-    /// prefix of the range).
+    /// [`Self::scan_in_place_up_to`] that returns a page-load error. The sink then holds
+    /// nothing (restarted), or a prefix of the range read with batches held off, never records
+    /// of a read that was not checked against the gate (review rev-range F1).
     pub fn try_scan_in_place_up_to(
         &self,
         lower: Bound<&[u8]>,
@@ -1058,7 +1059,15 @@ impl Store {
                     sink.restart();
                 }
                 dirty = true;
-                too_big = !self.read_in_place(lower, upper, order, limit, keys_only, sink)?;
+                too_big = match self.read_in_place(lower, upper, order, limit, keys_only, sink) {
+                    Ok(complete) => !complete,
+                    Err(e) => {
+                        // This read was never checked against the gate: what the sink saw may
+                        // mix batches (review rev-range F1).
+                        sink.restart();
+                        return Err(e);
+                    }
+                };
                 if too_big {
                     break;
                 }
