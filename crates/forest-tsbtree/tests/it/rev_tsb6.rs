@@ -3,11 +3,11 @@
 //! `cargo test -p forest-tsbtree --features pause-points --test it -- rev_tsb6::NAME --ignored`.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
 
-use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use forest_core::{Index, Order, TemporalIndex};
+use forest_core::Index;
 use forest_file::{Dir, SimDir};
+#[cfg(feature = "pause-points")]
 use forest_llama::lss::segment::segment_file_name;
 use forest_llama::lss::{Lss, LssAddress, LssConfig};
 use forest_tsbtree::{TsbConfig, TsbFlush, TsbTree};
@@ -44,12 +44,20 @@ fn key(i: u32) -> [u8; 4] {
     i.to_be_bytes()
 }
 
+#[cfg(feature = "pause-points")]
 fn history(tree: &TsbTree, k: &[u8]) -> Vec<(u64, Option<Vec<u8>>)> {
     let mut out = Vec::new();
-    tree.history(k, 0, u64::MAX, Order::Ascending, &mut |ts, v| {
-        out.push((ts, v.map(<[u8]>::to_vec)));
-        ControlFlow::Continue(())
-    })
+    forest_core::TemporalIndex::history(
+        tree,
+        k,
+        0,
+        u64::MAX,
+        forest_core::Order::Ascending,
+        &mut |ts, v| {
+            out.push((ts, v.map(<[u8]>::to_vec)));
+            std::ops::ControlFlow::Continue(())
+        },
+    )
     .unwrap();
     out
 }
@@ -163,14 +171,18 @@ fn flip(tree: &TsbTree, sim: &SimDir, pids: &[u64]) {
     }
 }
 
+/// One op of the paused writer: (is a remove, the value written, its outcome).
+#[cfg(feature = "pause-points")]
+type Done = (bool, Vec<u8>, Result<Option<u64>, String>);
+
 /// A writer paused after its version's CAS (in the time split it set off); every page but
 /// its leaf evicted and damaged; released: the split's index step meets the damage.
 /// Returns each op's (is_remove, value, outcome) in order, the last one the paused op; the
 /// damage undone.
 #[cfg(feature = "pause-points")]
 fn write_then_fail_load(
-    op: impl Fn(&TsbTree, u32) -> (bool, Vec<u8>, Result<Option<u64>, String>) + Send + 'static,
-) -> (TsbTree, Vec<(bool, Vec<u8>, Result<Option<u64>, String>)>) {
+    op: impl Fn(&TsbTree, u32) -> Done + Send + 'static,
+) -> (TsbTree, Vec<Done>) {
     use forest_core::conformance::pause::{arm, disarm, spawn_pauser};
     let (tree, sim) = tree_on(24, None);
     let tree = Arc::new(tree);
