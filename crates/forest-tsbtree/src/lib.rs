@@ -359,7 +359,14 @@ impl TsbTree {
     }
 
     /// Splits a leaf over its limit (§VI-A policy, crate doc), else consolidates a long chain.
+    /// The version is in place already, so the write succeeded: a page that cannot be loaded
+    /// here stops only this follow-up work (the next visitor completes a half-done split,
+    /// §IV-C) and is recorded ([`Self::take_load_error`]), never the write's answer.
     fn after_write(&self, pid: Pid, state: Shared<'_, Node>, guard: &Guard) {
+        self.catching_follow_up(|| self.split_or_consolidate(pid, state, guard));
+    }
+
+    fn split_or_consolidate(&self, pid: Pid, state: Shared<'_, Node>, guard: &Guard) {
         let Some(head) = node::state_ref(state, guard) else {
             return;
         };

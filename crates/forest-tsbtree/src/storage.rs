@@ -253,6 +253,20 @@ impl TsbTree {
         out
     }
 
+    /// Runs the follow-up work of a write whose version is in place (review rev-tsb6 F1): a
+    /// load failure in it is recorded, not returned, and the work stops there.
+    pub(crate) fn catching_follow_up(&self, work: impl FnOnce()) {
+        if self.storage.is_none() {
+            return work();
+        }
+        if let Err(payload) = std::panic::catch_unwind(AssertUnwindSafe(work)) {
+            match payload.downcast::<LoadFailed>() {
+                Ok(failed) => self.record_load_error(failed.0),
+                Err(other) => std::panic::resume_unwind(other),
+            }
+        }
+    }
+
     /// [`Self::catching`] for a method without a `Result`: an error is recorded and `or`
     /// returned.
     pub(crate) fn catching_or<R>(&self, or: R, op: impl FnOnce() -> R) -> R {
