@@ -77,7 +77,7 @@ use std::ops::Bound;
 use crossbeam_epoch::{Guard, Shared};
 use forest_core::limits::KEY_BYTES_MAX;
 use forest_core::stats::names;
-use forest_core::sync::atomic::{AtomicU64, Ordering};
+use forest_core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use forest_core::{
     check_entry, Counter, Error, HistoryVisitor, InFlight, Index, IndexStats, Order, Result,
     TemporalIndex, Timestamp, VersionVisitor, Visitor,
@@ -192,8 +192,10 @@ pub struct TsbTree {
     in_flight: std::sync::OnceLock<std::sync::Arc<dyn InFlight>>,
     /// LSS-C and the page budget, for a tree built [`TsbTree::with_lss`] (`storage.rs`).
     storage: Option<storage::Storage>,
-    /// Versions above this timestamp are held back from flushes; 0: none set (`storage.rs`).
+    /// Versions above this timestamp are held back from flushes (`storage.rs`), once
+    /// `flush_limit_set`: 0 is a limit (nothing durable yet), not "none".
     flush_limit: AtomicU64,
+    flush_limit_set: AtomicBool,
 }
 
 /// What a write does.
@@ -273,6 +275,7 @@ impl TsbTree {
             in_flight: std::sync::OnceLock::new(),
             storage: None,
             flush_limit: AtomicU64::new(0),
+            flush_limit_set: AtomicBool::new(false),
         }
     }
 

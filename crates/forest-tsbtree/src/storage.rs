@@ -183,13 +183,16 @@ impl TsbTree {
     /// raises it to the timestamp of its ESL. Only raised.
     pub fn set_flush_limit(&self, ts: u64) {
         self.flush_limit.fetch_max(ts, Ordering::AcqRel);
+        // After the value: a reader that sees the flag sees a limit at least `ts`.
+        self.flush_limit_set.store(true, Ordering::Release);
     }
 
-    /// The flush limit ([`Self::set_flush_limit`]); ∞ until a store sets one.
+    /// The flush limit ([`Self::set_flush_limit`]); ∞ until a store sets one (0 included).
     pub fn flush_limit(&self) -> u64 {
-        match self.flush_limit.load(Ordering::Acquire) {
-            0 => INFINITY,
-            ts => ts,
+        if self.flush_limit_set.load(Ordering::Acquire) {
+            self.flush_limit.load(Ordering::Acquire)
+        } else {
+            INFINITY
         }
     }
 

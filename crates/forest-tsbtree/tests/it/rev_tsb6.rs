@@ -119,7 +119,6 @@ fn rev_f2_historical_page_flushed_while_held_evicts_once_the_limit_passes() {
 // leaves the limit at infinity (0 is the "none set" sentinel), so every version is flushed
 // and its page evicted though none may be.
 #[test]
-#[ignore = "rev: F3 set_flush_limit(0) means no limit: versions above the ESL are flushed"]
 fn rev_f3_a_flush_limit_of_zero_holds_every_version_back() {
     let (tree, _sim) = tree_on(22, None);
     tree.set_flush_limit(0);
