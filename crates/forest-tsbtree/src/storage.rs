@@ -760,7 +760,8 @@ impl TsbTree {
         }
     }
 
-    /// Free (LLAMA) of `pid`, keeping the evicted count when the page was evicted.
+    /// Free (LLAMA) of `pid`, keeping the evicted count when the page was evicted and telling
+    /// the LSS its images are dead (review rev-tsb6 F4).
     pub(crate) fn free_page(&self, pid: Pid, guard: &Guard) {
         if let Some(storage) = &self.storage {
             if matches!(self.table.read_location(pid), PageLocation::Stored(_)) {
@@ -768,6 +769,13 @@ impl TsbTree {
             }
         }
         self.table.free(pid, guard);
+        if let Some(storage) = &self.storage {
+            // Every image of the page is dead now (as bwtree's free_page): the caller is
+            // pinned, so the PID is not handed out again and no later page's image exists.
+            storage
+                .lss
+                .note_freed(pid, LssAddress::current(forest_llama::lss::LSS_OFFSET_MAX));
+        }
     }
 
     /// Page `pid`'s time range `[start, end)` (end ∞ for a current page), loading it if it

@@ -135,7 +135,6 @@ fn rev_f3_a_flush_limit_of_zero_holds_every_version_back() {
 // (bwtree's free_page calls `lss.note_freed`): their images stay counted live, so a cleaner
 // would copy them forward forever (until the PID is reused and flushed again).
 #[test]
-#[ignore = "rev: F4 free_page does not note_freed: freed pages' images stay live in LSS-C"]
 fn rev_f4_freed_pages_images_are_dead_in_the_lss() {
     let (tree, _sim) = tree_on(23, None);
     for i in 0..200u32 {
