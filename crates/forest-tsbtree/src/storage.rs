@@ -19,8 +19,9 @@
 //! encodes) are open. Without a store the limit is ∞: an applied version may be flushed.
 //!
 //! **Eviction.** A page is swapped out (forest-llama `evict::swap_out`: Mk-Stable, then a CAS
-//! from exactly the state to the address) only in the shape "one flush delta over the base",
-//! with no version in the base above the flush's limit (else it is *held*, and stays). A
+//! from exactly the state to the address) only in the shape "flush deltas over the base" (a
+//! page flushed while held and again once the limit passed has two; the top image is whole),
+//! with no version in the base above the top flush's limit (else it is *held*, and stays). A
 //! current page with other deltas is consolidated first (the flush delta does not survive a
 //! consolidation: the next flush writes a new image). Historical pages never change after
 //! their time split (§IV-A2), so they are flushed once and are the first candidates: taken
@@ -93,7 +94,8 @@ fn fail_load(error: Error) -> ! {
 pub enum TsbFlush {
     /// A page image went to the buffer at `address` and its flush delta is installed.
     Flushed { address: LssAddress },
-    /// The page is one flush delta over its base with nothing held back: nothing to write.
+    /// Nothing to write: the page is flush deltas over its base with nothing held back, or
+    /// its image at this flush limit is written already.
     Clean,
     /// The page changed between the read and the CAS (a filler took the room).
     Lost,
@@ -118,11 +120,23 @@ fn base_newest_ts(base: &Node) -> u64 {
     }
 }
 
+/// The base page under a chain of flush deltas only (`head` itself a flush delta), if so.
+/// A page flushed while it held a version back, and again once the limit passed, is
+/// Flush/Flush/base: the top image is whole, so the chain evicts as one flush over the base
+/// (a historical page is never consolidated; review rev-tsb6 F2).
+fn flush_only_base(head: &Node) -> Option<&Node> {
+    let mut at = head.next()?;
+    while matches!(at.kind, Kind::Flush(_)) {
+        at = at.next()?;
+    }
+    at.next().is_none().then_some(at)
+}
+
 /// What page state `head` needs before it can be swapped out, at flush limit `limit`.
 fn shape(head: &Node, limit: u64) -> Shape {
     match &head.kind {
-        Kind::Flush(f) => match head.next() {
-            Some(base) if base.next().is_none() => {
+        Kind::Flush(f) => match flush_only_base(head) {
+            Some(base) => {
                 let newest = base_newest_ts(base);
                 if newest <= f.annotation {
                     Shape::Ready(f.address)
@@ -478,8 +492,13 @@ impl TsbTree {
         };
         // Read after the state: the limit only grows.
         let limit = self.flush_limit();
-        if matches!(shape(head, limit), Shape::Ready(_)) {
-            return Ok(TsbFlush::Clean);
+        match (&head.kind, shape(head, limit)) {
+            (_, Shape::Ready(_)) => return Ok(TsbFlush::Clean),
+            // Held back at this very limit already: the image would be the same again.
+            (Kind::Flush(f), Shape::Held) if f.annotation >= limit => {
+                return Ok(TsbFlush::Clean);
+            }
+            _ => {}
         }
         let (payload, low, high) = if head.level == 0 {
             let view = page::leaf_view(head);

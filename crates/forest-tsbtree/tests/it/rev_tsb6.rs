@@ -78,7 +78,6 @@ fn historical_pids(tree: &TsbTree) -> Vec<u64> {
 // limit passes: evict_page flushes it again over its flush delta (Flush/Flush/base), then
 // finds shape Consolidate, and historical pages are never consolidated: Skipped for good.
 #[test]
-#[ignore = "rev: F2 a historical page flushed while held is never evictable after the limit passes"]
 fn rev_f2_historical_page_flushed_while_held_evicts_once_the_limit_passes() {
     let (tree, _sim) = tree_on(21, None);
     let first = tree.upsert_ts(&key(0), b"v0").unwrap();
