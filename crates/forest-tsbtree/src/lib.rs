@@ -374,7 +374,7 @@ impl TsbTree {
             return;
         };
         let max = self.config.max_records_per_page;
-        if head.record_count as usize > max {
+        if head.record_count as usize > max || self.leaf_over_bytes(head) {
             let view = page::leaf_view(head);
             let historical = version::historical_count(&view.records);
             let pct = self.config.time_split_percent as usize;

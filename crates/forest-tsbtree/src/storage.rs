@@ -33,6 +33,14 @@
 //! the same page may miscount by one (the count only steers eviction). After each public
 //! operation one thread at a time evicts down to the budget.
 //!
+//! **Split by bytes.** A leaf's image must fit one LSS record (a segment's room), so on LSS-C
+//! a leaf is split not only over `max_records_per_page` but also once its versions take more
+//! than half a record (`Node::bytes`, an upper bound; a key split then cuts at half the bytes).
+//! A page is split after the write that takes it over, so it holds at most half a record plus
+//! one entry; [`TsbTree::with_lss`] refuses segments whose half record cannot hold the largest
+//! entry and a header. A split held off by an in-flight unit (crate doc) may leave a leaf
+//! over that for the writes of the stall: its flush fails (InvalidUse) until the split runs.
+//!
 //! **Errors.** A page that cannot be loaded (crc, decode, EIO) stops the operation: the error
 //! unwinds with a private payload to the public entry ([`TsbTree::catching`]), which returns it
 //! where the method has a `Result` and otherwise records it ([`TsbTree::take_load_error`]) and
@@ -74,6 +82,8 @@ pub(crate) struct Storage {
     historical: Mutex<Vec<Pid>>,
     load_error: Mutex<Option<Error>>,
     load_errors: AtomicU64,
+    /// A leaf whose versions take more bytes than this is split (review rev-tsb6 F6).
+    leaf_bytes_max: u64,
 }
 
 impl Drop for Storage {
@@ -165,6 +175,18 @@ impl TsbTree {
                 "tsbtree: memory_budget_pages is 0; give at least one page, or none".into(),
             ));
         }
+        // A leaf is split once over half a record (`leaf_bytes_max`); until then one more
+        // entry and a header (low and high keys) must still fit one record.
+        let record_max = lss.config().record_bytes_max();
+        let entry_max = (forest_core::limits::KEY_BYTES_MAX * 3
+            + forest_core::limits::VALUE_BYTES_MAX
+            + 4096) as u64;
+        if record_max / 2 < entry_max {
+            return Err(Error::Config(format!(
+                "tsbtree: LSS records of at most {record_max} bytes: half of one must hold the \
+                 largest entry and a page header ({entry_max} bytes); use larger segments"
+            )));
+        }
         lss.attach()?;
         let guard = &crossbeam_epoch::pin();
         let mut historical = Vec::new();
@@ -184,6 +206,7 @@ impl TsbTree {
             historical: Mutex::new(historical),
             load_error: Mutex::new(None),
             load_errors: AtomicU64::new(0),
+            leaf_bytes_max: record_max / 2,
         });
         Ok(self)
     }
@@ -268,6 +291,33 @@ impl TsbTree {
         };
         self.after_op();
         out
+    }
+
+    /// Whether leaf `head` is over its byte limit on LSS-C (module doc, "Split by bytes").
+    pub(crate) fn leaf_over_bytes(&self, head: &Node) -> bool {
+        self.storage
+            .as_ref()
+            .is_some_and(|s| head.level == 0 && head.bytes > s.leaf_bytes_max)
+    }
+
+    /// Where a key split of `records` cuts first: the middle record, or on LSS-C for a leaf
+    /// over its byte limit the record where half the bytes are behind.
+    pub(crate) fn split_point(&self, records: &[crate::version::Record]) -> usize {
+        let Some(storage) = &self.storage else {
+            return records.len() / 2;
+        };
+        let total: u64 = records.iter().map(node::record_bytes).sum();
+        if total <= storage.leaf_bytes_max {
+            return records.len() / 2;
+        }
+        let mut behind = 0;
+        for (i, r) in records.iter().enumerate() {
+            if behind >= total / 2 {
+                return i;
+            }
+            behind += node::record_bytes(r);
+        }
+        records.len() / 2
     }
 
     /// Runs the follow-up work of a write whose version is in place (review rev-tsb6 F1): a
