@@ -1,6 +1,7 @@
-//! Reviewer rev-tsb6's findings on h-tsb6 (tsbtree on LSS-C), each an ignored test that fails
-//! on the branch. Run one with
-//! `cargo test -p forest-tsbtree --features pause-points --test it -- rev_tsb6::NAME --ignored`.
+//! Reviewer rev-tsb6's findings on h-tsb6 (tsbtree on LSS-C), each a test that failed on the
+//! branch and passes since its fix (f-tsb6; F1's tests check every op's answer against the
+//! history). Run them with
+//! `cargo test -p forest-tsbtree --features pause-points --test it -- rev_tsb6::`.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns; a panic is the failure
 
 use std::sync::Arc;
