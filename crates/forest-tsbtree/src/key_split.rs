@@ -54,7 +54,7 @@ impl TsbTree {
             return false;
         }
         let first = &records[0].key;
-        let mut at = records.len() / 2;
+        let mut at = self.split_point(records);
         // The separator must leave a key on each side: step past versions of the first key.
         while at < records.len() && records[at].key == *first {
             at += 1;

@@ -77,7 +77,7 @@ use std::ops::Bound;
 use crossbeam_epoch::{Guard, Shared};
 use forest_core::limits::KEY_BYTES_MAX;
 use forest_core::stats::names;
-use forest_core::sync::atomic::{AtomicU64, Ordering};
+use forest_core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use forest_core::{
     check_entry, Counter, Error, HistoryVisitor, InFlight, Index, IndexStats, Order, Result,
     TemporalIndex, Timestamp, VersionVisitor, Visitor,
@@ -192,8 +192,10 @@ pub struct TsbTree {
     in_flight: std::sync::OnceLock<std::sync::Arc<dyn InFlight>>,
     /// LSS-C and the page budget, for a tree built [`TsbTree::with_lss`] (`storage.rs`).
     storage: Option<storage::Storage>,
-    /// Versions above this timestamp are held back from flushes; 0: none set (`storage.rs`).
+    /// Versions above this timestamp are held back from flushes (`storage.rs`), once
+    /// `flush_limit_set`: 0 is a limit (nothing durable yet), not "none".
     flush_limit: AtomicU64,
+    flush_limit_set: AtomicBool,
 }
 
 /// What a write does.
@@ -273,6 +275,7 @@ impl TsbTree {
             in_flight: std::sync::OnceLock::new(),
             storage: None,
             flush_limit: AtomicU64::new(0),
+            flush_limit_set: AtomicBool::new(false),
         }
     }
 
@@ -359,12 +362,19 @@ impl TsbTree {
     }
 
     /// Splits a leaf over its limit (§VI-A policy, crate doc), else consolidates a long chain.
+    /// The version is in place already, so the write succeeded: a page that cannot be loaded
+    /// here stops only this follow-up work (the next visitor completes a half-done split,
+    /// §IV-C) and is recorded ([`Self::take_load_error`]), never the write's answer.
     fn after_write(&self, pid: Pid, state: Shared<'_, Node>, guard: &Guard) {
+        self.catching_follow_up(|| self.split_or_consolidate(pid, state, guard));
+    }
+
+    fn split_or_consolidate(&self, pid: Pid, state: Shared<'_, Node>, guard: &Guard) {
         let Some(head) = node::state_ref(state, guard) else {
             return;
         };
         let max = self.config.max_records_per_page;
-        if head.record_count as usize > max {
+        if head.record_count as usize > max || self.leaf_over_bytes(head) {
             let view = page::leaf_view(head);
             let historical = version::historical_count(&view.records);
             let pct = self.config.time_split_percent as usize;

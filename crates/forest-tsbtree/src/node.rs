@@ -33,6 +33,9 @@ pub(crate) struct Node {
     pub record_count: u32,
     /// 0 for leaves.
     pub level: u32,
+    /// Leaf: an upper bound on the marshalled bytes of the view's versions (exact at a base;
+    /// a split delta does not lower it), for the split by bytes on LSS-C (`storage.rs`).
+    pub bytes: u64,
     pub kind: Kind,
 }
 
@@ -124,11 +127,16 @@ pub(crate) struct IndexBase {
 impl Node {
     /// A base node.
     pub fn base(kind: Kind, level: u32, record_count: usize) -> Owned<Node> {
+        let bytes = match &kind {
+            Kind::Leaf(b) => b.records.iter().map(record_bytes).sum(),
+            _ => 0,
+        };
         Owned::new(Node {
             next: std::ptr::null(),
             delta_count: 0,
             record_count: count(record_count),
             level,
+            bytes,
             kind,
         })
     }
@@ -140,11 +148,16 @@ impl Node {
         kind: Kind,
         record_count: usize,
     ) -> Owned<Node> {
+        let bytes = match &kind {
+            Kind::Version(r) => head.bytes.saturating_add(record_bytes(r)),
+            _ => head.bytes,
+        };
         Owned::new(Node {
             next: head_ptr.as_raw(),
             delta_count: head.delta_count.saturating_add(1),
             record_count: count(record_count),
             level: head.level,
+            bytes,
             kind,
         })
     }
@@ -171,6 +184,14 @@ impl Node {
         n
     }
 }
+
+/// A version's bytes in a leaf image, with a bound on its framing (`marshal.rs`).
+pub(crate) fn record_bytes(r: &crate::version::Record) -> u64 {
+    (r.key.len() + r.value.as_ref().map_or(0, |v| v.len()) + RECORD_FRAMING_BYTES) as u64
+}
+
+/// More than a version's framing in a leaf image takes (lengths, timestamp, flags, crc share).
+const RECORD_FRAMING_BYTES: usize = 32;
 
 fn count(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)

@@ -19,8 +19,9 @@
 //! encodes) are open. Without a store the limit is ∞: an applied version may be flushed.
 //!
 //! **Eviction.** A page is swapped out (forest-llama `evict::swap_out`: Mk-Stable, then a CAS
-//! from exactly the state to the address) only in the shape "one flush delta over the base",
-//! with no version in the base above the flush's limit (else it is *held*, and stays). A
+//! from exactly the state to the address) only in the shape "flush deltas over the base" (a
+//! page flushed while held and again once the limit passed has two; the top image is whole),
+//! with no version in the base above the top flush's limit (else it is *held*, and stays). A
 //! current page with other deltas is consolidated first (the flush delta does not survive a
 //! consolidation: the next flush writes a new image). Historical pages never change after
 //! their time split (§IV-A2), so they are flushed once and are the first candidates: taken
@@ -31,6 +32,14 @@
 //! `live PIDs − evicted PIDs`, counted at swap-out, load and free. A free racing a load of
 //! the same page may miscount by one (the count only steers eviction). After each public
 //! operation one thread at a time evicts down to the budget.
+//!
+//! **Split by bytes.** A leaf's image must fit one LSS record (a segment's room), so on LSS-C
+//! a leaf is split not only over `max_records_per_page` but also once its versions take more
+//! than half a record (`Node::bytes`, an upper bound; a key split then cuts at half the bytes).
+//! A page is split after the write that takes it over, so it holds at most half a record plus
+//! one entry; [`TsbTree::with_lss`] refuses segments whose half record cannot hold the largest
+//! entry and a header. A split held off by an in-flight unit (crate doc) may leave a leaf
+//! over that for the writes of the stall: its flush fails (InvalidUse) until the split runs.
 //!
 //! **Errors.** A page that cannot be loaded (crc, decode, EIO) stops the operation: the error
 //! unwinds with a private payload to the public entry ([`TsbTree::catching`]), which returns it
@@ -73,6 +82,8 @@ pub(crate) struct Storage {
     historical: Mutex<Vec<Pid>>,
     load_error: Mutex<Option<Error>>,
     load_errors: AtomicU64,
+    /// A leaf whose versions take more bytes than this is split (review rev-tsb6 F6).
+    leaf_bytes_max: u64,
 }
 
 impl Drop for Storage {
@@ -93,7 +104,8 @@ fn fail_load(error: Error) -> ! {
 pub enum TsbFlush {
     /// A page image went to the buffer at `address` and its flush delta is installed.
     Flushed { address: LssAddress },
-    /// The page is one flush delta over its base with nothing held back: nothing to write.
+    /// Nothing to write: the page is flush deltas over its base with nothing held back, or
+    /// its image at this flush limit is written already.
     Clean,
     /// The page changed between the read and the CAS (a filler took the room).
     Lost,
@@ -118,11 +130,23 @@ fn base_newest_ts(base: &Node) -> u64 {
     }
 }
 
+/// The base page under a chain of flush deltas only (`head` itself a flush delta), if so.
+/// A page flushed while it held a version back, and again once the limit passed, is
+/// Flush/Flush/base: the top image is whole, so the chain evicts as one flush over the base
+/// (a historical page is never consolidated; review rev-tsb6 F2).
+fn flush_only_base(head: &Node) -> Option<&Node> {
+    let mut at = head.next()?;
+    while matches!(at.kind, Kind::Flush(_)) {
+        at = at.next()?;
+    }
+    at.next().is_none().then_some(at)
+}
+
 /// What page state `head` needs before it can be swapped out, at flush limit `limit`.
 fn shape(head: &Node, limit: u64) -> Shape {
     match &head.kind {
-        Kind::Flush(f) => match head.next() {
-            Some(base) if base.next().is_none() => {
+        Kind::Flush(f) => match flush_only_base(head) {
+            Some(base) => {
                 let newest = base_newest_ts(base);
                 if newest <= f.annotation {
                     Shape::Ready(f.address)
@@ -151,6 +175,18 @@ impl TsbTree {
                 "tsbtree: memory_budget_pages is 0; give at least one page, or none".into(),
             ));
         }
+        // A leaf is split once over half a record (`leaf_bytes_max`); until then one more
+        // entry and a header (low and high keys) must still fit one record.
+        let record_max = lss.config().record_bytes_max();
+        let entry_max = (forest_core::limits::KEY_BYTES_MAX * 3
+            + forest_core::limits::VALUE_BYTES_MAX
+            + 4096) as u64;
+        if record_max / 2 < entry_max {
+            return Err(Error::Config(format!(
+                "tsbtree: LSS records of at most {record_max} bytes: half of one must hold the \
+                 largest entry and a page header ({entry_max} bytes); use larger segments"
+            )));
+        }
         lss.attach()?;
         let guard = &crossbeam_epoch::pin();
         let mut historical = Vec::new();
@@ -170,6 +206,7 @@ impl TsbTree {
             historical: Mutex::new(historical),
             load_error: Mutex::new(None),
             load_errors: AtomicU64::new(0),
+            leaf_bytes_max: record_max / 2,
         });
         Ok(self)
     }
@@ -183,13 +220,16 @@ impl TsbTree {
     /// raises it to the timestamp of its ESL. Only raised.
     pub fn set_flush_limit(&self, ts: u64) {
         self.flush_limit.fetch_max(ts, Ordering::AcqRel);
+        // After the value: a reader that sees the flag sees a limit at least `ts`.
+        self.flush_limit_set.store(true, Ordering::Release);
     }
 
-    /// The flush limit ([`Self::set_flush_limit`]); ∞ until a store sets one.
+    /// The flush limit ([`Self::set_flush_limit`]); ∞ until a store sets one (0 included).
     pub fn flush_limit(&self) -> u64 {
-        match self.flush_limit.load(Ordering::Acquire) {
-            0 => INFINITY,
-            ts => ts,
+        if self.flush_limit_set.load(Ordering::Acquire) {
+            self.flush_limit.load(Ordering::Acquire)
+        } else {
+            INFINITY
         }
     }
 
@@ -251,6 +291,47 @@ impl TsbTree {
         };
         self.after_op();
         out
+    }
+
+    /// Whether leaf `head` is over its byte limit on LSS-C (module doc, "Split by bytes").
+    pub(crate) fn leaf_over_bytes(&self, head: &Node) -> bool {
+        self.storage
+            .as_ref()
+            .is_some_and(|s| head.level == 0 && head.bytes > s.leaf_bytes_max)
+    }
+
+    /// Where a key split of `records` cuts first: the middle record, or on LSS-C for a leaf
+    /// over its byte limit the record where half the bytes are behind.
+    pub(crate) fn split_point(&self, records: &[crate::version::Record]) -> usize {
+        let Some(storage) = &self.storage else {
+            return records.len() / 2;
+        };
+        let total: u64 = records.iter().map(node::record_bytes).sum();
+        if total <= storage.leaf_bytes_max {
+            return records.len() / 2;
+        }
+        let mut behind = 0;
+        for (i, r) in records.iter().enumerate() {
+            if behind >= total / 2 {
+                return i;
+            }
+            behind += node::record_bytes(r);
+        }
+        records.len() / 2
+    }
+
+    /// Runs the follow-up work of a write whose version is in place (review rev-tsb6 F1): a
+    /// load failure in it is recorded, not returned, and the work stops there.
+    pub(crate) fn catching_follow_up(&self, work: impl FnOnce()) {
+        if self.storage.is_none() {
+            return work();
+        }
+        if let Err(payload) = std::panic::catch_unwind(AssertUnwindSafe(work)) {
+            match payload.downcast::<LoadFailed>() {
+                Ok(failed) => self.record_load_error(failed.0),
+                Err(other) => std::panic::resume_unwind(other),
+            }
+        }
     }
 
     /// [`Self::catching`] for a method without a `Result`: an error is recorded and `or`
@@ -461,8 +542,13 @@ impl TsbTree {
         };
         // Read after the state: the limit only grows.
         let limit = self.flush_limit();
-        if matches!(shape(head, limit), Shape::Ready(_)) {
-            return Ok(TsbFlush::Clean);
+        match (&head.kind, shape(head, limit)) {
+            (_, Shape::Ready(_)) => return Ok(TsbFlush::Clean),
+            // Held back at this very limit already: the image would be the same again.
+            (Kind::Flush(f), Shape::Held) if f.annotation >= limit => {
+                return Ok(TsbFlush::Clean);
+            }
+            _ => {}
         }
         let (payload, low, high) = if head.level == 0 {
             let view = page::leaf_view(head);
@@ -743,7 +829,8 @@ impl TsbTree {
         }
     }
 
-    /// Free (LLAMA) of `pid`, keeping the evicted count when the page was evicted.
+    /// Free (LLAMA) of `pid`, keeping the evicted count when the page was evicted and telling
+    /// the LSS its images are dead (review rev-tsb6 F4).
     pub(crate) fn free_page(&self, pid: Pid, guard: &Guard) {
         if let Some(storage) = &self.storage {
             if matches!(self.table.read_location(pid), PageLocation::Stored(_)) {
@@ -751,6 +838,13 @@ impl TsbTree {
             }
         }
         self.table.free(pid, guard);
+        if let Some(storage) = &self.storage {
+            // Every image of the page is dead now (as bwtree's free_page): the caller is
+            // pinned, so the PID is not handed out again and no later page's image exists.
+            storage
+                .lss
+                .note_freed(pid, LssAddress::current(forest_llama::lss::LSS_OFFSET_MAX));
+        }
     }
 
     /// Page `pid`'s time range `[start, end)` (end ∞ for a current page), loading it if it

@@ -13,6 +13,7 @@ mod put_version;
 mod retention;
 mod rev_retain;
 mod rev_tsb;
+mod rev_tsb6;
 mod storage;
 mod storage_pause;
 
