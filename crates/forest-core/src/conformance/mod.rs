@@ -175,8 +175,9 @@ pub struct Sizes {
     /// How long [`scan::scan_visitor_reenters`] waits without a visit before it calls a scan
     /// deadlocked.
     pub reentry_timeout: Duration,
-    /// [`scan::scan_bounds`] checks every this-many-th of its (lower, upper) pairs (1:
-    /// all). Each bound kind still appears on each side hundreds of times.
+    /// [`scan::scan_bounds`] checks the (lower, upper) pairs whose indices sum to a multiple
+    /// of this (1: all): each bound meets every this-many-th bound on the other side, so each
+    /// bound kind still appears on each side hundreds of times.
     pub scan_pair_stride: usize,
 }
 

@@ -123,11 +123,18 @@ pub fn scan_bounds(make: Make<'_>, sizes: &Sizes) {
     for probe in &probes {
         sides.extend(bounds_of(probe));
     }
+    // Pairs (i, j) with i + j a multiple of the stride: each lower meets every stride-th
+    // upper and each upper every stride-th lower, whatever the count of sides (stepping
+    // through the flattened pairs skipped whole uppers when the stride divided the count).
     let stride = sizes.scan_pair_stride.max(1);
-    let pairs = sides
-        .iter()
-        .flat_map(|&lower| sides.iter().map(move |&upper| (lower, upper)));
-    for (lower, upper) in pairs.step_by(stride) {
+    let pairs = sides.iter().enumerate().flat_map(|(i, &lower)| {
+        sides
+            .iter()
+            .enumerate()
+            .filter(move |(j, _)| (i + j) % stride == 0)
+            .map(move |(_, &upper)| (lower, upper))
+    });
+    for (lower, upper) in pairs {
         for order in [Order::Ascending, Order::Descending] {
             check_scan(CHECK, &*index, &model, lower, upper, order);
         }
