@@ -137,7 +137,7 @@ fn race(
 // of them to one round byte, scanners in both orders with limit 200.
 #[test]
 fn in_place_switch_to_ordinary_scan_under_batches() {
-    assert!(200 * 8192 > SCAN_IN_PLACE_BYTES_MAX);
+    const { assert!(200 * 8192 > SCAN_IN_PLACE_BYTES_MAX) };
     let (rounds, scans, restarts) = race(
         None,
         200,
