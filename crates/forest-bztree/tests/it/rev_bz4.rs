@@ -235,3 +235,35 @@ fn version_1_file_is_refused_by_name() {
     eprintln!("version-1 error: {e}");
     assert!(e.contains("version 1"), "{e}");
 }
+
+fn anon_huge_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/smaps_rollup")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("AnonHugePages:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+// Goal (a check that holds where THP is `madvise` or `always`): the volatile tree's heap is
+// backed by huge pages once written (the crate doc's claim). Informational where THP is off.
+#[test]
+fn volatile_heap_gets_huge_pages() {
+    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .unwrap_or_default();
+    let before = anon_huge_kib();
+    let tree = BzTree::with_config(BzTreeConfig {
+        heap_bytes: 256 << 20,
+        ..BzTreeConfig::default()
+    })
+    .unwrap();
+    for i in 0u64..200_000 {
+        tree.insert(&i.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes(), b"v")
+            .unwrap();
+    }
+    let after = anon_huge_kib();
+    eprintln!("THP {thp:?}: AnonHugePages {before} kB -> {after} kB, heap {} B", tree.memory_in_use());
+    if thp.contains("[madvise]") || thp.contains("[always]") {
+        assert!(after > before, "no huge pages: {before} -> {after} kB");
+    }
+}
