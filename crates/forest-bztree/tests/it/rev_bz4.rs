@@ -95,7 +95,12 @@ fn value_of(k: &[u8]) -> Vec<u8> {
     v
 }
 
-fn scan<P: Persist>(tree: &BzTree<P>, lo: Bound<&[u8]>, hi: Bound<&[u8]>, order: Order) -> Vec<(Vec<u8>, Vec<u8>)> {
+fn scan<P: Persist>(
+    tree: &BzTree<P>,
+    lo: Bound<&[u8]>,
+    hi: Bound<&[u8]>,
+    order: Order,
+) -> Vec<(Vec<u8>, Vec<u8>)> {
     let mut got = Vec::new();
     tree.scan(lo, hi, order, &mut |k, v| {
         got.push((k.to_vec(), v.to_vec()));
@@ -104,7 +109,12 @@ fn scan<P: Persist>(tree: &BzTree<P>, lo: Bound<&[u8]>, hi: Bound<&[u8]>, order:
     got
 }
 
-fn check<P: Persist>(tree: &BzTree<P>, model: &BTreeMap<Vec<u8>, Vec<u8>>, all: &[Vec<u8>], what: &str) {
+fn check<P: Persist>(
+    tree: &BzTree<P>,
+    model: &BTreeMap<Vec<u8>, Vec<u8>>,
+    all: &[Vec<u8>],
+    what: &str,
+) {
     let mut out = Vec::new();
     for k in all.iter().chain(probes(all).iter()) {
         let found = tree.get(k, &mut out).then(|| out.clone());
@@ -125,8 +135,10 @@ fn check<P: Persist>(tree: &BzTree<P>, model: &BTreeMap<Vec<u8>, Vec<u8>>, all: 
             (Bound::Included(&lo[..]), Bound::Unbounded),
             (Bound::Unbounded, Bound::Excluded(&hi[..])),
         ] {
-            if let (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) =
-                (lb, hb)
+            if let (
+                Bound::Included(a) | Bound::Excluded(a),
+                Bound::Included(b) | Bound::Excluded(b),
+            ) = (lb, hb)
             {
                 if a > b {
                     continue;
@@ -136,17 +148,31 @@ fn check<P: Persist>(tree: &BzTree<P>, model: &BTreeMap<Vec<u8>, Vec<u8>>, all: 
                 .range::<[u8], _>((lb, hb))
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
-            assert_eq!(scan(tree, lb, hb, Order::Ascending), want, "{what}: scan {lb:?}..{hb:?}");
+            assert_eq!(
+                scan(tree, lb, hb, Order::Ascending),
+                want,
+                "{what}: scan {lb:?}..{hb:?}"
+            );
             let mut rev = want.clone();
             rev.reverse();
-            assert_eq!(scan(tree, lb, hb, Order::Descending), rev, "{what}: rev scan {lb:?}..{hb:?}");
+            assert_eq!(
+                scan(tree, lb, hb, Order::Descending),
+                rev,
+                "{what}: rev scan {lb:?}..{hb:?}"
+            );
         }
     }
     // `audit` is for a quiescent tree (retired chunks wait for their epoch): after a reopen.
-    assert_eq!(tree.stats().key_count, model.len() as u64, "{what}: key count");
+    assert_eq!(
+        tree.stats().key_count,
+        model.len() as u64,
+        "{what}: key count"
+    );
 }
 
-fn exercise<P: Persist>(tree: &BzTree<P>) -> (BTreeMap<Vec<u8>, Vec<u8>>, Vec<Vec<u8>>) {
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+fn exercise<P: Persist>(tree: &BzTree<P>) -> (Model, Vec<Vec<u8>>) {
     let all = adversarial_keys();
     let mut model = BTreeMap::new();
     for k in shuffled(all.clone(), 0x9e37_79b9) {
@@ -154,7 +180,10 @@ fn exercise<P: Persist>(tree: &BzTree<P>) -> (BTreeMap<Vec<u8>, Vec<u8>>, Vec<Ve
         model.insert(k.clone(), value_of(&k));
     }
     let height = tree.stats().height;
-    assert!(height >= 3, "the keys must build internal levels: height {height}");
+    assert!(
+        height >= 3,
+        "the keys must build internal levels: height {height}"
+    );
     check(tree, &model, &all, "after inserts");
     // Remove two thirds (merges, root collapse on the way), then upsert some back.
     for (i, k) in shuffled(all.clone(), 77).iter().enumerate() {
@@ -203,7 +232,9 @@ fn adversarial_prefix_keys_match_a_model_in_a_file() {
     };
     let tree = reopen();
     check(&tree, &model, &all, "after reopen");
-    let audit = tree.audit().unwrap_or_else(|e| panic!("after reopen: audit: {e}"));
+    let audit = tree
+        .audit()
+        .unwrap_or_else(|e| panic!("after reopen: audit: {e}"));
     assert_eq!(audit.keys, model.len() as u64);
 }
 
@@ -249,8 +280,8 @@ fn anon_huge_kib() -> u64 {
 // backed by huge pages once written (the crate doc's claim). Informational where THP is off.
 #[test]
 fn volatile_heap_gets_huge_pages() {
-    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
-        .unwrap_or_default();
+    let thp =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
     let before = anon_huge_kib();
     let tree = BzTree::with_config(BzTreeConfig {
         heap_bytes: 256 << 20,
@@ -262,7 +293,10 @@ fn volatile_heap_gets_huge_pages() {
             .unwrap();
     }
     let after = anon_huge_kib();
-    eprintln!("THP {thp:?}: AnonHugePages {before} kB -> {after} kB, heap {} B", tree.memory_in_use());
+    eprintln!(
+        "THP {thp:?}: AnonHugePages {before} kB -> {after} kB, heap {} B",
+        tree.memory_in_use()
+    );
     if thp.contains("[madvise]") || thp.contains("[always]") {
         assert!(after > before, "no huge pages: {before} -> {after} kB");
     }

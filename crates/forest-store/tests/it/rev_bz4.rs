@@ -30,7 +30,8 @@ fn make_version_1(dir: &Path) {
         .open(dir.join(TREE_FILE))
         .expect("tree file");
     let mut word = [0u8; 8];
-    file.read_exact_at(&mut word, VERSION_WORD_AT).expect("read");
+    file.read_exact_at(&mut word, VERSION_WORD_AT)
+        .expect("read");
     assert_eq!(u64::from_le_bytes(word), 2, "the branch writes version 2");
     file.write_all_at(&1u64.to_le_bytes(), VERSION_WORD_AT)
         .expect("poke");
