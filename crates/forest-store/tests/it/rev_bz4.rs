@@ -57,7 +57,7 @@ fn clwb_store_with_a_version_1_tree_file_rebuilds() {
 // and neither a converter nor a note exists (ARCHITECTURE names only "an msync store made
 // before session 10 is refused").
 #[test]
-#[ignore = "rev: F1 an msync bztree-pm store written before h-bz4 no longer opens (no converter, undocumented)"]
+#[ignore = "rev: F1 an msync bztree-pm store of tree format 1 is refused (documented; its error names the remedy): this test asserts the converter that is not built"]
 fn msync_store_with_a_version_1_tree_file_keeps_its_writes() {
     let engine = format!("bztree-pm:persist=msync,{SIZES}");
     let tmp = tempfile::tempdir().expect("tempdir");
