@@ -473,10 +473,21 @@ impl<P: Persist> BzTree<P> {
             return Err(corrupt(
                 path,
                 at(W_VERSION),
-                format!(
-                    "tree format version {}, this build reads {VERSION}",
-                    word(W_VERSION)
-                ),
+                if word(W_VERSION) == 1 {
+                    // Review rev-bz4 F1/F3: say what changed and what to do.
+                    format!(
+                        "tree format version 1, this build reads {VERSION} (version 2, session \
+                         19, gave internal nodes a key prefix array); a clwb store rebuilds its \
+                         tree from its checkpoint and logs, an msync store's tree file is its \
+                         only copy: open it with a build from before session 19 and copy its \
+                         records out (this build has no converter)"
+                    )
+                } else {
+                    format!(
+                        "tree format version {}, this build reads {VERSION}",
+                        word(W_VERSION)
+                    )
+                },
             ));
         }
         let fixed = [

@@ -210,7 +210,8 @@ impl Region {
     /// Mapped files and loom or shuttle regions are left alone.
     pub fn advise_huge_pages(&self, range: std::ops::Range<usize>) {
         let _ = &range;
-        #[cfg(not(any(loom, shuttle)))]
+        // memmap2 has `Advice::HugePage` on Linux only (review rev-bz4 F2).
+        #[cfg(all(target_os = "linux", not(any(loom, shuttle))))]
         if let Storage::Anonymous(map) = &self.storage {
             let page = REGION_ALIGN_BYTES;
             let start = range.start / page * page;

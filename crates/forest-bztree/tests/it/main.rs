@@ -13,6 +13,7 @@ mod persistent;
 mod power_loss;
 mod reuse_race;
 mod rev_bz;
+mod rev_bz4;
 mod rev_bzperf;
 mod rev_pmrec2;
 mod structure;

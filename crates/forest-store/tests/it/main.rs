@@ -13,6 +13,7 @@ mod llama_store;
 mod map_recovery;
 mod map_verify;
 mod power_loss;
+mod rev_bz4;
 mod rev_lists;
 mod rev_lists14;
 mod rev_lss3;
