@@ -248,7 +248,7 @@ fn churn_one_slice(t: Arc<Masstree>, rounds: u32) {
         thread::spawn(move || {
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let k = if i % 2 == 0 {
+                let k = if i.is_multiple_of(2) {
                     &b"abcdefgh-churn"[..]
                 } else {
                     &b"abcdefghijklmnop-churn"[..]
