@@ -14,17 +14,40 @@ use forest_core::Index;
 use forest_masstree::Masstree;
 
 #[cfg(feature = "pause-points")]
-mod paused {
+pub(crate) mod paused {
     use std::sync::Arc;
 
     use forest_core::conformance::pause::{arm, disarm, spawn_pauser, take_turn};
     use forest_core::Index;
     use forest_masstree::Masstree;
 
+    /// A tree holding `keys`, each with itself as its value.
+    pub(crate) fn tree_with(keys: &[&[u8]]) -> Arc<Masstree> {
+        let t = Arc::new(Masstree::new());
+        for k in keys {
+            assert!(t.insert(k, k).expect("within limits"));
+        }
+        t
+    }
+
+    /// `n` keys of the slice `abcdefgh`, numbered with `width` digits.
+    pub(crate) fn slice_keys(n: u32, width: usize) -> Vec<Vec<u8>> {
+        (0..n)
+            .map(|i| format!("abcdefgh{i:0width$}").into_bytes())
+            .collect()
+    }
+
+    /// Asserts that `k` holds `want`.
+    pub(crate) fn has(t: &Masstree, k: &[u8], want: &[u8]) {
+        let mut buf = Vec::new();
+        assert!(t.get(k, &mut buf), "{:?} lost", String::from_utf8_lossy(k));
+        assert_eq!(buf, want, "{:?}", String::from_utf8_lossy(k));
+    }
+
     /// Puts `key` from the pauser, stops it once it has read the link of the layer below,
     /// runs `meanwhile` on the tree, lets the put go on and returns how often the pauser
     /// reached the pause point.
-    fn put_paused(
+    pub(crate) fn put_paused(
         t: &Arc<Masstree>,
         key: &'static [u8],
         meanwhile: impl FnOnce(&Masstree),
@@ -49,10 +72,7 @@ mod paused {
         // starts over and writes its key where it now belongs (layer 0). Method: two keys
         // sharing a slice make a layer; the pauser upserts a third with that slice and stops
         // after reading the link; both keys are removed (the layer goes); then the put goes on.
-        let t = Arc::new(Masstree::new());
-        for k in [&b"abcdefgh-1"[..], b"abcdefgh-2", b"zz"] {
-            assert!(t.insert(k, k).expect("within limits"));
-        }
+        let t = tree_with(&[b"abcdefgh-1", b"abcdefgh-2", b"zz"]);
         let reached = put_paused(&t, b"abcdefgh-3", |t| {
             assert!(t.remove(b"abcdefgh-1"));
             assert!(t.remove(b"abcdefgh-2"));
@@ -76,13 +96,8 @@ mod paused {
         // a non-root border node) climbs to the layer's new root and writes its key once.
         // Method: the pauser upserts into a two-key layer; 60 keys are inserted into that
         // layer meanwhile (several splits); then every key is read back.
-        let t = Arc::new(Masstree::new());
-        for k in [&b"abcdefgh-1"[..], b"abcdefgh-2"] {
-            assert!(t.insert(k, k).expect("within limits"));
-        }
-        let more: Vec<Vec<u8>> = (0..60u32)
-            .map(|i| format!("abcdefgh{i:03}").into_bytes())
-            .collect();
+        let t = tree_with(&[b"abcdefgh-1", b"abcdefgh-2"]);
+        let more = slice_keys(60, 3);
         let added = more.clone();
         put_paused(&t, b"abcdefgh-0", move |t| {
             for k in &added {

@@ -17,47 +17,15 @@ use forest_masstree::{Masstree, MasstreeConfig, NodeSearch, SuffixStorage};
 
 #[cfg(feature = "pause-points")]
 mod paused {
-    use std::sync::Arc;
-
-    use forest_core::conformance::pause::{arm, disarm, spawn_pauser, take_turn};
     use forest_core::Index;
-    use forest_masstree::Masstree;
 
-    /// Upserts `key` = "new" from the pauser, stopped after its first layer-link read, runs
-    /// `meanwhile`, releases it; returns how often it reached the pause point.
-    fn put_paused(
-        t: &Arc<Masstree>,
-        key: &'static [u8],
-        meanwhile: impl FnOnce(&Masstree),
-    ) -> usize {
-        let _turn = take_turn();
-        let gate = arm("put:layer-link-read");
-        let writer = {
-            let t = Arc::clone(t);
-            spawn_pauser(move || t.upsert(key, b"new").expect("within limits"))
-        };
-        gate.wait_paused();
-        meanwhile(t);
-        gate.release();
-        writer.join().expect("writer");
-        disarm();
-        gate.reached_count()
-    }
-
-    fn has(t: &Masstree, k: &[u8], want: &[u8]) {
-        let mut buf = Vec::new();
-        assert!(t.get(k, &mut buf), "{:?} lost", String::from_utf8_lossy(k));
-        assert_eq!(buf, want, "{:?}", String::from_utf8_lossy(k));
-    }
+    use crate::put_layers::paused::{has, put_paused, slice_keys, tree_with};
 
     #[test]
     fn put_paused_on_removed_layer_whose_slot_holds_a_new_layer() {
         // Goal: the old link names a removed layer while the slice's slot now links a new
         // layer; the put must land in the new one (once), not in the dead one.
-        let t = Arc::new(Masstree::new());
-        for k in [&b"abcdefgh-1"[..], b"abcdefgh-2", b"zz"] {
-            assert!(t.insert(k, k).expect("within limits"));
-        }
+        let t = tree_with(&[b"abcdefgh-1", b"abcdefgh-2", b"zz"]);
         let reached = put_paused(&t, b"abcdefgh-3", |t| {
             assert!(t.remove(b"abcdefgh-1"));
             assert!(t.remove(b"abcdefgh-2"));
@@ -87,10 +55,7 @@ mod paused {
     fn put_paused_on_removed_layer_whose_slot_holds_a_plain_key() {
         // Goal: the slice's slot now holds one plain long key (no layer): the restarted put
         // meets it as a conflict and makes a new layer holding both.
-        let t = Arc::new(Masstree::new());
-        for k in [&b"abcdefgh-1"[..], b"abcdefgh-2"] {
-            assert!(t.insert(k, k).expect("within limits"));
-        }
+        let t = tree_with(&[b"abcdefgh-1", b"abcdefgh-2"]);
         let reached = put_paused(&t, b"abcdefgh-3", |t| {
             assert!(t.remove(b"abcdefgh-1"));
             assert!(t.remove(b"abcdefgh-2"));
@@ -108,10 +73,7 @@ mod paused {
     fn put_paused_above_two_layers_removed_and_remade() {
         // Goal: a key two layers down (17 bytes); the put stops after reading layer 1's link;
         // both layers are removed and re-made with other keys; the put lands once.
-        let t = Arc::new(Masstree::new());
-        for k in [&b"abcdefghijklmnop-1"[..], b"abcdefghijklmnop-2"] {
-            assert!(t.insert(k, k).expect("within limits"));
-        }
+        let t = tree_with(&[b"abcdefghijklmnop-1", b"abcdefghijklmnop-2"]);
         let reached = put_paused(&t, b"abcdefghijklmnop-3", |t| {
             assert!(t.remove(b"abcdefghijklmnop-1"));
             assert!(t.remove(b"abcdefghijklmnop-2"));
@@ -145,14 +107,9 @@ mod paused {
         // Goal: the layer grows (root splits, interior levels) and shrinks back to its first
         // node (nodes removed, root collapsed) while the put holds its link; the layer lives
         // throughout (one key stays); the put lands in it.
-        let t = Arc::new(Masstree::new());
-        for k in [&b"abcdefgh-1"[..], b"abcdefgh-2"] {
-            assert!(t.insert(k, k).expect("within limits"));
-        }
+        let t = tree_with(&[b"abcdefgh-1", b"abcdefgh-2"]);
         let reached = put_paused(&t, b"abcdefgh-3", |t| {
-            let more: Vec<Vec<u8>> = (0..400u32)
-                .map(|i| format!("abcdefgh{i:05}").into_bytes())
-                .collect();
+            let more = slice_keys(400, 5);
             for k in &more {
                 assert!(t.insert(k, k).expect("ok"));
             }
@@ -175,14 +132,9 @@ mod paused {
     fn put_paused_on_layer_that_split_then_was_removed() {
         // Goal: the layer splits, then empties entirely (every node but the first removed,
         // root collapsed, layer removed); the put holding the first node's link starts over.
-        let t = Arc::new(Masstree::new());
-        for k in [&b"abcdefgh-1"[..], b"abcdefgh-2"] {
-            assert!(t.insert(k, k).expect("within limits"));
-        }
+        let t = tree_with(&[b"abcdefgh-1", b"abcdefgh-2"]);
         let reached = put_paused(&t, b"abcdefgh-3", |t| {
-            let more: Vec<Vec<u8>> = (0..200u32)
-                .map(|i| format!("abcdefgh{i:05}").into_bytes())
-                .collect();
+            let more = slice_keys(200, 5);
             for k in &more {
                 assert!(t.insert(k, k).expect("ok"));
             }

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use forest_store::file::OsDir;
+use forest_store::file::{Dir, OsDir};
 use forest_store::{Durability, Store, StoreOptions};
 
 use crate::llama_store::{key, value};
@@ -23,12 +23,8 @@ fn options() -> StoreOptions {
 }
 
 fn names(path: &Path, keep: impl Fn(&str) -> bool) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(path)
-        .expect("read_dir")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .filter(|n| keep(n))
-        .collect();
-    names.sort();
+    let mut names = OsDir::open(path).expect("open").list().expect("list");
+    names.retain(|n| keep(n));
     names
 }
 

@@ -307,12 +307,9 @@ fn map_store(dir: &Path) {
 
 /// The names in `dir` that `keep` accepts, sorted.
 fn names(dir: &Path, keep: impl Fn(&str) -> bool) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .expect("read_dir")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .filter(|n| keep(n))
-        .collect();
-    names.sort();
+    use forest_store::file::{Dir, OsDir};
+    let mut names = OsDir::open(dir).expect("open").list().expect("list");
+    names.retain(|n| keep(n));
     names
 }
 
