@@ -430,6 +430,7 @@ impl Records for ArrayInto<'_> {
         self.clear();
     }
 
+    #[inline]
     fn emit(&mut self, key: &[u8], value: Option<&[u8]>) {
         match value {
             Some(value) => self.pair(key, value),
