@@ -8,23 +8,16 @@
 
 use std::ops::{Bound, ControlFlow};
 
-use forest_core::{Index, Order};
-use forest_masstree::{Masstree, Masstree10x8, MasstreeConfig, SuffixStorage};
+use forest_core::index::in_bounds;
+use forest_core::Order;
 
-/// xorshift64: the test's keys and bounds, the same on every run.
-struct Rng(u64);
+// The test's keys and bounds, the same on every run.
+use crate::rev_mscan2::Rng;
+use crate::scan_batches::trees;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
+/// An index below `n`.
+fn below(rng: &mut Rng, n: usize) -> usize {
+    rng.below(n as u64) as usize
 }
 
 /// 8-byte layer prefixes that share all but their last byte, and one with zero padding.
@@ -34,11 +27,11 @@ const TAIL: [u8; 4] = [0, b'a', b'b', 0xFF];
 
 fn key(rng: &mut Rng) -> Vec<u8> {
     let mut k = Vec::new();
-    for _ in 0..rng.below(3) {
-        k.extend_from_slice(CHUNKS[rng.below(CHUNKS.len())]);
+    for _ in 0..below(rng, 3) {
+        k.extend_from_slice(CHUNKS[below(rng, CHUNKS.len())]);
     }
-    for _ in 0..rng.below(13) {
-        k.push(TAIL[rng.below(TAIL.len())]);
+    for _ in 0..below(rng, 13) {
+        k.push(TAIL[below(rng, TAIL.len())]);
     }
     k
 }
@@ -46,15 +39,15 @@ fn key(rng: &mut Rng) -> Vec<u8> {
 /// A bound key near the keys: one of them, a prefix of one (at a layer's edge or not), one
 /// with a byte added or its last byte changed.
 fn bound_key(rng: &mut Rng, keys: &[Vec<u8>]) -> Vec<u8> {
-    let mut k = keys[rng.below(keys.len())].clone();
-    match rng.below(5) {
+    let mut k = keys[below(rng, keys.len())].clone();
+    match below(rng, 5) {
         0 => {}
         1 => k.truncate(8 * (k.len() / 8)),
-        2 => k.truncate(rng.below(k.len() + 1)),
-        3 => k.push(TAIL[rng.below(TAIL.len())]),
+        2 => k.truncate(below(rng, k.len() + 1)),
+        3 => k.push(TAIL[below(rng, TAIL.len())]),
         _ => {
             if let Some(last) = k.last_mut() {
-                *last = TAIL[rng.below(TAIL.len())];
+                *last = TAIL[below(rng, TAIL.len())];
             }
         }
     }
@@ -62,38 +55,11 @@ fn bound_key(rng: &mut Rng, keys: &[Vec<u8>]) -> Vec<u8> {
 }
 
 fn bound<'a>(rng: &mut Rng, k: &'a [u8]) -> Bound<&'a [u8]> {
-    match rng.below(5) {
+    match below(rng, 5) {
         0 => Bound::Unbounded,
         1 | 2 => Bound::Included(k),
         _ => Bound::Excluded(k),
     }
-}
-
-fn within(k: &[u8], lower: Bound<&[u8]>, upper: Bound<&[u8]>) -> bool {
-    let above = match lower {
-        Bound::Included(l) => k >= l,
-        Bound::Excluded(l) => k > l,
-        Bound::Unbounded => true,
-    };
-    let below = match upper {
-        Bound::Included(u) => k <= u,
-        Bound::Excluded(u) => k < u,
-        Bound::Unbounded => true,
-    };
-    above && below
-}
-
-fn trees() -> Vec<(&'static str, Box<dyn Index>)> {
-    vec![
-        ("default", Box::new(Masstree::new())),
-        (
-            "10x8-layers",
-            Box::new(Masstree10x8::with_widths(MasstreeConfig {
-                suffix: SuffixStorage::Layers,
-                ..MasstreeConfig::default()
-            })),
-        ),
-    ]
 }
 
 #[test]
@@ -126,7 +92,7 @@ fn scans_stop_exactly_at_far_bounds_that_tie_on_a_slice() {
         for (a, b, seed) in &bounds {
             let mut pick = Rng(*seed | 1);
             let (lower, upper) = (bound(&mut pick, a), bound(&mut pick, b));
-            let want: Vec<&Vec<u8>> = keys.iter().filter(|k| within(k, lower, upper)).collect();
+            let want: Vec<&Vec<u8>> = keys.iter().filter(|k| in_bounds(k, lower, upper)).collect();
             for order in [Order::Ascending, Order::Descending] {
                 let mut want = want.clone();
                 if order == Order::Descending {

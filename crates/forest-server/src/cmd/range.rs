@@ -680,6 +680,16 @@ pub(super) mod tests {
         Frame::Array(pairs.iter().flat_map(|(k, v)| [bulk(k), bulk(v)]).collect())
     }
 
+    /// An array writer with no header placeholder: elements appended to `out`.
+    fn headless(out: &mut Vec<u8>) -> super::ArrayInto<'_> {
+        super::ArrayInto {
+            start: 0,
+            width: 0,
+            items: 0,
+            out,
+        }
+    }
+
     // Goal: `ArrayInto::bulk`'s short headers (no division loop under 100 bytes) and its
     // fixed-size moves (up to 32 bytes) write the bytes `encode_bulk` writes, at every length
     // around the one and two digit edges and the move sizes and past them, and count one
@@ -692,12 +702,7 @@ pub(super) mod tests {
             let mut want = b"prefix".to_vec();
             crate::frame::encode_bulk(&mut want, &bytes);
             let mut got = b"prefix".to_vec();
-            let mut array = super::ArrayInto {
-                start: 0,
-                width: 0,
-                items: 0,
-                out: &mut got,
-            };
+            let mut array = headless(&mut got);
             array.bulk(&bytes);
             assert_eq!(array.items, 1);
             assert_eq!(got, want, "{n} bytes");
@@ -719,12 +724,7 @@ pub(super) mod tests {
                 crate::frame::encode_bulk(&mut want, &key);
                 crate::frame::encode_bulk(&mut want, &value);
                 let mut got = b"prefix".to_vec();
-                let mut array = super::ArrayInto {
-                    start: 0,
-                    width: 0,
-                    items: 0,
-                    out: &mut got,
-                };
+                let mut array = headless(&mut got);
                 array.pair(&key, &value);
                 assert_eq!(array.items, 2);
                 assert_eq!(got, want, "key {k} bytes, value {v} bytes");
