@@ -7,7 +7,7 @@ set -eu
 bin=$1; data=$2; out=$3; n=$4; p=$5; shift 6
 port=${PORT:-16481}
 dir=$(mktemp -d); cp -r "$data"/. "$dir"/
-valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=$out "$bin" serve --dir "$dir" --port $port --durability periodic:1000 --io threads >/dev/null 2>$out.err &
+valgrind --tool=callgrind ${CG_OPTS:-} --instr-atstart=no --callgrind-out-file=$out "$bin" serve --dir "$dir" --port $port --durability periodic:1000 --io threads >/dev/null 2>$out.err &
 pid=$!
 for _ in $(seq 1200); do redis-cli -p $port ping >/dev/null 2>&1 && break; sleep 0.5; done
 redis-benchmark -p $port -n 200 -c 1 -P $p -r ${R:-999900} -q "$@" >/dev/null 2>&1   # warm up

@@ -267,6 +267,39 @@ struct Level<'g, const W: usize, const F: usize> {
     /// version is unchanged, and re-reads it (from `at`) only if not.
     perm: Option<Permuter<W>>,
     pos: usize,
+    /// Whether every slot of `perm` lies ahead of `at` (decided when the node is read: its
+    /// first slot in the walk's order is), so no slot needs the place check.
+    all_ahead: bool,
+    /// The layer's keys against the scan's far bound.
+    far: Far,
+}
+
+/// Where a layer's keys stand against the scan's far bound (upper ascending, lower
+/// descending), decided once per layer, so that a record is compared whole with the bound
+/// only where its slice equals the bound's (a slice before the bound's, in the walk's
+/// order, puts the whole key before the bound: slices order as their bytes, zero-padded).
+#[derive(Clone, Copy)]
+enum Far {
+    /// Every key of the layer is within the far bound.
+    Within,
+    /// A key whose slice comes before this one in the walk's order is within; any other is
+    /// compared whole.
+    Slice(u64),
+    /// Every key is compared whole.
+    Compare,
+}
+
+impl Far {
+    /// Whether a key of slice `slice` is certainly within the far bound.
+    #[inline(always)]
+    fn within(self, order: Order, slice: u64) -> bool {
+        match (self, order) {
+            (Far::Within, _) => true,
+            (Far::Slice(s), Order::Ascending) => slice < s,
+            (Far::Slice(s), Order::Descending) => slice > s,
+            (Far::Compare, _) => false,
+        }
+    }
 }
 
 impl<const W: usize, const F: usize> Level<'_, W, F> {
@@ -320,6 +353,9 @@ struct Collect<'s, 'g, 't, const W: usize, const F: usize> {
     /// [`scan_pinned`]'s visitor, called under the pin as each record is reached; the batch
     /// then holds only the last key handed out.
     pinned: Option<&'s mut Visitor<'s>>,
+    /// [`scan_pinned`] only: whether `batch.bytes` starts with `prefix`, so a record writes
+    /// only its slice and suffix after it (the prefix is written once per layer entered).
+    prefix_in_key: bool,
 }
 
 /// What the walk does after a slot.
@@ -333,30 +369,42 @@ enum Step<'g, const W: usize, const F: usize> {
 }
 
 impl<'s, 'g, const W: usize, const F: usize> Collect<'s, 'g, '_, W, F> {
-    /// Copies one record (validated by its caller; its block never changes once published)
-    /// into the batch if it is within the bounds; `Break` when the batch is full or the scan
-    /// passed its far bound.
+    /// Hands one record (validated by its caller; its block never changes once published)
+    /// out if it is within the bounds: copies it into the batch, or ([`scan_pinned`]) gives
+    /// it to the visitor with the key assembled after the layer's prefix and the value in
+    /// place. `Break` when the batch is full or the scan passed its far bound. `far` is the
+    /// layer's [`Far`]: most records pass the far bound on their slice alone.
     #[inline]
-    fn push(&mut self, slice: u64, keylen: u8, b: BlockRef<'g>) -> ControlFlow<Stop> {
+    fn push(&mut self, slice: u64, keylen: u8, b: BlockRef<'g>, far: Far) -> ControlFlow<Stop> {
         let (suffix, value) = block::entry(b.get());
-        let pinned = self.pinned.is_some();
-        // The pinned scan keeps only the key at hand, at the buffer's start.
-        let start = if pinned { 0 } else { self.batch.used };
         let batch = &mut *self.batch;
-        if pinned {
+        let (start, end) = if self.pinned.is_some() {
+            // The key alone, at the buffer's start, after the prefix written there once.
+            let plen = self.prefix.len();
             batch.used = 0;
-        }
-        let value_len = if pinned { 0 } else { value.bytes.len() };
-        batch.room(self.prefix.len() + suffix.len() + KEY_SLACK + value_len);
-        let end = put_key(&mut batch.bytes, start, self.prefix, slice, keylen, suffix);
+            batch.room(plen + suffix.len() + KEY_SLACK);
+            if !self.prefix_in_key {
+                batch.bytes[..plen].copy_from_slice(self.prefix);
+                self.prefix_in_key = true;
+            }
+            (
+                0,
+                put_key(&mut batch.bytes, plen, &[], slice, keylen, suffix),
+            )
+        } else {
+            let start = batch.used;
+            batch.room(self.prefix.len() + suffix.len() + KEY_SLACK + value.bytes.len());
+            let end = put_key(&mut batch.bytes, start, self.prefix, slice, keylen, suffix);
+            (start, end)
+        };
         let key = &batch.bytes[start..end];
         let (beyond, behind) = match self.order {
             Order::Ascending => (
-                past_upper(key, self.upper),
+                !far.within(self.order, slice) && past_upper(key, self.upper),
                 !self.past_near && below_lower(key, self.lower),
             ),
             Order::Descending => (
-                below_lower(key, self.lower),
+                !far.within(self.order, slice) && below_lower(key, self.lower),
                 !self.past_near && past_upper(key, self.upper),
             ),
         };
@@ -384,6 +432,40 @@ impl<'s, 'g, const W: usize, const F: usize> Collect<'s, 'g, '_, W, F> {
             return ControlFlow::Break(Stop::More);
         }
         ControlFlow::Continue(())
+    }
+
+    /// The layer below is entered: its slice joins the prefix.
+    #[inline]
+    fn prefix_push(&mut self, slice: u64) {
+        push_slice(self.prefix, slice, SLICE_BYTES);
+        self.prefix_in_key = false;
+    }
+
+    /// The layer is left: its slice leaves the prefix.
+    #[inline]
+    fn prefix_pop(&mut self) {
+        self.prefix.truncate(self.prefix.len() - SLICE_BYTES);
+        self.prefix_in_key = false;
+    }
+
+    /// The layer's keys (prefix `self.prefix`) against the far bound.
+    fn far(&self) -> Far {
+        let bound = match self.order {
+            Order::Ascending => self.upper,
+            Order::Descending => self.lower,
+        };
+        let (Bound::Included(k) | Bound::Excluded(k)) = bound else {
+            return Far::Within;
+        };
+        match (bound_slice(self.prefix, k), self.order) {
+            (Ok(s), _) => Far::Slice(s),
+            // The layer lies below the bound's key: ascending, all within. (A prefix equal
+            // to the key gives `Err(false)`, compared whole.)
+            (Err(true), Order::Ascending) => Far::Within,
+            // Descending: within if the layer lies strictly above the key.
+            (Err(false), Order::Descending) if self.prefix.as_slice() > k => Far::Within,
+            _ => Far::Compare,
+        }
     }
 
     /// The level that starts walking the layer reached from `link` (its first border node,
@@ -427,7 +509,29 @@ impl<'s, 'g, const W: usize, const F: usize> Collect<'s, 'g, '_, W, F> {
             at,
             perm: None,
             pos: 0,
+            all_ahead: false,
+            far: self.far(),
         })
+    }
+
+    /// Whether the first slot of `perm` in the walk's order lies ahead of `level.at`, and so
+    /// every slot (a permutation lists its slots in key order). Read before the records'
+    /// validations: each record handed out validates the node unchanged since `perm`, this
+    /// read included.
+    #[inline]
+    fn first_ahead(&self, level: &Level<'g, W, F>, perm: Permuter<W>) -> bool {
+        let size = perm.size();
+        if size == 0 {
+            return true;
+        }
+        let s = perm.get(match self.order {
+            Order::Ascending => 0,
+            Order::Descending => size - 1,
+        });
+        let n = level.node;
+        let slice = n.keyslice[s].load(Ordering::Acquire);
+        let keylen = n.keylen[s].load(Ordering::Acquire);
+        ahead(self.order, place(slice, class_of_keylen(keylen)), level.at)
     }
 
     /// Starts loading what the walk of `level`'s node will read next (§4.2's prefetching,
@@ -451,12 +555,11 @@ impl<'s, 'g, const W: usize, const F: usize> Collect<'s, 'g, '_, W, F> {
             };
             let s = perm.get(i);
             let keylen = n.keylen[s].load(Ordering::Relaxed);
-            let p = place(
-                n.keyslice[s].load(Ordering::Relaxed),
-                class_of_keylen(keylen),
-            );
-            if !ahead(self.order, p, level.at) {
-                continue;
+            if !level.all_ahead {
+                let slice = n.keyslice[s].load(Ordering::Relaxed);
+                if !ahead(self.order, place(slice, class_of_keylen(keylen)), level.at) {
+                    continue;
+                }
             }
             if keylen == KEYLEN_LAYER {
                 if layers < LAYERS_AHEAD {
@@ -531,7 +634,7 @@ impl<'s, 'g, const W: usize, const F: usize> Collect<'s, 'g, '_, W, F> {
         let p = place(slice, class_of_keylen(keylen));
         // Before the walk's place: below the bound, handed out before the layer it
         // descended into, or passed on by a removed node.
-        if !ahead(self.order, p, level.at) {
+        if !level.all_ahead && !ahead(self.order, p, level.at) {
             return ControlFlow::Continue(Step::Next);
         }
         match keylen {
@@ -556,7 +659,7 @@ impl<'s, 'g, const W: usize, const F: usize> Collect<'s, 'g, '_, W, F> {
                 match block {
                     Some(b) => {
                         level.at = past(self.order, p);
-                        self.push(slice, keylen, b)?;
+                        self.push(slice, keylen, b, level.far)?;
                         ControlFlow::Continue(Step::Next)
                     }
                     // A short key's slot being emptied: absent.
@@ -601,7 +704,7 @@ impl<'s, 'g, const W: usize, const F: usize> Collect<'s, 'g, '_, W, F> {
                         if !level.layer0 && n.node() == level.link {
                             // The layer was emptied and removed since its slot was validated.
                             stack.pop();
-                            self.prefix.truncate(self.prefix.len() - SLICE_BYTES);
+                            self.prefix_pop();
                             continue;
                         }
                         // A removed node: its keys went to a neighbour the walk may have
@@ -619,6 +722,7 @@ impl<'s, 'g, const W: usize, const F: usize> Collect<'s, 'g, '_, W, F> {
                         Order::Ascending => 0,
                         Order::Descending => perm.size(),
                     };
+                    level.all_ahead = self.first_ahead(level, perm);
                     if self.tree.config.prefetch {
                         self.prefetch(level, perm);
                     }
@@ -642,10 +746,10 @@ impl<'s, 'g, const W: usize, const F: usize> Collect<'s, 'g, '_, W, F> {
                     Step::Down(slice, link) => {
                         // Into the layer below, at its place in key order; this level goes on
                         // once it is done.
-                        push_slice(self.prefix, slice, SLICE_BYTES);
+                        self.prefix_push(slice);
                         match self.enter(link.node(), false) {
                             Some(l) => stack.push(l),
-                            None => self.prefix.truncate(self.prefix.len() - SLICE_BYTES),
+                            None => self.prefix_pop(),
                         }
                         continue 'levels;
                     }
@@ -705,7 +809,7 @@ impl<'s, 'g, const W: usize, const F: usize> Collect<'s, 'g, '_, W, F> {
                     let layer0 = level.layer0;
                     stack.pop();
                     if !layer0 {
-                        self.prefix.truncate(self.prefix.len() - SLICE_BYTES);
+                        self.prefix_pop();
                     }
                 }
             }
@@ -823,6 +927,7 @@ fn run<const W: usize, const F: usize>(
                 quota,
                 past_near: false,
                 pinned: pinned.then_some(&mut *visit),
+                prefix_in_key: false,
             };
             let flow = c.walk(tree.root(&guard));
             (flow, c.past_near)

@@ -960,8 +960,10 @@ impl Store {
         limit: usize,
         visit: &mut Visitor<'_>,
     ) {
-        let read = self.try_scan_up_to(lower, upper, order, limit, visit);
-        self.or_park(read, || ())
+        self.scan_parked(
+            ScanRange(lower, upper, order, limit, false),
+            ScanTo::Visit(visit),
+        )
     }
 
     /// [`Self::scan_up_to`] for keys alone: the values are not copied into the scan's
@@ -975,8 +977,10 @@ impl Store {
         limit: usize,
         visit: &mut Visitor<'_>,
     ) {
-        let read = self.try_scan_keys_up_to(lower, upper, order, limit, visit);
-        self.or_park(read, || ())
+        self.scan_parked(
+            ScanRange(lower, upper, order, limit, true),
+            ScanTo::Visit(visit),
+        )
     }
 
     /// [`Self::scan_up_to`] that returns a page-load error (the visitor may have seen a
@@ -989,7 +993,10 @@ impl Store {
         limit: usize,
         visit: &mut Visitor<'_>,
     ) -> Result<()> {
-        self.scan_fields(lower, upper, order, limit, false, visit)
+        self.try_scan_to(
+            ScanRange(lower, upper, order, limit, false),
+            ScanTo::Visit(visit),
+        )
     }
 
     /// [`Self::scan_keys_up_to`] that returns a page-load error (the visitor may have seen a
@@ -1002,7 +1009,10 @@ impl Store {
         limit: usize,
         visit: &mut Visitor<'_>,
     ) -> Result<()> {
-        self.scan_fields(lower, upper, order, limit, true, &mut |k, _| visit(k, &[]))
+        self.try_scan_to(
+            ScanRange(lower, upper, order, limit, true),
+            ScanTo::Visit(visit),
+        )
     }
 
     /// [`Self::scan_up_to`] whose records go to `sink` in place, under the engine's epoch
@@ -1026,8 +1036,8 @@ impl Store {
         keys_only: bool,
         sink: &mut dyn ScanSink,
     ) {
-        let read = self.try_scan_in_place_up_to(lower, upper, order, limit, keys_only, sink);
-        self.or_park(read, || ())
+        let range = ScanRange(lower, upper, order, limit, keys_only);
+        self.scan_parked(range, ScanTo::InPlace(sink))
     }
 
     /// [`Self::scan_in_place_up_to`] that returns a page-load error. The sink then holds
@@ -1048,41 +1058,36 @@ impl Store {
         if limit <= SCAN_IN_PLACE_ROWS_MAX {
             // Whether the sink saw records since the scan began or last restarted.
             let mut dirty = false;
-            let mut too_big = false;
-            for _ in 0..READ_RETRIES_MAX {
-                let Some(generation) = self.gate.read_begin() else {
-                    // A batch is applying (it leaves the gate once applied, before its fsync).
-                    std::thread::yield_now();
-                    continue;
-                };
+            let tried = self.read_between_batches(|| {
                 if dirty {
                     sink.restart();
                 }
                 dirty = true;
-                too_big = match self.read_in_place(lower, upper, order, limit, keys_only, sink) {
-                    Ok(complete) => !complete,
+                match self.read_in_place(lower, upper, order, limit, keys_only, sink) {
+                    Ok(true) => ControlFlow::Continue(()),
+                    // Too large to read in place: no use trying again.
+                    Ok(false) => ControlFlow::Break(Ok(())),
                     Err(e) => {
                         // This read was never checked against the gate: what the sink saw may
                         // mix batches (review rev-range F1).
                         sink.restart();
-                        return Err(e);
+                        ControlFlow::Break(Err(e))
                     }
-                };
-                if too_big {
-                    break;
                 }
-                if self.gate.read_valid(generation) {
-                    return Ok(());
-                }
-            }
-            if !too_big {
-                // Batches kept coming: hold them off for one more read, which stands.
-                if dirty {
-                    sink.restart();
-                }
-                let _pass = self.gate.enter_scan();
-                if self.read_in_place(lower, upper, order, limit, keys_only, sink)? {
-                    return Ok(());
+            });
+            match tried {
+                Optimistic::Valid(_) => return Ok(()),
+                Optimistic::Stopped(Err(e)) => return Err(e),
+                Optimistic::Stopped(Ok(())) => {}
+                Optimistic::Exhausted => {
+                    // Batches kept coming: hold them off for one more read, which stands.
+                    if dirty {
+                        sink.restart();
+                    }
+                    let _pass = self.gate.enter_scan();
+                    if self.read_in_place(lower, upper, order, limit, keys_only, sink)? {
+                        return Ok(());
+                    }
                 }
             }
             // Large values: read the ordinary way, the visitor unpinned.
@@ -1092,6 +1097,50 @@ impl Store {
         self.scan_fields(lower, upper, order, limit, keys_only, &mut |k, v| {
             sink.record(k, if keys_only { &[] } else { v })
         })
+    }
+
+    /// The scans whose signature has no `Result`: [`Self::try_scan_to`], a page-load error
+    /// parked ([`Self::or_park`]).
+    fn scan_parked(&self, range: ScanRange<'_>, to: ScanTo<'_, '_>) {
+        let read = self.try_scan_to(range, to);
+        self.or_park(read, || ())
+    }
+
+    /// Up to `limit` records (keys alone, empty values, with `keys_only`) to a visitor run
+    /// unpinned or to a sink in place.
+    fn try_scan_to(&self, range: ScanRange<'_>, to: ScanTo<'_, '_>) -> Result<()> {
+        let ScanRange(lower, upper, order, limit, keys_only) = range;
+        match to {
+            ScanTo::Visit(visit) if keys_only => {
+                // `scan_fields` leaves values out of its rows, not out of a streamed rest.
+                self.scan_fields(lower, upper, order, limit, true, &mut |k, _| visit(k, &[]))
+            }
+            ScanTo::Visit(visit) => self.scan_fields(lower, upper, order, limit, false, visit),
+            ScanTo::InPlace(sink) => {
+                self.try_scan_in_place_up_to(lower, upper, order, limit, keys_only, sink)
+            }
+        }
+    }
+
+    /// Runs `read` between atomic batches (the scan gate's seqlock side): up to
+    /// [`READ_RETRIES_MAX`] tries, each begun with no batch applying; `Valid` once the gate
+    /// shows none applied during a try. `read` ends the tries early by `Break` (an error, or
+    /// a read that cannot succeed this way).
+    fn read_between_batches<B>(&self, mut read: impl FnMut() -> ControlFlow<B>) -> Optimistic<B> {
+        for _ in 0..READ_RETRIES_MAX {
+            let Some(generation) = self.gate.read_begin() else {
+                // A batch is applying (it leaves the gate once applied, before its fsync).
+                std::thread::yield_now();
+                continue;
+            };
+            if let ControlFlow::Break(stop) = read() {
+                return Optimistic::Stopped(stop);
+            }
+            if self.gate.read_valid(generation) {
+                return Optimistic::Valid(generation);
+            }
+        }
+        Optimistic::Exhausted
     }
 
     /// One read of [`Self::try_scan_in_place_up_to`]: up to `limit` records to `sink` under
@@ -1140,14 +1189,7 @@ impl Store {
         // One buffer per thread, taken (a nested scan in a visitor gets a fresh one).
         let mut rows = SCAN_ROWS.with(|r| r.take());
         rows.clear();
-        // The generation the rows were read at, once a read was valid.
-        let mut read_at = None;
-        for _ in 0..READ_RETRIES_MAX {
-            let Some(generation) = self.gate.read_begin() else {
-                // A batch is applying (it leaves the gate once applied, before its fsync).
-                std::thread::yield_now();
-                continue;
-            };
+        let tried = self.read_between_batches(|| {
             rows.clear();
             // This visitor only copies into `rows`: it neither blocks nor writes, so it may
             // run under the engine's pin on records in place (one copy, not two; issue 14).
@@ -1159,15 +1201,20 @@ impl Store {
                     ControlFlow::Continue(())
                 }
             });
-            if let Err(e) = scanned {
+            match scanned {
+                Ok(()) => ControlFlow::Continue(()),
+                Err(e) => ControlFlow::Break(e),
+            }
+        });
+        // The generation the rows were read at, once a read was valid.
+        let read_at = match tried {
+            Optimistic::Valid(generation) => Some(generation),
+            Optimistic::Exhausted => None,
+            Optimistic::Stopped(e) => {
                 rows.keep_for_next_scan();
                 return Err(e);
             }
-            if self.gate.read_valid(generation) {
-                read_at = Some(generation);
-                break;
-            }
-        }
+        };
         if read_at.is_some() && (rows.len() < SCAN_OPTIMISTIC_ROWS || rows.len() == limit) {
             // The whole scan (or all the caller wants) is in `rows`, read between batches.
             let _visiting = self.gate.visiting();
@@ -2364,6 +2411,28 @@ impl ScanRows {
         let &(at, key_len, _) = self.rows.last()?;
         Some(&self.bytes[at..at + key_len])
     }
+}
+
+/// A scan's bounds, order, limit and whether it wants keys alone ([`Store::try_scan_to`]).
+#[derive(Clone, Copy)]
+struct ScanRange<'k>(Bound<&'k [u8]>, Bound<&'k [u8]>, Order, usize, bool);
+
+/// Where a scan's records go ([`Store::try_scan_to`]).
+enum ScanTo<'a, 'v> {
+    /// A visitor, run with no pin held.
+    Visit(&'a mut Visitor<'v>),
+    /// A sink, in place under the engine's pin ([`Store::scan_in_place_up_to`]).
+    InPlace(&'a mut dyn ScanSink),
+}
+
+/// How [`Store::read_between_batches`] ended.
+enum Optimistic<B> {
+    /// A try no batch overlapped, read at this gate generation.
+    Valid(u64),
+    /// The read ended the tries itself.
+    Stopped(B),
+    /// Batches kept applying through every try.
+    Exhausted,
 }
 
 /// Seqlock retries before a reader takes the stripes' locks instead (a reader must not

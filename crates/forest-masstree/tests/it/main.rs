@@ -16,4 +16,5 @@ mod rev_ycsba;
 mod review13_refs;
 mod scan_batches;
 mod scan_copy;
+mod scan_far_bound;
 mod scan_layers;

@@ -24,16 +24,17 @@ use std::sync::Arc;
 use forest_core::{Index, Order};
 use forest_masstree::{Masstree, Masstree10x8, MasstreeConfig, SuffixStorage};
 
-struct Rng(u64);
+/// xorshift64 (also `scan_far_bound`'s).
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
     }
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 }

@@ -408,6 +408,7 @@ impl Ctx<'_, '_> {
     }
 
     /// Whether `user`'s deadline (as [`Self::deadline`]) is at or before the command's now.
+    #[inline]
     pub fn is_due(&self, user: &[u8]) -> bool {
         let pending = self.unit.as_ref().is_some_and(|u| !u.deadlines.is_empty());
         if !pending && !self.shared.expires.any() {
@@ -417,6 +418,7 @@ impl Ctx<'_, '_> {
     }
 
     /// [`crate::expiry::Expires::hides`] as the running command sees deadlines.
+    #[inline]
     pub fn hides(&self, key: &[u8]) -> bool {
         match key {
             [crate::collection::RESERVED_BYTE, crate::collection::TYPE_TAG, user @ ..] => {

@@ -221,22 +221,23 @@ impl<'o> ArrayInto<'o> {
         self.items = items;
     }
 
-    /// One element. A string shorter than 100 bytes (a member, a list element, a key) has
-    /// its `$len` header written from two digits with no division loop: `encode_bulk`'s
-    /// general number was ~80 instructions of LRANGE's ~140 per element (callgrind, issue 19).
+    /// One element. A string of at most [`SMALL_BYTES`] bytes (a key, a short value, a
+    /// member, a list element) is written by fixed-size moves ([`put_small_bulk`]); one
+    /// shorter than 100 bytes has its `$len` header from a table, with no division loop:
+    /// `encode_bulk`'s general number was ~80 instructions of LRANGE's ~140 per element
+    /// (callgrind, issue 19), and the `memcpy` calls for a short key's 16 bytes about 25
+    /// each (issue 14).
     #[inline]
     pub(super) fn bulk(&mut self, bytes: &[u8]) {
         let n = bytes.len();
-        if n < 100 {
-            let tens = (n / 10) as u8;
-            let head = [b'$', b'0' + tens, b'0' + (n % 10) as u8, b'\r', b'\n'];
-            // "$d" or "$dd": skip the tens digit's byte when there is none.
-            let head = if tens == 0 {
-                [head[0], head[2], b'\r', b'\n', 0]
-            } else {
-                head
-            };
-            let head_len = if tens == 0 { 4 } else { 5 };
+        if n <= SMALL_BYTES {
+            let at = self.out.len();
+            // A fixed-size extension (vector moves, no call), trimmed to what was written.
+            self.out.extend_from_slice(&[0; SMALL_BULK_ROOM]);
+            let end = put_small_bulk(&mut self.out[at..], bytes);
+            self.out.truncate(at + end);
+        } else if n < 100 {
+            let (head, head_len) = (BULK_HEADS[n], bulk_head_len(n));
             self.out.reserve(head_len + n + 2);
             self.out.extend_from_slice(&head[..head_len]);
             self.out.extend_from_slice(bytes);
@@ -245,6 +246,24 @@ impl<'o> ArrayInto<'o> {
             encode_bulk(self.out, bytes);
         }
         self.items += 1;
+    }
+
+    /// Two elements, a key and its value: as two [`Self::bulk`]s, with one extension of the
+    /// output when both are small (FOREST.RANGE's pairs).
+    #[inline]
+    pub(super) fn pair(&mut self, key: &[u8], value: &[u8]) {
+        if key.len() <= SMALL_BYTES && value.len() <= SMALL_BYTES {
+            let at = self.out.len();
+            self.out.extend_from_slice(&[0; 2 * SMALL_BULK_ROOM]);
+            let buf = &mut self.out[at..];
+            let mid = put_small_bulk(buf, key);
+            let end = mid + put_small_bulk(&mut buf[mid..], value);
+            self.out.truncate(at + end);
+            self.items += 2;
+        } else {
+            self.bulk(key);
+            self.bulk(value);
+        }
     }
 
     /// One element of any kind, which `write` encodes into the output (a score, a pair).
@@ -264,6 +283,80 @@ impl<'o> ArrayInto<'o> {
             self.out.splice(placeholder, header.iter().copied());
         }
     }
+}
+
+/// The longest string [`ArrayInto::bulk`] writes by fixed-size moves.
+const SMALL_BYTES: usize = 32;
+
+/// Room [`put_small_bulk`] writes into: header (`$dd` CRLF), up to [`SMALL_BYTES`] and
+/// CRLF, rounded up, since whole words go past the end.
+const SMALL_BULK_ROOM: usize = 48;
+
+const _: () = assert!(8 + SMALL_BYTES + 2 <= SMALL_BULK_ROOM && SMALL_BYTES < 100);
+
+/// `$n` CRLF for n < 100, padded to 8 bytes, so a header is one word's move.
+const BULK_HEADS: [[u8; 8]; 100] = {
+    let mut heads = [[0u8; 8]; 100];
+    let mut n = 0;
+    while n < 100 {
+        let h = &mut heads[n];
+        h[0] = b'$';
+        let mut i = 1;
+        if n >= 10 {
+            h[i] = b'0' + (n / 10) as u8;
+            i += 1;
+        }
+        h[i] = b'0' + (n % 10) as u8;
+        h[i + 1] = b'\r';
+        h[i + 2] = b'\n';
+        n += 1;
+    }
+    heads
+};
+
+/// The length of `BULK_HEADS[n]`'s header.
+#[inline(always)]
+fn bulk_head_len(n: usize) -> usize {
+    if n >= 10 {
+        5
+    } else {
+        4
+    }
+}
+
+/// Writes `bytes` (at most [`SMALL_BYTES`]) as a RESP bulk string at the start of `buf`
+/// (at least [`SMALL_BULK_ROOM`] long; bytes past the string's end may be overwritten);
+/// returns its length. Fixed-size moves only: two overlapping ones for the bytes, as a
+/// `memcpy` does for short lengths, without its call.
+#[inline(always)]
+fn put_small_bulk(buf: &mut [u8], bytes: &[u8]) -> usize {
+    let n = bytes.len();
+    let buf = &mut buf[..SMALL_BULK_ROOM];
+    buf[..8].copy_from_slice(&BULK_HEADS[n]);
+    let at = bulk_head_len(n);
+    let to = &mut buf[at..at + SMALL_BYTES];
+    match n {
+        0 => {}
+        1..=3 => {
+            to[0] = bytes[0];
+            to[n / 2] = bytes[n / 2];
+            to[n - 1] = bytes[n - 1];
+        }
+        4..=7 => {
+            to[..4].copy_from_slice(&bytes[..4]);
+            to[n - 4..n].copy_from_slice(&bytes[n - 4..]);
+        }
+        8..=16 => {
+            to[..8].copy_from_slice(&bytes[..8]);
+            to[n - 8..n].copy_from_slice(&bytes[n - 8..]);
+        }
+        _ => {
+            to[..16].copy_from_slice(&bytes[..16]);
+            to[n - 16..n].copy_from_slice(&bytes[n - 16..]);
+        }
+    }
+    buf[at + n..at + n + 2].copy_from_slice(b"\r\n");
+    at + n + 2
 }
 
 /// Where a range of sorted-set members goes (a reply being encoded, or a `Vec`), with what
@@ -337,10 +430,11 @@ impl Records for ArrayInto<'_> {
         self.clear();
     }
 
+    #[inline]
     fn emit(&mut self, key: &[u8], value: Option<&[u8]>) {
-        self.bulk(key);
-        if let Some(value) = value {
-            self.bulk(value);
+        match value {
+            Some(value) => self.pair(key, value),
+            None => self.bulk(key),
         }
     }
 
@@ -586,25 +680,55 @@ pub(super) mod tests {
         Frame::Array(pairs.iter().flat_map(|(k, v)| [bulk(k), bulk(v)]).collect())
     }
 
-    // Goal: `ArrayInto::bulk`'s short headers (no division loop under 100 bytes) write the
-    // bytes `encode_bulk` writes, at every length around the one and two digit edges and
-    // past them, and count one element each. Method: lengths 0..=130 and 1 000, both ways.
+    /// An array writer with no header placeholder: elements appended to `out`.
+    fn headless(out: &mut Vec<u8>) -> super::ArrayInto<'_> {
+        super::ArrayInto {
+            start: 0,
+            width: 0,
+            items: 0,
+            out,
+        }
+    }
+
+    // Goal: `ArrayInto::bulk`'s short headers (no division loop under 100 bytes) and its
+    // fixed-size moves (up to 32 bytes) write the bytes `encode_bulk` writes, at every length
+    // around the one and two digit edges and the move sizes and past them, and count one
+    // element each. Method: lengths 0..=130 and 1 000, both ways, bytes all distinct (an
+    // overlapping move that put a byte in the wrong place shows).
     #[test]
     fn short_bulk_headers_equal_encode_bulk() {
         for n in (0..=130).chain([1000]) {
-            let bytes = vec![b'x'; n];
+            let bytes: Vec<u8> = (0..n).map(|i| (i * 7 + 1) as u8).collect();
             let mut want = b"prefix".to_vec();
             crate::frame::encode_bulk(&mut want, &bytes);
             let mut got = b"prefix".to_vec();
-            let mut array = super::ArrayInto {
-                start: 0,
-                width: 0,
-                items: 0,
-                out: &mut got,
-            };
+            let mut array = headless(&mut got);
             array.bulk(&bytes);
             assert_eq!(array.items, 1);
             assert_eq!(got, want, "{n} bytes");
+        }
+    }
+
+    // Goal: `ArrayInto::pair` writes what two `encode_bulk`s write, for every pair of
+    // lengths around the small-string bound (32) and the move sizes, appended to earlier
+    // output, and counts two elements. Method: key and value lengths 0..=40 and 100, both
+    // ways, distinct bytes.
+    #[test]
+    fn pairs_equal_two_encoded_bulks() {
+        let lens = || (0..=40).chain([100]);
+        for k in lens() {
+            for v in lens() {
+                let key: Vec<u8> = (0..k).map(|i| (i * 3 + 1) as u8).collect();
+                let value: Vec<u8> = (0..v).map(|i| (i * 5 + 128) as u8).collect();
+                let mut want = b"prefix".to_vec();
+                crate::frame::encode_bulk(&mut want, &key);
+                crate::frame::encode_bulk(&mut want, &value);
+                let mut got = b"prefix".to_vec();
+                let mut array = headless(&mut got);
+                array.pair(&key, &value);
+                assert_eq!(array.items, 2);
+                assert_eq!(got, want, "key {k} bytes, value {v} bytes");
+            }
         }
     }
 
