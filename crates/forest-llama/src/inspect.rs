@@ -13,7 +13,9 @@
 //! first use); the pages with committed unit deltas above their newest piece are rebuilt by
 //! the access method and resident.
 //!
-//! The table check ([`Inspection::table_problems`], run by `forest check`): every entry of
+//! The table check ([`Inspection::table_problems`], run by `forest check`): a version-3
+//! checkpoint's live pieces must include every recovered chain's pieces below S (else an
+//! open falls back to reading the segments below S: a writer's bug, named); every entry of
 //! the checkpoint recovery uses must name a chain that decodes: each piece a whole record of
 //! that PID whose crc matches, delta runs linking to a lower address, ending at an image, the
 //! entry's address below T. A chain reaching another PID's piece means two PIDs share it.
@@ -90,6 +92,8 @@ pub struct Inspection {
     pub pieces_per_page: BTreeMap<usize, u64>,
     /// The bytes of every live piece.
     pub live_bytes: u64,
+    /// The live pieces below S the checkpoint records (version 3), `None` if it records none.
+    pub recorded_pieces: Option<u64>,
     /// The checkpoint's entries whose chain does not decode (module doc).
     pub table_problems: Vec<String>,
     /// Pages as recovery leaves them whose chain does not decode (a read of them would fail).
@@ -277,7 +281,13 @@ pub fn inspect(dir: &dyn Dir) -> Result<Inspection> {
         LssAddress::current(start),
         scanned_end,
     );
-    report.checkpoint = map.checkpoint;
+    let checkpoint = map.checkpoint;
+    // A version-3 checkpoint's live pieces (`checkpoint.rs` "Live pieces"): every chain
+    // piece below S must be among them, or an open falls back to reading the segments.
+    let recorded = checkpoint
+        .as_ref()
+        .and_then(|(name, c)| Some((name.as_str(), c.pieces.as_deref()?)));
+    report.recorded_pieces = recorded.map(|(_, r)| r.len() as u64);
     report.stats = map.stats;
     report.pid_end = map.pid_end;
     report.free = map.free.len() as u64;
@@ -289,6 +299,22 @@ pub fn inspect(dir: &dyn Dir) -> Result<Inspection> {
         match follow_chain(pid, newest, &mut pieces, &mut fetch) {
             Ok(chain) => {
                 *report.pieces_per_page.entry(chain.len()).or_default() += 1;
+                for &(offset, _) in chain.iter().filter(|&&(o, _)| o < start) {
+                    let Some((name, recorded)) = recorded else {
+                        break;
+                    };
+                    if recorded
+                        .binary_search_by_key(&(pid, offset), |p| (p.pid, p.offset))
+                        .is_err()
+                    {
+                        let (file, at) = place(LssAddress::current(offset));
+                        report.table_problems.push(format!(
+                            "map checkpoint {name}: PID {pid}: its chain's piece at {file} \
+                             offset {at} (address {offset}), below S, is not among the \
+                             checkpoint's live pieces: an open reads every segment below S"
+                        ));
+                    }
+                }
                 for (offset, bytes) in chain {
                     let segment = live.entry(offset / sb).or_default();
                     segment.0 += 1;
@@ -322,6 +348,7 @@ pub fn inspect(dir: &dyn Dir) -> Result<Inspection> {
             usage.live_bytes = bytes;
         }
     }
+    report.checkpoint = checkpoint;
     Ok(report)
 }
 

@@ -96,6 +96,17 @@ fn print_lss(lss: &Inspection) {
         ),
         None => println!("map checkpoint: none valid (the scan reads from address 0)"),
     }
+    if lss.checkpoint.is_some() {
+        match lss.recorded_pieces {
+            Some(n) => {
+                println!("live pieces below S recorded: {n} (an open reads no segment below S)")
+            }
+            None => println!(
+                "live pieces below S: not recorded (format version 2: an open reads every \
+                 segment below S)"
+            ),
+        }
+    }
     for (name, why) in &lss.rejected {
         println!("map checkpoint lss/{name}: DAMAGED, skipped: {why}");
     }

@@ -373,6 +373,11 @@ fn inspect_a_store_on_map_checkpoints() {
         "{out}"
     );
     assert!(!out.contains("PROBLEM"), "{out}");
+    // A version-3 checkpoint: its live pieces below S (an open reads no segment below S).
+    assert!(
+        numbers_of(&out, "live pieces below S recorded: ")[0] > 0.0,
+        "{out}"
+    );
     let segment_live: f64 = out
         .lines()
         .filter(|l| l.starts_with("segment lss/"))
