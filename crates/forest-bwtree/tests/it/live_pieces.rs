@@ -47,7 +47,7 @@ type ReadLog = Arc<Mutex<HashMap<String, u64>>>;
 /// A directory that counts the bytes read from each file (to show an open reads no
 /// segment below S).
 struct CountingDir {
-    inner: SimDir,
+    inner: Arc<dyn Dir>,
     reads: ReadLog,
 }
 
@@ -129,7 +129,7 @@ impl Dir for CountingDir {
 fn recover(lss_sim: &SimDir, ckpt_sim: &SimDir) -> (Lss, RecoveredMap, ReadLog, Arc<dyn Dir>) {
     let reads = ReadLog::default();
     let lss_dir: Arc<dyn Dir> = Arc::new(CountingDir {
-        inner: lss_sim.clone(),
+        inner: Arc::new(lss_sim.clone()),
         reads: Arc::clone(&reads),
     });
     let ckpt_dir: Arc<dyn Dir> = Arc::new(ckpt_sim.clone());
@@ -391,5 +391,128 @@ fn power_loss_while_a_checkpoint_is_written_keeps_the_previous() {
         assert_eq!(map.space.clone().unwrap().segments_read, 0);
         assert_eq!(contents(&tree), written);
         close(tree);
+    }
+}
+
+/// The median of `xs`.
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+// Goal (measurement, not a check): what a recovering open costs with the checkpoint's live
+// pieces (version 3) and without them (the same checkpoint as version 2: the pass over every
+// segment below S, the code main runs), on a store with many segments. Method: real files
+// (OsDir in the temp directory, page cache warm), store-sized segments (2 MiB, 256 KiB
+// buffers); FOREST_LIVE_PIECES_KEYS keys (default 100 000) of 400-byte values, then two
+// rounds overwriting a third of them with checkpoints and cleaning, a last checkpoint,
+// close; then 5 rounds alternating the two forms of the newest checkpoint: `open_recovering`
+// timed, bytes read counted per file. Run:
+// cargo test --release -p forest-bwtree --test it -- live_pieces::measure --ignored --nocapture
+#[test]
+#[ignore = "measurement: run by hand, see the comment"]
+fn measure_open_with_and_without_the_pieces() {
+    let keys: u32 = std::env::var("FOREST_LIVE_PIECES_KEYS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let root = std::env::temp_dir().join(format!("forest-live-pieces-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let config = LssConfig {
+        segment_bytes: 2 << 20,
+        buffer_bytes: 256 << 10,
+        buffer_count: 2,
+        writer_thread_count: 1,
+    };
+    let os: Arc<dyn Dir> = Arc::new(forest_file::OsDir::open(&root).unwrap());
+    let (lss, checkpoints, map) =
+        open_recovering(Arc::clone(&os), config.clone(), Arc::clone(&os)).unwrap();
+    let tree = BwTree::open_recovered(config_for_measure(), Arc::new(lss), &map, None).unwrap();
+    tree.use_map_checkpoints(Arc::new(checkpoints)).unwrap();
+    let value = |i: u32, round: u32| {
+        let mut v = format!("v{round}-{i}").into_bytes();
+        v.resize(400, b'.');
+        v
+    };
+    for i in 0..keys {
+        tree.upsert_with_lsn(&key(i), &value(i, 0), 0).unwrap();
+    }
+    flush_all(&tree);
+    for round in 1..3 {
+        for i in (0..keys).filter(|i| i % 3 == round % 3) {
+            tree.upsert_with_lsn(&key(i), &value(i, round), 0).unwrap();
+        }
+        flush_all(&tree);
+        for _ in 0..3 {
+            tree.take_map_checkpoint(0).unwrap();
+            tree.clean_to_target().unwrap();
+        }
+    }
+    let info = tree.take_map_checkpoint(0).unwrap();
+    close(tree);
+    let (name, c) = read_newest(&*os).unwrap().checkpoint.unwrap();
+    let segments = os
+        .list()
+        .unwrap()
+        .iter()
+        .filter(|n| parse_segment_file_name(n).is_some())
+        .count();
+    let v3 = c.encode();
+    let v2 = MapCheckpoint {
+        pieces: None,
+        ..c.clone()
+    }
+    .encode();
+    eprintln!(
+        "store: {keys} keys, {segments} segment files of 2 MiB, S {} (segment {}), checkpoint \
+         {} bytes as version 3 ({} live pieces) / {} as version 2; {info:?}",
+        c.start.offset(),
+        c.start.offset() / config.segment_bytes,
+        v3.len(),
+        c.pieces.as_ref().map_or(0, Vec::len),
+        v2.len()
+    );
+    let mut times: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut bytes: BTreeMap<&str, u64> = BTreeMap::new();
+    for _ in 0..5 {
+        for (form, file) in [("version 3", &v3), ("version 2", &v2)] {
+            std::fs::write(root.join(&name), file).unwrap();
+            let reads = ReadLog::default();
+            let counting: Arc<dyn Dir> = Arc::new(CountingDir {
+                inner: Arc::clone(&os),
+                reads: Arc::clone(&reads),
+            });
+            let began = std::time::Instant::now();
+            let (lss, _checkpoints, map) =
+                open_recovering(Arc::clone(&counting), config.clone(), counting).unwrap();
+            let took = began.elapsed().as_secs_f64() * 1e3;
+            let rebuilt = map.space.clone().unwrap();
+            lss.close().unwrap();
+            let read: u64 = reads.lock().unwrap().values().sum();
+            eprintln!(
+                "{form}: open {took:.1} ms, {read} bytes read, {} segments below S read, {} \
+                 live pieces, {} live bytes",
+                rebuilt.segments_read, rebuilt.pieces, rebuilt.live_bytes
+            );
+            times.entry(form).or_default().push(took);
+            bytes.insert(form, read);
+        }
+    }
+    for (form, t) in times {
+        eprintln!(
+            "{form}: median open {:.1} ms over 5, {} bytes read",
+            median(t),
+            bytes[form]
+        );
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+fn config_for_measure() -> BwTreeConfig {
+    BwTreeConfig {
+        max_records_per_page: 64,
+        consolidate_threshold: 8,
+        read_consolidate_threshold: 8,
+        merge_threshold: 0,
     }
 }
