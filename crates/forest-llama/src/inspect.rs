@@ -28,12 +28,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use forest_core::{Error, Result};
-use forest_file::Dir;
+use forest_file::{Dir, ReadWindow, READ_CHUNK_BYTES};
 
 use crate::checkpoint::{read_newest, MapCheckpoint, ReadOutcome};
 use crate::lss::record::{self, payload_len, RECORD_HEADER_BYTES};
 use crate::lss::segment::{
-    decode_header, parse_segment_file_name, segment_file_name, SegmentHeader, SEGMENT_HEADER_BYTES,
+    decode_header, parse_segment_file_name, segment_file_name, window_record, SegmentHeader,
+    SEGMENT_HEADER_BYTES,
 };
 use crate::lss::{LssAddress, OpenReport, RecordKind, LSS_OFFSET_MAX};
 use crate::mapping_table::Pid;
@@ -365,7 +366,8 @@ fn read_header(dir: &dyn Dir, sequence: u64) -> std::result::Result<SegmentHeade
     }
 }
 
-/// Reads segment `sequence` whole and calls `visit` with each valid record in order. Damage
+/// Reads segment `sequence` front to back through a bounded window (a chunk plus the largest
+/// record, not the whole segment) and calls `visit` with each valid record in order. Damage
 /// below `resume` (S's offset in S's segment, else 0), which recovery's scan from S never
 /// reads, is reported and decoding goes on at `resume`. Also returns whether decoding
 /// stopped at or above `resume` (damage, a torn tail): where recovery's scan stops.
@@ -384,13 +386,28 @@ fn read_segment(
         name: name.clone(),
         ..SegmentUsage::default()
     };
-    let mut data = Vec::new();
-    if let Err(e) = dir.open(&name).and_then(|f| f.read_all(&mut data)) {
+    let read_error = |usage: &mut SegmentUsage, e: Error| {
         usage.damage = Some(format!("{name}: {e}"));
-        return (usage, true);
-    }
-    usage.bytes = data.len() as u64;
-    match decode_header(&data) {
+    };
+    let mut window = match dir
+        .open(&name)
+        .and_then(|f| ReadWindow::new(f, READ_CHUNK_BYTES))
+    {
+        Ok(window) => window,
+        Err(e) => {
+            read_error(&mut usage, e);
+            return (usage, true);
+        }
+    };
+    usage.bytes = window.len();
+    let head = match window.bytes_at(0, SEGMENT_HEADER_BYTES as usize) {
+        Ok(head) => head,
+        Err(e) => {
+            read_error(&mut usage, e);
+            return (usage, true);
+        }
+    };
+    match decode_header(head) {
         // A creation a crash cut off (header only): an open removes it.
         Err(why) if last && usage.bytes <= SEGMENT_HEADER_BYTES => {
             usage.torn = Some((0, usage.bytes, format!("segment creation cut off: {why}")));
@@ -425,7 +442,15 @@ fn read_segment(
     let mut at = SEGMENT_HEADER_BYTES;
     while at < len {
         let address = LssAddress::current(segment_start + at);
-        match record::decode(address, &data[at as usize..len as usize]) {
+        let bytes = match window_record(&mut window, at) {
+            // Only the segment's bytes (a longer file's tail is no record).
+            Ok(bytes) => &bytes[..bytes.len().min((len - at) as usize)],
+            Err(e) => {
+                read_error(&mut usage, e);
+                return (usage, true);
+            }
+        };
+        match record::decode(address, bytes) {
             Ok(rec) => {
                 usage.records += 1;
                 usage.record_bytes += rec.len() as u64;

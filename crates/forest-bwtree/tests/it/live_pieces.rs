@@ -44,6 +44,9 @@ fn key(i: u32) -> Vec<u8> {
 /// Bytes read per file name, through [`CountingDir`].
 type ReadLog = Arc<Mutex<HashMap<String, u64>>>;
 
+/// The largest single read per file name, while `Some` (one test sets it).
+static LARGEST_READ: Mutex<Option<HashMap<String, usize>>> = Mutex::new(None);
+
 /// A directory that counts the bytes read from each file (to show an open reads no
 /// segment below S).
 struct CountingDir {
@@ -71,6 +74,10 @@ impl File for CountingFile {
             .unwrap()
             .entry(self.name.clone())
             .or_default() += buf.len() as u64;
+        if let Some(largest) = LARGEST_READ.lock().unwrap().as_mut() {
+            let at = largest.entry(self.name.clone()).or_default();
+            *at = (*at).max(buf.len());
+        }
         self.inner.read_exact_at(offset, buf)
     }
     fn append(&mut self, data: &[u8]) -> Result<()> {
@@ -514,5 +521,64 @@ fn config_for_measure() -> BwTreeConfig {
         consolidate_threshold: 8,
         read_consolidate_threshold: 8,
         merge_threshold: 0,
+    }
+}
+
+// Goal (issue 17, session 20: inspect's memory on a large LSS): `forest inspect`/`check`
+// read each segment through a bounded window (a 1 MiB chunk plus the record), never the
+// whole segment: the largest single read of a segment file stays near a chunk however large
+// the segment. Method: 4 MiB segments, 12 000 keys of 400 bytes flushed (about 6 MiB of
+// LSS), a checkpoint, close; inspect through a directory that records each file's largest
+// read; before, a read was a whole segment file (4 MiB).
+#[test]
+fn inspect_reads_segments_through_a_bounded_window() {
+    let lss_sim = SimDir::new(61);
+    let config = LssConfig {
+        segment_bytes: 4 << 20,
+        buffer_bytes: 256 << 10,
+        buffer_count: 2,
+        writer_thread_count: 1,
+    };
+    let dir: Arc<dyn Dir> = Arc::new(lss_sim.clone());
+    let (lss, checkpoints, map) =
+        open_recovering(Arc::clone(&dir), config.clone(), Arc::clone(&dir)).unwrap();
+    let tree = BwTree::open_recovered(config_for_measure(), Arc::new(lss), &map, None).unwrap();
+    tree.use_map_checkpoints(Arc::new(checkpoints)).unwrap();
+    for i in 0..12_000 {
+        let mut v = format!("v-{i}").into_bytes();
+        v.resize(400, b'.');
+        tree.upsert_with_lsn(&key(i), &v, 0).unwrap();
+    }
+    flush_all(&tree);
+    tree.take_map_checkpoint(0).unwrap();
+    close(tree);
+    let full: Vec<u64> = lss_sim
+        .list()
+        .unwrap()
+        .iter()
+        .filter(|n| parse_segment_file_name(n).is_some())
+        .map(|n| lss_sim.open(n).unwrap().len().unwrap())
+        .collect();
+    assert!(
+        full.iter().any(|&b| b > 3 << 20),
+        "a segment over 3 MiB: {full:?}"
+    );
+
+    *LARGEST_READ.lock().unwrap() = Some(HashMap::new());
+    let counting = CountingDir {
+        inner: Arc::new(lss_sim.clone()),
+        reads: ReadLog::default(),
+    };
+    let seen = forest_llama::inspect::inspect(&counting).unwrap();
+    let largest = LARGEST_READ.lock().unwrap().take().unwrap();
+    assert!(seen.problems().is_empty(), "{:?}", seen.problems());
+    assert!(seen.live_bytes > 0);
+    for (name, bytes) in largest {
+        if parse_segment_file_name(&name).is_some() {
+            assert!(
+                bytes <= forest_file::READ_CHUNK_BYTES + (64 << 10),
+                "{name}: a read of {bytes} bytes"
+            );
+        }
     }
 }
