@@ -8,7 +8,9 @@
 //! segment file read whole and decoded record by record (never [`crate::lss::Lss::open`],
 //! which cuts a torn tail), the scan from S with recovery's own rule (`recover.rs` `Scan`),
 //! then each recovered page's chain (`recover.rs` `follow_chain`, as step 5 and `read.rs`
-//! follow it). Those pieces are the live ones: they give each segment's live bytes and each
+//! follow it). Memory: each segment is read through a bounded window, and only the record
+//! headers from S on are kept; a chain's pieces below S are read one by one as it is
+//! followed (their bytes read twice, the price of not keeping every header of the LSS). Those pieces are the live ones: they give each segment's live bytes and each
 //! page's piece count. At open every page with a piece is evicted (an LSS address, loaded on
 //! first use); the pages with committed unit deltas above their newest piece are rebuilt by
 //! the access method and resident.
@@ -95,6 +97,9 @@ pub struct Inspection {
     pub live_bytes: u64,
     /// The live pieces below S the checkpoint records (version 3), `None` if it records none.
     pub recorded_pieces: Option<u64>,
+    /// Record headers the inspection held in memory at its end (those from S on and the
+    /// chains' pieces below S), against every record of the LSS before session 20.
+    pub headers_kept: u64,
     /// The checkpoint's entries whose chain does not decode (module doc).
     pub table_problems: Vec<String>,
     /// Pages as recovery leaves them whose chain does not decode (a read of them would fail).
@@ -227,7 +232,11 @@ pub fn inspect(dir: &dyn Dir) -> Result<Inspection> {
             stable_end,
             resume,
             &mut |address, rec| {
-                pieces.note(address, &rec.header, rec.payload.len());
+                // Headers from S on only: a chain's pieces below S are read one by one when
+                // followed (`read_piece`), so memory holds the live pieces, not every record.
+                if address.offset() >= start {
+                    pieces.note(address, &rec.header, rec.payload.len());
+                }
                 if address.offset() >= start && report.scan_error.is_none() && stopped.is_none() {
                     match scan.visit(&locate, address, &rec.header, rec.payload) {
                         Ok(()) => report.scanned_end = address.offset() + rec.len() as u64,
@@ -350,6 +359,7 @@ pub fn inspect(dir: &dyn Dir) -> Result<Inspection> {
         }
     }
     report.checkpoint = checkpoint;
+    report.headers_kept = pieces.0.len() as u64;
     Ok(report)
 }
 
