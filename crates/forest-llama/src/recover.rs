@@ -31,7 +31,7 @@
 //!    walk.
 //!
 //! 5. Live bytes of the earlier run's segments. From a version-3 checkpoint
-//!    ([`space_from_checkpoint`]): each recovered page's chain is followed through the scan's
+//!    (`space_from_checkpoint`): each recovered page's chain is followed through the scan's
 //!    headers while it lies at or above S; where it reaches below S, at piece A, the page's
 //!    pieces the checkpoint lists up to A are its live pieces there (`checkpoint.rs` "Live
 //!    pieces" says why the list holds them). No segment below S is read. If a chain reaches
