@@ -107,6 +107,18 @@ pub trait Dir: Send + Sync {
     /// Takes the directory's exclusive lock (one open store per directory); fails at once,
     /// naming the directory, if another opener holds it. Dropping the [`DirLock`] releases it.
     fn lock(&self) -> Result<DirLock>;
+    /// Whether another opener holds the directory's lock now, for a reader that does not
+    /// take it (`forest check` and `forest inspect` beside a running store). Default: takes
+    /// the lock and drops it at once ([`OsDir`] probes without creating `LOCK`).
+    fn lock_held(&self) -> Result<bool> {
+        match self.lock() {
+            Ok(_released) => Ok(false),
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::WouldBlock => {
+                Ok(true)
+            }
+            Err(e) => Err(e),
+        }
+    }
     /// The subdirectory `name` (created if missing, its entry made durable), for a part of
     /// the store that keeps files of its own (the Bw-tree's LSS, `DIR/lss/`). A simulated
     /// directory's subdirectory shares its power losses. Default: refused, naming the

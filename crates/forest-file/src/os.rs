@@ -6,6 +6,9 @@
 //! `fdatasync` (`sync_data`): the store never relies on timestamps, and a grown length is
 //! metadata that `fdatasync` does flush.
 //!
+//! [`OsDir::open_read_only`] opens files without write access and refuses every change, for
+//! `forest check` and `forest inspect` of a store another process serves or a read-only copy.
+//!
 //! A directory's name lives in its parent, so [`OsDir::open`] fsyncs the parent of every
 //! directory it creates (outermost first) before returning: without that a power loss may
 //! remove the new store directory with everything synced inside it. Ancestors that an earlier
@@ -24,6 +27,9 @@ use super::{check_name, io_error, locked_error, Dir, DirLock, File, LOCK_FILE_NA
 #[derive(Debug)]
 pub struct OsDir {
     path: PathBuf,
+    /// Opened by [`OsDir::open_read_only`]: files open read-only, nothing is created,
+    /// renamed, removed, synced or locked.
+    read_only: bool,
 }
 
 impl OsDir {
@@ -36,7 +42,50 @@ impl OsDir {
                 sync_dir_at(&parent)?;
             }
         }
-        Ok(Self { path })
+        Ok(Self {
+            path,
+            read_only: false,
+        })
+    }
+
+    /// Opens the existing directory `path` for reading only, for a reader beside a store
+    /// another process may serve, or of a read-only copy: [`Dir::open`] opens files
+    /// read-only (a write through them fails), [`Dir::subdir`] creates nothing, and every
+    /// call that would change the directory (create, rename, remove, syncs, [`Dir::lock`])
+    /// fails naming it. [`Dir::lock_held`] tells whether a store holds it.
+    pub fn open_read_only(path: impl Into<PathBuf>) -> Result<Self> {
+        let path = path.into();
+        if !path.is_dir() {
+            return Err(io_error(
+                &path,
+                "open",
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no such directory"),
+            ));
+        }
+        Ok(Self {
+            path,
+            read_only: true,
+        })
+    }
+
+    /// Whether the directory was opened by [`Self::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Fails `op` on `path` if the directory is read-only.
+    fn writable(&self, path: &Path, op: &'static str) -> Result<()> {
+        if self.read_only {
+            return Err(io_error(
+                path,
+                op,
+                std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    "the directory was opened read-only",
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -156,6 +205,7 @@ impl Dir for OsDir {
 
     fn create(&self, name: &str) -> Result<Box<dyn File>> {
         let path = check_name(&self.path, name, "create")?;
+        self.writable(&path, "create")?;
         let file = fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -169,7 +219,7 @@ impl Dir for OsDir {
         let path = check_name(&self.path, name, "open")?;
         let file = fs::OpenOptions::new()
             .read(true)
-            .write(true)
+            .write(!self.read_only)
             .open(&path)
             .map_err(|e| io_error(&path, "open", e))?;
         Ok(Box::new(OsFile::new(path, file)?))
@@ -201,16 +251,19 @@ impl Dir for OsDir {
     fn rename(&self, from: &str, to: &str) -> Result<()> {
         let from_path = check_name(&self.path, from, "rename")?;
         let to_path = check_name(&self.path, to, "rename")?;
+        self.writable(&from_path, "rename")?;
         fs::rename(&from_path, &to_path).map_err(|e| io_error(&from_path, "rename", e))
     }
 
     fn remove(&self, name: &str) -> Result<()> {
         let path = check_name(&self.path, name, "remove")?;
+        self.writable(&path, "remove")?;
         fs::remove_file(&path).map_err(|e| io_error(&path, "remove", e))
     }
 
     fn lock(&self) -> Result<DirLock> {
         let path = self.path.join(LOCK_FILE_NAME);
+        self.writable(&path, "lock")?;
         let file = fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -226,11 +279,31 @@ impl Dir for OsDir {
         }
     }
 
+    // A shared flock probe, released at once: it never creates `LOCK` and fails only while an
+    // exclusive holder (an open store) has it. An opener taking the lock in that instant is
+    // refused as if a second store held it (flock has no test without taking).
+    fn lock_held(&self) -> Result<bool> {
+        let path = self.path.join(LOCK_FILE_NAME);
+        let file = match fs::File::open(&path) {
+            Ok(file) => file,
+            // No store ever locked it (an opener creates LOCK before locking).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(io_error(&path, "open", e)),
+        };
+        match file.try_lock_shared() {
+            Ok(()) => Ok(false),
+            Err(fs::TryLockError::WouldBlock) => Ok(true),
+            Err(fs::TryLockError::Error(e)) => Err(io_error(&path, "lock", e)),
+        }
+    }
+
     fn sync_dir(&self) -> Result<()> {
+        self.writable(&self.path, "fsync directory")?;
         sync_dir_at(&self.path)
     }
 
     fn sync_parent(&self) -> Result<()> {
+        self.writable(&self.path, "fsync parent directory")?;
         match parent_of(&self.path)? {
             Some(parent) => sync_dir_at(&parent),
             None => Ok(()),
@@ -239,6 +312,9 @@ impl Dir for OsDir {
 
     fn subdir(&self, name: &str) -> Result<std::sync::Arc<dyn Dir>> {
         let path = check_name(&self.path, name, "subdir")?;
+        if self.read_only {
+            return Ok(std::sync::Arc::new(OsDir::open_read_only(path)?));
+        }
         // `open` creates it and fsyncs this directory when it did.
         Ok(std::sync::Arc::new(OsDir::open(path)?))
     }
@@ -278,6 +354,52 @@ mod tests {
         assert!(dir.exists("b.log").unwrap());
         dir.remove("b.log").unwrap();
         assert!(!dir.exists("b.log").unwrap());
+    }
+
+    #[test]
+    fn a_read_only_dir_reads_and_changes_nothing() {
+        // Goal: a directory opened read-only reads files and lists names, opens every file
+        // read-only (a write through it fails even for root: the descriptor is O_RDONLY),
+        // refuses every change by name, creates no `LOCK` and no subdirectory, and tells
+        // whether a store holds the lock without taking it. Method: a store directory with
+        // a file; open it read-only; try each call; hold the lock through a writable open.
+        let tmp = tempfile::tempdir().unwrap();
+        let writer = OsDir::open(tmp.path().join("store")).unwrap();
+        let mut f = writer.create("a.log").unwrap();
+        f.append(b"data").unwrap();
+        drop(f);
+        let reader = OsDir::open_read_only(tmp.path().join("store")).unwrap();
+        assert!(reader.is_read_only() && !writer.is_read_only());
+        let mut f = reader.open("a.log").unwrap();
+        let mut out = Vec::new();
+        f.read_all(&mut out).unwrap();
+        assert_eq!(out, b"data");
+        assert!(f.write_at(0, b"X").is_err() && f.append(b"X").is_err());
+        f.read_all(&mut out).unwrap();
+        assert_eq!(out, b"data");
+        for refused in [
+            reader.create("b.log").map(drop),
+            reader.rename("a.log", "c.log"),
+            reader.remove("a.log"),
+            reader.sync_dir(),
+            reader.sync_parent(),
+            reader.lock().map(drop),
+            reader.subdir("lss").map(drop),
+        ] {
+            let text = refused.unwrap_err().to_string();
+            assert!(text.contains("store"), "{text}");
+        }
+        assert_eq!(reader.list().unwrap(), vec!["a.log".to_string()]);
+        assert!(!reader.lock_held().unwrap(), "no LOCK file: not held");
+        assert!(!tmp.path().join("store/lss").exists());
+        let held = writer.lock().unwrap();
+        assert!(reader.lock_held().unwrap() && writer.lock_held().unwrap());
+        drop(held);
+        assert!(!reader.lock_held().unwrap());
+        // The probe left the lock free for the next opener.
+        drop(writer.lock().unwrap());
+        assert!(OsDir::open_read_only(tmp.path().join("none")).is_err());
+        assert!(!tmp.path().join("none").exists());
     }
 
     #[test]

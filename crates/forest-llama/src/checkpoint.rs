@@ -67,6 +67,21 @@
 //! stable piece, or freed while its epoch drained), or a PID freed after the walk, exists
 //! after the scan: that is recovery's, with the system transactions' Allocate and Free.
 //!
+//! Live pieces (version 3): between steps 2 and 3 the walk snapshots the LSS's space map
+//! (`lss/space.rs`): every piece it counts live below S, kept for the PIDs the walk maps. A
+//! recovering open builds its space map from them and the scan from S instead of reading
+//! every segment below S (`recover.rs` step 5). Why that is enough: a piece of P below S
+//! that the chain recovery ends at reaches was in P's current chain when the snapshot was
+//! taken, and the space map counts every current-chain piece (its invariant; a flush and a
+//! relocation note their piece at reservation, and every reservation below S was released
+//! before S was fixed). The notes that kill a piece before the snapshot cannot hide one
+//! recovery needs: an image note follows its CAS, and that image is below T, so the scan
+//! (or the walk's entry, below S) ends P's chain at it or above; a Free note follows the word
+//! emptied, so the walk maps P to no piece of that life. Pieces counted live but dead (a lost
+//! relocation not yet noted) only delay cleaning. The snapshot is taken only if the space
+//! map counts every piece of the log (an open whose rebuild failed does not): otherwise the
+//! file is written as version 2 and the next open reads the segments below S as before.
+//!
 //! Opening ([`Checkpoints::open`]) sets damaged published files aside as `<name>.corrupt`,
 //! the older kept one included (then one generation is kept and the cleaner may remove
 //! nothing until a second is taken); sequences continue above every `map-<seq>` and
@@ -101,7 +116,7 @@ use forest_core::{Error, Result};
 use forest_file::Dir;
 use parking_lot::Mutex;
 
-use crate::lss::{Lss, LssAddress, RecordHeader, RecordKind, LSS_OFFSET_MAX};
+use crate::lss::{Lss, LssAddress, RecordHeader, RecordKind, LSS_OFFSET_MAX, RECORD_HEADER_BYTES};
 use crate::mapping_table::{MappingTable, PageState, Pid, PID_COUNT_MAX};
 use crate::page_state::PageLocation;
 
@@ -109,8 +124,12 @@ use crate::page_state::PageLocation;
 pub const MAP_MAGIC: [u8; 8] = *b"FORESTMP";
 /// The last 4 bytes of a mapping-table checkpoint.
 pub const MAP_TRAILER_MAGIC: [u8; 4] = *b"MPEN";
-/// The format version this build writes; it reads this and [`MAP_FORMAT_VERSION_ROOTLESS`].
-pub const MAP_FORMAT_VERSION: u32 = 2;
+/// The format version this build writes (with the live pieces below S); it reads this,
+/// [`MAP_FORMAT_VERSION_NO_PIECES`] and [`MAP_FORMAT_VERSION_ROOTLESS`].
+pub const MAP_FORMAT_VERSION: u32 = 3;
+/// Version 2: version 3 without the live-pieces section; also what this build writes when
+/// its LSS does not track every piece ([`MapCheckpoint::pieces`] `None`).
+pub const MAP_FORMAT_VERSION_NO_PIECES: u32 = 2;
 /// Version 1: the same layout with bytes 12..16 reserved (zero), read as "no root recorded".
 pub const MAP_FORMAT_VERSION_ROOTLESS: u32 = 1;
 /// Bytes of the header.
@@ -119,6 +138,10 @@ pub const MAP_HEADER_BYTES: usize = 80;
 pub const MAP_ENTRY_BYTES: usize = 16;
 /// Bytes of one free PID.
 pub const MAP_FREE_BYTES: usize = 8;
+/// Bytes of the live-pieces count (version 3).
+pub const MAP_PIECE_COUNT_BYTES: usize = 8;
+/// Bytes of one live piece (PID u32, record bytes u32, log offset u64; version 3).
+pub const MAP_PIECE_BYTES: usize = 16;
 /// Bytes of the trailer (body crc32c, magic).
 pub const MAP_TRAILER_BYTES: usize = 8;
 /// Published checkpoints kept: the newest and the one recovery falls back to.
@@ -201,6 +224,21 @@ pub struct MapCheckpoint {
     /// PIDs on the free list when the walk read their words, strictly ascending, none of
     /// them in `entries`: a snapshot; a PID may be allocated again after (see [`Recovery`]).
     pub free: Vec<Pid>,
+    /// The LSS's live pieces below S of the mapped PIDs, snapshotted from its space map after
+    /// S was fixed ("Live pieces" in the module doc), ascending by (PID, offset); a recovering
+    /// open builds the space map from them instead of reading every segment below S.
+    /// `None`: not recorded (versions 1 and 2, or an LSS that does not track every piece),
+    /// written as version 2.
+    pub pieces: Option<Vec<LivePiece>>,
+}
+
+/// A live page piece below S (version 3): a record of `bytes` (header included) at log
+/// offset `offset`, part of page `pid`'s chain or counted live by the space map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LivePiece {
+    pub pid: Pid,
+    pub offset: u64,
+    pub bytes: u32,
 }
 
 fn put_u32(out: &mut Vec<u8>, v: u32) {
@@ -235,14 +273,24 @@ impl MapCheckpoint {
     /// The file's bytes (docs/FORMAT.md "Mapping-table checkpoints"), as given: [`walk`]
     /// builds sorted lists, and [`decode`] refuses any other.
     pub fn encode(&self) -> Vec<u8> {
+        let pieces_bytes = self
+            .pieces
+            .as_ref()
+            .map_or(0, |p| MAP_PIECE_COUNT_BYTES + p.len() * MAP_PIECE_BYTES);
         let mut out = Vec::with_capacity(
             MAP_HEADER_BYTES
                 + self.entries.len() * MAP_ENTRY_BYTES
                 + self.free.len() * MAP_FREE_BYTES
+                + pieces_bytes
                 + MAP_TRAILER_BYTES,
         );
         out.extend_from_slice(&MAP_MAGIC);
-        put_u32(&mut out, MAP_FORMAT_VERSION);
+        let version = if self.pieces.is_some() {
+            MAP_FORMAT_VERSION
+        } else {
+            MAP_FORMAT_VERSION_NO_PIECES
+        };
+        put_u32(&mut out, version);
         // PIDs are below PID_COUNT_MAX < u32::MAX (mapping_table.rs), so pid + 1 fits.
         put_u32(&mut out, self.root.map_or(0, |pid| pid as u32 + 1));
         put_u64(&mut out, self.sequence);
@@ -261,6 +309,15 @@ impl MapCheckpoint {
         }
         for &pid in &self.free {
             put_u64(&mut out, pid);
+        }
+        if let Some(pieces) = &self.pieces {
+            put_u64(&mut out, pieces.len() as u64);
+            for piece in pieces {
+                // PIDs are below PID_COUNT_MAX < u32::MAX (mapping_table.rs).
+                put_u32(&mut out, piece.pid as u32);
+                put_u32(&mut out, piece.bytes);
+                put_u64(&mut out, piece.offset);
+            }
         }
         let crc = crc32c::crc32c(&out[MAP_HEADER_BYTES..]);
         put_u32(&mut out, crc);
@@ -306,13 +363,14 @@ pub fn decode(path: &Path, data: &[u8]) -> Result<MapCheckpoint> {
             path.display()
         )));
     }
-    if version != MAP_FORMAT_VERSION && version != MAP_FORMAT_VERSION_ROOTLESS {
+    if version < MAP_FORMAT_VERSION_ROOTLESS {
         return Err(corrupt(
             path,
             VERSION_AT,
-            format!("map checkpoint format version {version}, this build reads versions {MAP_FORMAT_VERSION_ROOTLESS} and {MAP_FORMAT_VERSION}"),
+            format!("map checkpoint format version {version}, this build reads versions {MAP_FORMAT_VERSION_ROOTLESS} to {MAP_FORMAT_VERSION}"),
         ));
     }
+    let with_pieces = version == MAP_FORMAT_VERSION;
     let root = match u32_at(data, ROOT_AT) {
         0 => None,
         _ if version == MAP_FORMAT_VERSION_ROOTLESS => {
@@ -348,24 +406,55 @@ pub fn decode(path: &Path, data: &[u8]) -> Result<MapCheckpoint> {
     }
     let entry_count = u64_at(data, ENTRY_COUNT_AT);
     let free_count = u64_at(data, FREE_COUNT_AT);
-    let expected = entry_count
+    // Entries and free PIDs; then, in version 3, the pieces' count and the pieces.
+    let lists = entry_count
         .checked_mul(MAP_ENTRY_BYTES as u64)
         .and_then(|e| {
             free_count
                 .checked_mul(MAP_FREE_BYTES as u64)?
                 .checked_add(e)
         })
-        .and_then(|b| b.checked_add(least as u64));
-    if expected != Some(data.len() as u64) {
+        .and_then(|b| b.checked_add(MAP_HEADER_BYTES as u64));
+    let pieces_at = lists.filter(|&end| {
+        let room = end.checked_add(MAP_TRAILER_BYTES as u64);
+        if with_pieces {
+            room.and_then(|r| r.checked_add(MAP_PIECE_COUNT_BYTES as u64))
+                .is_some_and(|r| r <= data.len() as u64)
+        } else {
+            room == Some(data.len() as u64)
+        }
+    });
+    let Some(pieces_at) = pieces_at else {
         return Err(corrupt(
             path,
             ENTRY_COUNT_AT,
             format!(
-                "{entry_count} entries and {free_count} free PIDs do not fill the file's {} bytes",
+                "{entry_count} entries and {free_count} free PIDs do not fit the file's {} bytes",
                 data.len()
             ),
         ));
-    }
+    };
+    // Below data.len(), so a usize.
+    let pieces_at = pieces_at as usize;
+    let piece_count = if with_pieces {
+        let count = u64_at(data, pieces_at);
+        let expected = count.checked_mul(MAP_PIECE_BYTES as u64).and_then(|b| {
+            b.checked_add((pieces_at + MAP_PIECE_COUNT_BYTES + MAP_TRAILER_BYTES) as u64)
+        });
+        if expected != Some(data.len() as u64) {
+            return Err(corrupt(
+                path,
+                pieces_at,
+                format!(
+                    "{count} live pieces do not fill the file's {} bytes",
+                    data.len()
+                ),
+            ));
+        }
+        count
+    } else {
+        0
+    };
     let trailer_at = data.len() - MAP_TRAILER_BYTES;
     if data[trailer_at + 4..] != MAP_TRAILER_MAGIC {
         return Err(corrupt(
@@ -412,7 +501,7 @@ pub fn decode(path: &Path, data: &[u8]) -> Result<MapCheckpoint> {
         at += MAP_ENTRY_BYTES;
     }
     let mut free: Vec<Pid> = Vec::with_capacity(free_count as usize);
-    while at < trailer_at {
+    while at < pieces_at {
         let pid = u64_at(data, at);
         if pid >= pid_end {
             return Err(corrupt(
@@ -434,6 +523,23 @@ pub fn decode(path: &Path, data: &[u8]) -> Result<MapCheckpoint> {
         free.push(pid);
         at += MAP_FREE_BYTES;
     }
+    let pieces = if with_pieces {
+        at += MAP_PIECE_COUNT_BYTES;
+        let mut pieces: Vec<LivePiece> = Vec::with_capacity(piece_count as usize);
+        while at < trailer_at {
+            let piece = LivePiece {
+                pid: u64::from(u32_at(data, at)),
+                bytes: u32_at(data, at + 4),
+                offset: u64_at(data, at + 8),
+            };
+            check_piece(path, at, &piece, pieces.last(), &entries, start)?;
+            pieces.push(piece);
+            at += MAP_PIECE_BYTES;
+        }
+        Some(pieces)
+    } else {
+        None
+    };
     Ok(MapCheckpoint {
         sequence,
         start,
@@ -443,7 +549,70 @@ pub fn decode(path: &Path, data: &[u8]) -> Result<MapCheckpoint> {
         stable_end,
         entries,
         free,
+        pieces,
     })
+}
+
+/// A version-3 live piece at file offset `at`, after `last`: a mapped PID's, ascending by
+/// (PID, offset), not overlapping the PID's previous piece, at least a record header, and
+/// wholly below S (recovery reads the segments from S).
+fn check_piece(
+    path: &Path,
+    at: usize,
+    piece: &LivePiece,
+    last: Option<&LivePiece>,
+    entries: &[(Pid, LssAddress)],
+    start: LssAddress,
+) -> Result<()> {
+    let LivePiece { pid, bytes, offset } = *piece;
+    if entries.binary_search_by_key(&pid, |&(p, _)| p).is_err() {
+        return Err(corrupt(
+            path,
+            at,
+            format!("live piece of PID {pid}, which has no entry"),
+        ));
+    }
+    if let Some(last) = last {
+        if (last.pid, last.offset) >= (pid, offset) {
+            return Err(corrupt(
+                path,
+                at,
+                format!("live piece of PID {pid} at {offset} out of order"),
+            ));
+        }
+        if last.pid == pid && last.offset + u64::from(last.bytes) > offset {
+            return Err(corrupt(
+                path,
+                at,
+                format!(
+                    "live piece of PID {pid} at {offset} overlaps the one at {}",
+                    last.offset
+                ),
+            ));
+        }
+    }
+    if (bytes as usize) < RECORD_HEADER_BYTES {
+        return Err(corrupt(
+            path,
+            at + 4,
+            format!(
+                "live piece of PID {pid} at {offset}: {bytes} bytes, less than a record header"
+            ),
+        ));
+    }
+    if offset
+        .checked_add(u64::from(bytes))
+        .is_none_or(|end| end > start.offset())
+    {
+        return Err(corrupt(
+            path,
+            at + 8,
+            format!(
+                "live piece of PID {pid} at {offset} ({bytes} bytes) does not end below S {start}"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// What [`read_newest`] found.
@@ -574,6 +743,8 @@ pub struct CheckpointInfo {
     pub stable_end: LssAddress,
     pub entry_count: usize,
     pub free_count: usize,
+    /// Live pieces recorded (version 3), or `None` (written as version 2).
+    pub piece_count: Option<usize>,
     pub bytes: u64,
 }
 
@@ -592,6 +763,8 @@ pub fn walk<T: PageState>(
     let start = lss.mk_stable(everything)?;
     // After S: every root change logged below S had made its CAS (as every flush had).
     let root = root()?;
+    // After S, before any word is read ("Live pieces" in the module doc).
+    let snapshot = lss.live_pieces_below(start);
     let pid_end = table.pid_end() as u64;
     let mut entries = Vec::new();
     let mut free = Vec::new();
@@ -622,6 +795,16 @@ pub fn walk<T: PageState>(
         pid = end;
     }
     let stable_end = lss.mk_stable(everything)?;
+    // Only the mapped PIDs' pieces: recovery follows no other page below S.
+    let pieces = snapshot.map(|mut all| {
+        all.sort_unstable();
+        let mut mapped = entries.iter().map(|&(pid, _)| pid).peekable();
+        all.retain(|piece| {
+            while mapped.next_if(|&pid| pid < piece.pid).is_some() {}
+            mapped.peek() == Some(&piece.pid)
+        });
+        all
+    });
     Ok((
         MapCheckpoint {
             sequence,
@@ -632,6 +815,7 @@ pub fn walk<T: PageState>(
             stable_end,
             entries,
             free,
+            pieces,
         },
         stable_end,
     ))
@@ -871,6 +1055,7 @@ impl Checkpoints {
             stable_end,
             entry_count: checkpoint.entries.len(),
             free_count: checkpoint.free.len(),
+            piece_count: checkpoint.pieces.as_ref().map(Vec::len),
             bytes,
         })
     }

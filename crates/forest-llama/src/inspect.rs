@@ -8,12 +8,16 @@
 //! segment file read whole and decoded record by record (never [`crate::lss::Lss::open`],
 //! which cuts a torn tail), the scan from S with recovery's own rule (`recover.rs` `Scan`),
 //! then each recovered page's chain (`recover.rs` `follow_chain`, as step 5 and `read.rs`
-//! follow it). Those pieces are the live ones: they give each segment's live bytes and each
+//! follow it). Memory: each segment is read through a bounded window, and only the record
+//! headers from S on are kept; a chain's pieces below S are read one by one as it is
+//! followed (their bytes read twice, the price of not keeping every header of the LSS). Those pieces are the live ones: they give each segment's live bytes and each
 //! page's piece count. At open every page with a piece is evicted (an LSS address, loaded on
 //! first use); the pages with committed unit deltas above their newest piece are rebuilt by
 //! the access method and resident.
 //!
-//! The table check ([`Inspection::table_problems`], run by `forest check`): every entry of
+//! The table check ([`Inspection::table_problems`], run by `forest check`): a version-3
+//! checkpoint's live pieces must include every recovered chain's pieces below S (else an
+//! open falls back to reading the segments below S: a writer's bug, named); every entry of
 //! the checkpoint recovery uses must name a chain that decodes: each piece a whole record of
 //! that PID whose crc matches, delta runs linking to a lower address, ending at an image, the
 //! entry's address below T. A chain reaching another PID's piece means two PIDs share it.
@@ -26,12 +30,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use forest_core::{Error, Result};
-use forest_file::Dir;
+use forest_file::{Dir, ReadWindow, READ_CHUNK_BYTES};
 
 use crate::checkpoint::{read_newest, MapCheckpoint, ReadOutcome};
 use crate::lss::record::{self, payload_len, RECORD_HEADER_BYTES};
 use crate::lss::segment::{
-    decode_header, parse_segment_file_name, segment_file_name, SegmentHeader, SEGMENT_HEADER_BYTES,
+    decode_header, parse_segment_file_name, segment_file_name, window_record, SegmentHeader,
+    SEGMENT_HEADER_BYTES,
 };
 use crate::lss::{LssAddress, OpenReport, RecordKind, LSS_OFFSET_MAX};
 use crate::mapping_table::Pid;
@@ -90,6 +95,11 @@ pub struct Inspection {
     pub pieces_per_page: BTreeMap<usize, u64>,
     /// The bytes of every live piece.
     pub live_bytes: u64,
+    /// The live pieces below S the checkpoint records (version 3), `None` if it records none.
+    pub recorded_pieces: Option<u64>,
+    /// Record headers the inspection held in memory at its end (those from S on and the
+    /// chains' pieces below S), against every record of the LSS before session 20.
+    pub headers_kept: u64,
     /// The checkpoint's entries whose chain does not decode (module doc).
     pub table_problems: Vec<String>,
     /// Pages as recovery leaves them whose chain does not decode (a read of them would fail).
@@ -222,7 +232,11 @@ pub fn inspect(dir: &dyn Dir) -> Result<Inspection> {
             stable_end,
             resume,
             &mut |address, rec| {
-                pieces.note(address, &rec.header, rec.payload.len());
+                // Headers from S on only: a chain's pieces below S are read one by one when
+                // followed (`read_piece`), so memory holds the live pieces, not every record.
+                if address.offset() >= start {
+                    pieces.note(address, &rec.header, rec.payload.len());
+                }
                 if address.offset() >= start && report.scan_error.is_none() && stopped.is_none() {
                     match scan.visit(&locate, address, &rec.header, rec.payload) {
                         Ok(()) => report.scanned_end = address.offset() + rec.len() as u64,
@@ -277,7 +291,13 @@ pub fn inspect(dir: &dyn Dir) -> Result<Inspection> {
         LssAddress::current(start),
         scanned_end,
     );
-    report.checkpoint = map.checkpoint;
+    let checkpoint = map.checkpoint;
+    // A version-3 checkpoint's live pieces (`checkpoint.rs` "Live pieces"): every chain
+    // piece below S must be among them, or an open falls back to reading the segments.
+    let recorded = checkpoint
+        .as_ref()
+        .and_then(|(name, c)| Some((name.as_str(), c.pieces.as_deref()?)));
+    report.recorded_pieces = recorded.map(|(_, r)| r.len() as u64);
     report.stats = map.stats;
     report.pid_end = map.pid_end;
     report.free = map.free.len() as u64;
@@ -289,6 +309,22 @@ pub fn inspect(dir: &dyn Dir) -> Result<Inspection> {
         match follow_chain(pid, newest, &mut pieces, &mut fetch) {
             Ok(chain) => {
                 *report.pieces_per_page.entry(chain.len()).or_default() += 1;
+                for &(offset, _) in chain.iter().filter(|&&(o, _)| o < start) {
+                    let Some((name, recorded)) = recorded else {
+                        break;
+                    };
+                    if recorded
+                        .binary_search_by_key(&(pid, offset), |p| (p.pid, p.offset))
+                        .is_err()
+                    {
+                        let (file, at) = place(LssAddress::current(offset));
+                        report.table_problems.push(format!(
+                            "map checkpoint {name}: PID {pid}: its chain's piece at {file} \
+                             offset {at} (address {offset}), below S, is not among the \
+                             checkpoint's live pieces: an open reads every segment below S"
+                        ));
+                    }
+                }
                 for (offset, bytes) in chain {
                     let segment = live.entry(offset / sb).or_default();
                     segment.0 += 1;
@@ -322,6 +358,8 @@ pub fn inspect(dir: &dyn Dir) -> Result<Inspection> {
             usage.live_bytes = bytes;
         }
     }
+    report.checkpoint = checkpoint;
+    report.headers_kept = pieces.0.len() as u64;
     Ok(report)
 }
 
@@ -338,7 +376,8 @@ fn read_header(dir: &dyn Dir, sequence: u64) -> std::result::Result<SegmentHeade
     }
 }
 
-/// Reads segment `sequence` whole and calls `visit` with each valid record in order. Damage
+/// Reads segment `sequence` front to back through a bounded window (a chunk plus the largest
+/// record, not the whole segment) and calls `visit` with each valid record in order. Damage
 /// below `resume` (S's offset in S's segment, else 0), which recovery's scan from S never
 /// reads, is reported and decoding goes on at `resume`. Also returns whether decoding
 /// stopped at or above `resume` (damage, a torn tail): where recovery's scan stops.
@@ -357,13 +396,28 @@ fn read_segment(
         name: name.clone(),
         ..SegmentUsage::default()
     };
-    let mut data = Vec::new();
-    if let Err(e) = dir.open(&name).and_then(|f| f.read_all(&mut data)) {
+    let read_error = |usage: &mut SegmentUsage, e: Error| {
         usage.damage = Some(format!("{name}: {e}"));
-        return (usage, true);
-    }
-    usage.bytes = data.len() as u64;
-    match decode_header(&data) {
+    };
+    let mut window = match dir
+        .open(&name)
+        .and_then(|f| ReadWindow::new(f, READ_CHUNK_BYTES))
+    {
+        Ok(window) => window,
+        Err(e) => {
+            read_error(&mut usage, e);
+            return (usage, true);
+        }
+    };
+    usage.bytes = window.len();
+    let head = match window.bytes_at(0, SEGMENT_HEADER_BYTES as usize) {
+        Ok(head) => head,
+        Err(e) => {
+            read_error(&mut usage, e);
+            return (usage, true);
+        }
+    };
+    match decode_header(head) {
         // A creation a crash cut off (header only): an open removes it.
         Err(why) if last && usage.bytes <= SEGMENT_HEADER_BYTES => {
             usage.torn = Some((0, usage.bytes, format!("segment creation cut off: {why}")));
@@ -398,7 +452,15 @@ fn read_segment(
     let mut at = SEGMENT_HEADER_BYTES;
     while at < len {
         let address = LssAddress::current(segment_start + at);
-        match record::decode(address, &data[at as usize..len as usize]) {
+        let bytes = match window_record(&mut window, at) {
+            // Only the segment's bytes (a longer file's tail is no record).
+            Ok(bytes) => &bytes[..bytes.len().min((len - at) as usize)],
+            Err(e) => {
+                read_error(&mut usage, e);
+                return (usage, true);
+            }
+        };
+        match record::decode(address, bytes) {
             Ok(rec) => {
                 usage.records += 1;
                 usage.record_bytes += rec.len() as u64;

@@ -30,7 +30,14 @@
 //!    Allocate (never logged, or logged only in a filler) is freed, as is a PID freed after the
 //!    walk.
 //!
-//! 5. Live bytes of the earlier run's segments ([`rebuild_space`]): the record headers of
+//! 5. Live bytes of the earlier run's segments. From a version-3 checkpoint
+//!    (`space_from_checkpoint`): each recovered page's chain is followed through the scan's
+//!    headers while it lies at or above S; where it reaches below S, at piece A, the page's
+//!    pieces the checkpoint lists up to A are its live pieces there (`checkpoint.rs` "Live
+//!    pieces" says why the list holds them). No segment below S is read. If a chain reaches
+//!    below S to a piece the list lacks, or into a segment file that is missing, the open
+//!    falls back to the pass below (and says so on stderr). Otherwise
+//!    ([`rebuild_space`]): the record headers of
 //!    the segments below S (read in one pass over them; no page is decoded) and those of the
 //!    scan from S give each recovered page's chain (its newest piece back to its newest
 //!    image, as `read.rs` follows it), and those pieces are the only live ones; the LSS's
@@ -54,7 +61,7 @@ use std::sync::Arc;
 use forest_core::{Error, Result};
 use forest_file::Dir;
 
-use crate::checkpoint::{Checkpoints, MapCheckpoint, Recovery};
+use crate::checkpoint::{Checkpoints, LivePiece, MapCheckpoint, Recovery};
 use crate::lss::record::record_bytes;
 use crate::lss::segment::parse_segment_file_name;
 use crate::lss::{Lss, LssAddress, LssConfig, OpenReport, RecordHeader, RecordKind};
@@ -128,6 +135,8 @@ pub struct SpaceRebuilt {
     /// The live pieces found, and their bytes (headers included).
     pub pieces: u64,
     pub live_bytes: u64,
+    /// Segments below S read for it: 0 when the checkpoint's live pieces sufficed.
+    pub segments_read: u64,
     /// Segments below S whose scan failed, and why: kept, never cleaned (review rev-smo2
     /// F3); their pieces a recovered chain reaches were read one by one.
     pub damaged: Vec<(u64, String)>,
@@ -192,7 +201,24 @@ pub fn open_recovering(
     })?;
     let scanned_end = lss.hi_stable();
     let mut map = scan.finish(checkpoint, outcome.rejected, open, start, scanned_end);
-    map.space = rebuild_space(&lss, &*listing, start, pieces, &map.pages);
+    let recorded = map
+        .checkpoint
+        .as_ref()
+        .and_then(|(_, c)| Some((c.start, c.pieces.as_deref()?)));
+    let from_checkpoint = recorded.map(|(start, recorded)| {
+        space_from_checkpoint(&lss, &*listing, start, recorded, &pieces, &map.pages)
+    });
+    map.space = match from_checkpoint {
+        Some(Ok(rebuilt)) => Ok(rebuilt),
+        Some(Err(why)) => {
+            eprintln!(
+                "forest-llama: the map checkpoint's live pieces do not cover the recovered \
+                 pages ({why}); reading the segments below S instead"
+            );
+            rebuild_space(&lss, &*listing, start, pieces, &map.pages)
+        }
+        None => rebuild_space(&lss, &*listing, start, pieces, &map.pages),
+    };
     Ok((lss, checkpoints, map))
 }
 
@@ -217,6 +243,96 @@ impl PieceHeaders {
         self.0
             .insert(address.offset(), (header.pid, bytes, image, header.prev));
     }
+}
+
+/// Step 5 from a version-3 checkpoint (module doc): `recorded` are its live pieces below
+/// `start` (S), ascending by (PID, offset); `scanned` the headers of the scan from S. Reads
+/// nothing but the directory's listing; on success the LSS tracks every segment from the
+/// oldest file on. An error (a chain the list does not cover) changes nothing.
+fn space_from_checkpoint(
+    lss: &Lss,
+    dir: &dyn Dir,
+    start: LssAddress,
+    recorded: &[LivePiece],
+    scanned: &PieceHeaders,
+    pages: &[(Pid, LssAddress)],
+) -> std::result::Result<SpaceRebuilt, String> {
+    let segment_bytes = lss.config().segment_bytes;
+    let present: BTreeSet<u64> = dir
+        .list()
+        .map_err(|e| format!("listing the segments: {e}"))?
+        .iter()
+        .filter_map(|n| parse_segment_file_name(n))
+        .collect();
+    let start_segment = start.offset() / segment_bytes;
+    let first = present
+        .first()
+        .map_or(start_segment, |&f| f.min(start_segment));
+    let mut live: Vec<(Pid, u64, u32)> = Vec::new();
+    for &(pid, newest) in pages {
+        let mut at = newest;
+        loop {
+            if at.is_archive() {
+                return Err(format!("page {pid}'s piece at {at}: an LSS-H address"));
+            }
+            if at.offset() < start.offset() {
+                let of_page = {
+                    let from = recorded.partition_point(|p| p.pid < pid);
+                    let to = recorded.partition_point(|p| p.pid <= pid);
+                    &recorded[from..to]
+                };
+                if of_page
+                    .binary_search_by_key(&at.offset(), |p| p.offset)
+                    .is_err()
+                {
+                    return Err(format!(
+                        "page {pid}'s piece at {at}, below S, is not among the checkpoint's live pieces"
+                    ));
+                }
+                for piece in of_page.iter().filter(|p| p.offset <= at.offset()) {
+                    let segment = piece.offset / segment_bytes;
+                    let last = (piece.offset + u64::from(piece.bytes) - 1) / segment_bytes;
+                    if segment != last || !present.contains(&segment) {
+                        return Err(format!(
+                            "page {pid}'s live piece at {} lies in no segment file (segment {segment})",
+                            piece.offset
+                        ));
+                    }
+                    live.push((pid, piece.offset, piece.bytes));
+                }
+                break;
+            }
+            let Some(&(owner, bytes, image, prev)) = scanned.0.get(&at.offset()) else {
+                return Err(format!(
+                    "page {pid}'s piece at {at}: no page piece was scanned there"
+                ));
+            };
+            if owner != pid {
+                return Err(format!("page {pid}'s piece at {at} is page {owner}'s"));
+            }
+            live.push((pid, at.offset(), bytes));
+            if image {
+                break;
+            }
+            match prev.filter(|p| *p < at) {
+                Some(p) => at = p,
+                None => {
+                    return Err(format!(
+                        "page {pid}'s piece at {at}: a delta run with no previous piece below it"
+                    ))
+                }
+            }
+        }
+    }
+    let rebuilt = SpaceRebuilt {
+        first_segment: first,
+        pieces: live.len() as u64,
+        live_bytes: live.iter().map(|&(_, _, b)| u64::from(b)).sum(),
+        segments_read: 0,
+        damaged: Vec::new(),
+    };
+    lss.track_recovered(first, &|s| present.contains(&s), &BTreeSet::new(), live);
+    Ok(rebuilt)
 }
 
 /// Step 5 (module doc): reads the headers of the segments below `start` (S) into `pieces`,
@@ -246,7 +362,9 @@ fn rebuild_space(
     let mut damaged = Vec::new();
     // S's own segment too, up to S (the scan from S reads the rest).
     let below_s = (first..=start_segment).filter(|s| s * segment_bytes < start.offset());
+    let mut segments_read = 0;
     for segment in below_s.filter(|s| present.contains(s)) {
+        segments_read += 1;
         let begin = LssAddress::current(segment * segment_bytes);
         let until = LssAddress::current(((segment + 1) * segment_bytes).min(start.offset()));
         let scanned = lss.scan_range(
@@ -290,6 +408,7 @@ fn rebuild_space(
         first_segment: first,
         pieces: live.len() as u64,
         live_bytes: live.iter().map(|&(_, _, b)| u64::from(b)).sum(),
+        segments_read,
         damaged,
     };
     lss.track_recovered(first, &|s| present.contains(&s), &kept, live);

@@ -799,14 +799,16 @@ impl Store {
         Self::open(OsDir::open(path)?, options)
     }
 
-    /// Checks every file of the store in `dir` without changing anything and reports what
-    /// an open would recover (see [`crate::verify`](mod@crate::verify)); `engine` as in [`StoreOptions`]. Fails
-    /// at once if the directory's lock is held (a store or server has it open).
+    /// Checks every file of the store in `dir` without changing anything or taking its lock,
+    /// and reports what an open would recover (see [`crate::verify`](mod@crate::verify));
+    /// `engine` as in [`StoreOptions`]. A store holding the directory is reported
+    /// ([`VerifyReport::in_use`]), not refused.
     pub fn verify(dir: impl Dir, engine: Option<&str>) -> Result<VerifyReport> {
         crate::verify::verify(&dir, engine)
     }
 
-    /// [`Self::verify`] on the directory `path` of the real file system, which must exist.
+    /// [`Self::verify`] on the directory `path` of the real file system, which must exist,
+    /// opened read-only ([`OsDir::open_read_only`]: a running store's or a read-only copy).
     pub fn verify_path(path: impl Into<PathBuf>, engine: Option<&str>) -> Result<VerifyReport> {
         let path = path.into();
         if !path.is_dir() {
@@ -819,7 +821,7 @@ impl Store {
                 ),
             });
         }
-        Self::verify(OsDir::open(path)?, engine)
+        Self::verify(OsDir::open_read_only(path)?, engine)
     }
 
     /// [`crate::verify::inspect`] of the store at `path`, which must exist (`forest inspect`).
@@ -835,7 +837,7 @@ impl Store {
                 ),
             });
         }
-        crate::verify::inspect(&OsDir::open(path)?)
+        crate::verify::inspect(&OsDir::open_read_only(path)?)
     }
 
     /// What recovery found at open.

@@ -2,7 +2,7 @@
 //! nothing (issue 5: "`forest check DIR` verifies every file of a store and prints what it
 //! found").
 //!
-//! Steps: take the directory's lock; read the meta file; stream every log to its end
+//! Steps: probe the directory's lock (never taken); read the meta file; stream every log to its end
 //! (header, records, LSN order, torn tail or corruption) and every published checkpoint
 //! (header, every entry, trailer), each on its own so that one damaged file does not hide
 //! the others; then run recovery in [`RecoveryMode::ReadOnly`] to report what an open would
@@ -17,10 +17,15 @@
 //! [`inspect`] (`forest inspect DIR`) reads the same files for a picture rather than a
 //! verdict: segment use, pages and pieces per page (forest-llama `inspect`).
 //!
-//! Choice: the lock is taken exclusively, as an open does, and a directory whose lock is held
-//! (a running server or store) is refused at once with the lock error: a live store appends
-//! to and cuts its logs, so a check beside it would report in-flight writes as torn tails.
-//! Taking the lock creates the empty `LOCK` file if it is missing; nothing else is written.
+//! Choice (issue 17, session 20): the lock is not taken and nothing is written, so both work
+//! on a store another process serves and on a read-only copy (`Store::verify_path` and
+//! `Store::inspect_path` open the directory read-only: every file is opened without write
+//! access, `LOCK` is never created). [`Dir::lock_held`] says whether a store holds the
+//! directory ([`VerifyReport::in_use`]): then its files change while they are read (a log
+//! appended, a checkpoint pruned, a segment cleaned away between the listing and the read),
+//! so a run that finds problems is repeated, up to [`IN_USE_ATTEMPTS`] runs, and the last
+//! one is reported: damage stays, a race does not come back every time. The figures are
+//! then from a moment ago (the report says so).
 //! A store on `bztree-pm:persist=msync` keeps its single writes in the tree file only: its
 //! logs are checked from their first LSN, into no index, and the tree file is not opened
 //! (an open recovers it, which writes).
@@ -29,6 +34,10 @@ use forest_core::{Error, Result};
 use forest_llama::checkpoint::{self as map_checkpoint, MapCheckpoint};
 
 use crate::checkpoint::{self, CheckpointInfo, CheckpointStream};
+
+/// Runs of [`verify`] or [`inspect`] on a store in use before problems are reported (module
+/// doc).
+pub const IN_USE_ATTEMPTS: usize = 3;
 use crate::file::Dir;
 use crate::meta;
 use crate::recovery::{self, RecoveryMode, RecoveryReport};
@@ -87,6 +96,9 @@ pub struct VerifyReport {
     /// logs are replayed from the checkpoint's RSSP into no index (the tree is in the LSS),
     /// and logs below the RSSP are not missing.
     pub map: Option<MapCheck>,
+    /// Another opener held the directory's lock (a store or server is running on it): the
+    /// files changed while they were read, and the figures are from a moment ago.
+    pub in_use: bool,
 }
 
 impl VerifyReport {
@@ -400,12 +412,24 @@ fn check_map(lss: &dyn Dir) -> Result<MapCheck> {
     Ok(check)
 }
 
-/// Checks the store in `dir` without changing it (see the module doc). `engine` names the
-/// engine recovery replays into (`None`: the recorded one, else the default). Errors: the
-/// directory's lock is held, or the directory cannot be listed; damage is in the report.
+/// Checks the store in `dir` without changing it or taking its lock (see the module doc).
+/// `engine` names the engine recovery replays into (`None`: the recorded one, else the
+/// default). Errors: the directory cannot be listed; damage is in the report.
 pub fn verify(dir: &dyn Dir, engine: Option<&str>) -> Result<VerifyReport> {
+    let mut attempt = 1;
+    loop {
+        let in_use = dir.lock_held()?;
+        let mut report = verify_once(dir, engine)?;
+        report.in_use = in_use;
+        if !in_use || report.problems().is_empty() || attempt >= IN_USE_ATTEMPTS {
+            return Ok(report);
+        }
+        attempt += 1;
+    }
+}
+
+fn verify_once(dir: &dyn Dir, engine: Option<&str>) -> Result<VerifyReport> {
     let engine = engine.map(canonical_spec).transpose()?;
-    let _lock = dir.lock()?;
     let (engine_recorded, retention_recorded, meta_error) = match meta::read(dir) {
         Ok(m) => (
             m.as_ref().map(|m| m.engine.clone()),
@@ -505,6 +529,7 @@ pub fn verify(dir: &dyn Dir, engine: Option<&str>) -> Result<VerifyReport> {
         other_files,
         recovery,
         map,
+        in_use: false,
     })
 }
 
@@ -520,14 +545,46 @@ pub struct InspectReport {
     /// `DIR/lss/` exists without map checkpoints: an open discards it and replays the WAL.
     pub lss_scratch: bool,
     pub lss: Option<forest_llama::inspect::Inspection>,
+    /// A store held the directory's lock ([`VerifyReport::in_use`]).
+    pub in_use: bool,
 }
 
-/// Reads the store in `dir` without changing it, for `forest inspect` (segment use, pages,
-/// pieces per page). Takes the directory's lock as [`verify`] does, after making sure it is a
-/// store (taking the lock creates `LOCK`). Errors: no store in `dir` (no `META`, log,
-/// checkpoint or `lss/`), the lock is held, a file cannot be listed or read; damage is in
-/// the report.
+impl InspectReport {
+    /// The damage found, one line each.
+    pub fn problems(&self) -> Vec<String> {
+        self.meta_error
+            .iter()
+            .cloned()
+            .chain(self.lss.iter().flat_map(|l| l.problems()))
+            .collect()
+    }
+}
+
+/// Reads the store in `dir` without changing it or taking its lock, for `forest inspect`
+/// (segment use, pages, pieces per page); a store in use is read as [`verify`] reads it.
+/// Errors: no store in `dir` (no `META`, log, checkpoint or `lss/`), a file cannot be listed
+/// or read; damage is in the report.
 pub fn inspect(dir: &dyn Dir) -> Result<InspectReport> {
+    let mut attempt = 1;
+    loop {
+        let in_use = dir.lock_held()?;
+        // A file the running store removed between the listing and the read is an error
+        // here: another run, as for damage.
+        match inspect_once(dir) {
+            Ok(mut report) => {
+                report.in_use = in_use;
+                if !in_use || report.problems().is_empty() || attempt >= IN_USE_ATTEMPTS {
+                    return Ok(report);
+                }
+            }
+            Err(e @ Error::Io { .. }) if in_use && attempt < IN_USE_ATTEMPTS => drop(e),
+            Err(e) => return Err(e),
+        }
+        attempt += 1;
+    }
+}
+
+fn inspect_once(dir: &dyn Dir) -> Result<InspectReport> {
     let store_file = |name: &String| {
         name == meta::META_FILE_NAME
             || parse_log_name(name).is_some()
@@ -540,7 +597,6 @@ pub fn inspect(dir: &dyn Dir) -> Result<InspectReport> {
             dir.path().display()
         )));
     }
-    let _lock = dir.lock()?;
     let (engine_recorded, meta_error) = match meta::read(dir) {
         Ok(m) => (m.map(|m| m.engine), None),
         Err(e) => (None, Some(e.to_string())),
@@ -565,5 +621,6 @@ pub fn inspect(dir: &dyn Dir) -> Result<InspectReport> {
         files,
         lss_scratch,
         lss,
+        in_use: false,
     })
 }

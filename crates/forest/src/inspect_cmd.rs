@@ -4,7 +4,9 @@
 //! checkpoint recovery uses (S, T, RSSP), each LSS segment's live and total bytes, the pages
 //! an open leaves evicted or rebuilds resident, and a histogram of pieces per page; for any
 //! other store its logs and checkpoints. Damage is printed and exits 1 (one line on stderr,
-//! as every command); a missing directory or a held lock is an error, never a panic.
+//! as every command); a missing directory is an error, never a panic. The store's lock is
+//! not taken and no file is opened for writing: a store a server holds is read (the output
+//! says it is in use), and so is a read-only copy.
 
 use std::path::PathBuf;
 
@@ -17,7 +19,8 @@ use forest_store::Store;
 /// `forest inspect`'s arguments.
 #[derive(Args, Debug, Clone)]
 pub struct InspectArgs {
-    /// The store's directory (read only; refused while a store or server holds it).
+    /// The store's directory (read only, without its lock: a running server's store is read,
+    /// its figures from a moment ago).
     #[arg(value_name = "DIR")]
     pub dir: PathBuf,
 }
@@ -31,12 +34,14 @@ pub fn inspect(args: InspectArgs) -> Result<()> {
     let report = Store::inspect_path(dir)
         .with_context(|| format!("inspecting the store in {}", dir.display()))?;
     println!("store {}", dir.display());
+    if report.in_use {
+        println!("{}", crate::store_cmd::IN_USE_LINE);
+    }
     print_store(&report);
-    let mut problems: Vec<String> = report.meta_error.iter().cloned().collect();
     if let Some(lss) = &report.lss {
         print_lss(lss);
-        problems.extend(lss.problems());
     }
+    let problems = report.problems();
     for problem in &problems {
         println!("PROBLEM: {problem}");
     }
@@ -95,6 +100,17 @@ fn print_lss(lss: &Inspection) {
                 .map_or_else(|| "not recorded".to_string(), |r| r.to_string()),
         ),
         None => println!("map checkpoint: none valid (the scan reads from address 0)"),
+    }
+    if lss.checkpoint.is_some() {
+        match lss.recorded_pieces {
+            Some(n) => {
+                println!("live pieces below S recorded: {n} (an open reads no segment below S)")
+            }
+            None => println!(
+                "live pieces below S: not recorded (format version 2: an open reads every \
+                 segment below S)"
+            ),
+        }
     }
     for (name, why) in &lss.rejected {
         println!("map checkpoint lss/{name}: DAMAGED, skipped: {why}");

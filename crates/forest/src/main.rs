@@ -49,7 +49,9 @@ enum Command {
     Scan(store_cmd::ScanArgs),
     /// Verify every file of a store without changing it and report what an open would
     /// recover (checkpoint, records replayed, torn tails, records/s and MB/s); exit 1 on
-    /// damage. Refuses a store that is open elsewhere. `--repair` opens a store whose
+    /// damage. Reads without the store's lock and opens nothing for writing: a store a
+    /// server holds is checked (the output says it is in use: figures from a moment ago),
+    /// and so is a read-only copy. `--repair` opens a store whose
     /// recovery refuses (acknowledged writes proven lost), dropping and listing the loss.
     /// A bwtree store with map checkpoints (DIR/lss/map-*): checks the newest valid map
     /// checkpoint (a damaged one is named, with whether the older is usable), every LSS
@@ -62,8 +64,8 @@ enum Command {
     /// Print a read-only picture of a store: for a bwtree store on map checkpoints the
     /// checkpoint recovery uses (S, T, RSSP), each LSS segment's live and total bytes, the
     /// pages an open leaves evicted or rebuilds resident and pieces per page; for any other
-    /// store its logs and checkpoints. Exit 1 on damage. Refuses a store that is open
-    /// elsewhere.
+    /// store its logs and checkpoints. Exit 1 on damage. Reads without the store's lock and
+    /// opens nothing for writing, as `check` does.
     Inspect(inspect_cmd::InspectArgs),
     /// Write a checkpoint (and delete the logs and checkpoints it makes obsolete).
     Checkpoint(store_cmd::DirArgs),

@@ -357,6 +357,11 @@ pub fn scan(args: ScanArgs) -> Result<()> {
     close(store, &args.store.dir)
 }
 
+/// What `forest check` and `forest inspect` print when a store or server holds the directory
+/// (they read it without its lock, read-only; `forest_store::verify`).
+pub const IN_USE_LINE: &str = "store in use: figures may be from a moment ago (a running store \
+     or server holds the directory; it was read without its lock, nothing written)";
+
 /// `forest check`: verifies every file without changing any ([`Store::verify`]), prints
 /// what it found and what an open would recover, with its speed; fails on damage.
 /// With `--repair`, a store whose recovery would refuse is opened accepting the loss, and
@@ -414,6 +419,9 @@ fn per_second(count: f64, elapsed: Duration) -> f64 {
 
 fn print_verify(dir: &Path, report: &VerifyReport) {
     println!("store {}", dir.display());
+    if report.in_use {
+        println!("{IN_USE_LINE}");
+    }
     match &report.engine_recorded {
         Some(engine) => println!("engine recorded: {engine}"),
         None => println!("engine recorded: none"),

@@ -10,6 +10,7 @@ mod evict;
 mod evict_pause;
 mod flush;
 mod flush_pause;
+mod live_pieces;
 mod map_checkpoint;
 mod page_hold;
 mod pause_points;

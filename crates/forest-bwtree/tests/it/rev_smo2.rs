@@ -364,6 +364,8 @@ fn rev_smo2_f3_a_damaged_dead_piece_keeps_the_space_map_rebuilt() {
         close(tree);
         let name = forest_llama::lss::segment::segment_file_name(0);
         assert!(lss_sim.damage(&name, |bytes| bytes[offset] ^= 0x40));
+        // The premise is the pass over the segments below S (version 2), which meets it.
+        crate::common::map_checkpoints_as_version_2(&ckpt_sim);
         let lss_dir: Arc<dyn Dir> = Arc::new(lss_sim.clone());
         let ckpt_dir: Arc<dyn Dir> = Arc::new(ckpt_sim.clone());
         let Ok((lss, checkpoints, map)) = open_recovering(lss_dir, lss_config(64 << 10), ckpt_dir)

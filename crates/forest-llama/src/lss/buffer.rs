@@ -636,6 +636,16 @@ impl Lss {
             .track_recovered(first, present, kept, pieces);
     }
 
+    /// The live pieces that end at or below `below` (a map checkpoint's S), unsorted, or
+    /// `None` if this LSS does not count every piece of its log (opened on an earlier run's
+    /// segments without recovery's rebuild; `space.rs`).
+    pub fn live_pieces_below(
+        &self,
+        below: LssAddress,
+    ) -> Option<Vec<crate::checkpoint::LivePiece>> {
+        self.shared.space.lock().pieces_below(below.offset())
+    }
+
     /// The LSS's counters.
     pub fn stats(&self) -> LssStats {
         let c = &self.shared.counters;

@@ -494,7 +494,7 @@ impl Segments {
 
 /// The bytes of the record at file offset `at`: its whole length if the file holds it, else
 /// what there is (the decoder then reports the record torn).
-fn window_record(window: &mut ReadWindow, at: u64) -> Result<&[u8]> {
+pub(crate) fn window_record(window: &mut ReadWindow, at: u64) -> Result<&[u8]> {
     let head = window.bytes_at(at, RECORD_HEADER_BYTES)?;
     let need = match record::payload_len(head) {
         Some(payload) => RECORD_HEADER_BYTES + payload as usize,

@@ -26,6 +26,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use crate::checkpoint::LivePiece;
 use crate::Pid;
 
 /// Live pieces of one segment.
@@ -59,6 +60,11 @@ pub(crate) struct SpaceMap {
     /// Segments an earlier run left that recovery could not read whole (damaged): never
     /// candidates, so never cleaned (`crate::recover` `rebuild_space`).
     kept: BTreeSet<u64>,
+    /// Whether every live piece of the log is counted: the LSS was empty at open, or
+    /// recovery handed over the earlier run's pieces ([`Self::track_recovered`]). Only then
+    /// may a map checkpoint record the pieces ([`Self::pieces_below`]): a list missing the
+    /// pieces of untracked segments would let a later open count them dead.
+    complete: bool,
 }
 
 impl SpaceMap {
@@ -74,6 +80,7 @@ impl SpaceMap {
             removing: BTreeSet::new(),
             removed_count: 0,
             kept: BTreeSet::new(),
+            complete: open_end == 0,
         }
     }
 
@@ -90,6 +97,7 @@ impl SpaceMap {
         pieces: impl IntoIterator<Item = (Pid, u64, u32)>,
     ) {
         let untracked = self.tracked_from;
+        self.complete = true;
         if first >= untracked {
             return;
         }
@@ -107,6 +115,23 @@ impl SpaceMap {
                 self.add(pid, offset, bytes);
             }
         }
+    }
+
+    /// Every counted piece that ends at or below log offset `below`, unsorted; `None` if the
+    /// map does not count every piece of the log (`complete`).
+    pub(crate) fn pieces_below(&self, below: u64) -> Option<Vec<LivePiece>> {
+        if !self.complete {
+            return None;
+        }
+        let mut out = Vec::new();
+        for (&pid, page) in &self.pages {
+            out.extend(
+                page.range(..below)
+                    .filter(|&(&offset, &bytes)| offset + u64::from(bytes) <= below)
+                    .map(|(&offset, &bytes)| LivePiece { pid, offset, bytes }),
+            );
+        }
+        Some(out)
     }
 
     pub(crate) fn segment_of(&self, offset: u64) -> u64 {
@@ -376,6 +401,27 @@ mod tests {
         // Once only: a second call (or one at a later segment) changes nothing.
         map.track_recovered(0, &|_| true, &BTreeSet::new(), [(9, 200, 5)]);
         assert_eq!(map.live_total(), 40);
+    }
+
+    // Goal: a map checkpoint's live pieces come only from a map that counts every piece of
+    // the log (the LSS was empty at open, or recovery handed over the earlier run's), and
+    // only those that end at or below S. Method: an open at 2500 without recovery, then
+    // the recovery's pieces; a fresh map.
+    #[test]
+    fn pieces_below_only_when_every_piece_is_counted() {
+        let mut map = SpaceMap::new(1000, 2500);
+        map.add(7, 2600, 40);
+        assert_eq!(map.pieces_below(3000), None);
+        map.track_recovered(0, &|_| true, &BTreeSet::new(), [(7, 100, 40), (8, 300, 60)]);
+        let mut pieces = map.pieces_below(2640).unwrap();
+        pieces.sort_unstable();
+        let piece = |pid, offset, bytes| LivePiece { pid, offset, bytes };
+        assert_eq!(
+            pieces,
+            vec![piece(7, 100, 40), piece(7, 2600, 40), piece(8, 300, 60)]
+        );
+        assert_eq!(map.pieces_below(2639).unwrap().len(), 2);
+        assert_eq!(SpaceMap::new(1000, 0).pieces_below(10), Some(Vec::new()));
     }
 
     // Goal (rev-smo2 F3): a segment recovery could not read whole is kept: never a

@@ -370,6 +370,11 @@ fn inspect_a_store_on_map_checkpoints() {
         "{out}"
     );
     assert!(!out.contains("PROBLEM"), "{out}");
+    // A version-3 checkpoint: its live pieces below S (an open reads no segment below S).
+    assert!(
+        numbers_of(&out, "live pieces below S recorded: ")[0] > 0.0,
+        "{out}"
+    );
     let segment_live: f64 = out
         .lines()
         .filter(|l| l.starts_with("segment lss/"))
@@ -549,4 +554,159 @@ fn check_reports_mapping_table_entries_that_name_no_valid_chain() {
             && l.contains("bad checksum")),
         "{stdout}"
     );
+}
+
+/// Every file under `dir` (relative name → bytes), recursively.
+fn snapshot(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(at) = todo.pop() {
+        for entry in std::fs::read_dir(&at).expect("read_dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                todo.push(path);
+            } else {
+                let name = path.strip_prefix(dir).expect("under dir");
+                let bytes = std::fs::read(&path).expect("read");
+                out.insert(name.to_string_lossy().into_owned(), bytes);
+            }
+        }
+    }
+    out
+}
+
+/// Sets `mode` on every file under `dir` and `dir_mode` on `dir` and its subdirectories.
+fn chmod_tree(dir: &Path, mode: u32, dir_mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    for entry in std::fs::read_dir(dir).expect("read_dir") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            chmod_tree(&path, mode, dir_mode);
+        } else {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        }
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(dir_mode)).expect("chmod");
+}
+
+// Goal (issue 17, session 20): `forest check` and `forest inspect` read a store without its
+// lock and without opening anything for writing, so they work on a read-only copy and leave
+// every byte as it was, `LOCK` included (before, both took the lock, creating `LOCK`, and
+// opened every file read-write: on a read-only directory they failed). Method: `map_store`;
+// remove `LOCK`; make the tree read-only (files 0444, directories 0555: binding for a
+// non-root user; as root the checks below still hold); check and inspect; every file
+// unchanged and no `LOCK`.
+#[test]
+fn check_and_inspect_a_read_only_store() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("store");
+    map_store(&dir);
+    std::fs::remove_file(dir.join("LOCK")).expect("remove LOCK");
+    let before = snapshot(&dir);
+    chmod_tree(&dir, 0o444, 0o555);
+    let checked = forest(&["check", path(&dir)]);
+    let inspected = forest(&["inspect", path(&dir)]);
+    chmod_tree(&dir, 0o644, 0o755);
+    for (what, out) in [("check", &checked), ("inspect", &inspected)] {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "forest {what} of a read-only store failed: {}{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("(recovery starts here)"), "{stdout}");
+        assert!(!stdout.contains("store in use"), "{stdout}");
+    }
+    assert!(!dir.join("LOCK").exists(), "LOCK created");
+    assert_eq!(snapshot(&dir), before, "a file changed");
+}
+
+// Goal (issue 17, session 20): `forest check` and `forest inspect` beside a running server
+// do not disturb it and say the store is in use ("figures may be from a moment ago")
+// instead of refusing. Method: `forest serve` on bwtree with a 64 KiB budget and a map
+// checkpoint every 256 KiB of log; 3000 SETs and a SAVE (a map checkpoint); a writer keeps
+// SETting on its own connection, with a SAVE every 500, while check and inspect run three
+// times each (both exit 0 and print the line); then every key written reads back, SHUTDOWN exits cleanly, a check of
+// the stopped store is clean without the line, and a restart reads the keys again.
+#[test]
+fn check_and_inspect_beside_a_running_server() {
+    use redis::Commands;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let (_tmp, dir) = crate::common::data_dir();
+    let flags = [
+        "--engine",
+        "bwtree",
+        "--memory-budget",
+        "64KiB",
+        "--map-checkpoint-bytes",
+        "256KiB",
+    ];
+    let value = |i: u32| format!("{i:0>200}");
+    let mut server = crate::common::Server::start(&dir, &flags);
+    let mut con = server.client();
+    let mut pipe = redis::pipe();
+    for i in 0..3000u32 {
+        pipe.cmd("SET").arg(format!("k{i}")).arg(value(i)).ignore();
+    }
+    let () = pipe.query(&mut con).expect("SETs");
+    // SAVE takes a map checkpoint (forest-store `Store::checkpoint`).
+    let () = redis::cmd("SAVE").query(&mut con).expect("SAVE");
+    assert!(
+        !names(&dir.join("lss"), |n| n.starts_with("map-")).is_empty(),
+        "no map checkpoint after SAVE"
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut writer_con = server.client();
+    let writer = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut n = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                let () = writer_con
+                    .set(format!("w{n}"), value(n))
+                    .expect("SET beside check");
+                n += 1;
+                // Map checkpoints published and pruned while check and inspect read.
+                if n.is_multiple_of(500) {
+                    let () = redis::cmd("SAVE")
+                        .query(&mut writer_con)
+                        .expect("SAVE beside check");
+                }
+            }
+            n
+        })
+    };
+    for _ in 0..3 {
+        for command in ["check", "inspect"] {
+            let out = ok(&[command, path(&dir)]);
+            assert!(
+                out.contains("store in use: figures may be from a moment ago"),
+                "{command}: {out}"
+            );
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let written = writer.join().expect("the writer saw no error");
+    assert!(written > 0);
+    for i in (0..3000u32).step_by(7) {
+        let got: String = con.get(format!("k{i}")).expect("GET");
+        assert_eq!(got, value(i));
+    }
+    for n in (0..written).step_by((written as usize / 300).max(1)) {
+        let got: String = con.get(format!("w{n}")).expect("GET");
+        assert_eq!(got, value(n));
+    }
+    let _: redis::RedisResult<()> = redis::cmd("SHUTDOWN").query(&mut con);
+    assert!(server.wait_exit().success());
+    let out = ok(&["check", path(&dir)]);
+    assert!(!out.contains("store in use"), "{out}");
+    let server = crate::common::Server::start(&dir, &flags);
+    let mut con = server.client();
+    for n in (0..written).step_by((written as usize / 100).max(1)) {
+        let got: String = con.get(format!("w{n}")).expect("GET after restart");
+        assert_eq!(got, value(n));
+    }
 }

@@ -182,3 +182,19 @@ pub fn scan_all(tree: &BwTree, pinned: bool, visit: &mut forest_core::Visitor<'_
         tree.scan(Bound::Unbounded, Bound::Unbounded, Order::Ascending, visit);
     }
 }
+
+/// Rewrites every published map checkpoint in `sim` as version 2 (without its live pieces),
+/// so the next recovering open reads the segments below S (forest-llama `recover.rs` step
+/// 5's pass): for tests whose premise is that pass (damage it meets in dead segments).
+pub fn map_checkpoints_as_version_2(sim: &SimDir) {
+    for name in sim.list().unwrap() {
+        if forest_llama::checkpoint::parse_map_file_name(&name).is_none() {
+            continue;
+        }
+        let mut bytes = Vec::new();
+        sim.open(&name).unwrap().read_all(&mut bytes).unwrap();
+        let mut c = forest_llama::checkpoint::decode(std::path::Path::new(&name), &bytes).unwrap();
+        c.pieces = None;
+        assert!(sim.damage(&name, |b| *b = c.encode()));
+    }
+}
