@@ -25,6 +25,7 @@ mod rev_recov;
 mod rev_smo;
 mod rev_smo2;
 mod rev_systxn;
+mod rev_lss4;
 mod rev_ycsba;
 mod review_rev1;
 mod scan_side_links;
