@@ -22,10 +22,10 @@ mod rev_clean;
 mod rev_evict;
 mod rev_recov;
 
+mod rev_lss4;
 mod rev_smo;
 mod rev_smo2;
 mod rev_systxn;
-mod rev_lss4;
 mod rev_ycsba;
 mod review_rev1;
 mod scan_side_links;
