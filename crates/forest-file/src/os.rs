@@ -469,4 +469,34 @@ mod tests {
         assert!(text.starts_with("open "), "{text}");
         assert!(text.contains(&gone.display().to_string()), "{text}");
     }
+
+    // rev-lss4 F1: `forest check`/`inspect`'s lock probe (a shared flock taken and released)
+    // makes a store opening in that instant fail with "locked": a check can stop a server
+    // from starting. Method: one thread probes in a loop; the other takes and drops the
+    // exclusive lock as an opener does; count refusals.
+    #[test]
+    #[ignore = "rev: F1 lock_held's shared-flock probe makes a concurrent opener's lock() fail"]
+    fn rev_lss4_lock_probe_never_refuses_an_opener() {
+        let tmp = tempfile::tempdir().unwrap();
+        let writer = OsDir::open(tmp.path().join("store")).unwrap();
+        drop(writer.lock().unwrap()); // LOCK exists, as after any earlier open
+        let reader = OsDir::open_read_only(tmp.path().join("store")).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = std::sync::Arc::clone(&stop);
+        let prober = std::thread::spawn(move || {
+            while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = reader.lock_held().unwrap();
+            }
+        });
+        let mut refused = 0;
+        for _ in 0..20_000 {
+            match writer.lock() {
+                Ok(held) => drop(held),
+                Err(_) => refused += 1,
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        prober.join().unwrap();
+        assert_eq!(refused, 0, "opens refused because a check probed the lock");
+    }
 }

@@ -22,6 +22,7 @@ mod rev_clean;
 mod rev_evict;
 mod rev_recov;
 
+mod rev_lss4;
 mod rev_smo;
 mod rev_smo2;
 mod rev_systxn;
