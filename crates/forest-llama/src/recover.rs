@@ -34,9 +34,11 @@
 //!    (`space_from_checkpoint`): each recovered page's chain is followed through the scan's
 //!    headers while it lies at or above S; where it reaches below S, at piece A, the page's
 //!    pieces the checkpoint lists up to A are its live pieces there (`checkpoint.rs` "Live
-//!    pieces" says why the list holds them). No segment below S is read. If a chain reaches
-//!    below S to a piece the list lacks, or into a segment file that is missing, the open
-//!    falls back to the pass below (and says so on stderr). Otherwise
+//!    pieces" says why the list holds them). No segment below S is read. If A itself is not
+//!    in the list, or lies in a segment file that is missing, the open falls back to the
+//!    pass below (and says so on stderr); the pieces of the chain below A are taken from the
+//!    list unchecked (review rev-lss4 F2: a list that lacked one would count it dead; `forest
+//!    check` names it; following the chain's headers below A is left open). Otherwise
 //!    ([`rebuild_space`]): the record headers of
 //!    the segments below S (read in one pass over them; no page is decoded) and those of the
 //!    scan from S give each recovered page's chain (its newest piece back to its newest
