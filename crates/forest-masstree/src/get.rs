@@ -19,11 +19,12 @@
 //! leaves the key without a hint: its get descends from the root.
 
 use crate::block::Value;
-use crate::border::Lookup;
+use crate::border::{Lookup, Probe};
 use crate::key::{class_of, slice_of, SLICE_BYTES};
 use crate::node::{BorderRef, InteriorRef, Kind, NodeRef, TreeGuard};
 use crate::nodeversion::DELETED;
 use crate::Masstree;
+use forest_core::sync::atomic::Ordering;
 
 /// Keys whose descents one round of a batch advances together: more than a pipelined
 /// client's usual batch (redis-benchmark's `-P 16`), and their prefetched nodes (5 lines
@@ -128,10 +129,23 @@ enum Step<'g, const W: usize, const F: usize> {
         v: u64,
         child: NodeRef<'g, W, F>,
     },
+    /// Done: the border node of the key's last layer responsible for its slice at version
+    /// `v`, and what a validated search of it found there.
+    Probed {
+        n: BorderRef<'g, W, F>,
+        v: u64,
+        probe: Probe<'g, W, F>,
+    },
     /// Done: a border node of the key's last layer, responsible for its slice when seen.
     Found(BorderRef<'g, W, F>),
     /// Done without a hint: the get starts at the root.
     Root,
+}
+
+impl<const W: usize, const F: usize> Step<'_, W, F> {
+    fn walking(&self) -> bool {
+        matches!(self, Step::Layer(_) | Step::Child { .. })
+    }
 }
 
 /// Looks every key of `keys` up (forest-core's `Index::get_many`): `visit` gets each key's
@@ -156,25 +170,72 @@ pub fn get_many<const W: usize, const F: usize>(
         while walking > 0 {
             walking = 0;
             for ((step, offset), key) in steps.iter_mut().zip(offsets.iter_mut()).zip(chunk) {
-                if matches!(step, Step::Layer(_) | Step::Child { .. }) {
+                if step.walking() {
                     *step = advance(tree, *step, key, offset, &guard);
-                    walking += usize::from(matches!(step, Step::Layer(_) | Step::Child { .. }));
+                    walking += usize::from(step.walking());
                 }
             }
         }
         for (i, key) in chunk.iter().enumerate() {
-            let hint = match steps[i] {
-                Step::Found(b) => Some((b, offsets[i])),
-                _ => None,
-            };
             if key.len() > forest_core::KEY_BYTES_MAX {
                 visit(base + i, None);
                 continue;
             }
+            let rest = &key[offsets[i]..];
+            let hint = match steps[i] {
+                Step::Probed { n, v, probe } => match reuse(n, v, probe, rest, &guard) {
+                    Some(found) => {
+                        visit(base + i, found);
+                        continue;
+                    }
+                    None => Some((n, offsets[i])),
+                },
+                Step::Found(n) => Some((n, offsets[i])),
+                _ => None,
+            };
             let mut value: &[u8] = &[];
             let hit = get_pinned(tree, key, hint, &guard, |v| value = v.bytes);
             visit(base + i, hit.then_some(value));
         }
+    }
+}
+
+/// The second pass's answer from the first pass's search of `n` at version `v`, if the key's
+/// state in `n` has not changed since (`Border::probe`'s doc): re-read now, in key order, so
+/// the answer is the key's state at this read. None: it changed, the key is read as a get.
+#[inline]
+fn reuse<'g, const W: usize, const F: usize>(
+    n: BorderRef<'g, W, F>,
+    v: u64,
+    probe: Probe<'g, W, F>,
+    rest: &[u8],
+    guard: &'g TreeGuard<'_>,
+) -> Option<Option<&'g [u8]>> {
+    let same = |perm: u64| n.permutation.load(Ordering::Acquire) == perm;
+    match probe {
+        Probe::Absent { perm } => (same(perm) && !n.base.version.has_changed(v)).then_some(None),
+        Probe::Value {
+            perm,
+            slot,
+            block,
+            suffix,
+        } => {
+            let unchanged = same(perm)
+                && n.value[slot]
+                    .load_ref(Ordering::Acquire, guard)
+                    .is_some_and(|now| now.same(block))
+                && !n.base.version.has_changed(v);
+            if !unchanged {
+                return None;
+            }
+            let (key_suffix, value) = crate::block::entry(block.get());
+            if suffix && key_suffix != crate::border::suffix_of(rest) {
+                // Another key with this slice: the key is absent.
+                return Some(None);
+            }
+            Some(Some(value.bytes))
+        }
+        Probe::Layer(_) | Probe::Other => None,
     }
 }
 
@@ -219,26 +280,27 @@ fn advance<'g, const W: usize, const F: usize>(
             if slice < b.lowkey {
                 return Step::Root;
             }
-            let found = b.lookup(slice, class_of(rest), rest, tree.config.search, guard);
+            let probe = b.probe(slice, class_of(rest), tree.config.search, guard);
             if b.base.version.has_changed(v) {
-                // The second pass re-reads it, walking right as a get does.
+                // The second pass reads it, walking right as a get does.
                 return Step::Found(b);
             }
-            match found {
-                Lookup::Layer(Some(p)) => {
+            match probe {
+                Probe::Layer(link) => {
                     if tree.config.prefetch {
-                        crate::prefetch::node(p.as_ptr(), Masstree::<W, F>::PREFETCH_LINES);
+                        crate::prefetch::node(link.as_ptr(), Masstree::<W, F>::PREFETCH_LINES);
                     }
                     *offset += SLICE_BYTES;
-                    Step::Layer(p.node())
+                    Step::Layer(link.node())
                 }
-                Lookup::Value(Some(block)) => {
+                Probe::Value { block, .. } => {
                     if tree.config.prefetch {
-                        crate::prefetch::node(block.as_ptr(), 1);
+                        block.prefetch(1);
                     }
-                    Step::Found(b)
+                    Step::Probed { n: b, v, probe }
                 }
-                _ => Step::Found(b),
+                Probe::Absent { .. } => Step::Probed { n: b, v, probe },
+                Probe::Other => Step::Found(b),
             }
         }
     }
