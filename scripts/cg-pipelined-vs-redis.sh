@@ -69,14 +69,16 @@ for who in "${whos[@]}"; do
     rm -rf "$dir"
     for t in $tests; do
         f=$(grep -l "^desc: Trigger: .*$t\$" "$out"/cg."$tag".* 2>/dev/null | head -1)
-        totals=$(callgrind_annotate "$f" 2>/dev/null | grep -m1 'PROGRAM TOTALS' | tr -d ,)
+        # The totals without their "(100.0%)" columns.
+        totals=$(callgrind_annotate "$f" 2>/dev/null | grep -m1 'PROGRAM TOTALS' | tr -d , |
+            sed 's/([^)]*)//g')
         ir=$(echo "$totals" | awk '{print $1}')
         printf '%-32s %-6s Ir %12s for %d requests = %6d per request (%s)\n' \
             "$who" "$t" "$ir" "$n" $((ir / n)) "$f"
         if [ "${CACHE_SIM:-0}" = 1 ]; then
-            # Columns: Ir I1mr ILmr Dr D1mr DLmr Dw D1mw DLmw.
+            # callgrind's columns: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw.
             echo "$totals" | awk -v n="$n" -v who="$who" -v t="$t" \
-                '{printf "%-32s %-6s per request: D1 read misses %.2f, LL read misses %.2f\n", who, t, $5 / n, $6 / n}'
+                '{printf "%-32s %-6s per request: D1 read misses %.2f, LL read misses %.2f\n", who, t, $5 / n, $8 / n}'
         fi
     done
 done
