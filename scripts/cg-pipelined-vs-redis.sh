@@ -12,7 +12,10 @@
 #   setex SET key:__rand_int__ <value> EX 100000
 #
 #   scripts/cg-pipelined-vs-redis.sh OUTDIR redis|FOREST_BIN... [-- forest serve flags]
-#   (N=100000 P=16 CLIENTS=50 KEYS=100000 VALUE_BYTES=8 TESTS="set get setex" LOAD=plain)
+#   (N=100000 P=16 CLIENTS=50 KEYS=100000 VALUE_BYTES=8 TESTS="set get setex" LOAD=plain
+#   CACHE_SIM=0; CACHE_SIM=1 adds callgrind's cache simulation and prints data-read misses per
+#   request at L1 and the last level: the simulator ignores prefetch instructions, so it
+#   counts misses, not how many of them overlap)
 # The servers' background tasks (forest's active expiry, redis's serverCron) tick by wall time,
 # which callgrind stretches ~50x: their share is larger here than natively.
 # Prints "who test Ir per request"; OUTDIR keeps the dumps for callgrind_annotate.
@@ -23,6 +26,8 @@ while [ $# -gt 0 ] && [ "$1" != -- ]; do whos+=("$1"); shift; done
 [ "${1:-}" = -- ] && shift
 n=${N:-100000}; p=${P:-16}; c=${CLIENTS:-50}; keys=${KEYS:-100000}; d=${VALUE_BYTES:-8}
 tests=${TESTS:-"set get setex"}; port=${PORT:-17411}
+cg=(valgrind --tool=callgrind --instr-atstart=no)
+[ "${CACHE_SIM:-0}" = 1 ] && cg+=(--cache-sim=yes)
 mkdir -p "$out"
 value=$(head -c "$d" /dev/zero | tr '\0' v)
 i=0
@@ -31,11 +36,11 @@ for who in "${whos[@]}"; do
     tag=$i.$(basename "$who")
     dir=$(mktemp -d)
     if [ "$who" = redis ]; then
-        valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out/cg.$tag" \
+        "${cg[@]}" --callgrind-out-file="$out/cg.$tag" \
             redis-server --port "$port" --dir "$dir" --appendonly yes --appendfsync everysec \
             --save '' >/dev/null 2>"$out/$tag.err" &
     else
-        valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out/cg.$tag" \
+        "${cg[@]}" --callgrind-out-file="$out/cg.$tag" \
             "$who" serve --port "$port" --dir "$dir" --durability periodic:1000 "$@" \
             >/dev/null 2>"$out/$tag.err" &
     fi
@@ -64,8 +69,16 @@ for who in "${whos[@]}"; do
     rm -rf "$dir"
     for t in $tests; do
         f=$(grep -l "^desc: Trigger: .*$t\$" "$out"/cg."$tag".* 2>/dev/null | head -1)
-        ir=$(callgrind_annotate "$f" 2>/dev/null | grep -m1 'PROGRAM TOTALS' | awk '{gsub(",","",$1); print $1}')
+        # The totals without their "(100.0%)" columns.
+        totals=$(callgrind_annotate "$f" 2>/dev/null | grep -m1 'PROGRAM TOTALS' | tr -d , |
+            sed 's/([^)]*)//g')
+        ir=$(echo "$totals" | awk '{print $1}')
         printf '%-32s %-6s Ir %12s for %d requests = %6d per request (%s)\n' \
             "$who" "$t" "$ir" "$n" $((ir / n)) "$f"
+        if [ "${CACHE_SIM:-0}" = 1 ]; then
+            # callgrind's columns: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw.
+            echo "$totals" | awk -v n="$n" -v who="$who" -v t="$t" \
+                '{printf "%-32s %-6s per request: D1 read misses %.2f, LL read misses %.2f\n", who, t, $5 / n, $8 / n}'
+        fi
     done
 done

@@ -44,6 +44,22 @@ pub trait Index: Send + Sync {
     /// keeps the hot path free of allocation.
     fn get(&self, key: &[u8], out: &mut Vec<u8>) -> bool;
 
+    /// Looks every key of `keys` up, as `keys.len()` calls of [`Index::get`] in that order
+    /// would: `visit` gets each key's position and value (None: absent), in order, once
+    /// each. Each key's answer is linearizable on its own, and key `i`'s read takes effect
+    /// after key `i - 1`'s (a reader of its own earlier answers sees time go forward), so an
+    /// engine may overlap the keys' searches but not reorder their reads. `visit` may run
+    /// while the engine holds an epoch pin (as [`Index::scan_pinned`]'s visitor): it must not
+    /// block or write this index. The default loops [`Index::get`]; masstree overrides it
+    /// (its descents go in lock-step with prefetches, issue 15).
+    fn get_many(&self, keys: &[&[u8]], visit: &mut dyn FnMut(usize, Option<&[u8]>)) {
+        let mut out = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            let found = self.get(key, &mut out);
+            visit(i, found.then_some(out.as_slice()));
+        }
+    }
+
     /// Inserts only if `key` is absent (the papers' unique insert). Returns whether it did.
     fn insert(&self, key: &[u8], value: &[u8]) -> Result<bool>;
 

@@ -67,6 +67,8 @@ enum Fault {
     SeamSkipsAfterWrite,
     /// A hinted scan takes its length hint for a limit: it ends after that many records.
     HintIsALimit,
+    /// `get_many` answers a key repeated in one list as absent after its first time.
+    GetManyDropsRepeats,
 }
 
 /// Records a scan copies per chunk; small so that chunk seams are crossed often.
@@ -187,6 +189,17 @@ impl Index for Broken {
                 true
             }
             None => false,
+        }
+    }
+
+    fn get_many(&self, keys: &[&[u8]], visit: &mut dyn FnMut(usize, Option<&[u8]>)) {
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            let repeat = !seen.insert(*key);
+            let found = self.get(key, &mut out);
+            let dropped = repeat && self.fault == Fault::GetManyDropsRepeats;
+            visit(i, (found && !dropped).then_some(out.as_slice()));
         }
     }
 
@@ -376,7 +389,7 @@ fn broken(fault: Fault) -> impl Fn() -> std::sync::Arc<dyn Index> {
 
 mod caught {
     use super::*;
-    use forest_core::conformance::{edge, model, order, scan, stress};
+    use forest_core::conformance::{edge, many, model, order, scan, stress};
 
     // Each test: goal = the named check catches one bug; method = run that check on an index
     // with that one fault and expect the check's own failure message.
@@ -457,6 +470,12 @@ mod caught {
     #[should_panic(expected = "[scan_early_stop] index broken")]
     fn scan_ignoring_break() {
         scan::scan_early_stop(&broken(Fault::IgnoresBreak), &Sizes::for_build());
+    }
+
+    #[test]
+    #[should_panic(expected = "[get_many_model] index broken")]
+    fn get_many_dropping_repeated_keys() {
+        many::get_many_model(&broken(Fault::GetManyDropsRepeats), &Sizes::for_build());
     }
 
     #[test]

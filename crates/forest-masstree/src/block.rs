@@ -242,6 +242,12 @@ impl<'g> BlockRef<'g> {
         crate::prefetch::node(self.0.into_usize() as *const u8, lines);
     }
 
+    /// Whether both name the same block (under one pin a block's address is not reused).
+    #[inline]
+    pub fn same(self, other: BlockRef<'_>) -> bool {
+        self.0.into_usize() == other.0.into_usize()
+    }
+
     /// The block.
     #[inline]
     pub fn get(self) -> &'g Block {

@@ -93,6 +93,26 @@ pub enum Lookup<'g, const W: usize, const F: usize> {
     Unstable,
 }
 
+/// What a batched get's first pass found for a key in one border node ([`Border::probe`]),
+/// with what its second pass compares to reuse it (`crate::get`).
+#[derive(Clone, Copy)]
+pub enum Probe<'g, const W: usize, const F: usize> {
+    /// The key is absent under the permutation word `perm`.
+    Absent { perm: u64 },
+    /// The key's slot `slot` under `perm`, and its block, not read yet; `suffix`: the slot
+    /// holds a key with a suffix, to compare with the key's own once the block is read.
+    Value {
+        perm: u64,
+        slot: usize,
+        block: block::BlockRef<'g>,
+        suffix: bool,
+    },
+    /// A layer link.
+    Layer(BorderRef<'g, W, F>),
+    /// A slot in transition: the second pass looks the key up as a get does.
+    Other,
+}
+
 /// Where a locked writer stands in a border node.
 pub enum Found {
     /// The key is at this position / slot.
@@ -208,6 +228,45 @@ impl<const W: usize, const F: usize> Border<W, F> {
             },
             KEYLEN_LAYER => Lookup::Layer(self.layer[s].load(Ordering::Acquire, guard)),
             _ => Lookup::Unstable,
+        }
+    }
+
+    /// Reader-side search for a batched get's first pass: as [`Self::lookup`], but the key's
+    /// block is not read (its address can be prefetched) and the permutation word read is
+    /// returned. The caller validates the version afterwards. A later reader that finds the
+    /// same version, the same permutation word and (for a value) the same block in the slot
+    /// knows the key's state has not changed since: inserts change the permutation, a
+    /// removal empties the slot (before it, the permutation changes), a slot reused or moved
+    /// marks the node, an update replaces the block, and no block is reused while pinned.
+    #[inline]
+    pub fn probe<'g>(
+        &self,
+        slice: u64,
+        class: u8,
+        search: NodeSearch,
+        guard: &'g TreeGuard<'_>,
+    ) -> Probe<'g, W, F> {
+        let raw = self.permutation.load(Ordering::Acquire);
+        let perm = Permuter::<W>::from_value(raw);
+        let (i, Some(kl)) = self.position(perm, slice, class, search) else {
+            return Probe::Absent { perm: raw };
+        };
+        let s = perm.get(i);
+        match kl {
+            0..=8 | KEYLEN_SUFFIX => match self.value[s].load_ref(Ordering::Acquire, guard) {
+                Some(block) => Probe::Value {
+                    perm: raw,
+                    slot: s,
+                    block,
+                    suffix: kl == KEYLEN_SUFFIX,
+                },
+                None => Probe::Other,
+            },
+            KEYLEN_LAYER => match self.layer[s].load(Ordering::Acquire, guard) {
+                Some(link) => Probe::Layer(link),
+                None => Probe::Other,
+            },
+            _ => Probe::Other,
         }
     }
 

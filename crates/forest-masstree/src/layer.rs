@@ -32,7 +32,7 @@ use crate::Masstree;
 /// Climbs from a possibly stale root to its layer's current root (Fig. 6's first lines);
 /// returns it with a stable version.
 #[inline]
-fn climb<'g, const W: usize, const F: usize>(
+pub(crate) fn climb<'g, const W: usize, const F: usize>(
     mut n: NodeRef<'g, W, F>,
     guard: &'g TreeGuard<'_>,
 ) -> (NodeRef<'g, W, F>, u64) {

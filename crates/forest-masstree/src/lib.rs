@@ -9,7 +9,7 @@
 //! | §4.2 interior nodes | `interior` |
 //! | §4.4–4.6 version word (Fig. 3) | `nodeversion` |
 //! | §4.6.2 permutation | `permuter` |
-//! | §4.6.4 get (Fig. 6, 7) | `get`, `layer::find_border` |
+//! | §4.6.4 get (Fig. 6, 7); batched gets with prefetch (§4.2) | `get`, `layer::find_border` |
 //! | §4.6.1–4.6.3 put | `insert` |
 //! | §4.3, §4.6.4 splits (Fig. 5) | `split` |
 //! | §4.6.5 removes | `remove`, `layer::collapse_root`, `node` (reclamation) |
@@ -284,6 +284,10 @@ impl<const W: usize, const F: usize> Index for Masstree<W, F> {
             return false;
         }
         get::get(self, key, out)
+    }
+
+    fn get_many(&self, keys: &[&[u8]], visit: &mut dyn FnMut(usize, Option<&[u8]>)) {
+        get::get_many(self, keys, visit)
     }
 
     fn insert(&self, key: &[u8], value: &[u8]) -> Result<bool> {

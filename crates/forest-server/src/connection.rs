@@ -184,6 +184,29 @@ fn touches_no_stripe(argv: &[&[u8]]) -> bool {
     }
 }
 
+/// Reads the values of the run of GETs that starts at request `first` together
+/// ([`cmd::get::PreReads`]), if the request after it is a GET too.
+fn read_get_run(
+    shared: &Shared,
+    requests: &Requests,
+    input: &[u8],
+    first: usize,
+    prereads: &mut cmd::get::PreReads,
+) {
+    let mut argv: Vec<&[u8]> = Vec::with_capacity(2);
+    let mut keys: Vec<&[u8]> = Vec::new();
+    for i in first..requests.len() {
+        requests.argv(i, input, &mut argv);
+        match argv[..] {
+            [name, key] if is_word(name, "get") => keys.push(key),
+            _ => break,
+        }
+    }
+    if keys.len() >= 2 {
+        prereads.read(shared, &keys, first);
+    }
+}
+
 /// `output` with each write reply at `writes` replaced by `write not acknowledged` (a
 /// batch whose durability wait failed; rare, so it may copy).
 fn unacknowledge(
@@ -307,6 +330,7 @@ impl Conn {
         let mut batch = shared.store.batch();
         let mut argv: Vec<&[u8]> = Vec::with_capacity(8);
         let inline = runtime_gate.as_deref().map(RuntimeGate::enter);
+        buffers.prereads.clear();
         for i in 0..requests.len() {
             requests.argv(i, input, &mut argv);
             if inline.is_some() {
@@ -316,6 +340,10 @@ impl Conn {
                     break;
                 }
             }
+            if i >= buffers.prereads.run_end() && cmd::get::starts_run(client, &argv) {
+                read_get_run(shared, requests, input, i, &mut buffers.prereads);
+            }
+            buffers.prereads.at_request(i);
             executed = i + 1;
             let mut ctx = Ctx {
                 shared,

@@ -872,6 +872,82 @@ impl Store {
         self.index_get(key, out)
     }
 
+    /// Reads each key of `keys` as that many [`Self::try_get`]s in a row would (key `i`'s read
+    /// takes effect after key `i - 1`'s), looking the keys up together through the index's
+    /// batched lookup ([`Index::get_many`]; masstree overlaps the descents, issue 15): key `i`'s
+    /// value goes to `values[i]` (replaced) and whether it is present to `found[i]`. Each key's
+    /// read sees no atomic batch in part, as `try_get`'s (its stripe's seqlock); the keys are
+    /// not read at one moment together (that is [`Self::get_many`], MGET's). A page-load error
+    /// is returned as by `try_get`, with the keys before it read. Panics unless the three
+    /// slices have one length.
+    pub fn try_get_each(
+        &self,
+        keys: &[&[u8]],
+        values: &mut [Vec<u8>],
+        found: &mut [bool],
+    ) -> Result<()> {
+        assert!(
+            keys.len() == values.len() && keys.len() == found.len(),
+            "try_get_each: {} keys, {} values, {} found flags",
+            keys.len(),
+            values.len(),
+            found.len()
+        );
+        if self.llama.is_some() || keys.len() < 2 {
+            // A bwtree on its LSS loads pages per key (and parks their errors per read).
+            return self.try_get_in_turn(keys, values, found, 0);
+        }
+        for (chunk, keys_here) in keys.chunks(EACH_CHUNK_KEYS).enumerate() {
+            let first = chunk * EACH_CHUNK_KEYS;
+            let mut stripes: [Option<&crate::lsn::Stripe>; EACH_CHUNK_KEYS] =
+                [None; EACH_CHUNK_KEYS];
+            let mut seqs = [0u64; EACH_CHUNK_KEYS];
+            for (j, key) in keys_here.iter().enumerate() {
+                let stripe = self.stripes.of(key);
+                match stripe.read_begin() {
+                    Some(seq) => (stripes[j], seqs[j]) = (Some(stripe), seq),
+                    // A batch is applying to this key's stripe: the rest as single gets,
+                    // which wait for it.
+                    None => return self.try_get_in_turn(keys, values, found, first),
+                }
+            }
+            let (values_here, found_here) = (
+                &mut values[first..first + keys_here.len()],
+                &mut found[first..first + keys_here.len()],
+            );
+            self.index.get_many(keys_here, &mut |j, value| {
+                found_here[j] = value.is_some();
+                if let Some(value) = value {
+                    values_here[j].clear();
+                    values_here[j].extend_from_slice(value);
+                }
+            });
+            for j in 0..keys_here.len() {
+                let valid = stripes[j].is_some_and(|stripe| stripe.read_valid(seqs[j]));
+                if !valid {
+                    // A batch applied to key j's stripe meanwhile: it and every key after it
+                    // are read again one by one, so the reads stay in order.
+                    return self.try_get_in_turn(keys, values, found, first + j);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Self::try_get`] of `keys[from..]`, one after another (see [`Self::try_get_each`]).
+    fn try_get_in_turn(
+        &self,
+        keys: &[&[u8]],
+        values: &mut [Vec<u8>],
+        found: &mut [bool],
+        from: usize,
+    ) -> Result<()> {
+        for i in from..keys.len() {
+            found[i] = self.try_get(keys[i], &mut values[i])?;
+        }
+        Ok(())
+    }
+
     /// Reads every key of `keys` at one moment with respect to atomic batches: no batch is
     /// seen in part, across the keys too. `visit` gets each key's index and value (None:
     /// absent), in order, once the read is known to be consistent. A page-load error is
@@ -908,10 +984,7 @@ impl Store {
                 stripe.wait_for_batch();
                 continue;
             }
-            for (key, value) in keys.iter().zip(values.iter_mut()) {
-                let mut out = value.take().unwrap_or_default();
-                *value = self.index_get(key, &mut out)?.then_some(out);
-            }
+            self.index_get_many(keys, &mut values)?;
             if stripes.iter().zip(&seqs).all(|(s, &seq)| s.read_valid(seq)) {
                 consistent = true;
                 break;
@@ -1820,6 +1893,28 @@ impl Store {
     /// replays the logs; a clwb tree was marked to be rebuilt). Returns the error to give.
     /// Reads `key` from the index for a write's decision: a page that cannot be loaded
     /// (bwtree on its LSS) is the write's error, before any LSN is taken.
+    /// [`Self::index_get`] of every key of `keys` into `values` (None: absent, a `Some`'s
+    /// buffer reused), through the index's batched lookup unless a bwtree on its LSS serves
+    /// the keys.
+    fn index_get_many(&self, keys: &[&[u8]], values: &mut [Option<Vec<u8>>]) -> Result<()> {
+        if self.llama.is_some() {
+            for (key, value) in keys.iter().zip(values.iter_mut()) {
+                let mut out = value.take().unwrap_or_default();
+                *value = self.index_get(key, &mut out)?.then_some(out);
+            }
+            return Ok(());
+        }
+        self.index.get_many(keys, &mut |i, found| match found {
+            Some(bytes) => {
+                let out = values[i].get_or_insert_with(Vec::new);
+                out.clear();
+                out.extend_from_slice(bytes);
+            }
+            None => values[i] = None,
+        });
+        Ok(())
+    }
+
     fn index_get(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         match &self.llama {
             Some(llama) => {
@@ -2440,6 +2535,9 @@ enum Optimistic<B> {
 /// Seqlock retries before a reader takes the stripes' locks instead (a reader must not
 /// starve behind a stream of batches).
 const READ_RETRIES_MAX: u32 = 8;
+/// Keys [`Store::try_get_each`] hands the index at a time (the stripes and their sequence
+/// numbers stay on the stack): two of masstree's lock-step groups.
+const EACH_CHUNK_KEYS: usize = 32;
 
 /// Writes that share one durability wait (the server's pipelines; issue 5 "A batch API").
 ///

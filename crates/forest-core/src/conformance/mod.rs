@@ -42,6 +42,8 @@
 //! | [`stress::stress_hot_keys`] | threads upsert 16 hot keys with (thread, sequence) values; readers (gets and scans) never see a writer's sequence go back; at the end each key holds some writer's last write | 50 k / 1 M ops |
 //! | [`stress::stress_scan_during_writes`] | scans with random bounds, orders, early stops and length hints, during inserts and removes of volatile keys, are strictly ordered, stay within bounds, return every stable key and only correct values | 50 k / 1 M writes |
 //! | [`stress::stress_scan_pinned_during_writes`] | the same through [`Index::scan_pinned`] | a quarter of the above: 12.5 k / 250 k writes |
+//! | [`many::get_many_model`] | [`Index::get_many`] on random lists (the empty list, up to 70 keys: repeats, absent and over-long keys, the edge keys, keys of one, two and three slices) after each of three rounds of upserts and removals: one visit per position, in order, the model's value | 300–3 000 keys, 192 lists |
+//! | [`stress::stress_get_many_during_writes`] | `get_many` during writes: one writer writes each sequence to 16 hot keys in turn, others insert and remove volatile keys; readers' lists of hot, stable, volatile, never-written and over-long keys get one visit per position in order, right values, and no hot key behind what an earlier position or call showed (key `i`'s read after key `i - 1`'s); the model at the end | a quarter of the stress ops as writes: 12.5 k / 250 k |
 //!
 //! Threads: `max(4, 2 × available_parallelism)`. When no stress thread finishes an operation
 //! for [`stress::STALL_TIMEOUT`] (60 s), the kit prints which threads are stuck and aborts the
@@ -60,6 +62,7 @@
 //! broken indexes are each caught by the check meant to catch them.
 
 pub mod edge;
+pub mod many;
 pub mod model;
 pub mod order;
 #[cfg(feature = "pause-points")]
@@ -582,6 +585,16 @@ macro_rules! conformance_tests {
             #[test]
             fn stress_scan_pinned_during_writes() {
                 $crate::conformance::stress::stress_scan_pinned_during_writes(&shared(), &sizes());
+            }
+
+            #[test]
+            fn get_many_model() {
+                $crate::conformance::many::get_many_model(&shared(), &sizes());
+            }
+
+            #[test]
+            fn stress_get_many_during_writes() {
+                $crate::conformance::stress::stress_get_many_during_writes(&shared(), &sizes());
             }
         }
     };

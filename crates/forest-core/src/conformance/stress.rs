@@ -596,7 +596,13 @@ pub fn stress_scan_during_writes(make: Make<'_>, sizes: &Sizes) {
         let mut rng = thread_rng(seed, t);
         if t < writer_count {
             let _count_down = CountDown(&writers_running);
-            write_volatile(index, t, writer_count, ops_per_writer, &mut rng, crew, seed)
+            let volatile = Volatile {
+                check: CHECK,
+                writer: t,
+                writer_count,
+                op_count: ops_per_writer,
+            };
+            write_volatile(index, volatile, &mut rng, crew, seed)
         } else {
             let mut scans = 0usize;
             while scans < SCANS_MAX && !crew.should_stop(0) {
@@ -636,21 +642,35 @@ pub fn stress_scan_pinned_during_writes(make: Make<'_>, sizes: &Sizes) {
     stress_scan_during_writes(&crate::conformance::pinned(make), &sizes);
 }
 
-/// One writer of [`stress_scan_during_writes`]: random inserts, removes, upserts and updates
-/// of the volatile codes it owns, each result checked. Returns the codes present at the end.
-fn write_volatile(
-    index: &dyn Index,
-    t: usize,
+/// Who a volatile writer is ([`write_volatile`]): the check it names in failures, its number
+/// among the volatile writers and how many writes it makes.
+#[derive(Clone, Copy)]
+struct Volatile<'a> {
+    check: &'a str,
+    writer: usize,
     writer_count: usize,
     op_count: usize,
+}
+
+/// One writer of [`stress_scan_during_writes`] and [`stress_get_many_during_writes`]: random
+/// inserts, removes, upserts and updates of the volatile codes it owns, each result checked.
+/// Returns the codes present at the end.
+fn write_volatile(
+    index: &dyn Index,
+    volatile: Volatile<'_>,
     rng: &mut SmallRng,
     crew: Crew<'_>,
     seed: u64,
 ) -> BTreeSet<u32> {
-    const CHECK: &str = "stress_scan_during_writes";
+    let Volatile {
+        check,
+        writer: t,
+        writer_count,
+        op_count,
+    } = volatile;
     let name = index.name();
     let fail = |what: String| -> ! {
-        panic!("[{CHECK}] index {name}: writer thread {t}: {what} (seed {seed})")
+        panic!("[{check}] index {name}: writer thread {t}: {what} (seed {seed})")
     };
     let owned: Vec<u32> = (0..STABLE_KEY_COUNT)
         .filter(|i| *i as usize % writer_count == t)
@@ -845,4 +865,215 @@ fn scan_and_check(index: &dyn Index, t: usize, scan_number: usize, rng: &mut Sma
             want.len()
         ));
     }
+}
+
+/// Keys one `get_many` of [`stress_get_many_during_writes`] looks up at most (several of
+/// masstree's lock-step groups of 16).
+const GET_MANY_KEYS_MAX: usize = 40;
+/// Fewest `get_many` calls each reader makes, even when the writers finish first.
+const GET_MANY_CALLS_MIN: usize = 64;
+
+/// What one reader of [`stress_get_many_during_writes`] knows of the hot keys: per key, the
+/// lowest sequence a read of it may still return.
+struct HotFloors(Vec<u64>);
+
+impl HotFloors {
+    /// Checks a read of hot key `i`, then raises the floors it implies: the one writer writes
+    /// sequence `s` to keys `0, 1, ..., 15` in turn, so once key `i` shows `s`, key `i` and
+    /// every key before it hold `s` or later for good.
+    fn observe(&mut self, i: usize, value: &[u8]) -> Result<(), String> {
+        let (writer, seq) = decode_hot(value)?;
+        if writer != 0 {
+            return Err(format!("value names writer {writer}; only writer 0 writes"));
+        }
+        if seq < self.0[i] {
+            return Err(format!(
+                "read sequence {seq} after a read (this call's earlier keys or an earlier call) that showed sequence {} already written to it",
+                self.0[i]
+            ));
+        }
+        for floor in &mut self.0[..=i] {
+            *floor = (*floor).max(seq);
+        }
+        Ok(())
+    }
+}
+
+/// [`Index::get_many`] during writes: one thread writes sequence after sequence to the 16 hot
+/// keys, each sequence to key 0, 1, ..., 15 in turn; other writers insert and remove volatile
+/// keys between stable ones (so nodes split and merge); readers call `get_many` on random
+/// lists of hot, stable, volatile, never-written and over-long keys, repeats included. Each
+/// call visits every position once, in order; a stable key has its value, a volatile key its
+/// value or nothing, a never-written or over-long key nothing, and a hot key never goes back
+/// behind what the reader saw before, in this call or an earlier one (a read of key `i` at
+/// sequence `s` means keys `0..=i` hold `s` or later, since the writer wrote them first): so
+/// key `j`'s read takes effect after key `j - 1`'s, as the contract says. At the end the index
+/// equals the model.
+pub fn stress_get_many_during_writes(make: Make<'_>, sizes: &Sizes) {
+    const CHECK: &str = "stress_get_many_during_writes";
+    let index = make();
+    let index = &*index;
+    let name = index.name();
+    let seed = crate::conformance::seed();
+    let volatile_writer_count = (sizes.thread_count / 2).saturating_sub(1).max(1);
+    let reader_count = sizes
+        .thread_count
+        .saturating_sub(volatile_writer_count + 1)
+        .max(1);
+    // A quarter of a stress check's operations, half to each kind of writer.
+    let write_count = (sizes.stress_op_count / 4).max(2);
+    let hot_rounds = (write_count / 2 / usize::from(HOT_KEY_COUNT)).max(1);
+    let ops_per_volatile_writer = (write_count / 2 / volatile_writer_count).max(1);
+    let code_end = STABLE_KEY_COUNT * 2;
+    let mut model = Model::new();
+    for code in (0..code_end).step_by(2) {
+        let key = scan_key(code);
+        let value = derived_value(&key);
+        if !matches!(index.insert(&key, &value), Ok(true)) {
+            panic!(
+                "[{CHECK}] index {name}: inserting stable key {} failed",
+                show(&key)
+            );
+        }
+        model.insert(key, value);
+    }
+    let hot_keys: Vec<Vec<u8>> = (0..HOT_KEY_COUNT).map(hot_key).collect();
+    for key in &hot_keys {
+        if let Err(e) = index.upsert(key, &hot_value(0, 0)) {
+            panic!(
+                "[{CHECK}] index {name}: initial upsert({}) failed: {e}",
+                show(key)
+            );
+        }
+    }
+    let never_written: Vec<Vec<u8>> = (0..8).map(|i| scan_key(code_end + 10 + i)).collect();
+    let too_long = vec![b's'; crate::KEY_BYTES_MAX + 1];
+    let writers_running = AtomicUsize::new(volatile_writer_count + 1);
+
+    let label = format!("[{CHECK}] index {name} (seed {seed})");
+    let thread_count = 1 + volatile_writer_count + reader_count;
+    let results = run_threads(&label, thread_count, |t, crew| {
+        let mut rng = thread_rng(seed, t);
+        let fail = |what: String| -> ! {
+            panic!("[{CHECK}] index {name}: thread {t}: {what} (seed {seed})")
+        };
+        if t == 0 {
+            let _count_down = CountDown(&writers_running);
+            let mut last = 0;
+            for seq in 1..=hot_rounds as u64 {
+                if crew.should_stop(0) {
+                    break;
+                }
+                for key in &hot_keys {
+                    if let Err(e) = index.upsert(key, &hot_value(0, seq)) {
+                        fail(format!("upsert({}) failed: {e}", show(key)));
+                    }
+                    crew.tick();
+                }
+                last = seq;
+            }
+            return (BTreeSet::new(), last);
+        }
+        if t <= volatile_writer_count {
+            let _count_down = CountDown(&writers_running);
+            let volatile = Volatile {
+                check: CHECK,
+                writer: t - 1,
+                writer_count: volatile_writer_count,
+                op_count: ops_per_volatile_writer,
+            };
+            return (write_volatile(index, volatile, &mut rng, crew, seed), 0);
+        }
+        let mut floors = HotFloors(vec![0; usize::from(HOT_KEY_COUNT)]);
+        let mut calls = 0usize;
+        while calls < SCANS_MAX && !crew.should_stop(0) {
+            if calls >= GET_MANY_CALLS_MIN && writers_running.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            let len = rng.random_range(0..=GET_MANY_KEYS_MAX);
+            // Each position: its key and what it is (0..16: a hot key; else a kind below).
+            const STABLE: usize = 100;
+            const VOLATILE: usize = 101;
+            const ABSENT: usize = 102;
+            let mut kinds = Vec::with_capacity(len);
+            let mut owned: Vec<Vec<u8>> = Vec::with_capacity(len);
+            for _ in 0..len {
+                let (kind, key) = match rng.random_range(0..10) {
+                    0..=3 => {
+                        let i = rng.random_range(0..HOT_KEY_COUNT);
+                        (usize::from(i), hot_keys[usize::from(i)].clone())
+                    }
+                    4..=5 => (STABLE, scan_key(rng.random_range(0..STABLE_KEY_COUNT) * 2)),
+                    6..=7 => (
+                        VOLATILE,
+                        scan_key(rng.random_range(0..STABLE_KEY_COUNT) * 2 + 1),
+                    ),
+                    8 => (
+                        ABSENT,
+                        never_written[rng.random_range(0..never_written.len())].clone(),
+                    ),
+                    _ => (ABSENT, too_long.clone()),
+                };
+                kinds.push(kind);
+                owned.push(key);
+            }
+            let list: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+            let mut next = 0;
+            let mut failure = None;
+            index.get_many(&list, &mut |i, value| {
+                if failure.is_some() {
+                    return;
+                }
+                if i != next {
+                    failure = Some(format!("visited position {i}, expected {next}"));
+                    return;
+                }
+                next += 1;
+                let key = list[i];
+                let wrong = match (kinds[i], value) {
+                    (hot, Some(v)) if hot < usize::from(HOT_KEY_COUNT) => {
+                        floors.observe(hot, v).err()
+                    }
+                    (hot, None) if hot < usize::from(HOT_KEY_COUNT) => {
+                        Some("a hot key found nothing (hot keys are never removed)".to_string())
+                    }
+                    (STABLE, None) => Some("a stable key found nothing".to_string()),
+                    (STABLE | VOLATILE, Some(v)) if v != derived_value(key).as_slice() => Some(
+                        format!("gave {}, expected {}", show(v), show(&derived_value(key))),
+                    ),
+                    (ABSENT, Some(v)) => Some(format!("a key never written gave {}", show(v))),
+                    _ => None,
+                };
+                if let Some(wrong) = wrong {
+                    failure = Some(format!("key #{i} {}: {wrong}", show(key)));
+                }
+            });
+            if let Some(failure) = failure {
+                fail(format!("get_many call {calls} of {len} keys: {failure}"));
+            }
+            if next != len {
+                fail(format!(
+                    "get_many call {calls} of {len} keys visited {next} positions"
+                ));
+            }
+            calls += 1;
+            crew.tick();
+        }
+        (BTreeSet::new(), 0)
+    });
+    let last_hot = results[0].1;
+    for code in results.into_iter().flat_map(|(set, _)| set) {
+        let key = scan_key(code);
+        let value = derived_value(&key);
+        model.insert(key, value);
+    }
+    for key in hot_keys {
+        model.insert(key, hot_value(0, last_hot));
+    }
+    assert_matches_model(
+        CHECK,
+        index,
+        &model,
+        &format!("after the threads ended (seed {seed})"),
+    );
 }

@@ -26,7 +26,7 @@ mod exists;
 pub mod expire;
 mod float80;
 mod flush;
-mod get;
+pub(crate) mod get;
 mod hash;
 mod incr;
 mod info;
@@ -213,6 +213,8 @@ pub struct Buffers {
     free_bytes: usize,
     /// For reads whose value is not returned (EXISTS, STRLEN, TYPE).
     pub scratch: Vec<u8>,
+    /// The answers of the batch's run of GETs read together (issue 15).
+    pub(crate) prereads: get::PreReads,
     /// The ops of the last unit written ([`Ctx::end_unit`]), emptied: their keys and values
     /// went back to `free`, so a collection command's unit allocates nothing once warm.
     unit_ops: Vec<forest_store::BatchOp>,

@@ -10,6 +10,7 @@ mod common;
 mod frame_proptest;
 mod multi_key_collections;
 mod per_core_scripts;
+mod pipelined_gets;
 mod protocol_doc;
 mod pubsub;
 mod range;

@@ -1151,6 +1151,88 @@ fn get_many_never_sees_part_of_a_batch() {
     assert!(reads >= DISTINCT);
 }
 
+// Goal: `try_get_each` (the server's run of pipelined GETs, issue 15) reads its keys in
+// order, each as `try_get` would: no key shows part of a batch and no later position shows an
+// older state than an earlier one. Method: a writer writes {a = i, b = i} as one batch for
+// i = 1, 2, ... (different stripes); the reader's lists alternate b and a (and an absent key,
+// and more than one chunk of 32 keys) until it has seen 1,000 different values (no time
+// bound); along each list and from call to call the values never decrease, the absent key is
+// absent; on a quiet store the answers equal `try_get`'s.
+#[test]
+fn try_get_each_reads_in_order_and_never_part_of_a_batch() {
+    let (a, b) = (b"alpha".as_slice(), b"beta".as_slice());
+    assert_ne!(KeyStripes::index_of(a), KeyStripes::index_of(b));
+    let store = open(&SimDir::new(52), Durability::Periodic { interval_ms: 5 }, 2).expect("open");
+    let mut list: Vec<&[u8]> = Vec::new();
+    for i in 0..70 {
+        list.push(match i % 5 {
+            4 => b"absent",
+            n if n % 2 == 0 => b,
+            _ => a,
+        });
+    }
+    let mut values = vec![Vec::new(); list.len()];
+    let mut found = vec![false; list.len()];
+    store
+        .try_get_each(&list, &mut values, &mut found)
+        .expect("read");
+    assert!(found.iter().all(|f| !f), "an empty store");
+    const DISTINCT: u64 = 1_000;
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let mut i = 0u32;
+            while !stop.load(Ordering::SeqCst) {
+                i += 1;
+                let v = i.to_be_bytes();
+                store
+                    .write(WriteBatch::new().put(a, &v).put(b, &v))
+                    .expect("write");
+            }
+        });
+        let (mut last, mut distinct, mut calls) = (0u32, 0u64, 0u64);
+        while distinct < DISTINCT {
+            store
+                .try_get_each(&list, &mut values, &mut found)
+                .expect("read");
+            for (j, key) in list.iter().enumerate() {
+                if *key == b"absent" {
+                    assert!(!found[j], "call {calls}: the absent key found");
+                    continue;
+                }
+                if !found[j] {
+                    // Before the first batch.
+                    assert_eq!(last, 0, "call {calls}: position {j} absent after {last}");
+                    continue;
+                }
+                let v = u32::from_be_bytes(values[j][..].try_into().expect("4 bytes"));
+                assert!(
+                    v >= last,
+                    "call {calls}: position {j} ({}) shows {v} after an earlier read showed {last}",
+                    String::from_utf8_lossy(key)
+                );
+                if v != last {
+                    distinct += 1;
+                    last = v;
+                }
+            }
+            calls += 1;
+        }
+        stop.store(true, Ordering::SeqCst);
+    });
+    store
+        .try_get_each(&list, &mut values, &mut found)
+        .expect("read");
+    for (j, key) in list.iter().enumerate() {
+        let mut one = Vec::new();
+        let hit = store.try_get(key, &mut one).expect("read");
+        assert_eq!(found[j], hit, "position {j}");
+        if hit {
+            assert_eq!(values[j], one, "position {j}");
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Availability.
 
