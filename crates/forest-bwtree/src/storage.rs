@@ -42,7 +42,6 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use crossbeam_epoch::{Guard, Shared};
-use forest_core::pause::pause_point;
 use forest_core::sync::atomic::Ordering;
 use forest_core::{Error, Result};
 use forest_llama::evict::{is_stable, swap_out, Clock, EvictStats, ResidentBytes, SwapOut};
@@ -407,33 +406,26 @@ impl BwTree {
                 "page {pid} is on an LSS, but the tree has none attached"
             )));
         };
-        let Some(address) = LssAddress::from_bits(bits) else {
-            fail_load(Error::InvalidUse(format!(
-                "page {pid}'s mapping word holds {bits:#x}, no LSS address"
-            )));
-        };
-        pause_point("load:word-read");
-        let state = match self.rebuild(&storage.lss, pid, address) {
-            Ok(state) => state,
-            // The cleaner moved the page and removed the segment read (`clean.rs`):
-            // addresses only grow, so a changed word means "read it again".
-            Err(_) if self.moved(pid, bits) => return None,
-            Err(e) => fail_load(e),
-        };
-        pause_point("load:rebuilt");
-        match self.table.install_loaded(pid, bits, state, guard) {
-            Ok(installed) => {
+        let loaded = forest_llama::read::load_page(
+            &self.table,
+            &storage.lss,
+            "page",
+            pid,
+            bits,
+            &storage.stats,
+            |lss, address| self.rebuild(lss, pid, address),
+            drop_unpublished,
+            guard,
+        );
+        match loaded {
+            Ok(Some(installed)) => {
                 let node = node_ref(installed);
                 storage.resident.add(node.chain_bytes());
-                storage.stats.loads.incr();
                 storage.clock.touch(pid);
                 Some((installed, node))
             }
-            Err(copy) => {
-                drop_unpublished(copy);
-                storage.stats.load_races.incr();
-                None
-            }
+            Ok(None) => None,
+            Err(e) => fail_load(e),
         }
     }
 

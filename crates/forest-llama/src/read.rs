@@ -17,11 +17,67 @@
 //!
 //! Node-merge links: forest-bwtree never flushes a merged page as a run (a node merge delta
 //! since the base page makes the next flush a whole image), so a chain never forks.
+//!
+//! [`load_page`] is the load both access methods share: the word's address checked, the page
+//! rebuilt by the access method's decoder, installed by the CAS from the address. Pause
+//! points (feature `pause-points`): `load:word-read` (the address read, nothing rebuilt yet)
+//! and `load:rebuilt` (the copy built, before its install CAS).
 
+use crossbeam_epoch::{Guard, Owned, Shared};
+use forest_core::pause::pause_point;
 use forest_core::{Error, Result};
 
+use crate::evict::EvictStats;
 use crate::lss::{Lss, LssAddress, Record, RecordKind};
+use crate::mapping_table::{MappingTable, PageState};
+use crate::page_state::PageLocation;
 use crate::Pid;
+
+/// Read of evicted page `pid`, whose word held the LSS address `bits` (TSBw §II-C): `rebuild`
+/// makes the page's state from its newest piece's address (the access method's decoder), and
+/// the state is installed by a CAS from `bits`. `Ok(None)` when the word changed meanwhile:
+/// another thread's copy won (the loser's copy goes to `discard`), or a failed rebuild met a
+/// word that no longer holds `bits` (loaded, relocated by the cleaner or freed since): the
+/// caller reads the word again. An error only when the word still holds `bits`; `label` names
+/// the page in it ("page", "tsbtree page"). Counts loads and lost races in `stats`.
+#[allow(clippy::too_many_arguments)]
+pub fn load_page<'g, T: PageState>(
+    table: &MappingTable<T>,
+    lss: &Lss,
+    label: &str,
+    pid: Pid,
+    bits: u64,
+    stats: &EvictStats,
+    rebuild: impl FnOnce(&Lss, LssAddress) -> Result<Owned<T>>,
+    discard: impl FnOnce(Owned<T>),
+    guard: &'g Guard,
+) -> Result<Option<Shared<'g, T>>> {
+    let Some(address) = LssAddress::from_bits(bits) else {
+        return Err(Error::InvalidUse(format!(
+            "{label} {pid}'s mapping word holds {bits:#x}, no LSS address"
+        )));
+    };
+    pause_point("load:word-read");
+    let state = match rebuild(lss, address) {
+        Ok(state) => state,
+        // Addresses only grow and a freed word never holds one: a changed word means "read
+        // it again".
+        Err(_) if table.read_location(pid) != PageLocation::Stored(bits) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    pause_point("load:rebuilt");
+    match table.install_loaded(pid, bits, state, guard) {
+        Ok(installed) => {
+            stats.loads.incr();
+            Ok(Some(installed))
+        }
+        Err(copy) => {
+            discard(copy);
+            stats.load_races.incr();
+            Ok(None)
+        }
+    }
+}
 
 /// The pieces of page `pid` from its newest, at `newest`, back to and including its newest
 /// page image; element 0 is the newest. Each piece's header names `pid`.

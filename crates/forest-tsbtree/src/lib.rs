@@ -46,7 +46,8 @@
 //!
 //! Pause points (feature `pause-points`): `key_split:leaf-split-installed`,
 //! `key_split:index-split-installed`, `time_split:leaf-split-installed`,
-//! `time_split:index-split-installed`, each after step 1's CAS and before step 2.
+//! `time_split:index-split-installed`, each after step 1's CAS and before step 2; on LSS-C
+//! also forest-llama's `flush:*` and `load:*` (`read::load_page`).
 //!
 //! §IV-B1's EOSL-TS: a store hands over its timestamps in flight
 //! ([`TemporalIndex::set_in_flight`]), and leaves time-split below the oldest

@@ -386,33 +386,29 @@ impl TsbTree {
                 "tsbtree page {pid} is on an LSS, but the tree has none attached"
             )));
         };
-        let Some(address) = LssAddress::from_bits(bits) else {
-            fail_load(Error::InvalidUse(format!(
-                "tsbtree page {pid}'s mapping word holds {bits:#x}, no LSS address"
-            )));
-        };
-        let state = match self.rebuild(&storage.lss, pid, address, guard) {
-            Ok(state) => state,
-            // Freed (retention) or loaded meanwhile: read the word again.
-            Err(_) if self.table.read_location(pid) != PageLocation::Stored(bits) => return None,
-            Err(e) => fail_load(e),
-        };
-        match self.table.install_loaded(pid, bits, state, guard) {
-            Ok(installed) => {
+        let loaded = forest_llama::read::load_page(
+            &self.table,
+            &storage.lss,
+            "tsbtree page",
+            pid,
+            bits,
+            &storage.stats,
+            |lss, address| self.rebuild(lss, pid, address, guard),
+            node::drop_unpublished,
+            guard,
+        );
+        match loaded {
+            Ok(Some(installed)) => {
                 storage.evicted.fetch_sub(1, Ordering::Relaxed);
                 let head = node::state_ref(installed, guard)?;
                 if page::is_historical(head) {
                     self.note_historical(pid);
                 }
-                storage.stats.loads.incr();
                 storage.clock.touch(pid);
-                node::state_ref(installed, guard).map(|n| (installed, n))
+                Some((installed, head))
             }
-            Err(copy) => {
-                node::drop_unpublished(copy);
-                storage.stats.load_races.incr();
-                None
-            }
+            Ok(None) => None,
+            Err(e) => fail_load(e),
         }
     }
 
