@@ -8,6 +8,7 @@ mod export;
 mod fig3;
 mod history_links;
 mod index_time_split;
+mod on_lss;
 mod pause_points;
 mod put_version;
 mod retention;
