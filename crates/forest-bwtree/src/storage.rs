@@ -48,7 +48,7 @@ use forest_llama::evict::{is_stable, swap_out, Clock, EvictStats, ResidentBytes,
 use forest_llama::flush::FlushDelta;
 use forest_llama::lss::{Lss, LssAddress, RecordKind};
 use forest_llama::page_state::PageLocation;
-use forest_llama::read::{payload_error, read_pieces};
+use forest_llama::read::{payload_error, read_page, read_pieces, PageLoader};
 use forest_llama::Pid;
 
 use crate::consolidate::build_state;
@@ -362,69 +362,36 @@ impl BwTree {
     }
 
     /// Reads `pid`'s state as a node reference valid for the guard's lifetime, loading it
-    /// from the LSS if it was evicted; `None` when the PID holds no page (merged away and
-    /// freed after the caller found it).
+    /// from the LSS if it was evicted (TSBw §II-C, forest-llama `read::read_page`: the pieces
+    /// rebuilt, installed by a CAS from the address; a lost race reads the word again);
+    /// `None` when the PID holds no page (merged away and freed after the caller found it).
+    /// A load failure stops the operation (module doc).
     #[inline]
     pub(crate) fn read_node<'g>(
         &self,
         pid: Pid,
         guard: &'g Guard,
     ) -> Option<(Shared<'g, Node>, &'g Node)> {
-        loop {
-            match self.table.read_location(pid) {
-                PageLocation::Memory(ptr) => {
-                    if let Some(storage) = &self.storage {
-                        storage.clock.touch(pid);
-                    }
-                    let state = Shared::from(ptr);
-                    // The word was read under `guard`: its state lives until `guard` unpins.
-                    return Some((state, node_ref(state)));
+        let storage = self.storage.as_ref();
+        let loader = PageLoader {
+            lss: storage.map(|s| (&*s.lss, &s.stats)),
+            label: "page",
+            rebuild: |lss: &Lss, address| self.rebuild(lss, pid, address),
+            discard: drop_unpublished,
+            installed: |state: Shared<'g, Node>| {
+                if let Some(storage) = storage {
+                    storage.resident.add(node_ref(state).chain_bytes());
+                    storage.clock.touch(pid);
                 }
-                PageLocation::Stored(bits) => {
-                    if let Some(found) = self.load(pid, bits, guard) {
-                        return Some(found);
-                    }
-                    // Another thread installed its copy first: read the word again.
-                }
-                PageLocation::Empty | PageLocation::FreeLink(_) => return None,
-            }
-        }
-    }
-
-    /// Read of an evicted page (TSBw §II-C): rebuilds it from its pieces and installs it by a
-    /// CAS from its address; `None` if another thread's copy won. A failure stops the
-    /// operation (module doc).
-    #[cold]
-    fn load<'g>(
-        &self,
-        pid: Pid,
-        bits: u64,
-        guard: &'g Guard,
-    ) -> Option<(Shared<'g, Node>, &'g Node)> {
-        let Some(storage) = &self.storage else {
-            fail_load(Error::InvalidUse(format!(
-                "page {pid} is on an LSS, but the tree has none attached"
-            )));
+            },
         };
-        let loaded = forest_llama::read::load_page(
-            &self.table,
-            &storage.lss,
-            "page",
-            pid,
-            bits,
-            &storage.stats,
-            |lss, address| self.rebuild(lss, pid, address),
-            drop_unpublished,
-            guard,
-        );
-        match loaded {
-            Ok(Some(installed)) => {
-                let node = node_ref(installed);
-                storage.resident.add(node.chain_bytes());
+        let touch = || {
+            if let Some(storage) = storage {
                 storage.clock.touch(pid);
-                Some((installed, node))
             }
-            Ok(None) => None,
+        };
+        match read_page(&self.table, pid, touch, &loader, guard) {
+            Ok(state) => state.map(|state| (state, node_ref(state))),
             Err(e) => fail_load(e),
         }
     }

@@ -18,10 +18,11 @@
 //! Node-merge links: forest-bwtree never flushes a merged page as a run (a node merge delta
 //! since the base page makes the next flush a whole image), so a chain never forks.
 //!
-//! [`load_page`] is the load both access methods share: the word's address checked, the page
-//! rebuilt by the access method's decoder, installed by the CAS from the address. Pause
-//! points (feature `pause-points`): `load:word-read` (the address read, nothing rebuilt yet)
-//! and `load:rebuilt` (the copy built, before its install CAS).
+//! [`read_page`] is the Read both access methods share: the word read once, a memory state
+//! returned as it is, an LSS address loaded (the page rebuilt by the access method's decoder,
+//! installed by the CAS from the address). Pause points (feature `pause-points`):
+//! `load:word-read` (the address read, nothing rebuilt yet) and `load:rebuilt` (the copy
+//! built, before its install CAS).
 
 use crossbeam_epoch::{Guard, Owned, Shared};
 use forest_core::pause::pause_point;
@@ -33,35 +34,89 @@ use crate::mapping_table::{MappingTable, PageState};
 use crate::page_state::PageLocation;
 use crate::Pid;
 
-/// Read of evicted page `pid`, whose word held the LSS address `bits` (TSBw §II-C): `rebuild`
-/// makes the page's state from its newest piece's address (the access method's decoder), and
-/// the state is installed by a CAS from `bits`. `Ok(None)` when the word changed meanwhile:
-/// another thread's copy won (the loser's copy goes to `discard`), or a failed rebuild met a
-/// word that no longer holds `bits` (loaded, relocated by the cleaner or freed since): the
-/// caller reads the word again. An error only when the word still holds `bits`; `label` names
-/// the page in it ("page", "tsbtree page"). Counts loads and lost races in `stats`.
-#[allow(clippy::too_many_arguments)]
-pub fn load_page<'g, T: PageState>(
+/// How an access method loads its pages, for [`read_page`].
+pub struct PageLoader<'a, R, D, I> {
+    /// The attached LSS and its eviction counters (loads, lost races); `None`: a tree without
+    /// one, which never meets an address (an error if it does).
+    pub lss: Option<(&'a Lss, &'a EvictStats)>,
+    /// Names a page in errors ("page", "tsbtree page").
+    pub label: &'a str,
+    /// The page's state from the address of its newest piece (the access method's decoder).
+    pub rebuild: R,
+    /// Drops a copy that lost the install race (never published).
+    pub discard: D,
+    /// Called with a state this thread installed (the access method's accounting).
+    pub installed: I,
+}
+
+/// Read of page `pid` under `guard` (TSBw §II-C): the state its word holds, read once (a
+/// second read could meet the page swapped out meanwhile), after `touch`; `None` for an empty
+/// or free word. An LSS address is loaded: rebuilt by `loader.rebuild`, installed by a CAS
+/// from the address; if another thread's copy won, or a failed rebuild met a word that no
+/// longer holds the address (loaded, relocated by the cleaner, freed), the word is read again.
+/// An error only when a rebuild fails and the word still holds its address.
+#[inline]
+pub fn read_page<'g, T, R, D, I>(
     table: &MappingTable<T>,
-    lss: &Lss,
-    label: &str,
+    pid: Pid,
+    touch: impl Fn(),
+    loader: &PageLoader<'_, R, D, I>,
+    guard: &'g Guard,
+) -> Result<Option<Shared<'g, T>>>
+where
+    T: PageState,
+    R: Fn(&Lss, LssAddress) -> Result<Owned<T>>,
+    D: Fn(Owned<T>),
+    I: Fn(Shared<'g, T>),
+{
+    loop {
+        match table.read_location(pid) {
+            PageLocation::Memory(ptr) => {
+                touch();
+                // Read under `guard`: the state lives until it unpins.
+                return Ok(Some(Shared::from(ptr)));
+            }
+            PageLocation::Stored(bits) => {
+                if let Some(installed) = load(table, pid, bits, loader, guard)? {
+                    return Ok(Some(installed));
+                }
+            }
+            PageLocation::Empty | PageLocation::FreeLink(_) => return Ok(None),
+        }
+    }
+}
+
+/// [`read_page`]'s load of an evicted page whose word held `bits`; `None`: read again.
+#[cold]
+fn load<'g, T, R, D, I>(
+    table: &MappingTable<T>,
     pid: Pid,
     bits: u64,
-    stats: &EvictStats,
-    rebuild: impl FnOnce(&Lss, LssAddress) -> Result<Owned<T>>,
-    discard: impl FnOnce(Owned<T>),
+    loader: &PageLoader<'_, R, D, I>,
     guard: &'g Guard,
-) -> Result<Option<Shared<'g, T>>> {
+) -> Result<Option<Shared<'g, T>>>
+where
+    T: PageState,
+    R: Fn(&Lss, LssAddress) -> Result<Owned<T>>,
+    D: Fn(Owned<T>),
+    I: Fn(Shared<'g, T>),
+{
+    let label = loader.label;
+    let Some((lss, stats)) = loader.lss else {
+        return Err(Error::InvalidUse(format!(
+            "{label} {pid} is on an LSS, but the tree has none attached"
+        )));
+    };
     let Some(address) = LssAddress::from_bits(bits) else {
         return Err(Error::InvalidUse(format!(
             "{label} {pid}'s mapping word holds {bits:#x}, no LSS address"
         )));
     };
     pause_point("load:word-read");
-    let state = match rebuild(lss, address) {
+    let state = match (loader.rebuild)(lss, address) {
         Ok(state) => state,
-        // Addresses only grow and a freed word never holds one: a changed word means "read
-        // it again".
+        // Addresses only grow and a freed word holds none: a changed word means "read it
+        // again".
         Err(_) if table.read_location(pid) != PageLocation::Stored(bits) => return Ok(None),
         Err(e) => return Err(e),
     };
@@ -69,10 +124,11 @@ pub fn load_page<'g, T: PageState>(
     match table.install_loaded(pid, bits, state, guard) {
         Ok(installed) => {
             stats.loads.incr();
+            (loader.installed)(installed);
             Ok(Some(installed))
         }
         Err(copy) => {
-            discard(copy);
+            (loader.discard)(copy);
             stats.load_races.incr();
             Ok(None)
         }

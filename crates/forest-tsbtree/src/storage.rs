@@ -58,7 +58,7 @@ use forest_llama::evict::{is_stable, swap_out, Clock, EvictStats, SwapOut};
 use forest_llama::flush::{flush, FlushOutcome, Piece as LssPiece};
 use forest_llama::lss::{Lss, LssAddress, RecordKind};
 use forest_llama::page_state::PageLocation;
-use forest_llama::read::{payload_error, read_pieces};
+use forest_llama::read::{payload_error, read_page, read_pieces, PageLoader};
 use forest_llama::Pid;
 
 use crate::marshal::{self, Header, Piece};
@@ -97,6 +97,23 @@ struct LoadFailed(Error);
 
 fn fail_load(error: Error) -> ! {
     std::panic::resume_unwind(Box::new(LoadFailed(error)))
+}
+
+/// `$ty { low, high, side, start, end, history, $field: $value }` with the first six taken
+/// from `$from`'s fields of those names: a page's bounds and links pass between a view or a
+/// base page and an image header (`marshal::Header`) unchanged, in both directions.
+macro_rules! with_bounds {
+    ($ty:ident, $from:expr, $field:ident: $value:expr) => {
+        $ty {
+            low: $from.low,
+            high: $from.high,
+            side: $from.side,
+            start: $from.start,
+            end: $from.end,
+            history: $from.history,
+            $field: $value,
+        }
+    };
 }
 
 /// How a [`TsbTree::flush_page`] ended.
@@ -343,71 +360,39 @@ impl TsbTree {
         })
     }
 
-    /// Reads `pid`'s state, loading it if it was evicted; `None` when the PID holds no page.
+    /// Reads `pid`'s state, loading it if it was evicted (forest-llama `read::read_page`: its
+    /// image rebuilt as a flush delta over a base page, installed by a CAS from its address;
+    /// a lost race or a changed word reads the word again); `None` when the PID holds no
+    /// page. A load failure stops the operation (module doc).
     #[inline]
     pub(crate) fn read_node<'g>(
         &self,
         pid: Pid,
         guard: &'g Guard,
     ) -> Option<(Shared<'g, Node>, &'g Node)> {
-        loop {
-            match self.table.read_location(pid) {
-                PageLocation::Memory(ptr) => {
-                    if let Some(storage) = &self.storage {
-                        storage.clock.touch(pid);
+        let storage = self.storage.as_ref();
+        let loader = PageLoader {
+            lss: storage.map(|s| (&*s.lss, &s.stats)),
+            label: "tsbtree page",
+            rebuild: |lss: &Lss, address| self.rebuild(lss, pid, address, guard),
+            discard: node::drop_unpublished,
+            installed: |state: Shared<'g, Node>| {
+                if let Some(storage) = storage {
+                    storage.evicted.fetch_sub(1, Ordering::Relaxed);
+                    if node::state_ref(state, guard).is_some_and(page::is_historical) {
+                        self.note_historical(pid);
                     }
-                    // This very word's pointer: a second read could meet the page swapped
-                    // out meanwhile. Read under `guard`, so it lives until `guard` unpins.
-                    let state = Shared::from(ptr);
-                    return node::state_ref(state, guard).map(|n| (state, n));
+                    storage.clock.touch(pid);
                 }
-                PageLocation::Stored(bits) => {
-                    if let Some(found) = self.load(pid, bits, guard) {
-                        return Some(found);
-                    }
-                }
-                PageLocation::Empty | PageLocation::FreeLink(_) => return None,
-            }
-        }
-    }
-
-    /// Read of an evicted page (TSBw §II-C): its image rebuilt as a flush delta over a base
-    /// page, installed by a CAS from its address; `None` if another thread's copy won or the
-    /// word changed.
-    #[cold]
-    fn load<'g>(
-        &self,
-        pid: Pid,
-        bits: u64,
-        guard: &'g Guard,
-    ) -> Option<(Shared<'g, Node>, &'g Node)> {
-        let Some(storage) = &self.storage else {
-            fail_load(Error::InvalidUse(format!(
-                "tsbtree page {pid} is on an LSS, but the tree has none attached"
-            )));
+            },
         };
-        let loaded = forest_llama::read::load_page(
-            &self.table,
-            &storage.lss,
-            "tsbtree page",
-            pid,
-            bits,
-            &storage.stats,
-            |lss, address| self.rebuild(lss, pid, address, guard),
-            node::drop_unpublished,
-            guard,
-        );
-        match loaded {
-            Ok(Some(installed)) => {
-                storage.evicted.fetch_sub(1, Ordering::Relaxed);
-                let head = node::state_ref(installed, guard)?;
-                if page::is_historical(head) {
-                    self.note_historical(pid);
-                }
+        let touch = || {
+            if let Some(storage) = storage {
                 storage.clock.touch(pid);
-                Some((installed, head))
             }
-            Ok(None) => None,
+        };
+        match read_page(&self.table, pid, touch, &loader, guard) {
+            Ok(state) => state.and_then(|state| Some((state, node::state_ref(state, guard)?))),
             Err(e) => fail_load(e),
         }
     }
@@ -469,32 +454,23 @@ impl TsbTree {
         let (level, kind, count) = match decoded {
             Piece::Leaf(h, records) => {
                 let n = records.len();
-                let base = LeafBase {
-                    low: h.low,
-                    high: h.high,
-                    side: h.side,
-                    start: h.start,
-                    end: h.end,
-                    history: h.history,
-                    records,
-                };
-                (0, Kind::Leaf(base), n)
+                (
+                    0,
+                    Kind::Leaf(with_bounds!(LeafBase, h, records: records)),
+                    n,
+                )
             }
             Piece::Index(h, terms) => {
                 let n = terms.len();
-                let base = IndexBase {
-                    low: h.low,
-                    high: h.high,
-                    side: h.side,
-                    start: h.start,
-                    end: h.end,
-                    history: h.history,
-                    entries: terms
-                        .into_iter()
-                        .map(|(key, ts, pid)| Term { key, ts, pid })
-                        .collect(),
-                };
-                (h.level, Kind::Index(base), n)
+                let entries = terms
+                    .into_iter()
+                    .map(|(key, ts, pid)| Term { key, ts, pid })
+                    .collect();
+                (
+                    h.level,
+                    Kind::Index(with_bounds!(IndexBase, h, entries: entries)),
+                    n,
+                )
             }
             Piece::KeySplit { .. } | Piece::TimeSplit { .. } => {
                 return Err(payload_error(
@@ -548,15 +524,7 @@ impl TsbTree {
         }
         let (payload, low, high) = if head.level == 0 {
             let view = page::leaf_view(head);
-            let header = Header {
-                level: 0,
-                low: view.low,
-                high: view.high,
-                start: view.start,
-                end: view.end,
-                side: view.side,
-                history: view.history,
-            };
+            let header = with_bounds!(Header, view, level: 0);
             let kept = view.records.iter().filter(|r| r.ts <= limit);
             let low = kept.clone().map(|r| r.ts).min().unwrap_or(0);
             let high = kept.clone().map(|r| r.ts).max().unwrap_or(0);
@@ -564,15 +532,7 @@ impl TsbTree {
             (marshal::encode_leaf(&header, kept.into_iter()), low, high)
         } else {
             let view = page::index_view(head);
-            let header = Header {
-                level: head.level,
-                low: view.low,
-                high: view.high,
-                start: view.start,
-                end: view.end,
-                side: view.side,
-                history: view.history,
-            };
+            let header = with_bounds!(Header, view, level: head.level);
             let terms = view.entries.iter().map(|t| (&*t.key, t.ts, t.pid));
             (marshal::encode_index(&header, terms), 0, 0)
         };
@@ -683,17 +643,7 @@ impl TsbTree {
             let Some(pid) = next else {
                 break;
             };
-            match self.evict_page(pid, Pass::Historical, false)? {
-                Attempt::Evicted => evicted += 1,
-                Attempt::NotStable(address) => {
-                    pending.push(pid);
-                    newest = newest.max(Some(address));
-                    if pending.len() >= EVICT_BATCH {
-                        evicted += self.evict_pending(&mut pending, &mut newest)?;
-                    }
-                }
-                Attempt::Skipped => {}
-            }
+            evicted += self.try_evict(pid, Pass::Historical, &mut pending, &mut newest)?;
         }
         'passes: for pass in [Pass::Leaves, Pass::Any] {
             let end = self.table.pid_end();
@@ -710,21 +660,35 @@ impl TsbTree {
                 if storage.clock.clear(pid) {
                     continue; // referenced since the hand last passed: a second chance
                 }
-                match self.evict_page(pid, pass, false)? {
-                    Attempt::Evicted => evicted += 1,
-                    Attempt::NotStable(address) => {
-                        pending.push(pid);
-                        newest = newest.max(Some(address));
-                        if pending.len() >= EVICT_BATCH {
-                            evicted += self.evict_pending(&mut pending, &mut newest)?;
-                        }
-                    }
-                    Attempt::Skipped => {}
-                }
+                evicted += self.try_evict(pid, pass, &mut pending, &mut newest)?;
             }
         }
         evicted += self.evict_pending(&mut pending, &mut newest)?;
         Ok(evicted)
+    }
+
+    /// One candidate of a sweep: evicted now, or, its image not stable yet, added to the
+    /// batch (`pending`, whose newest image is `newest`), which is evicted once full. The
+    /// pages evicted.
+    fn try_evict(
+        &self,
+        pid: Pid,
+        pass: Pass,
+        pending: &mut Vec<Pid>,
+        newest: &mut Option<LssAddress>,
+    ) -> Result<usize> {
+        match self.evict_page(pid, pass, false)? {
+            Attempt::Evicted => Ok(1),
+            Attempt::NotStable(address) => {
+                pending.push(pid);
+                *newest = (*newest).max(Some(address));
+                if pending.len() >= EVICT_BATCH {
+                    return self.evict_pending(pending, newest);
+                }
+                Ok(0)
+            }
+            Attempt::Skipped => Ok(0),
+        }
     }
 
     /// Makes the batch's images stable with one Mk-Stable and evicts its pages.
