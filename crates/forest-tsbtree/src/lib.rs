@@ -65,6 +65,7 @@ mod key_split;
 mod marshal;
 mod node;
 mod page;
+mod recover;
 mod retention;
 mod scan;
 mod split_list;
@@ -89,6 +90,7 @@ use crate::as_of::Target;
 use crate::node::{Kind, LeafBase, Node, INFINITY};
 use crate::version::{Clock, Record};
 
+pub use recover::{TsbMeta, META_FILE};
 pub use storage::TsbFlush;
 pub use time_split::{split_versions_pub as split_versions, SplitOutcome, Version};
 
@@ -423,11 +425,11 @@ impl TsbTree {
         let new = if head.level == 0 {
             let view = page::leaf_view(head);
             let n = view.records.len();
-            Node::base(Kind::Leaf(view.into_base()), 0, n)
+            Node::folded(head, Kind::Leaf(view.into_base()), n)
         } else {
             let view = page::index_view(head);
             let n = view.entries.len();
-            Node::base(Kind::Index(view.into_base()), head.level, n)
+            Node::folded(head, Kind::Index(view.into_base()), n)
         };
         if self.table.update_r(pid, state, new, guard).is_ok() {
             self.stats.consolidations.incr();
@@ -769,6 +771,8 @@ impl TemporalIndex for TsbTree {
     }
 
     fn set_retention(&self, t: Timestamp) -> Result<()> {
+        // Durable before anything is freed on a checkpointed tree (`recover.rs`).
+        self.persist_retention(t)?;
         self.raise_retention(t);
         Ok(())
     }

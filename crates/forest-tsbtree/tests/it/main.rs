@@ -11,6 +11,7 @@ mod index_time_split;
 mod on_lss;
 mod pause_points;
 mod put_version;
+mod recover;
 mod retention;
 mod rev_retain;
 mod rev_tsb;
