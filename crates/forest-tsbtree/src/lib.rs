@@ -18,7 +18,8 @@
 //! | `stamped.rs` | versions at a given timestamp: a store's writes and their redo, idempotent |
 //! | `retention.rs` | §V-C (1) in memory: a retention threshold; historical pages before it freed, their PIDs reused; stale terms never followed |
 //! | `marshal.rs` | §II-D, Bw-tree §V-B page marshalling: leaf and index images, split pieces, crc32c (docs/FORMAT.md) |
-//! | `storage.rs` | LSS-C (§II-C Read, §II-D Flush, Bw-tree §V-B): flush of whole images under the flush limit, eviction under a page budget (historical pages first), loading evicted pages |
+//! | `storage.rs` | LSS-C (§II-C Read, §II-D Flush, Bw-tree §V-B): flush of whole images under the flush limit and in the flush order, eviction under a page budget (historical pages first), loading evicted pages |
+//! | `recover.rs` | §II-D, §V-A, Bw-tree §V-A: map checkpoints with the root, `tsb-meta` (clock, retention threshold), opening from LSS-C |
 //! | forest-llama | §II-B mapping table; §II-C Allocate, Free, Read, Update-D, Update-R; epochs |
 //!
 //! Choices the paper leaves open or contradicts (each argued in its module):
@@ -53,9 +54,10 @@
 //! ([`TemporalIndex::set_in_flight`]), and leaves time-split below the oldest
 //! (`time_split.rs`).
 //!
-//! On LSS-C (`storage.rs`, session 19): flush, eviction and Read of evicted pages. Not built
-//! yet (later increments of issue 18): incremental pieces, recovery from LSS-C, LSS-H,
-//! migration, archive GC (retention frees in-memory historical pages, `retention.rs`).
+//! On LSS-C (`storage.rs`, session 19): flush, eviction and Read of evicted pages; recovery
+//! from LSS-C (`recover.rs`, session 20). Not built yet (later increments of issue 18): a
+//! store on LSS-C, incremental pieces, LSS-H, migration, archive GC (retention frees
+//! in-memory historical pages, `retention.rs`).
 
 mod as_of;
 mod descend;
