@@ -48,7 +48,7 @@ use forest_llama::evict::{is_stable, swap_out, Clock, EvictStats, ResidentBytes,
 use forest_llama::flush::FlushDelta;
 use forest_llama::lss::{Lss, LssAddress, RecordKind};
 use forest_llama::page_state::PageLocation;
-use forest_llama::read::{payload_error, read_page, read_pieces, PageLoader};
+use forest_llama::read::{load_page, payload_error, read_page, read_pieces, PageLoader};
 use forest_llama::Pid;
 
 use crate::consolidate::build_state;
@@ -362,16 +362,33 @@ impl BwTree {
     }
 
     /// Reads `pid`'s state as a node reference valid for the guard's lifetime, loading it
-    /// from the LSS if it was evicted (TSBw §II-C, forest-llama `read::read_page`: the pieces
-    /// rebuilt, installed by a CAS from the address; a lost race reads the word again);
-    /// `None` when the PID holds no page (merged away and freed after the caller found it).
-    /// A load failure stops the operation (module doc).
+    /// from the LSS if it was evicted (forest-llama `read::read_page`); `None` when the PID
+    /// holds no page (merged away and freed after the caller found it). A load failure stops
+    /// the operation (module doc).
     #[inline]
     pub(crate) fn read_node<'g>(
         &self,
         pid: Pid,
         guard: &'g Guard,
     ) -> Option<(Shared<'g, Node>, &'g Node)> {
+        let clock = self.storage.as_ref().map(|s| &s.clock);
+        match read_page(
+            &self.table,
+            pid,
+            clock,
+            |bits| self.load(pid, bits, guard),
+            guard,
+        ) {
+            Ok(state) => state.map(|state| (state, node_ref(state))),
+            Err(e) => fail_load(e),
+        }
+    }
+
+    /// Read of an evicted page (TSBw §II-C, forest-llama `read::load_page`): its pieces
+    /// rebuilt, installed by a CAS from its address; `None` if another thread's copy won or
+    /// the word changed.
+    #[cold]
+    fn load<'g>(&self, pid: Pid, bits: u64, guard: &'g Guard) -> Result<Option<Shared<'g, Node>>> {
         let storage = self.storage.as_ref();
         let loader = PageLoader {
             lss: storage.map(|s| (&*s.lss, &s.stats)),
@@ -385,15 +402,7 @@ impl BwTree {
                 }
             },
         };
-        let touch = || {
-            if let Some(storage) = storage {
-                storage.clock.touch(pid);
-            }
-        };
-        match read_page(&self.table, pid, touch, &loader, guard) {
-            Ok(state) => state.map(|state| (state, node_ref(state))),
-            Err(e) => fail_load(e),
-        }
+        load_page(&self.table, pid, bits, &loader, guard)
     }
 
     /// Whether `pid`'s word no longer holds the LSS address `bits` (loaded, relocated by the

@@ -18,9 +18,9 @@
 //! Node-merge links: forest-bwtree never flushes a merged page as a run (a node merge delta
 //! since the base page makes the next flush a whole image), so a chain never forks.
 //!
-//! [`read_page`] is the Read both access methods share: the word read once, a memory state
-//! returned as it is, an LSS address loaded (the page rebuilt by the access method's decoder,
-//! installed by the CAS from the address). Pause points (feature `pause-points`):
+//! [`read_page`] and [`load_page`] are the Read both access methods share: the word read
+//! once, a memory state returned as it is, an LSS address loaded (the page rebuilt by the
+//! access method's decoder, installed by the CAS from the address). Pause points (feature `pause-points`):
 //! `load:word-read` (the address read, nothing rebuilt yet) and `load:rebuilt` (the copy
 //! built, before its install CAS).
 
@@ -28,7 +28,7 @@ use crossbeam_epoch::{Guard, Owned, Shared};
 use forest_core::pause::pause_point;
 use forest_core::{Error, Result};
 
-use crate::evict::EvictStats;
+use crate::evict::{Clock, EvictStats};
 use crate::lss::{Lss, LssAddress, Record, RecordKind};
 use crate::mapping_table::{MappingTable, PageState};
 use crate::page_state::PageLocation;
@@ -50,45 +50,63 @@ pub struct PageLoader<'a, R, D, I> {
 }
 
 /// Read of page `pid` under `guard` (TSBw §II-C): the state its word holds, read once (a
-/// second read could meet the page swapped out meanwhile), after `touch`; `None` for an empty
-/// or free word. An LSS address is loaded: rebuilt by `loader.rebuild`, installed by a CAS
-/// from the address; if another thread's copy won, or a failed rebuild met a word that no
-/// longer holds the address (loaded, relocated by the cleaner, freed), the word is read again.
-/// An error only when a rebuild fails and the word still holds its address.
-#[inline]
-pub fn read_page<'g, T, R, D, I>(
+/// second read could meet the page swapped out meanwhile), touched in `clock` (the eviction
+/// clock of a tree on an LSS) when it is resident; `None` for an empty
+/// or free word. An LSS address goes to `load` (the access method's [`load_page`] call, made
+/// only there so that the resident path costs what a bare read of the word does); its `None`
+/// (another thread's copy won, or the word changed) reads the word again.
+#[inline(always)]
+pub fn read_page<'g, T: PageState>(
     table: &MappingTable<T>,
     pid: Pid,
-    touch: impl Fn(),
-    loader: &PageLoader<'_, R, D, I>,
-    guard: &'g Guard,
-) -> Result<Option<Shared<'g, T>>>
-where
-    T: PageState,
-    R: Fn(&Lss, LssAddress) -> Result<Owned<T>>,
-    D: Fn(Owned<T>),
-    I: Fn(Shared<'g, T>),
-{
+    clock: Option<&Clock>,
+    mut load: impl FnMut(u64) -> Result<Option<Shared<'g, T>>>,
+    _guard: &'g Guard,
+) -> Result<Option<Shared<'g, T>>> {
+    let mut bits = match resident(table.read_location(pid), pid, clock) {
+        Ok(found) => return Ok(found),
+        Err(bits) => bits,
+    };
+    // Evicted: out of the resident path's way.
     loop {
-        match table.read_location(pid) {
-            PageLocation::Memory(ptr) => {
-                touch();
-                // Read under `guard`: the state lives until it unpins.
-                return Ok(Some(Shared::from(ptr)));
-            }
-            PageLocation::Stored(bits) => {
-                if let Some(installed) = load(table, pid, bits, loader, guard)? {
-                    return Ok(Some(installed));
-                }
-            }
-            PageLocation::Empty | PageLocation::FreeLink(_) => return Ok(None),
+        if let Some(installed) = load(bits)? {
+            return Ok(Some(installed));
         }
+        bits = match resident(table.read_location(pid), pid, clock) {
+            Ok(found) => return Ok(found),
+            Err(bits) => bits,
+        };
     }
 }
 
-/// [`read_page`]'s load of an evicted page whose word held `bits`; `None`: read again.
+/// What a word read at `at` says without a load: its state (touched in `clock`), or no page;
+/// `Err` with the LSS address of an evicted page.
+#[inline(always)]
+fn resident<'g, T>(
+    at: PageLocation<T>,
+    pid: Pid,
+    clock: Option<&Clock>,
+) -> std::result::Result<Option<Shared<'g, T>>, u64> {
+    match at {
+        PageLocation::Memory(ptr) => {
+            if let Some(clock) = clock {
+                clock.touch(pid);
+            }
+            // The caller read the word under its guard: the state lives until it unpins.
+            Ok(Some(Shared::from(ptr)))
+        }
+        PageLocation::Stored(bits) => Err(bits),
+        PageLocation::Empty | PageLocation::FreeLink(_) => Ok(None),
+    }
+}
+
+/// Load of evicted page `pid` whose word held `bits` (for [`read_page`]): rebuilt by
+/// `loader.rebuild`, installed by a CAS from the address. `None` if another thread's copy
+/// won, or a failed rebuild met a word that no longer holds the address (loaded, relocated by
+/// the cleaner, freed): read the word again. An error only when a rebuild fails and the word
+/// still holds its address.
 #[cold]
-fn load<'g, T, R, D, I>(
+pub fn load_page<'g, T, R, D, I>(
     table: &MappingTable<T>,
     pid: Pid,
     bits: u64,

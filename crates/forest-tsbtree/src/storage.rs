@@ -72,7 +72,7 @@ use forest_llama::evict::{is_stable, swap_out, Clock, EvictStats, SwapOut};
 use forest_llama::flush::{flush, FlushOutcome, Piece as LssPiece};
 use forest_llama::lss::{Lss, LssAddress, RecordKind};
 use forest_llama::page_state::PageLocation;
-use forest_llama::read::{payload_error, read_page, read_pieces, PageLoader};
+use forest_llama::read::{load_page, payload_error, read_page, read_pieces, PageLoader};
 use forest_llama::Pid;
 
 use crate::marshal::{self, Header, Piece};
@@ -386,16 +386,32 @@ impl TsbTree {
         })
     }
 
-    /// Reads `pid`'s state, loading it if it was evicted (forest-llama `read::read_page`: its
-    /// image rebuilt as a flush delta over a base page, installed by a CAS from its address;
-    /// a lost race or a changed word reads the word again); `None` when the PID holds no
-    /// page. A load failure stops the operation (module doc).
+    /// Reads `pid`'s state, loading it if it was evicted (forest-llama `read::read_page`);
+    /// `None` when the PID holds no page. A load failure stops the operation (module doc).
     #[inline]
     pub(crate) fn read_node<'g>(
         &self,
         pid: Pid,
         guard: &'g Guard,
     ) -> Option<(Shared<'g, Node>, &'g Node)> {
+        let clock = self.storage.as_ref().map(|s| &s.clock);
+        match read_page(
+            &self.table,
+            pid,
+            clock,
+            |bits| self.load(pid, bits, guard),
+            guard,
+        ) {
+            Ok(state) => state.and_then(|state| Some((state, node::state_ref(state, guard)?))),
+            Err(e) => fail_load(e),
+        }
+    }
+
+    /// Read of an evicted page (TSBw §II-C, forest-llama `read::load_page`): its image
+    /// rebuilt as a flush delta over a base page, installed by a CAS from its address; `None`
+    /// if another thread's copy won or the word changed.
+    #[cold]
+    fn load<'g>(&self, pid: Pid, bits: u64, guard: &'g Guard) -> Result<Option<Shared<'g, Node>>> {
         let storage = self.storage.as_ref();
         let loader = PageLoader {
             lss: storage.map(|s| (&*s.lss, &s.stats)),
@@ -412,15 +428,7 @@ impl TsbTree {
                 }
             },
         };
-        let touch = || {
-            if let Some(storage) = storage {
-                storage.clock.touch(pid);
-            }
-        };
-        match read_page(&self.table, pid, touch, &loader, guard) {
-            Ok(state) => state.and_then(|state| Some((state, node::state_ref(state, guard)?))),
-            Err(e) => fail_load(e),
-        }
+        load_page(&self.table, pid, bits, &loader, guard)
     }
 
     /// (level, historical, versions) of every evicted page, decoded from its image without

@@ -21,6 +21,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::on_lss::{lss_config, small, SEGMENT_BYTES};
+use crate::storage::history;
 
 /// Each key's versions: timestamp → value (None: a tombstone).
 type Model = BTreeMap<Vec<u8>, BTreeMap<u64, Option<Vec<u8>>>>;
@@ -78,16 +79,6 @@ fn random_work(tree: &TsbTree, model: &mut Model, rng: &mut SmallRng, keys: u32,
             model.entry(k).or_default().insert(ts, None);
         }
     }
-}
-
-fn history(tree: &TsbTree, k: &[u8]) -> Vec<(u64, Option<Vec<u8>>)> {
-    let mut out = Vec::new();
-    tree.history(k, 0, u64::MAX, Order::Ascending, &mut |ts, v| {
-        out.push((ts, v.map(<[u8]>::to_vec)));
-        ControlFlow::Continue(())
-    })
-    .unwrap();
-    out
 }
 
 fn at(versions: &BTreeMap<u64, Option<Vec<u8>>>, t: u64) -> Option<Vec<u8>> {
@@ -377,28 +368,15 @@ pub fn reopened_small() -> TsbTree {
     reopened(small(), Some(64), 91)
 }
 
-/// The storage module's cut sizes for small budgets (`storage.rs`).
-fn kit_sizes() -> forest_core::conformance::Sizes {
-    let full = forest_core::conformance::Sizes::for_build();
-    forest_core::conformance::Sizes {
-        model_small_case_count: (full.model_small_case_count / 4).max(16),
-        model_many_case_count: (full.model_many_case_count / 4).max(4),
-        order_key_count: full.order_key_count.min(500),
-        stress_op_count: full.stress_op_count.min(2_000),
-        scan_pair_stride: full.scan_pair_stride.max(7),
-        ..full
-    }
-}
-
 forest_core::conformance_tests!(
     kit_reopened,
     super::reopened_small,
-    sizes = super::kit_sizes()
+    sizes = crate::storage::tiny_sizes()
 );
 forest_core::temporal_conformance_tests!(
     temporal_reopened,
     super::reopened_small,
-    sizes = super::kit_sizes()
+    sizes = crate::storage::tiny_sizes()
 );
 
 // Goal: a damaged newest checkpoint falls back to the older one; every checkpoint damaged is

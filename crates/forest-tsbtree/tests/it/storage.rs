@@ -38,7 +38,7 @@ fn key(i: u32) -> Vec<u8> {
 /// Each key's versions (timestamp, value or None for a tombstone), oldest first.
 type Model = BTreeMap<Vec<u8>, Vec<(u64, Option<Vec<u8>>)>>;
 
-fn history(tree: &TsbTree, k: &[u8]) -> Vec<(u64, Option<Vec<u8>>)> {
+pub fn history(tree: &TsbTree, k: &[u8]) -> Vec<(u64, Option<Vec<u8>>)> {
     let mut out = Vec::new();
     tree.history(k, 0, u64::MAX, Order::Ascending, &mut |ts, v| {
         out.push((ts, v.map(<[u8]>::to_vec)));
@@ -66,7 +66,7 @@ fn sizes() -> forest_core::conformance::Sizes {
 /// CPU in debug with [`sizes`] here): 500 order keys (still several levels of 4-record
 /// pages), 2 000 stress ops, a quarter of the model cases, and every 7th bound pair of the
 /// scan-bound checks (coprime with 57: each bound meets 8 others on each side).
-fn tiny_sizes() -> forest_core::conformance::Sizes {
+pub fn tiny_sizes() -> forest_core::conformance::Sizes {
     let full = forest_core::conformance::Sizes::for_build();
     forest_core::conformance::Sizes {
         model_small_case_count: (full.model_small_case_count / 4).max(16),
