@@ -59,8 +59,8 @@
 //!
 //! - `flush:reserved` (forest-llama): a flush reserved its piece's room, before its CAS;
 //! - `flush:installed` (forest-llama): its flush delta is installed, before the copy;
-//! - `load:word-read` (`storage.rs`): a reader read an evicted page's address, before it reads
-//!   the pieces (not after a CAS);
+//! - `load:word-read` (forest-llama `read::load_page`, shared with tsbtree): a reader read an
+//!   evicted page's address, before it reads the pieces (not after a CAS);
 //! - `clean:relocated` (forest-llama): the cleaner's image of an evicted page is stable,
 //!   before the CAS that switches the word to it;
 //! - `clean:before-remove` (`clean.rs`): a victim holds no live piece, before the Mk-Stable and

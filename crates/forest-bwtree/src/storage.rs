@@ -42,14 +42,13 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use crossbeam_epoch::{Guard, Shared};
-use forest_core::pause::pause_point;
 use forest_core::sync::atomic::Ordering;
 use forest_core::{Error, Result};
 use forest_llama::evict::{is_stable, swap_out, Clock, EvictStats, ResidentBytes, SwapOut};
 use forest_llama::flush::FlushDelta;
 use forest_llama::lss::{Lss, LssAddress, RecordKind};
 use forest_llama::page_state::PageLocation;
-use forest_llama::read::{payload_error, read_pieces};
+use forest_llama::read::{load_page, payload_error, read_page, read_pieces, PageLoader};
 use forest_llama::Pid;
 
 use crate::consolidate::build_state;
@@ -363,78 +362,47 @@ impl BwTree {
     }
 
     /// Reads `pid`'s state as a node reference valid for the guard's lifetime, loading it
-    /// from the LSS if it was evicted; `None` when the PID holds no page (merged away and
-    /// freed after the caller found it).
+    /// from the LSS if it was evicted (forest-llama `read::read_page`); `None` when the PID
+    /// holds no page (merged away and freed after the caller found it). A load failure stops
+    /// the operation (module doc).
     #[inline]
     pub(crate) fn read_node<'g>(
         &self,
         pid: Pid,
         guard: &'g Guard,
     ) -> Option<(Shared<'g, Node>, &'g Node)> {
-        loop {
-            match self.table.read_location(pid) {
-                PageLocation::Memory(ptr) => {
-                    if let Some(storage) = &self.storage {
-                        storage.clock.touch(pid);
-                    }
-                    let state = Shared::from(ptr);
-                    // The word was read under `guard`: its state lives until `guard` unpins.
-                    return Some((state, node_ref(state)));
-                }
-                PageLocation::Stored(bits) => {
-                    if let Some(found) = self.load(pid, bits, guard) {
-                        return Some(found);
-                    }
-                    // Another thread installed its copy first: read the word again.
-                }
-                PageLocation::Empty | PageLocation::FreeLink(_) => return None,
-            }
+        let clock = self.storage.as_ref().map(|s| &s.clock);
+        match read_page(
+            &self.table,
+            pid,
+            clock,
+            |bits| self.load(pid, bits, guard),
+            guard,
+        ) {
+            Ok(state) => state.map(|state| (state, node_ref(state))),
+            Err(e) => fail_load(e),
         }
     }
 
-    /// Read of an evicted page (TSBw §II-C): rebuilds it from its pieces and installs it by a
-    /// CAS from its address; `None` if another thread's copy won. A failure stops the
-    /// operation (module doc).
+    /// Read of an evicted page (TSBw §II-C, forest-llama `read::load_page`): its pieces
+    /// rebuilt, installed by a CAS from its address; `None` if another thread's copy won or
+    /// the word changed.
     #[cold]
-    fn load<'g>(
-        &self,
-        pid: Pid,
-        bits: u64,
-        guard: &'g Guard,
-    ) -> Option<(Shared<'g, Node>, &'g Node)> {
-        let Some(storage) = &self.storage else {
-            fail_load(Error::InvalidUse(format!(
-                "page {pid} is on an LSS, but the tree has none attached"
-            )));
+    fn load<'g>(&self, pid: Pid, bits: u64, guard: &'g Guard) -> Result<Option<Shared<'g, Node>>> {
+        let storage = self.storage.as_ref();
+        let loader = PageLoader {
+            lss: storage.map(|s| (&*s.lss, &s.stats)),
+            label: "page",
+            rebuild: |lss: &Lss, address| self.rebuild(lss, pid, address),
+            discard: drop_unpublished,
+            installed: |state: Shared<'g, Node>| {
+                if let Some(storage) = storage {
+                    storage.resident.add(node_ref(state).chain_bytes());
+                    storage.clock.touch(pid);
+                }
+            },
         };
-        let Some(address) = LssAddress::from_bits(bits) else {
-            fail_load(Error::InvalidUse(format!(
-                "page {pid}'s mapping word holds {bits:#x}, no LSS address"
-            )));
-        };
-        pause_point("load:word-read");
-        let state = match self.rebuild(&storage.lss, pid, address) {
-            Ok(state) => state,
-            // The cleaner moved the page and removed the segment read (`clean.rs`):
-            // addresses only grow, so a changed word means "read it again".
-            Err(_) if self.moved(pid, bits) => return None,
-            Err(e) => fail_load(e),
-        };
-        pause_point("load:rebuilt");
-        match self.table.install_loaded(pid, bits, state, guard) {
-            Ok(installed) => {
-                let node = node_ref(installed);
-                storage.resident.add(node.chain_bytes());
-                storage.stats.loads.incr();
-                storage.clock.touch(pid);
-                Some((installed, node))
-            }
-            Err(copy) => {
-                drop_unpublished(copy);
-                storage.stats.load_races.incr();
-                None
-            }
-        }
+        load_page(&self.table, pid, bits, &loader, guard)
     }
 
     /// Whether `pid`'s word no longer holds the LSS address `bits` (loaded, relocated by the

@@ -18,7 +18,8 @@
 //! | `stamped.rs` | versions at a given timestamp: a store's writes and their redo, idempotent |
 //! | `retention.rs` | §V-C (1) in memory: a retention threshold; historical pages before it freed, their PIDs reused; stale terms never followed |
 //! | `marshal.rs` | §II-D, Bw-tree §V-B page marshalling: leaf and index images, split pieces, crc32c (docs/FORMAT.md) |
-//! | `storage.rs` | LSS-C (§II-C Read, §II-D Flush, Bw-tree §V-B): flush of whole images under the flush limit, eviction under a page budget (historical pages first), loading evicted pages |
+//! | `storage.rs` | LSS-C (§II-C Read, §II-D Flush, Bw-tree §V-B): flush of whole images under the flush limit and in the flush order, eviction under a page budget (historical pages first), loading evicted pages |
+//! | `recover.rs` | §II-D, §V-A, Bw-tree §V-A: map checkpoints with the root, `tsb-meta` (clock, retention threshold), opening from LSS-C |
 //! | forest-llama | §II-B mapping table; §II-C Allocate, Free, Read, Update-D, Update-R; epochs |
 //!
 //! Choices the paper leaves open or contradicts (each argued in its module):
@@ -46,15 +47,17 @@
 //!
 //! Pause points (feature `pause-points`): `key_split:leaf-split-installed`,
 //! `key_split:index-split-installed`, `time_split:leaf-split-installed`,
-//! `time_split:index-split-installed`, each after step 1's CAS and before step 2.
+//! `time_split:index-split-installed`, each after step 1's CAS and before step 2; on LSS-C
+//! also forest-llama's `flush:*` and `load:*` (`read::load_page`).
 //!
 //! §IV-B1's EOSL-TS: a store hands over its timestamps in flight
 //! ([`TemporalIndex::set_in_flight`]), and leaves time-split below the oldest
 //! (`time_split.rs`).
 //!
-//! On LSS-C (`storage.rs`, session 19): flush, eviction and Read of evicted pages. Not built
-//! yet (later increments of issue 18): incremental pieces, recovery from LSS-C, LSS-H,
-//! migration, archive GC (retention frees in-memory historical pages, `retention.rs`).
+//! On LSS-C (`storage.rs`, session 19): flush, eviction and Read of evicted pages; recovery
+//! from LSS-C (`recover.rs`, session 20). Not built yet (later increments of issue 18): a
+//! store on LSS-C, incremental pieces, LSS-H, migration, archive GC (retention frees
+//! in-memory historical pages, `retention.rs`).
 
 mod as_of;
 mod descend;
@@ -64,6 +67,7 @@ mod key_split;
 mod marshal;
 mod node;
 mod page;
+mod recover;
 mod retention;
 mod scan;
 mod split_list;
@@ -88,6 +92,7 @@ use crate::as_of::Target;
 use crate::node::{Kind, LeafBase, Node, INFINITY};
 use crate::version::{Clock, Record};
 
+pub use recover::{TsbMeta, META_FILE};
 pub use storage::TsbFlush;
 pub use time_split::{split_versions_pub as split_versions, SplitOutcome, Version};
 
@@ -422,11 +427,11 @@ impl TsbTree {
         let new = if head.level == 0 {
             let view = page::leaf_view(head);
             let n = view.records.len();
-            Node::base(Kind::Leaf(view.into_base()), 0, n)
+            Node::folded(head, Kind::Leaf(view.into_base()), n)
         } else {
             let view = page::index_view(head);
             let n = view.entries.len();
-            Node::base(Kind::Index(view.into_base()), head.level, n)
+            Node::folded(head, Kind::Index(view.into_base()), n)
         };
         if self.table.update_r(pid, state, new, guard).is_ok() {
             self.stats.consolidations.incr();
@@ -768,6 +773,8 @@ impl TemporalIndex for TsbTree {
     }
 
     fn set_retention(&self, t: Timestamp) -> Result<()> {
+        // Durable before anything is freed on a checkpointed tree (`recover.rs`).
+        self.persist_retention(t)?;
         self.raise_retention(t);
         Ok(())
     }

@@ -36,6 +36,12 @@ pub(crate) struct Node {
     /// Leaf: an upper bound on the marshalled bytes of the view's versions (exact at a base;
     /// a split delta does not lower it), for the split by bytes on LSS-C (`storage.rs`).
     pub bytes: u64,
+    /// Some state of this page has an image reserved in LSS-C (a flush delta here or below,
+    /// kept across consolidations; `storage.rs` "Flush order").
+    pub imaged: bool,
+    /// A split or index-term delta since the page's newest image (a new page: true), kept
+    /// across consolidations; cleared by a flush delta (`storage.rs` "Flush order").
+    pub structure_unflushed: bool,
     pub kind: Kind,
 }
 
@@ -137,8 +143,19 @@ impl Node {
             record_count: count(record_count),
             level,
             bytes,
+            imaged: false,
+            structure_unflushed: true,
             kind,
         })
+    }
+
+    /// A base node folding the state `head` (a consolidation): its flush-order flags carry
+    /// over, since the fold changes no link.
+    pub fn folded(head: &Node, kind: Kind, record_count: usize) -> Owned<Node> {
+        let mut base = Self::base(kind, head.level, record_count);
+        base.imaged = head.imaged;
+        base.structure_unflushed = head.structure_unflushed;
+        base
     }
 
     /// A delta over `head` (which the caller read from the page it will CAS).
@@ -152,12 +169,19 @@ impl Node {
             Kind::Version(r) => head.bytes.saturating_add(record_bytes(r)),
             _ => head.bytes,
         };
+        let (imaged, structure_unflushed) = match &kind {
+            Kind::Flush(_) => (true, false),
+            Kind::Version(_) => (head.imaged, head.structure_unflushed),
+            _ => (head.imaged, true),
+        };
         Owned::new(Node {
             next: head_ptr.as_raw(),
             delta_count: head.delta_count.saturating_add(1),
             record_count: count(record_count),
             level: head.level,
             bytes,
+            imaged,
+            structure_unflushed,
             kind,
         })
     }

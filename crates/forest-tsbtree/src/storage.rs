@@ -18,6 +18,20 @@
 //! only in this step: incremental pieces (a run of versions, the split pieces `marshal.rs`
 //! encodes) are open. Without a store the limit is ∞: an applied version may be flushed.
 //!
+//! **Flush order** (for recovery, `recover.rs`; forest's rule, the paper logs Algorithm 1's
+//! steps as system transactions instead). A page's image is reserved only after the images
+//! it relies on: the page a side link or a history link names has *some* image (any image of
+//! a key split's right page holds its range's versions as of the split, and a historical page
+//! never changes), and each page an index page's terms name has an image holding its newest
+//! split or term change (else a recovered parent could route keys to a right page whose left
+//! page recovered unsplit, whose next split would then post a term over them). Two flags on
+//! every node track this without a walk: `imaged` (some state has an image; a flush delta
+//! sets it, consolidation carries it) and `structure_unflushed` (a split or term delta since
+//! the newest image; a new page starts with it). [`TsbTree::flush_page`] flushes the pages
+//! lacking them first, each in the same order, on an explicit stack; the flags are read after
+//! the page's state, so a link's later changes are not waited for. Addresses order the
+//! stable prefix, so whatever prefix survives a crash holds each image's dependencies.
+//!
 //! **Eviction.** A page is swapped out (forest-llama `evict::swap_out`: Mk-Stable, then a CAS
 //! from exactly the state to the address) only in the shape "flush deltas over the base" (a
 //! page flushed while held and again once the limit passed has two; the top image is whole),
@@ -58,7 +72,7 @@ use forest_llama::evict::{is_stable, swap_out, Clock, EvictStats, SwapOut};
 use forest_llama::flush::{flush, FlushOutcome, Piece as LssPiece};
 use forest_llama::lss::{Lss, LssAddress, RecordKind};
 use forest_llama::page_state::PageLocation;
-use forest_llama::read::{payload_error, read_pieces};
+use forest_llama::read::{load_page, payload_error, read_page, read_pieces, PageLoader};
 use forest_llama::Pid;
 
 use crate::marshal::{self, Header, Piece};
@@ -68,7 +82,7 @@ use crate::TsbTree;
 
 /// The LSS and the budget of a tree on storage.
 pub(crate) struct Storage {
-    lss: Arc<Lss>,
+    pub(crate) lss: Arc<Lss>,
     budget_pages: Option<usize>,
     /// PIDs whose word holds an LSS address.
     evicted: AtomicI64,
@@ -84,6 +98,8 @@ pub(crate) struct Storage {
     load_errors: AtomicU64,
     /// A leaf whose versions take more bytes than this is split (review rev-tsb6 F6).
     leaf_bytes_max: u64,
+    /// The mapping-table checkpoints and the meta file, once in use (`recover.rs`).
+    pub(crate) checkpoints: std::sync::OnceLock<crate::recover::TsbCheckpoints>,
 }
 
 impl Drop for Storage {
@@ -97,6 +113,23 @@ struct LoadFailed(Error);
 
 fn fail_load(error: Error) -> ! {
     std::panic::resume_unwind(Box::new(LoadFailed(error)))
+}
+
+/// `$ty { low, high, side, start, end, history, $field: $value }` with the first six taken
+/// from `$from`'s fields of those names: a page's bounds and links pass between a view or a
+/// base page and an image header (`marshal::Header`) unchanged, in both directions.
+macro_rules! with_bounds {
+    ($ty:ident, $from:expr, $field:ident: $value:expr) => {
+        $ty {
+            low: $from.low,
+            high: $from.high,
+            side: $from.side,
+            start: $from.start,
+            end: $from.end,
+            history: $from.history,
+            $field: $value,
+        }
+    };
 }
 
 /// How a [`TsbTree::flush_page`] ended.
@@ -207,6 +240,7 @@ impl TsbTree {
             load_error: Mutex::new(None),
             load_errors: AtomicU64::new(0),
             leaf_bytes_max: record_max / 2,
+            checkpoints: std::sync::OnceLock::new(),
         });
         Ok(self)
     }
@@ -249,6 +283,15 @@ impl TsbTree {
         match &self.storage {
             Some(s) => live.saturating_sub(s.evicted.load(Ordering::Relaxed).max(0) as usize),
             None => live,
+        }
+    }
+
+    /// Counts `pages` whose words hold LSS addresses at open (`recover.rs`).
+    pub(crate) fn count_evicted(&self, pages: usize) {
+        if let Some(storage) = &self.storage {
+            storage
+                .evicted
+                .fetch_add(i64::try_from(pages).unwrap_or(i64::MAX), Ordering::Relaxed);
         }
     }
 
@@ -343,77 +386,49 @@ impl TsbTree {
         })
     }
 
-    /// Reads `pid`'s state, loading it if it was evicted; `None` when the PID holds no page.
+    /// Reads `pid`'s state, loading it if it was evicted (forest-llama `read::read_page`);
+    /// `None` when the PID holds no page. A load failure stops the operation (module doc).
     #[inline]
     pub(crate) fn read_node<'g>(
         &self,
         pid: Pid,
         guard: &'g Guard,
     ) -> Option<(Shared<'g, Node>, &'g Node)> {
-        loop {
-            match self.table.read_location(pid) {
-                PageLocation::Memory(ptr) => {
-                    if let Some(storage) = &self.storage {
-                        storage.clock.touch(pid);
-                    }
-                    // This very word's pointer: a second read could meet the page swapped
-                    // out meanwhile. Read under `guard`, so it lives until `guard` unpins.
-                    let state = Shared::from(ptr);
-                    return node::state_ref(state, guard).map(|n| (state, n));
-                }
-                PageLocation::Stored(bits) => {
-                    if let Some(found) = self.load(pid, bits, guard) {
-                        return Some(found);
-                    }
-                }
-                PageLocation::Empty | PageLocation::FreeLink(_) => return None,
-            }
+        let clock = self.storage.as_ref().map(|s| &s.clock);
+        match read_page(
+            &self.table,
+            pid,
+            clock,
+            |bits| self.load(pid, bits, guard),
+            guard,
+        ) {
+            Ok(state) => state.and_then(|state| Some((state, node::state_ref(state, guard)?))),
+            Err(e) => fail_load(e),
         }
     }
 
-    /// Read of an evicted page (TSBw §II-C): its image rebuilt as a flush delta over a base
-    /// page, installed by a CAS from its address; `None` if another thread's copy won or the
-    /// word changed.
+    /// Read of an evicted page (TSBw §II-C, forest-llama `read::load_page`): its image
+    /// rebuilt as a flush delta over a base page, installed by a CAS from its address; `None`
+    /// if another thread's copy won or the word changed.
     #[cold]
-    fn load<'g>(
-        &self,
-        pid: Pid,
-        bits: u64,
-        guard: &'g Guard,
-    ) -> Option<(Shared<'g, Node>, &'g Node)> {
-        let Some(storage) = &self.storage else {
-            fail_load(Error::InvalidUse(format!(
-                "tsbtree page {pid} is on an LSS, but the tree has none attached"
-            )));
-        };
-        let Some(address) = LssAddress::from_bits(bits) else {
-            fail_load(Error::InvalidUse(format!(
-                "tsbtree page {pid}'s mapping word holds {bits:#x}, no LSS address"
-            )));
-        };
-        let state = match self.rebuild(&storage.lss, pid, address, guard) {
-            Ok(state) => state,
-            // Freed (retention) or loaded meanwhile: read the word again.
-            Err(_) if self.table.read_location(pid) != PageLocation::Stored(bits) => return None,
-            Err(e) => fail_load(e),
-        };
-        match self.table.install_loaded(pid, bits, state, guard) {
-            Ok(installed) => {
-                storage.evicted.fetch_sub(1, Ordering::Relaxed);
-                let head = node::state_ref(installed, guard)?;
-                if page::is_historical(head) {
-                    self.note_historical(pid);
+    fn load<'g>(&self, pid: Pid, bits: u64, guard: &'g Guard) -> Result<Option<Shared<'g, Node>>> {
+        let storage = self.storage.as_ref();
+        let loader = PageLoader {
+            lss: storage.map(|s| (&*s.lss, &s.stats)),
+            label: "tsbtree page",
+            rebuild: |lss: &Lss, address| self.rebuild(lss, pid, address, guard),
+            discard: node::drop_unpublished,
+            installed: |state: Shared<'g, Node>| {
+                if let Some(storage) = storage {
+                    storage.evicted.fetch_sub(1, Ordering::Relaxed);
+                    if node::state_ref(state, guard).is_some_and(page::is_historical) {
+                        self.note_historical(pid);
+                    }
+                    storage.clock.touch(pid);
                 }
-                storage.stats.loads.incr();
-                storage.clock.touch(pid);
-                node::state_ref(installed, guard).map(|n| (installed, n))
-            }
-            Err(copy) => {
-                node::drop_unpublished(copy);
-                storage.stats.load_races.incr();
-                None
-            }
-        }
+            },
+        };
+        load_page(&self.table, pid, bits, &loader, guard)
     }
 
     /// (level, historical, versions) of every evicted page, decoded from its image without
@@ -473,32 +488,23 @@ impl TsbTree {
         let (level, kind, count) = match decoded {
             Piece::Leaf(h, records) => {
                 let n = records.len();
-                let base = LeafBase {
-                    low: h.low,
-                    high: h.high,
-                    side: h.side,
-                    start: h.start,
-                    end: h.end,
-                    history: h.history,
-                    records,
-                };
-                (0, Kind::Leaf(base), n)
+                (
+                    0,
+                    Kind::Leaf(with_bounds!(LeafBase, h, records: records)),
+                    n,
+                )
             }
             Piece::Index(h, terms) => {
                 let n = terms.len();
-                let base = IndexBase {
-                    low: h.low,
-                    high: h.high,
-                    side: h.side,
-                    start: h.start,
-                    end: h.end,
-                    history: h.history,
-                    entries: terms
-                        .into_iter()
-                        .map(|(key, ts, pid)| Term { key, ts, pid })
-                        .collect(),
-                };
-                (h.level, Kind::Index(base), n)
+                let entries = terms
+                    .into_iter()
+                    .map(|(key, ts, pid)| Term { key, ts, pid })
+                    .collect();
+                (
+                    h.level,
+                    Kind::Index(with_bounds!(IndexBase, h, entries: entries)),
+                    n,
+                )
             }
             Piece::KeySplit { .. } | Piece::TimeSplit { .. } => {
                 return Err(payload_error(
@@ -530,37 +536,85 @@ impl TsbTree {
         self.catching(|| self.flush_page_inner(pid))?
     }
 
-    fn flush_page_inner(&self, pid: Pid) -> Result<TsbFlush> {
+    /// [`Self::flush_page`] in the flush order (module doc): the pages `pid` links to and
+    /// that lack the image it relies on are flushed first, each after its own such pages, on
+    /// an explicit stack (a level's side links can chain every page of it).
+    pub(crate) fn flush_page_inner(&self, pid: Pid) -> Result<TsbFlush> {
         let Some(storage) = &self.storage else {
             return Err(Error::InvalidUse(
                 "flush_page on a tree without an LSS".into(),
             ));
         };
+        let mut stack = vec![pid];
+        let mut on_stack = std::collections::HashSet::from([pid]);
+        let step_max = FLUSH_ORDER_STEPS_MIN + 8 * self.table.pid_end();
+        for _ in 0..step_max {
+            let top = *stack.last().expect("popped only on its way out");
+            // A link already on the stack would wait for its own waiter: a cycle cannot come
+            // from the tree's links (side links go right, history links back in time, terms
+            // down); only a stale term naming a PID retention freed and a page reused could
+            // close one, and a stale term is never followed: that link is let go.
+            match self.flush_one(storage, top, &on_stack)? {
+                FlushStep::Done(outcome) => {
+                    stack.pop();
+                    on_stack.remove(&top);
+                    if stack.is_empty() {
+                        return Ok(outcome);
+                    }
+                }
+                FlushStep::LinksFirst(links) => {
+                    for link in links {
+                        if on_stack.insert(link) {
+                            stack.push(link);
+                        }
+                    }
+                }
+            }
+        }
+        Err(Error::InvalidUse(format!(
+            "tsbtree: flushing page {pid} took more than {step_max} steps (pages it links to \
+             kept losing their flushes to writes); nothing is lost, the flush may be retried"
+        )))
+    }
+
+    /// Flushes page `pid` once if every page it links to has the image it relies on (module
+    /// doc, "Flush order"), else names those pages (none of `waiting`, which are let go).
+    fn flush_one(
+        &self,
+        storage: &Storage,
+        pid: Pid,
+        waiting: &std::collections::HashSet<Pid>,
+    ) -> Result<FlushStep> {
         let guard = &crossbeam_epoch::pin();
         let Some((state, head)) = self.read_node(pid, guard) else {
-            return Ok(TsbFlush::Gone);
+            return Ok(FlushStep::Done(TsbFlush::Gone));
         };
         // Read after the state: the limit only grows.
         let limit = self.flush_limit();
         match (&head.kind, shape(head, limit)) {
-            (_, Shape::Ready(_)) => return Ok(TsbFlush::Clean),
+            (_, Shape::Ready(_)) => return Ok(FlushStep::Done(TsbFlush::Clean)),
             // Held back at this very limit already: the image would be the same again.
             (Kind::Flush(f), Shape::Held) if f.annotation >= limit => {
-                return Ok(TsbFlush::Clean);
+                return Ok(FlushStep::Done(TsbFlush::Clean));
             }
             _ => {}
         }
+        // Side and history links need an image of the page; an index page's terms need their
+        // child's structure in its newest image. Read after `state`: a link's later changes
+        // are not what this image relies on.
+        let mut first = Vec::new();
+        let mut need = |link: Option<Pid>, structure: bool| {
+            if let Some(link) = link {
+                if !waiting.contains(&link) && !self.has_image(link, structure, guard) {
+                    first.push(link);
+                }
+            }
+        };
         let (payload, low, high) = if head.level == 0 {
             let view = page::leaf_view(head);
-            let header = Header {
-                level: 0,
-                low: view.low,
-                high: view.high,
-                start: view.start,
-                end: view.end,
-                side: view.side,
-                history: view.history,
-            };
+            need(view.side, false);
+            need(view.history, false);
+            let header = with_bounds!(Header, view, level: 0);
             let kept = view.records.iter().filter(|r| r.ts <= limit);
             let low = kept.clone().map(|r| r.ts).min().unwrap_or(0);
             let high = kept.clone().map(|r| r.ts).max().unwrap_or(0);
@@ -568,18 +622,20 @@ impl TsbTree {
             (marshal::encode_leaf(&header, kept.into_iter()), low, high)
         } else {
             let view = page::index_view(head);
-            let header = Header {
-                level: head.level,
-                low: view.low,
-                high: view.high,
-                start: view.start,
-                end: view.end,
-                side: view.side,
-                history: view.history,
-            };
+            need(view.side, false);
+            need(view.history, false);
+            for term in &view.entries {
+                need(Some(term.pid), true);
+            }
+            let header = with_bounds!(Header, view, level: head.level);
             let terms = view.entries.iter().map(|t| (&*t.key, t.ts, t.pid));
             (marshal::encode_index(&header, terms), 0, 0)
         };
+        if !first.is_empty() {
+            first.sort_unstable();
+            first.dedup();
+            return Ok(FlushStep::LinksFirst(first));
+        }
         let piece = LssPiece {
             kind: RecordKind::PageImage,
             lsn_low: low,
@@ -597,13 +653,32 @@ impl TsbTree {
             |delta| Node::delta(head, state, Kind::Flush(delta), head.record_count as usize),
             guard,
         )?;
-        Ok(match outcome {
+        Ok(FlushStep::Done(match outcome {
             FlushOutcome::Installed { address, .. } => {
                 storage.flushes.incr();
                 TsbFlush::Flushed { address }
             }
             FlushOutcome::Lost { .. } => TsbFlush::Lost,
-        })
+        }))
+    }
+
+    /// Whether page `link` has an image reserved in LSS-C (with `structure`: one holding its
+    /// newest split or term change), or needs none (evicted: its word is its image; free or
+    /// empty: nothing to write). Reads the word without loading.
+    fn has_image(&self, link: Pid, structure: bool, guard: &Guard) -> bool {
+        match self.table.read_location(link) {
+            // Read under `guard`: the state lives until it unpins.
+            PageLocation::Memory(ptr) => {
+                node::state_ref(Shared::from(ptr), guard).is_none_or(|n| {
+                    if structure {
+                        !n.structure_unflushed
+                    } else {
+                        n.imaged
+                    }
+                })
+            }
+            _ => true,
+        }
     }
 
     /// Evicts page `pid` now, ignoring the budget and the clock; whether it did.
@@ -687,17 +762,7 @@ impl TsbTree {
             let Some(pid) = next else {
                 break;
             };
-            match self.evict_page(pid, Pass::Historical, false)? {
-                Attempt::Evicted => evicted += 1,
-                Attempt::NotStable(address) => {
-                    pending.push(pid);
-                    newest = newest.max(Some(address));
-                    if pending.len() >= EVICT_BATCH {
-                        evicted += self.evict_pending(&mut pending, &mut newest)?;
-                    }
-                }
-                Attempt::Skipped => {}
-            }
+            evicted += self.try_evict(pid, Pass::Historical, &mut pending, &mut newest)?;
         }
         'passes: for pass in [Pass::Leaves, Pass::Any] {
             let end = self.table.pid_end();
@@ -714,21 +779,35 @@ impl TsbTree {
                 if storage.clock.clear(pid) {
                     continue; // referenced since the hand last passed: a second chance
                 }
-                match self.evict_page(pid, pass, false)? {
-                    Attempt::Evicted => evicted += 1,
-                    Attempt::NotStable(address) => {
-                        pending.push(pid);
-                        newest = newest.max(Some(address));
-                        if pending.len() >= EVICT_BATCH {
-                            evicted += self.evict_pending(&mut pending, &mut newest)?;
-                        }
-                    }
-                    Attempt::Skipped => {}
-                }
+                evicted += self.try_evict(pid, pass, &mut pending, &mut newest)?;
             }
         }
         evicted += self.evict_pending(&mut pending, &mut newest)?;
         Ok(evicted)
+    }
+
+    /// One candidate of a sweep: evicted now, or, its image not stable yet, added to the
+    /// batch (`pending`, whose newest image is `newest`), which is evicted once full. The
+    /// pages evicted.
+    fn try_evict(
+        &self,
+        pid: Pid,
+        pass: Pass,
+        pending: &mut Vec<Pid>,
+        newest: &mut Option<LssAddress>,
+    ) -> Result<usize> {
+        match self.evict_page(pid, pass, false)? {
+            Attempt::Evicted => Ok(1),
+            Attempt::NotStable(address) => {
+                pending.push(pid);
+                *newest = (*newest).max(Some(address));
+                if pending.len() >= EVICT_BATCH {
+                    return self.evict_pending(pending, newest);
+                }
+                Ok(0)
+            }
+            Attempt::Skipped => Ok(0),
+        }
     }
 
     /// Makes the batch's images stable with one Mk-Stable and evicts its pages.
@@ -904,6 +983,17 @@ impl TsbTree {
         ]
     }
 }
+
+/// What one step of the flush order did.
+enum FlushStep {
+    Done(TsbFlush),
+    /// These pages must be flushed first.
+    LinksFirst(Vec<Pid>),
+}
+
+/// Steps a flush in the flush order may take beyond 8 per PID in use (each page it must
+/// flush first takes two, more when a flush loses to a write).
+const FLUSH_ORDER_STEPS_MIN: usize = 1024;
 
 /// Candidates made ready before one Mk-Stable.
 const EVICT_BATCH: usize = 32;

@@ -7,38 +7,11 @@
 use std::sync::Arc;
 
 use forest_core::Index;
-use forest_file::{Dir, SimDir};
-#[cfg(feature = "pause-points")]
-use forest_llama::lss::segment::segment_file_name;
-use forest_llama::lss::{Lss, LssAddress, LssConfig};
+use forest_file::SimDir;
 use forest_tsbtree::{TsbConfig, TsbFlush, TsbTree};
 
-const SEGMENT_BYTES: u64 = 4 << 20;
-
-fn small() -> TsbConfig {
-    TsbConfig {
-        max_records_per_page: 4,
-        max_index_entries: 4,
-        consolidate_threshold: 2,
-        time_split_percent: 33,
-    }
-}
-
 fn tree_on(seed: u64, budget: Option<usize>) -> (TsbTree, SimDir) {
-    let sim = SimDir::new(seed);
-    let dir: Arc<dyn Dir> = Arc::new(sim.clone());
-    let config = LssConfig {
-        segment_bytes: SEGMENT_BYTES,
-        buffer_bytes: 64 << 10,
-        buffer_count: 2,
-        writer_thread_count: 1,
-    };
-    let lss = Arc::new(Lss::open(dir, config, LssAddress::current(0)).unwrap().0);
-    let tree = TsbTree::with_config(small())
-        .unwrap()
-        .with_lss(lss, budget)
-        .unwrap();
-    (tree, sim)
+    crate::on_lss::tree_on(crate::on_lss::small(), budget, seed)
 }
 
 fn key(i: u32) -> [u8; 4] {
@@ -162,10 +135,7 @@ fn rev_f4_freed_pages_images_are_dead_in_the_lss() {
 #[cfg(feature = "pause-points")]
 fn flip(tree: &TsbTree, sim: &SimDir, pids: &[u64]) {
     for &pid in pids {
-        let address = tree.evicted_at(pid).unwrap();
-        let name = segment_file_name(address.offset() / SEGMENT_BYTES);
-        let at = (address.offset() % SEGMENT_BYTES) as usize;
-        assert!(sim.damage(&name, |bytes| bytes[at + 60] ^= 0x40));
+        crate::on_lss::flip_record(sim, tree.evicted_at(pid).unwrap());
     }
 }
 
@@ -304,19 +274,7 @@ fn rev_f1b_a_remove_that_answered_absent_removed_the_key() {
 // splitting a leaf over half an LSS record by bytes too (storage.rs).
 #[test]
 fn rev_f6_a_leaf_of_large_values_can_be_evicted() {
-    let sim = SimDir::new(26);
-    let dir: Arc<dyn Dir> = Arc::new(sim.clone());
-    let config = LssConfig {
-        segment_bytes: SEGMENT_BYTES,
-        buffer_bytes: 64 << 10,
-        buffer_count: 2,
-        writer_thread_count: 1,
-    };
-    let lss = Arc::new(Lss::open(dir, config, LssAddress::current(0)).unwrap().0);
-    let tree = TsbTree::with_config(TsbConfig::default())
-        .unwrap()
-        .with_lss(lss, Some(1))
-        .unwrap();
+    let (tree, _sim) = crate::on_lss::tree_on(TsbConfig::default(), Some(1), 26);
     let value = vec![7u8; forest_core::limits::VALUE_BYTES_MAX];
     for i in 0..8u32 {
         tree.upsert(&key(i), &value).unwrap();

@@ -12,42 +12,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use forest_core::{Error, Index, Order, TemporalIndex};
-use forest_file::{Dir, SimDir};
-use forest_llama::lss::segment::segment_file_name;
-use forest_llama::lss::{Lss, LssAddress, LssConfig};
+use forest_file::SimDir;
 use forest_tsbtree::{counter_names, TsbConfig, TsbFlush, TsbTree};
 
-const SEGMENT_BYTES: u64 = 4 << 20;
-
-fn lss_on(sim: &SimDir) -> Arc<Lss> {
-    let dir: Arc<dyn Dir> = Arc::new(sim.clone());
-    let config = LssConfig {
-        segment_bytes: SEGMENT_BYTES,
-        buffer_bytes: 64 << 10,
-        buffer_count: 2,
-        writer_thread_count: 1,
-    };
-    Arc::new(Lss::open(dir, config, LssAddress::current(0)).unwrap().0)
-}
-
-fn small() -> TsbConfig {
-    TsbConfig {
-        max_records_per_page: 4,
-        max_index_entries: 4,
-        consolidate_threshold: 2,
-        time_split_percent: 33,
-    }
-}
-
-/// A tree on its own simulated LSS.
-fn tree_on(config: TsbConfig, budget_pages: Option<usize>, seed: u64) -> (TsbTree, SimDir) {
-    let sim = SimDir::new(seed);
-    let tree = TsbTree::with_config(config)
-        .unwrap()
-        .with_lss(lss_on(&sim), budget_pages)
-        .unwrap();
-    (tree, sim)
-}
+use crate::on_lss::{flip_record, lss_on, small, tree_on};
 
 /// Small pages and 8 resident pages: nearly every access loads a page.
 pub fn tiny_budget() -> TsbTree {
@@ -70,7 +38,7 @@ fn key(i: u32) -> Vec<u8> {
 /// Each key's versions (timestamp, value or None for a tombstone), oldest first.
 type Model = BTreeMap<Vec<u8>, Vec<(u64, Option<Vec<u8>>)>>;
 
-fn history(tree: &TsbTree, k: &[u8]) -> Vec<(u64, Option<Vec<u8>>)> {
+pub fn history(tree: &TsbTree, k: &[u8]) -> Vec<(u64, Option<Vec<u8>>)> {
     let mut out = Vec::new();
     tree.history(k, 0, u64::MAX, Order::Ascending, &mut |ts, v| {
         out.push((ts, v.map(<[u8]>::to_vec)));
@@ -98,7 +66,7 @@ fn sizes() -> forest_core::conformance::Sizes {
 /// CPU in debug with [`sizes`] here): 500 order keys (still several levels of 4-record
 /// pages), 2 000 stress ops, a quarter of the model cases, and every 7th bound pair of the
 /// scan-bound checks (coprime with 57: each bound meets 8 others on each side).
-fn tiny_sizes() -> forest_core::conformance::Sizes {
+pub fn tiny_sizes() -> forest_core::conformance::Sizes {
     let full = forest_core::conformance::Sizes::for_build();
     forest_core::conformance::Sizes {
         model_small_case_count: (full.model_small_case_count / 4).max(16),
@@ -272,10 +240,7 @@ fn a_damaged_piece_fails_the_operation_with_a_named_error() {
     for pid in tree.page_ids() {
         tree.evict_pid(pid).unwrap();
     }
-    let address = tree.evicted_at(victim).unwrap();
-    let name = segment_file_name(address.offset() / SEGMENT_BYTES);
-    let at = (address.offset() % SEGMENT_BYTES) as usize;
-    assert!(sim.damage(&name, |bytes| bytes[at + 60] ^= 0x40));
+    let (name, at) = flip_record(&sim, tree.evicted_at(victim).unwrap());
     let check = |e: Error| {
         let text = e.to_string();
         let Error::Corrupt { path, offset, .. } = &e else {

@@ -12,30 +12,11 @@ use std::sync::Arc;
 
 use forest_core::conformance::pause::{arm, disarm, spawn_pauser, take_turn};
 use forest_core::{Index, Order, TemporalIndex};
-use forest_file::{Dir, SimDir};
-use forest_llama::lss::{Lss, LssAddress, LssConfig};
-use forest_tsbtree::{counter_names, TsbConfig, TsbFlush, TsbTree};
+use forest_file::SimDir;
+use forest_tsbtree::{counter_names, TsbFlush, TsbTree};
 
 fn tree_on_lss(seed: u64) -> (TsbTree, SimDir) {
-    let sim = SimDir::new(seed);
-    let dir: Arc<dyn Dir> = Arc::new(sim.clone());
-    let config = LssConfig {
-        segment_bytes: 4 << 20,
-        buffer_bytes: 64 << 10,
-        buffer_count: 2,
-        writer_thread_count: 1,
-    };
-    let lss = Arc::new(Lss::open(dir, config, LssAddress::current(0)).unwrap().0);
-    let tree = TsbTree::with_config(TsbConfig {
-        max_records_per_page: 4,
-        max_index_entries: 4,
-        consolidate_threshold: 2,
-        time_split_percent: 33,
-    })
-    .unwrap()
-    .with_lss(lss, None)
-    .unwrap();
-    (tree, sim)
+    crate::on_lss::tree_on(crate::on_lss::small(), None, seed)
 }
 
 fn key(i: u32) -> [u8; 4] {
