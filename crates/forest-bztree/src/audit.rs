@@ -21,6 +21,10 @@ pub struct Audit {
     pub free_chunks: u64,
     /// Height (1: the root is a leaf).
     pub height: u64,
+    /// Internal nodes whose records (the split threshold's bytes, `node.rs`) pass the
+    /// configured node size: built oversized when a split had no room in its descriptor to
+    /// split them (`split.rs`).
+    pub oversized_internal: u64,
 }
 
 impl<P: Persist> BzTree<P> {
@@ -139,6 +143,11 @@ impl<P: Persist> BzTree<P> {
             return Ok(());
         }
         let n = self.sorted_count(node);
+        // Sized to its content, which the split threshold counts without the prefix array
+        // (`node.rs`).
+        if self.node_size(node).saturating_sub(8 * n) > self.config.node_size as u64 {
+            audit.oversized_internal += 1;
+        }
         if n == 0 {
             return Err(format!("internal node {node} has no child"));
         }

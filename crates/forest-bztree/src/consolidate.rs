@@ -24,7 +24,7 @@ use crate::status_word::StatusWord;
 use crate::{BzTree, Outcome, Path, Target};
 
 /// New nodes of an SMO, its PMwCAS words and the nodes it retires.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(crate) struct Plan {
     pub targets: Vec<Target>,
     pub retire: Vec<u64>,
@@ -37,6 +37,12 @@ impl Plan {
     /// entry: a bound, as a word swapping a retired node for a new one takes one entry.
     pub fn entries(&self) -> usize {
         self.targets.len() + self.retire.len() + self.fresh.len()
+    }
+
+    /// The descriptor entries this plan takes (`BzTree::pmwcas_with`): its targets, then its
+    /// other retired and new nodes in pairs.
+    pub fn exact_entries(&self) -> usize {
+        crate::Folds::entries(&self.targets, &self.retire, &self.fresh)
     }
 }
 

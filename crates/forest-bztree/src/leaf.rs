@@ -23,7 +23,7 @@ use forest_core::Result;
 use forest_pmwcas::{Guard, Persist};
 
 use crate::metadata::{record_block_bytes, Metadata, TOTAL_LEN_MAX};
-use crate::node::{key_cmp, key_eq, HEADER_BYTES, METADATA_BYTES};
+use crate::node::{key_cmp, key_eq, key_prefix, lower_bound, HEADER_BYTES, METADATA_BYTES};
 use crate::status_word::StatusWord;
 use crate::{BzTree, Outcome, Path, Target};
 
@@ -70,24 +70,36 @@ impl<P: Persist> BzTree<P> {
         guard: &Guard,
     ) -> Search {
         let sorted = self.sorted_count(leaf).min(s.record_count());
-        let (mut lo, mut hi) = (0, sorted);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            let m = self.leaf_meta(leaf, mid, guard);
-            match key_cmp(self.key_of(leaf, m), key) {
-                std::cmp::Ordering::Less => lo = mid + 1,
-                std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => {
-                    if m.is_visible() && mid != skip {
+        // The sorted region by the keys' first 8 bytes, without a branch on the comparisons
+        // (`node::lower_bound`); where the first record not below ties key's prefix (with
+        // 8-byte keys, it is key), by whole keys from there. Its keys are distinct.
+        let prefix = key_prefix(key);
+        let meta = |i: u64| self.leaf_meta(leaf, i, guard);
+        let lb = lower_bound(0, sorted, |i| {
+            key_prefix(self.key_of(leaf, meta(i))) < prefix
+        });
+        if lb < sorted {
+            let m = meta(lb);
+            let k = self.key_of(leaf, m);
+            if key_prefix(k) == prefix {
+                let (i, m) = match key_cmp(k, key) {
+                    std::cmp::Ordering::Equal => (lb, Some(m)),
+                    std::cmp::Ordering::Greater => (sorted, None),
+                    std::cmp::Ordering::Less => {
+                        let i = lower_bound(lb + 1, sorted - lb - 1, |i| {
+                            key_cmp(self.key_of(leaf, meta(i)), key).is_lt()
+                        });
+                        let m = (i < sorted).then(|| meta(i));
+                        (i, m.filter(|&m| key_eq(self.key_of(leaf, m), key)))
+                    }
+                };
+                if let Some(m) = m {
+                    if m.is_visible() && i != skip {
                         return Search {
-                            found: Some(Found {
-                                index: mid,
-                                meta: m,
-                            }),
+                            found: Some(Found { index: i, meta: m }),
                             in_progress: false,
                         };
                     }
-                    break;
                 }
             }
         }

@@ -267,6 +267,7 @@ impl Path {
 }
 
 /// One word of a PMwCAS the tree issues.
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Target {
     pub off: u64,
     pub old: u64,
@@ -283,6 +284,52 @@ impl Target {
             new,
             free_one: false,
         }
+    }
+}
+
+/// Bit `i` of a [`Folds`] mask (none past 64: a PMwCAS holds far fewer entries).
+#[inline]
+pub(crate) fn bit(i: usize) -> u64 {
+    1u64.checked_shl(i as u32).unwrap_or(0)
+}
+
+/// Which targets of a PMwCAS fold a retired node and a new node into their one `FREE-ONE`
+/// entry (the target's old value retired, its new value fresh), and so which retired and new
+/// nodes are left for memory-only entries (`BzTree::pmwcas_with`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Folds {
+    pub targets: u64,
+    pub retire: u64,
+    pub fresh: u64,
+}
+
+impl Folds {
+    pub fn of(targets: &[Target], retire: &[u64], fresh: &[u64]) -> Self {
+        let mut f = Self::default();
+        if retire.is_empty() || fresh.is_empty() {
+            return f;
+        }
+        for (i, t) in targets.iter().enumerate() {
+            let r = retire.iter().position(|&m| m == t.old && m != 0);
+            let n = fresh.iter().position(|&m| m == t.new && m != 0);
+            if let (Some(r), Some(n)) = (r, n) {
+                if f.retire & bit(r) == 0 && f.fresh & bit(n) == 0 {
+                    f.retire |= bit(r);
+                    f.fresh |= bit(n);
+                    f.targets |= bit(i);
+                }
+            }
+        }
+        f
+    }
+
+    /// Descriptor entries of a PMwCAS over `targets` naming `retire` and `fresh`: one per
+    /// target, then the unfolded retired and new nodes in pairs.
+    pub fn entries(targets: &[Target], retire: &[u64], fresh: &[u64]) -> usize {
+        let f = Self::of(targets, retire, fresh);
+        let retired = retire.len() - f.retire.count_ones() as usize;
+        let new = fresh.len() - f.fresh.count_ones() as usize;
+        targets.len() + retired.max(new)
     }
 }
 
@@ -405,20 +452,11 @@ impl<P: Persist> BzTree<P> {
             Err(e) => panic!("bztree: allocating a descriptor: {e}"),
         };
         let flush = |r: std::ops::Range<usize>| self.flush(r);
-        let mut retire_folded = vec![false; retire.len()];
-        let mut fresh_folded = vec![false; fresh.len()];
+        let folds = Folds::of(targets, retire, fresh);
         let built = (|| -> std::result::Result<(), forest_pmwcas::Error> {
-            for t in targets {
+            for (i, t) in targets.iter().enumerate() {
                 let word = self.heap.word(t.off);
-                let r = retire.iter().position(|&m| m == t.old && m != 0);
-                let f = fresh.iter().position(|&m| m == t.new && m != 0);
-                let fold =
-                    matches!((r, f), (Some(r), Some(f)) if !retire_folded[r] && !fresh_folded[f]);
-                if t.free_one || fold {
-                    if let (true, Some(r), Some(f)) = (fold, r, f) {
-                        retire_folded[r] = true;
-                        fresh_folded[f] = true;
-                    }
+                if t.free_one || folds.targets & bit(i) != 0 {
                     let slot = d.reserve_entry(word, t.old, Policy::FreeOne)?;
                     d.set_new(slot, t.new)?;
                     if t.new != 0 {
@@ -428,16 +466,27 @@ impl<P: Persist> BzTree<P> {
                     d.add_word(word, t.old, t.new)?;
                 }
             }
-            for (i, &m) in retire.iter().enumerate() {
-                if !retire_folded[i] {
-                    d.add_memory(m, 0)?;
-                }
-            }
-            for (i, &m) in fresh.iter().enumerate() {
-                if !fresh_folded[i] {
-                    let slot = d.reserve_memory()?;
-                    d.set_new(slot, m)?;
-                    self.heap.activated(m, &flush);
+            // The other retired and new nodes in pairs, one memory-only entry each (freed on
+            // success and on failure respectively): fewer entries leave room for a split
+            // that reaches the root (`split.rs`).
+            let mut retired = (0..retire.len())
+                .filter(|&i| folds.retire & bit(i) == 0)
+                .map(|i| retire[i]);
+            let mut new = (0..fresh.len())
+                .filter(|&i| folds.fresh & bit(i) == 0)
+                .map(|i| fresh[i]);
+            loop {
+                match (retired.next(), new.next()) {
+                    (None, None) => break,
+                    (Some(r), None) => d.add_memory(r, 0)?,
+                    (r, Some(m)) => {
+                        let slot = match r {
+                            Some(r) => d.reserve_memory_retiring(r)?,
+                            None => d.reserve_memory()?,
+                        };
+                        d.set_new(slot, m)?;
+                        self.heap.activated(m, &flush);
+                    }
                 }
             }
             Ok(())

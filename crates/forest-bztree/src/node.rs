@@ -347,33 +347,24 @@ impl<P: Persist> BzTree<P> {
     pub(crate) fn child_slot(&self, node: u64, key: &[u8], after: bool) -> u64 {
         let n = self.sorted_count(node);
         let prefix = key_prefix(key);
-        // Count separators 1..n below key (or at most key with `after`), by prefix; the keys
-        // only where the prefixes tie.
-        let (mut lo, mut hi) = (1, n);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            let sep_prefix = self
-                .heap
-                .atomic(Self::prefix_off(node, n, mid))
-                .load(Ordering::Relaxed);
-            let order = match sep_prefix.cmp(&prefix) {
-                std::cmp::Ordering::Equal => {
-                    key_cmp(self.key_of(node, self.internal_meta(node, mid)), key)
-                }
-                unequal => unequal,
-            };
-            let goes_right = match order {
+        let sep_prefix = |i: u64| {
+            self.heap
+                .atomic(Self::prefix_off(node, n, i))
+                .load(Ordering::Relaxed)
+        };
+        // Separators 1..n below key by prefix, without a branch on the comparisons
+        // (`lower_bound`); where the first one not below ties key's prefix (with 8-byte keys,
+        // it is key), the rest by whole keys.
+        let i = lower_bound(1, n.saturating_sub(1), |i| sep_prefix(i) < prefix);
+        if i < n && sep_prefix(i) == prefix {
+            let goes_right = |i: u64| match key_cmp(self.separator(node, i), key) {
                 std::cmp::Ordering::Less => true,
                 std::cmp::Ordering::Equal => after,
                 std::cmp::Ordering::Greater => false,
             };
-            if goes_right {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
+            return lower_bound(i, n - i, goes_right) - 1;
         }
-        lo - 1
+        i - 1
     }
 
     /// The child pointer word of slot `i` of an internal node.
@@ -393,6 +384,24 @@ impl<P: Persist> BzTree<P> {
     pub(crate) fn separator(&self, node: u64, i: u64) -> &[u8] {
         self.key_of(node, self.internal_meta(node, i))
     }
+}
+
+/// The first index in `base..base + size` where `less` is false (`base + size` if none), for
+/// `less` true on a prefix of the range: a binary search whose steps select the next half
+/// arithmetically rather than by a branch. A probe's comparison goes one way or the other at
+/// random, so a branch on it mispredicts about every other probe (session 19 measured 14.2
+/// mispredictions per read, against bwtree's 4.9); the probe count depends on `size` only.
+#[inline]
+pub(crate) fn lower_bound(mut base: u64, mut size: u64, less: impl Fn(u64) -> bool) -> u64 {
+    if size == 0 {
+        return base;
+    }
+    while size > 1 {
+        let half = size / 2;
+        base += half * u64::from(less(base + half));
+        size -= half;
+    }
+    base + u64::from(less(base))
 }
 
 /// `a.cmp(b)` for keys: the first 8 bytes compared as one big-endian word, so the common
@@ -422,6 +431,23 @@ pub(crate) fn key_eq(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod key_order_tests {
     use super::{key_cmp, key_eq, key_prefix};
+
+    // Goal: `lower_bound` finds the first index where `less` is false, at every size and
+    // split point. Method: exhaustively for ranges of 0..40 elements at two bases.
+    #[test]
+    fn lower_bound_finds_the_first_false() {
+        for base in [0u64, 1] {
+            for size in 0..40u64 {
+                for cut in base..=base + size {
+                    assert_eq!(
+                        super::lower_bound(base, size, |i| i < cut),
+                        cut,
+                        "base {base} size {size} cut {cut}"
+                    );
+                }
+            }
+        }
+    }
 
     // Goal: key_cmp and key_eq order keys exactly as byte slices do, at lengths around the
     // 8-byte word. Method: every pair from a set of keys of lengths 0–17 that differ early,

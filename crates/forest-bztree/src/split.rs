@@ -12,8 +12,14 @@
 //! - Parent overflow: when P′ passes the node size, it is split in two as well (its middle
 //!   separator moves up) and G′ is built the same way, up the tree, all in the same PMwCAS,
 //!   which freezes every replaced ancestor (§7.2: a split "up to the great-grandparent" is one
-//!   PMwCAS). When the descriptor has no room for one more level, the ancestor is built
-//!   oversized instead (a node's size is in its header).
+//!   PMwCAS). An ancestor splits when the descriptor, counted exactly (`pmwcas_with`: a
+//!   target swapping a retired node for a new one is one entry, other retired and new nodes
+//!   pair up in memory-only entries), keeps room for the cheapest close above it: the new
+//!   root, or the next ancestor's freeze, retirement, new version and swap. Otherwise it is
+//!   built oversized (a node's size is in its header). Session 20: the former fixed bound
+//!   (7 entries per level, nodes counted one entry each) never let a root split follow a
+//!   level-1 split, so at 1 M keys the root grew to 1 076 children (25 KiB); now a split
+//!   reaching the root takes 9 of 14 entries at height 3, 12 at height 4.
 
 use forest_core::Result;
 use forest_pmwcas::{Guard, Persist};
@@ -22,10 +28,9 @@ use crate::consolidate::Plan;
 use crate::node::{internal_bytes, LiveRecord, Separator};
 use crate::{BzTree, Path, Target};
 
-/// Entries a split of one more ancestor may add to a plan, with what the next level needs
-/// to close it: two new halves, then (worst) the next ancestor's freeze and retirement, its
-/// new version and the swap in its parent (2 words).
-const SPLIT_LEVEL_ENTRIES: usize = 7;
+/// Stand-ins for the nodes of a hypothetical close (`BzTree::closes_after_split`): never
+/// chunk offsets (those are 64-aligned), all distinct.
+const STAND_IN: [u64; 3] = [u64::MAX - 8, u64::MAX - 16, u64::MAX - 24];
 
 impl<P: Persist> BzTree<P> {
     /// Splits the frozen leaf `path.leaf` whose live records are `live` (at least two).
@@ -127,7 +132,7 @@ impl<P: Persist> BzTree<P> {
             plan.retire.push(parent);
             let level = self.level(parent);
             let overflow = internal_bytes(&new) > self.config.node_size as u64 && new.len() >= 4;
-            if overflow && plan.entries() + SPLIT_LEVEL_ENTRIES <= Self::ENTRIES {
+            if overflow && self.closes_after_split(plan, path, depth - 1, parent) {
                 let m = new.len() / 2;
                 let a = self
                     .build_internal(&new[..m], level)
@@ -148,5 +153,30 @@ impl<P: Persist> BzTree<P> {
             old = parent;
             depth -= 1;
         }
+    }
+
+    /// Whether `plan`, with `parent` (the node under `path.nodes[depth - 1]`, the root if
+    /// `depth` is 0) split in two, still fits one descriptor once closed at the next level
+    /// the cheapest way: a new root over the two halves, or the grandparent rebuilt without
+    /// a split (frozen, retired, its new version swapped into its own parent).
+    fn closes_after_split(&self, plan: &Plan, path: &Path, depth: usize, parent: u64) -> bool {
+        let mut p = plan.clone();
+        p.fresh.extend_from_slice(&STAND_IN[..2]);
+        if depth == 0 {
+            p.fresh.push(STAND_IN[2]);
+            p.targets
+                .push(Target::new(self.root_off, parent, STAND_IN[2]));
+        } else {
+            let (g, _) = path.nodes[depth - 1];
+            p.targets.push(Target::new(Self::status_off(g), 0, 0));
+            p.retire.push(g);
+            p.fresh.push(STAND_IN[2]);
+            // Into g's parent: the root word, or a child word and that parent's status.
+            p.targets.push(Target::new(0, g, STAND_IN[2]));
+            if depth > 1 {
+                p.targets.push(Target::new(0, 0, 0));
+            }
+        }
+        p.exact_entries() <= Self::ENTRIES
     }
 }

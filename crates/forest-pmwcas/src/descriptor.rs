@@ -270,6 +270,22 @@ impl<'a, P: Persist> Descriptor<'a, P> {
         self.push(layout::MEMORY_ONLY, 0, 0, Policy::FreeOne, false)
     }
 
+    /// [`Descriptor::reserve_memory`] whose entry also names memory this PMwCAS retires
+    /// (`free_on_success`, freed if it succeeds): a retired and a new node in one entry, as a
+    /// `FREE-ONE` target word swapping them is. Until the new value is activated, a crash
+    /// frees neither (recovery frees only activated new values of a PMwCAS that never
+    /// succeeded, `recovery.rs`).
+    pub fn reserve_memory_retiring(&mut self, free_on_success: u64) -> Result<Slot, Error> {
+        Self::check_value(free_on_success)?;
+        self.push(
+            layout::MEMORY_ONLY,
+            free_on_success,
+            0,
+            Policy::FreeOne,
+            false,
+        )
+    }
+
     /// Fills a reserved slot's new value. For a `FREE-ONE` slot this is the activation of
     /// §6.1: when it returns (durable mode) the value is durably the descriptor's, and
     /// recovery frees it if the PMwCAS never succeeds.

@@ -701,7 +701,7 @@ impl<P: Persist> Drop for Pool<P> {
                 break;
             }
             #[cfg(not(any(loom, shuttle)))]
-            crossbeam_epoch::pin().flush();
+            inner.domain.pin().flush();
             crate::sync::yield_now();
         }
         inner.closed.store(true, StdOrdering::SeqCst);
@@ -1041,8 +1041,15 @@ impl<P: Persist> Inner<P> {
         }
         self.counters().epoch_retire();
         self.pending_releases.fetch_add(1, StdOrdering::AcqRel);
-        let inner = Arc::clone(self);
-        guard.defer(move || inner.release(index, gen));
+        // Weak: the pool owns its collector, whose queue holds this until it runs; a strong
+        // reference would keep the pool alive for good if it never ran (a thread pinned
+        // through the close). A pool gone by then has nothing to release.
+        let inner = Arc::downgrade(self);
+        guard.defer(move || {
+            if let Some(inner) = inner.upgrade() {
+                inner.release(index, gen);
+            }
+        });
         // crossbeam keeps deferred work in a thread-local bag of up to 64 items until it is
         // full, and each one parked there is one more for recovery to read after a crash;
         // these retirements are rare (SMOs, value blocks), so hand each to the collector at
@@ -1090,8 +1097,10 @@ impl<P: Persist> Inner<P> {
                 left.pop();
                 self.recovered_pending.fetch_add(1, StdOrdering::AcqRel);
                 self.pending_releases.fetch_add(1, StdOrdering::AcqRel);
-                let inner = Arc::clone(self);
+                // Weak: the pool's collector holds this until it runs (`reclaim.rs`).
+                let inner = Arc::downgrade(self);
                 guard.defer(move || {
+                    let Some(inner) = inner.upgrade() else { return };
                     // Announced before `closed` is read, as `release_descriptor` does: `Drop`
                     // waits for active releases, so no free-list link is written after close
                     // (review rev-pmfix2 F1: a reopen of the file in this process).

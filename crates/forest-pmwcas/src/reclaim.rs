@@ -4,7 +4,18 @@
 //! applied, then back to its free list) only after every thread pinned at its retirement has
 //! unpinned.
 //!
-//! Normal builds use crossbeam-epoch's global collector. crossbeam-epoch is not loom-aware, so
+//! Normal builds give each pool its own crossbeam-epoch `Collector` (not the global one): a
+//! pool's deferred releases (which write its region: free lists, chunk headers, statuses) run
+//! only on threads that pin this pool, and its epoch waits only for them. With the global
+//! collector any thread of the process that pinned for anything ran them, and any thread
+//! pinned anywhere held them back: a test copying a quiescent tree's region (a kill image)
+//! raced a release run by another test's thread and got a torn image, and a count of memory
+//! in use depended on the other tests (issue 16, the `left_repeat` and `rev_bzperf` flakes).
+//! Each thread keeps its handles to the last [`HANDLES_CACHED`] pools it pinned in a
+//! thread-local list (most recent first); an evicted handle unregisters its thread, and a
+//! collector outlives its pool until the last handle to it is gone.
+//!
+//! crossbeam-epoch is not loom-aware, so
 //! under `--cfg loom` a stand-in with the same contract runs instead, and under `--cfg shuttle`
 //! too (crossbeam-epoch keys its participants by OS thread and shuttle runs every thread on
 //! one, and its global collector would run one execution's releases in a later one). The
@@ -32,21 +43,88 @@ impl std::fmt::Debug for Guard {
     }
 }
 
+/// Handles to the collectors of the pools a thread pinned last (module doc).
+#[cfg(not(any(loom, shuttle)))]
+pub const HANDLES_CACHED: usize = 8;
+
 /// The reclamation domain of one pool.
-#[derive(Default)]
 pub(crate) struct Domain {
+    #[cfg(not(any(loom, shuttle)))]
+    collector: crossbeam_epoch::Collector,
+    /// Unique per domain in the process (never reused): the key of the thread-local handles.
+    #[cfg(not(any(loom, shuttle)))]
+    id: u64,
     #[cfg(any(loom, shuttle))]
     inner: std::sync::Arc<model_domain::Domain>,
 }
 
+impl Default for Domain {
+    fn default() -> Self {
+        #[cfg(not(any(loom, shuttle)))]
+        {
+            static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+            Self {
+                collector: crossbeam_epoch::Collector::new(),
+                id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            }
+        }
+        #[cfg(any(loom, shuttle))]
+        {
+            Self {
+                inner: std::sync::Arc::default(),
+            }
+        }
+    }
+}
+
+#[cfg(not(any(loom, shuttle)))]
+thread_local! {
+    /// This thread's handles (domain id, handle), most recently pinned first.
+    static HANDLES: std::cell::RefCell<Vec<(u64, crossbeam_epoch::LocalHandle)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl Domain {
     /// Pins the calling thread.
+    #[inline]
     pub(crate) fn pin(&self) -> Guard {
         #[cfg(not(any(loom, shuttle)))]
         {
-            Guard {
-                inner: crossbeam_epoch::pin(),
-            }
+            let cached = HANDLES.try_with(|handles| {
+                // A pin may run deferred work that pins again (a release): that nested pin
+                // finds the list borrowed and takes a handle of its own.
+                let mut handles = handles.try_borrow_mut().ok()?;
+                if let Some((id, h)) = handles.first() {
+                    if *id == self.id {
+                        return Some((h.pin(), None));
+                    }
+                }
+                let evicted = match handles.iter().position(|(id, _)| *id == self.id) {
+                    Some(i) => {
+                        handles.swap(0, i);
+                        None
+                    }
+                    None => {
+                        let evicted = (handles.len() >= HANDLES_CACHED)
+                            .then(|| handles.pop())
+                            .flatten();
+                        handles.insert(0, (self.id, self.collector.register()));
+                        evicted
+                    }
+                };
+                Some((handles[0].1.pin(), evicted))
+            });
+            let inner = match cached {
+                // Dropped outside the borrow: unregistering may run deferred work.
+                Ok(Some((guard, evicted))) => {
+                    drop(evicted);
+                    guard
+                }
+                // Nested, or the thread's locals are being destroyed: a handle for this pin
+                // only (the guard keeps its participant registered until it drops).
+                _ => self.collector.register().pin(),
+            };
+            Guard { inner }
         }
         #[cfg(any(loom, shuttle))]
         {

@@ -4,6 +4,7 @@
 
 mod api;
 mod crash_sim;
+mod epoch_domain;
 mod high_water_mark;
 mod race_late_install;
 mod recovery_left;
